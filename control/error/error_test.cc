@@ -1,0 +1,39 @@
+#include "control/error/error.h"
+
+#include <gtest/gtest.h>
+
+namespace kvrail {
+namespace {
+
+TEST(ErrorTest, CategoryRoundTripsThroughStatus) {
+  absl::Status status = MakeError(ErrorCategory::kInvalidManifest, "frame 2: bad");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(CategoryOf(status).has_value());
+  EXPECT_EQ(*CategoryOf(status), ErrorCategory::kInvalidManifest);
+  EXPECT_EQ(DescribeError(status), "invalid-manifest: frame 2: bad");
+}
+
+TEST(ErrorTest, AddContextKeepsCategoryAndCode) {
+  absl::Status status =
+      AddContext(MakeError(ErrorCategory::kInvalidContract, "dtype unknown"), "frame 5");
+  EXPECT_EQ(status.message(), "frame 5: dtype unknown");
+  EXPECT_EQ(CategoryOf(status), ErrorCategory::kInvalidContract);
+  EXPECT_TRUE(AddContext(absl::OkStatus(), "x").ok());
+}
+
+TEST(ErrorTest, ForeignStatusHasNoCategory) {
+  EXPECT_FALSE(CategoryOf(absl::InternalError("x")).has_value());
+  EXPECT_EQ(DescribeError(absl::InternalError("x")), "error: x");
+}
+
+TEST(ErrorTest, NamesParseBack) {
+  for (auto c : {ErrorCategory::kInvalidFrame, ErrorCategory::kInvalidContract,
+                 ErrorCategory::kIncompatiblePeer, ErrorCategory::kInvalidManifest,
+                 ErrorCategory::kUnsupportedLayout}) {
+    EXPECT_EQ(CategoryFromName(CategoryName(c)), c);
+  }
+  EXPECT_FALSE(CategoryFromName("nope").has_value());
+}
+
+}  // namespace
+}  // namespace kvrail

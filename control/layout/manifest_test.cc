@@ -1,0 +1,155 @@
+#include "control/layout/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "control/error/error.h"
+#include "tests/support/vectors.h"
+
+namespace kvrail::layout {
+namespace {
+
+using kvrail::testing::LoadVectors;
+using kvrail::testing::VectorInput;
+
+const nlohmann::json& Manifests() {
+  static const nlohmann::json* vectors = new nlohmann::json(LoadVectors("manifests.json"));
+  return *vectors;
+}
+
+const nlohmann::json& Slots() {
+  static const nlohmann::json* vectors = new nlohmann::json(LoadVectors("slots.json"));
+  return *vectors;
+}
+
+Contract ManifestContract() { return *ParseContract(Manifests()["contract"].get<std::string>()); }
+
+// Every vector: where the reference accepts (and does not recommend rejecting), kvrail parses
+// to the same canonical wire and validates the same way; where the reference fails anywhere
+// (parse or validation), kvrail fails too, as invalid-manifest.
+TEST(ManifestVectorsTest, EveryCaseMatchesTheReferenceOutcome) {
+  const Contract contract = ManifestContract();
+  for (const auto& entry : Manifests()["vectors"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    absl::StatusOr<Manifest> manifest = ParseManifest(VectorInput(entry));
+    const bool reference_ok = entry["parse"]["ok"].get<bool>() && entry["validation"].is_object() &&
+                              entry["validation"]["ok"].get<bool>();
+    const bool strict_reject = entry.value("strict_recommendation", "") == "reject";
+    absl::Status outcome =
+        manifest.ok() ? ValidateManifest(*manifest, contract) : manifest.status();
+    if (reference_ok && !strict_reject) {
+      ASSERT_TRUE(outcome.ok()) << outcome;
+      EXPECT_EQ(*SerializeManifest(*manifest), entry["parse"]["canonical_wire"].get<std::string>());
+    } else {
+      ASSERT_FALSE(outcome.ok());
+      EXPECT_EQ(CategoryOf(outcome), ErrorCategory::kInvalidManifest) << outcome;
+    }
+    // Where the reference parsed and kvrail parsed, both canonical forms agree.
+    if (manifest.ok() && entry["parse"]["ok"].get<bool>()) {
+      EXPECT_EQ(*SerializeManifest(*manifest), entry["parse"]["canonical_wire"].get<std::string>());
+    }
+  }
+}
+
+GroupSpec SpecFromSlotCase(const nlohmann::json& c) {
+  GroupSpec spec;
+  spec.group_id = "g";
+  spec.checkpoint_granularity = c["block_granularity"].get<int64_t>();
+  spec.family = "state";
+  spec.retention =
+      c["retention"] == "sliding_window" ? Retention::kSlidingWindow : Retention::kFullHistory;
+  if (!c["sliding_window_tokens"].is_null()) {
+    spec.sliding_window_tokens = c["sliding_window_tokens"].get<int64_t>();
+  }
+  // The reference applies the full_suffix rule only to "full_suffix"; every other value
+  // (latest_snapshot, null) takes the single-snapshot slot (§5.2).
+  spec.transfer_policy = c["transfer_policy"] == "full_suffix" ? TransferPolicy::kFullSuffix
+                                                               : TransferPolicy::kLatestSnapshot;
+  return spec;
+}
+
+TEST(SlotsVectorsTest, LogicalSlotsMatchTheReference) {
+  for (const auto& c : Slots()["logical_slots"]) {
+    SCOPED_TRACE(c.dump());
+    SlotRange range = LogicalSlots(SpecFromSlotCase(c), c["prefix_len"].get<int64_t>(),
+                                   c["prompt_len"].get<int64_t>());
+    std::vector<int64_t> slots;
+    for (int64_t s = range.begin; s < range.end; ++s) slots.push_back(s);
+    EXPECT_EQ(slots, c["logical_slots"].get<std::vector<int64_t>>());
+  }
+}
+
+TEST(SlotsVectorsTest, BuildManifestMatchesTheReference) {
+  const Contract contract = *ParseContract(Slots()["contract"].get<std::string>());
+  for (const auto& c : Slots()["build_manifest"]) {
+    SCOPED_TRACE(c.dump());
+    std::vector<std::vector<int64_t>> tables;
+    for (const GroupSpec& spec : contract.group_specs) {
+      tables.push_back(Slots()["block_tables"][spec.group_id][c["request_row"].get<size_t>()]
+                           .get<std::vector<int64_t>>());
+    }
+    absl::StatusOr<Manifest> manifest = BuildManifest(
+        contract, tables, c["prefix_len"].get<int64_t>(), c["prompt_len"].get<int64_t>());
+    if (c["result"]["ok"].get<bool>()) {
+      ASSERT_TRUE(manifest.ok()) << manifest.status();
+      EXPECT_EQ(*SerializeManifest(*manifest), c["result"]["manifest_wire"].get<std::string>());
+      EXPECT_TRUE(ValidateManifest(*manifest, contract).ok());
+    } else {
+      EXPECT_FALSE(manifest.ok());
+      EXPECT_EQ(CategoryOf(manifest.status()), ErrorCategory::kInvalidManifest);
+    }
+  }
+}
+
+TEST(ManifestTest, ErrorsNameTheGroupAndBlock) {
+  Manifest m = *ParseManifest(
+      R"({"groups":[{"group_id":"history","block_ids":[1,2,3,64]},)"
+      R"({"group_id":"window","block_ids":[10,11,12]},{"group_id":"state","block_ids":[20]}],)"
+      R"("prefix_len":0,"prompt_len":14})");
+  absl::Status status = ValidateManifest(m, ManifestContract());
+  EXPECT_NE(status.message().find("groups[0].block_ids[3]"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("CACHEPD §5.3"), absl::string_view::npos) << status;
+}
+
+TEST(ManifestTest, StrictTypesAreRejectedAtParse) {
+  for (const char* wire : {
+           R"({"groups":[],"prefix_len":0,"prompt_len":"14"})",
+           R"({"groups":[{"group_id":"h","block_ids":[true]}],"prefix_len":0,"prompt_len":4})",
+           R"({"groups":[{"group_id":"h","block_ids":[1.0]}],"prefix_len":0,"prompt_len":4})",
+           R"({"groups":[{"group_id":"h","block_ids":"12"}],"prefix_len":0,"prompt_len":4})",
+           R"({"groups":5,"prefix_len":0,"prompt_len":4})",
+           R"({"groups":[],"prefix_len":-4,"prompt_len":4})",
+           R"({"groups":[],"prefix_len":0,"prefix_len":0,"prompt_len":4})",
+       }) {
+    SCOPED_TRACE(wire);
+    absl::StatusOr<Manifest> m = ParseManifest(wire);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(CategoryOf(m.status()), ErrorCategory::kInvalidManifest);
+  }
+}
+
+TEST(ManifestTest, RandomValidManifestsRoundTrip) {
+  const Contract contract = ManifestContract();
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    int64_t prompt = 1 + static_cast<int64_t>(rng() % 200);
+    int64_t prefix = static_cast<int64_t>(rng() % prompt) / 4 * 4;
+    std::vector<std::vector<int64_t>> tables(3);
+    for (auto& table : tables) {
+      for (int s = 0; s < 60; ++s) table.push_back(1 + static_cast<int64_t>(rng() % 63));
+    }
+    absl::StatusOr<Manifest> m = BuildManifest(contract, tables, prefix, prompt);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(ValidateManifest(*m, contract).ok());
+    std::string wire = *SerializeManifest(*m);
+    absl::StatusOr<Manifest> back = ParseManifest(wire);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*SerializeManifest(*back), wire);
+  }
+}
+
+}  // namespace
+}  // namespace kvrail::layout
