@@ -1,0 +1,99 @@
+#include "control/layout/peer_messages.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "control/error/error.h"
+#include "tests/support/vectors.h"
+
+namespace kvrail::layout {
+namespace {
+
+using kvrail::testing::ExpandGenerator;
+using kvrail::testing::FromHex;
+using kvrail::testing::LoadVectors;
+
+std::vector<std::string> Frames(const nlohmann::json& entry) {
+  std::vector<std::string> frames;
+  const auto& hex = entry["frames_hex"];
+  for (size_t i = 0; i < hex.size(); ++i) {
+    const std::string key = std::to_string(i);
+    if (hex[i].is_null()) {
+      frames.push_back(ExpandGenerator(entry["frame_generators"][key]));
+    } else {
+      frames.push_back(FromHex(hex[i].get<std::string>()));
+    }
+  }
+  return frames;
+}
+
+// Every registration vector with the real contract parser behind frame 5: the outcome, the
+// error category and every parsed member match the reference.
+TEST(PeerMessagesVectorsTest, RegistrationsMatchTheReference) {
+  const nlohmann::json vectors = LoadVectors("frames.json");
+  for (const auto& entry : vectors["registration"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    if (entry["result"]["handler_path"] != "registration") continue;
+    absl::StatusOr<DecodedRegistration> decoded = DecodeRegistration(Frames(entry));
+    const auto& parse = entry["result"]["parse"];
+    if (!parse["ok"].get<bool>()) {
+      ASSERT_FALSE(decoded.ok());
+      const bool contract_error = parse["error"]["class"] == "CacheContractError";
+      EXPECT_EQ(CategoryOf(decoded.status()),
+                contract_error ? ErrorCategory::kInvalidContract : ErrorCategory::kInvalidFrame)
+          << decoded.status();
+      continue;
+    }
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->frames.endpoint, parse["endpoint"].get<std::string>());
+    EXPECT_EQ(decoded->frames.port, parse["dst_port"].get<int>());
+    EXPECT_EQ(decoded->frames.session_id, parse["session_id"].get<std::string>());
+    EXPECT_EQ(decoded->frames.arena_base, parse["dst_kv_ptr"].get<uint64_t>());
+    EXPECT_EQ(decoded->frames.decode_tp_size, parse["decode_tp_size"].get<uint32_t>());
+    EXPECT_EQ(decoded->frames.decode_tp_rank, parse["decode_tp_rank"].get<uint32_t>());
+    EXPECT_EQ(*SerializeContract(decoded->contract),
+              parse["contract_canonical_wire"].get<std::string>());
+  }
+}
+
+TEST(PeerMessagesVectorsTest, PreallocationsMatchTheReference) {
+  const nlohmann::json vectors = LoadVectors("frames.json");
+  for (const auto& entry : vectors["preallocation"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    absl::StatusOr<DecodedPreallocation> decoded = DecodePreallocation(Frames(entry));
+    const auto& parse = entry["result"]["parse"];
+    if (!parse["ok"].get<bool>()) {
+      ASSERT_FALSE(decoded.ok());
+      const bool frame_error =
+          parse["error"]["message"].get<std::string>().rfind("CachePD", 0) == 0;
+      EXPECT_EQ(CategoryOf(decoded.status()),
+                frame_error ? ErrorCategory::kInvalidFrame : ErrorCategory::kInvalidManifest)
+          << decoded.status();
+      continue;
+    }
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->frames.room, parse["room"].get<uint64_t>());
+    EXPECT_EQ(decoded->frames.session_id, parse["session_id"].get<std::string>());
+    EXPECT_EQ(decoded->frames.is_dummy(), parse["is_dummy"].get<bool>());
+    if (!parse["manifest_canonical_wire"].is_null()) {
+      ASSERT_TRUE(decoded->manifest.has_value());
+      EXPECT_EQ(*SerializeManifest(*decoded->manifest),
+                parse["manifest_canonical_wire"].get<std::string>());
+    }
+  }
+}
+
+TEST(PeerMessagesTest, ContractErrorsComeBeforeThePointerCheck) {
+  const nlohmann::json vectors = LoadVectors("frames.json");
+  std::vector<std::string> frames = Frames(vectors["registration"][0]);
+  frames[4] = std::string(8, '\0');  // pointer zero
+  frames[5] = "{}";                  // and a bad contract
+  absl::StatusOr<DecodedRegistration> decoded = DecodeRegistration(frames);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(CategoryOf(decoded.status()), ErrorCategory::kInvalidContract);
+}
+
+}  // namespace
+}  // namespace kvrail::layout

@@ -1,0 +1,89 @@
+// The kvrail command: one binary, one subcommand per job (docs/ARCHITECTURE.md, "Processes").
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "control/error/error.h"
+#include "tools/inspect.h"
+
+namespace {
+
+// Exit codes: 0 success, 1 the input was rejected (one "error: ..." line on stderr),
+// 2 the command line was wrong.
+constexpr int kExitRejected = 1;
+
+std::string ReadStdin() {
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+int PrintResult(const absl::StatusOr<std::string>& result) {
+  if (!result.ok()) {
+    std::fprintf(stderr, "error: %s\n", kvrail::DescribeError(result.status()).c_str());
+    return kExitRejected;
+  }
+  std::fputs(result->c_str(), stdout);
+  if (!result->empty() && result->back() != '\n') std::fputc('\n', stdout);
+  return 0;
+}
+
+void AddInspect(CLI::App& app, int& exit_code) {
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "Decode a contract, manifest or CachePD frames and print them as JSON");
+  inspect->require_subcommand(1);
+  static kvrail::tools::InspectOptions options;
+
+  struct Kind {
+    const char* name;
+    const char* help;
+  };
+  const Kind kinds[] = {
+      {"contract", "A contract as JSON text on stdin; prints its canonical wire (CACHEPD §4.2)"},
+      {"manifest", "A manifest as JSON text on stdin; prints its canonical wire (CACHEPD §5.1)"},
+      {"registration", "The 8 registration frames as hex (CACHEPD §3.2)"},
+      {"preallocation", "The 3 pre-allocation frames as hex (CACHEPD §3.3)"},
+      {"status", "The 5 status frames as hex (CACHEPD §3.4)"},
+  };
+  for (const Kind& kind : kinds) {
+    CLI::App* sub = inspect->add_subcommand(kind.name, kind.help);
+    const std::string name = kind.name;
+    if (name == "contract") {
+      sub->add_option("--peer", options.peer_contract_path,
+                      "The decode side's contract: also run the pair check (CACHEPD §4.5)");
+    } else if (name == "manifest") {
+      sub->add_option("--contract", options.contract_path,
+                      "Validate against this contract (CACHEPD §5.3)");
+    } else {
+      sub->add_option("frames", options.hex_frames,
+                      "Frames as hex, one argument per frame; without them, one frame per "
+                      "line on stdin (an empty line is an empty frame)");
+      if (name == "status") {
+        sub->add_flag("--lenient", options.lenient_status,
+                      "Parse as the reference decode does (Python int() rules)");
+      }
+    }
+    sub->callback([name, &exit_code]() {
+      options.kind = name;
+      const bool needs_stdin = options.hex_frames.empty();
+      exit_code = PrintResult(kvrail::tools::Inspect(options, needs_stdin ? ReadStdin() : ""));
+    });
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvrail: KV-cache transfer engine for disaggregated LLM serving"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  AddInspect(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  return exit_code;
+}
