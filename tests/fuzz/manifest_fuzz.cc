@@ -1,0 +1,57 @@
+// Fuzz harness: the manifest parser (CACHEPD §5.1), serialiser and validator (§5.3) against
+// the manifests.json contract. Properties: no crash, leak or UB; rejections carry
+// invalid-manifest; accepted manifests round-trip through their canonical wire.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "control/error/error.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+
+namespace {
+
+// The contract of tests/data/cachepd/manifests.json: history, a 10-token sliding window and a
+// latest_snapshot state group, 64 pages each.
+constexpr char kContract[] =
+    R"({"plan":{"prefix_granularity":4,"lcm_block_bytes":64,"num_lcm_blocks":63,"groups":[)"
+    R"({"group_id":"history","cache_blocks_per_lcm_block":1,"page_count":64},)"
+    R"({"group_id":"window","cache_blocks_per_lcm_block":1,"page_count":64},)"
+    R"({"group_id":"state","cache_blocks_per_lcm_block":1,"page_count":64}],"planes":[)"
+    R"({"plane_id":"p0","bytes_per_lcm_block":64,"arena_offset_bytes":0},)"
+    R"({"plane_id":"p1","bytes_per_lcm_block":64,"arena_offset_bytes":4096},)"
+    R"({"plane_id":"p2","bytes_per_lcm_block":64,"arena_offset_bytes":8192}],"fields":[)"
+    R"({"group_id":"history","field_id":"layer.0.kv","plane_id":"p0","shape":[4,8],)"
+    R"("dtype":"bfloat16","field_offset_bytes":0,"page_stride_bytes":64},)"
+    R"({"group_id":"window","field_id":"layer.1.kv","plane_id":"p1","shape":[4,8],)"
+    R"("dtype":"bfloat16","field_offset_bytes":0,"page_stride_bytes":64},)"
+    R"({"group_id":"state","field_id":"layer.2.state","plane_id":"p2","shape":[16],)"
+    R"("dtype":"float32","field_offset_bytes":0,"page_stride_bytes":64}]},"group_specs":[)"
+    R"({"group_id":"history","retention":"full_history","rows_per_page":4,)"
+    R"("entry_stride_tokens":1,"family":"history","transfer_policy":"full_suffix"},)"
+    R"({"group_id":"window","retention":"sliding_window","rows_per_page":4,)"
+    R"("entry_stride_tokens":1,"sliding_window_tokens":10,"family":"history",)"
+    R"("transfer_policy":"full_suffix"},)"
+    R"({"group_id":"state","retention":"full_history","family":"state",)"
+    R"("transfer_policy":"latest_snapshot","checkpoint_granularity":4}],)"
+    R"("transfer_schema":{"fields":[]}})";
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace kvrail;
+  static const layout::Contract* contract = new layout::Contract(*layout::ParseContract(kContract));
+  const std::string wire(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(wire);
+  if (!manifest.ok()) {
+    if (CategoryOf(manifest.status()) != ErrorCategory::kInvalidManifest) std::abort();
+    return 0;
+  }
+  absl::Status valid = layout::ValidateManifest(*manifest, *contract);
+  if (!valid.ok() && CategoryOf(valid) != ErrorCategory::kInvalidManifest) std::abort();
+  absl::StatusOr<std::string> canonical = layout::SerializeManifest(*manifest);
+  if (!canonical.ok()) return 0;
+  absl::StatusOr<layout::Manifest> again = layout::ParseManifest(*canonical);
+  if (!again.ok() || *layout::SerializeManifest(*again) != *canonical) std::abort();
+  return 0;
+}
