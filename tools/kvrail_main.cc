@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "control/error/error.h"
 #include "tools/inspect.h"
+#include "tools/plan_cmd.h"
 
 namespace {
 
@@ -72,6 +73,26 @@ void AddInspect(CLI::App& app, int& exit_code) {
   }
 }
 
+void AddPlan(CLI::App& app, int& exit_code) {
+  static kvrail::tools::PlanOptions options;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Print the route between a prefill and a decode deployment (CACHEPD §6)");
+  plan->add_option("--prefill-contract", options.prefill_contract_path,
+                   "The prefill rank's contract (JSON)")
+      ->required();
+  plan->add_option("--decode-contract", options.decode_contract_path,
+                   "The decode rank's contract (JSON)")
+      ->required();
+  plan->add_option("--prefill-tp", options.prefill_tp, "Prefill attention TP size P")->required();
+  plan->add_option("--decode-tp", options.decode_tp, "Decode attention TP size D")->required();
+  plan->add_flag("--json", options.json, "Print the schema of planner.json's `result`");
+  plan->add_option("--prefill-manifest", options.prefill_manifest_path,
+                   "One room's source manifest: also print its resolved copies");
+  plan->add_option("--decode-manifest", options.decode_manifest_path,
+                   "The same room's destination manifest");
+  plan->callback([&exit_code]() { exit_code = PrintResult(kvrail::tools::RunPlan(options)); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +100,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   AddInspect(app, exit_code);
+  AddPlan(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,162 @@
+#include "control/plan/copy_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "control/error/error.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "tests/support/vectors.h"
+
+namespace kvrail::plan {
+namespace {
+
+using kvrail::testing::LoadVectors;
+
+std::vector<Fragment> FragmentsOf(const nlohmann::json& list) {
+  std::vector<Fragment> out;
+  for (const auto& f : list) {
+    out.push_back({f["group_id"], f["field_id"], f["src_byte_offset"], f["dst_byte_offset"],
+                   f["src_row_stride_bytes"], f["dst_row_stride_bytes"], f["bytes_per_row"],
+                   f["rows_per_page"]});
+  }
+  return out;
+}
+
+// Every non-layerwise case of descriptors.json: the exact (src, dst, length) triples, in
+// the reference's order, once the arena bases are added.
+TEST(CopyPlanVectorsTest, DescriptorsMatchTheReferenceExactly) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  int checked = 0;
+  for (const auto& c : vectors["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    if (c.contains("layerwise") && !c["layerwise"].is_null()) continue;
+    layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
+    layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
+    layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
+    layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
+    absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<Copy> copies;
+    ASSERT_TRUE(plan->Expand(src_m, dst_m, copies).ok());
+    const uint64_t src_base = c["src_kv_ptr"];
+    const uint64_t dst_base = c["dst_kv_ptr"];
+    ASSERT_EQ(copies.size(), c["descriptors"].size());
+    EXPECT_EQ(static_cast<int64_t>(copies.size()), plan->CountCopies(src_m));
+    uint64_t total = 0;
+    for (size_t i = 0; i < copies.size(); ++i) {
+      const auto& d = c["descriptors"][i];
+      EXPECT_EQ(src_base + copies[i].src_offset, d[0].get<uint64_t>()) << i;
+      EXPECT_EQ(dst_base + copies[i].dst_offset, d[1].get<uint64_t>()) << i;
+      EXPECT_EQ(copies[i].length, d[2].get<uint64_t>()) << i;
+      total += copies[i].length;
+    }
+    EXPECT_EQ(total, c["total_bytes"].get<uint64_t>());
+    ++checked;
+  }
+  EXPECT_GE(checked, 11);
+}
+
+// Applies `copies` from `src` into `dst`.
+void Apply(const std::vector<Copy>& copies, const std::string& src, std::string& dst) {
+  for (const Copy& c : copies) {
+    ASSERT_LE(c.src_offset + c.length, src.size());
+    ASSERT_LE(c.dst_offset + c.length, dst.size());
+    std::memcpy(&dst[c.dst_offset], &src[c.src_offset], c.length);
+  }
+}
+
+// Coalescing is exact: the coalesced list writes the same bytes as the original list.
+TEST(CoalesceTest, CoalescedCopiesWriteExactlyTheSameBytes) {
+  std::mt19937_64 rng(99);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<Copy> copies;
+    uint64_t s = 0, d = 0;
+    const int n = 1 + static_cast<int>(rng() % 200);
+    for (int i = 0; i < n; ++i) {
+      uint64_t len = 1 + rng() % 64;
+      // Mostly adjacent on both sides; sometimes a gap on one side or both.
+      switch (rng() % 4) {
+        case 0:
+          s += rng() % 16;
+          break;
+        case 1:
+          d += rng() % 16;
+          break;
+        default:
+          break;
+      }
+      copies.push_back({s, d, len});
+      s += len;
+      d += len;
+    }
+    std::string src(s + 64, '\0');
+    for (char& b : src) b = static_cast<char>(rng());
+    std::string want(d + 64, '\x5a'), got(d + 64, '\x5a');
+    Apply(copies, src, want);
+    std::vector<Copy> merged = copies;
+    size_t left = Coalesce(merged);
+    EXPECT_EQ(left, merged.size());
+    EXPECT_LE(merged.size(), copies.size());
+    Apply(merged, src, got);
+    ASSERT_EQ(got, want);
+    // Maximal: no two neighbours remain adjacent on both sides.
+    for (size_t i = 1; i < merged.size(); ++i) {
+      EXPECT_FALSE(merged[i - 1].src_offset + merged[i - 1].length == merged[i].src_offset &&
+                   merged[i - 1].dst_offset + merged[i - 1].length == merged[i].dst_offset);
+    }
+  }
+}
+
+TEST(CoalesceTest, ConsecutiveWholePagesBecomeOneCopy) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  const auto& c = vectors["cases"][0];  // equal_tp_whole_field
+  layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
+  layout::Contract dst = src;  // same geometry on both sides: consecutive pages line up
+  layout::Manifest m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
+  CopyPlan plan = *CopyPlan::Bind(src, dst, {});
+  std::vector<Copy> copies;
+  ASSERT_TRUE(plan.Expand(m, m, copies).ok());
+  const size_t before = copies.size();
+  Coalesce(copies);
+  EXPECT_LT(copies.size(), before);
+}
+
+TEST(CopyPlanTest, BadRoomsAppendNothing) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  const auto& c = vectors["cases"][0];
+  layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
+  layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
+  layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
+  layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
+  CopyPlan plan = *CopyPlan::Bind(src, dst, {});
+  std::vector<Copy> copies = {{1, 2, 3}};
+  layout::Manifest short_dst = dst_m;
+  short_dst.groups[0].block_ids.pop_back();
+  absl::Status status = plan.Expand(src_m, short_dst, copies);
+  EXPECT_EQ(CategoryOf(status), ErrorCategory::kInvalidManifest);
+  layout::Manifest out_of_range = dst_m;
+  out_of_range.groups[0].block_ids[0] = 1000000;
+  EXPECT_FALSE(plan.Expand(src_m, out_of_range, copies).ok());
+  EXPECT_EQ(copies.size(), 1u);
+}
+
+TEST(CopyPlanTest, FragmentsPastThePagePayloadAreRefused) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  const auto& c = vectors["cases"][1];
+  layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
+  layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
+  std::vector<Fragment> fragments = FragmentsOf(c["fragments"]);
+  ASSERT_FALSE(fragments.empty());
+  fragments[0].bytes_per_row += 1 << 20;
+  absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, fragments);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(CategoryOf(plan.status()), ErrorCategory::kUnsupportedLayout);
+}
+
+}  // namespace
+}  // namespace kvrail::plan
