@@ -11,23 +11,7 @@
 namespace kvrail::layout {
 namespace {
 
-using kvrail::testing::ExpandGenerator;
-using kvrail::testing::FromHex;
 using kvrail::testing::LoadVectors;
-
-std::vector<std::string> Frames(const nlohmann::json& entry) {
-  std::vector<std::string> frames;
-  const auto& hex = entry["frames_hex"];
-  for (size_t i = 0; i < hex.size(); ++i) {
-    const std::string key = std::to_string(i);
-    if (hex[i].is_null()) {
-      frames.push_back(ExpandGenerator(entry["frame_generators"][key]));
-    } else {
-      frames.push_back(FromHex(hex[i].get<std::string>()));
-    }
-  }
-  return frames;
-}
 
 // Every registration vector with the real contract parser behind frame 5: the outcome, the
 // error category and every parsed member match the reference.
@@ -36,7 +20,8 @@ TEST(PeerMessagesVectorsTest, RegistrationsMatchTheReference) {
   for (const auto& entry : vectors["registration"]) {
     SCOPED_TRACE(entry["name"].get<std::string>());
     if (entry["result"]["handler_path"] != "registration") continue;
-    absl::StatusOr<DecodedRegistration> decoded = DecodeRegistration(Frames(entry));
+    absl::StatusOr<DecodedRegistration> decoded =
+        DecodeRegistration(kvrail::testing::VectorFrames(entry));
     const auto& parse = entry["result"]["parse"];
     if (!parse["ok"].get<bool>()) {
       ASSERT_FALSE(decoded.ok());
@@ -62,7 +47,8 @@ TEST(PeerMessagesVectorsTest, PreallocationsMatchTheReference) {
   const nlohmann::json vectors = LoadVectors("frames.json");
   for (const auto& entry : vectors["preallocation"]) {
     SCOPED_TRACE(entry["name"].get<std::string>());
-    absl::StatusOr<DecodedPreallocation> decoded = DecodePreallocation(Frames(entry));
+    absl::StatusOr<DecodedPreallocation> decoded =
+        DecodePreallocation(kvrail::testing::VectorFrames(entry));
     const auto& parse = entry["result"]["parse"];
     if (!parse["ok"].get<bool>()) {
       ASSERT_FALSE(decoded.ok());
@@ -87,7 +73,7 @@ TEST(PeerMessagesVectorsTest, PreallocationsMatchTheReference) {
 
 TEST(PeerMessagesTest, ContractErrorsComeBeforeThePointerCheck) {
   const nlohmann::json vectors = LoadVectors("frames.json");
-  std::vector<std::string> frames = Frames(vectors["registration"][0]);
+  std::vector<std::string> frames = kvrail::testing::VectorFrames(vectors["registration"][0]);
   frames[4] = std::string(8, '\0');  // pointer zero
   frames[5] = "{}";                  // and a bad contract
   absl::StatusOr<DecodedRegistration> decoded = DecodeRegistration(frames);

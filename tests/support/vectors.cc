@@ -63,4 +63,17 @@ std::string VectorInput(const nlohmann::json& entry) {
   return "";
 }
 
+std::vector<std::string> VectorFrames(const nlohmann::json& entry) {
+  std::vector<std::string> frames;
+  const nlohmann::json& hex = entry.at("frames_hex");
+  for (size_t i = 0; i < hex.size(); ++i) {
+    if (hex[i].is_null()) {
+      frames.push_back(ExpandGenerator(entry.at("frame_generators").at(std::to_string(i))));
+    } else {
+      frames.push_back(FromHex(hex[i].get<std::string>()));
+    }
+  }
+  return frames;
+}
+
 }  // namespace kvrail::testing

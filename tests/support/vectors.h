@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -23,6 +24,10 @@ std::string ExpandGenerator(const nlohmann::json& generator);
 // The input bytes of a contracts.json / manifests.json entry: input_hex, else
 // input_generator, else input_text.
 std::string VectorInput(const nlohmann::json& entry);
+
+// The frames of a frames.json / status.json case: `frames_hex`, each null entry expanded
+// from the `frame_generators` entry of the same index.
+std::vector<std::string> VectorFrames(const nlohmann::json& entry);
 
 }  // namespace kvrail::testing
 
