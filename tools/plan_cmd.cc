@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -27,6 +28,22 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, ErrorCategory cate
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+absl::StatusOr<std::vector<plan::ShardedGroup>> ParseShardedGroups(
+    const std::vector<std::string>& specs) {
+  std::vector<plan::ShardedGroup> out;
+  for (const std::string& spec : specs) {
+    const size_t colon = spec.rfind(':');
+    int owners = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(absl::string_view(spec).substr(colon + 1), &owners)) {
+      return MakeError(ErrorCategory::kUnsupportedLayout,
+                       absl::StrCat("--sharded-group '", spec, "' must be GROUP:OWNERS"));
+    }
+    out.push_back({spec.substr(0, colon), owners});
+  }
+  return out;
 }
 
 absl::StatusOr<layout::Contract> LoadContract(const std::string& path, absl::string_view flag) {
@@ -65,8 +82,9 @@ absl::StatusOr<ordered_json> RoomCopies(const plan::Planner& planner,
     for (int d = 0; d < planner.decode_tp_size(); ++d) {
       plan::RegistrationOutcome outcome = planner.OnRegistration(p, d);
       if (outcome.kind != plan::RegistrationOutcome::Kind::kSend) continue;
-      KVRAIL_ASSIGN_OR_RETURN(plan::CopyPlan copy_plan,
-                              plan::CopyPlan::Bind(prefill, decode, outcome.fragments));
+      KVRAIL_ASSIGN_OR_RETURN(
+          plan::CopyPlan copy_plan,
+          plan::CopyPlan::Bind(prefill, decode, outcome.fragments, outcome.owner_filters));
       std::vector<plan::Copy> copies;
       KVRAIL_RETURN_IF_ERROR(copy_plan.Expand(src, dst, copies));
       const size_t before = copies.size();
@@ -110,6 +128,14 @@ std::string Table(const ordered_json& plan, int prefill_tp, int decode_tp) {
           absl::StrFormat("  from prefill rank %d: %s\n", source["prefill_tp_rank"].get<int>(),
                           fragments.empty() ? "every field, whole pages"
                                             : absl::StrCat(fragments.size(), " fragments")));
+      if (source.contains("owner_filters")) {
+        for (const auto& f : source["owner_filters"]) {
+          absl::StrAppend(
+              &out, absl::StrFormat("    owner filter: group %s, slots s with s %% %d == %d\n",
+                                    f["group_id"].get<std::string>(), f["owners"].get<int>(),
+                                    f["owner"].get<int>()));
+        }
+      }
       if (fragments.empty()) continue;
       absl::StrAppend(
           &out, absl::StrFormat("    %-18s %-22s %8s %8s %9s %5s %8s %8s\n", "group", "field",
@@ -150,9 +176,11 @@ absl::StatusOr<std::string> RunPlan(const PlanOptions& options) {
                           LoadContract(options.prefill_contract_path, "--prefill-contract"));
   KVRAIL_ASSIGN_OR_RETURN(layout::Contract decode,
                           LoadContract(options.decode_contract_path, "--decode-contract"));
-  KVRAIL_ASSIGN_OR_RETURN(
-      plan::Planner planner,
-      plan::Planner::Create(options.prefill_tp, options.decode_tp, prefill, decode));
+  KVRAIL_ASSIGN_OR_RETURN(std::vector<plan::ShardedGroup> sharded,
+                          ParseShardedGroups(options.sharded_groups));
+  KVRAIL_ASSIGN_OR_RETURN(plan::Planner planner,
+                          plan::Planner::Create(options.prefill_tp, options.decode_tp, prefill,
+                                                decode, nullptr, sharded));
   ordered_json plan = plan::PlanToJson(planner);
   const bool with_room =
       !options.prefill_manifest_path.empty() || !options.decode_manifest_path.empty();

@@ -6,6 +6,7 @@
 #define KVRAIL_TOOLS_PLAN_CMD_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -19,6 +20,8 @@ struct PlanOptions {
   bool json = false;
   std::string prefill_manifest_path;  // optional, with decode_manifest_path: one room's copies
   std::string decode_manifest_path;
+  // "GROUP:OWNERS" declarations of block-sharded groups (CACHEPD §10.3, owner filters).
+  std::vector<std::string> sharded_groups;
 };
 
 // Returns the text to print (a table, or JSON with --json), or the error to print as

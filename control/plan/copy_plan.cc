@@ -85,8 +85,17 @@ bool operator==(const Copy& a, const Copy& b) {
 }
 
 absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layout::Contract& dst,
-                                        absl::Span<const Fragment> fragments) {
+                                        absl::Span<const Fragment> fragments,
+                                        absl::Span<const GroupOwnerFilter> owner_filters) {
   CopyPlan plan;
+  plan.group_specs_ = src.group_specs;
+  for (const GroupOwnerFilter& f : owner_filters) {
+    if (src.FindGroupSpec(f.group_id) == nullptr || f.filter.owners < 1 || f.filter.owner < 0 ||
+        f.filter.owner >= f.filter.owners) {
+      return BindError(absl::StrCat("owner filter {", f.filter.owners, ", ", f.filter.owner,
+                                    "} of group '", f.group_id, "' is invalid (CACHEPD §10.3)"));
+    }
+  }
   plan.group_count_ = src.group_specs.size();
   plan.whole_field_ = fragments.empty();
   if (dst.group_specs.size() != src.group_specs.size()) {
@@ -94,21 +103,28 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
   }
   for (size_t g = 0; g < src.group_specs.size(); ++g) {
     const std::string& group_id = src.group_specs[g].group_id;
+    const OwnerFilter* owner = FindOwnerFilter(owner_filters, group_id);
+    const size_t first = plan.fragments_.size();
     if (plan.whole_field_) {
       for (const layout::FieldLayout* field : src.FieldsOfGroup(group_id)) {
         KVRAIL_ASSIGN_OR_RETURN(BoundFragment b,
                                 BindOne(src, dst, static_cast<int>(g), field->field_id, nullptr));
         plan.fragments_.push_back(b);
       }
-      continue;
-    }
-    for (const Fragment& fragment : fragments) {
-      if (fragment.group_id != group_id) {
-        continue;
+    } else {
+      for (const Fragment& fragment : fragments) {
+        if (fragment.group_id != group_id) {
+          continue;
+        }
+        KVRAIL_ASSIGN_OR_RETURN(
+            BoundFragment b, BindOne(src, dst, static_cast<int>(g), fragment.field_id, &fragment));
+        plan.fragments_.push_back(b);
       }
-      KVRAIL_ASSIGN_OR_RETURN(BoundFragment b,
-                              BindOne(src, dst, static_cast<int>(g), fragment.field_id, &fragment));
-      plan.fragments_.push_back(b);
+    }
+    if (owner != nullptr) {
+      for (size_t i = first; i < plan.fragments_.size(); ++i) {
+        plan.fragments_[i].owner = *owner;
+      }
     }
   }
   for (const Fragment& fragment : fragments) {
@@ -119,12 +135,24 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
   return plan;
 }
 
+bool CopyPlan::SendsPosition(const BoundFragment& fragment, const layout::Manifest& room,
+                             size_t position) const {
+  if (fragment.owner.owners <= 1) return true;
+  const layout::SlotRange slots =
+      layout::LogicalSlots(group_specs_[fragment.group_index], room.prefix_len, room.prompt_len);
+  return fragment.owner.Owns(slots.begin + static_cast<int64_t>(position));
+}
+
 int64_t CopyPlan::CountCopies(const layout::Manifest& src) const {
   int64_t count = 0;
   for (const BoundFragment& b : fragments_) {
-    if (b.group_index < static_cast<int>(src.groups.size())) {
-      count += b.rows * static_cast<int64_t>(src.groups[b.group_index].block_ids.size());
+    if (b.group_index >= static_cast<int>(src.groups.size())) continue;
+    const size_t blocks = src.groups[b.group_index].block_ids.size();
+    if (b.owner.owners <= 1) {
+      count += b.rows * static_cast<int64_t>(blocks);
+      continue;
     }
+    for (size_t i = 0; i < blocks; ++i) count += SendsPosition(b, src, i) ? b.rows : 0;
   }
   return count;
 }
@@ -162,6 +190,7 @@ absl::Status CopyPlan::Expand(const layout::Manifest& src, const layout::Manifes
     const auto& s = src.groups[b.group_index].block_ids;
     const auto& t = dst.groups[b.group_index].block_ids;
     for (size_t i = 0; i < s.size(); ++i) {
+      if (!SendsPosition(b, src, i)) continue;
       uint64_t src_page = static_cast<uint64_t>(b.src_base + s[i] * b.src_page_stride);
       uint64_t dst_page = static_cast<uint64_t>(b.dst_base + t[i] * b.dst_page_stride);
       for (int64_t row = 0; row < b.rows; ++row) {

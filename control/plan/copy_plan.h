@@ -16,6 +16,7 @@
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/fragment.h"
+#include "control/plan/owner_filter.h"
 
 namespace kvrail::plan {
 
@@ -44,6 +45,7 @@ struct BoundFragment {
   int64_t rows = 1;
   int64_t src_page_count = 0;  // pages valid on each side: ids must be in 1..count-1
   int64_t dst_page_count = 0;
+  OwnerFilter owner;  // a block-sharded group: only slots this rank owns (§10.3); else 1 owner
 };
 
 // A registration's copy geometry: built once per (prefill rank, decode registration), used
@@ -53,10 +55,13 @@ class CopyPlan {
   // Binds `fragments` (the registration's, CACHEPD §6.8) to the prefill's own contract `src`
   // and the decode's registered contract `dst`. Empty `fragments` means equal TP: every field
   // of every group is copied whole, fields of a group in field_id order (§6.9).
-  // Requires the contracts to have passed CheckPeerContracts. Fails (unsupported-layout) when
-  // a fragment names a field a contract lacks, or a fragment reads or writes outside its page.
+  // `owner_filters` (the registration's, §10.3) restrict a sharded group's blocks to the slots
+  // this rank owns. Requires the contracts to have passed CheckPeerContracts. Fails
+  // (unsupported-layout) when a fragment names a field a contract lacks, a fragment reads or
+  // writes outside its page, or a filter names an unknown group or an invalid owner.
   static absl::StatusOr<CopyPlan> Bind(const layout::Contract& src, const layout::Contract& dst,
-                                       absl::Span<const Fragment> fragments);
+                                       absl::Span<const Fragment> fragments,
+                                       absl::Span<const GroupOwnerFilter> owner_filters = {});
 
   // Appends the copies of one room to `out` (reused across rooms, so a room allocates nothing
   // once `out` has grown), in the reference's order: group spec order, then fragment order,
@@ -69,12 +74,19 @@ class CopyPlan {
   // The number of copies Expand would append (before coalescing) for these manifests.
   int64_t CountCopies(const layout::Manifest& src) const;
 
+  // Whether this plan sends manifest position `position` of group `group_index` for a room
+  // with this prompt window: always, unless the group is block-sharded and another rank owns
+  // that slot.
+  bool SendsPosition(const BoundFragment& fragment, const layout::Manifest& room,
+                     size_t position) const;
+
   absl::Span<const BoundFragment> fragments() const { return fragments_; }
   bool whole_field() const { return whole_field_; }
   size_t group_count() const { return group_count_; }
 
  private:
-  std::vector<BoundFragment> fragments_;  // sorted by group_index, stable
+  std::vector<BoundFragment> fragments_;        // sorted by group_index, stable
+  std::vector<layout::GroupSpec> group_specs_;  // the slot rules of §5.2, for owner filters
   size_t group_count_ = 0;
   bool whole_field_ = false;
 };

@@ -8,6 +8,17 @@
 namespace kvrail::plan {
 namespace {
 
+// kvrail's extension (§10.3), present only for sharded groups:
+// [{"group_id": ..., "owners": N, "owner": i}, ...].
+nlohmann::ordered_json OwnerFiltersToJson(const std::vector<GroupOwnerFilter>& filters) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const GroupOwnerFilter& f : filters) {
+    out.push_back(
+        {{"group_id", f.group_id}, {"owners", f.filter.owners}, {"owner", f.filter.owner}});
+  }
+  return out;
+}
+
 nlohmann::ordered_json FragmentsToJson(const std::vector<Fragment>& fragments) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const Fragment& fragment : fragments) {
@@ -73,6 +84,9 @@ nlohmann::ordered_json PlanToJson(const Planner& planner) {
       nlohmann::ordered_json source_json;
       source_json["prefill_tp_rank"] = source.prefill_rank;
       source_json["fragments"] = FragmentsToJson(source.fragments);
+      if (!source.owner_filters.empty()) {
+        source_json["owner_filters"] = OwnerFiltersToJson(source.owner_filters);
+      }
       by_rank.push_back(std::move(source_json));
     }
     entry["expected_prefill_ranks"] = targets->expected_prefill_ranks;
@@ -95,6 +109,9 @@ nlohmann::ordered_json PlanToJson(const Planner& planner) {
       } else {
         entry["fragments"] = FragmentsToJson(outcome.fragments);
         entry["expected_decode_ranks"] = outcome.expected_decode_ranks;
+        if (!outcome.owner_filters.empty()) {
+          entry["owner_filters"] = OwnerFiltersToJson(outcome.owner_filters);
+        }
       }
       registrations.push_back(std::move(entry));
     }

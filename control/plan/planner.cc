@@ -52,9 +52,11 @@ bool Contains(const std::vector<int>& sorted, int value) {
 
 absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
                                         const layout::Contract& prefill,
-                                        const layout::Contract& decode, const StageFilter* stage) {
+                                        const layout::Contract& decode, const StageFilter* stage,
+                                        absl::Span<const ShardedGroup> sharded) {
   KVRAIL_RETURN_IF_ERROR(CheckTpSize("prefill", prefill_tp));
   KVRAIL_RETURN_IF_ERROR(CheckTpSize("decode", decode_tp));
+  KVRAIL_RETURN_IF_ERROR(ValidateShardedGroups(sharded, prefill, prefill_tp));
 
   // The fields a pipeline stage holds; nullopt when the planner routes every field (§10.1).
   std::optional<absl::flat_hash_set<std::string>> held;
@@ -79,7 +81,7 @@ absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
   Planner planner;
   planner.prefill_tp_ = prefill_tp;
   planner.decode_tp_ = decode_tp;
-  planner.whole_field_copy_ = prefill_tp == decode_tp && !held.has_value();
+  planner.whole_field_copy_ = prefill_tp == decode_tp && !held.has_value() && sharded.empty();
 
   for (const layout::GroupSpec& spec : prefill.group_specs) {
     std::vector<const layout::FieldLayout*> prefill_fields = prefill.FieldsOfGroup(spec.group_id);
@@ -98,6 +100,7 @@ absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
       }
 
       Segment segment;
+      segment.owners = OwnersOf(sharded, spec.group_id);
       segment.group_id = spec.group_id;
       segment.field_id = pf.field_id;
       segment.prefill_payload_bytes = layout::PayloadBytes(pf);
@@ -129,6 +132,13 @@ absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
             ShardMap::Create(df.field_id, *partition, df.shape[axis], decode_tp);
         if (!decode_shards.ok()) {
           return AddContext(decode_shards.status(), "decode side");
+        }
+        if (prefill_shards->replica_group_size() % segment.owners != 0) {
+          return LayoutError(absl::StrCat("sharded group '", spec.group_id, "' has ",
+                                          segment.owners, " owners, which do not divide the ",
+                                          prefill_shards->replica_group_size(),
+                                          " prefill replicas of field '", pf.field_id,
+                                          "' at TP=", prefill_tp, " (CACHEPD §10.3)"));
         }
         segment.prefill_shards = *std::move(prefill_shards);
         segment.decode_shards = *std::move(decode_shards);
@@ -181,8 +191,10 @@ void Planner::ForEachFragment(int d, Visit&& visit) const {
       f.src_row_stride_bytes = segment.prefill_payload_bytes;
       f.dst_row_stride_bytes = segment.decode_payload_bytes;
       MergeRows(f);
-      visit(static_cast<int>(static_cast<int64_t>(d) * prefill_tp_ / decode_tp_), segment,
-            std::move(f));
+      const int base = static_cast<int>(static_cast<int64_t>(d) * prefill_tp_ / decode_tp_);
+      // A sharded group takes the whole owner subgroup around the reference's source (§10.3).
+      const int first = base - base % segment.owners;
+      for (int p = first; p < first + segment.owners; ++p) visit(p, segment, f);
       continue;
     }
     const ShardMap& src = *segment.prefill_shards;
@@ -214,7 +226,8 @@ void Planner::ForEachFragment(int d, Visit&& visit) const {
         f.src_byte_offset = (pi.local_offset + a - pi.global_begin) * segment.inner_bytes;
         f.dst_byte_offset = (di.local_offset + a - di.global_begin) * segment.inner_bytes;
         MergeRows(f);
-        visit(p, segment, std::move(f));
+        // Owners divide the replica group, so p .. p + owners - 1 are replicas of shard s.
+        for (int owner = 0; owner < segment.owners; ++owner) visit(p + owner, segment, f);
       }
     }
   }
@@ -252,6 +265,9 @@ absl::StatusOr<Route> Planner::PlanForDecodeRank(int d) const {
     f.field_id = segment.field_id;
     route.sources[index].fragments.push_back(std::move(f));
   });
+  for (SourceFragments& source : route.sources) {
+    source.owner_filters = OwnerFiltersFor(source.prefill_rank, d);
+  }
   return route;
 }
 
@@ -304,6 +320,7 @@ RegistrationOutcome Planner::OnRegistration(int p, int d) const {
         f.field_id = segment.field_id;
         outcome.fragments.push_back(std::move(f));
       });
+      outcome.owner_filters = OwnerFiltersFor(p, d);
     }
     return outcome;
   }
@@ -317,6 +334,16 @@ RegistrationOutcome Planner::OnRegistration(int p, int d) const {
                    ": it is neither a source of that rank's route nor a dummy for decode "
                    "rank 0 (CACHEPD §3.2.2)"));
   return outcome;
+}
+
+std::vector<GroupOwnerFilter> Planner::OwnerFiltersFor(int p, int d) const {
+  std::vector<GroupOwnerFilter> filters;
+  ForEachFragment(d, [&](int source, const Segment& segment, const Fragment&) {
+    if (source != p || segment.owners == 1) return;
+    if (!filters.empty() && filters.back().group_id == segment.group_id) return;
+    filters.push_back({segment.group_id, OwnerFilter{segment.owners, p % segment.owners}});
+  });
+  return filters;
 }
 
 int Planner::RequiredPreallocations(int p) const {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "control/layout/contract.h"
 #include "control/plan/fragment.h"
+#include "control/plan/owner_filter.h"
 #include "control/plan/rank_intervals.h"
 #include "control/plan/route.h"
 #include "control/plan/stage_filter.h"
@@ -48,12 +49,18 @@ class Planner {
   // field is the same as none. A filter naming only some fields turns off the whole-field copy
   // of P == D, because the stage must not send fields it does not hold: its route is then the
   // explicit fragments of §6.3.
+  // `sharded`, when not empty, declares block-sharded groups of the prefill node (§10.3,
+  // owner_filter.h): every byte range of such a group comes from all ranks of an owner
+  // subgroup, each sending the blocks it owns. It requires, for each partitioned field of a
+  // sharded group, that the owners divide the field's prefill replica-group size, and it too
+  // turns off the whole-field copy. Empty gives exactly §6.
   // Errors: the peer check's incompatible-peer error as is; every other refusal is
   // unsupported-layout and names the field, the TP size or the rank, and the rule.
   static absl::StatusOr<Planner> Create(int prefill_tp, int decode_tp,
                                         const layout::Contract& prefill,
                                         const layout::Contract& decode,
-                                        const StageFilter* stage = nullptr);
+                                        const StageFilter* stage = nullptr,
+                                        absl::Span<const ShardedGroup> sharded = {});
 
   int prefill_tp_size() const { return prefill_tp_; }
   int decode_tp_size() const { return decode_tp_; }
@@ -105,18 +112,24 @@ class Planner {
     int64_t rows = 1;            // prod(prefill_shape[:axis])
     int64_t src_row_stride = 0;  // prefill_shape[axis] * inner_bytes
     int64_t dst_row_stride = 0;  // decode_shape[axis] * inner_bytes
+    int owners = 1;              // > 1 when the segment's group is block-sharded (§10.3)
   };
 
   Planner() = default;
 
   // Calls visit(prefill_rank, segment, fragment) for every fragment of decode rank d's route
   // (P != D or a partial stage), in segment-pair order, then ascending prefill rank, then part
-  // order. The fragment's group_id and field_id are left empty: callers that keep fragments
-  // take them from the segment. No allocation.
+  // order. For a block-sharded group each fragment is visited once per rank of its owner
+  // subgroup, ascending. The fragment's group_id and field_id are left empty: callers that keep
+  // fragments take them from the segment. No allocation.
   template <typename Visit>
   void ForEachFragment(int d, Visit&& visit) const;
 
   absl::Status CheckDecodeRank(int d) const;
+
+  // The owner filters prefill rank p applies when sending to decode rank d: one per sharded
+  // group with a fragment from p, in group order.
+  std::vector<GroupOwnerFilter> OwnerFiltersFor(int p, int d) const;
 
   int prefill_tp_ = 1;
   int decode_tp_ = 1;

@@ -37,4 +37,16 @@ absl::string_view OutcomeName(RegistrationOutcome::Kind kind) {
   return "reject";
 }
 
+std::vector<RangeSender> RangeSendersOf(const Route& route) {
+  std::vector<RangeSender> senders;
+  for (const SourceFragments& source : route.sources) {
+    for (const Fragment& f : source.fragments) {
+      senders.push_back({source.prefill_rank, f.group_id, f.field_id, f.dst_byte_offset,
+                         f.dst_row_stride_bytes, f.bytes_per_row, f.rows_per_page,
+                         FindOwnerFilter(source.owner_filters, f.group_id)});
+    }
+  }
+  return senders;
+}
+
 }  // namespace kvrail::plan

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "control/plan/fragment.h"
+#include "control/plan/owner_filter.h"
 
 namespace kvrail::plan {
 
@@ -16,6 +17,9 @@ namespace kvrail::plan {
 struct SourceFragments {
   int prefill_rank = 0;
   std::vector<Fragment> fragments;
+  // One filter per sharded group this rank sends (§10.3): it sends only the blocks it owns.
+  // Empty when the prefill declares no sharded group.
+  std::vector<GroupOwnerFilter> owner_filters;
 };
 
 // `plan_for_decode_rank(d)` (§6.1): the prefill ranks whose data decode rank d needs.
@@ -54,9 +58,17 @@ struct RegistrationOutcome {
   // kSend: S_p, the decode ranks p serves (its pre-allocations per room). kDummy: {0}.
   // kReject: empty.
   std::vector<int> expected_decode_ranks;
+  // kSend: the owner filters of the sharded groups this rank sends (§10.3); empty otherwise,
+  // and always empty for a dummy (the Rust port sets every filter to None there).
+  std::vector<GroupOwnerFilter> owner_filters;
   // kReject: why. OK otherwise.
   absl::Status error;
 };
+
+// The senders of a route's byte ranges, for ValidateOwnerCoverage. A whole-field route has no
+// fragments and gives none (block sharding always routes by fragments). The senders point
+// into `route`, which must outlive them.
+std::vector<RangeSender> RangeSendersOf(const Route& route);
 
 // "send", "dummy" or "reject", as the vectors spell outcomes.
 absl::string_view OutcomeName(RegistrationOutcome::Kind kind);
