@@ -85,7 +85,7 @@ absl::StatusOr<ordered_json> RoomCopies(const plan::Planner& planner,
       KVRAIL_ASSIGN_OR_RETURN(
           plan::CopyPlan copy_plan,
           plan::CopyPlan::Bind(prefill, decode, outcome.fragments, outcome.owner_filters));
-      std::vector<plan::Copy> copies;
+      plan::CopyList copies;
       KVRAIL_RETURN_IF_ERROR(copy_plan.Expand(src, dst, copies));
       const size_t before = copies.size();
       uint64_t bytes = 0;

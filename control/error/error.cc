@@ -45,7 +45,7 @@ absl::Status MakeError(ErrorCategory category, absl::string_view message) {
 std::optional<ErrorCategory> CategoryOf(const absl::Status& status) {
   auto payload = status.GetPayload(kCategoryPayload);
   if (!payload.has_value()) return std::nullopt;
-  return CategoryFromName(std::string(*payload));
+  return CategoryFromName(static_cast<std::string>(*payload));
 }
 
 absl::Status AddContext(const absl::Status& status, absl::string_view context) {

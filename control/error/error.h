@@ -48,7 +48,7 @@ std::string DescribeError(const absl::Status& status);
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
 #define KVRAIL_RETURN_IF_ERROR(expr)                 \
   do {                                               \
-    const ::absl::Status kvrail_status_ = (expr);    \
+    ::absl::Status kvrail_status_ = (expr);          \
     if (!kvrail_status_.ok()) return kvrail_status_; \
   } while (false)
 
@@ -58,9 +58,12 @@ std::string DescribeError(const absl::Status& status);
 // `lhs = value of expr` for an absl::StatusOr expression, or returns its error.
 #define KVRAIL_ASSIGN_OR_RETURN(lhs, expr) \
   KVRAIL_ASSIGN_OR_RETURN_IMPL_(KVRAIL_CONCAT_(kvrail_statusor_, __LINE__), lhs, expr)
+// `lhs` may be a declaration, so it cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define KVRAIL_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) return std::move(tmp).status();      \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // KVRAIL_CONTROL_ERROR_ERROR_H_

@@ -40,6 +40,7 @@ absl::StatusOr<Enum> ReadEnum(const JsonObject& obj, absl::string_view key,
   if (!text.has_value()) {
     if (default_value.has_value() && !obj.Has(key)) return *default_value;
     std::vector<std::string> quoted;
+    quoted.reserve(names.size());
     for (const auto& [value, name] : names) quoted.push_back(absl::StrCat("\"", name, "\""));
     return obj.MemberError(
         key, absl::StrCat("must be one of ", absl::StrJoin(quoted, ", "),
@@ -50,6 +51,7 @@ absl::StatusOr<Enum> ReadEnum(const JsonObject& obj, absl::string_view key,
     if (name == *text) return value;
   }
   std::vector<std::string> quoted;
+  quoted.reserve(names.size());
   for (const auto& [value, name] : names) quoted.push_back(absl::StrCat("\"", name, "\""));
   return obj.MemberError(
       key, absl::StrCat("\"", *text, "\" is not one of ", absl::StrJoin(quoted, ", ")));
@@ -580,21 +582,20 @@ absl::Status CheckPeerContracts(const Contract& prefill, const Contract& decode)
   for (size_t i = 0; i < prefill.group_specs.size(); ++i) {
     const GroupSpec& p = prefill.group_specs[i];
     const GroupSpec& d = decode.group_specs[i];
+    // The members §4.5 item 3 compares, in its order.
+    const std::pair<const char*, bool> members[] = {
+        {"family", p.family == d.family},
+        {"rows_per_page", p.rows_per_page == d.rows_per_page},
+        {"entry_stride_tokens", p.entry_stride_tokens == d.entry_stride_tokens},
+        {"checkpoint_granularity", p.checkpoint_granularity == d.checkpoint_granularity},
+        {"retention", p.retention == d.retention},
+        {"sliding_window_tokens", p.sliding_window_tokens == d.sliding_window_tokens},
+        {"transfer_policy", p.transfer_policy == d.transfer_policy},
+    };
     const char* differs = nullptr;
-    if (p.family != d.family)
-      differs = "family";
-    else if (p.rows_per_page != d.rows_per_page)
-      differs = "rows_per_page";
-    else if (p.entry_stride_tokens != d.entry_stride_tokens)
-      differs = "entry_stride_tokens";
-    else if (p.checkpoint_granularity != d.checkpoint_granularity)
-      differs = "checkpoint_granularity";
-    else if (p.retention != d.retention)
-      differs = "retention";
-    else if (p.sliding_window_tokens != d.sliding_window_tokens)
-      differs = "sliding_window_tokens";
-    else if (p.transfer_policy != d.transfer_policy)
-      differs = "transfer_policy";
+    for (const auto& [name, equal] : members) {
+      if (!equal && differs == nullptr) differs = name;
+    }
     if (differs != nullptr) {
       return PeerError(absl::StrCat("group '", p.group_id, "' ", differs, " differs"));
     }

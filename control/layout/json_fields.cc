@@ -76,14 +76,14 @@ absl::StatusOr<JsonObject> JsonObject::Of(const json& value, std::string path,
 }
 
 const json* JsonObject::Find(absl::string_view key) const {
-  auto it = value_->find(std::string(key));
+  auto it = value_->find(static_cast<std::string>(key));
   return it == value_->end() ? nullptr : &*it;
 }
 
 bool JsonObject::Has(absl::string_view key) const { return Find(key) != nullptr; }
 
 std::string JsonObject::PathOf(absl::string_view key) const {
-  return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
+  return path_.empty() ? static_cast<std::string>(key) : absl::StrCat(path_, ".", key);
 }
 
 absl::Status JsonObject::Error(absl::string_view problem) const {

@@ -39,8 +39,6 @@ absl::StatusOr<BoundFragment> BindOne(const layout::Contract& src, const layout:
   b.group_index = group_index;
   b.src_page_stride = sf->page_stride_bytes;
   b.dst_page_stride = df->page_stride_bytes;
-  b.src_page_count = src.FindGroup(sf->group_id)->page_count;
-  b.dst_page_count = dst.FindGroup(df->group_id)->page_count;
   if (fragment == nullptr) {
     // Whole field (§6.9, P == D): the source payload, page to page.
     b.src_base = src_zero;
@@ -97,6 +95,12 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
     }
   }
   plan.group_count_ = src.group_specs.size();
+  for (const layout::GroupSpec& spec : src.group_specs) {
+    const layout::GroupLayout* s = src.FindGroup(spec.group_id);
+    const layout::GroupLayout* d = dst.FindGroup(spec.group_id);
+    if (d == nullptr) return BindError(absl::StrCat("decode has no group '", spec.group_id, "'"));
+    plan.group_pages_.emplace_back(s->page_count, d->page_count);
+  }
   plan.whole_field_ = fragments.empty();
   if (dst.group_specs.size() != src.group_specs.size()) {
     return BindError("the contracts have different group lists");
@@ -158,7 +162,16 @@ int64_t CopyPlan::CountCopies(const layout::Manifest& src) const {
 }
 
 absl::Status CopyPlan::Expand(const layout::Manifest& src, const layout::Manifest& dst,
-                              std::vector<Copy>& out) const {
+                              CopyList& out) const {
+  return ExpandInto(src, dst, out, /*coalesce=*/false);
+}
+
+absl::Status CopyPlan::ExpandCoalesced(const layout::Manifest& src, const layout::Manifest& dst,
+                                       CopyList& out) const {
+  return ExpandInto(src, dst, out, /*coalesce=*/true);
+}
+
+absl::Status CopyPlan::CheckRoom(const layout::Manifest& src, const layout::Manifest& dst) const {
   if (src.groups.size() != group_count_ || dst.groups.size() != group_count_) {
     return RoomError(absl::StrCat("expected ", group_count_, " groups, got ", src.groups.size(),
                                   " (source) and ", dst.groups.size(), " (destination)"));
@@ -173,42 +186,144 @@ absl::Status CopyPlan::Expand(const layout::Manifest& src, const layout::Manifes
                        " source and ", dst.groups[g].block_ids.size(), " destination blocks"));
     }
   }
-  for (const BoundFragment& b : fragments_) {
-    const auto& s = src.groups[b.group_index].block_ids;
-    const auto& t = dst.groups[b.group_index].block_ids;
+  for (size_t g = 0; g < group_count_; ++g) {
+    const auto& s = src.groups[g].block_ids;
+    const auto& t = dst.groups[g].block_ids;
+    const auto [src_pages, dst_pages] = group_pages_[g];
     for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] <= 0 || s[i] >= b.src_page_count || t[i] <= 0 || t[i] >= b.dst_page_count) {
-        return RoomError(absl::StrCat("group '", src.groups[b.group_index].group_id, "' position ",
-                                      i, " pairs block ", s[i], " with block ", t[i],
-                                      "; pages are 1..", b.src_page_count - 1, " and 1..",
-                                      b.dst_page_count - 1));
-      }
-    }
-  }
-  out.reserve(out.size() + static_cast<size_t>(CountCopies(src)));
-  for (const BoundFragment& b : fragments_) {
-    const auto& s = src.groups[b.group_index].block_ids;
-    const auto& t = dst.groups[b.group_index].block_ids;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (!SendsPosition(b, src, i)) continue;
-      uint64_t src_page = static_cast<uint64_t>(b.src_base + s[i] * b.src_page_stride);
-      uint64_t dst_page = static_cast<uint64_t>(b.dst_base + t[i] * b.dst_page_stride);
-      for (int64_t row = 0; row < b.rows; ++row) {
-        out.push_back({src_page + static_cast<uint64_t>(row * b.src_row_stride),
-                       dst_page + static_cast<uint64_t>(row * b.dst_row_stride),
-                       static_cast<uint64_t>(b.bytes_per_row)});
+      if (s[i] <= 0 || s[i] >= src_pages || t[i] <= 0 || t[i] >= dst_pages) {
+        return RoomError(absl::StrCat("group '", src.groups[g].group_id, "' position ", i,
+                                      " pairs block ", s[i], " with block ", t[i],
+                                      "; pages are 1..", src_pages - 1, " and 1..", dst_pages - 1));
       }
     }
   }
   return absl::OkStatus();
 }
 
-size_t Coalesce(std::vector<Copy>& copies) {
-  if (copies.empty()) {
-    return 0;
+absl::StatusOr<CopyCursor> CopyPlan::Begin(const layout::Manifest& src, const layout::Manifest& dst,
+                                           bool coalesce) const {
+  KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
+  return CopyCursor(this, &src, &dst, coalesce);
+}
+
+absl::Status CopyPlan::ExpandInto(const layout::Manifest& src, const layout::Manifest& dst,
+                                  CopyList& out, bool coalesce) const {
+  KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
+  CopyCursor cursor(this, &src, &dst, coalesce);
+  const size_t base = out.size();
+  const size_t most = static_cast<size_t>(CountCopies(src));
+  const size_t written = cursor.Next(out.Extend(most), most);
+  out.Truncate(base + written);
+  return absl::OkStatus();
+}
+
+CopyCursor::CopyCursor(const CopyPlan* plan, const layout::Manifest* src,
+                       const layout::Manifest* dst, bool coalesce)
+    : plan_(plan), src_(src), dst_(dst), coalesce_(coalesce) {
+  EnterFragment();
+}
+
+void CopyCursor::EnterFragment() {
+  position_ = 0;
+  row_ = 0;
+  if (fragment_ >= plan_->fragments_.size()) return;
+  const BoundFragment& b = plan_->fragments_[fragment_];
+  first_slot_ = 0;
+  if (b.owner.owners > 1) {
+    first_slot_ =
+        layout::LogicalSlots(plan_->group_specs_[b.group_index], src_->prefix_len, src_->prompt_len)
+            .begin;
   }
+}
+
+size_t CopyCursor::Next(Copy* out, size_t capacity) {
+  return coalesce_ ? Fill<true>(out, capacity) : Fill<false>(out, capacity);
+}
+
+// The hot loop. Everything it reads per copy sits in locals; the run being coalesced too, so
+// merging adds no load-store dependency between consecutive copies.
+template <bool kCoalesce>
+size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
+  size_t n = 0;
+  const auto& fragments = plan_->fragments_;
+  Copy run = run_;
+  // Emits `copy`; false when the batch is full and `copy` was not consumed.
+  // Forced inline: called from two loops, and left out of line `run` would live in memory.
+  auto emit = [&](const Copy& copy) __attribute__((always_inline)) {
+    if constexpr (kCoalesce) {
+      if (run.length != 0 && run.src_offset + run.length == copy.src_offset &&
+          run.dst_offset + run.length == copy.dst_offset) {
+        run.length += copy.length;
+        return true;
+      }
+      if (run.length != 0) {
+        if (n == capacity) return false;
+        out[n++] = run;
+      }
+      run = copy;
+      return true;
+    } else {
+      if (n == capacity) return false;
+      out[n++] = copy;
+      return true;
+    }
+  };
+  while (fragment_ < fragments.size()) {
+    const BoundFragment& b = fragments[fragment_];
+    const int64_t* s = src_->groups[b.group_index].block_ids.data();
+    const int64_t* t = dst_->groups[b.group_index].block_ids.data();
+    const size_t blocks = src_->groups[b.group_index].block_ids.size();
+    const int64_t src_base = b.src_base, src_stride = b.src_page_stride;
+    const int64_t dst_base = b.dst_base, dst_stride = b.dst_page_stride;
+    const uint64_t length = static_cast<uint64_t>(b.bytes_per_row);
+    const bool filtered = b.owner.owners > 1;
+    bool full = false;
+    if (b.rows == 1 && !filtered) {
+      // Whole-page fragments (the common case after §6.3's row merge).
+      for (; position_ < blocks; ++position_) {
+        if (!emit(Copy{static_cast<uint64_t>(src_base + s[position_] * src_stride),
+                       static_cast<uint64_t>(dst_base + t[position_] * dst_stride), length})) {
+          full = true;
+          break;
+        }
+      }
+    } else {
+      for (; position_ < blocks && !full; ++position_, row_ = 0) {
+        if (filtered && !b.owner.Owns(first_slot_ + static_cast<int64_t>(position_))) continue;
+        const uint64_t src_page = static_cast<uint64_t>(src_base + s[position_] * src_stride);
+        const uint64_t dst_page = static_cast<uint64_t>(dst_base + t[position_] * dst_stride);
+        for (; row_ < b.rows; ++row_) {
+          if (!emit(Copy{src_page + static_cast<uint64_t>(row_ * b.src_row_stride),
+                         dst_page + static_cast<uint64_t>(row_ * b.dst_row_stride), length})) {
+            full = true;
+            break;
+          }
+        }
+        if (full) break;  // resume at this position and row
+      }
+    }
+    if (full) break;
+    ++fragment_;
+    EnterFragment();
+  }
+  if (fragment_ >= fragments.size() && run.length != 0 && n < capacity) {
+    out[n++] = run;
+    run.length = 0;
+  }
+  run_ = run;
+  return n;
+}
+
+bool CopyCursor::done() const { return fragment_ >= plan_->fragments_.size() && run_.length == 0; }
+
+namespace {
+
+// Merges runs in copies[0, n) in place; returns the new count.
+size_t CoalesceRange(Copy* copies, size_t n) {
+  if (n == 0) return 0;
   size_t last = 0;
-  for (size_t i = 1; i < copies.size(); ++i) {
+  for (size_t i = 1; i < n; ++i) {
     Copy& run = copies[last];
     const Copy& next = copies[i];
     if (run.src_offset + run.length == next.src_offset &&
@@ -218,8 +333,50 @@ size_t Coalesce(std::vector<Copy>& copies) {
       copies[++last] = next;
     }
   }
-  copies.resize(last + 1);
+  return last + 1;
+}
+
+}  // namespace
+
+size_t Coalesce(std::vector<Copy>& copies) {
+  copies.resize(CoalesceRange(copies.data(), copies.size()));
   return copies.size();
+}
+
+size_t Coalesce(CopyList& copies) {
+  copies.Truncate(CoalesceRange(copies.begin(), copies.size()));
+  return copies.size();
+}
+
+CopyList::CopyList(std::initializer_list<Copy> copies) {
+  std::copy(copies.begin(), copies.end(), Extend(copies.size()));
+}
+
+CopyList::CopyList(const CopyList& other) { *this = other; }
+
+CopyList& CopyList::operator=(const CopyList& other) {
+  if (this != &other) {
+    clear();
+    std::copy(other.begin(), other.end(), Extend(other.size()));
+  }
+  return *this;
+}
+
+Copy* CopyList::Extend(size_t n) {
+  if (size_ + n > capacity_) {
+    const size_t capacity = std::max(size_ + n, capacity_ * 2);
+    std::unique_ptr<Copy[]> grown(new Copy[capacity]);  // default-init: no zeroing
+    std::copy(begin(), end(), grown.get());
+    data_ = std::move(grown);
+    capacity_ = capacity;
+  }
+  Copy* first = data_.get() + size_;
+  size_ += n;
+  return first;
+}
+
+bool operator==(const CopyList& a, const CopyList& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 }  // namespace kvrail::plan

@@ -8,6 +8,9 @@
 #define KVRAIL_CONTROL_PLAN_COPY_PLAN_H_
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,15 +24,54 @@
 namespace kvrail::plan {
 
 // One contiguous copy: `length` bytes from prefill arena offset `src_offset` to decode arena
-// offset `dst_offset`.
+// offset `dst_offset`. Trivial on purpose: CopyList grows without initialising it.
 struct Copy {
-  uint64_t src_offset = 0;
-  uint64_t dst_offset = 0;
-  uint64_t length = 0;
+  uint64_t src_offset;
+  uint64_t dst_offset;
+  uint64_t length;
 };
 
 bool operator==(const Copy& a, const Copy& b);
 inline bool operator!=(const Copy& a, const Copy& b) { return !(a == b); }
+
+// A room's copy list: a growable array reused from room to room. Unlike std::vector it never
+// value-initialises what it grows into, so expanding a 32k-token room costs the writes alone,
+// and once grown it allocates nothing.
+class CopyList {
+ public:
+  CopyList() = default;
+  CopyList(std::initializer_list<Copy> copies);
+  CopyList(const CopyList& other);
+  CopyList& operator=(const CopyList& other);
+  CopyList(CopyList&&) noexcept = default;
+  CopyList& operator=(CopyList&&) noexcept = default;
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Copy* begin() const { return data_.get(); }
+  const Copy* end() const { return data_.get() + size_; }
+  Copy* begin() { return data_.get(); }
+  Copy* end() { return data_.get() + size_; }
+  const Copy& operator[](size_t i) const { return data_[i]; }
+  Copy& operator[](size_t i) { return data_[i]; }
+
+  // Forgets the copies and keeps the storage.
+  void clear() { size_ = 0; }
+  // Appends one copy.
+  void push_back(const Copy& copy) { *Extend(1) = copy; }
+  // Makes room for `n` more copies and returns the first of them, uninitialised; size()
+  // grows by n. Pointers returned earlier are invalidated.
+  Copy* Extend(size_t n);
+  // Keeps the first `n` copies (n <= size()).
+  void Truncate(size_t n) { size_ = n; }
+
+ private:
+  std::unique_ptr<Copy[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+bool operator==(const CopyList& a, const CopyList& b);
 
 // One fragment (or one whole field) with both sides' page-zero offsets and strides resolved.
 // Expanding it for a page pair (s, t) needs only multiplications and additions.
@@ -43,9 +85,37 @@ struct BoundFragment {
   int64_t dst_row_stride = 0;
   int64_t bytes_per_row = 0;
   int64_t rows = 1;
-  int64_t src_page_count = 0;  // pages valid on each side: ids must be in 1..count-1
-  int64_t dst_page_count = 0;
   OwnerFilter owner;  // a block-sharded group: only slots this rank owns (§10.3); else 1 owner
+};
+
+class CopyPlan;
+
+// Walks one room's copies in batches, in Expand's order, without materialising the whole list:
+// the sender fills a bounded, cache-resident batch, posts it, and asks for the next. Obtain
+// one from CopyPlan::Begin; the plan and both manifests must outlive it.
+class CopyCursor {
+ public:
+  // Writes up to `capacity` next copies to `out` and returns how many; 0 once done().
+  size_t Next(Copy* out, size_t capacity);
+  bool done() const;
+
+ private:
+  friend class CopyPlan;
+  CopyCursor(const CopyPlan* plan, const layout::Manifest* src, const layout::Manifest* dst,
+             bool coalesce);
+  void EnterFragment();
+  template <bool kCoalesce>
+  size_t Fill(Copy* __restrict out, size_t capacity);
+
+  const CopyPlan* plan_;
+  const layout::Manifest* src_;
+  const layout::Manifest* dst_;
+  bool coalesce_;
+  size_t fragment_ = 0;
+  size_t position_ = 0;
+  int64_t row_ = 0;
+  int64_t first_slot_ = 0;
+  Copy run_{0, 0, 0};  // the pending coalesced run; length 0 when none
 };
 
 // A registration's copy geometry: built once per (prefill rank, decode registration), used
@@ -69,7 +139,17 @@ class CopyPlan {
   // both must name the contract's groups in order with equal block counts, and every block
   // id must be a page of its side (1..page_count-1). On error nothing is appended.
   absl::Status Expand(const layout::Manifest& src, const layout::Manifest& dst,
-                      std::vector<Copy>& out) const;
+                      CopyList& out) const;
+
+  // Expand, coalescing as it goes (the result equals Expand followed by Coalesce over the
+  // appended copies, without materialising the uncoalesced list): the per-room hot path.
+  absl::Status ExpandCoalesced(const layout::Manifest& src, const layout::Manifest& dst,
+                               CopyList& out) const;
+
+  // Checks a room's manifests as Expand does and returns a cursor over its copies, coalesced
+  // as they are produced when `coalesce` (the same list as ExpandCoalesced).
+  absl::StatusOr<CopyCursor> Begin(const layout::Manifest& src, const layout::Manifest& dst,
+                                   bool coalesce) const;
 
   // The number of copies Expand would append (before coalescing) for these manifests.
   int64_t CountCopies(const layout::Manifest& src) const;
@@ -85,7 +165,13 @@ class CopyPlan {
   size_t group_count() const { return group_count_; }
 
  private:
-  std::vector<BoundFragment> fragments_;        // sorted by group_index, stable
+  friend class CopyCursor;
+  absl::Status CheckRoom(const layout::Manifest& src, const layout::Manifest& dst) const;
+  absl::Status ExpandInto(const layout::Manifest& src, const layout::Manifest& dst, CopyList& out,
+                          bool coalesce) const;
+
+  std::vector<BoundFragment> fragments_;                  // sorted by group_index, stable
+  std::vector<std::pair<int64_t, int64_t>> group_pages_;  // page_count per group: src, dst
   std::vector<layout::GroupSpec> group_specs_;  // the slot rules of §5.2, for owner filters
   size_t group_count_ = 0;
   bool whole_field_ = false;
@@ -96,6 +182,7 @@ class CopyPlan {
 // of copies left. Copies are never reordered, so the bytes written and the order of the
 // writes' first bytes are unchanged.
 size_t Coalesce(std::vector<Copy>& copies);
+size_t Coalesce(CopyList& copies);
 
 }  // namespace kvrail::plan
 

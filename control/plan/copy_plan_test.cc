@@ -41,7 +41,7 @@ TEST(CopyPlanVectorsTest, DescriptorsMatchTheReferenceExactly) {
     layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
     absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
     ASSERT_TRUE(plan.ok()) << plan.status();
-    std::vector<Copy> copies;
+    CopyList copies;
     ASSERT_TRUE(plan->Expand(src_m, dst_m, copies).ok());
     const uint64_t src_base = c["src_kv_ptr"];
     const uint64_t dst_base = c["dst_kv_ptr"];
@@ -62,7 +62,8 @@ TEST(CopyPlanVectorsTest, DescriptorsMatchTheReferenceExactly) {
 }
 
 // Applies `copies` from `src` into `dst`.
-void Apply(const std::vector<Copy>& copies, const std::string& src, std::string& dst) {
+template <typename Copies>
+void Apply(const Copies& copies, const std::string& src, std::string& dst) {
   for (const Copy& c : copies) {
     ASSERT_LE(c.src_offset + c.length, src.size());
     ASSERT_LE(c.dst_offset + c.length, dst.size());
@@ -116,14 +117,72 @@ TEST(CoalesceTest, ConsecutiveWholePagesBecomeOneCopy) {
   const nlohmann::json vectors = LoadVectors("descriptors.json");
   const auto& c = vectors["cases"][0];  // equal_tp_whole_field
   layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
-  layout::Contract dst = src;  // same geometry on both sides: consecutive pages line up
+  const layout::Contract& dst = src;  // same geometry on both sides: pages line up
   layout::Manifest m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
   CopyPlan plan = *CopyPlan::Bind(src, dst, {});
-  std::vector<Copy> copies;
+  CopyList copies;
   ASSERT_TRUE(plan.Expand(m, m, copies).ok());
   const size_t before = copies.size();
   Coalesce(copies);
   EXPECT_LT(copies.size(), before);
+}
+
+// The hot-path variant coalesces as it emits and must equal Expand followed by Coalesce.
+TEST(CopyPlanTest, ExpandCoalescedEqualsExpandThenCoalesce) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  for (const auto& c : vectors["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
+    for (const layout::Contract& dst :
+         {*layout::ParseContract(c["decode_contract"].get<std::string>()), src}) {
+      layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
+      layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
+      if (&dst != &src && c["prefill_tp_size"] != c["decode_tp_size"]) continue;
+      absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
+      if (!plan.ok()) continue;  // the source contract as destination may not pair
+      CopyList slow = {{7, 7, 7}}, fast = {{7, 7, 7}};
+      if (!plan->Expand(src_m, src_m, slow).ok()) continue;
+      ASSERT_TRUE(plan->ExpandCoalesced(src_m, src_m, fast).ok());
+      std::vector<Copy> tail(slow.begin() + 1, slow.end());
+      Coalesce(tail);
+      ASSERT_EQ(fast.size(), tail.size() + 1);
+      EXPECT_EQ(fast[0], (Copy{7, 7, 7}));  // earlier content is never merged into
+      for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(fast[i + 1], tail[i]) << i;
+    }
+  }
+}
+
+// The sender's cursor yields, batch by batch, exactly the list Expand (or ExpandCoalesced)
+// would build, whatever the batch size.
+TEST(CopyCursorTest, BatchesConcatenateToTheExpandedList) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  for (const auto& c : vectors["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    if (c.contains("layerwise") && !c["layerwise"].is_null()) continue;
+    layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
+    layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
+    layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
+    layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
+    CopyPlan plan = *CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
+    for (bool coalesce : {false, true}) {
+      CopyList want;
+      ASSERT_TRUE((coalesce ? plan.ExpandCoalesced(src_m, dst_m, want)
+                            : plan.Expand(src_m, dst_m, want))
+                      .ok());
+      for (size_t batch : {1, 2, 3, 7, 4096}) {
+        absl::StatusOr<CopyCursor> cursor = plan.Begin(src_m, dst_m, coalesce);
+        ASSERT_TRUE(cursor.ok());
+        CopyList got;
+        std::vector<Copy> buffer(batch);
+        for (size_t n; (n = cursor->Next(buffer.data(), batch)) > 0;) {
+          ASSERT_LE(n, batch);
+          for (size_t i = 0; i < n; ++i) got.push_back(buffer[i]);
+        }
+        EXPECT_TRUE(cursor->done());
+        EXPECT_TRUE(got == want) << "batch " << batch << " coalesce " << coalesce;
+      }
+    }
+  }
 }
 
 TEST(CopyPlanTest, BadRoomsAppendNothing) {
@@ -134,7 +193,7 @@ TEST(CopyPlanTest, BadRoomsAppendNothing) {
   layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
   layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
   CopyPlan plan = *CopyPlan::Bind(src, dst, {});
-  std::vector<Copy> copies = {{1, 2, 3}};
+  CopyList copies = {{1, 2, 3}};
   layout::Manifest short_dst = dst_m;
   short_dst.groups[0].block_ids.pop_back();
   absl::Status status = plan.Expand(src_m, short_dst, copies);

@@ -91,7 +91,7 @@ void ExpectShardedRoomWrittenExactlyOnce(const std::string& name, int owners) {
       absl::StatusOr<CopyPlan> plan =
           CopyPlan::Bind(c.prefill, c.decode, source.fragments, source.owner_filters);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      std::vector<Copy> copies;
+      CopyList copies;
       ASSERT_TRUE(plan->Expand(src_room, dst_room, copies).ok());
       for (const Copy& copy : copies) {
         for (uint64_t i = 0; i < copy.length; ++i) ++writes[copy.dst_offset + i];
@@ -104,7 +104,7 @@ void ExpectShardedRoomWrittenExactlyOnce(const std::string& name, int owners) {
     const Route plain_route = *plain->PlanForDecodeRank(d);
     for (const SourceFragments& source : plain_route.sources) {
       CopyPlan plan = *CopyPlan::Bind(c.prefill, c.decode, source.fragments);
-      std::vector<Copy> copies;
+      CopyList copies;
       ASSERT_TRUE(plan.Expand(src_room, dst_room, copies).ok());
       for (const Copy& copy : copies) {
         for (uint64_t i = 0; i < copy.length; ++i) ++want[copy.dst_offset + i];

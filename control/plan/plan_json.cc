@@ -46,7 +46,7 @@ nlohmann::ordered_json ErrorToJson(const absl::Status& status) {
   std::optional<ErrorCategory> category = CategoryOf(status);
   nlohmann::ordered_json out;
   out["category"] = std::string(category.has_value() ? CategoryName(*category) : "error");
-  out["message"] = std::string(status.message());
+  out["message"] = static_cast<std::string>(status.message());
   return out;
 }
 
@@ -103,7 +103,7 @@ nlohmann::ordered_json PlanToJson(const Planner& planner) {
       nlohmann::ordered_json entry;
       entry["prefill_tp_rank"] = p;
       entry["decode_tp_rank"] = d;
-      entry["outcome"] = std::string(OutcomeName(outcome.kind));
+      entry["outcome"] = static_cast<std::string>(OutcomeName(outcome.kind));
       if (outcome.kind == RegistrationOutcome::Kind::kReject) {
         entry["error"] = ErrorToJson(outcome.error);
       } else {

@@ -34,7 +34,7 @@ void NormalizeErrors(nlohmann::json& json, bool reference) {
       if (reference) {
         auto mapped = CategoryOfReferenceError(it.value());
         if (mapped.has_value()) {
-          category = std::string(CategoryName(*mapped));
+          category = static_cast<std::string>(CategoryName(*mapped));
         }
       } else {
         category = it.value().at("category").get<std::string>();

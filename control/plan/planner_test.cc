@@ -148,7 +148,7 @@ TEST(PlannerVectorsTest, DescriptorCasesRegisterWithTheReferenceFragments) {
 
 const nlohmann::json& CaseNamed(absl::string_view name) {
   for (const nlohmann::json& entry : PlannerCases()) {
-    if (entry.at("name") == std::string(name)) {
+    if (entry.at("name") == static_cast<std::string>(name)) {
       return entry;
     }
   }

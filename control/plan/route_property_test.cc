@@ -80,7 +80,9 @@ struct FieldModel {
   // whatever the TP size (replicas hold identical data).
   std::vector<int64_t> LocalShape(int64_t shards) const {
     std::vector<int64_t> shape = global_shape;
-    if (partition.has_value()) shape[partition->axis] /= shards;
+    if (partition.has_value()) {
+      shape[partition->axis] /= shards;
+    }
     return shape;
   }
 };
@@ -110,7 +112,9 @@ struct Model {
 
   int FieldIndex(const std::string& id) const {
     for (size_t i = 0; i < fields.size(); ++i) {
-      if (fields[i].id == id) return static_cast<int>(i);
+      if (fields[i].id == id) {
+        return static_cast<int>(i);
+      }
     }
     return -1;
   }
@@ -134,7 +138,9 @@ const T& PickOne(std::mt19937_64& rng, const std::vector<T>& values) {
 std::vector<int64_t> DivisorsUpTo(int64_t n, int64_t cap) {
   std::vector<int64_t> out;
   for (int64_t k = 1; k <= std::min(n, cap); ++k) {
-    if (n % k == 0) out.push_back(k);
+    if (n % k == 0) {
+      out.push_back(k);
+    }
   }
   return out;
 }
@@ -213,7 +219,9 @@ FieldModel RandomField(std::mt19937_64& rng, const Model& m, int group,
   f.group = group;
   f.dtype = kDtypes[rng() % (sizeof(kDtypes) / sizeof(kDtypes[0]))];
   const int rank = static_cast<int>(Uniform(rng, 1, 3));
-  for (int i = 0; i < rank; ++i) f.global_shape.push_back(Uniform(rng, 1, 4));
+  for (int i = 0; i < rank; ++i) {
+    f.global_shape.push_back(Uniform(rng, 1, 4));
+  }
   if (rng() % 3 != 0) {
     layout::Partition p;
     p.axis = Uniform(rng, 0, rank - 1);
@@ -221,7 +229,9 @@ FieldModel RandomField(std::mt19937_64& rng, const Model& m, int group,
     const int64_t unit = std::lcm(f.prefill_shards, f.decode_shards);
     if (rng() % 3 == 0) {
       const int parts = static_cast<int>(Uniform(rng, 2, 4));
-      for (int i = 0; i < parts; ++i) p.global_parts.push_back(unit * Uniform(rng, 1, 3));
+      for (int i = 0; i < parts; ++i) {
+        p.global_parts.push_back(unit * Uniform(rng, 1, 3));
+      }
       p.global_extent = std::accumulate(p.global_parts.begin(), p.global_parts.end(), int64_t{0});
     } else {
       p.global_extent = unit * Uniform(rng, 1, 4);
@@ -232,7 +242,9 @@ FieldModel RandomField(std::mt19937_64& rng, const Model& m, int group,
   // Keep pages small: shrink the other axes while the global page is large.
   const int64_t element = layout::DTypeSize(f.dtype);
   for (int i = 0; i < rank && Product(f.global_shape) * element > kMaxGlobalPageBytes; ++i) {
-    if (!f.partition.has_value() || f.partition->axis != i) f.global_shape[i] = 1;
+    if (!f.partition.has_value() || f.partition->axis != i) {
+      f.global_shape[i] = 1;
+    }
   }
   return f;
 }
@@ -262,11 +274,15 @@ Model RandomModel(std::mt19937_64& rng, CaseKind kind) {
   m.tight_layout = kind == CaseKind::kConsecutiveBlocks || rng() % 8 == 0;
 
   const int groups = static_cast<int>(Uniform(rng, 1, 3));
-  for (int g = 0; g < groups; ++g) m.specs.push_back(RandomGroupSpec(rng, g));
+  for (int g = 0; g < groups; ++g) {
+    m.specs.push_back(RandomGroupSpec(rng, g));
+  }
   std::set<std::string> ids;
   for (int g = 0; g < groups; ++g) {
     const int n = static_cast<int>(Uniform(rng, 1, 8));
-    for (int i = 0; i < n; ++i) m.fields.push_back(RandomField(rng, m, g, ids));
+    for (int i = 0; i < n; ++i) {
+      m.fields.push_back(RandomField(rng, m, g, ids));
+    }
   }
   while (kind == CaseKind::kPipeline && m.fields.size() < 3) {
     m.fields.push_back(RandomField(rng, m, 0, ids));
@@ -344,9 +360,13 @@ Contract LayOut(std::mt19937_64& rng, const Model& m, const std::vector<int>& fi
   for (size_t g = 0; g < m.specs.size(); ++g) {
     std::vector<int> mine;
     for (int fi : field_indices) {
-      if (m.fields[fi].group == static_cast<int>(g)) mine.push_back(fi);
+      if (m.fields[fi].group == static_cast<int>(g)) {
+        mine.push_back(fi);
+      }
     }
-    if (mine.empty()) continue;
+    if (mine.empty()) {
+      continue;
+    }
     std::shuffle(mine.begin(), mine.end(), rng);
     const size_t count =
         m.tight_layout ? mine.size() : std::min<size_t>(mine.size(), Uniform(rng, 1, 2));
@@ -383,7 +403,9 @@ Contract LayOut(std::mt19937_64& rng, const Model& m, const std::vector<int>& fi
       layout.dtype = f.dtype;
       layout.field_offset_bytes = offset;
       offset += layout::PayloadBytes(layout);
-      if (!m.tight_layout && rng() % 3 == 0) offset += Uniform(rng, 0, 31);
+      if (!m.tight_layout && rng() % 3 == 0) {
+        offset += Uniform(rng, 0, 31);
+      }
       mine.push_back(layout);
     }
     const int64_t slot = offset + (!m.tight_layout && rng() % 3 == 0 ? Uniform(rng, 0, 63) : 0);
@@ -454,12 +476,16 @@ std::vector<int64_t> AxisToGlobal(const FieldModel& f, int64_t shards, int tp, i
   const int64_t replicas = tp / shards;
   const int64_t shard = rank / replicas;
   std::vector<int64_t> parts = p.global_parts;
-  if (parts.empty()) parts.push_back(p.global_extent);
+  if (parts.empty()) {
+    parts.push_back(p.global_extent);
+  }
   std::vector<int64_t> out;
   int64_t global_offset = 0;
   for (int64_t part : parts) {
     const int64_t local = part / shards;
-    for (int64_t i = 0; i < local; ++i) out.push_back(global_offset + shard * local + i);
+    for (int64_t i = 0; i < local; ++i) {
+      out.push_back(global_offset + shard * local + i);
+    }
     global_offset += part;
   }
   return out;
@@ -471,9 +497,13 @@ std::vector<int64_t> GlobalElementOfLocal(const FieldModel& f, int64_t shards, i
   const std::vector<int64_t> local = f.LocalShape(shards);
   const size_t dims = local.size();
   std::vector<int64_t> axis_map;
-  if (f.partition.has_value()) axis_map = AxisToGlobal(f, shards, tp, rank);
+  if (f.partition.has_value()) {
+    axis_map = AxisToGlobal(f, shards, tp, rank);
+  }
   std::vector<int64_t> global_stride(dims, 1);
-  for (size_t i = dims - 1; i > 0; --i) global_stride[i - 1] = global_stride[i] * f.global_shape[i];
+  for (size_t i = dims - 1; i > 0; --i) {
+    global_stride[i - 1] = global_stride[i] * f.global_shape[i];
+  }
   std::vector<int64_t> out(Product(local));
   std::vector<int64_t> coord(dims, 0);
   for (int64_t& global : out) {
@@ -483,7 +513,9 @@ std::vector<int64_t> GlobalElementOfLocal(const FieldModel& f, int64_t shards, i
       global += (on_axis ? axis_map[coord[i]] : coord[i]) * global_stride[i];
     }
     for (size_t i = dims; i-- > 0;) {
-      if (++coord[i] < local[i]) break;
+      if (++coord[i] < local[i]) {
+        break;
+      }
       coord[i] = 0;
     }
   }
@@ -560,7 +592,8 @@ class CaseRunner {
   std::vector<uint8_t> writes_;
   std::vector<uint8_t> arena_raw_;
   std::vector<uint8_t> writes_raw_;
-  std::vector<Copy> copies_;
+  CopyList copies_;
+  CopyList coalesced_;
 };
 
 std::string CaseRunner::Describe() const {
@@ -583,7 +616,9 @@ std::string CaseRunner::Describe() const {
   }
   for (int s = 0; s < m_.pp && m_.pp > 1; ++s) {
     std::vector<std::string> ids;
-    for (int fi : m_.stage_fields[s]) ids.push_back(m_.fields[fi].id);
+    for (int fi : m_.stage_fields[s]) {
+      ids.push_back(m_.fields[fi].id);
+    }
     os << "  stage " << s << ": " << absl::StrJoin(ids, ",") << "\n";
   }
   absl::StatusOr<std::string> pw = layout::SerializeContract(prefill_);
@@ -625,12 +660,16 @@ void CaseRunner::CheckShardMap(const FieldModel& f, int64_t shards, int tp, int 
 const std::vector<uint8_t>* CaseRunner::PrefillArena(int global_rank, int tp_rank,
                                                      const Contract& contract) {
   auto it = prefill_arenas_.find(global_rank);
-  if (it != prefill_arenas_.end()) return &it->second;
+  if (it != prefill_arenas_.end()) {
+    return &it->second;
+  }
   std::vector<uint8_t>& arena = prefill_arenas_[global_rank];
   arena.resize(contract.ArenaBytes());
   // Bytes outside every payload: noise that no pattern is derived from.
   std::mt19937_64 noise(seed_ ^ (0x9e3779b97f4a7c15ULL * (global_rank + 1)));
-  for (uint8_t& byte : arena) byte = static_cast<uint8_t>(noise());
+  for (uint8_t& byte : arena) {
+    byte = static_cast<uint8_t>(noise());
+  }
   std::vector<bool> owned(arena.size(), false);
   for (const FieldLayout& layout : contract.plan.fields) {
     const int fi = m_.FieldIndex(layout.field_id);
@@ -679,9 +718,11 @@ void CaseRunner::Send(int d, int global_rank, int tp_rank, const Contract& sourc
                       ", Expand appended ", copies_.size()));
   }
   const std::vector<uint8_t>* src = PrefillArena(global_rank, tp_rank, source_contract);
-  if (src == nullptr) return;
-  auto apply = [&](const std::vector<Copy>& copies, std::vector<uint8_t>& dst,
-                   std::vector<uint8_t>& writes, const char* which) {
+  if (src == nullptr) {
+    return;
+  }
+  auto apply = [&](const CopyList& copies, std::vector<uint8_t>& dst, std::vector<uint8_t>& writes,
+                   const char* which) {
     for (const Copy& c : copies) {
       if (c.length == 0 || c.src_offset + c.length > src->size() ||
           c.dst_offset + c.length > dst.size()) {
@@ -693,13 +734,22 @@ void CaseRunner::Send(int d, int global_rank, int tp_rank, const Contract& sourc
       std::memcpy(&dst[c.dst_offset], &(*src)[c.src_offset], c.length);
       for (uint64_t i = 0; i < c.length; ++i) {
         uint8_t& count = writes[c.dst_offset + i];
-        if (count < 255) ++count;
+        if (count < 255) {
+          ++count;
+        }
       }
     }
   };
   apply(copies_, arena_raw_, writes_raw_, "uncoalesced");
   stats_.copies += static_cast<int64_t>(copies_.size());
   const size_t left = Coalesce(copies_);
+  // The sender's hot path coalesces while it expands; it must give the same list.
+  coalesced_.clear();
+  absl::Status fast = plan->ExpandCoalesced(prefill_manifest_, decode_manifest_, coalesced_);
+  if (!fast.ok() || !(coalesced_ == copies_)) {
+    Fail(absl::StrCat(where, ": ExpandCoalesced differs from Expand + Coalesce (",
+                      coalesced_.size(), " vs ", copies_.size(), " copies)"));
+  }
   stats_.coalesced_copies += static_cast<int64_t>(left);
   if (plan->whole_field() && m_.consecutive_blocks && m_.tight_layout) {
     // Pages back to back on both sides and block ids consecutive on both sides: each field's
@@ -821,7 +871,9 @@ void CaseRunner::RunOneStage() {
         return;
       }
       Send(d, p, p, prefill_, outcome.fragments);
-      if (Failed()) return;
+      if (Failed()) {
+        return;
+      }
     }
     CheckDecodeArena(d);
   }
@@ -832,7 +884,9 @@ void CaseRunner::RunPipeline() {
   layout.pp_size = m_.pp;
   for (const std::vector<int>& fields : m_.stage_fields) {
     layout.fields_by_stage.emplace_back();
-    for (int fi : fields) layout.fields_by_stage.back().push_back(m_.fields[fi].id);
+    for (int fi : fields) {
+      layout.fields_by_stage.back().push_back(m_.fields[fi].id);
+    }
   }
   std::vector<Planner> planners;
   for (int s = 0; s < m_.pp; ++s) {
@@ -875,7 +929,9 @@ void CaseRunner::RunPipeline() {
       }
       // The stage sends from its own arena, laid out by its local contract (§10.1).
       Send(d, source.prefill_rank, source.stage_tp_rank, stage_[source.stage], outcome.fragments);
-      if (Failed()) return;
+      if (Failed()) {
+        return;
+      }
     }
     CheckDecodeArena(d);
   }
@@ -896,10 +952,14 @@ void CaseRunner::Run() {
     stage_.push_back(LayOut(rng_, m_, m_.stage_fields[s], false, prefill_packing));
   }
   std::vector<const Contract*> contracts = {&prefill_, &decode_};
-  for (const Contract& c : stage_) contracts.push_back(&c);
+  for (const Contract& c : stage_) {
+    contracts.push_back(&c);
+  }
   for (const Contract* c : contracts) {
     absl::Status valid = layout::ValidateContract(*c);
-    if (valid.ok()) valid = layout::CheckArenaFits(*c);
+    if (valid.ok()) {
+      valid = layout::CheckArenaFits(*c);
+    }
     if (!valid.ok()) {
       Fail(absl::StrCat("test generator bug: invalid contract: ", valid.ToString()));
       return;
@@ -932,7 +992,9 @@ void CaseRunner::Run() {
   stats_.pipeline_cases += m_.pp > 1 ? 1 : 0;
   stats_.nonzero_prefix += m_.prefix_len > 0 ? 1 : 0;
   for (const FieldModel& f : m_.fields) {
-    if (!f.partition.has_value()) continue;
+    if (!f.partition.has_value()) {
+      continue;
+    }
     ++stats_.partitioned_fields;
     stats_.fields_with_parts += f.partition->global_parts.empty() ? 0 : 1;
     stats_.fields_with_unequal_shards += f.prefill_shards != f.decode_shards ? 1 : 0;
@@ -967,7 +1029,9 @@ Stats RunCases(CaseKind kind, uint64_t first_seed, int count) {
   if (const char* only = std::getenv("KVRAIL_ROUTE_PROPERTY_SEED"); only != nullptr) {
     seeds.push_back(std::strtoull(only, nullptr, 10));
   } else {
-    for (int i = 0; i < count; ++i) seeds.push_back(first_seed + static_cast<uint64_t>(i));
+    for (int i = 0; i < count; ++i) {
+      seeds.push_back(first_seed + static_cast<uint64_t>(i));
+    }
   }
   int failing = 0;
   for (uint64_t seed : seeds) {
@@ -1001,7 +1065,9 @@ bool SingleSeed() { return std::getenv("KVRAIL_ROUTE_PROPERTY_SEED") != nullptr;
 
 TEST(RoutePropertyTest, EveryDecodeByteArrivesExactlyOnceFromARankHoldingIt) {
   const Stats stats = RunCases(CaseKind::kAnyTp, 1000, 300);
-  if (SingleSeed()) return;
+  if (SingleSeed()) {
+    return;
+  }
   // The generator reached the shapes the property is about.
   EXPECT_GT(stats.heterogeneous_tp, 100);
   EXPECT_GT(stats.fields_with_parts, 20);
@@ -1015,14 +1081,18 @@ TEST(RoutePropertyTest, EveryDecodeByteArrivesExactlyOnceFromARankHoldingIt) {
 
 TEST(RoutePropertyTest, EqualTpWholeFieldCopyDeliversEveryByteExactlyOnce) {
   const Stats stats = RunCases(CaseKind::kEqualTp, 2000, 60);
-  if (SingleSeed()) return;
+  if (SingleSeed()) {
+    return;
+  }
   EXPECT_EQ(stats.heterogeneous_tp, 0);
   EXPECT_GT(stats.whole_field_routes, 50);
 }
 
 TEST(RoutePropertyTest, PipelineStagesTogetherDeliverEveryByteExactlyOnce) {
   const Stats stats = RunCases(CaseKind::kPipeline, 3000, 100);
-  if (SingleSeed()) return;
+  if (SingleSeed()) {
+    return;
+  }
   EXPECT_EQ(stats.pipeline_cases, stats.cases);
   EXPECT_EQ(stats.whole_field_routes, 0);
 }
@@ -1030,7 +1100,9 @@ TEST(RoutePropertyTest, PipelineStagesTogetherDeliverEveryByteExactlyOnce) {
 TEST(RoutePropertyTest, CoalescingConsecutivePagesNeverChangesTheBytesWritten) {
   // CheckDecodeArena compares the coalesced and uncoalesced results byte for byte.
   const Stats stats = RunCases(CaseKind::kConsecutiveBlocks, 4000, 60);
-  if (SingleSeed()) return;
+  if (SingleSeed()) {
+    return;
+  }
   EXPECT_LT(stats.coalesced_copies, stats.copies);
   EXPECT_GT(stats.whole_field_runs_merged, 100);
 }
