@@ -114,6 +114,7 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
         KVRAIL_ASSIGN_OR_RETURN(BoundFragment b,
                                 BindOne(src, dst, static_cast<int>(g), field->field_id, nullptr));
         plan.fragments_.push_back(b);
+        plan.fragment_fields_.push_back(field->field_id);
       }
     } else {
       for (const Fragment& fragment : fragments) {
@@ -123,6 +124,7 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
         KVRAIL_ASSIGN_OR_RETURN(
             BoundFragment b, BindOne(src, dst, static_cast<int>(g), fragment.field_id, &fragment));
         plan.fragments_.push_back(b);
+        plan.fragment_fields_.push_back(fragment.field_id);
       }
     }
     if (owner != nullptr) {
@@ -218,9 +220,56 @@ absl::Status CopyPlan::ExpandInto(const layout::Manifest& src, const layout::Man
   return absl::OkStatus();
 }
 
+absl::Status CopyPlan::ExpandChunk(absl::Span<const GroupSelection> selection,
+                                   absl::Span<const std::string> field_ids,
+                                   const layout::Manifest& dst, CopyList& out) const {
+  if (selection.size() != group_count_ || dst.groups.size() != group_count_) {
+    return RoomError(absl::StrCat("a chunk needs a selection and manifest entry per group (",
+                                  group_count_, ")"));
+  }
+  for (const BoundFragment& b : fragments_) {
+    if (b.owner.owners > 1) {
+      return BindError("layerwise chunks do not combine with owner filters (CACHEPD §10.3)");
+    }
+  }
+  // The chunk as a pair of manifests: source blocks as selected, destination blocks at the
+  // selected positions of the decode manifest.
+  layout::Manifest src_chunk{{}, dst.prefix_len, dst.prompt_len};
+  layout::Manifest dst_chunk{{}, dst.prefix_len, dst.prompt_len};
+  for (size_t g = 0; g < group_count_; ++g) {
+    const GroupSelection& sel = selection[g];
+    if (sel.source_block_ids.size() != sel.destination_positions.size()) {
+      return RoomError(absl::StrCat("selection of group '", sel.group_id, "' pairs ",
+                                    sel.source_block_ids.size(), " blocks with ",
+                                    sel.destination_positions.size(), " positions"));
+    }
+    src_chunk.groups.push_back({sel.group_id, sel.source_block_ids});
+    layout::ManifestGroup to{dst.groups[g].group_id, {}};
+    for (int64_t position : sel.destination_positions) {
+      if (position < 0 || position >= static_cast<int64_t>(dst.groups[g].block_ids.size())) {
+        return RoomError(absl::StrCat("selection of group '", sel.group_id, "' names position ",
+                                      position, " beyond the decode manifest"));
+      }
+      to.block_ids.push_back(dst.groups[g].block_ids[position]);
+    }
+    dst_chunk.groups.push_back(std::move(to));
+  }
+  KVRAIL_RETURN_IF_ERROR(CheckRoom(src_chunk, dst_chunk));
+  std::vector<char> mask(fragments_.size(), 0);
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    mask[f] = std::find(field_ids.begin(), field_ids.end(), fragment_fields_[f]) != field_ids.end();
+  }
+  CopyCursor cursor(this, &src_chunk, &dst_chunk, /*coalesce=*/true, &mask);
+  const size_t base = out.size();
+  const size_t most = static_cast<size_t>(CountCopies(src_chunk));
+  out.Truncate(base + cursor.Next(out.Extend(most), most));
+  return absl::OkStatus();
+}
+
 CopyCursor::CopyCursor(const CopyPlan* plan, const layout::Manifest* src,
-                       const layout::Manifest* dst, bool coalesce)
-    : plan_(plan), src_(src), dst_(dst), coalesce_(coalesce) {
+                       const layout::Manifest* dst, bool coalesce,
+                       const std::vector<char>* fragment_mask)
+    : plan_(plan), src_(src), dst_(dst), coalesce_(coalesce), fragment_mask_(fragment_mask) {
   EnterFragment();
 }
 
@@ -270,6 +319,11 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
     }
   };
   while (fragment_ < fragments.size()) {
+    if (fragment_mask_ != nullptr && !(*fragment_mask_)[fragment_]) {
+      ++fragment_;
+      EnterFragment();
+      continue;
+    }
     const BoundFragment& b = fragments[fragment_];
     const int64_t* s = src_->groups[b.group_index].block_ids.data();
     const int64_t* t = dst_->groups[b.group_index].block_ids.data();

@@ -19,6 +19,7 @@
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/fragment.h"
+#include "control/plan/layerwise.h"
 #include "control/plan/owner_filter.h"
 
 namespace kvrail::plan {
@@ -102,7 +103,7 @@ class CopyCursor {
  private:
   friend class CopyPlan;
   CopyCursor(const CopyPlan* plan, const layout::Manifest* src, const layout::Manifest* dst,
-             bool coalesce);
+             bool coalesce, const std::vector<char>* fragment_mask = nullptr);
   void EnterFragment();
   template <bool kCoalesce>
   size_t Fill(Copy* __restrict out, size_t capacity);
@@ -111,6 +112,7 @@ class CopyCursor {
   const layout::Manifest* src_;
   const layout::Manifest* dst_;
   bool coalesce_;
+  const std::vector<char>* fragment_mask_;  // nullptr: every fragment; else 1 = send it
   size_t fragment_ = 0;
   size_t position_ = 0;
   int64_t row_ = 0;
@@ -151,6 +153,14 @@ class CopyPlan {
   absl::StatusOr<CopyCursor> Begin(const layout::Manifest& src, const layout::Manifest& dst,
                                    bool coalesce) const;
 
+  // Layerwise mode (§6.11): appends the copies of one chunk, coalesced: for each group the
+  // selection's source blocks paired with the decode manifest's blocks at the selection's
+  // positions, restricted to the fields in `field_ids` (the producer steps of this round), in
+  // Expand's order. Not combined with owner filters (unsupported-layout).
+  absl::Status ExpandChunk(absl::Span<const GroupSelection> selection,
+                           absl::Span<const std::string> field_ids, const layout::Manifest& dst,
+                           CopyList& out) const;
+
   // The number of copies Expand would append (before coalescing) for these manifests.
   int64_t CountCopies(const layout::Manifest& src) const;
 
@@ -172,7 +182,9 @@ class CopyPlan {
 
   std::vector<BoundFragment> fragments_;                  // sorted by group_index, stable
   std::vector<std::pair<int64_t, int64_t>> group_pages_;  // page_count per group: src, dst
-  std::vector<layout::GroupSpec> group_specs_;  // the slot rules of §5.2, for owner filters
+  std::vector<layout::GroupSpec> group_specs_;
+  std::vector<std::string> fragment_fields_;  // the field of each bound fragment  // the slot rules
+                                              // of §5.2, for owner filters
   size_t group_count_ = 0;
   bool whole_field_ = false;
 };
