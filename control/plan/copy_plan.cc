@@ -257,7 +257,9 @@ absl::Status CopyPlan::ExpandChunk(absl::Span<const GroupSelection> selection,
   KVRAIL_RETURN_IF_ERROR(CheckRoom(src_chunk, dst_chunk));
   std::vector<char> mask(fragments_.size(), 0);
   for (size_t f = 0; f < fragments_.size(); ++f) {
-    mask[f] = std::find(field_ids.begin(), field_ids.end(), fragment_fields_[f]) != field_ids.end();
+    const bool selected =
+        std::find(field_ids.begin(), field_ids.end(), fragment_fields_[f]) != field_ids.end();
+    mask[f] = selected ? 1 : 0;
   }
   CopyCursor cursor(this, &src_chunk, &dst_chunk, /*coalesce=*/true, &mask);
   const size_t base = out.size();

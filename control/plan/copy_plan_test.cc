@@ -10,6 +10,7 @@
 #include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/plan/vector_cases.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::plan {
@@ -17,14 +18,21 @@ namespace {
 
 using kvrail::testing::LoadVectors;
 
-std::vector<Fragment> FragmentsOf(const nlohmann::json& list) {
-  std::vector<Fragment> out;
-  for (const auto& f : list) {
-    out.push_back({f["group_id"], f["field_id"], f["src_byte_offset"], f["dst_byte_offset"],
-                   f["src_row_stride_bytes"], f["dst_row_stride_bytes"], f["bytes_per_row"],
-                   f["rows_per_page"]});
-  }
-  return out;
+// One descriptors.json case, parsed.
+struct DescriptorCase {
+  layout::Contract src;
+  layout::Contract dst;
+  layout::Manifest src_room;
+  layout::Manifest dst_room;
+  std::vector<Fragment> fragments;
+};
+
+DescriptorCase Load(const nlohmann::json& c) {
+  return {*layout::ParseContract(c["prefill_contract"].get<std::string>()),
+          *layout::ParseContract(c["decode_contract"].get<std::string>()),
+          *layout::ParseManifest(c["src_manifest"].get<std::string>()),
+          *layout::ParseManifest(c["dst_manifest"].get<std::string>()),
+          testing::FragmentsFromJson(c["fragments"])};
 }
 
 // Every non-layerwise case of descriptors.json: the exact (src, dst, length) triples, in
@@ -35,11 +43,12 @@ TEST(CopyPlanVectorsTest, DescriptorsMatchTheReferenceExactly) {
   for (const auto& c : vectors["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
     if (c.contains("layerwise") && !c["layerwise"].is_null()) continue;
-    layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
-    layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
-    layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
-    layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
-    absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
+    const DescriptorCase d = Load(c);
+    const layout::Contract& src = d.src;
+    const layout::Contract& dst = d.dst;
+    const layout::Manifest& src_m = d.src_room;
+    const layout::Manifest& dst_m = d.dst_room;
+    absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, d.fragments);
     ASSERT_TRUE(plan.ok()) << plan.status();
     CopyList copies;
     ASSERT_TRUE(plan->Expand(src_m, dst_m, copies).ok());
@@ -132,17 +141,17 @@ TEST(CopyPlanTest, ExpandCoalescedEqualsExpandThenCoalesce) {
   const nlohmann::json vectors = LoadVectors("descriptors.json");
   for (const auto& c : vectors["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
-    layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
-    for (const layout::Contract& dst :
-         {*layout::ParseContract(c["decode_contract"].get<std::string>()), src}) {
-      layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
-      layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
-      if (&dst != &src && c["prefill_tp_size"] != c["decode_tp_size"]) continue;
-      absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
-      if (!plan.ok()) continue;  // the source contract as destination may not pair
+    const DescriptorCase d = Load(c);
+    // The case as given, and the prefill copying whole fields into its own geometry, where
+    // consecutive pages line up and runs do merge.
+    const CopyPlan given = *CopyPlan::Bind(d.src, d.dst, d.fragments);
+    const CopyPlan same = *CopyPlan::Bind(d.src, d.src, {});
+    const std::pair<const CopyPlan*, const layout::Manifest*> runs[] = {{&given, &d.dst_room},
+                                                                        {&same, &d.src_room}};
+    for (const auto& [plan, dst_room] : runs) {
       CopyList slow = {{7, 7, 7}}, fast = {{7, 7, 7}};
-      if (!plan->Expand(src_m, src_m, slow).ok()) continue;
-      ASSERT_TRUE(plan->ExpandCoalesced(src_m, src_m, fast).ok());
+      ASSERT_TRUE(plan->Expand(d.src_room, *dst_room, slow).ok());
+      ASSERT_TRUE(plan->ExpandCoalesced(d.src_room, *dst_room, fast).ok());
       std::vector<Copy> tail(slow.begin() + 1, slow.end());
       Coalesce(tail);
       ASSERT_EQ(fast.size(), tail.size() + 1);
@@ -159,16 +168,17 @@ TEST(CopyCursorTest, BatchesConcatenateToTheExpandedList) {
   for (const auto& c : vectors["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
     if (c.contains("layerwise") && !c["layerwise"].is_null()) continue;
-    layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
-    layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
-    layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
-    layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
-    CopyPlan plan = *CopyPlan::Bind(src, dst, FragmentsOf(c["fragments"]));
+    const DescriptorCase d = Load(c);
+    const layout::Contract& src = d.src;
+    const layout::Contract& dst = d.dst;
+    const layout::Manifest& src_m = d.src_room;
+    const layout::Manifest& dst_m = d.dst_room;
+    CopyPlan plan = *CopyPlan::Bind(src, dst, d.fragments);
     for (bool coalesce : {false, true}) {
       CopyList want;
-      ASSERT_TRUE((coalesce ? plan.ExpandCoalesced(src_m, dst_m, want)
-                            : plan.Expand(src_m, dst_m, want))
-                      .ok());
+      ASSERT_TRUE(
+          (coalesce ? plan.ExpandCoalesced(src_m, dst_m, want) : plan.Expand(src_m, dst_m, want))
+              .ok());
       for (size_t batch : {1, 2, 3, 7, 4096}) {
         absl::StatusOr<CopyCursor> cursor = plan.Begin(src_m, dst_m, coalesce);
         ASSERT_TRUE(cursor.ok());
@@ -188,10 +198,11 @@ TEST(CopyCursorTest, BatchesConcatenateToTheExpandedList) {
 TEST(CopyPlanTest, BadRoomsAppendNothing) {
   const nlohmann::json vectors = LoadVectors("descriptors.json");
   const auto& c = vectors["cases"][0];
-  layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
-  layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
-  layout::Manifest src_m = *layout::ParseManifest(c["src_manifest"].get<std::string>());
-  layout::Manifest dst_m = *layout::ParseManifest(c["dst_manifest"].get<std::string>());
+  const DescriptorCase d = Load(c);
+  const layout::Contract& src = d.src;
+  const layout::Contract& dst = d.dst;
+  const layout::Manifest& src_m = d.src_room;
+  const layout::Manifest& dst_m = d.dst_room;
   CopyPlan plan = *CopyPlan::Bind(src, dst, {});
   CopyList copies = {{1, 2, 3}};
   layout::Manifest short_dst = dst_m;
@@ -207,9 +218,10 @@ TEST(CopyPlanTest, BadRoomsAppendNothing) {
 TEST(CopyPlanTest, FragmentsPastThePagePayloadAreRefused) {
   const nlohmann::json vectors = LoadVectors("descriptors.json");
   const auto& c = vectors["cases"][1];
-  layout::Contract src = *layout::ParseContract(c["prefill_contract"].get<std::string>());
-  layout::Contract dst = *layout::ParseContract(c["decode_contract"].get<std::string>());
-  std::vector<Fragment> fragments = FragmentsOf(c["fragments"]);
+  const DescriptorCase d = Load(c);
+  std::vector<Fragment> fragments = d.fragments;
+  const layout::Contract& src = d.src;
+  const layout::Contract& dst = d.dst;
   ASSERT_FALSE(fragments.empty());
   fragments[0].bytes_per_row += 1 << 20;
   absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(src, dst, fragments);

@@ -9,6 +9,7 @@
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
+#include "control/plan/vector_cases.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::plan {
