@@ -9,19 +9,25 @@
 #include "control/error/error.h"
 #include "control/layout/contract.h"
 
+namespace {
+
+using kvrail::CategoryOf;
+using kvrail::ErrorCategory;
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kvrail;
   const std::string wire(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
+  absl::StatusOr<kvrail::layout::Contract> contract = kvrail::layout::ParseContract(wire);
   if (!contract.ok()) {
     if (CategoryOf(contract.status()) != ErrorCategory::kInvalidContract) std::abort();
     return 0;
   }
-  absl::StatusOr<std::string> canonical = layout::SerializeContract(*contract);
+  absl::StatusOr<std::string> canonical = kvrail::layout::SerializeContract(*contract);
   if (!canonical.ok()) return 0;  // may exceed the size cap after escaping
-  absl::StatusOr<layout::Contract> again = layout::ParseContract(*canonical);
-  if (!again.ok() || *layout::SerializeContract(*again) != *canonical) std::abort();
-  if (!layout::CheckPeerContracts(*contract, *again).ok()) std::abort();
-  (void)layout::CheckArenaFits(*contract);
+  absl::StatusOr<kvrail::layout::Contract> again = kvrail::layout::ParseContract(*canonical);
+  if (!again.ok() || *kvrail::layout::SerializeContract(*again) != *canonical) std::abort();
+  if (!kvrail::layout::CheckPeerContracts(*contract, *again).ok()) std::abort();
+  (void)kvrail::layout::CheckArenaFits(*contract);
   return 0;
 }

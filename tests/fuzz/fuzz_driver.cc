@@ -6,6 +6,7 @@
 //
 //   usage: <harness> [--runs=N] [--seconds=S] [--seed=N] SEED_FILE_OR_DIR...
 #include <chrono>
+#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,7 +51,10 @@ std::string Mutate(const std::vector<std::string>& seeds, std::mt19937_64& rng) 
     const size_t at = data.empty() ? 0 : rng() % (data.size() + 1);
     switch (rng() % 7) {
       case 0:  // flip a bit
-        if (!data.empty()) data[at % data.size()] ^= static_cast<char>(1u << (rng() % 8));
+        if (!data.empty()) {
+          char& byte = data[at % data.size()];
+          byte = static_cast<char>(static_cast<unsigned char>(byte) ^ (1u << (rng() % 8)));
+        }
         break;
       case 1:  // replace a byte
         if (!data.empty()) data[at % data.size()] = static_cast<char>(rng() % 256);
@@ -82,13 +86,13 @@ std::string Mutate(const std::vector<std::string>& seeds, std::mt19937_64& rng) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  long runs = 20000;
+  int64_t runs = 20000;
   double seconds = 30;
   uint64_t seed = 20261130;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--runs=", 7) == 0) {
-      runs = std::atol(argv[i] + 7);
+      runs = std::strtoll(argv[i] + 7, nullptr, 10);
     } else if (std::strncmp(argv[i], "--seconds=", 10) == 0) {
       seconds = std::atof(argv[i] + 10);
     } else if (std::strncmp(argv[i], "--seed=", 7) == 0) {
@@ -98,20 +102,19 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<std::string> seeds = LoadSeeds(paths);
-  std::printf("fuzz driver: %zu seeds, up to %ld runs or %.0f s, seed %llu\n", seeds.size(), runs,
-              seconds, static_cast<unsigned long long>(seed));
+  std::printf("fuzz driver: %zu seeds, up to %" PRId64 " runs or %.0f s, seed %" PRIu64 "\n",
+              seeds.size(), runs, seconds, seed);
   std::fflush(stdout);
   for (const std::string& s : seeds) {
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   }
   std::mt19937_64 rng(seed);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  long done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int64_t done = 0;
   for (; done < runs && std::chrono::steady_clock::now() < deadline; ++done) {
     const std::string input = Mutate(seeds, rng);
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
   }
-  std::printf("fuzz driver: %ld runs, no failure\n", done);
+  std::printf("fuzz driver: %" PRId64 " runs, no failure\n", done);
   return 0;
 }

@@ -11,6 +11,9 @@
 
 namespace {
 
+using kvrail::CategoryOf;
+using kvrail::ErrorCategory;
+
 // The contract of tests/data/cachepd/manifests.json: history, a 10-token sliding window and a
 // latest_snapshot state group, 64 pages each.
 constexpr char kContract[] =
@@ -39,19 +42,19 @@ constexpr char kContract[] =
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kvrail;
-  static const layout::Contract* contract = new layout::Contract(*layout::ParseContract(kContract));
+  static const kvrail::layout::Contract* contract =
+      new kvrail::layout::Contract(*kvrail::layout::ParseContract(kContract));
   const std::string wire(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(wire);
+  absl::StatusOr<kvrail::layout::Manifest> manifest = kvrail::layout::ParseManifest(wire);
   if (!manifest.ok()) {
     if (CategoryOf(manifest.status()) != ErrorCategory::kInvalidManifest) std::abort();
     return 0;
   }
-  absl::Status valid = layout::ValidateManifest(*manifest, *contract);
+  absl::Status valid = kvrail::layout::ValidateManifest(*manifest, *contract);
   if (!valid.ok() && CategoryOf(valid) != ErrorCategory::kInvalidManifest) std::abort();
-  absl::StatusOr<std::string> canonical = layout::SerializeManifest(*manifest);
+  absl::StatusOr<std::string> canonical = kvrail::layout::SerializeManifest(*manifest);
   if (!canonical.ok()) return 0;
-  absl::StatusOr<layout::Manifest> again = layout::ParseManifest(*canonical);
-  if (!again.ok() || *layout::SerializeManifest(*again) != *canonical) std::abort();
+  absl::StatusOr<kvrail::layout::Manifest> again = kvrail::layout::ParseManifest(*canonical);
+  if (!again.ok() || *kvrail::layout::SerializeManifest(*again) != *canonical) std::abort();
   return 0;
 }
