@@ -1,0 +1,163 @@
+#include "engine/transport/bounds.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/transport/transport.h"
+#include "gtest/gtest.h"
+#include "proto/kvrail/v1/handshake.pb.h"
+
+namespace kvrail::transport {
+namespace {
+
+v1::HandshakeDescriptor DescriptorOf(const std::vector<std::pair<uint64_t, uint64_t>>& regions) {
+  v1::HandshakeDescriptor descriptor;
+  for (const auto& [base, length] : regions) {
+    v1::Region* region = descriptor.add_regions();
+    region->set_base(base);
+    region->set_length(length);
+  }
+  return descriptor;
+}
+
+RemoteRegions RegionsOf(const std::vector<std::pair<uint64_t, uint64_t>>& regions) {
+  return RemoteRegions::FromDescriptor(DescriptorOf(regions)).value();
+}
+
+TEST(RangeInsideTest, AcceptsRangesEndingExactlyAtTheRegionEnd) {
+  EXPECT_TRUE(RangeInside(100, 50, 100, 50));
+  EXPECT_TRUE(RangeInside(149, 1, 100, 50));
+  EXPECT_FALSE(RangeInside(149, 2, 100, 50));
+  EXPECT_FALSE(RangeInside(99, 1, 100, 50));
+}
+
+TEST(RangeInsideTest, NeverWrapsPast2To64) {
+  EXPECT_TRUE(RangeInside(UINT64_MAX - 9, 10, UINT64_MAX - 9, 10));
+  EXPECT_FALSE(RangeInside(UINT64_MAX - 9, 11, UINT64_MAX - 9, 10));
+  EXPECT_FALSE(RangeInside(100, UINT64_MAX, 0, 200));
+  EXPECT_FALSE(RangeInside(UINT64_MAX, 2, 0, UINT64_MAX));
+}
+
+TEST(RemoteRegionsTest, FindsTheRegionHoldingARangeByDescriptorIndex) {
+  const RemoteRegions regions = RegionsOf({{5000, 1000}, {1000, 1000}, {3000, 500}});
+  EXPECT_EQ(regions.Find(1000, 1000), 1);
+  EXPECT_EQ(regions.Find(3100, 400), 2);
+  EXPECT_EQ(regions.Find(5999, 1), 0);
+  EXPECT_EQ(regions.Find(999, 1), std::nullopt);
+  EXPECT_EQ(regions.Find(2000, 1), std::nullopt);
+  EXPECT_EQ(regions.Find(6000, 1), std::nullopt);
+}
+
+TEST(RemoteRegionsTest, RangeStraddlingAdjacentRegionsIsInNeither) {
+  const RemoteRegions regions = RegionsOf({{1000, 1000}, {2000, 1000}});
+  EXPECT_EQ(regions.Find(1500, 1000), std::nullopt);
+  EXPECT_EQ(regions.Find(1999, 2), std::nullopt);
+  EXPECT_EQ(regions.Find(2000, 1000), 1);
+}
+
+TEST(RemoteRegionsTest, RejectsZeroLengthRegion) {
+  const absl::Status status =
+      RemoteRegions::FromDescriptor(DescriptorOf({{1000, 10}, {4000, 0}})).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("region 1"), absl::string_view::npos) << status;
+}
+
+TEST(RemoteRegionsTest, RejectsRegionEndingPast2To64) {
+  EXPECT_TRUE(RemoteRegions::FromDescriptor(DescriptorOf({{UINT64_MAX - 9, 10}})).ok());
+  EXPECT_EQ(RemoteRegions::FromDescriptor(DescriptorOf({{UINT64_MAX - 9, 11}})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RemoteRegionsTest, RejectsOverlappingRegions) {
+  EXPECT_EQ(
+      RemoteRegions::FromDescriptor(DescriptorOf({{2000, 1000}, {1000, 1001}})).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RemoteRegions::FromDescriptor(DescriptorOf({{1000, 10}, {1000, 10}})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(RemoteRegions::FromDescriptor(DescriptorOf({{2000, 1000}, {1000, 1000}})).ok());
+}
+
+TEST(RemoteRegionsTest, EmptyDescriptorHoldsNothing) {
+  const RemoteRegions regions = RegionsOf({});
+  EXPECT_EQ(regions.size(), 0);
+  EXPECT_EQ(regions.Find(0, 1), std::nullopt);
+}
+
+TEST(CheckLaneTest, AcceptsOnlyLanesOfTheTransport) {
+  EXPECT_TRUE(CheckLane(0, 2).ok());
+  EXPECT_TRUE(CheckLane(1, 2).ok());
+  EXPECT_EQ(CheckLane(2, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckLane(-1, 2).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckLocalRegionTest, RejectsNullEmptyWrappingAndUnsupportedCuda) {
+  char byte = 0;
+  EXPECT_TRUE(CheckLocalRegion({&byte, 1, false}, false).ok());
+  EXPECT_EQ(CheckLocalRegion({nullptr, 1, false}, false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckLocalRegion({&byte, 0, false}, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckLocalRegion({&byte, UINT64_MAX, false}, false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckLocalRegion({&byte, 1, true}, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckLocalRegion({&byte, 1, true}, true).ok());
+}
+
+class CheckWritesTest : public testing::Test {
+ protected:
+  const RemoteRegions remote_ = RegionsOf({{0x10000, 0x1000}, {0x20000, 0x1000}});
+  static constexpr uint64_t kSourceLength = 0x800;
+  static constexpr uint64_t kMaxWrite = 0x400;
+};
+
+TEST_F(CheckWritesTest, AcceptsABatchSpanningSeveralRegions) {
+  const std::vector<Write> writes = {{0, 0x10000, 0x400}, {0x400, 0x20c00, 0x400}};
+  EXPECT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite).ok());
+}
+
+TEST_F(CheckWritesTest, RejectsEmptyBatch) {
+  EXPECT_EQ(CheckWrites({}, kSourceLength, remote_, kMaxWrite).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckWritesTest, RejectsZeroLengthWriteByIndex) {
+  const std::vector<Write> writes = {{0, 0x10000, 8}, {8, 0x10008, 0}};
+  const absl::Status status = CheckWrites(writes, kSourceLength, remote_, kMaxWrite);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("write 1 of 2"), absl::string_view::npos) << status;
+}
+
+TEST_F(CheckWritesTest, RejectsWriteLongerThanMaxWriteBytes) {
+  const std::vector<Write> writes = {{0, 0x10000, kMaxWrite + 1}};
+  EXPECT_EQ(CheckWrites(writes, 0x1000, remote_, kMaxWrite).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckWritesTest, RejectsSourceRangePastTheSourceRegion) {
+  EXPECT_EQ(CheckWrites({{{0x700, 0x10000, 0x101}}}, kSourceLength, remote_, kMaxWrite).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckWrites({{{0x700, 0x10000, 0x100}}}, kSourceLength, remote_, kMaxWrite).ok());
+  EXPECT_EQ(
+      CheckWrites({{{UINT64_MAX - 1, 0x10000, 0x10}}}, kSourceLength, remote_, kMaxWrite).code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckWritesTest, RejectsDestinationOutsideEveryRegion) {
+  for (uint64_t address : {uint64_t{0x0ffff}, uint64_t{0x10f01}, uint64_t{0x18000},
+                           uint64_t{0x20f01}, UINT64_MAX - 0x10}) {
+    const std::vector<Write> writes = {{0, 0x10000, 0x100}, {0, address, 0x100}};
+    const absl::Status status = CheckWrites(writes, kSourceLength, remote_, kMaxWrite);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_NE(status.message().find("write 1 of 2: destination"), absl::string_view::npos)
+        << status;
+  }
+}
+
+TEST_F(CheckWritesTest, RejectsDestinationStraddlingTwoRegions) {
+  const RemoteRegions adjacent = RegionsOf({{0x1000, 0x1000}, {0x2000, 0x1000}});
+  EXPECT_EQ(CheckWrites({{{0, 0x1f00, 0x200}}}, kSourceLength, adjacent, kMaxWrite).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvrail::transport

@@ -1,0 +1,130 @@
+// The data-plane seam: what every backend (ucx/, verbs/, loopback/) does, and nothing else.
+//
+// A Transport registers local memory, describes it to peers in the handshake descriptor
+// ("Handshake beside CachePD"), connects to a peer from the peer's descriptor, and posts batches
+// of one-sided writes into the peer's registered regions on one of its lanes. Slicing, striping
+// over lanes, bounding bytes in flight and deadlines belong to the scheduler above
+// (engine/transfer), not here.
+//
+// Completion contract, for every backend:
+//   * A call that returns an error posted nothing and never calls its completion.
+//   * A call that returns OK calls its completion exactly once, never inline from the posting
+//     call, always from the transport's progress context (a thread the transport owns).
+//   * A batch's completion with OK means the batch is locally complete: its source bytes may be
+//     reused. Only a Flush's OK means earlier writes landed at the peer ("Success means landed").
+//   * Disconnect and Close fail outstanding completions with kCancelled; a write that finds its
+//     peer or its peer's region gone fails with kUnavailable.
+//   * Completions run without the transport's locks held: they may post, flush, register or
+//     disconnect. They must not destroy the transport.
+//
+// Every method is thread-safe.
+#ifndef KVRAIL_ENGINE_TRANSPORT_TRANSPORT_H_
+#define KVRAIL_ENGINE_TRANSPORT_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/kvrail/v1/handshake.pb.h"
+
+namespace kvrail::transport {
+
+// What a backend can do. Fixed for the life of a transport.
+struct Capabilities {
+  std::string name;  // "ucx", "verbs", "loopback"
+  // Independent queues of writes. Lane i of a local transport writes through the peer's lane
+  // i % (the peer descriptor's lane count).
+  int lanes = 1;
+  bool one_sided = true;    // writes need no action from the peer's application
+  bool gpu_memory = false;  // LocalRegion::cuda may be registered
+  // The largest single Write the backend accepts; the scheduler slices copies to at most this.
+  uint64_t max_write_bytes = 0;
+  // Advice for the scheduler: keep at most this many bytes posted and not yet complete per
+  // peer (UCX over tcp collapses when many large puts are in flight). Not enforced here.
+  uint64_t max_inflight_bytes_per_endpoint = 0;
+};
+
+// Local memory to register: [base, base + length) in this process (a device address if cuda).
+struct LocalRegion {
+  void* base = nullptr;
+  uint64_t length = 0;
+  bool cuda = false;
+};
+
+// Names a local registration. Never reused within one transport.
+using RegionId = uint32_t;
+// Names a connection made by Connect. Never reused within one transport.
+using PeerId = uint32_t;
+
+// One one-sided write: `length` bytes from `local_offset` in the batch's source region to
+// `remote_address`, an absolute address inside one of the peer's descriptor regions.
+struct Write {
+  uint64_t local_offset = 0;
+  uint64_t remote_address = 0;
+  uint64_t length = 0;
+};
+
+// Called once with the outcome of a batch or a flush (see the contract above).
+using Completion = std::function<void(absl::Status)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual const Capabilities& capabilities() const = 0;
+
+  // Registers `region`, which must stay valid until Deregister or Close returns. Bumps the
+  // descriptor version. InvalidArgument for a null base, a zero length, a range past 2^64, CUDA
+  // memory without capabilities().gpu_memory, or overlap with a registered region;
+  // FailedPrecondition after Close.
+  virtual absl::StatusOr<RegionId> Register(const LocalRegion& region) = 0;
+
+  // Withdraws a registration and bumps the descriptor version. When it returns, the transport
+  // and its peers no longer touch the region's bytes: batches still using it as a source fail
+  // with kCancelled, and peers' writes into it fail with kUnavailable. NotFound if unknown.
+  virtual absl::Status Deregister(RegionId region) = 0;
+
+  // This transport's handshake descriptor: transport kind, one entry per lane, and every
+  // registered region with base, length and remote key. `version` rises with every Register
+  // and Deregister. `session_id` is left empty for the caller to fill. FailedPrecondition
+  // after Close.
+  virtual absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const = 0;
+
+  // Connects to the peer that published `peer`. InvalidArgument for a descriptor of another
+  // transport kind, with no lanes, or with malformed, zero-length, overflowing or overlapping
+  // regions; Unavailable when the peer cannot be reached.
+  virtual absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& peer) = 0;
+
+  // Posts `writes` from local region `source` to `peer` on `lane`. The whole batch is checked
+  // first ("Bounds before bytes", engine/transport/bounds.h): a lane outside
+  // [0, capabilities().lanes), an empty batch, a zero or oversized length, a source range
+  // outside `source`, or a destination range not inside one peer region rejects the whole batch
+  // with InvalidArgument and nothing is written. NotFound for an unknown peer or region;
+  // FailedPrecondition after Close. On OK, `done` reports local completion.
+  virtual absl::Status PostWrites(PeerId peer, int lane, RegionId source,
+                                  absl::Span<const Write> writes, Completion done) = 0;
+
+  // Calls `done` once every batch posted earlier to `peer` on `lane` has landed at the peer:
+  // OK when all batches posted there since the previous Flush of that lane landed, otherwise
+  // the first of their failures. Same synchronous errors as PostWrites.
+  virtual absl::Status Flush(PeerId peer, int lane, Completion done) = 0;
+
+  // Forgets `peer`: its outstanding batches and flushes complete with kCancelled from the
+  // progress context (possibly after Disconnect returns) and its id becomes unknown. NotFound
+  // if unknown.
+  virtual absl::Status Disconnect(PeerId peer) = 0;
+
+  // Fails every outstanding completion with kCancelled, withdraws every registration (peers'
+  // writes into them fail with kUnavailable) and stops the progress context. When it returns,
+  // every completion has been called, unless Close was itself called from a completion.
+  // Idempotent; every later call but Close fails with FailedPrecondition. The destructor calls
+  // it.
+  virtual void Close() = 0;
+};
+
+}  // namespace kvrail::transport
+
+#endif  // KVRAIL_ENGINE_TRANSPORT_TRANSPORT_H_

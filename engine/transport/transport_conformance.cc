@@ -1,0 +1,531 @@
+#include "engine/transport/transport_conformance.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/transport/transport.h"
+#include "gtest/gtest.h"
+#include "proto/kvrail/v1/handshake.pb.h"
+
+namespace kvrail::transport {
+
+std::string TransportFactoryName(const testing::TestParamInfo<TransportFactory>& info) {
+  return info.param.name;
+}
+
+namespace {
+
+constexpr absl::Duration kPatience = absl::Seconds(60);
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Collects the completions of numbered operations: how often each was called, with what, and
+// from which thread.
+class Recorder {
+ public:
+  explicit Recorder(int operations) : calls_(operations, 0), statuses_(operations) {}
+
+  Completion Callback(int op) {
+    return [this, op](absl::Status status) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++calls_[op];
+      statuses_[op] = std::move(status);
+      threads_.push_back(std::this_thread::get_id());
+      order_.push_back(op);
+      changed_.notify_all();
+    };
+  }
+
+  // True once every operation has completed at least once.
+  bool WaitAll(absl::Duration timeout = kPatience) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] {
+      return std::all_of(calls_.begin(), calls_.end(), [](int c) { return c > 0; });
+    });
+  }
+
+  int calls(int op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_[op];
+  }
+  absl::Status status(int op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_[op];
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+  std::vector<int> order() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+
+ private:
+  // std::mutex, which TSan sees; Debian's absl::Mutex is not annotated for it.
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<int> calls_;
+  std::vector<absl::Status> statuses_;
+  std::vector<std::thread::id> threads_;
+  std::vector<int> order_;
+};
+
+// A deterministic byte pattern that differs at every 8-byte word.
+void FillPattern(std::vector<uint8_t>& bytes, uint64_t seed) {
+  uint64_t x = seed;
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    x += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    std::memcpy(&bytes[i], &z, 8);
+  }
+}
+
+// A completion for calls that are expected to fail, and so never call it.
+void Ignore(const absl::Status& /*status*/) {}
+
+bool AllZero(const std::vector<uint8_t>& bytes) {
+  return std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; });
+}
+
+uint64_t AddressOf(const std::vector<uint8_t>& bytes) {
+  return reinterpret_cast<uintptr_t>(bytes.data());
+}
+
+// A sender connected to a receiver, with one source and one destination region. The buffers
+// are declared first so that they outlive the transports.
+class Pair {
+ public:
+  Pair(const TransportFactory& factory, uint64_t source_bytes, uint64_t destination_bytes)
+      : source(source_bytes), destination(destination_bytes) {
+    FillPattern(source, 1);
+    sender = factory.make();
+    receiver = factory.make();
+    EXPECT_NE(sender, nullptr);
+    EXPECT_NE(receiver, nullptr);
+    source_region = sender->Register({source.data(), source.size()}).value();
+    destination_region = receiver->Register({destination.data(), destination.size()}).value();
+    peer = sender->Connect(receiver->LocalDescriptor().value()).value();
+  }
+
+  uint64_t destination_base() const { return AddressOf(destination); }
+
+  // Flushes `lane` and waits for it; the flush's status.
+  absl::Status FlushAndWait(int lane = 0) {
+    Recorder flush(1);
+    absl::Status posted = sender->Flush(peer, lane, flush.Callback(0));
+    if (!posted.ok()) return posted;
+    if (!flush.WaitAll()) return absl::DeadlineExceededError("flush never completed");
+    return flush.status(0);
+  }
+
+  std::vector<uint8_t> source;
+  std::vector<uint8_t> destination;
+  std::unique_ptr<Transport> sender;
+  std::unique_ptr<Transport> receiver;
+  RegionId source_region = 0;
+  RegionId destination_region = 0;
+  PeerId peer = 0;
+};
+
+TEST_P(TransportConformanceTest, CopiesPatterned64MiBRegionExactlyInManyBatchesOverAllLanes) {
+  constexpr uint64_t kBytes = 64 * kMiB;
+  constexpr uint64_t kSlice = uint64_t{64} << 10;
+  constexpr int kWritesPerBatch = 8;
+  Pair pair(GetParam(), kBytes, kBytes);
+  const int lanes = pair.sender->capabilities().lanes;
+  ASSERT_GE(lanes, 2);
+
+  // Slices in reverse order, batches striped over the lanes.
+  std::vector<Write> writes;
+  for (uint64_t offset = kBytes; offset > 0; offset -= kSlice) {
+    writes.push_back({offset - kSlice, pair.destination_base() + offset - kSlice, kSlice});
+  }
+  const int batches = static_cast<int>(writes.size()) / kWritesPerBatch;
+  ASSERT_GE(batches, 100);
+  Recorder recorder(batches + lanes);
+  for (int b = 0; b < batches; ++b) {
+    ASSERT_TRUE(pair.sender
+                    ->PostWrites(pair.peer, b % lanes, pair.source_region,
+                                 absl::MakeConstSpan(writes).subspan(size_t{kWritesPerBatch} * b,
+                                                                     kWritesPerBatch),
+                                 recorder.Callback(b))
+                    .ok());
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(pair.sender->Flush(pair.peer, lane, recorder.Callback(batches + lane)).ok());
+  }
+  ASSERT_TRUE(recorder.WaitAll());
+  for (int op = 0; op < batches + lanes; ++op) EXPECT_TRUE(recorder.status(op).ok()) << op;
+  EXPECT_EQ(std::memcmp(pair.source.data(), pair.destination.data(), kBytes), 0);
+}
+
+TEST_P(TransportConformanceTest, OutOfBoundsDestinationRejectsWholeBatchAndWritesNothing) {
+  Pair pair(GetParam(), 4096, 4096);
+  const uint64_t base = pair.destination_base();
+  // The third write ends one byte past the destination region.
+  const std::vector<Write> writes = {
+      {0, base, 1024}, {1024, base + 1024, 1024}, {2048, base + 3073, 1024}, {0, base, 8}};
+  Recorder recorder(1);
+  const absl::Status status =
+      pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, recorder.Callback(0));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("write 2 of 4"), absl::string_view::npos) << status;
+  EXPECT_TRUE(pair.FlushAndWait().ok());
+  EXPECT_EQ(recorder.calls(0), 0);
+  EXPECT_TRUE(AllZero(pair.destination));
+}
+
+TEST_P(TransportConformanceTest, DestinationBelowRegionRejectsBatch) {
+  Pair pair(GetParam(), 4096, 4096);
+  const std::vector<Write> writes = {{0, pair.destination_base() - 1, 16}};
+  const absl::Status status =
+      pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_TRUE(pair.FlushAndWait().ok());
+  EXPECT_TRUE(AllZero(pair.destination));
+}
+
+TEST_P(TransportConformanceTest, OutOfBoundsSourceRejectsWholeBatchAndWritesNothing) {
+  Pair pair(GetParam(), 4096, 8192);
+  const uint64_t base = pair.destination_base();
+  const std::vector<Write> writes = {{0, base, 1024}, {4000, base + 4096, 97}};
+  const absl::Status status =
+      pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("source"), absl::string_view::npos) << status;
+  EXPECT_TRUE(pair.FlushAndWait().ok());
+  EXPECT_TRUE(AllZero(pair.destination));
+}
+
+TEST_P(TransportConformanceTest, SourceOffsetThatWrapsPast2To64RejectsBatch) {
+  Pair pair(GetParam(), 4096, 4096);
+  const std::vector<Write> writes = {{UINT64_MAX - 7, pair.destination_base(), 16}};
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, ZeroLengthWriteRejectsWholeBatch) {
+  Pair pair(GetParam(), 4096, 4096);
+  const uint64_t base = pair.destination_base();
+  const std::vector<Write> writes = {{0, base, 16}, {16, base + 16, 0}};
+  const absl::Status status =
+      pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_TRUE(pair.FlushAndWait().ok());
+  EXPECT_TRUE(AllZero(pair.destination));
+}
+
+TEST_P(TransportConformanceTest, EmptyBatchIsRejected) {
+  Pair pair(GetParam(), 4096, 4096);
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer, 0, pair.source_region, {}, Ignore).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, UnknownPeerIsNotFound) {
+  Pair pair(GetParam(), 4096, 4096);
+  const std::vector<Write> writes = {{0, pair.destination_base(), 16}};
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer + 100, 0, pair.source_region, writes, Ignore).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(pair.sender->Flush(pair.peer + 100, 0, Ignore).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportConformanceTest, UnknownSourceRegionIsNotFound) {
+  Pair pair(GetParam(), 4096, 4096);
+  const std::vector<Write> writes = {{0, pair.destination_base(), 16}};
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer, 0, pair.source_region + 100, writes, Ignore).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportConformanceTest, LaneOutsideCapabilitiesIsRejected) {
+  Pair pair(GetParam(), 4096, 4096);
+  const int lanes = pair.sender->capabilities().lanes;
+  const std::vector<Write> writes = {{0, pair.destination_base(), 16}};
+  for (int lane : {-1, lanes}) {
+    EXPECT_EQ(pair.sender->PostWrites(pair.peer, lane, pair.source_region, writes, Ignore).code(),
+              absl::StatusCode::kInvalidArgument)
+        << lane;
+    EXPECT_EQ(pair.sender->Flush(pair.peer, lane, Ignore).code(),
+              absl::StatusCode::kInvalidArgument)
+        << lane;
+  }
+}
+
+TEST_P(TransportConformanceTest, WriteLongerThanMaxWriteBytesIsRejected) {
+  Pair pair(GetParam(), 4096, 4096);
+  const uint64_t max = pair.sender->capabilities().max_write_bytes;
+  ASSERT_LT(max, UINT64_MAX);
+  const std::vector<Write> writes = {{0, pair.destination_base(), max + 1}};
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, CompletionsAreCalledExactlyOnceAndNeverInline) {
+  constexpr int kBatches = 64;
+  Pair pair(GetParam(), uint64_t{64} << 10, uint64_t{64} << 10);
+  const int lanes = pair.sender->capabilities().lanes;
+  Recorder recorder(kBatches + 1);
+  for (int b = 0; b < kBatches; ++b) {
+    const std::vector<Write> writes = {{static_cast<uint64_t>(b) * 1024,
+                                        pair.destination_base() + static_cast<uint64_t>(b) * 1024,
+                                        1024}};
+    // A completion called inline would run before PostWrites returns, on this thread.
+    ASSERT_TRUE(
+        pair.sender
+            ->PostWrites(pair.peer, b % lanes, pair.source_region, writes, recorder.Callback(b))
+            .ok());
+  }
+  ASSERT_TRUE(pair.sender->Flush(pair.peer, 0, recorder.Callback(kBatches)).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  pair.sender->Close();  // every completion has been called by now; none may come again
+  for (int op = 0; op <= kBatches; ++op) {
+    EXPECT_EQ(recorder.calls(op), 1) << op;
+    EXPECT_TRUE(recorder.status(op).ok()) << op;
+  }
+  for (std::thread::id id : recorder.threads()) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+TEST_P(TransportConformanceTest, FlushCompletesAfterEveryEarlierBatchOfItsLane) {
+  constexpr int kBatches = 32;
+  Pair pair(GetParam(), 1 * kMiB, 1 * kMiB);
+  Recorder recorder(kBatches + 1);
+  for (int b = 0; b < kBatches; ++b) {
+    const std::vector<Write> writes = {{static_cast<uint64_t>(b) * 32768,
+                                        pair.destination_base() + static_cast<uint64_t>(b) * 32768,
+                                        32768}};
+    ASSERT_TRUE(
+        pair.sender->PostWrites(pair.peer, 1, pair.source_region, writes, recorder.Callback(b))
+            .ok());
+  }
+  ASSERT_TRUE(pair.sender->Flush(pair.peer, 1, recorder.Callback(kBatches)).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  const std::vector<int> order = recorder.order();
+  ASSERT_EQ(order.size(), kBatches + 1u);
+  EXPECT_EQ(order.back(), kBatches);
+  EXPECT_TRUE(recorder.status(kBatches).ok());
+  EXPECT_EQ(std::memcmp(pair.source.data(), pair.destination.data(), kMiB), 0);
+}
+
+TEST_P(TransportConformanceTest, CompletionMayPostMoreWork) {
+  Pair pair(GetParam(), 4096, 4096);
+  Recorder recorder(2);
+  const std::vector<Write> first = {{0, pair.destination_base(), 2048}};
+  const std::vector<Write> second = {{2048, pair.destination_base() + 2048, 2048}};
+  Completion then = recorder.Callback(1);
+  Completion first_done = recorder.Callback(0);
+  ASSERT_TRUE(
+      pair.sender
+          ->PostWrites(
+              pair.peer, 0, pair.source_region, first,
+              [&](absl::Status status) {
+                EXPECT_TRUE(
+                    pair.sender->PostWrites(pair.peer, 0, pair.source_region, second, then).ok());
+                first_done(std::move(status));
+              })
+          .ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  EXPECT_TRUE(recorder.status(0).ok());
+  EXPECT_TRUE(recorder.status(1).ok());
+  EXPECT_EQ(std::memcmp(pair.source.data(), pair.destination.data(), 4096), 0);
+}
+
+TEST_P(TransportConformanceTest, ConcurrentPostsFromSeveralThreadsAllLand) {
+  constexpr uint64_t kThreads = 4;
+  constexpr uint64_t kBatchesPerThread = 32;
+  constexpr uint64_t kChunk = 4096;
+  Pair pair(GetParam(), kThreads * kBatchesPerThread * kChunk,
+            kThreads * kBatchesPerThread * kChunk);
+  const int lanes = pair.sender->capabilities().lanes;
+  Recorder recorder(kThreads * kBatchesPerThread);
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (uint64_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t b = 0; b < kBatchesPerThread; ++b) {
+        const uint64_t op = t * kBatchesPerThread + b;
+        const std::vector<Write> writes = {
+            {op * kChunk, pair.destination_base() + op * kChunk, kChunk}};
+        EXPECT_TRUE(pair.sender
+                        ->PostWrites(pair.peer, static_cast<int>(t) % lanes, pair.source_region,
+                                     writes, recorder.Callback(static_cast<int>(op)))
+                        .ok());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_TRUE(recorder.WaitAll());
+  for (int lane = 0; lane < lanes; ++lane) EXPECT_TRUE(pair.FlushAndWait(lane).ok());
+  EXPECT_EQ(std::memcmp(pair.source.data(), pair.destination.data(), pair.source.size()), 0);
+}
+
+TEST_P(TransportConformanceTest, DescriptorVersionRisesOnEveryRegisterAndDeregister) {
+  std::unique_ptr<Transport> transport = GetParam().make();
+  std::vector<uint8_t> a(4096), b(4096);
+  const uint64_t v0 = transport->LocalDescriptor().value().version();
+  const RegionId ra = transport->Register({a.data(), a.size()}).value();
+  const uint64_t v1 = transport->LocalDescriptor().value().version();
+  const RegionId rb = transport->Register({b.data(), b.size()}).value();
+  const uint64_t v2 = transport->LocalDescriptor().value().version();
+  ASSERT_TRUE(transport->Deregister(ra).ok());
+  const uint64_t v3 = transport->LocalDescriptor().value().version();
+  ASSERT_TRUE(transport->Deregister(rb).ok());
+  const uint64_t v4 = transport->LocalDescriptor().value().version();
+  EXPECT_LT(v0, v1);
+  EXPECT_LT(v1, v2);
+  EXPECT_LT(v2, v3);
+  EXPECT_LT(v3, v4);
+  EXPECT_EQ(transport->LocalDescriptor().value().version(), v4);  // reading changes nothing
+}
+
+TEST_P(TransportConformanceTest, DescriptorListsLanesAndRegisteredRegions) {
+  std::unique_ptr<Transport> transport = GetParam().make();
+  std::vector<uint8_t> a(4096), b(8192);
+  ASSERT_TRUE(transport->Register({a.data(), a.size()}).ok());
+  ASSERT_TRUE(transport->Register({b.data(), b.size()}).ok());
+  const v1::HandshakeDescriptor descriptor = transport->LocalDescriptor().value();
+  EXPECT_EQ(descriptor.lanes_size(), transport->capabilities().lanes);
+  ASSERT_EQ(descriptor.regions_size(), 2);
+  EXPECT_EQ(descriptor.regions(0).base(), AddressOf(a));
+  EXPECT_EQ(descriptor.regions(0).length(), a.size());
+  EXPECT_EQ(descriptor.regions(1).base(), AddressOf(b));
+  EXPECT_EQ(descriptor.regions(1).length(), b.size());
+  EXPECT_FALSE(descriptor.regions(0).remote_key().empty());
+  EXPECT_EQ(descriptor.regions(0).memory_kind(), v1::MEMORY_KIND_HOST);
+}
+
+TEST_P(TransportConformanceTest, DeregisterOfUnknownRegionIsNotFound) {
+  std::unique_ptr<Transport> transport = GetParam().make();
+  EXPECT_EQ(transport->Deregister(12345).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportConformanceTest, RegisterRejectsEmptyAndOverlappingRegions) {
+  std::unique_ptr<Transport> transport = GetParam().make();
+  std::vector<uint8_t> bytes(8192);
+  EXPECT_EQ(transport->Register({bytes.data(), 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(transport->Register({nullptr, 16}).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(transport->Register({bytes.data() + 1024, 4096}).ok());
+  EXPECT_EQ(transport->Register({bytes.data(), 1025}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(transport->Register({bytes.data() + 5119, 16}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(transport->Register({bytes.data(), 1024}).ok());  // adjacent is fine
+  EXPECT_TRUE(transport->Register({bytes.data() + 5120, 16}).ok());
+}
+
+TEST_P(TransportConformanceTest, WriteIntoDeregisteredRemoteRegionFailsUnavailable) {
+  Pair pair(GetParam(), 4096, 4096);
+  const uint64_t base = pair.destination_base();
+  ASSERT_TRUE(pair.receiver->Deregister(pair.destination_region).ok());
+  // The sender still holds the old descriptor. Free the bytes so that ASan sees any write.
+  pair.destination.clear();
+  pair.destination.shrink_to_fit();
+  Recorder recorder(1);
+  const std::vector<Write> writes = {{0, base, 4096}};
+  ASSERT_TRUE(
+      pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, recorder.Callback(0)).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  EXPECT_EQ(recorder.status(0).code(), absl::StatusCode::kUnavailable) << recorder.status(0);
+}
+
+TEST_P(TransportConformanceTest, WriteIntoClosedPeerFailsUnavailable) {
+  Pair pair(GetParam(), 4096, 4096);
+  pair.receiver->Close();
+  Recorder recorder(2);
+  const std::vector<Write> writes = {{0, pair.destination_base(), 4096}};
+  ASSERT_TRUE(
+      pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, recorder.Callback(0)).ok());
+  ASSERT_TRUE(pair.sender->Flush(pair.peer, 0, recorder.Callback(1)).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  EXPECT_EQ(recorder.status(0).code(), absl::StatusCode::kUnavailable) << recorder.status(0);
+  EXPECT_FALSE(recorder.status(1).ok());  // a flush after a lost batch does not claim it landed
+  EXPECT_TRUE(AllZero(pair.destination));
+}
+
+TEST_P(TransportConformanceTest, CloseWithOutstandingOperationsCompletesEachOnceAndReturns) {
+  constexpr int kBatches = 256;
+  constexpr uint64_t kChunk = uint64_t{256} << 10;
+  Pair pair(GetParam(), kChunk, kBatches * kChunk);
+  const int lanes = pair.sender->capabilities().lanes;
+  Recorder recorder(kBatches + lanes);
+  for (int b = 0; b < kBatches; ++b) {
+    const std::vector<Write> writes = {{0, pair.destination_base() + b * kChunk, kChunk}};
+    ASSERT_TRUE(
+        pair.sender
+            ->PostWrites(pair.peer, b % lanes, pair.source_region, writes, recorder.Callback(b))
+            .ok());
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(pair.sender->Flush(pair.peer, lane, recorder.Callback(kBatches + lane)).ok());
+  }
+  pair.sender->Close();
+  // Close returned: every completion has been called, each once, as OK or as cancelled.
+  for (int op = 0; op < kBatches + lanes; ++op) {
+    EXPECT_EQ(recorder.calls(op), 1) << op;
+    const absl::StatusCode code = recorder.status(op).code();
+    EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled) << op;
+  }
+}
+
+TEST_P(TransportConformanceTest, CloseIsIdempotentAndLaterCallsFailPrecondition) {
+  Pair pair(GetParam(), 4096, 4096);
+  pair.sender->Close();
+  pair.sender->Close();
+  const std::vector<Write> writes = {{0, pair.destination_base(), 16}};
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pair.sender->Flush(pair.peer, 0, Ignore).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<uint8_t> more(16);
+  EXPECT_EQ(pair.sender->Register({more.data(), more.size()}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pair.sender->LocalDescriptor().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pair.sender->Connect(pair.receiver->LocalDescriptor().value()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(TransportConformanceTest, DisconnectedPeerIsUnknown) {
+  Pair pair(GetParam(), 4096, 4096);
+  ASSERT_TRUE(pair.sender->Disconnect(pair.peer).ok());
+  EXPECT_EQ(pair.sender->Disconnect(pair.peer).code(), absl::StatusCode::kNotFound);
+  const std::vector<Write> writes = {{0, pair.destination_base(), 16}};
+  EXPECT_EQ(pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, Ignore).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportConformanceTest, ConnectRejectsAnotherTransportsDescriptor) {
+  Pair pair(GetParam(), 4096, 4096);
+  v1::HandshakeDescriptor descriptor = pair.receiver->LocalDescriptor().value();
+  descriptor.set_transport(descriptor.transport() == v1::TRANSPORT_KIND_VERBS
+                               ? v1::TRANSPORT_KIND_UCX
+                               : v1::TRANSPORT_KIND_VERBS);
+  EXPECT_EQ(pair.sender->Connect(descriptor).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, ConnectRejectsOverlappingRegions) {
+  Pair pair(GetParam(), 4096, 4096);
+  v1::HandshakeDescriptor descriptor = pair.receiver->LocalDescriptor().value();
+  *descriptor.add_regions() = descriptor.regions(0);
+  EXPECT_EQ(pair.sender->Connect(descriptor).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, ConnectRejectsDescriptorWithoutLanes) {
+  Pair pair(GetParam(), 4096, 4096);
+  v1::HandshakeDescriptor descriptor = pair.receiver->LocalDescriptor().value();
+  descriptor.clear_lanes();
+  EXPECT_EQ(pair.sender->Connect(descriptor).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvrail::transport
