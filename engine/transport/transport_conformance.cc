@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "engine/transport/completion_recorder.h"
 #include "engine/transport/transport.h"
 #include "gtest/gtest.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -25,60 +26,7 @@ std::string TransportFactoryName(const testing::TestParamInfo<TransportFactory>&
 
 namespace {
 
-constexpr absl::Duration kPatience = absl::Seconds(60);
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-// Collects the completions of numbered operations: how often each was called, with what, and
-// from which thread.
-class Recorder {
- public:
-  explicit Recorder(int operations) : calls_(operations, 0), statuses_(operations) {}
-
-  Completion Callback(int op) {
-    return [this, op](absl::Status status) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++calls_[op];
-      statuses_[op] = std::move(status);
-      threads_.push_back(std::this_thread::get_id());
-      order_.push_back(op);
-      changed_.notify_all();
-    };
-  }
-
-  // True once every operation has completed at least once.
-  bool WaitAll(absl::Duration timeout = kPatience) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] {
-      return std::all_of(calls_.begin(), calls_.end(), [](int c) { return c > 0; });
-    });
-  }
-
-  int calls(int op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return calls_[op];
-  }
-  absl::Status status(int op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return statuses_[op];
-  }
-  std::vector<std::thread::id> threads() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return threads_;
-  }
-  std::vector<int> order() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return order_;
-  }
-
- private:
-  // std::mutex, which TSan sees; Debian's absl::Mutex is not annotated for it.
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::vector<int> calls_;
-  std::vector<absl::Status> statuses_;
-  std::vector<std::thread::id> threads_;
-  std::vector<int> order_;
-};
 
 // A deterministic byte pattern that differs at every 8-byte word.
 void FillPattern(std::vector<uint8_t>& bytes, uint64_t seed) {

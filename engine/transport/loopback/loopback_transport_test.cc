@@ -15,52 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/transport/completion_recorder.h"
 #include "engine/transport/transport.h"
 #include "gtest/gtest.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
 namespace kvrail::transport {
 namespace {
-
-constexpr absl::Duration kPatience = absl::Seconds(60);
-
-// Completion statuses of numbered operations, each expected once.
-class Recorder {
- public:
-  explicit Recorder(int operations) : calls_(operations, 0), statuses_(operations) {}
-
-  Completion Callback(int op) {
-    return [this, op](absl::Status status) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++calls_[op];
-      statuses_[op] = std::move(status);
-      changed_.notify_all();
-    };
-  }
-
-  bool WaitAll(absl::Duration timeout = kPatience) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] {
-      return std::all_of(calls_.begin(), calls_.end(), [](int c) { return c > 0; });
-    });
-  }
-
-  int calls(int op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return calls_[op];
-  }
-  absl::Status status(int op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return statuses_[op];
-  }
-
- private:
-  // std::mutex, which TSan sees; Debian's absl::Mutex is not annotated for it.
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::vector<int> calls_;
-  std::vector<absl::Status> statuses_;
-};
 
 std::unique_ptr<LoopbackTransport> MakeTransport(int lanes = 2) {
   return LoopbackTransport::Create({.lanes = lanes}).value();

@@ -1,0 +1,130 @@
+// The UCX backend (engine/transport/transport.h): one ucp_context per transport, one ucp_worker
+// per lane, ucp_put_nbx for writes and ucp_ep_flush_nbx for Flush.
+//
+// Threading: UCX workers are created UCS_THREAD_MODE_SERIALIZED and every UCX call, ours and
+// the progress thread's ucp_worker_progress, runs under the transport's one mutex. UCX request
+// callbacks therefore run with that mutex held; they only move finished completions onto a
+// ready list, which the progress thread delivers with no lock held.
+//
+// UCX 1.13 emulates puts into user memory over active messages (docs MACHINE-NOTES), so the
+// TARGET transport's progress thread must run for a write to land: it always does while the
+// transport is open.
+//
+// Known limits (UCX, not this code): a write into a region the peer has deregistered is not
+// detected, because UCX's software put handler at the target copies to the address without
+// checking it against a registration; and over shared memory in one process a closed peer is
+// never reported dead (UCX's keepalive checks the peer's pid, which is alive). See
+// ucx_conformance_test and its BUILD target.
+#ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
+#define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/transport/bounds.h"
+#include "engine/transport/transport.h"
+#include "proto/kvrail/v1/handshake.pb.h"
+
+namespace kvrail::transport {
+
+struct UcxOptions {
+  int lanes = 2;
+  // Written to UCX's TLS setting as given ("sm,self", "tcp", ...); empty keeps UCX's default
+  // (or the UCX_TLS environment variable).
+  std::string tls;
+  // Written to UCX's NET_DEVICES setting as given ("lo" for tcp on loopback); empty keeps the
+  // default.
+  std::string net_devices;
+  uint64_t max_write_bytes = uint64_t{16} << 20;
+  uint64_t max_inflight_bytes_per_endpoint = uint64_t{64} << 20;
+};
+
+namespace ucx_internal {
+struct Op;
+struct PeerState;
+struct RegionState;
+}  // namespace ucx_internal
+
+class UcxTransport final : public Transport {
+ public:
+  // InvalidArgument for lanes < 1 or max_write_bytes == 0; Unavailable (with UCX's status
+  // string) when UCX cannot create the context or a worker. Starts the progress thread.
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(const UcxOptions& options);
+
+  ~UcxTransport() override;
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  const Capabilities& capabilities() const override { return capabilities_; }
+  absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
+  absl::Status Deregister(RegionId region) override;
+  absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override;
+  absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& peer) override;
+  absl::Status PostWrites(PeerId peer, int lane, RegionId source, absl::Span<const Write> writes,
+                          Completion done) override;
+  absl::Status Flush(PeerId peer, int lane, Completion done) override;
+  absl::Status Disconnect(PeerId peer) override;
+  void Close() override;
+
+ private:
+  struct Ready {
+    Completion done;
+    absl::Status status;
+  };
+
+  UcxTransport(const UcxOptions& options);
+  absl::Status Init(const UcxOptions& options);
+
+  void RunProgress();
+  // Everything below with a `Locked` suffix needs mu_ held.
+  void FinishLocked(ucx_internal::Op* op, absl::Status status);
+  void ClosePeerLocked(ucx_internal::PeerState& peer, const char* why);
+  void TeardownLocked(std::unique_lock<std::mutex>& lock);
+  absl::StatusOr<std::shared_ptr<ucx_internal::PeerState>> FindPeerLocked(PeerId peer,
+                                                                          int lane) const;
+  bool OnProgressThread() const { return std::this_thread::get_id() == progress_id_; }
+
+  static void OnPutDone(void* request, int /*ucs_status_t*/ status, void* user_data);
+
+  Capabilities capabilities_;
+
+  // UCX handles: created in Init, destroyed by the progress thread at Close (workers) and by
+  // the destructor (context).
+  void* context_ = nullptr;               // ucp_context_h
+  std::vector<void*> workers_;            // ucp_worker_h per lane
+  std::vector<std::string> addresses_;    // ucp_worker_get_address bytes per lane
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  // Guarded by mu_:
+  bool closed_ = false;     // Close was called: no new work
+  bool torn_down_ = false;  // the progress thread released every UCX resource but the context
+  uint64_t version_ = 1;
+  RegionId next_region_ = 1;
+  PeerId next_peer_ = 1;
+  std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
+  std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
+  std::deque<Ready> ready_;
+  std::vector<void*> closing_;                          // ucp_ep_close_nbx requests
+  std::vector<std::shared_ptr<ucx_internal::PeerState>> closing_peers_;  // alive until closed
+  bool kick_ = false;  // new work: the progress thread should spin, not sleep
+
+  std::mutex join_mu_;
+  std::thread progress_;
+  std::thread::id progress_id_;
+};
+
+}  // namespace kvrail::transport
+
+#endif  // KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
