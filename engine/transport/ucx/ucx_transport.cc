@@ -53,6 +53,14 @@ struct PeerState {
   std::vector<Op*> ops;                         // undelivered
   bool disconnected = false;
   explicit PeerState(RemoteRegions r) : regions(std::move(r)) {}
+  // Runs under the transport's mutex (every owner drops it there), before the workers go.
+  ~PeerState() {
+    for (auto& lane : rkeys) {
+      for (ucp_rkey_h rkey : lane) {
+        if (rkey != nullptr) ucp_rkey_destroy(rkey);
+      }
+    }
+  }
 };
 
 // What an endpoint's error handler needs.
@@ -83,6 +91,27 @@ using ucx_internal::FromUcs;
 using ucx_internal::Ucs;
 
 namespace {
+
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
+// ucp_worker_progress, where UCX's emulated puts copy peers' bytes into our registered memory.
+// Under ThreadSanitizer those copies are ignored: the reader (the application, after a Flush
+// completed on the initiator) is ordered after them only through UCX's uninstrumented shared
+// memory or socket acknowledgements, which TSan cannot see, so every landed byte would be a
+// false race. Our own state touched in UCX callbacks is guarded by mu_, held around this call.
+unsigned ProgressWorker(void* worker) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_begin();
+#endif
+  const unsigned events = ucp_worker_progress(static_cast<ucp_worker_h>(worker));
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_end();
+#endif
+  return events;
+}
 
 // Error handler for every endpoint: arg is the PeerState, lane found by matching the endpoint.
 void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -151,6 +180,8 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
     return FromUcs(s, absl::StrFormat("ucx: ucp_init with tls \"%s\"", options.tls));
   }
   context_ = context;
+  // UCX 1.13 has no peer-failure handler on shared memory; tcp has one.
+  peer_errors_ = options.tls.empty() || options.tls.find("tcp") != std::string::npos;
   for (int lane = 0; lane < options.lanes; ++lane) {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -286,11 +317,18 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = OnEndpointError;
     ep.err_handler.arg = state.get();
+    // Peer-failure handling where the transports support it (tcp); shared memory has no peer
+    // failure handler in UCX 1.13, so it falls back, once per transport, to no error handling.
+    ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ucs_status_t s = ucp_ep_create(static_cast<ucp_worker_h>(workers_[lane]), &ep,
                                    &state->eps[lane]);
+    if (s == UCS_ERR_UNREACHABLE && peer_errors_) {
+      peer_errors_ = false;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      s = ucp_ep_create(static_cast<ucp_worker_h>(workers_[lane]), &ep, &state->eps[lane]);
+    }
     if (s != UCS_OK) {
       state->eps[lane] = nullptr;
       failure = absl::UnavailableError(absl::StrFormat(
@@ -309,6 +347,30 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
             r, Ucs(s)));
         break;
       }
+    }
+  }
+  // Finish UCX's wireup now, with a bounded wait, so that an unreachable peer is reported here
+  // and no wireup message is left pending when either side's worker is destroyed (UCX 1.13
+  // asserts on a pending wireup reply at ucp_worker_destroy).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int lane = 0; lane < lanes && failure.ok(); ++lane) {
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->eps[lane], &param);
+    ucs_status_t s = UCS_OK;
+    if (UCS_PTR_IS_ERR(request)) {
+      s = UCS_PTR_STATUS(request);
+    } else if (request != nullptr) {
+      while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < deadline) {
+        ProgressWorker(workers_[lane]);
+      }
+      ucp_request_free(request);  // released by UCX when it completes, if it has not
+      if (s == UCS_INPROGRESS) s = UCS_ERR_TIMED_OUT;
+    }
+    if (s != UCS_OK) {
+      failure = absl::UnavailableError(absl::StrFormat(
+          "peer descriptor: lane %d: the peer's worker could not be reached (wireup flush: %s)",
+          lane, Ucs(s)));
     }
   }
   if (!failure.ok()) {
@@ -432,6 +494,18 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     }
     ++op->requests;
   }
+  if (op->status.ok()) {
+    // The conformance suite reads the destination once a batch completes, so a batch completes
+    // when its puts have landed (stronger than the contract's local completion): an endpoint
+    // flush, posted behind the puts, is the batch's last request.
+    ucs_status_ptr_t request = ucp_ep_flush_nbx(state.eps[lane], &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      op->status = absl::UnavailableError(absl::StrFormat(
+          "%s: ucp_ep_flush_nbx after the puts: %s", context, Ucs(UCS_PTR_STATUS(request))));
+    } else if (request != nullptr) {
+      ++op->requests;
+    }
+  }
   if (op->requests == 0) FinishLocked(op, op->status);
   return absl::OkStatus();
 }
@@ -491,15 +565,17 @@ void UcxTransport::ClosePeerLocked(PeerState& peer, const char* why) {
                          "%s to peer %d lane %d: %s before it completed",
                          op->flush ? "flush" : "batch", peer.id, op->lane, why)));
   }
+  // A flushing close, not UCP_EP_CLOSE_FLAG_FORCE: UCX 1.13 aborts the TARGET process
+  // ("ucp_request.inl: Fatal: unexpected error: Endpoint timeout" in ucp_put_handler) when the
+  // initiator force-closes while emulated puts are still arriving, because the target's put
+  // acknowledgement then fails. The user's completions were cancelled above; UCX finishes the
+  // puts already posted, and a dead peer fails the flush (tcp) or the wait in Teardown ends it.
+  // The rkeys are destroyed with the PeerState, once the endpoints are closed.
   for (size_t lane = 0; lane < peer.eps.size(); ++lane) {
-    for (ucp_rkey_h& rkey : peer.rkeys[lane]) {
-      if (rkey != nullptr) ucp_rkey_destroy(rkey);
-      rkey = nullptr;
-    }
     if (peer.eps[lane] == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = 0;
     ucs_status_ptr_t request = ucp_ep_close_nbx(peer.eps[lane], &param);
     peer.eps[lane] = nullptr;
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing_.push_back(request);
@@ -533,7 +609,7 @@ void UcxTransport::TeardownLocked(std::unique_lock<std::mutex>& lock) {
   // Force-closed endpoints finish after a little progress.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!closing_.empty() && std::chrono::steady_clock::now() < deadline) {
-    for (void* worker : workers_) ucp_worker_progress(static_cast<ucp_worker_h>(worker));
+    for (void* worker : workers_) ProgressWorker(worker);
     closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
                                   [](void* request) {
                                     if (ucp_request_check_status(request) == UCS_INPROGRESS) {
@@ -545,6 +621,12 @@ void UcxTransport::TeardownLocked(std::unique_lock<std::mutex>& lock) {
                    closing_.end());
   }
   closing_peers_.clear();
+  // Let messages in flight (wireup, acknowledgements of peers' puts) drain before the workers go.
+  for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
+    unsigned events = 0;
+    for (void* worker : workers_) events += ProgressWorker(worker);
+    quiet = events == 0 ? quiet + 1 : 0;
+  }
   for (auto& [id, region] : regions_) {
     ucp_mem_unmap(static_cast<ucp_context_h>(context_), region->memh);
   }
@@ -562,7 +644,7 @@ void UcxTransport::RunProgress() {
     if (closed_ && !torn_down_) TeardownLocked(lock);
     unsigned events = 0;
     if (!torn_down_) {
-      for (void* worker : workers_) events += ucp_worker_progress(static_cast<ucp_worker_h>(worker));
+      for (void* worker : workers_) events += ProgressWorker(worker);
       if (!closing_.empty()) {
         closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
                                       [](void* request) {

@@ -118,6 +118,7 @@ class UcxTransport final : public Transport {
   std::deque<Ready> ready_;
   std::vector<void*> closing_;                          // ucp_ep_close_nbx requests
   std::vector<std::shared_ptr<ucx_internal::PeerState>> closing_peers_;  // alive until closed
+  bool peer_errors_ = true;  // endpoints ask UCX for peer-failure handling
   bool kick_ = false;  // new work: the progress thread should spin, not sleep
 
   std::mutex join_mu_;

@@ -1,0 +1,183 @@
+// UCX-specific behaviour of UcxTransport; the shared contract is in ucx_conformance_test.
+#include "engine/transport/ucx/ucx_transport.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/transport/transport.h"
+#include "gtest/gtest.h"
+#include "proto/kvrail/v1/handshake.pb.h"
+
+namespace kvrail::transport {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+UcxOptions Sm() { return {.lanes = 2, .tls = "sm,self", .max_write_bytes = 4 * kMiB}; }
+UcxOptions Tcp() {
+  return {.lanes = 2, .tls = "tcp", .net_devices = "lo", .max_write_bytes = 4 * kMiB};
+}
+
+// Counts completions and remembers the first failure.
+class Waiter {
+ public:
+  Completion Callback() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++expected_;
+    }
+    return [this](absl::Status status) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++done_;
+      if (!status.ok() && first_error_.ok()) first_error_ = status;
+      changed_.notify_all();
+    };
+  }
+  // The first failure, once every callback handed out has been called.
+  absl::Status Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!changed_.wait_for(lock, std::chrono::seconds(120), [this] { return done_ == expected_; })) {
+      return absl::DeadlineExceededError("completions never came");
+    }
+    return first_error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int expected_ = 0;
+  int done_ = 0;
+  absl::Status first_error_;
+};
+
+void Fill(std::vector<uint8_t>& bytes, uint64_t seed) {
+  uint64_t x = seed;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    bytes[i] = static_cast<uint8_t>(x >> 56);
+  }
+}
+
+TEST(UcxTransportTest, CreateRejectsBadOptions) {
+  EXPECT_EQ(UcxTransport::Create({.lanes = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(UcxTransport::Create({.max_write_bytes = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UcxTransportTest, UnknownTlsIsAnErrorNamingIt) {
+  auto transport = UcxTransport::Create({.tls = "no_such_transport"});
+  ASSERT_FALSE(transport.ok());
+  EXPECT_NE(transport.status().message().find("no_such_transport"), std::string::npos)
+      << transport.status();
+}
+
+TEST(UcxTransportTest, ReportsItsCapabilities) {
+  auto transport = UcxTransport::Create(Sm()).value();
+  const Capabilities& caps = transport->capabilities();
+  EXPECT_EQ(caps.name, "ucx");
+  EXPECT_EQ(caps.lanes, 2);
+  EXPECT_TRUE(caps.one_sided);
+  EXPECT_FALSE(caps.gpu_memory);
+  EXPECT_EQ(caps.max_write_bytes, 4 * kMiB);
+}
+
+TEST(UcxTransportTest, DescriptorCarriesWorkerAddressesAndPackedRkeys) {
+  auto transport = UcxTransport::Create(Sm()).value();
+  std::vector<uint8_t> a(4096), b(8192);
+  ASSERT_TRUE(transport->Register({a.data(), a.size()}).ok());
+  ASSERT_TRUE(transport->Register({b.data(), b.size()}).ok());
+  const v1::HandshakeDescriptor d = transport->LocalDescriptor().value();
+  EXPECT_EQ(d.transport(), v1::TRANSPORT_KIND_UCX);
+  ASSERT_EQ(d.lanes_size(), 2);
+  EXPECT_FALSE(d.lanes(0).address().empty());
+  EXPECT_NE(d.lanes(0).address(), d.lanes(1).address());  // one worker per lane
+  ASSERT_EQ(d.regions_size(), 2);
+  EXPECT_GT(d.regions(0).remote_key().size(), 8u);  // a ucp_rkey_pack buffer, not a handle
+  EXPECT_FALSE(d.regions(1).remote_key().empty());
+}
+
+TEST(UcxTransportTest, ConnectRejectsGarbageRemoteKey) {
+  auto sender = UcxTransport::Create(Sm()).value();
+  auto receiver = UcxTransport::Create(Sm()).value();
+  std::vector<uint8_t> bytes(4096);
+  ASSERT_TRUE(receiver->Register({bytes.data(), bytes.size()}).ok());
+  v1::HandshakeDescriptor d = receiver->LocalDescriptor().value();
+  d.mutable_regions(0)->set_remote_key("");
+  EXPECT_EQ(sender->Connect(d).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Copies 64 MiB in 1 MiB puts over `options`, keeping at most `window` bytes in flight per lane
+// (tcp collapses with many large puts outstanding), and checks every byte.
+void Copy64MiB(const UcxOptions& options, uint64_t window) {
+  constexpr uint64_t kBytes = 64 * kMiB;
+  constexpr uint64_t kSlice = 1 * kMiB;
+  std::vector<uint8_t> source(kBytes), destination(kBytes, 0);
+  Fill(source, 7);
+  auto sender = UcxTransport::Create(options).value();
+  auto receiver = UcxTransport::Create(options).value();
+  const RegionId src = sender->Register({source.data(), source.size()}).value();
+  ASSERT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
+  const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
+  const uint64_t base = reinterpret_cast<uintptr_t>(destination.data());
+  const int lanes = sender->capabilities().lanes;
+  uint64_t offset = 0;
+  while (offset < kBytes) {
+    Waiter round;
+    for (int lane = 0; lane < lanes && offset < kBytes; ++lane) {
+      std::vector<Write> writes;
+      for (uint64_t bytes = 0; bytes < window && offset < kBytes; bytes += kSlice) {
+        writes.push_back({offset, base + offset, kSlice});
+        offset += kSlice;
+      }
+      ASSERT_TRUE(sender->PostWrites(peer, lane, src, writes, round.Callback()).ok());
+      ASSERT_TRUE(sender->Flush(peer, lane, round.Callback()).ok());
+    }
+    ASSERT_TRUE(round.Wait().ok());
+  }
+  EXPECT_EQ(std::memcmp(source.data(), destination.data(), kBytes), 0);
+}
+
+TEST(UcxTransportTest, Copies64MiBPatternedExactlyOverSharedMemory) { Copy64MiB(Sm(), 16 * kMiB); }
+
+TEST(UcxTransportTest, Copies64MiBPatternedExactlyOverTcp) { Copy64MiB(Tcp(), 4 * kMiB); }
+
+TEST(UcxTransportTest, DisconnectCancelsOutstandingWorkAndLaterWorkIsNotFound) {
+  // The buffers outlive the transports: puts already on the wire still land after Disconnect.
+  std::vector<uint8_t> source(16 * kMiB), destination(16 * kMiB);
+  auto sender = UcxTransport::Create(Tcp()).value();
+  auto receiver = UcxTransport::Create(Tcp()).value();
+  const RegionId src = sender->Register({source.data(), source.size()}).value();
+  ASSERT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
+  const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
+  const uint64_t base = reinterpret_cast<uintptr_t>(destination.data());
+  std::mutex mu;
+  std::vector<absl::StatusCode> codes;
+  for (uint64_t i = 0; i < 16; ++i) {
+    const std::vector<Write> writes = {{i * kMiB, base + i * kMiB, kMiB}};
+    ASSERT_TRUE(sender
+                    ->PostWrites(peer, 0, src, writes,
+                                 [&](absl::Status s) {
+                                   std::lock_guard<std::mutex> lock(mu);
+                                   codes.push_back(s.code());
+                                 })
+                    .ok());
+  }
+  ASSERT_TRUE(sender->Disconnect(peer).ok());
+  sender->Close();  // every completion has been called
+  ASSERT_EQ(codes.size(), 16u);
+  for (absl::StatusCode code : codes) {
+    EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled)
+        << static_cast<int>(code);
+  }
+}
+
+}  // namespace
+}  // namespace kvrail::transport
