@@ -46,11 +46,11 @@ struct Op {
 struct PeerState {
   PeerId id = 0;
   RemoteRegions regions;
-  std::vector<ucp_ep_h> eps;                    // per local lane
-  std::vector<std::vector<ucp_rkey_h>> rkeys;   // [lane][descriptor region index]
-  std::vector<absl::Status> lane_errors;        // first failure since the lane's last Flush
-  std::vector<ucs_status_t> lane_failed;        // set by UCX's error handler
-  std::vector<Op*> ops;                         // undelivered
+  std::vector<ucp_ep_h> eps;                   // per local lane
+  std::vector<std::vector<ucp_rkey_h>> rkeys;  // [lane][descriptor region index]
+  std::vector<absl::Status> lane_errors;       // first failure since the lane's last Flush
+  std::vector<ucs_status_t> lane_failed;       // set by UCX's error handler
+  std::vector<Op*> ops;                        // undelivered
   bool disconnected = false;
   explicit PeerState(RemoteRegions r) : regions(std::move(r)) {}
   // Runs under the transport's mutex (every owner drops it there), before the workers go.
@@ -83,11 +83,11 @@ absl::Status FromUcs(ucs_status_t status, const std::string& context) {
 }  // namespace
 }  // namespace ucx_internal
 
+using ucx_internal::FromUcs;
 using ucx_internal::LaneRef;
 using ucx_internal::Op;
 using ucx_internal::PeerState;
 using ucx_internal::RegionState;
-using ucx_internal::FromUcs;
 using ucx_internal::Ucs;
 
 namespace {
@@ -158,10 +158,11 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "ucx: ucp_config_read");
-  if (!options.tls.empty() && (s = ucp_config_modify(config, "TLS", options.tls.c_str())) != UCS_OK) {
+  if (!options.tls.empty() &&
+      (s = ucp_config_modify(config, "TLS", options.tls.c_str())) != UCS_OK) {
     ucp_config_release(config);
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ucx options: tls \"%s\" was rejected by UCX: %s", options.tls, Ucs(s)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ucx options: tls \"%s\" was rejected by UCX: %s", options.tls, Ucs(s)));
   }
   if (!options.net_devices.empty() &&
       (s = ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str())) != UCS_OK) {
@@ -322,8 +323,8 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     // Peer-failure handling where the transports support it (tcp); shared memory has no peer
     // failure handler in UCX 1.13, so it falls back, once per transport, to no error handling.
     ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ucs_status_t s = ucp_ep_create(static_cast<ucp_worker_h>(workers_[lane]), &ep,
-                                   &state->eps[lane]);
+    ucs_status_t s =
+        ucp_ep_create(static_cast<ucp_worker_h>(workers_[lane]), &ep, &state->eps[lane]);
     if (s == UCS_ERR_UNREACHABLE && peer_errors_) {
       peer_errors_ = false;
       ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
@@ -331,9 +332,9 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     }
     if (s != UCS_OK) {
       state->eps[lane] = nullptr;
-      failure = absl::UnavailableError(absl::StrFormat(
-          "peer descriptor: lane %d: ucp_ep_create to peer lane %d failed: %s", lane, remote_lane,
-          Ucs(s)));
+      failure = absl::UnavailableError(
+          absl::StrFormat("peer descriptor: lane %d: ucp_ep_create to peer lane %d failed: %s",
+                          lane, remote_lane, Ucs(s)));
       break;
     }
     for (int r = 0; r < peer.regions_size(); ++r) {
@@ -484,9 +485,9 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
                                            w.remote_address, state.rkeys[lane][index], &param);
     if (request == nullptr) continue;
     if (UCS_PTR_IS_ERR(request)) {
-      op->status = FromUcs(UCS_PTR_STATUS(request),
-                           absl::StrFormat("%s: write %d of %d: ucp_put_nbx", context, i,
-                                           writes.size()));
+      op->status =
+          FromUcs(UCS_PTR_STATUS(request),
+                  absl::StrFormat("%s: write %d of %d: ucp_put_nbx", context, i, writes.size()));
       if (op->status.code() == absl::StatusCode::kCancelled) {
         op->status = absl::UnavailableError(op->status.message());
       }
@@ -500,8 +501,8 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     // flush, posted behind the puts, is the batch's last request.
     ucs_status_ptr_t request = ucp_ep_flush_nbx(state.eps[lane], &param);
     if (UCS_PTR_IS_ERR(request)) {
-      op->status = absl::UnavailableError(absl::StrFormat(
-          "%s: ucp_ep_flush_nbx after the puts: %s", context, Ucs(UCS_PTR_STATUS(request))));
+      op->status = absl::UnavailableError(absl::StrFormat("%s: ucp_ep_flush_nbx after the puts: %s",
+                                                          context, Ucs(UCS_PTR_STATUS(request))));
     } else if (request != nullptr) {
       ++op->requests;
     }
@@ -547,8 +548,8 @@ absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
   } else if (UCS_PTR_IS_ERR(request)) {
     absl::Status result = std::exchange(state.lane_errors[lane], absl::OkStatus());
     if (result.ok()) {
-      result = absl::UnavailableError(absl::StrFormat("%s: ucp_ep_flush_nbx: %s", context,
-                                                      Ucs(UCS_PTR_STATUS(request))));
+      result = absl::UnavailableError(
+          absl::StrFormat("%s: ucp_ep_flush_nbx: %s", context, Ucs(UCS_PTR_STATUS(request))));
     }
     FinishLocked(op, std::move(result));
   } else {
@@ -561,9 +562,9 @@ void UcxTransport::ClosePeerLocked(PeerState& peer, const char* why) {
   peer.disconnected = true;
   while (!peer.ops.empty()) {
     Op* op = peer.ops.front();
-    FinishLocked(op, absl::CancelledError(absl::StrFormat(
-                         "%s to peer %d lane %d: %s before it completed",
-                         op->flush ? "flush" : "batch", peer.id, op->lane, why)));
+    FinishLocked(op, absl::CancelledError(
+                         absl::StrFormat("%s to peer %d lane %d: %s before it completed",
+                                         op->flush ? "flush" : "batch", peer.id, op->lane, why)));
   }
   // A flushing close, not UCP_EP_CLOSE_FLAG_FORCE: UCX 1.13 aborts the TARGET process
   // ("ucp_request.inl: Fatal: unexpected error: Endpoint timeout" in ucp_put_handler) when the
@@ -587,9 +588,8 @@ absl::Status UcxTransport::Disconnect(PeerId peer) {
   if (closed_) return absl::FailedPreconditionError("Disconnect: the transport is closed");
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
-    return absl::NotFoundError(
-        absl::StrFormat("Disconnect: peer %d is not connected (never connected, or disconnected)",
-                        peer));
+    return absl::NotFoundError(absl::StrFormat(
+        "Disconnect: peer %d is not connected (never connected, or disconnected)", peer));
   }
   std::shared_ptr<PeerState> state = std::move(it->second);
   peers_.erase(it);

@@ -101,9 +101,9 @@ class UcxTransport final : public Transport {
 
   // UCX handles: created in Init, destroyed by the progress thread at Close (workers) and by
   // the destructor (context).
-  void* context_ = nullptr;               // ucp_context_h
-  std::vector<void*> workers_;            // ucp_worker_h per lane
-  std::vector<std::string> addresses_;    // ucp_worker_get_address bytes per lane
+  void* context_ = nullptr;             // ucp_context_h
+  std::vector<void*> workers_;          // ucp_worker_h per lane
+  std::vector<std::string> addresses_;  // ucp_worker_get_address bytes per lane
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
@@ -116,10 +116,10 @@ class UcxTransport final : public Transport {
   std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
   std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
   std::deque<Ready> ready_;
-  std::vector<void*> closing_;                          // ucp_ep_close_nbx requests
+  std::vector<void*> closing_;  // ucp_ep_close_nbx requests
   std::vector<std::shared_ptr<ucx_internal::PeerState>> closing_peers_;  // alive until closed
   bool peer_errors_ = true;  // endpoints ask UCX for peer-failure handling
-  bool kick_ = false;  // new work: the progress thread should spin, not sleep
+  bool kick_ = false;        // new work: the progress thread should spin, not sleep
 
   std::mutex join_mu_;
   std::thread progress_;

@@ -43,7 +43,8 @@ class Waiter {
   // The first failure, once every callback handed out has been called.
   absl::Status Wait() {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!changed_.wait_for(lock, std::chrono::seconds(120), [this] { return done_ == expected_; })) {
+    if (!changed_.wait_for(lock, std::chrono::seconds(120),
+                           [this] { return done_ == expected_; })) {
       return absl::DeadlineExceededError("completions never came");
     }
     return first_error_;
@@ -66,8 +67,7 @@ void Fill(std::vector<uint8_t>& bytes, uint64_t seed) {
 }
 
 TEST(UcxTransportTest, CreateRejectsBadOptions) {
-  EXPECT_EQ(UcxTransport::Create({.lanes = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(UcxTransport::Create({.lanes = 0}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(UcxTransport::Create({.max_write_bytes = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
