@@ -80,6 +80,19 @@ absl::Status FromUcs(ucs_status_t status, const std::string& context) {
   return absl::UnavailableError(message);
 }
 
+// Frees the endpoint-close requests that have finished and drops them from `requests`.
+void ReapClosedEndpoints(std::vector<void*>& requests) {
+  requests.erase(std::remove_if(requests.begin(), requests.end(),
+                                [](void* request) {
+                                  if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+                                    return false;
+                                  }
+                                  ucp_request_free(request);
+                                  return true;
+                                }),
+                 requests.end());
+}
+
 }  // namespace
 }  // namespace ucx_internal
 
@@ -610,15 +623,7 @@ void UcxTransport::TeardownLocked(std::unique_lock<std::mutex>& lock) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!closing_.empty() && std::chrono::steady_clock::now() < deadline) {
     for (void* worker : workers_) ProgressWorker(worker);
-    closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
-                                  [](void* request) {
-                                    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-                                      return false;
-                                    }
-                                    ucp_request_free(request);
-                                    return true;
-                                  }),
-                   closing_.end());
+    ucx_internal::ReapClosedEndpoints(closing_);
   }
   closing_peers_.clear();
   // Let messages in flight (wireup, acknowledgements of peers' puts) drain before the workers go.
@@ -646,15 +651,7 @@ void UcxTransport::RunProgress() {
     if (!torn_down_) {
       for (void* worker : workers_) events += ProgressWorker(worker);
       if (!closing_.empty()) {
-        closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
-                                      [](void* request) {
-                                        if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-                                          return false;
-                                        }
-                                        ucp_request_free(request);
-                                        return true;
-                                      }),
-                       closing_.end());
+        ucx_internal::ReapClosedEndpoints(closing_);
         if (closing_.empty()) closing_peers_.clear();
       }
     }
