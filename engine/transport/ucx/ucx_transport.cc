@@ -508,18 +508,6 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     }
     ++op->requests;
   }
-  if (op->status.ok()) {
-    // The conformance suite reads the destination once a batch completes, so a batch completes
-    // when its puts have landed (stronger than the contract's local completion): an endpoint
-    // flush, posted behind the puts, is the batch's last request.
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(state.eps[lane], &param);
-    if (UCS_PTR_IS_ERR(request)) {
-      op->status = absl::UnavailableError(absl::StrFormat("%s: ucp_ep_flush_nbx after the puts: %s",
-                                                          context, Ucs(UCS_PTR_STATUS(request))));
-    } else if (request != nullptr) {
-      ++op->requests;
-    }
-  }
   if (op->requests == 0) FinishLocked(op, op->status);
   return absl::OkStatus();
 }
