@@ -1,0 +1,487 @@
+#include "engine/transfer/scheduler.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kvrail::transfer {
+
+using transport::PeerId;
+using transport::Write;
+
+namespace {
+
+constexpr uint64_t kDefaultSliceBytes = uint64_t{4} << 20;
+constexpr uint64_t kDefaultInflightBytes = uint64_t{64} << 20;
+
+struct Room {
+  RoomTransfer request;
+  absl::Time started;
+  // The next byte to post: copy index and offset inside that copy.
+  size_t next_copy = 0;
+  uint64_t next_offset = 0;
+  uint64_t posted_bytes = 0;
+  uint64_t landed_bytes = 0;  // locally complete; for messages only
+  int outstanding = 0;        // batches and flushes posted and not yet complete
+  std::vector<bool> lane_used;
+  bool all_posted = false;
+  bool finished = false;
+  // Its entry in Core::deadlines, while it has one (guarded by Core::mu).
+  bool has_deadline = false;
+  std::multimap<absl::Time, std::weak_ptr<Room>>::iterator deadline;
+  absl::Status status;
+  RoomStats stats;
+
+  bool HasWork() const { return !finished && status.ok() && !all_posted; }
+};
+
+// The rooms and endpoints of one peer. Its lock is never held across rooms of other peers.
+struct PeerQueue {
+  std::mutex mu;
+  std::vector<uint64_t> lane_inflight;
+  std::deque<std::shared_ptr<Room>> runnable;  // FIFO: rooms with slices still to post
+};
+
+}  // namespace
+
+struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
+  transport::Transport* transport = nullptr;
+  uint64_t slice = 0;
+  uint64_t inflight_cap = 0;
+  uint32_t batch_cap = 0;
+  int lanes = 1;
+
+  // Lock order: a PeerQueue's mu before mu.
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  bool shutdown = false;
+  std::map<uint64_t, std::shared_ptr<Room>> rooms;  // in flight, by transfer id
+  std::map<PeerId, std::unique_ptr<PeerQueue>> peers;
+  std::multimap<absl::Time, std::weak_ptr<Room>> deadlines;
+  std::deque<RoomOutcome> ready;
+  std::deque<RoomDone> ready_done;
+  SchedulerStats stats;
+  std::thread delivery;
+
+  PeerQueue& QueueLocked(PeerId peer) {
+    auto& queue = peers[peer];
+    if (queue == nullptr) {
+      queue = std::make_unique<PeerQueue>();
+      queue->lane_inflight.assign(lanes, 0);
+    }
+    return *queue;
+  }
+
+  PeerQueue* Queue(PeerId peer) {
+    std::lock_guard<std::mutex> lock(mu);
+    return &QueueLocked(peer);
+  }
+
+  // Ends `room` with its status (needs q.mu). The outcome is delivered by the delivery thread.
+  void FinishLocked(Room& room) {
+    if (room.finished) return;
+    room.finished = true;
+    room.stats.duration = absl::Now() - room.started;
+    RoomOutcome outcome;
+    outcome.transfer_id = room.request.transfer_id;
+    outcome.status = room.status;
+    outcome.stats = room.stats;
+    std::lock_guard<std::mutex> lock(mu);
+    rooms.erase(room.request.transfer_id);
+    if (room.has_deadline) {
+      deadlines.erase(room.deadline);
+      room.has_deadline = false;
+    }
+    if (room.status.ok()) {
+      ++stats.rooms_ok;
+      stats.bytes_landed += room.stats.bytes;
+    } else {
+      ++stats.rooms_failed;
+    }
+    ready.push_back(std::move(outcome));
+    ready_done.push_back(std::move(room.request.done));
+    room.request.copies = plan::CopyList();  // free the copies now, not at the last completion
+    wake.notify_all();
+  }
+
+  // Fails `room` with `status` unless it already ended (needs q.mu).
+  void FailLocked(PeerQueue& q, Room& room, absl::Status status) {
+    if (room.finished) return;
+    if (room.status.ok()) {
+      room.status = std::move(status);
+    }
+    q.runnable.erase(
+        std::remove_if(q.runnable.begin(), q.runnable.end(),
+                       [&](const std::shared_ptr<Room>& r) { return r.get() == &room; }),
+        q.runnable.end());
+    FinishLocked(room);
+  }
+
+  void MaybeCompleteLocked(Room& room) {
+    if (!room.finished && room.status.ok() && room.all_posted && room.outstanding == 0) {
+      FinishLocked(room);
+    }
+  }
+
+  // The lane with the fewest bytes in flight that may take `bytes` more, or -1.
+  int PickLane(const PeerQueue& q, uint64_t bytes) const {
+    int best = -1;
+    for (int lane = 0; lane < lanes; ++lane) {
+      const uint64_t inflight = q.lane_inflight[lane];
+      const bool fits = inflight == 0 || inflight + bytes <= inflight_cap;
+      if (fits && (best < 0 || inflight < q.lane_inflight[best])) best = lane;
+    }
+    return best;
+  }
+
+  // Posts as much of `peer`'s queued work as the in-flight bound allows (needs q.mu).
+  void PumpLocked(PeerId peer, PeerQueue& q) {
+    std::vector<Write> batch;
+    while (!q.runnable.empty()) {
+      std::shared_ptr<Room> room = q.runnable.front();
+      if (!room->HasWork()) {
+        q.runnable.pop_front();
+        continue;
+      }
+      const plan::CopyList& copies = room->request.copies;
+      const uint64_t first_len =
+          std::min(slice, copies[room->next_copy].length - room->next_offset);
+      const int lane = PickLane(q, first_len);
+      if (lane < 0) return;  // every lane is full: a completion pumps again
+      const uint64_t budget = q.lane_inflight[lane] == 0 ? std::max(inflight_cap, first_len)
+                                                         : inflight_cap - q.lane_inflight[lane];
+      batch.clear();
+      uint64_t bytes = 0;
+      size_t copy = room->next_copy;
+      uint64_t offset = room->next_offset;
+      while (copy < copies.size() && batch.size() < batch_cap) {
+        const plan::Copy& c = copies[copy];
+        const uint64_t length = std::min(slice, c.length - offset);
+        if (!batch.empty() && bytes + length > budget) break;
+        batch.push_back(
+            {c.src_offset + offset, room->request.remote_base + c.dst_offset + offset, length});
+        bytes += length;
+        offset += length;
+        if (offset == c.length) {
+          ++copy;
+          offset = 0;
+        }
+      }
+      std::weak_ptr<Core> weak = weak_from_this();
+      std::shared_ptr<Room> held = room;
+      const absl::Status posted =
+          transport->PostWrites(peer, lane, room->request.source, batch,
+                                [weak, held, peer, lane, bytes](absl::Status status) {
+                                  if (auto core = weak.lock())
+                                    core->OnBatchDone(peer, lane, bytes, *held, status);
+                                });
+      if (!posted.ok()) {
+        FailLocked(
+            q, *room,
+            absl::Status(posted.code(), absl::StrCat("transfer ", room->request.transfer_id,
+                                                     ": posting writes: ", posted.message())));
+        continue;
+      }
+      room->next_copy = copy;
+      room->next_offset = offset;
+      room->posted_bytes += bytes;
+      ++room->outstanding;
+      room->lane_used[lane] = true;
+      room->stats.writes += batch.size();
+      ++room->stats.batches;
+      q.lane_inflight[lane] += bytes;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stats.writes += batch.size();
+        ++stats.batches;
+      }
+      if (copy == copies.size()) {
+        room->all_posted = true;
+        q.runnable.pop_front();
+        FlushLocked(peer, q, room);
+      }
+    }
+  }
+
+  // Success means landed: flush every lane the room wrote on (needs q.mu).
+  void FlushLocked(PeerId peer, PeerQueue& q, const std::shared_ptr<Room>& room) {
+    for (int lane = 0; lane < lanes; ++lane) {
+      if (!room->lane_used[lane]) continue;
+      ++room->stats.lanes_used;
+      std::weak_ptr<Core> weak = weak_from_this();
+      std::shared_ptr<Room> held = room;
+      const absl::Status posted =
+          transport->Flush(peer, lane, [weak, held, peer, lane](absl::Status status) {
+            if (auto core = weak.lock()) core->OnFlushDone(peer, lane, *held, status);
+          });
+      if (!posted.ok()) {
+        FailLocked(q, *room,
+                   absl::Status(posted.code(), absl::StrCat("transfer ", room->request.transfer_id,
+                                                            ": flush: ", posted.message())));
+        return;
+      }
+      ++room->outstanding;
+    }
+    MaybeCompleteLocked(*room);
+  }
+
+  void OnBatchDone(PeerId peer, int lane, uint64_t bytes, Room& room, const absl::Status& status) {
+    PeerQueue* q = Queue(peer);
+    std::lock_guard<std::mutex> lock(q->mu);
+    q->lane_inflight[lane] -= bytes;
+    --room.outstanding;
+    room.landed_bytes += bytes;
+    if (!status.ok()) {
+      FailLocked(*q, room,
+                 absl::Status(status.code(),
+                              absl::StrFormat("transfer %d: writes on lane %d failed after %d of "
+                                              "%d bytes: %s",
+                                              room.request.transfer_id, lane, room.landed_bytes,
+                                              room.stats.bytes, status.message())));
+    } else {
+      MaybeCompleteLocked(room);
+    }
+    if (!shutdown_flag()) PumpLocked(peer, *q);
+  }
+
+  void OnFlushDone(PeerId peer, int lane, Room& room, const absl::Status& status) {
+    PeerQueue* q = Queue(peer);
+    std::lock_guard<std::mutex> lock(q->mu);
+    --room.outstanding;
+    if (!status.ok()) {
+      FailLocked(*q, room,
+                 absl::Status(status.code(),
+                              absl::StrFormat("transfer %d: flush of lane %d failed: %s",
+                                              room.request.transfer_id, lane, status.message())));
+    } else {
+      MaybeCompleteLocked(room);
+    }
+  }
+
+  bool shutdown_flag() {
+    std::lock_guard<std::mutex> lock(mu);
+    return shutdown;
+  }
+
+  // Fails rooms whose deadline passed, then delivers outcomes; until shutdown and drained.
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      while (!ready.empty()) {
+        RoomOutcome outcome = std::move(ready.front());
+        RoomDone done = std::move(ready_done.front());
+        ready.pop_front();
+        ready_done.pop_front();
+        lock.unlock();
+        if (done) done(outcome);
+        lock.lock();
+      }
+      const absl::Time now = absl::Now();
+      std::vector<std::shared_ptr<Room>> expired;
+      while (!deadlines.empty() && deadlines.begin()->first <= now) {
+        if (auto room = deadlines.begin()->second.lock()) {
+          room->has_deadline = false;
+          expired.push_back(std::move(room));
+        }
+        deadlines.erase(deadlines.begin());
+      }
+      if (!expired.empty()) {
+        lock.unlock();
+        for (const auto& room : expired) {
+          PeerQueue* q = Queue(room->request.peer);
+          std::lock_guard<std::mutex> room_lock(q->mu);
+          if (room->finished) continue;
+          FailLocked(
+              *q, *room,
+              absl::DeadlineExceededError(absl::StrFormat(
+                  "transfer %d: deadline passed after %s with %d of %d bytes posted and "
+                  "%d locally complete; the peer may be gone",
+                  room->request.transfer_id, absl::FormatDuration(absl::Now() - room->started),
+                  room->posted_bytes, room->stats.bytes, room->landed_bytes)));
+        }
+        lock.lock();
+        continue;
+      }
+      if (shutdown && rooms.empty() && ready.empty()) return;
+      if (!ready.empty()) continue;
+      if (deadlines.empty()) {
+        wake.wait(lock);
+      } else {
+        const absl::Duration left = deadlines.begin()->first - absl::Now();
+        wake.wait_for(lock, absl::ToChronoNanoseconds(std::max(left, absl::Nanoseconds(1))));
+      }
+    }
+  }
+};
+
+Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
+    : core_(std::make_shared<Core>()) {
+  const transport::Capabilities& caps = transport->capabilities();
+  core_->transport = transport;
+  const uint64_t max_write =
+      caps.max_write_bytes == 0 ? std::numeric_limits<uint64_t>::max() : caps.max_write_bytes;
+  core_->slice = options.slice_bytes == 0 ? std::min(kDefaultSliceBytes, max_write)
+                                          : std::min(options.slice_bytes, max_write);
+  core_->inflight_cap =
+      options.max_inflight_bytes_per_endpoint != 0 ? options.max_inflight_bytes_per_endpoint
+      : caps.max_inflight_bytes_per_endpoint != 0  ? caps.max_inflight_bytes_per_endpoint
+                                                   : kDefaultInflightBytes;
+  core_->batch_cap = std::max<uint32_t>(1, options.max_writes_per_batch);
+  core_->lanes = std::max(1, caps.lanes);
+  core_->delivery = std::thread([core = core_.get()] { core->Run(); });
+}
+
+Scheduler::~Scheduler() {
+  std::vector<std::shared_ptr<Room>> live;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->shutdown = true;
+    for (auto& [id, room] : core_->rooms) live.push_back(room);
+  }
+  for (const auto& room : live) {
+    PeerQueue* q = core_->Queue(room->request.peer);
+    std::lock_guard<std::mutex> lock(q->mu);
+    core_->FailLocked(*q, *room,
+                      absl::CancelledError(absl::StrFormat("transfer %d: the scheduler shut down",
+                                                           room->request.transfer_id)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->wake.notify_all();
+  }
+  core_->delivery.join();
+  // Completions of writes still inside the transport hold only weak references to the core.
+}
+
+absl::Status Scheduler::Submit(RoomTransfer request) {
+  const std::string context = absl::StrCat("transfer ", request.transfer_id);
+  if (!request.done) return absl::InvalidArgumentError(context + ": the completion is empty");
+  if (request.remote == nullptr) {
+    return absl::InvalidArgumentError(context + ": the peer's regions are missing");
+  }
+  auto reject = [&](absl::Status status) {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    ++core_->stats.rooms_rejected;
+    return status;
+  };
+  // Bounds before bytes: the whole room, before anything is posted.
+  uint64_t total = 0;
+  for (size_t i = 0; i < request.copies.size(); ++i) {
+    const plan::Copy& c = request.copies[i];
+    if (c.length == 0) {
+      return reject(absl::InvalidArgumentError(
+          absl::StrFormat("%s: copy %d of %d has length 0", context, i, request.copies.size())));
+    }
+    if (!transport::RangeInside(c.src_offset, c.length, 0, request.source_length)) {
+      return reject(absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d: source [%u, +%u) lies outside the source region's %u bytes; "
+          "nothing was written",
+          context, i, request.copies.size(), c.src_offset, c.length, request.source_length)));
+    }
+    const uint64_t address = request.remote_base + c.dst_offset;
+    if (address < request.remote_base || !request.remote->Find(address, c.length).has_value()) {
+      return reject(absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d: destination base 0x%x + offset %u, %u bytes, lies inside none of "
+          "the peer's %d registered regions; nothing was written",
+          context, i, request.copies.size(), request.remote_base, c.dst_offset, c.length,
+          request.remote->size())));
+    }
+    total += c.length;
+  }
+  auto room = std::make_shared<Room>();
+  room->started = absl::Now();
+  room->lane_used.assign(core_->lanes, false);
+  room->stats.bytes = total;
+  room->stats.copies = request.copies.size();
+  room->request = std::move(request);
+  const uint64_t id = room->request.transfer_id;
+  PeerQueue* q;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    if (core_->shutdown) {
+      return absl::FailedPreconditionError(context + ": the scheduler is shut down");
+    }
+    if (!core_->rooms.emplace(id, room).second) {
+      ++core_->stats.rooms_rejected;
+      return absl::AlreadyExistsError(context + ": a transfer with this id is in flight");
+    }
+    if (room->request.deadline != absl::InfiniteFuture()) {
+      room->deadline = core_->deadlines.emplace(room->request.deadline, room);
+      room->has_deadline = true;
+      core_->wake.notify_all();
+    }
+    q = &core_->QueueLocked(room->request.peer);
+  }
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (room->request.copies.empty()) {
+    room->all_posted = true;
+    core_->FinishLocked(*room);
+    return absl::OkStatus();
+  }
+  q->runnable.push_back(room);
+  core_->PumpLocked(room->request.peer, *q);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Cancel(uint64_t transfer_id, absl::string_view why) {
+  std::shared_ptr<Room> room;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    auto it = core_->rooms.find(transfer_id);
+    if (it == core_->rooms.end()) {
+      return absl::NotFoundError(
+          absl::StrFormat("transfer %d is not in flight (unknown or already done)", transfer_id));
+    }
+    room = it->second;
+  }
+  PeerQueue* q = core_->Queue(room->request.peer);
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (room->finished) {
+    return absl::NotFoundError(absl::StrFormat("transfer %d already completed", transfer_id));
+  }
+  core_->FailLocked(*q, *room,
+                    absl::CancelledError(absl::StrFormat("transfer %d: %s", transfer_id, why)));
+  return absl::OkStatus();
+}
+
+void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
+  std::vector<std::shared_ptr<Room>> hit;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    for (auto& [id, room] : core_->rooms) {
+      if (room->request.peer == peer) hit.push_back(room);
+    }
+  }
+  PeerQueue* q = core_->Queue(peer);
+  std::lock_guard<std::mutex> lock(q->mu);
+  for (const auto& room : hit) {
+    core_->FailLocked(
+        *q, *room,
+        absl::Status(status.code(), absl::StrFormat("transfer %d: %s", room->request.transfer_id,
+                                                    status.message())));
+  }
+}
+
+uint64_t Scheduler::slice_bytes() const { return core_->slice; }
+uint64_t Scheduler::max_inflight_bytes_per_endpoint() const { return core_->inflight_cap; }
+
+uint64_t Scheduler::rooms_in_flight() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->rooms.size();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->stats;
+}
+
+}  // namespace kvrail::transfer

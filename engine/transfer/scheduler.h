@@ -1,0 +1,132 @@
+// The transfer scheduler (docs/ARCHITECTURE.md, layer 6): turns a room's coalesced copy list
+// into one-sided writes on a Transport, and says when they have landed.
+//
+// For each room:
+//   1. Bounds before bytes: every copy's source range is checked against the source region and
+//      every destination range against the peer's registered regions (the handshake
+//      descriptor) before anything is posted. A room that fails is rejected by Submit with
+//      InvalidArgument naming the copy, and nothing is written.
+//   2. Copies longer than the slice size are cut into slices (the transport's max_write_bytes
+//      at most).
+//   3. Slices go out in batches, each to the lane of the peer with the fewest bytes in flight
+//      (striping), keeping at most max_inflight_bytes_per_endpoint posted and not yet locally
+//      complete per (peer, lane): UCX over tcp collapses when many large puts are in flight.
+//      Rooms of one peer are served first come, first served, so early rooms finish early.
+//   4. Success means landed: once every slice is posted, each lane the room used is flushed,
+//      and the room completes OK only when all its batches and flushes have.
+//   5. A room fails with the first transport error, with DeadlineExceeded at its deadline, or
+//      with Cancelled on Cancel. A failed room posts nothing more; writes already posted may
+//      still land (the decode is told Failed and never reads them).
+//
+// Each accepted room's `done` is called exactly once, never inline from Submit or Cancel, from
+// the scheduler's delivery thread, with no scheduler lock held.
+#ifndef KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_
+#define KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "control/plan/copy_plan.h"
+#include "engine/transport/bounds.h"
+#include "engine/transport/transport.h"
+
+namespace kvrail::transfer {
+
+struct SchedulerOptions {
+  // The longest write posted; 0 means min(4 MiB, the transport's max_write_bytes). Larger
+  // values are clamped to max_write_bytes.
+  uint64_t slice_bytes = 0;
+  // Bytes posted and not yet locally complete, per (peer, lane); 0 means the transport's
+  // advice (Capabilities::max_inflight_bytes_per_endpoint), or 64 MiB without one. A single
+  // slice larger than the bound is still posted alone.
+  uint64_t max_inflight_bytes_per_endpoint = 0;
+  // The most writes in one PostWrites batch.
+  uint32_t max_writes_per_batch = 256;
+};
+
+// What one room cost. `duration` runs from Submit to the room's outcome.
+struct RoomStats {
+  uint64_t bytes = 0;    // payload bytes of the copies
+  uint64_t copies = 0;   // copies submitted
+  uint64_t writes = 0;   // slices posted
+  uint64_t batches = 0;  // PostWrites calls
+  uint32_t lanes_used = 0;
+  absl::Duration duration;
+};
+
+struct RoomOutcome {
+  uint64_t transfer_id = 0;
+  absl::Status status;  // OK: every byte landed (flushed)
+  RoomStats stats;
+};
+
+using RoomDone = std::function<void(const RoomOutcome&)>;
+
+// One room's writes to one peer.
+struct RoomTransfer {
+  // The caller's name for this transfer, unique among transfers in flight (a prefill room with
+  // two decode targets submits two transfers).
+  uint64_t transfer_id = 0;
+  transport::PeerId peer = 0;
+  // The registered local region the copies read from, and its length.
+  transport::RegionId source = 0;
+  uint64_t source_length = 0;
+  // The peer's registered regions (from its handshake descriptor), for the bounds check.
+  std::shared_ptr<const transport::RemoteRegions> remote;
+  // B_dst (CACHEPD §6.9): copies' dst_offset are relative to it.
+  uint64_t remote_base = 0;
+  // src_offset into the source region, dst_offset from remote_base; coalesced or not.
+  plan::CopyList copies;
+  absl::Time deadline = absl::InfiniteFuture();
+  RoomDone done;
+};
+
+struct SchedulerStats {
+  uint64_t rooms_ok = 0;
+  uint64_t rooms_failed = 0;
+  uint64_t rooms_rejected = 0;  // by Submit's checks: nothing posted
+  uint64_t bytes_landed = 0;    // of rooms that completed OK
+  uint64_t writes = 0;
+  uint64_t batches = 0;
+};
+
+class Scheduler {
+ public:
+  // `transport` must outlive the scheduler and every completion of the writes it posted.
+  Scheduler(transport::Transport* transport, SchedulerOptions options = {});
+  // Fails the rooms still in flight with Cancelled, delivers every outcome, and stops the
+  // delivery thread. Completions of writes still in the transport afterwards are ignored.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Checks and queues a room. InvalidArgument when `done` is empty, `remote` is null, or a
+  // copy breaks the bounds (naming the copy and the range), AlreadyExists for a transfer id in
+  // flight, FailedPrecondition after shutdown. A room with no copies completes OK.
+  absl::Status Submit(RoomTransfer room);
+
+  // Fails a room in flight with Cancelled (`why` in its message). NotFound when the id is not
+  // in flight (unknown, or already completed).
+  absl::Status Cancel(uint64_t transfer_id, absl::string_view why = "cancelled");
+
+  // Fails every room in flight to `peer` with `status` (e.g. the peer's sidecar died).
+  void FailPeer(transport::PeerId peer, const absl::Status& status);
+
+  // The slice size and in-flight bound in force.
+  uint64_t slice_bytes() const;
+  uint64_t max_inflight_bytes_per_endpoint() const;
+  uint64_t rooms_in_flight() const;
+  SchedulerStats stats() const;
+
+  struct Core;
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace kvrail::transfer
+
+#endif  // KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_

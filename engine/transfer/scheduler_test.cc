@@ -1,0 +1,489 @@
+#include "engine/transfer/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/memory/pattern.h"
+#include "engine/transport/loopback/loopback_transport.h"
+
+namespace kvrail::transfer {
+namespace {
+
+using transport::Completion;
+using transport::LoopbackOptions;
+using transport::LoopbackTransport;
+using transport::PeerId;
+using transport::RegionId;
+using transport::Write;
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+// Forwards to a real transport and watches what the scheduler does with it: bytes in flight
+// per lane (posted, not yet locally complete), their maximum, and the calls made.
+class WatchingTransport final : public transport::Transport {
+ public:
+  explicit WatchingTransport(transport::Transport* inner) : inner_(inner) {
+    inflight_.assign(inner->capabilities().lanes, 0);
+  }
+  const transport::Capabilities& capabilities() const override { return inner_->capabilities(); }
+  absl::StatusOr<RegionId> Register(const transport::LocalRegion& r) override {
+    return inner_->Register(r);
+  }
+  absl::Status Deregister(RegionId r) override { return inner_->Deregister(r); }
+  absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override {
+    return inner_->LocalDescriptor();
+  }
+  absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& d) override {
+    return inner_->Connect(d);
+  }
+  absl::Status PostWrites(PeerId peer, int lane, RegionId source, absl::Span<const Write> writes,
+                          Completion done) override {
+    uint64_t bytes = 0;
+    for (const Write& w : writes) {
+      bytes += w.length;
+      std::lock_guard<std::mutex> lock(mu_);
+      max_write_ = std::max(max_write_, w.length);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_[lane] += bytes;
+      max_inflight_ = std::max(max_inflight_, inflight_[lane]);
+      ++batches_;
+      writes_ += writes.size();
+      lanes_seen_[lane] = true;
+    }
+    absl::Status posted = inner_->PostWrites(peer, lane, source, writes,
+                                             [this, lane, bytes, done](absl::Status status) {
+                                               {
+                                                 std::lock_guard<std::mutex> lock(mu_);
+                                                 inflight_[lane] -= bytes;
+                                               }
+                                               done(std::move(status));
+                                             });
+    if (!posted.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_[lane] -= bytes;
+    }
+    return posted;
+  }
+  absl::Status Flush(PeerId peer, int lane, Completion done) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++flushes_;
+    }
+    return inner_->Flush(peer, lane, std::move(done));
+  }
+  absl::Status Disconnect(PeerId peer) override { return inner_->Disconnect(peer); }
+  void Close() override { inner_->Close(); }
+
+  uint64_t max_inflight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_inflight_;
+  }
+  uint64_t max_write() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_write_;
+  }
+  uint64_t batches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+  uint64_t flushes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return flushes_;
+  }
+  size_t lanes_seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lanes_seen_.size();
+  }
+
+ private:
+  transport::Transport* inner_;
+  std::mutex mu_;
+  std::vector<uint64_t> inflight_;
+  uint64_t max_inflight_ = 0;
+  uint64_t max_write_ = 0;
+  uint64_t batches_ = 0;
+  uint64_t writes_ = 0;
+  uint64_t flushes_ = 0;
+  std::map<int, bool> lanes_seen_;
+};
+
+// Waits for room outcomes.
+class Outcomes {
+ public:
+  RoomDone Callback() {
+    return [this](const RoomOutcome& outcome) {
+      std::lock_guard<std::mutex> lock(mu_);
+      EXPECT_EQ(outcomes_.count(outcome.transfer_id), 0u) << "called twice";
+      outcomes_[outcome.transfer_id] = outcome;
+      threads_.push_back(std::this_thread::get_id());
+      changed_.notify_all();
+    };
+  }
+  bool Wait(size_t count, absl::Duration timeout = absl::Seconds(30)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                             [&] { return outcomes_.size() >= count; });
+  }
+  RoomOutcome Get(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outcomes_.at(id);
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outcomes_.size();
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<uint64_t, RoomOutcome> outcomes_;
+  std::vector<std::thread::id> threads_;
+};
+
+// A sender and a receiver loopback transport, a patterned source and a zeroed destination.
+struct Fixture {
+  explicit Fixture(uint64_t bytes, LoopbackOptions options = {})
+      : source(bytes), destination(bytes, 0) {
+    FillPattern(absl::MakeSpan(source), 5);
+    sender = LoopbackTransport::Create(options).value();
+    receiver = LoopbackTransport::Create(options).value();
+    watch = std::make_unique<WatchingTransport>(sender.get());
+    source_region = sender->Register({source.data(), source.size()}).value();
+    const auto descriptor = receiver->Register({destination.data(), destination.size()});
+    EXPECT_TRUE(descriptor.ok());
+    const v1::HandshakeDescriptor d = receiver->LocalDescriptor().value();
+    peer = sender->Connect(d).value();
+    regions = std::make_shared<const transport::RemoteRegions>(
+        transport::RemoteRegions::FromDescriptor(d).value());
+  }
+
+  RoomTransfer Room(uint64_t id, plan::CopyList copies, RoomDone done) {
+    RoomTransfer room;
+    room.transfer_id = id;
+    room.peer = peer;
+    room.source = source_region;
+    room.source_length = source.size();
+    room.remote = regions;
+    room.remote_base = reinterpret_cast<uintptr_t>(destination.data());
+    room.copies = std::move(copies);
+    room.done = std::move(done);
+    return room;
+  }
+
+  std::vector<uint8_t> source;
+  std::vector<uint8_t> destination;
+  std::unique_ptr<LoopbackTransport> sender;
+  std::unique_ptr<LoopbackTransport> receiver;
+  std::unique_ptr<WatchingTransport> watch;
+  RegionId source_region = 0;
+  PeerId peer = 0;
+  std::shared_ptr<const transport::RemoteRegions> regions;
+};
+
+// Copies of `length` bytes, every other chunk of the source, to shuffled destinations.
+plan::CopyList Scattered(uint64_t bytes, uint64_t length) {
+  plan::CopyList copies;
+  const uint64_t n = bytes / length / 2;
+  for (uint64_t i = 0; i < n; ++i) {
+    copies.push_back({2 * i * length, (2 * ((i * 7) % n) + 1) * length, length});
+  }
+  return copies;
+}
+
+// Every destination byte of `copies` holds its source byte; every other byte is still 0.
+void ExpectExactly(const Fixture& f, const plan::CopyList& copies) {
+  std::vector<bool> written(f.destination.size(), false);
+  for (const plan::Copy& c : copies) {
+    ASSERT_EQ(std::memcmp(&f.destination[c.dst_offset], &f.source[c.src_offset], c.length), 0)
+        << "copy to " << c.dst_offset;
+    std::fill(written.begin() + c.dst_offset, written.begin() + c.dst_offset + c.length, true);
+  }
+  for (size_t i = 0; i < f.destination.size(); ++i) {
+    if (!written[i]) ASSERT_EQ(f.destination[i], 0) << "byte " << i << " was written";
+  }
+}
+
+TEST(SchedulerTest, MovesARoomExactlyAndReportsItsStats) {
+  Fixture f(8 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const plan::CopyList copies = Scattered(8 * kMiB, 64 * kKiB);
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const RoomOutcome outcome = outcomes.Get(1);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.stats.bytes, 4 * kMiB);
+  EXPECT_EQ(outcome.stats.copies, copies.size());
+  EXPECT_EQ(outcome.stats.writes, copies.size());
+  EXPECT_GE(outcome.stats.batches, 1u);
+  EXPECT_GE(outcome.stats.lanes_used, 1u);
+  EXPECT_GT(outcome.stats.duration, absl::ZeroDuration());
+  ExpectExactly(f, copies);
+  const SchedulerStats stats = scheduler.stats();
+  EXPECT_EQ(stats.rooms_ok, 1u);
+  EXPECT_EQ(stats.bytes_landed, 4 * kMiB);
+  // Success means landed: every lane the room used was flushed.
+  EXPECT_EQ(f.watch->flushes(), outcome.stats.lanes_used);
+}
+
+TEST(SchedulerTest, SlicesLongCopiesAndStripesThemOverEveryLane) {
+  Fixture f(32 * kMiB);
+  f.sender->DelayCompletions(absl::Milliseconds(20));  // keep lanes busy so striping shows
+  SchedulerOptions options;
+  options.slice_bytes = 1 * kMiB;
+  options.max_inflight_bytes_per_endpoint = 2 * kMiB;
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  const plan::CopyList copies = {{0, 0, 32 * kMiB}};
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const RoomOutcome outcome = outcomes.Get(1);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.stats.writes, 32u);
+  EXPECT_EQ(f.watch->max_write(), 1 * kMiB);
+  EXPECT_EQ(f.watch->lanes_seen(), 4u);
+  EXPECT_EQ(outcome.stats.lanes_used, 4u);
+  ExpectExactly(f, copies);
+}
+
+TEST(SchedulerTest, NeverExceedsTheInflightBoundPerEndpoint) {
+  Fixture f(16 * kMiB);
+  f.sender->DelayCompletions(absl::Milliseconds(2));
+  SchedulerOptions options;
+  options.slice_bytes = 256 * kKiB;
+  options.max_inflight_bytes_per_endpoint = 768 * kKiB;
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  std::vector<plan::CopyList> rooms;
+  for (uint64_t r = 0; r < 4; ++r) {
+    rooms.push_back({{r * 4 * kMiB, r * 4 * kMiB, 4 * kMiB}});
+    ASSERT_TRUE(scheduler.Submit(f.Room(r, rooms.back(), outcomes.Callback())).ok());
+  }
+  ASSERT_TRUE(outcomes.Wait(4));
+  for (uint64_t r = 0; r < 4; ++r) EXPECT_TRUE(outcomes.Get(r).status.ok());
+  EXPECT_LE(f.watch->max_inflight(), 768 * kKiB);
+  EXPECT_GT(f.watch->max_inflight(), 0u);
+  EXPECT_EQ(std::memcmp(f.source.data(), f.destination.data(), f.source.size()), 0);
+}
+
+TEST(SchedulerTest, ASliceLargerThanTheBoundStillGoesOutAlone) {
+  Fixture f(4 * kMiB);
+  SchedulerOptions options;
+  options.slice_bytes = 2 * kMiB;
+  options.max_inflight_bytes_per_endpoint = 1 * kMiB;
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_TRUE(outcomes.Get(1).status.ok());
+  EXPECT_EQ(f.watch->max_inflight(), 2 * kMiB);
+}
+
+TEST(SchedulerTest, OutOfBoundsDestinationRejectsTheRoomAndWritesNothing) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  // The last copy runs one byte past the destination region.
+  const plan::CopyList copies = {{0, 0, 4096}, {4096, 1 * kMiB - 4095, 4096}};
+  const absl::Status status = scheduler.Submit(f.Room(1, copies, outcomes.Callback()));
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("copy 1 of 2"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("nothing was written"), std::string::npos) << status;
+  EXPECT_EQ(f.watch->batches(), 0u);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(outcomes.size(), 0u);
+  EXPECT_TRUE(
+      std::all_of(f.destination.begin(), f.destination.end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(scheduler.stats().rooms_rejected, 1u);
+}
+
+TEST(SchedulerTest, RejectsBadSourceRangesZeroLengthsAndOverflowingOffsets) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const std::vector<std::pair<plan::CopyList, std::string>> cases = {
+      {{{1 * kMiB - 10, 0, 20}}, "source"},
+      {{{0, 0, 0}}, "length 0"},
+      {{{0, ~uint64_t{0} - 5, 4096}}, "destination"},
+  };
+  for (const auto& [copies, reason] : cases) {
+    const absl::Status status = scheduler.Submit(f.Room(1, copies, outcomes.Callback()));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find(reason), std::string::npos) << status;
+  }
+  EXPECT_EQ(f.watch->batches(), 0u);
+  RoomTransfer no_done = f.Room(2, {{0, 0, 16}}, nullptr);
+  EXPECT_EQ(scheduler.Submit(std::move(no_done)).code(), absl::StatusCode::kInvalidArgument);
+  RoomTransfer no_remote = f.Room(3, {{0, 0, 16}}, outcomes.Callback());
+  no_remote.remote = nullptr;
+  EXPECT_EQ(scheduler.Submit(std::move(no_remote)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SchedulerTest, DuplicateTransferIdInFlightIsRejected) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Milliseconds(200));
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(7, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  EXPECT_EQ(scheduler.Submit(f.Room(7, {{0, 4096, 4096}}, outcomes.Callback())).code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_TRUE(outcomes.Get(7).status.ok());
+  // Once done, the id may be used again.
+  Outcomes later;
+  ASSERT_TRUE(scheduler.Submit(f.Room(7, {{0, 4096, 4096}}, later.Callback())).ok());
+  ASSERT_TRUE(later.Wait(1));
+  EXPECT_TRUE(later.Get(7).status.ok());
+}
+
+TEST(SchedulerTest, AnEmptyRoomCompletesOkAndNeverInline) {
+  Fixture f(4096);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {}, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_TRUE(outcomes.Get(1).status.ok());
+  for (auto id : outcomes.threads()) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+TEST(SchedulerTest, ATransportFailureFailsTheRoomWithTheReason) {
+  Fixture f(4 * kMiB);
+  f.sender->FailNextWrites(1);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  ASSERT_TRUE(
+      scheduler.Submit(f.Room(1, Scattered(4 * kMiB, 64 * kKiB), outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const RoomOutcome outcome = outcomes.Get(1);
+  EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
+  EXPECT_NE(outcome.status.message().find("transfer 1"), std::string::npos);
+  EXPECT_EQ(scheduler.stats().rooms_failed, 1u);
+  // The scheduler keeps serving.
+  ASSERT_TRUE(scheduler.Submit(f.Room(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  EXPECT_TRUE(outcomes.Get(2).status.ok());
+}
+
+TEST(SchedulerTest, APeerThatDiesMidRoomFailsTheRoom) {
+  Fixture f(8 * kMiB);
+  f.sender->KillPeerAfterWrites(f.receiver.get(), 10);
+  SchedulerOptions options;
+  options.slice_bytes = 64 * kKiB;
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  RoomTransfer room = f.Room(1, {{0, 0, 8 * kMiB}}, outcomes.Callback());
+  room.deadline = absl::Now() + absl::Seconds(20);
+  ASSERT_TRUE(scheduler.Submit(std::move(room)).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kUnavailable)
+      << outcomes.Get(1).status;
+  EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
+}
+
+TEST(SchedulerTest, ARoomPastItsDeadlineFailsWithDeadlineExceeded) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Seconds(30));  // a peer that never answers
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  RoomTransfer room = f.Room(1, {{0, 0, 1 * kMiB}}, outcomes.Callback());
+  room.deadline = absl::Now() + absl::Milliseconds(100);
+  ASSERT_TRUE(scheduler.Submit(std::move(room)).ok());
+  ASSERT_TRUE(outcomes.Wait(1, absl::Seconds(10)));
+  const RoomOutcome outcome = outcomes.Get(1);
+  EXPECT_EQ(outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(outcome.status.message().find("deadline"), std::string::npos) << outcome.status;
+  EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
+  f.sender->Close();  // cut the delayed completions short
+}
+
+TEST(SchedulerTest, CancelFailsTheRoomOnceAndUnknownIdsAreNotFound) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Seconds(30));
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(4, {{0, 0, 1 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(4, "the engine aborted room 4").ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_EQ(outcomes.Get(4).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_NE(outcomes.Get(4).status.message().find("the engine aborted room 4"), std::string::npos);
+  EXPECT_EQ(scheduler.Cancel(4).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler.Cancel(99).code(), absl::StatusCode::kNotFound);
+  f.sender->Close();
+}
+
+TEST(SchedulerTest, FailPeerFailsOnlyThatPeersRooms) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Seconds(30));
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  scheduler.FailPeer(f.peer + 1, absl::UnavailableError("other peer"));
+  scheduler.FailPeer(f.peer, absl::UnavailableError("decode sidecar stopped answering"));
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kUnavailable);
+  f.sender->Close();
+}
+
+TEST(SchedulerTest, DestroyingTheSchedulerCancelsRoomsInFlight) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Seconds(30));
+  Outcomes outcomes;
+  {
+    Scheduler scheduler(f.watch.get());
+    for (uint64_t r = 0; r < 3; ++r) {
+      ASSERT_TRUE(
+          scheduler.Submit(f.Room(r, {{r * 4096, r * 4096, 4096}}, outcomes.Callback())).ok());
+    }
+  }
+  ASSERT_EQ(outcomes.size(), 3u);
+  for (uint64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(outcomes.Get(r).status.code(), absl::StatusCode::kCancelled);
+  }
+  f.sender->Close();  // late completions find no scheduler, and are dropped
+}
+
+TEST(SchedulerTest, ManyConcurrentRoomsFromSeveralThreadsAllLandExactly) {
+  constexpr uint64_t kRooms = 64;
+  Fixture f(16 * kMiB);
+  SchedulerOptions options;
+  options.slice_bytes = 32 * kKiB;
+  options.max_inflight_bytes_per_endpoint = 256 * kKiB;
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  std::vector<std::thread> threads;
+  const uint64_t per_room = f.source.size() / kRooms;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t r = t; r < kRooms; r += 4) {
+        plan::CopyList copies = {{r * per_room, r * per_room, per_room}};
+        EXPECT_TRUE(scheduler.Submit(f.Room(r, copies, outcomes.Callback())).ok());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  ASSERT_TRUE(outcomes.Wait(kRooms));
+  for (uint64_t r = 0; r < kRooms; ++r) ASSERT_TRUE(outcomes.Get(r).status.ok()) << r;
+  EXPECT_EQ(std::memcmp(f.source.data(), f.destination.data(), f.source.size()), 0);
+  EXPECT_EQ(scheduler.stats().rooms_ok, kRooms);
+}
+
+}  // namespace
+}  // namespace kvrail::transfer

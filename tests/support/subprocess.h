@@ -1,0 +1,62 @@
+// Child processes for multi-process tests: spawn with piped stdin and stdout, read stdout line
+// by line with a timeout, signal, and reap with a timeout (killing what overstays). A child
+// never outlives the Subprocess object: the destructor kills and reaps it.
+#ifndef KVRAIL_TESTS_SUPPORT_SUBPROCESS_H_
+#define KVRAIL_TESTS_SUPPORT_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace kvrail::testing {
+
+class Subprocess {
+ public:
+  // Starts argv[0] (a path; no PATH search unless it has no '/') with `env` added to this
+  // process's environment. stderr is inherited, so a child's errors land in the test log.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(
+      const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // The next line of stdout without its '\n', waiting at most `timeout`. DeadlineExceeded on
+  // timeout, OutOfRange at end of stream (the child closed stdout or exited).
+  absl::StatusOr<std::string> ReadLine(absl::Duration timeout);
+  // Reads lines until one starts with `prefix`, returning the rest of it.
+  absl::StatusOr<std::string> ReadUntil(const std::string& prefix, absl::Duration timeout);
+  // Everything read so far (for failure messages).
+  const std::string& transcript() const { return transcript_; }
+
+  // Closes the child's stdin (a polite "stop" for children that wait on it).
+  void CloseStdin();
+  void Signal(int signal);
+
+  // Waits for the child to exit: its exit code, or 128 + signal when a signal ended it.
+  // DeadlineExceeded when it is still running after `timeout` (then it is left running).
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+
+ private:
+  Subprocess() = default;
+
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;
+  int stdout_fd_ = -1;
+  std::string buffer_;
+  std::string transcript_;
+  std::optional<int> exit_code_;
+};
+
+}  // namespace kvrail::testing
+
+#endif  // KVRAIL_TESTS_SUPPORT_SUBPROCESS_H_
