@@ -1,5 +1,6 @@
 #include "tests/transfer/harness.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -96,6 +98,7 @@ absl::StatusOr<HarnessResult> RunTransfer(const RouteSetup& setup, const Harness
       argv.push_back("--net-devices");
       argv.push_back(options.prefill_net_devices);
     }
+    for (const std::string& a : options.prefill_args) argv.push_back(a);
     int targets = 0;
     for (int d = 0; d < setup.decode_tp; ++d) {
       KVRAIL_ASSIGN_OR_RETURN(plan::CopyList copies, RoomCopies(setup, p, d));
@@ -109,9 +112,29 @@ absl::StatusOr<HarnessResult> RunTransfer(const RouteSetup& setup, const Harness
     prefills.push_back(std::move(child));
   }
   HarnessResult result;
+  absl::Time killed = absl::InfiniteFuture();
+  if (options.kill_decode_after_submit) {
+    for (auto& prefill : prefills) {
+      absl::StatusOr<std::string> line = prefill->ReadUntil("submitted", options.timeout);
+      if (!line.ok()) return AddContext(line.status(), "prefill node");
+    }
+    decodes[0]->Signal(SIGKILL);
+    killed = absl::Now();
+  }
   for (auto& prefill : prefills) {
     absl::StatusOr<std::string> line = prefill->ReadUntil("result ", options.timeout);
     if (!line.ok()) return AddContext(line.status(), "prefill node");
+    KVRAIL_ASSIGN_OR_RETURN(const int code, prefill->Wait(absl::Seconds(30)));
+    if (options.expect_failure) {
+      if (!absl::StartsWith(*line, "failed ") || code != 3) {
+        return absl::InternalError(absl::StrCat("prefill node pid ", prefill->pid(),
+                                                " should have failed, but: ", *line, " (exit ",
+                                                code, ")"));
+      }
+      result.failures.push_back(*line);
+      if (killed != absl::InfiniteFuture()) result.failure_latency = absl::Now() - killed;
+      continue;
+    }
     if (!absl::StartsWith(*line, "ok ")) {
       return absl::InternalError(absl::StrCat("prefill node pid ", prefill->pid(), ": ", *line));
     }
@@ -120,8 +143,20 @@ absl::StatusOr<HarnessResult> RunTransfer(const RouteSetup& setup, const Harness
     if (parts.size() == 3 && absl::SimpleAtod(parts[2], &seconds)) {
       result.seconds = std::max(result.seconds, seconds);
     }
-    KVRAIL_ASSIGN_OR_RETURN(const int code, prefill->Wait(absl::Seconds(30)));
     if (code != 0) return absl::InternalError(absl::StrCat("prefill node exited ", code));
+  }
+  if (options.expect_failure) {
+    if (!options.kill_decode_after_submit) {
+      for (int d = 0; d < setup.decode_tp; ++d) {
+        if (!AllZero(decode_arenas[d].data(), decode_arenas[d].size())) {
+          return absl::DataLossError(
+              absl::StrCat("decode ", d, ": a rejected room wrote bytes into the arena"));
+        }
+        result.bytes_untouched += decode_arenas[d].size();
+      }
+    }
+    for (auto& decode : decodes) decode->CloseStdin();
+    return result;
   }
   // Verify from this process: the decode arenas are still mapped by their nodes and by us.
   for (int d = 0; d < setup.decode_tp; ++d) {

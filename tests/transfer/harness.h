@@ -24,12 +24,21 @@ struct HarnessOptions {
   std::vector<std::string> prefill_prefix;
   int rooms = 1;
   absl::Duration timeout = absl::Seconds(120);
+  // Extra arguments for every prefill node (e.g. "--out-of-bounds", "--deadline-ms", "3000").
+  std::vector<std::string> prefill_args;
+  // Failure drills: the prefills are expected to fail (their "result failed ..." lines are
+  // returned) and every decode arena must still be all zero.
+  bool expect_failure = false;
+  // SIGKILL decode 0 as soon as every prefill has submitted its rooms.
+  bool kill_decode_after_submit = false;
 };
 
 struct HarnessResult {
-  uint64_t bytes_verified = 0;   // destination bytes compared with their source
-  uint64_t bytes_untouched = 0;  // destination bytes checked to be still zero
-  double seconds = 0;            // the slowest prefill's transfer time
+  uint64_t bytes_verified = 0;        // destination bytes compared with their source
+  uint64_t bytes_untouched = 0;       // destination bytes checked to be still zero
+  double seconds = 0;                 // the slowest prefill's transfer time
+  std::vector<std::string> failures;  // with expect_failure: each prefill's "failed ..." line
+  absl::Duration failure_latency;     // with kill_decode_after_submit: kill to last failure
 };
 
 // The path of the transfer_node binary (absolute, so it survives `ip netns exec`).

@@ -47,6 +47,7 @@ struct Flags {
   int64_t deadline_ms = 60000;
   uint64_t inflight_bytes = 0;
   int room_pages = 480;
+  bool out_of_bounds = false;  // drill: push the last copy one byte past the peer's arena
 };
 
 int Fail(const absl::Status& status) {
@@ -144,6 +145,10 @@ int RunPrefill(const Flags& flags) {
       room.remote = link->regions;
       room.remote_base = (*descriptor)->regions(0).base();  // B_dst (CACHEPD §6.9)
       room.copies = *copies;
+      if (flags.out_of_bounds) {
+        plan::Copy& last = room.copies[room.copies.size() - 1];
+        last.dst_offset = (*descriptor)->regions(0).length() - last.length + 1;
+      }
       room.deadline = absl::Now() + absl::Milliseconds(flags.deadline_ms);
       room.done = [&](const transfer::RoomOutcome& outcome) {
         std::lock_guard<std::mutex> lock(mu);
@@ -203,6 +208,7 @@ int main(int argc, char** argv) {
       sub->add_option("--deadline-ms", flags.deadline_ms);
       sub->add_option("--inflight-bytes", flags.inflight_bytes);
       sub->add_option("--room-pages", flags.room_pages);
+      sub->add_flag("--out-of-bounds", flags.out_of_bounds);
     }
   }
   CLI11_PARSE(app, argc, argv);

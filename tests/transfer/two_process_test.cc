@@ -3,6 +3,9 @@
 // every other byte checked untouched (tests/transfer/harness.h).
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "absl/time/time.h"
 #include "tests/transfer/harness.h"
 
 namespace kvrail::testing {
@@ -39,6 +42,50 @@ INSTANTIATE_TEST_SUITE_P(Routes, TwoProcessTransferTest,
                                            Case{"shm_p2_d1", "sm", 2, 1},
                                            Case{"shm_p1_d2", "sm", 1, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace kvrail::testing
+
+namespace kvrail::testing {
+namespace {
+
+TEST(TransferFaultTest, OutOfBoundsDestinationIsRejectedWithNothingWritten) {
+  RouteSetup setup;
+  setup.prefill_tp = 2;
+  HarnessOptions options;
+  options.prefill_args = {"--out-of-bounds"};
+  options.expect_failure = true;
+  absl::StatusOr<HarnessResult> result = RunTransfer(setup, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->failures.size(), 2u);
+  for (const std::string& failure : result->failures) {
+    EXPECT_NE(failure.find("INVALID_ARGUMENT"), std::string::npos) << failure;
+    EXPECT_NE(failure.find("nothing was written"), std::string::npos) << failure;
+  }
+  EXPECT_EQ(result->bytes_untouched, uint64_t{256} << 20);
+}
+
+TEST(TransferFaultTest, ADecodeKilledMidRoomFailsTheRoomsWithinTheirDeadline) {
+  RouteSetup setup;
+  HarnessOptions options;
+  // Twenty rooms of 240 MiB over tcp take far longer than the kill takes to land.
+  options.rooms = 20;
+  options.prefill_args = {"--deadline-ms", "8000"};
+  options.expect_failure = true;
+  options.kill_decode_after_submit = true;
+  absl::StatusOr<HarnessResult> result = RunTransfer(setup, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->failures.size(), 1u);
+  const std::string& failure = result->failures[0];
+  EXPECT_TRUE(failure.find("UNAVAILABLE") != std::string::npos ||
+              failure.find("DEADLINE_EXCEEDED") != std::string::npos ||
+              failure.find("CANCELLED") != std::string::npos)
+      << failure;
+  // Within the deadline (plus the time to notice), never a hang.
+  EXPECT_LT(result->failure_latency, absl::Seconds(20));
+  std::printf("killed decode: the prefill failed after %s: %s\n",
+              absl::FormatDuration(result->failure_latency).c_str(), failure.c_str());
+}
 
 }  // namespace
 }  // namespace kvrail::testing
