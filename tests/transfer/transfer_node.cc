@@ -83,9 +83,7 @@ absl::StatusOr<Node> Open(const Flags& flags) {
 int RunDecode(const Flags& flags) {
   auto node = Open(flags);
   if (!node.ok()) return Fail(node.status());
-  Arena* arena = &node->arena;
   auto* transport = &node->transport;
-  auto* region = &node->region;
   auto server = transport::HandshakeServer::Start(
       flags.bind, 0, [t = transport->get()] { return t->LocalDescriptor(); });
   if (!server.ok()) return Fail(server.status());

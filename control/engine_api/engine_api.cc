@@ -1,0 +1,219 @@
+#include "control/engine_api/engine_api.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <utility>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvrail::engine_api {
+namespace {
+
+zmq::context_t& Context() {
+  static zmq::context_t* context = new zmq::context_t(1);
+  return *context;
+}
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(std::max<int64_t>(0, absl::ToInt64Milliseconds(d)));
+}
+
+}  // namespace
+
+struct EngineApiServer::Sockets {
+  zmq::socket_t router;
+  std::set<std::string> engines;  // identities that sent a request (server thread only)
+};
+
+absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const std::string& endpoint,
+                                                                        Handler handler) {
+  if (!handler) return absl::InvalidArgumentError("engine API server: the handler is empty");
+  std::unique_ptr<EngineApiServer> server(new EngineApiServer);
+  server->handler_ = std::move(handler);
+  server->sockets_ = std::make_unique<Sockets>();
+  try {
+    zmq::socket_t router(Context(), zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.set(zmq::sockopt::maxmsgsize, kMaxRequestBytes);
+    router.set(zmq::sockopt::sndhwm, 100000);
+    router.bind(endpoint);
+    server->endpoint_ = router.get(zmq::sockopt::last_endpoint);
+    server->sockets_->router = std::move(router);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(
+        absl::StrCat("engine API: bind ", endpoint, " failed: ", e.what()));
+  }
+  server->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (server->wake_fd_ < 0) return absl::InternalError("engine API: eventfd failed");
+  server->thread_ = std::thread([s = server.get()] { s->Run(); });
+  return server;
+}
+
+EngineApiServer::~EngineApiServer() {
+  Stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void EngineApiServer::Stop() {
+  stop_.store(true);
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+  if (thread_.joinable()) thread_.join();
+  if (sockets_ != nullptr) sockets_->router.close();
+}
+
+void EngineApiServer::Publish(const v1::RoomEvent& event) {
+  v1::SidecarMessage message;
+  *message.mutable_event() = event;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.push_back(message.SerializeAsString());
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void EngineApiServer::Run() {
+  zmq::socket_t& router = sockets_->router;
+  while (!stop_.load()) {
+    zmq::pollitem_t items[2] = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      if (items[1].revents & ZMQ_POLLIN) {
+        uint64_t count;
+        (void)!read(wake_fd_, &count, sizeof(count));
+        std::deque<std::string> events;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          events.swap(outbox_);
+        }
+        for (const std::string& event : events) {
+          for (const std::string& engine : sockets_->engines) {
+            router.send(zmq::buffer(engine), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+            router.send(zmq::buffer(event), zmq::send_flags::dontwait);
+          }
+        }
+      }
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      while (true) {
+        std::vector<zmq::message_t> frames;
+        if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+          break;
+        }
+        if (frames.empty()) continue;
+        const std::string identity = frames[0].to_string();
+        v1::SidecarMessage reply;
+        v1::EngineRequest request;
+        if (frames.size() != 2 ||
+            !request.ParseFromArray(frames[1].data(), static_cast<int>(frames[1].size()))) {
+          malformed_.fetch_add(1);
+          reply.mutable_reply()->set_error(
+              absl::StrCat("engine API: expected one frame holding a kvrail.v1.EngineRequest, got ",
+                           frames.size() - 1, " frame(s) that do not parse"));
+        } else if (request.kind_case() == v1::EngineRequest::KIND_NOT_SET) {
+          malformed_.fetch_add(1);
+          reply.mutable_reply()->set_request_id(request.request_id());
+          reply.mutable_reply()->set_error(
+              "engine API: the request names no operation (attach, ready, expect, poll, abort)");
+        } else {
+          sockets_->engines.insert(identity);
+          *reply.mutable_reply() = handler_(request);
+          reply.mutable_reply()->set_request_id(request.request_id());
+        }
+        const std::string bytes = reply.SerializeAsString();
+        router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        router.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+      }
+    } catch (const zmq::error_t&) {
+      // An engine that went away between request and reply: nothing to answer.
+    }
+  }
+}
+
+struct EngineApiClient::Sockets {
+  zmq::socket_t dealer;
+};
+
+absl::StatusOr<std::unique_ptr<EngineApiClient>> EngineApiClient::Connect(
+    const std::string& endpoint) {
+  std::unique_ptr<EngineApiClient> client(new EngineApiClient);
+  client->sockets_ = std::make_unique<Sockets>();
+  client->endpoint_ = endpoint;
+  try {
+    zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.set(zmq::sockopt::rcvhwm, 100000);
+    dealer.connect(endpoint);
+    client->sockets_->dealer = std::move(dealer);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(
+        absl::StrCat("engine API: connect ", endpoint, " failed: ", e.what()));
+  }
+  return client;
+}
+
+EngineApiClient::~EngineApiClient() = default;
+
+bool EngineApiClient::Receive(absl::Duration timeout, v1::SidecarMessage& out) {
+  zmq::socket_t& dealer = sockets_->dealer;
+  zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, Millis(timeout)) == 0) return false;
+  zmq::message_t message;
+  if (!dealer.recv(message, zmq::recv_flags::dontwait)) return false;
+  return out.ParseFromArray(message.data(), static_cast<int>(message.size()));
+}
+
+absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
+                                                      absl::Duration timeout) {
+  const uint64_t id = next_id_++;
+  request.set_request_id(id);
+  const std::string bytes = request.SerializeAsString();
+  try {
+    sockets_->dealer.send(zmq::buffer(bytes), zmq::send_flags::none);
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      v1::SidecarMessage message;
+      if (!Receive(deadline - absl::Now(), message)) continue;
+      if (message.has_event()) {
+        events_.push_back(message.event());
+        continue;
+      }
+      if (message.reply().request_id() != id) continue;  // a reply to an abandoned call
+      if (!message.reply().error().empty()) {
+        return absl::FailedPreconditionError(message.reply().error());
+      }
+      return message.reply();
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("engine API ", endpoint_, ": ", e.what()));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("engine API ", endpoint_, ": no reply within ",
+                                                  absl::FormatDuration(timeout),
+                                                  " (is the sidecar running?)"));
+}
+
+std::optional<v1::RoomEvent> EngineApiClient::NextEvent(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (events_.empty()) {
+    v1::SidecarMessage message;
+    if (!Receive(deadline - absl::Now(), message)) {
+      if (absl::Now() >= deadline) return std::nullopt;
+      continue;
+    }
+    if (message.has_event()) events_.push_back(message.event());
+  }
+  v1::RoomEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+}  // namespace kvrail::engine_api

@@ -1,0 +1,98 @@
+// The engine API endpoint (proto/kvrail/v1/engine.proto): the sidecar's ROUTER socket that an
+// engine rank drives, and the C++ client engines (and `kvrail engine-sim`) use.
+#ifndef KVRAIL_CONTROL_ENGINE_API_ENGINE_API_H_
+#define KVRAIL_CONTROL_ENGINE_API_ENGINE_API_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/kvrail/v1/engine.pb.h"
+
+namespace kvrail::engine_api {
+
+// Requests larger than this are refused by the socket (a manifest is at most 2 MiB, CACHEPD
+// §7.4; a contract 256 KiB).
+inline constexpr int64_t kMaxRequestBytes = int64_t{4} << 20;
+
+class EngineApiServer {
+ public:
+  // Answers one request. Runs on the server's thread: it must not block for long.
+  using Handler = std::function<v1::EngineReply(const v1::EngineRequest&)>;
+
+  // Binds `endpoint` ("ipc:///tmp/kvrail-p0.sock", "tcp://127.0.0.1:0") and starts serving.
+  // Unavailable naming the endpoint when the bind fails.
+  static absl::StatusOr<std::unique_ptr<EngineApiServer>> Start(const std::string& endpoint,
+                                                                Handler handler);
+  ~EngineApiServer();  // Stop()
+  EngineApiServer(const EngineApiServer&) = delete;
+  EngineApiServer& operator=(const EngineApiServer&) = delete;
+
+  // The bound endpoint (with the real port for tcp port 0).
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Queues `event` for every engine that has sent a request. Thread-safe; never blocks.
+  void Publish(const v1::RoomEvent& event);
+
+  // Malformed requests answered with an error so far.
+  uint64_t malformed() const { return malformed_.load(); }
+
+  void Stop();
+
+ private:
+  EngineApiServer() = default;
+  void Run();
+
+  Handler handler_;
+  std::string endpoint_;
+  struct Sockets;
+  std::unique_ptr<Sockets> sockets_;
+  int wake_fd_ = -1;  // eventfd: Publish wakes the server thread
+  std::mutex mu_;
+  std::deque<std::string> outbox_;  // serialised SidecarMessage events
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> malformed_{0};
+  std::thread thread_;
+};
+
+// A single-threaded client: one DEALER socket to a sidecar.
+class EngineApiClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<EngineApiClient>> Connect(const std::string& endpoint);
+  ~EngineApiClient();
+  EngineApiClient(const EngineApiClient&) = delete;
+  EngineApiClient& operator=(const EngineApiClient&) = delete;
+
+  // Sends `request` (its request_id is set here) and waits for the reply; events arriving
+  // meanwhile are kept for NextEvent. DeadlineExceeded when no reply came in `timeout`;
+  // FailedPrecondition with the sidecar's words when the reply carries an error.
+  absl::StatusOr<v1::EngineReply> Call(v1::EngineRequest request,
+                                       absl::Duration timeout = absl::Seconds(10));
+
+  // The next room event, waiting at most `timeout`; nullopt on timeout.
+  std::optional<v1::RoomEvent> NextEvent(absl::Duration timeout);
+
+ private:
+  EngineApiClient() = default;
+  // Receives one message, waiting at most `timeout`; false on timeout.
+  bool Receive(absl::Duration timeout, v1::SidecarMessage& out);
+
+  struct Sockets;
+  std::unique_ptr<Sockets> sockets_;
+  std::string endpoint_;
+  uint64_t next_id_ = 1;
+  std::deque<v1::RoomEvent> events_;
+};
+
+}  // namespace kvrail::engine_api
+
+#endif  // KVRAIL_CONTROL_ENGINE_API_ENGINE_API_H_

@@ -1,0 +1,104 @@
+#include "control/engine_api/engine_api.h"
+
+#include <gtest/gtest.h>
+
+#include <zmq.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvrail::engine_api {
+namespace {
+
+v1::EngineReply Echo(const v1::EngineRequest& request) {
+  v1::EngineReply reply;
+  if (request.has_poll()) {
+    for (uint64_t room : request.poll().rooms()) {
+      auto* state = reply.add_states();
+      state->set_room(room);
+      state->set_status(v1::TRANSFER_POLL_BOOTSTRAPPING);
+    }
+  }
+  if (request.has_abort() && request.abort().room() == 0) reply.set_error("Abort room 0: unknown");
+  return reply;
+}
+
+TEST(EngineApiTest, RequestsGetTheirRepliesAndEventsStreamToAttachedEngines) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = EngineApiClient::Connect((*server)->endpoint());
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(7);
+  poll.mutable_poll()->add_rooms(9);
+  auto reply = (*client)->Call(poll);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->states_size(), 2);
+  EXPECT_EQ(reply->states(1).room(), 9u);
+
+  v1::RoomEvent event;
+  event.set_room(7);
+  event.set_status(v1::TRANSFER_POLL_SUCCESS);
+  event.set_bootstrap_token(42);
+  (*server)->Publish(event);
+  auto got = (*client)->NextEvent(absl::Seconds(5));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->room(), 7u);
+  EXPECT_EQ(got->bootstrap_token(), 42);
+}
+
+TEST(EngineApiTest, HandlerErrorsComeBackAsFailedPrecondition) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok());
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(0);
+  auto reply = client->Call(abort);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(reply.status().message().find("Abort room 0"), std::string::npos);
+}
+
+TEST(EngineApiTest, GarbageAndEmptyRequestsAreAnsweredWithAReasonAndServingGoesOn) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok());
+  zmq::context_t context;
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 5000);
+  dealer.connect((*server)->endpoint());
+  dealer.send(zmq::str_buffer("\xff\xff\xff not a protobuf"), zmq::send_flags::none);
+  zmq::message_t answer;
+  ASSERT_TRUE(dealer.recv(answer));
+  v1::SidecarMessage message;
+  ASSERT_TRUE(message.ParseFromArray(answer.data(), static_cast<int>(answer.size())));
+  EXPECT_NE(message.reply().error().find("EngineRequest"), std::string::npos);
+  v1::EngineRequest empty;
+  empty.set_request_id(5);
+  dealer.send(zmq::buffer(empty.SerializeAsString()), zmq::send_flags::none);
+  ASSERT_TRUE(dealer.recv(answer));
+  ASSERT_TRUE(message.ParseFromArray(answer.data(), static_cast<int>(answer.size())));
+  EXPECT_EQ(message.reply().request_id(), 5u);
+  EXPECT_NE(message.reply().error().find("names no operation"), std::string::npos);
+  EXPECT_EQ((*server)->malformed(), 2u);
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  v1::EngineRequest poll;
+  poll.mutable_poll();
+  EXPECT_TRUE(client->Call(poll).ok());
+}
+
+TEST(EngineApiTest, NoSidecarIsDeadlineExceeded) {
+  auto client = EngineApiClient::Connect("tcp://127.0.0.1:1").value();
+  v1::EngineRequest poll;
+  poll.mutable_poll();
+  auto reply = client->Call(poll, absl::Milliseconds(200));
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(EngineApiTest, BindFailureNamesTheEndpoint) {
+  auto server = EngineApiServer::Start("tcp://256.0.0.1:0", Echo);
+  ASSERT_FALSE(server.ok());
+  EXPECT_NE(server.status().message().find("256.0.0.1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvrail::engine_api

@@ -1,0 +1,14 @@
+"""kvrail engine API client: drive a kvrail sidecar from an inference engine rank.
+
+    from kvrail_engine import SidecarClient
+    sidecar = SidecarClient("ipc:///tmp/kvrail-p0.sock")
+    sidecar.attach_shm("/kvrail-p0", contract_json)
+    sidecar.ready(room=7, source_manifest=manifest_json, bootstrap_token=42)
+    event = sidecar.next_event(timeout=30.0)
+
+See python/examples/engine_example.py and docs/ENGINE-API.md.
+"""
+
+from kvrail_engine.client import RoomEvent, SidecarClient, SidecarError, TransferPoll
+
+__all__ = ["RoomEvent", "SidecarClient", "SidecarError", "TransferPoll"]

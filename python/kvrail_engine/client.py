@@ -1,0 +1,194 @@
+"""The engine side of proto/kvrail/v1/engine.proto over ZeroMQ (python3-zmq, python3-protobuf).
+
+One DEALER socket to the sidecar's ROUTER. Every request gets exactly one reply with the same
+request_id; room outcomes (RoomEvent) arrive on the same socket at any time and are queued
+until next_event() is called. Not thread-safe: use one client per thread.
+"""
+
+import collections
+import enum
+import importlib.util
+import itertools
+import os
+import subprocess
+import time
+
+import zmq
+
+
+def _load_engine_pb2():
+    """The generated engine API module: the one built beside this package (Bazel puts it in
+    runfiles), or else generated once from proto/kvrail/v1/engine.proto with Debian's protoc
+    into ~/.cache/kvrail/python."""
+    try:
+        from kvrail_engine import engine_pb2  # pylint: disable=import-outside-toplevel
+        return engine_pb2
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    proto_root = os.path.join(here, "..", "..", "proto")
+    proto = os.path.join(proto_root, "kvrail", "v1", "engine.proto")
+    out = os.path.join(os.path.expanduser("~"), ".cache", "kvrail", "python")
+    generated = os.path.join(out, "kvrail", "v1", "engine_pb2.py")
+    if not os.path.exists(generated) or os.path.getmtime(generated) < os.path.getmtime(proto):
+        os.makedirs(out, exist_ok=True)
+        subprocess.run(["/usr/bin/protoc", "--proto_path=" + proto_root, "--python_out=" + out,
+                        proto], check=True)
+    spec = importlib.util.spec_from_file_location("kvrail_engine_pb2", generated)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+engine_pb2 = _load_engine_pb2()
+
+
+class TransferPoll(enum.IntEnum):
+    """CACHEPD section 7.1 TransferPoll codes."""
+
+    FAILED = 0
+    BOOTSTRAPPING = 1
+    BOOTSTRAPPED = 2
+    WAITING_FOR_INPUT = 3
+    TRANSFERRING = 4
+    SUCCESS = 5
+
+
+RoomEvent = collections.namedtuple(
+    "RoomEvent",
+    ["room", "status", "reason", "bootstrap_token", "speculative_ids", "bytes", "copies",
+     "seconds"],
+)
+
+
+class SidecarError(RuntimeError):
+    """The sidecar refused a request (the message names the input and the rule it broke), or
+    did not answer in time."""
+
+
+class SidecarClient:
+    def __init__(self, endpoint, timeout=10.0, context=None):
+        self._endpoint = endpoint
+        self._timeout = timeout
+        self._context = context or zmq.Context.instance()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(endpoint)
+        self._ids = itertools.count(1)
+        self._events = collections.deque()
+
+    def close(self):
+        self._socket.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # Requests -------------------------------------------------------------------------------
+
+    def attach_shm(self, shm_name, contract):
+        """Shares the engine's KV arena, a POSIX shared-memory object, and its CachePD contract
+        (wire JSON, str or bytes)."""
+        request = engine_pb2.EngineRequest()
+        request.attach.shm_name = shm_name
+        request.attach.contract = _text(contract)
+        return self._call(request)
+
+    def attach_cuda(self, ipc_handle, nbytes, device, contract):
+        """Shares a device allocation by its cudaIpcMemHandle_t bytes."""
+        request = engine_pb2.EngineRequest()
+        request.attach.cuda_ipc_handle = bytes(ipc_handle)
+        request.attach.cuda_bytes = nbytes
+        request.attach.cuda_device = device
+        request.attach.contract = _text(contract)
+        return self._call(request)
+
+    def ready(self, room, source_manifest, bootstrap_token=-1, speculative_ids=()):
+        """Prefill: the room's cache is computed; send it to its decode ranks."""
+        request = engine_pb2.EngineRequest()
+        request.ready.room = room
+        request.ready.source_manifest = _text(source_manifest)
+        request.ready.bootstrap_token = bootstrap_token
+        request.ready.speculative_ids.extend(speculative_ids)
+        return self._call(request)
+
+    def expect(self, room, bootstrap_address, destination_manifest, dp_group=0):
+        """Decode: pages are allocated; fetch the room from the prefill node behind
+        bootstrap_address ("host:port")."""
+        request = engine_pb2.EngineRequest()
+        request.expect.room = room
+        request.expect.bootstrap_address = bootstrap_address
+        request.expect.destination_manifest = _text(destination_manifest)
+        request.expect.dp_group = dp_group
+        return self._call(request)
+
+    def poll(self, rooms):
+        """The TransferPoll state of each room, as {room: (TransferPoll, reason)}."""
+        request = engine_pb2.EngineRequest()
+        request.poll.rooms.extend(rooms)
+        reply = self._call(request)
+        return {s.room: (TransferPoll(s.status), s.reason) for s in reply.states}
+
+    def abort(self, room, reason="aborted by the engine"):
+        request = engine_pb2.EngineRequest()
+        request.abort.room = room
+        request.abort.reason = reason
+        return self._call(request)
+
+    # Events ---------------------------------------------------------------------------------
+
+    def next_event(self, timeout=None):
+        """The next room outcome (RoomEvent), or None after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._events:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = self._receive(left)
+            if message is None:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                continue
+            if message.HasField("event"):
+                self._events.append(_event(message.event))
+        return self._events.popleft()
+
+    # Internals ------------------------------------------------------------------------------
+
+    def _call(self, request):
+        request.request_id = next(self._ids)
+        self._socket.send(request.SerializeToString())
+        deadline = time.monotonic() + self._timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SidecarError(
+                    "engine API %s: no reply within %.1f s (is the sidecar running?)"
+                    % (self._endpoint, self._timeout))
+            message = self._receive(left)
+            if message is None:
+                continue
+            if message.HasField("event"):
+                self._events.append(_event(message.event))
+                continue
+            if message.reply.request_id != request.request_id:
+                continue
+            if message.reply.error:
+                raise SidecarError(message.reply.error)
+            return message.reply
+
+    def _receive(self, timeout):
+        if not self._socket.poll(None if timeout is None else int(timeout * 1000) + 1):
+            return None
+        message = engine_pb2.SidecarMessage()
+        message.ParseFromString(self._socket.recv())
+        return message
+
+
+def _text(value):
+    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _event(e):
+    return RoomEvent(e.room, TransferPoll(e.status), e.reason, e.bootstrap_token,
+                     list(e.speculative_ids), e.bytes, e.copies, e.seconds)
