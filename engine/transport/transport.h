@@ -12,8 +12,9 @@
 //     call, always from the transport's progress context (a thread the transport owns).
 //   * A batch's completion with OK means the batch is locally complete: its source bytes may be
 //     reused. Only a Flush's OK means earlier writes landed at the peer ("Success means landed").
-//   * Disconnect and Close fail outstanding completions with kCancelled; a write that finds its
-//     peer or its peer's region gone fails with kUnavailable.
+//   * Disconnect and Close fail outstanding completions with kCancelled. A write that finds its
+//     peer or its peer's region gone fails with kUnavailable: its batch, when the loss is seen
+//     before the batch completes locally, and always the next Flush of that lane.
 //   * Completions run without the transport's locks held: they may post, flush, register or
 //     disconnect. They must not destroy the transport.
 //

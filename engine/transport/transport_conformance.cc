@@ -398,8 +398,12 @@ TEST_P(TransportConformanceTest, WriteIntoClosedPeerFailsUnavailable) {
       pair.sender->PostWrites(pair.peer, 0, pair.source_region, writes, recorder.Callback(0)).ok());
   ASSERT_TRUE(pair.sender->Flush(pair.peer, 0, recorder.Callback(1)).ok());
   ASSERT_TRUE(recorder.WaitAll());
-  EXPECT_EQ(recorder.status(0).code(), absl::StatusCode::kUnavailable) << recorder.status(0);
-  EXPECT_FALSE(recorder.status(1).ok());  // a flush after a lost batch does not claim it landed
+  // The batch may complete locally before the loss is seen (its bytes left this process);
+  // if it reports the loss, it says Unavailable. The flush never claims the bytes landed.
+  EXPECT_TRUE(recorder.status(0).ok() ||
+              recorder.status(0).code() == absl::StatusCode::kUnavailable)
+      << recorder.status(0);
+  EXPECT_EQ(recorder.status(1).code(), absl::StatusCode::kUnavailable) << recorder.status(1);
   EXPECT_TRUE(AllZero(pair.destination));
 }
 
