@@ -1,0 +1,187 @@
+#include "control/bootstrap/client.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "control/error/error.h"
+
+namespace kvrail::bootstrap {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr size_t kExcerptBytes = 200;
+
+std::string Excerpt(absl::string_view body) {
+  std::string out = absl::CHexEscape(body.substr(0, kExcerptBytes));
+  if (body.size() > kExcerptBytes) absl::StrAppend(&out, "... (", body.size(), " bytes)");
+  return absl::StrCat("\"", out, "\"");
+}
+
+void SetTimeout(milliseconds timeout, const std::function<void(time_t, time_t)>& set) {
+  const int64_t ms = std::max<int64_t>(timeout.count(), 1);
+  set(static_cast<time_t>(ms / 1000), static_cast<time_t>((ms % 1000) * 1000));
+}
+
+bool IsTimeout(httplib::Error error) {
+  return error == httplib::Error::Read || error == httplib::Error::ConnectionTimeout;
+}
+
+}  // namespace
+
+BootstrapClient::BootstrapClient(std::string host, int port, BootstrapClientOptions options)
+    : host_(std::move(host)), port_(port), options_(options) {}
+
+std::string BootstrapClient::address() const { return absl::StrCat(host_, ":", port_); }
+
+absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string& method,
+                                                              const std::string& target,
+                                                              const std::string& body, int retries,
+                                                              const NotReady& not_ready) const {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + options_.deadline;
+  const std::string request = absl::StrCat("bootstrap ", address(), ": ", method, " ", target);
+  milliseconds backoff = options_.backoff;
+  int attempts = 0;
+  int transport_failures = 0;
+  std::string last_problem = "no attempt fitted in the deadline";
+  bool last_was_timeout = false;
+  auto elapsed = [&start] { return duration_cast<milliseconds>(Clock::now() - start).count(); };
+
+  while (true) {
+    const milliseconds remaining = duration_cast<milliseconds>(deadline - Clock::now());
+    if (remaining.count() <= 0) break;
+    ++attempts;
+    httplib::Client http(host_, port_);
+    SetTimeout(std::min(options_.connect_timeout, remaining),
+               [&http](time_t s, time_t us) { http.set_connection_timeout(s, us); });
+    SetTimeout(std::min(options_.read_timeout, remaining), [&http](time_t s, time_t us) {
+      http.set_read_timeout(s, us);
+      http.set_write_timeout(s, us);
+    });
+    httplib::Result result = method == "PUT" ? http.Put(target.c_str(), body, "application/json")
+                                             : http.Get(target.c_str());
+    if (!result) {
+      ++transport_failures;
+      last_was_timeout = IsTimeout(result.error());
+      last_problem =
+          last_was_timeout
+              ? absl::StrCat("no answer within the timeouts (connect ",
+                             options_.connect_timeout.count(), " ms, read ",
+                             options_.read_timeout.count(),
+                             " ms; httplib: ", httplib::to_string(result.error()), ")")
+              : absl::StrCat(
+                    "cannot reach the server (httplib: ", httplib::to_string(result.error()), ")");
+      if (transport_failures > retries) break;
+    } else {
+      Answer answer{result->status, result->body};
+      std::optional<std::string> why = not_ready ? not_ready(answer) : std::nullopt;
+      if (!why.has_value()) return answer;
+      last_was_timeout = true;
+      last_problem = *why;
+    }
+    const milliseconds wait =
+        std::min(backoff, duration_cast<milliseconds>(deadline - Clock::now()));
+    if (wait.count() > 0) std::this_thread::sleep_for(wait);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+  const std::string message =
+      absl::StrCat(request, ": ", last_problem, " (gave up after ", attempts, " attempt",
+                   attempts == 1 ? "" : "s", " in ", elapsed(), " ms)");
+  return last_was_timeout ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+}
+
+absl::Status BootstrapClient::Refused(const std::string& method, const std::string& target,
+                                      const Answer& answer) const {
+  const std::string message = absl::StrCat("bootstrap ", address(), ": ", method, " ", target,
+                                           ": answered ", answer.status, " ", Excerpt(answer.body));
+  return answer.status == 409 ? absl::FailedPreconditionError(message)
+                              : absl::InvalidArgumentError(message);
+}
+
+absl::Status BootstrapClient::RegisterPrefillRank(const PrefillRegistration& registration) const {
+  absl::StatusOr<std::string> body = SerializeRegistration(registration);
+  if (!body.ok()) {
+    return AddContext(body.status(),
+                      absl::StrCat("bootstrap ", address(), ": PUT /route: registration"));
+  }
+  const std::string target = "/route";
+  KVRAIL_ASSIGN_OR_RETURN(Answer answer, Call("PUT", target, *body, options_.retries, nullptr));
+  if (answer.status != 200) return Refused("PUT", target, answer);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<plan::PrefillDescription> BootstrapClient::Sync() const {
+  const std::string target = "/route?engine_rank=-1&target_dp_group=-1";
+  // §2.2: every member is null until the first registration.
+  const NotReady not_ready = [](const Answer& answer) -> std::optional<std::string> {
+    if (answer.status != 200) return std::nullopt;
+    const nlohmann::json body = nlohmann::json::parse(answer.body, nullptr, false);
+    if (!body.is_object()) return std::nullopt;
+    for (const char* member : {"prefill_tp_size", "prefill_dp_size", "cache_layout"}) {
+      auto it = body.find(member);
+      if (it != body.end() && it->is_null()) {
+        return absl::StrCat("the prefill node is not ready: ", member,
+                            " is null, so no prefill rank has registered yet");
+      }
+    }
+    return std::nullopt;
+  };
+  KVRAIL_ASSIGN_OR_RETURN(Answer answer, Call("GET", target, "", options_.retries, not_ready));
+  if (answer.status != 200) return Refused("GET", target, answer);
+  absl::StatusOr<plan::PrefillDescription> description = plan::ParsePrefillDescription(answer.body);
+  if (!description.ok()) {
+    return AddContext(description.status(), absl::StrCat("bootstrap ", address(), ": GET ", target,
+                                                         ": body ", Excerpt(answer.body)));
+  }
+  return description;
+}
+
+absl::StatusOr<RankEndpoint> BootstrapClient::LookupRank(int rank_in_group, int dp_group) const {
+  const std::string target =
+      absl::StrCat("/route?engine_rank=", rank_in_group, "&target_dp_group=", dp_group);
+  const NotReady not_ready = [rank_in_group,
+                              dp_group](const Answer& answer) -> std::optional<std::string> {
+    if (answer.status < 500) return std::nullopt;
+    return absl::StrCat("prefill rank ", rank_in_group, " of dp group ", dp_group,
+                        " is not registered (answered ", answer.status, " ", Excerpt(answer.body),
+                        ")");
+  };
+  KVRAIL_ASSIGN_OR_RETURN(Answer answer, Call("GET", target, "", options_.retries, not_ready));
+  if (answer.status != 200) return Refused("GET", target, answer);
+  const nlohmann::json body = nlohmann::json::parse(answer.body, nullptr, false);
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("bootstrap ", address(), ": GET ", target,
+                                                   ": body ", Excerpt(answer.body), " ", what,
+                                                   " (CACHEPD §2.2)"));
+  };
+  if (!body.is_object()) return bad("is not a JSON object");
+  auto ip = body.find("rank_ip");
+  if (ip == body.end() || !ip->is_string() || ip->get_ref<const std::string&>().empty()) {
+    return bad("has no rank_ip string");
+  }
+  auto port = body.find("rank_port");
+  if (port == body.end() || !port->is_number_integer() || port->get<int64_t>() < 1 ||
+      port->get<int64_t>() > 65535) {
+    return bad("has no rank_port integer in 1..65535");
+  }
+  return RankEndpoint{ip->get<std::string>(), static_cast<int>(port->get<int64_t>())};
+}
+
+absl::Status BootstrapClient::Health() const {
+  const std::string target = "/health";
+  KVRAIL_ASSIGN_OR_RETURN(Answer answer, Call("GET", target, "", /*retries=*/0, nullptr));
+  if (answer.status != 200) return Refused("GET", target, answer);
+  return absl::OkStatus();
+}
+
+}  // namespace kvrail::bootstrap

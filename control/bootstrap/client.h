@@ -1,0 +1,85 @@
+// A client of a CachePD bootstrap server (CACHEPD §2), kvrail's or the reference's.
+//
+// Prefill ranks register with it (PUT /route, §1.2); decode ranks read the node description
+// and each target rank's control endpoint (GET /route, §1.3 D2 and D4) and send heartbeats
+// (GET /health, §1.6). Every error names the server address, the request, and what was wrong:
+// the transport error, or the HTTP status with an excerpt of the body.
+#ifndef KVRAIL_CONTROL_BOOTSTRAP_CLIENT_H_
+#define KVRAIL_CONTROL_BOOTSTRAP_CLIENT_H_
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "control/bootstrap/registration.h"
+#include "control/plan/prefill_description.h"
+
+namespace kvrail::bootstrap {
+
+struct BootstrapClientOptions {
+  // Per attempt; the defaults are the reference heartbeat's (§1.6).
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds read_timeout{3000};
+  // Further attempts after a transport failure (refused, reset, timed out).
+  int retries = 3;
+  // Wait before the first retry; doubles after each, up to max_backoff.
+  std::chrono::milliseconds backoff{100};
+  std::chrono::milliseconds max_backoff{1000};
+  // One call's whole budget: every attempt, every wait, and the time spent waiting for a node
+  // that is not ready yet. No call returns much later than this.
+  std::chrono::milliseconds deadline{10000};
+};
+
+class BootstrapClient {
+ public:
+  BootstrapClient(std::string host, int port, BootstrapClientOptions options = {});
+
+  // "host:port", as errors name the server.
+  std::string address() const;
+
+  // PUT /route with `registration` (§2.1). OK on 200. Transport failures are retried; any
+  // other answer is the server's verdict and fails at once: FailedPrecondition for 409
+  // (disagrees with the node's first registration), InvalidArgument otherwise (the reference
+  // answers 500 to every refusal).
+  absl::Status RegisterPrefillRank(const PrefillRegistration& registration) const;
+
+  // GET /route?engine_rank=-1&target_dp_group=-1 (§2.2), parsed with ParsePrefillDescription
+  // (§2.3, §10.2). An answer with null sizes or layout means no prefill rank has registered
+  // yet: it is asked again, with backoff, until the deadline (then DeadlineExceeded). A
+  // non-200 answer or a description that does not parse fails at once.
+  absl::StatusOr<plan::PrefillDescription> Sync() const;
+
+  // GET /route?engine_rank=<rank_in_group>&target_dp_group=<dp_group> (§1.3 D4): the control
+  // endpoint of that prefill rank. A 500 is what both servers answer for a rank that has not
+  // registered (§2.2), so it is asked again until the deadline; other refusals and a body
+  // that is not {"rank_ip": string, "rank_port": 1..65535} fail at once.
+  absl::StatusOr<RankEndpoint> LookupRank(int rank_in_group, int dp_group) const;
+
+  // GET /health, one attempt (§1.6: the caller counts consecutive failures). OK on 200.
+  absl::Status Health() const;
+
+ private:
+  struct Answer {
+    int status = 0;
+    std::string body;
+  };
+  // Returns why `answer` means "ask again later", or nullopt when it is final.
+  using NotReady = std::function<std::optional<std::string>(const Answer&)>;
+
+  absl::StatusOr<Answer> Call(const std::string& method, const std::string& target,
+                              const std::string& body, int retries,
+                              const NotReady& not_ready) const;
+  absl::Status Refused(const std::string& method, const std::string& target,
+                       const Answer& answer) const;
+
+  std::string host_;
+  int port_;
+  BootstrapClientOptions options_;
+};
+
+}  // namespace kvrail::bootstrap
+
+#endif  // KVRAIL_CONTROL_BOOTSTRAP_CLIENT_H_

@@ -1,0 +1,276 @@
+#include "control/bootstrap/client.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "control/bootstrap/server.h"
+#include "control/layout/contract.h"
+#include "tests/support/vectors.h"
+
+namespace kvrail::bootstrap {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+std::string ReferenceLayout() {
+  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
+  return vectors["scenarios"][0]["exchanges"][2]["json_body"]["cache_layout"].get<std::string>();
+}
+
+PrefillRegistration Rank(int engine_rank, int world_size = 4, int dp_size = 2) {
+  PrefillRegistration r;
+  r.world_size = world_size;
+  r.dp_size = dp_size;
+  r.endpoint = {absl::StrCat("10.2.0.", engine_rank), 18000 + engine_rank};
+  r.engine_rank = engine_rank;
+  r.contract = *layout::ParseContract(ReferenceLayout());
+  return r;
+}
+
+// Short budgets: these tests check what the client concludes, not how long it takes.
+BootstrapClientOptions Quick() {
+  BootstrapClientOptions options;
+  options.connect_timeout = milliseconds(500);
+  options.read_timeout = milliseconds(500);
+  options.retries = 2;
+  options.backoff = milliseconds(5);
+  options.max_backoff = milliseconds(20);
+  options.deadline = milliseconds(5000);
+  return options;
+}
+
+// A port nothing listens on: bound once by the kernel's choice, then released.
+int UnusedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A stand-in server whose /route answers are scripted by the test.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(const httplib::Server::Handler& route) {
+    http_.Get("/route", route);
+    http_.Put("/route", route);
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+    while (!http_.is_running()) std::this_thread::sleep_for(milliseconds(1));
+  }
+  ~ScriptedServer() {
+    http_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  httplib::Server http_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+class BootstrapClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server_.Start("127.0.0.1", 0).ok()); }
+  BootstrapClient Client() { return BootstrapClient("127.0.0.1", server_.port(), Quick()); }
+  BootstrapServer server_;
+};
+
+TEST_F(BootstrapClientTest, RegistersSyncsAndLooksUpRanks) {
+  BootstrapClient client = Client();
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(client.RegisterPrefillRank(Rank(rank)).ok()) << rank;
+  }
+  absl::StatusOr<plan::PrefillDescription> description = client.Sync();
+  ASSERT_TRUE(description.ok()) << description.status();
+  EXPECT_EQ(description->world_size, 4);
+  EXPECT_EQ(description->dp_size, 2);
+  EXPECT_EQ(description->stage_tp_size, 2);
+  EXPECT_EQ(*layout::SerializeContract(description->contract), ReferenceLayout());
+  absl::StatusOr<RankEndpoint> endpoint = client.LookupRank(1, 1);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EXPECT_EQ(*endpoint, (RankEndpoint{"10.2.0.3", 18003}));
+  EXPECT_TRUE(client.Health().ok());
+}
+
+TEST_F(BootstrapClientTest, SyncOfAPipelinedNodeCarriesItsStages) {
+  BootstrapClient client = Client();
+  for (int rank = 0; rank < 8; ++rank) {
+    PrefillRegistration r = Rank(rank, 8, 2);
+    r.pipeline = plan::PipelineLayout{2, {{"layer.0.k", "layer.0.latent"}, {"layer.1.conv"}}};
+    ASSERT_TRUE(client.RegisterPrefillRank(r).ok()) << rank;
+  }
+  absl::StatusOr<plan::PrefillDescription> description = client.Sync();
+  ASSERT_TRUE(description.ok()) << description.status();
+  EXPECT_EQ(description->pp_size, 2);
+  EXPECT_EQ(description->stage_tp_size, 2);
+  EXPECT_EQ(description->pipeline.fields_by_stage.size(), 2u);
+}
+
+TEST_F(BootstrapClientTest, ARefusedRegistrationNamesTheServerStatusAndBody) {
+  BootstrapClient client = Client();
+  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());
+  absl::Status conflict = client.RegisterPrefillRank(Rank(1, 8, 2));
+  EXPECT_EQ(conflict.code(), absl::StatusCode::kFailedPrecondition) << conflict;
+  EXPECT_NE(conflict.message().find(client.address()), std::string::npos) << conflict;
+  EXPECT_NE(conflict.message().find("PUT /route"), std::string::npos) << conflict;
+  EXPECT_NE(conflict.message().find("answered 409"), std::string::npos) << conflict;
+  EXPECT_NE(conflict.message().find("world_size"), std::string::npos) << conflict;
+  absl::Status range = client.RegisterPrefillRank(Rank(7));
+  EXPECT_EQ(range.code(), absl::StatusCode::kInvalidArgument) << range;
+  EXPECT_NE(range.message().find("answered 400"), std::string::npos) << range;
+}
+
+TEST_F(BootstrapClientTest, SyncGivesUpAtTheDeadlineWhenNoRankRegisters) {
+  BootstrapClientOptions options = Quick();
+  options.deadline = milliseconds(200);
+  BootstrapClient client("127.0.0.1", server_.port(), options);
+  absl::Status status = client.Sync().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find(client.address()), std::string::npos) << status;
+  EXPECT_NE(status.message().find("engine_rank=-1"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("not ready"), std::string::npos) << status;
+}
+
+TEST_F(BootstrapClientTest, LookupOfARankThatNeverRegistersGivesUpNamingIt) {
+  BootstrapClientOptions options = Quick();
+  options.deadline = milliseconds(200);
+  BootstrapClient client("127.0.0.1", server_.port(), options);
+  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());
+  absl::Status status = client.LookupRank(1, 0).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("prefill rank 1 of dp group 0 is not registered"),
+            std::string::npos)
+      << status;
+}
+
+TEST(BootstrapClientScriptedTest, SyncAsksAgainUntilARankHasRegistered) {
+  std::atomic<int> asked{0};
+  const std::string layout = ReferenceLayout();
+  ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+    json body = {
+        {"prefill_tp_size", nullptr}, {"prefill_dp_size", nullptr}, {"cache_layout", nullptr}};
+    if (++asked > 2) {
+      body = {{"prefill_tp_size", 2}, {"prefill_dp_size", 1}, {"cache_layout", layout}};
+    }
+    res.set_content(body.dump(), "application/json");
+  });
+  BootstrapClient client("127.0.0.1", server.port(), Quick());
+  absl::StatusOr<plan::PrefillDescription> description = client.Sync();
+  ASSERT_TRUE(description.ok()) << description.status();
+  EXPECT_EQ(description->world_size, 2);
+  EXPECT_EQ(asked.load(), 3);
+}
+
+TEST(BootstrapClientScriptedTest, LookupAsksAgainUntilTheRankHasRegistered) {
+  std::atomic<int> asked{0};
+  ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+    if (++asked < 3) {
+      res.status = 500;
+      res.set_content("KeyError", "text/plain");
+    } else {
+      res.set_content(R"({"rank_ip": "10.0.0.9", "rank_port": 17000})", "application/json");
+    }
+  });
+  BootstrapClient client("127.0.0.1", server.port(), Quick());
+  absl::StatusOr<RankEndpoint> endpoint = client.LookupRank(0, 0);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EXPECT_EQ(*endpoint, (RankEndpoint{"10.0.0.9", 17000}));
+}
+
+TEST(BootstrapClientDownTest, AServerThatIsDownFailsAfterTheRetriesWithAClearError) {
+  const int port = UnusedPort();
+  BootstrapClient client("127.0.0.1", port, Quick());
+  absl::Status status = client.Sync().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_NE(status.message().find(absl::StrCat("127.0.0.1:", port)), std::string::npos) << status;
+  EXPECT_NE(status.message().find("cannot reach the server"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("after 3 attempts"), std::string::npos) << status;
+  absl::Status health = client.Health();
+  EXPECT_EQ(health.code(), absl::StatusCode::kUnavailable) << health;
+  EXPECT_NE(health.message().find("after 1 attempt "), std::string::npos) << health;
+  EXPECT_FALSE(client.RegisterPrefillRank(Rank(0)).ok());
+  EXPECT_FALSE(client.LookupRank(0, 0).ok());
+}
+
+TEST(BootstrapClientScriptedTest, AServerThatAnswersTooSlowlyTimesOut) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> asked{0};
+  {
+    ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+      ++asked;
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
+      res.set_content("OK", "text/plain");
+    });
+    BootstrapClientOptions options = Quick();
+    options.read_timeout = milliseconds(100);
+    options.retries = 1;
+    BootstrapClient client("127.0.0.1", server.port(), options);
+    absl::Status status = client.LookupRank(0, 0).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_NE(status.message().find("no answer within the timeouts"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("GET /route?engine_rank=0&target_dp_group=0"),
+              std::string::npos)
+        << status;
+    EXPECT_EQ(asked.load(), 2);  // the first attempt and one retry
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+  }
+}
+
+TEST(BootstrapClientScriptedTest, BadBodiesFailAtOnceNamingTheBody) {
+  ScriptedServer server([](const httplib::Request& req, httplib::Response& res) {
+    if (req.get_param_value("engine_rank") == "-1") {
+      res.set_content("<html>not json</html>", "text/html");
+    } else {
+      res.set_content(R"({"rank_ip": 5, "rank_port": 17000})", "application/json");
+    }
+  });
+  BootstrapClient client("127.0.0.1", server.port(), Quick());
+  absl::Status sync = client.Sync().status();
+  EXPECT_EQ(sync.code(), absl::StatusCode::kInvalidArgument) << sync;
+  EXPECT_NE(sync.message().find("<html>not json</html>"), std::string::npos) << sync;
+  EXPECT_NE(sync.message().find(client.address()), std::string::npos) << sync;
+  absl::Status lookup = client.LookupRank(0, 0).status();
+  EXPECT_EQ(lookup.code(), absl::StatusCode::kInvalidArgument) << lookup;
+  EXPECT_NE(lookup.message().find("rank_ip"), std::string::npos) << lookup;
+}
+
+TEST(BootstrapClientScriptedTest, ANonPagedPrefillIsReportedAsSuch) {
+  ScriptedServer server([](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"prefill_tp_size": 2, "prefill_dp_size": 1})", "application/json");
+  });
+  BootstrapClient client("127.0.0.1", server.port(), Quick());
+  absl::Status sync = client.Sync().status();
+  EXPECT_FALSE(sync.ok());
+  EXPECT_NE(sync.message().find("cache_layout"), std::string::npos) << sync;
+}
+
+}  // namespace
+}  // namespace kvrail::bootstrap

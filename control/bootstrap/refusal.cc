@@ -1,0 +1,45 @@
+#include "control/bootstrap/refusal.h"
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
+
+namespace kvrail::bootstrap {
+namespace {
+
+constexpr absl::string_view kPayloadUrl = "kvrail.dev/bootstrap/http-status";
+
+int StatusFor(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::kBadRequest:
+      return 400;
+    case Refusal::kConflict:
+      return 409;
+    case Refusal::kReferenceRaises:
+      break;
+  }
+  return 500;
+}
+
+}  // namespace
+
+absl::Status Refuse(Refusal refusal, absl::string_view message) {
+  absl::Status status = refusal == Refusal::kConflict ? absl::FailedPreconditionError(message)
+                                                      : absl::InvalidArgumentError(message);
+  status.SetPayload(kPayloadUrl, absl::Cord(std::to_string(StatusFor(refusal))));
+  return status;
+}
+
+int HttpStatusOf(const absl::Status& status) {
+  if (status.ok()) return 200;
+  auto payload = status.GetPayload(kPayloadUrl);
+  int http = 0;
+  if (!payload.has_value()) return 500;
+  const std::string text(*payload);
+  if (absl::SimpleAtoi(text, &http)) return http;
+  return 500;
+}
+
+}  // namespace kvrail::bootstrap

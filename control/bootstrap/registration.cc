@@ -1,0 +1,329 @@
+#include "control/bootstrap/registration.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "control/bootstrap/python_json.h"
+#include "control/bootstrap/refusal.h"
+#include "control/error/error.h"
+#include "control/wire/python_int.h"
+
+namespace kvrail::bootstrap {
+namespace {
+
+using nlohmann::json;
+
+// Nesting the body may have. A registration needs 3 levels; the reference dies of
+// RecursionError near 1000 (CACHEPD §4.3 item 7), which aiohttp answers with 500.
+constexpr int kMaxBodyDepth = 32;
+
+absl::Status Raises(absl::string_view member, absl::string_view problem) {
+  return Refuse(Refusal::kReferenceRaises,
+                absl::StrCat("registration ", member, ": ", problem, " (CACHEPD §2.1)"));
+}
+
+absl::Status BadRequest(absl::string_view member, absl::string_view problem,
+                        absl::string_view section = "CACHEPD §2.1") {
+  return Refuse(Refusal::kBadRequest,
+                absl::StrCat("registration ", member, ": ", problem, " (", section, ")"));
+}
+
+// A JSON value quoted for an error message, cut to a readable length.
+std::string Quote(const json& value) {
+  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (text.size() > 64) text = absl::StrCat(text.substr(0, 61), "...");
+  return text;
+}
+
+// The deepest nesting of `text` outside strings, counted without recursion.
+int NestingDepth(absl::string_view text) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+const json* Find(const json& body, const char* member) {
+  auto it = body.find(member);
+  return it == body.end() ? nullptr : &*it;
+}
+
+// A member the reference reads with data[member]: a KeyError (500) when absent.
+absl::StatusOr<const json*> Required(const json& body, const char* member) {
+  const json* value = Find(body, member);
+  if (value == nullptr) return Raises(member, "is missing");
+  return value;
+}
+
+int64_t ClampToInt64(const json& value) {
+  if (value.is_number_unsigned()) {
+    return static_cast<int64_t>(
+        std::min<uint64_t>(value.get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+  }
+  return value.get<int64_t>();
+}
+
+// rank_port and engine_rank: the reference applies Python's int(). A JSON integer or a string
+// holding one is read; int() raises (500) on null, lists, objects and other text. It would
+// truncate a float and read a bool as 0 or 1; kvrail refuses both (400).
+absl::StatusOr<int64_t> ReadPythonInt(const json& body, const char* member) {
+  KVRAIL_ASSIGN_OR_RETURN(const json* value, Required(body, member));
+  if (value->is_boolean() || value->is_number_float()) {
+    return BadRequest(member, absl::StrCat("must be an integer, got ", Quote(*value)));
+  }
+  if (value->is_number_integer()) return ClampToInt64(*value);
+  if (value->is_string()) {
+    absl::StatusOr<int64_t> parsed = wire::ParsePythonInt(
+        value->get_ref<const std::string&>(), std::numeric_limits<int64_t>::min(),
+        std::numeric_limits<int64_t>::max(), member);
+    if (!parsed.ok()) {
+      return Raises(member,
+                    absl::StrCat(Quote(*value), " is not an integer as Python int() reads it"));
+    }
+    return *parsed;
+  }
+  return Raises(member, absl::StrCat("int() cannot read ", Quote(*value)));
+}
+
+// world_size and dp_size: the reference uses them as they come, in world_size // dp_size, so
+// anything but a number raises (500); kvrail also refuses bools and floats (400).
+absl::StatusOr<int64_t> ReadSize(const json& body, const char* member) {
+  KVRAIL_ASSIGN_OR_RETURN(const json* value, Required(body, member));
+  if (value->is_boolean() || value->is_number_float()) {
+    return BadRequest(member, absl::StrCat("must be an integer, got ", Quote(*value)));
+  }
+  if (!value->is_number_integer()) {
+    return Raises(member, absl::StrCat("must be an integer, got ", Quote(*value)));
+  }
+  return ClampToInt64(*value);
+}
+
+// Whether Python's a // b is 0, as the reference computes world_size // dp_size. Requires
+// b != 0. Decided without dividing, so INT64_MIN // -1 cannot trap.
+bool FloorQuotientIsZero(int64_t a, int64_t b) { return b > 0 ? 0 <= a && a < b : b < a && a <= 0; }
+
+absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
+  const json* layout = Find(body, "cache_layout");
+  if (layout == nullptr || !layout->is_string()) {
+    return Raises("cache_layout", "must be a string (CachePD bootstrap layout must be a string)");
+  }
+  const std::string& wire = layout->get_ref<const std::string&>();
+  for (size_t i = 0; i < wire.size(); ++i) {
+    if (static_cast<unsigned char>(wire[i]) >= 0x80) {
+      return Raises("cache_layout", absl::StrCat("must be ASCII, byte ", i,
+                                                 " is not (CachePD bootstrap layout "
+                                                 "is invalid)"));
+    }
+  }
+  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
+  if (!contract.ok()) {
+    return Raises("cache_layout",
+                  absl::StrCat("is not a valid contract: ", contract.status().message()));
+  }
+  absl::StatusOr<std::string> canonical = layout::SerializeContract(*contract);
+  if (!canonical.ok()) {
+    return Raises("cache_layout",
+                  absl::StrCat("does not re-serialise: ", canonical.status().message()));
+  }
+  out.registration.contract = *std::move(contract);
+  out.canonical_layout = *std::move(canonical);
+  return absl::OkStatus();
+}
+
+absl::Status ReadPipeline(const json& body, PrefillRegistration& out) {
+  int64_t pp_size = 1;
+  if (const json* value = Find(body, "pp_size"); value != nullptr && !value->is_null()) {
+    if (!value->is_number_integer()) {
+      return BadRequest("pp_size", absl::StrCat("must be an integer, got ", Quote(*value)),
+                        "CACHEPD §10.2");
+    }
+    pp_size = ClampToInt64(*value);
+    if (pp_size < 1 || pp_size > plan::kMaxTpSize) {
+      return BadRequest("pp_size", absl::StrCat(pp_size, " is outside 1..", plan::kMaxTpSize),
+                        "CACHEPD §10.2");
+    }
+  }
+  const json* stages = Find(body, "cache_fields_by_stage");
+  if (stages == nullptr || stages->is_null()) {
+    if (pp_size != 1) {
+      return BadRequest("cache_fields_by_stage",
+                        absl::StrCat("is required when pp_size is ", pp_size,
+                                     ": every field must be placed in one stage"),
+                        "CACHEPD §10.1, §10.2");
+    }
+    return absl::OkStatus();
+  }
+  if (!stages->is_array()) {
+    return BadRequest("cache_fields_by_stage", "must be a list of lists of field ids",
+                      "CACHEPD §10.2");
+  }
+  plan::PipelineLayout pipeline;
+  pipeline.pp_size = static_cast<int>(pp_size);
+  for (const json& stage : *stages) {
+    if (!stage.is_array()) {
+      return BadRequest("cache_fields_by_stage", "each stage must be a list of field ids",
+                        "CACHEPD §10.2");
+    }
+    std::vector<std::string> ids;
+    for (const json& id : stage) {
+      if (!id.is_string()) {
+        return BadRequest("cache_fields_by_stage",
+                          absl::StrCat("field ids must be strings, got ", Quote(id)),
+                          "CACHEPD §10.2");
+      }
+      ids.push_back(id.get<std::string>());
+    }
+    pipeline.fields_by_stage.push_back(std::move(ids));
+  }
+  absl::Status fits = plan::ValidatePipelineLayout(pipeline, out.contract);
+  if (!fits.ok()) {
+    return BadRequest("cache_fields_by_stage", fits.message(), "CACHEPD §10.1");
+  }
+  out.pipeline = std::move(pipeline);
+  return absl::OkStatus();
+}
+
+absl::Status ReadShardedGroups(const json& body, PrefillRegistration& out, int stage_tp_size) {
+  const json* groups = Find(body, "cache_sharded_groups");
+  if (groups == nullptr || groups->is_null()) return absl::OkStatus();
+  constexpr absl::string_view kShape = "entries are {\"group_id\": string, \"owners\": integer}";
+  if (!groups->is_array()) return BadRequest("cache_sharded_groups", kShape, "CACHEPD §10.3");
+  for (const json& g : *groups) {
+    if (!g.is_object() || !g.contains("group_id") || !g["group_id"].is_string() ||
+        !g.contains("owners") || !g["owners"].is_number_integer()) {
+      return BadRequest("cache_sharded_groups", absl::StrCat(kShape, ", got ", Quote(g)),
+                        "CACHEPD §10.3");
+    }
+    // Clamped only to fit an int; ValidateShardedGroups names the owners rule.
+    const int64_t owners = std::clamp<int64_t>(ClampToInt64(g["owners"]), -1, kMaxWorldSize);
+    out.sharded_groups.push_back({g["group_id"].get<std::string>(), static_cast<int>(owners)});
+  }
+  absl::Status fits = plan::ValidateShardedGroups(out.sharded_groups, out.contract, stage_tp_size);
+  if (!fits.ok()) return BadRequest("cache_sharded_groups", fits.message(), "CACHEPD §10.3");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool operator==(const RankEndpoint& a, const RankEndpoint& b) {
+  return a.rank_ip == b.rank_ip && a.rank_port == b.rank_port;
+}
+
+absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
+  if (NestingDepth(text) > kMaxBodyDepth) {
+    return Raises("body", absl::StrCat("nests deeper than ", kMaxBodyDepth, " levels"));
+  }
+  const json body = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return Raises("body", "is not valid JSON");
+  if (!body.is_object()) return Raises("body", "must be a JSON object");
+
+  // 1. What the reference reads before anything else (§11 item 4); each failure raises.
+  ParsedRegistration parsed;
+  PrefillRegistration& out = parsed.registration;
+  KVRAIL_ASSIGN_OR_RETURN(const json* role, Required(body, "role"));
+  KVRAIL_ASSIGN_OR_RETURN(int64_t world_size, ReadSize(body, "world_size"));
+  KVRAIL_ASSIGN_OR_RETURN(int64_t dp_size, ReadSize(body, "dp_size"));
+  KVRAIL_ASSIGN_OR_RETURN(const json* rank_ip, Required(body, "rank_ip"));
+  KVRAIL_ASSIGN_OR_RETURN(int64_t rank_port, ReadPythonInt(body, "rank_port"));
+  KVRAIL_ASSIGN_OR_RETURN(int64_t engine_rank, ReadPythonInt(body, "engine_rank"));
+  // 2. The layout check, for every role (§2.1 step 1).
+  KVRAIL_RETURN_IF_ERROR(ReadLayout(body, parsed));
+  // 3. world_size // dp_size, and for a prefill engine_rank // that: a zero divisor raises.
+  const bool prefill = role->is_string() && role->get_ref<const std::string&>() == kPrefillRole;
+  if (dp_size == 0) return Raises("dp_size", "is 0, and world_size // dp_size divides by it");
+  if (prefill && FloorQuotientIsZero(world_size, dp_size)) {
+    return Raises("world_size", absl::StrCat("// dp_size is 0 (", world_size, " // ", dp_size,
+                                             "), and engine_rank is divided by it"));
+  }
+  out.role = role->is_string() ? role->get<std::string>() : role->dump();
+
+  // kvrail's own rules: the reference accepts these requests only because it never checks.
+  if (world_size < 1 || world_size > kMaxWorldSize) {
+    return BadRequest("world_size", absl::StrCat(world_size, " is outside 1..", kMaxWorldSize));
+  }
+  if (dp_size < 1 || dp_size > world_size) {
+    return BadRequest("dp_size",
+                      absl::StrCat(dp_size, " is outside 1..world_size (", world_size, ")"));
+  }
+  out.world_size = static_cast<int>(world_size);
+  out.dp_size = static_cast<int>(dp_size);
+  if (!rank_ip->is_string() || rank_ip->get_ref<const std::string&>().empty()) {
+    return BadRequest("rank_ip", absl::StrCat("must be a non-empty string, got ", Quote(*rank_ip)));
+  }
+  for (unsigned char c : rank_ip->get_ref<const std::string&>()) {
+    if (c <= 0x20 || c >= 0x7F) {
+      return BadRequest("rank_ip",
+                        absl::StrCat(Quote(*rank_ip), " must be printable ASCII without spaces"));
+    }
+  }
+  out.endpoint.rank_ip = rank_ip->get<std::string>();
+  if (rank_port < 1 || rank_port > 65535) {
+    return BadRequest("rank_port", absl::StrCat(rank_port, " is outside 1..65535"));
+  }
+  out.endpoint.rank_port = static_cast<int>(rank_port);
+  if (prefill && (engine_rank < 0 || engine_rank >= world_size)) {
+    return BadRequest("engine_rank", absl::StrCat(engine_rank, " is outside 0..world_size-1 (",
+                                                  world_size - 1, ")"));
+  }
+  out.engine_rank = static_cast<int>(std::clamp<int64_t>(engine_rank, -1, kMaxWorldSize));
+
+  KVRAIL_RETURN_IF_ERROR(ReadPipeline(body, out));
+  absl::StatusOr<int> stage_tp = plan::StageTpSize(out.world_size, out.dp_size, out.PpSize());
+  if (!stage_tp.ok()) {
+    return BadRequest(
+        "world_size",
+        absl::StrCat(world_size, " must be a multiple of dp_size (", dp_size, ") * pp_size (",
+                     out.PpSize(), "): ", stage_tp.status().message()),
+        "CACHEPD §2.1, §10.2");
+  }
+  KVRAIL_RETURN_IF_ERROR(ReadShardedGroups(body, out, *stage_tp));
+  return parsed;
+}
+
+absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration) {
+  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(registration.contract));
+  nlohmann::ordered_json body;
+  body["role"] = registration.role;
+  body["world_size"] = registration.world_size;
+  body["dp_size"] = registration.dp_size;
+  body["rank_ip"] = registration.endpoint.rank_ip;
+  body["rank_port"] = registration.endpoint.rank_port;
+  body["engine_rank"] = registration.engine_rank;
+  body["cache_layout"] = std::move(wire);
+  if (registration.pipeline.has_value()) {
+    body["pp_size"] = registration.pipeline->pp_size;
+    body["cache_fields_by_stage"] = registration.pipeline->fields_by_stage;
+  }
+  if (!registration.sharded_groups.empty()) {
+    nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+    for (const plan::ShardedGroup& g : registration.sharded_groups) {
+      groups.push_back({{"group_id", g.group_id}, {"owners", g.owners}});
+    }
+    body["cache_sharded_groups"] = std::move(groups);
+  }
+  return DumpPythonJson(body);
+}
+
+}  // namespace kvrail::bootstrap

@@ -1,0 +1,167 @@
+#include "control/bootstrap/registry.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "control/bootstrap/refusal.h"
+
+namespace kvrail::bootstrap {
+namespace {
+
+absl::Status Conflict(absl::string_view member, absl::string_view got, absl::string_view first) {
+  return Refuse(Refusal::kConflict,
+                absl::StrCat("registration ", member, ": ", got,
+                             " differs from the node's first registration, which set ", first,
+                             "; every rank of a prefill node registers the same value "
+                             "(CACHEPD §2.1)"));
+}
+
+// Where two canonical layouts part, with a little of each, for the incompatible-layouts error.
+std::string LayoutDifference(absl::string_view stored, absl::string_view got) {
+  size_t at = 0;
+  while (at < stored.size() && at < got.size() && stored[at] == got[at]) ++at;
+  const size_t from = at < 24 ? 0 : at - 24;
+  auto excerpt = [from](absl::string_view wire) { return absl::CHexEscape(wire.substr(from, 64)); };
+  return absl::StrCat("the canonical forms differ from byte ", at, ": registered first \"...",
+                      excerpt(stored), "...\", this one \"...", excerpt(got), "...\"");
+}
+
+std::string PlacementText(const std::optional<plan::PipelineLayout>& pipeline) {
+  if (!pipeline.has_value()) return "no stage placement (one stage holding every field)";
+  std::vector<std::string> stages;
+  for (const auto& stage : pipeline->fields_by_stage) {
+    stages.push_back(absl::StrCat("[", absl::StrJoin(stage, ","), "]"));
+  }
+  return absl::StrCat("placement [", absl::StrJoin(stages, ","), "]");
+}
+
+std::string GroupsText(const std::vector<plan::ShardedGroup>& groups) {
+  if (groups.empty()) return "no sharded group";
+  std::vector<std::string> parts;
+  parts.reserve(groups.size());
+  for (const auto& g : groups) parts.push_back(absl::StrCat(g.group_id, ":", g.owners));
+  return absl::StrCat("sharded groups [", absl::StrJoin(parts, ","), "]");
+}
+
+bool SamePipeline(const std::optional<plan::PipelineLayout>& a,
+                  const std::optional<plan::PipelineLayout>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a.has_value() || (a->pp_size == b->pp_size && a->fields_by_stage == b->fields_by_stage);
+}
+
+bool SameGroups(const std::vector<plan::ShardedGroup>& a,
+                const std::vector<plan::ShardedGroup>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const plan::ShardedGroup& x, const plan::ShardedGroup& y) {
+                      return x.group_id == y.group_id && x.owners == y.owners;
+                    });
+}
+
+}  // namespace
+
+nlohmann::ordered_json NodeDescription::ToJson() const {
+  nlohmann::ordered_json out;
+  out["prefill_tp_size"] = world_size ? nlohmann::ordered_json(*world_size) : nullptr;
+  out["prefill_dp_size"] = dp_size ? nlohmann::ordered_json(*dp_size) : nullptr;
+  out["cache_layout"] = cache_layout ? nlohmann::ordered_json(*cache_layout) : nullptr;
+  if (pipeline.has_value()) {
+    out["prefill_pp_size"] = pipeline->pp_size;
+    out["cache_fields_by_stage"] = pipeline->fields_by_stage;
+  }
+  if (!sharded_groups.empty()) {
+    nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+    for (const plan::ShardedGroup& g : sharded_groups) {
+      groups.push_back({{"group_id", g.group_id}, {"owners", g.owners}});
+    }
+    out["cache_sharded_groups"] = std::move(groups);
+  }
+  return out;
+}
+
+absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegistration& parsed) {
+  const PrefillRegistration& r = parsed.registration;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node_.cache_layout.has_value()) {
+    // §2.1 step 1: byte-for-byte comparison of the canonical forms.
+    if (*node_.cache_layout != parsed.canonical_layout) {
+      return Refuse(Refusal::kReferenceRaises,
+                    absl::StrCat("registration cache_layout: CachePD prefill ranks registered "
+                                 "incompatible layouts: ",
+                                 LayoutDifference(*node_.cache_layout, parsed.canonical_layout),
+                                 " (CACHEPD §2.1)"));
+    }
+    if (*node_.world_size != r.world_size) {
+      return Conflict("world_size", absl::StrCat(r.world_size), absl::StrCat(*node_.world_size));
+    }
+    if (*node_.dp_size != r.dp_size) {
+      return Conflict("dp_size", absl::StrCat(r.dp_size), absl::StrCat(*node_.dp_size));
+    }
+    if (!SamePipeline(node_.pipeline, r.pipeline)) {
+      return Conflict("cache_fields_by_stage", PlacementText(r.pipeline),
+                      PlacementText(node_.pipeline));
+    }
+    if (!SameGroups(node_.sharded_groups, r.sharded_groups)) {
+      return Conflict("cache_sharded_groups", GroupsText(r.sharded_groups),
+                      GroupsText(node_.sharded_groups));
+    }
+  }
+
+  RegistrationOutcome outcome;
+  outcome.world_size = r.world_size;
+  if (r.role == kPrefillRole) {
+    outcome.recorded = true;
+    outcome.dp_group = r.DpGroup();
+    outcome.rank_in_group = r.RankInDpGroup();
+    auto [it, inserted] = table_[outcome.dp_group].emplace(outcome.rank_in_group, r.endpoint);
+    if (inserted) {
+      ++registered_ranks_;
+    } else if (it->second != r.endpoint) {
+      outcome.replaced = it->second;
+      it->second = r.endpoint;
+    }
+  }
+  if (!node_.cache_layout.has_value()) {
+    node_.world_size = r.world_size;
+    node_.dp_size = r.dp_size;
+    node_.cache_layout = parsed.canonical_layout;
+    node_.pipeline = r.pipeline;
+    node_.sharded_groups = r.sharded_groups;
+  }
+  outcome.registered_ranks = registered_ranks_;
+  return outcome;
+}
+
+NodeDescription PrefillRegistry::Describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_;
+}
+
+absl::StatusOr<RankEndpoint> PrefillRegistry::Lookup(int64_t rank_in_group,
+                                                     int64_t dp_group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto group = table_.find(static_cast<int>(std::clamp<int64_t>(dp_group, -1, kMaxWorldSize)));
+  if (group == table_.end() || dp_group != group->first) {
+    return Refuse(Refusal::kReferenceRaises,
+                  absl::StrCat("route: no prefill rank has registered in dp group ", dp_group,
+                               " (CACHEPD §2.2)"));
+  }
+  auto rank =
+      group->second.find(static_cast<int>(std::clamp<int64_t>(rank_in_group, -1, kMaxWorldSize)));
+  if (rank == group->second.end() || rank_in_group != rank->first) {
+    return Refuse(Refusal::kReferenceRaises,
+                  absl::StrCat("route: prefill rank ", rank_in_group, " of dp group ", dp_group,
+                               " has not registered (CACHEPD §2.2)"));
+  }
+  return rank->second;
+}
+
+RouteTable PrefillRegistry::Table() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_;
+}
+
+}  // namespace kvrail::bootstrap

@@ -1,0 +1,82 @@
+// The bootstrap server's state (CACHEPD §1.1, §2): the prefill node's sizes, its one canonical
+// contract, and the table dp_group -> rank in group -> control endpoint. Thread-safe.
+#ifndef KVRAIL_CONTROL_BOOTSTRAP_REGISTRY_H_
+#define KVRAIL_CONTROL_BOOTSTRAP_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "control/bootstrap/registration.h"
+#include "control/plan/owner_filter.h"
+#include "control/plan/pipeline.h"
+
+namespace kvrail::bootstrap {
+
+// What the sync answer (GET /route with engine_rank=-1 and target_dp_group=-1) describes.
+// Every member is unset until the first registration is accepted.
+struct NodeDescription {
+  std::optional<int> world_size;  // prefill_tp_size: the world, not the TP size (§2.2)
+  std::optional<int> dp_size;
+  std::optional<std::string> cache_layout;  // canonical wire (§4.2)
+  std::optional<plan::PipelineLayout> pipeline;
+  std::vector<plan::ShardedGroup> sharded_groups;
+
+  // The answer's members: prefill_tp_size, prefill_dp_size and cache_layout in that order
+  // (null while unset, §2.2), then prefill_pp_size and cache_fields_by_stage when the node
+  // registered a stage placement (§10.2), then cache_sharded_groups when it declared any.
+  // A Python-style node's answer is therefore exactly the reference's.
+  nlohmann::ordered_json ToJson() const;
+};
+
+// What an accepted registration changed, for the server's log.
+struct RegistrationOutcome {
+  bool recorded = false;  // false when the role is not "Prefill" (§2.1 step 3)
+  int dp_group = 0;
+  int rank_in_group = 0;
+  // The rank had registered a different endpoint, which this one replaced: a restarted rank
+  // (CACHEPD §11 item 1 argues for accepting the new route).
+  std::optional<RankEndpoint> replaced;
+  int registered_ranks = 0;  // ranks in the table afterwards
+  int world_size = 0;
+};
+
+using RouteTable = std::map<int, std::map<int, RankEndpoint>>;
+
+class PrefillRegistry {
+ public:
+  // Records `parsed` (ParseRegistration's result) as §2.1 does, all or nothing:
+  //   * its canonical layout must equal byte for byte the one stored by the first accepted
+  //     registration, if any ("incompatible layouts": a kReferenceRaises refusal, 500);
+  //   * its world_size, dp_size, pp_size, stage placement and sharded groups must equal the
+  //     first registration's (kConflict, 409; the reference keeps the first silently and files
+  //     later ranks by their own sizes);
+  //   * a "Prefill" rank is filed under table[engine_rank / (world / dp)][engine_rank % (world
+  //     / dp)]; registering again with the same endpoint changes nothing, with another endpoint
+  //     replaces it.
+  // The first accepted registration of any role stores the sizes, layout and placement.
+  absl::StatusOr<RegistrationOutcome> Register(const ParsedRegistration& parsed);
+
+  NodeDescription Describe() const;
+
+  // The endpoint of rank `rank_in_group` of DP group `dp_group` (§2.2). An unknown pair is a
+  // kReferenceRaises refusal (the reference's KeyError, 500) naming both numbers.
+  absl::StatusOr<RankEndpoint> Lookup(int64_t rank_in_group, int64_t dp_group) const;
+
+  RouteTable Table() const;
+
+ private:
+  mutable std::mutex mu_;
+  NodeDescription node_;      // guarded by mu_
+  RouteTable table_;          // guarded by mu_
+  int registered_ranks_ = 0;  // guarded by mu_
+};
+
+}  // namespace kvrail::bootstrap
+
+#endif  // KVRAIL_CONTROL_BOOTSTRAP_REGISTRY_H_

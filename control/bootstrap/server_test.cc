@@ -1,0 +1,501 @@
+#include "control/bootstrap/server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "control/plan/prefill_description.h"
+#include "tests/support/vectors.h"
+
+namespace kvrail::bootstrap {
+namespace {
+
+using nlohmann::json;
+
+struct Reply {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+std::string PercentEncode(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  return out;
+}
+
+Reply Send(int port, const std::string& method, const std::string& path,
+           const std::map<std::string, std::string>& query = {}, const std::string& body = "") {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(10, 0);
+  client.set_read_timeout(10, 0);
+  httplib::Request request;
+  request.method = method;
+  request.path = path;
+  std::string separator = "?";
+  for (const auto& [key, value] : query) {
+    absl::StrAppend(&request.path, separator, PercentEncode(key), "=", PercentEncode(value));
+    separator = "&";
+  }
+  if (!body.empty()) {
+    request.body = body;
+    request.set_header("Content-Type", "application/json");
+  }
+  httplib::Result result = client.send(request);
+  if (!result) {
+    ADD_FAILURE() << method << " " << request.path << ": " << httplib::to_string(result.error());
+    return {};
+  }
+  return {result->status, result->get_header_value("Content-Type"), result->body};
+}
+
+// The contract every rank of the reference scenario registers (bootstrap.json).
+std::string ReferenceLayout() {
+  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
+  return vectors["scenarios"][0]["exchanges"][2]["json_body"]["cache_layout"].get<std::string>();
+}
+
+json Registration(int engine_rank, int world_size = 4, int dp_size = 2) {
+  return {{"role", "Prefill"},
+          {"world_size", world_size},
+          {"dp_size", dp_size},
+          {"rank_ip", absl::StrCat("10.2.0.", engine_rank)},
+          {"rank_port", 18000 + engine_rank},
+          {"engine_rank", engine_rank},
+          {"cache_layout", ReferenceLayout()}};
+}
+
+class BootstrapServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server_.Start("127.0.0.1", 0).ok()); }
+
+  Reply Put(const json& body) { return Send(server_.port(), "PUT", "/route", {}, body.dump()); }
+  Reply PutText(const std::string& body) { return Send(server_.port(), "PUT", "/route", {}, body); }
+  Reply Get(const std::string& path, const std::map<std::string, std::string>& query = {}) {
+    return Send(server_.port(), "GET", path, query);
+  }
+  Reply Sync() { return Get("/route", {{"engine_rank", "-1"}, {"target_dp_group", "-1"}}); }
+
+  BootstrapServer server_;
+};
+
+// Every scenario of bootstrap.json, against a fresh server: status, content type and body of
+// every exchange, and the final table.
+TEST(BootstrapServerVectorsTest, ReplaysEveryScenarioExactly) {
+  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
+  ASSERT_EQ(vectors["format"], "cachepd-bootstrap-v1");
+  ASSERT_GE(vectors["scenarios"].size(), 2u);
+  for (const json& scenario : vectors["scenarios"]) {
+    SCOPED_TRACE(scenario["name"].get<std::string>());
+    BootstrapServer server;
+    ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+    int index = 0;
+    for (const json& exchange : scenario["exchanges"]) {
+      SCOPED_TRACE(absl::StrCat("exchange ", index++, ": ", exchange["method"].get<std::string>(),
+                                " ", exchange["path"].get<std::string>()));
+      std::map<std::string, std::string> query;
+      for (const auto& [key, value] : exchange["query"].items()) query[key] = value;
+      const std::string body = exchange["json_body"].is_null() ? "" : exchange["json_body"].dump();
+      const Reply reply = Send(server.port(), exchange["method"], exchange["path"], query, body);
+      const json& expected = exchange["response"];
+      EXPECT_EQ(reply.status, expected["status"].get<int>()) << reply.body;
+      if (expected.contains("handler_exception")) {
+        // The reference raised; aiohttp's 500 body is its own. kvrail says why in one line.
+        EXPECT_EQ(reply.content_type, "text/plain");
+        EXPECT_FALSE(reply.body.empty());
+        EXPECT_EQ(reply.body.find('\n'), std::string::npos) << reply.body;
+      } else {
+        EXPECT_EQ(reply.content_type, expected["content_type"].get<std::string>());
+        EXPECT_EQ(reply.body, expected["body"].get<std::string>());
+      }
+    }
+    RouteTable expected_table;
+    for (const auto& [group, ranks] : scenario["final_table"].items()) {
+      for (const auto& [rank, endpoint] : ranks.items()) {
+        expected_table[std::stoi(group)][std::stoi(rank)] =
+            RankEndpoint{endpoint["rank_ip"], endpoint["rank_port"]};
+      }
+    }
+    EXPECT_TRUE(server.registry().Table() == expected_table);
+  }
+}
+
+TEST_F(BootstrapServerTest, HealthAnswersOkToGetAndHead) {
+  Reply get = Get("/health");
+  EXPECT_EQ(get.status, 200);
+  EXPECT_EQ(get.content_type, "text/plain");
+  EXPECT_EQ(get.body, "OK");
+  Reply head = Send(server_.port(), "HEAD", "/health");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(Send(server_.port(), "POST", "/health").status, 405);
+}
+
+TEST_F(BootstrapServerTest, RouteAnswersEveryOtherMethodWith405) {
+  for (const char* method : {"POST", "DELETE", "PATCH", "OPTIONS", "HEAD"}) {
+    SCOPED_TRACE(method);
+    Reply reply = Send(server_.port(), method, "/route", {}, method[0] == 'P' ? "{}" : "");
+    EXPECT_EQ(reply.status, 405);
+    if (std::string(method) != "HEAD") {
+      EXPECT_EQ(reply.content_type, "application/json");
+      EXPECT_EQ(reply.body, "Method not allowed");
+    }
+  }
+}
+
+// One request written by hand (no Content-Length, methods httplib's client does not send);
+// returns the status line.
+std::string RawStatusLine(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  timeval timeout{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string reply;
+  char buffer[4096];
+  while (reply.find("\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    reply.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return reply.substr(0, reply.find("\r\n"));
+}
+
+TEST_F(BootstrapServerTest, MethodsAreRefusedBeforeAnyBodyIsRead) {
+  EXPECT_EQ(RawStatusLine(server_.port(), "POST /route HTTP/1.1\r\nHost: x\r\n\r\n"),
+            "HTTP/1.1 405 Method Not Allowed");
+  EXPECT_EQ(RawStatusLine(server_.port(), "TRACE /route HTTP/1.1\r\nHost: x\r\n\r\n"),
+            "HTTP/1.1 405 Method Not Allowed");
+  // A refused body on a kept-alive connection is never parsed as the next request.
+  httplib::Client client("127.0.0.1", server_.port());
+  client.set_keep_alive(true);
+  httplib::Result post = client.Post("/route", std::string(100000, '{'), "application/json");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  httplib::Result health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "OK");
+}
+
+TEST_F(BootstrapServerTest, UnknownPathsAre404) {
+  EXPECT_EQ(Get("/routes").status, 404);
+  EXPECT_EQ(Send(server_.port(), "PUT", "/nothing", {}, "{}").status, 404);
+}
+
+TEST_F(BootstrapServerTest, SyncIsAllNullUntilTheFirstRegistration) {
+  Reply reply = Sync();
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body,
+            R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})");
+  ASSERT_EQ(Put(Registration(3)).status, 200);
+  json sync = json::parse(Sync().body);
+  EXPECT_EQ(sync["prefill_tp_size"], 4);
+  EXPECT_EQ(sync["prefill_dp_size"], 2);
+  EXPECT_EQ(sync["cache_layout"], ReferenceLayout());
+  EXPECT_EQ(sync.size(), 3u);  // a Python-style node gets exactly the reference's members
+}
+
+TEST_F(BootstrapServerTest, LookupFilesRanksByDpGroup) {
+  for (int rank : {0, 1, 2, 3}) ASSERT_EQ(Put(Registration(rank)).status, 200);
+  Reply reply = Get("/route", {{"engine_rank", "0"}, {"target_dp_group", "1"}});
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.content_type, "application/json");
+  EXPECT_EQ(reply.body, R"({"rank_ip": "10.2.0.2", "rank_port": 18002})");
+  // Python int() text: whitespace and a sign are read.
+  EXPECT_EQ(Get("/route", {{"engine_rank", " +1 "}, {"target_dp_group", "0"}}).body,
+            R"({"rank_ip": "10.2.0.1", "rank_port": 18001})");
+}
+
+TEST_F(BootstrapServerTest, LookupOfAnUnknownOrUnreadableRankIs500NamingIt) {
+  ASSERT_EQ(Put(Registration(0)).status, 200);
+  Reply unknown = Get("/route", {{"engine_rank", "1"}, {"target_dp_group", "0"}});
+  EXPECT_EQ(unknown.status, 500);
+  EXPECT_NE(unknown.body.find("prefill rank 1 of dp group 0"), std::string::npos) << unknown.body;
+  Reply group = Get("/route", {{"engine_rank", "0"}, {"target_dp_group", "7"}});
+  EXPECT_EQ(group.status, 500);
+  EXPECT_NE(group.body.find("dp group 7"), std::string::npos) << group.body;
+  Reply half = Get("/route", {{"engine_rank", "-1"}, {"target_dp_group", "0"}});
+  EXPECT_EQ(half.status, 500);
+  Reply text = Get("/route", {{"engine_rank", "0"}, {"target_dp_group", "0x1"}});
+  EXPECT_EQ(text.status, 500);
+  EXPECT_NE(text.body.find("target_dp_group"), std::string::npos) << text.body;
+  EXPECT_EQ(Get("/route", {{"engine_rank", ""}, {"target_dp_group", "0"}}).status, 400);
+  EXPECT_EQ(Get("/route").body, "Missing inputs for bootstrap server.");
+}
+
+TEST_F(BootstrapServerTest, RegisteringTheSameEndpointAgainChangesNothing) {
+  ASSERT_EQ(Put(Registration(1)).status, 200);
+  ASSERT_EQ(Put(Registration(1)).status, 200);
+  RouteTable table = server_.registry().Table();
+  ASSERT_EQ(table.size(), 1u);
+  EXPECT_EQ(table[0].size(), 1u);
+}
+
+TEST_F(BootstrapServerTest, ARestartedRankReplacesItsEndpoint) {
+  ASSERT_EQ(Put(Registration(1)).status, 200);
+  json again = Registration(1);
+  again["rank_port"] = "19001";  // a numeric string, as int() reads it (§2.1)
+  ASSERT_EQ(Put(again).status, 200);
+  EXPECT_EQ(Get("/route", {{"engine_rank", "1"}, {"target_dp_group", "0"}}).body,
+            R"({"rank_ip": "10.2.0.1", "rank_port": 19001})");
+}
+
+TEST_F(BootstrapServerTest, LayoutsAreComparedInCanonicalForm) {
+  json pretty = Registration(0);
+  pretty["cache_layout"] = json::parse(ReferenceLayout()).dump(2);
+  ASSERT_EQ(Put(pretty).status, 200);
+  ASSERT_EQ(Put(Registration(1)).status, 200);  // compact, same canonical form
+  EXPECT_EQ(json::parse(Sync().body)["cache_layout"], ReferenceLayout());
+
+  json other = Registration(2);
+  json contract = json::parse(ReferenceLayout());
+  contract["plan"]["num_lcm_blocks"] = 6;  // another arena geometry: not identical
+  other["cache_layout"] = contract.dump();
+  Reply reply = Put(other);
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_NE(reply.body.find("incompatible layouts"), std::string::npos) << reply.body;
+  EXPECT_EQ(server_.registry().Table().count(1), 0u);  // nothing recorded
+}
+
+TEST_F(BootstrapServerTest, MalformedRegistrationsAre500LikeTheReference) {
+  struct Case {
+    const char* name;
+    std::string body;
+    const char* names;  // the member the error must name
+  };
+  auto without = [](const char* member) {
+    json body = Registration(0);
+    body.erase(member);
+    return body.dump();
+  };
+  auto with = [](const char* member, json value) {
+    json body = Registration(0);
+    body[member] = std::move(value);
+    return body.dump();
+  };
+  const Case cases[] = {
+      {"not json", "{\"role\": ", "body"},
+      {"not an object", "[1, 2]", "body"},
+      {"empty", "", "body"},
+      {"no role", without("role"), "role"},
+      {"no world_size", without("world_size"), "world_size"},
+      {"no dp_size", without("dp_size"), "dp_size"},
+      {"no rank_ip", without("rank_ip"), "rank_ip"},
+      {"no rank_port", without("rank_port"), "rank_port"},
+      {"no engine_rank", without("engine_rank"), "engine_rank"},
+      {"no cache_layout", without("cache_layout"), "cache_layout"},
+      {"world_size string", with("world_size", "4"), "world_size"},
+      {"rank_port text", with("rank_port", "18_0x"), "rank_port"},
+      {"engine_rank null", with("engine_rank", nullptr), "engine_rank"},
+      {"layout not a contract", with("cache_layout", "{}"), "cache_layout"},
+      {"layout non-ascii", with("cache_layout", "{\"plan\": \"\xc3\xb6\"}"), "cache_layout"},
+      {"dp_size zero", with("dp_size", 0), "dp_size"},
+      {"world smaller than dp", with("world_size", 1), "world_size"},
+      {"deep nesting", std::string(5000, '[') + std::string(5000, ']'), "body"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Reply reply = PutText(c.body);
+    EXPECT_EQ(reply.status, 500) << reply.body;
+    EXPECT_EQ(reply.content_type, "text/plain");
+    EXPECT_NE(reply.body.find(c.names), std::string::npos) << reply.body;
+  }
+  EXPECT_TRUE(server_.registry().Table().empty());
+  EXPECT_FALSE(server_.registry().Describe().world_size.has_value());
+}
+
+TEST_F(BootstrapServerTest, WhatTheReferenceNeverChecksIs400NamingTheRule) {
+  auto with = [](const char* member, json value) {
+    json body = Registration(0);
+    body[member] = std::move(value);
+    return body;
+  };
+  struct Case {
+    const char* name;
+    json body;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"rank beyond the world", with("engine_rank", 4), "engine_rank"},
+      {"negative rank", with("engine_rank", -1), "engine_rank"},
+      {"port zero", with("rank_port", 0), "rank_port"},
+      {"port too large", with("rank_port", 70000), "rank_port"},
+      {"float port", with("rank_port", 18000.5), "rank_port"},
+      {"bool rank", with("engine_rank", true), "engine_rank"},
+      {"world not a multiple of dp", with("world_size", 5), "world_size"},
+      {"negative world", with("world_size", -4), "world_size"},
+      {"most negative world", with("world_size", std::numeric_limits<int64_t>::min()),
+       "world_size"},
+      {"negative dp", with("dp_size", -1), "dp_size"},
+      {"empty rank_ip", with("rank_ip", ""), "rank_ip"},
+      {"rank_ip not a string", with("rank_ip", 10), "rank_ip"},
+      {"pp without placement", with("pp_size", 2), "cache_fields_by_stage"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Reply reply = Put(c.body);
+    EXPECT_EQ(reply.status, 400) << reply.body;
+    EXPECT_NE(reply.body.find(c.names), std::string::npos) << reply.body;
+  }
+  EXPECT_TRUE(server_.registry().Table().empty());
+}
+
+TEST_F(BootstrapServerTest, RanksThatDisagreeWithTheFirstRegistrationAre409) {
+  ASSERT_EQ(Put(Registration(0)).status, 200);
+  Reply world = Put(Registration(1, /*world_size=*/8, /*dp_size=*/2));
+  EXPECT_EQ(world.status, 409);
+  EXPECT_NE(world.body.find("world_size: 8 differs"), std::string::npos) << world.body;
+  Reply dp = Put(Registration(1, /*world_size=*/4, /*dp_size=*/4));
+  EXPECT_EQ(dp.status, 409);
+  EXPECT_NE(dp.body.find("dp_size"), std::string::npos) << dp.body;
+  json placed = Registration(1);
+  placed["cache_fields_by_stage"] = {{"layer.0.k", "layer.0.latent", "layer.1.conv"}};
+  EXPECT_EQ(Put(placed).status, 409);
+  EXPECT_EQ(server_.registry().Table()[0].size(), 1u);
+}
+
+TEST_F(BootstrapServerTest, OtherRolesAreCheckedButNotFiled) {
+  json decode = Registration(0);
+  decode["role"] = "Decode";
+  EXPECT_EQ(Put(decode).status, 200);
+  EXPECT_TRUE(server_.registry().Table().empty());
+  EXPECT_EQ(json::parse(Sync().body)["prefill_tp_size"], 4);  // the first PUT sets the sizes
+}
+
+TEST_F(BootstrapServerTest, APipelinedNodeDescribesItsStages) {
+  const json stages = {{"layer.0.k", "layer.0.latent"}, {"layer.1.conv"}};
+  for (int rank = 0; rank < 8; ++rank) {
+    json body = Registration(rank, /*world_size=*/8, /*dp_size=*/2);
+    body["pp_size"] = 2;
+    body["cache_fields_by_stage"] = stages;
+    body["cache_sharded_groups"] = {{{"group_id", "history"}, {"owners", 2}}};
+    ASSERT_EQ(Put(body).status, 200) << rank;
+  }
+  Reply sync = Sync();
+  json description = json::parse(sync.body);
+  EXPECT_EQ(description["prefill_pp_size"], 2);
+  EXPECT_EQ(description["cache_fields_by_stage"], stages);
+  absl::StatusOr<plan::PrefillDescription> parsed = plan::ParsePrefillDescription(sync.body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->pp_size, 2);
+  EXPECT_EQ(parsed->stage_tp_size, 2);
+  ASSERT_EQ(parsed->sharded_groups.size(), 1u);
+  // Global rank 7 is DP group 1, stage 1, TP rank 1: index 3 within its group.
+  EXPECT_EQ(Get("/route", {{"engine_rank", "3"}, {"target_dp_group", "1"}}).body,
+            R"({"rank_ip": "10.2.0.7", "rank_port": 18007})");
+
+  json moved = Registration(0, 8, 2);
+  moved["pp_size"] = 2;
+  moved["cache_fields_by_stage"] = {{"layer.0.k"}, {"layer.0.latent", "layer.1.conv"}};
+  Reply conflict = Put(moved);
+  EXPECT_EQ(conflict.status, 409);
+  EXPECT_NE(conflict.body.find("cache_fields_by_stage"), std::string::npos) << conflict.body;
+
+  json unplaced = Registration(0, 8, 2);
+  unplaced["pp_size"] = 2;
+  unplaced["cache_fields_by_stage"] = {{"layer.0.k"}, {"layer.1.conv"}};  // latent nowhere
+  Reply missing = Put(unplaced);
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(missing.body.find("layer.0.latent"), std::string::npos) << missing.body;
+}
+
+TEST_F(BootstrapServerTest, ReportsEveryRegistrationOnce) {
+  std::mutex mu;
+  std::vector<RegistrationEvent> events;
+  BootstrapServerOptions options;
+  options.on_registration = [&](const RegistrationEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(e);
+  };
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  ASSERT_EQ(Send(server.port(), "PUT", "/route", {}, Registration(2).dump()).status, 200);
+  ASSERT_EQ(Send(server.port(), "PUT", "/route", {}, "[]").status, 500);
+  server.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(events[0].status.ok());
+  EXPECT_EQ(events[0].outcome.dp_group, 1);
+  EXPECT_EQ(events[0].outcome.rank_in_group, 0);
+  EXPECT_EQ(events[0].outcome.registered_ranks, 1);
+  ASSERT_TRUE(events[0].registration.has_value());
+  EXPECT_EQ(events[0].registration->endpoint.rank_port, 18002);
+  EXPECT_EQ(events[1].http_status, 500);
+  EXPECT_FALSE(events[1].status.ok());
+}
+
+TEST_F(BootstrapServerTest, ConcurrentRegistrationsAreAllFiled) {
+  constexpr int kWorld = 32;
+  std::vector<std::thread> threads;
+  threads.reserve(kWorld);
+  std::atomic<int> accepted{0};
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      if (Send(server_.port(), "PUT", "/route", {}, Registration(rank, kWorld, 4).dump()).status ==
+          200) {
+        ++accepted;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(accepted.load(), kWorld);
+  RouteTable table = server_.registry().Table();
+  ASSERT_EQ(table.size(), 4u);
+  for (const auto& [group, ranks] : table) EXPECT_EQ(ranks.size(), 8u) << group;
+}
+
+TEST(BootstrapServerLifecycleTest, ABusyPortFailsToStart) {
+  BootstrapServer first;
+  ASSERT_TRUE(first.Start("127.0.0.1", 0).ok());
+  BootstrapServer second;
+  absl::Status status = second.Start("127.0.0.1", first.port());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_NE(status.message().find(absl::StrCat(first.port())), std::string::npos) << status;
+  EXPECT_EQ(first.Start("127.0.0.1", 0).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BootstrapServerLifecycleTest, StopJoinsWithAKeepAliveConnectionOpen) {
+  BootstrapServer server;
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_keep_alive(true);
+  ASSERT_TRUE(client.Get("/health"));
+  server.Stop();
+  server.Stop();  // idempotent
+  EXPECT_FALSE(client.Get("/health"));
+}
+
+TEST(BootstrapServerLifecycleTest, StopBeforeStartIsHarmless) {
+  BootstrapServer server;
+  server.Stop();
+  EXPECT_EQ(server.port(), 0);
+}
+
+}  // namespace
+}  // namespace kvrail::bootstrap

@@ -1,0 +1,393 @@
+#include "control/session/decode_rooms.h"
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "control/error/error.h"
+#include "control/plan/planner.h"
+#include "control/wire/limits.h"
+#include "control/wire/preallocation.h"
+#include "control/wire/registration.h"
+#include "control/wire/status.h"
+
+namespace kvrail::session {
+namespace {
+
+// An owned copy (spelled as a two-argument constructor: a one-argument one reads as a cast).
+std::string Owned(absl::string_view text) { return std::string(text.data(), text.size()); }
+
+std::string RankList(absl::Span<const int> ranks) {
+  return absl::StrCat("{", absl::StrJoin(ranks, ","), "}");
+}
+
+bool SortedDistinct(const std::vector<int>& ranks) {
+  return std::adjacent_find(ranks.begin(), ranks.end(), [](int a, int b) { return a >= b; }) ==
+         ranks.end();
+}
+
+}  // namespace
+
+absl::StatusOr<DecodeRooms> DecodeRooms::Create(DecodeIdentity identity, DecodeOptions options) {
+  if (identity.decode_tp_size < 1 || identity.decode_tp_size > plan::kMaxTpSize) {
+    return absl::InvalidArgumentError(absl::StrCat("decode TP size ", identity.decode_tp_size,
+                                                   " is outside 1..", plan::kMaxTpSize));
+  }
+  if (identity.decode_tp_rank < 0 || identity.decode_tp_rank >= identity.decode_tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("decode TP rank ", identity.decode_tp_rank,
+                                                   " is outside 0..", identity.decode_tp_size - 1));
+  }
+  wire::Registration registration;
+  registration.endpoint = identity.endpoint;
+  registration.port = identity.port;
+  registration.session_id = identity.session_id;
+  registration.arena_base = identity.arena_base;
+  KVRAIL_ASSIGN_OR_RETURN(registration.contract_wire, layout::SerializeContract(identity.contract));
+  registration.decode_tp_size = static_cast<uint32_t>(identity.decode_tp_size);
+  registration.decode_tp_rank = static_cast<uint32_t>(identity.decode_tp_rank);
+  KVRAIL_ASSIGN_OR_RETURN(std::vector<std::string> frames, wire::BuildRegistration(registration));
+  return DecodeRooms(std::move(identity), options, std::move(frames));
+}
+
+DecodeRooms::DecodeRooms(DecodeIdentity identity, DecodeOptions options,
+                         std::vector<std::string> frames)
+    : identity_(std::move(identity)), options_(options), registration_frames_(std::move(frames)) {}
+
+absl::StatusOr<DecodeOutput> DecodeRooms::BeginRoom(uint64_t room_id,
+                                                    absl::string_view bootstrap_address,
+                                                    absl::Time now) {
+  if (room_id > wire::kMaxRoom) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, " is above 2^63-1 (CACHEPD Terminology)"));
+  }
+  if (rooms_.contains(room_id)) {
+    return absl::AlreadyExistsError(absl::StrCat("room ", room_id, " is already tracked"));
+  }
+  Room& room = rooms_[room_id];
+  room.bootstrap_address = Owned(bootstrap_address);
+  DecodeOutput out;
+  ReportCurrent(room_id, room, out);
+  return out;
+}
+
+absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute route,
+                                                  absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " is not tracked"));
+  }
+  Room& room = found->second;
+  DecodeOutput out;
+  if (room.state == TransferPoll::kFailed) {
+    ReportCurrent(room_id, room, out);
+    return out;
+  }
+  if (room.routed) {
+    return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " already has a route"));
+  }
+  const plan::DecodeTargets& targets = route.targets;
+  if (targets.expected_prefill_ranks.empty() || !SortedDistinct(targets.expected_prefill_ranks) ||
+      !SortedDistinct(targets.dummy_tp_ranks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, ": E_d ", RankList(targets.expected_prefill_ranks),
+                     " must be non-empty, and E_d and Z_d ascending (CACHEPD §6.5)"));
+  }
+  if (!targets.dummy_tp_ranks.empty() && identity_.decode_tp_rank != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, ": only decode rank 0 has dummy targets (CACHEPD §6.5)"));
+  }
+  std::vector<int> union_ranks;
+  std::set_union(targets.expected_prefill_ranks.begin(), targets.expected_prefill_ranks.end(),
+                 targets.dummy_tp_ranks.begin(), targets.dummy_tp_ranks.end(),
+                 std::back_inserter(union_ranks));
+  if (union_ranks != targets.target_tp_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "room ", room_id, ": T_d ", RankList(targets.target_tp_ranks),
+        " is not the sorted union of E_d and Z_d ", RankList(union_ranks), " (CACHEPD §6.5)"));
+  }
+  std::vector<PrefillTarget> endpoints = std::move(route.endpoints);
+  std::sort(endpoints.begin(), endpoints.end(),
+            [](const PrefillTarget& a, const PrefillTarget& b) { return a.rank < b.rank; });
+  bool one_each = endpoints.size() == union_ranks.size();
+  for (size_t i = 0; one_each && i < endpoints.size(); ++i) {
+    one_each = endpoints[i].rank == union_ranks[i] && !endpoints[i].endpoint.empty();
+  }
+  if (!one_each) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, ": needs exactly one non-empty endpoint per target rank ",
+                     RankList(union_ranks)));
+  }
+
+  room.routed = true;
+  room.expected = targets.expected_prefill_ranks;
+  room.dummies = targets.dummy_tp_ranks;
+  room.targets = std::move(endpoints);
+  PeerSetKey key{room.bootstrap_address, route.dp_group,
+                 absl::StrJoin(targets.target_tp_ranks, ",")};
+  if (registered_.insert(std::move(key)).second) {
+    for (const PrefillTarget& target : room.targets) {
+      out.messages.push_back(OutboundMessage{target.endpoint, registration_frames_});
+    }
+  }
+  SetState(room_id, room, TransferPoll::kBootstrapped, out);
+  return out;
+}
+
+absl::StatusOr<DecodeOutput> DecodeRooms::OnAllocated(uint64_t room_id,
+                                                      const layout::Manifest& manifest,
+                                                      absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " is not tracked"));
+  }
+  Room& room = found->second;
+  DecodeOutput out;
+  if (room.state == TransferPoll::kFailed) {
+    ReportCurrent(room_id, room, out);
+    return out;
+  }
+  if (room.state != TransferPoll::kBootstrapped) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("room ", room_id, " is ", TransferPollName(room.state),
+                     ", not Bootstrapped: it needs a route first and pre-allocates once"));
+  }
+  absl::Status valid = layout::ValidateManifest(manifest, identity_.contract);
+  if (!valid.ok()) return AddContext(valid, absl::StrCat("room ", room_id, " manifest"));
+  KVRAIL_ASSIGN_OR_RETURN(std::string manifest_wire, layout::SerializeManifest(manifest));
+
+  for (const PrefillTarget& target : room.targets) {
+    const bool dummy = std::binary_search(room.dummies.begin(), room.dummies.end(), target.rank);
+    wire::Preallocation preallocation{room_id, identity_.session_id,
+                                      dummy ? std::string() : manifest_wire};
+    KVRAIL_ASSIGN_OR_RETURN(std::vector<std::string> frames,
+                            wire::BuildPreallocation(preallocation));
+    out.messages.push_back(OutboundMessage{target.endpoint, std::move(frames)});
+  }
+  room.waiting_since = now;
+  SetState(room_id, room, TransferPoll::kWaitingForInput, out);
+  return out;
+}
+
+DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::Time now) {
+  DecodeOutput out;
+  absl::StatusOr<wire::StatusMessage> parsed =
+      options_.lenient_status ? wire::ParseStatusLenient(frames) : wire::ParseStatus(frames);
+  if (!parsed.ok()) {
+    out.rejected = AddContext(parsed.status(), "status message dropped");
+    return out;
+  }
+  auto found = rooms_.find(parsed->room);
+  if (found == rooms_.end()) {
+    out.rejected = absl::NotFoundError(
+        absl::StrCat("status for untracked room ", parsed->room, " ignored (CACHEPD §3.4)"));
+    return out;
+  }
+  Room& room = found->second;
+  switch (parsed->status) {
+    case TransferPollCode(TransferPoll::kSuccess):
+      OnSuccess(parsed->room, room, parsed->prefill_rank, parsed->bootstrap_token,
+                std::move(parsed->spec_candidate_ids), out);
+      break;
+    case TransferPollCode(TransferPoll::kFailed):
+      FailRoom(parsed->room, room,
+               absl::StrCat("Failed to get kvcache from prefill instance, it might be dead "
+                            "(prefill TP rank ",
+                            parsed->prefill_rank, " reported Failed)"),
+               out);
+      break;
+    default: {
+      // §3.4 item 4: merged by the update rule, unvalidated, as the reference does.
+      std::optional<TransferPoll> poll = TransferPollFromCode(parsed->status);
+      if (!poll.has_value()) {
+        out.rejected = absl::InvalidArgumentError(
+            absl::StrCat("status ", parsed->status, " for room ", parsed->room,
+                         " is not a TransferPoll code; ignored"));
+        break;
+      }
+      SetState(parsed->room, room, *poll, out);
+      break;
+    }
+  }
+  return out;
+}
+
+void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
+                            std::optional<std::vector<int32_t>> spec_ids, DecodeOutput& out) {
+  if (!room.routed) {
+    FailRoom(room_id, room,
+             absl::StrCat("Received KV completion before its transfer route was registered "
+                          "(from prefill TP rank ",
+                          rank, ")"),
+             out);
+    return;
+  }
+  const int sender = static_cast<int>(rank);
+  if (rank > static_cast<uint32_t>(plan::kMaxTpSize) ||
+      !std::binary_search(room.expected.begin(), room.expected.end(), sender)) {
+    FailRoom(room_id, room,
+             absl::StrCat("Received KV completion from an unexpected Prefill TP rank ", rank,
+                          " (expected ", RankList(room.expected), ")"),
+             out);
+    return;
+  }
+  auto at = std::lower_bound(room.responders.begin(), room.responders.end(), sender);
+  if (at == room.responders.end() || *at != sender) room.responders.insert(at, sender);
+  if (token != wire::kNoBootstrapToken && !room.pending_token.has_value()) {
+    room.pending_token = token;
+  }
+  if (spec_ids.has_value() && !room.pending_spec_ids.has_value()) {
+    room.pending_spec_ids = std::move(spec_ids);
+  }
+  if (room.responders.size() < room.expected.size()) return;
+  if (room.responders != room.expected) {
+    // Unreachable while only ranks of E_d are counted; kept as the reference's own check.
+    FailRoom(room_id, room,
+             absl::StrCat("KV completion set ", RankList(room.responders),
+                          " differs from the expected Prefill TP ranks ", RankList(room.expected)),
+             out);
+    return;
+  }
+  if (!room.published) {
+    room.published = true;
+    room.token = room.pending_token;
+    room.spec_ids = room.pending_spec_ids;
+  }
+  SetState(room_id, room, TransferPoll::kSuccess, out);
+}
+
+DecodeOutput DecodeRooms::Fail(uint64_t room_id, absl::string_view reason, absl::Time now) {
+  DecodeOutput out;
+  auto found = rooms_.find(room_id);
+  if (found != rooms_.end()) FailRoom(room_id, found->second, Owned(reason), out);
+  return out;
+}
+
+DecodeOutput DecodeRooms::Tick(absl::Time now) {
+  DecodeOutput out;
+  std::vector<uint64_t> expired;
+  for (const auto& [id, room] : rooms_) {
+    if ((room.state == TransferPoll::kWaitingForInput ||
+         room.state == TransferPoll::kTransferring) &&
+        now - room.waiting_since >= options_.timeouts.waiting_timeout) {
+      expired.push_back(id);
+    }
+  }
+  std::sort(expired.begin(), expired.end());
+  for (uint64_t id : expired) {
+    Room& room = rooms_[id];
+    FailRoom(
+        id, room,
+        absl::StrCat("waiting timeout: Success from ", RankList(room.responders), " of ",
+                     RankList(room.expected), " after ",
+                     absl::FormatDuration(now - room.waiting_since), " (limit ",
+                     absl::FormatDuration(options_.timeouts.waiting_timeout), ", CACHEPD §7.4)"),
+        out);
+  }
+  return out;
+}
+
+DecodeOutput DecodeRooms::OnHealth(absl::string_view bootstrap_address, bool ok, absl::Time now) {
+  DecodeOutput out;
+  const std::string address = Owned(bootstrap_address);
+  if (ok) {
+    health_failures_.erase(address);
+    return out;
+  }
+  const int failures = ++health_failures_[address];
+  const int limit = EffectiveHeartbeatMaxFailures(options_.timeouts);
+  if (failures < limit) return out;
+  health_failures_.erase(address);
+  ForgetPeerSets(address);
+  std::vector<uint64_t> affected;
+  for (const auto& [id, room] : rooms_) {
+    if (room.bootstrap_address == address && room.state != TransferPoll::kSuccess &&
+        room.state != TransferPoll::kFailed) {
+      affected.push_back(id);
+    }
+  }
+  std::sort(affected.begin(), affected.end());
+  for (uint64_t id : affected) {
+    FailRoom(id, rooms_[id],
+             absl::StrCat("prefill node ", address, " declared dead after ", failures,
+                          " consecutive failed /health probes (CACHEPD §1.6)"),
+             out);
+  }
+  out.dead_prefills.push_back(address);
+  return out;
+}
+
+void DecodeRooms::Free(uint64_t room) { rooms_.erase(room); }
+
+void DecodeRooms::ForgetPeerSets(absl::string_view bootstrap_address) {
+  const std::string address = Owned(bootstrap_address);
+  auto first = registered_.lower_bound(PeerSetKey{address, std::numeric_limits<int>::min(), ""});
+  auto last = first;
+  while (last != registered_.end() && std::get<0>(*last) == address) ++last;
+  registered_.erase(first, last);
+}
+
+void DecodeRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out) {
+  const TransferPoll next = UpdateTransferPoll(room.state, state);
+  if (next == room.state) return;
+  room.state = next;
+  ReportCurrent(room_id, room, out);
+}
+
+void DecodeRooms::FailRoom(uint64_t room_id, Room& room, std::string reason, DecodeOutput& out) {
+  if (room.state == TransferPoll::kFailed) return;
+  room.failure_reason = std::move(reason);
+  SetState(room_id, room, TransferPoll::kFailed, out);
+}
+
+void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) {
+  RoomEvent event;
+  event.room = room_id;
+  event.state = room.state;
+  if (room.state == TransferPoll::kFailed) event.reason = room.failure_reason;
+  if (room.state == TransferPoll::kSuccess) {
+    event.bootstrap_token = room.token.value_or(wire::kNoBootstrapToken);
+    event.spec_candidate_ids = room.spec_ids;
+  }
+  out.events.push_back(std::move(event));
+}
+
+std::optional<TransferPoll> DecodeRooms::State(uint64_t room) const {
+  auto found = rooms_.find(room);
+  if (found == rooms_.end()) return std::nullopt;
+  return found->second.state;
+}
+
+std::optional<DecodeRoomView> DecodeRooms::Find(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  const Room& room = found->second;
+  DecodeRoomView view;
+  view.state = room.state;
+  view.bootstrap_address = room.bootstrap_address;
+  view.failure_reason = room.failure_reason;
+  if (room.routed) view.expected_prefill_ranks = room.expected;
+  view.responders = room.responders;
+  if (room.published) {
+    view.bootstrap_token = room.token;
+    view.spec_candidate_ids = room.spec_ids;
+  }
+  return view;
+}
+
+std::vector<std::string> DecodeRooms::BootstrapAddresses() const {
+  std::set<std::string> addresses;
+  for (const auto& [id, room] : rooms_) addresses.insert(room.bootstrap_address);
+  for (const PeerSetKey& key : registered_) addresses.insert(std::get<0>(key));
+  return std::vector<std::string>(addresses.begin(), addresses.end());
+}
+
+bool DecodeRooms::IsRegistered(absl::string_view bootstrap_address, int dp_group,
+                               absl::Span<const int> target_ranks) const {
+  return registered_.count(
+             PeerSetKey{Owned(bootstrap_address), dp_group, absl::StrJoin(target_ranks, ",")}) > 0;
+}
+
+}  // namespace kvrail::session

@@ -1,0 +1,205 @@
+// The room state of one decode rank (CACHEPD §1.3 D1 to D11, §1.5, §1.6, §3.4, §7.3): the
+// registration sent once per prefill peer set, the pre-allocations of each room, the Success
+// messages counted against the exact expected prefill rank set, timeouts and heartbeats.
+//
+// Pure: no sockets, threads or clocks. The caller does the bootstrap HTTP requests, plans the
+// route (plan::Planner::TargetsFor), probes /health, feeds the results and the status frames
+// in, and pushes the messages each call returns, in order, on the PUSH socket cached per
+// endpoint (so a registration always precedes the pre-allocations that rely on it, §1.3).
+//
+// Thread-compatible: one owner calls it at a time.
+#ifndef KVRAIL_CONTROL_SESSION_DECODE_ROOMS_H_
+#define KVRAIL_CONTROL_SESSION_DECODE_ROOMS_H_
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "control/plan/route.h"
+#include "control/session/room_output.h"
+#include "control/session/timeouts.h"
+#include "control/session/transfer_poll.h"
+
+namespace kvrail::session {
+
+// Who this decode rank is: what its registration says (CACHEPD §3.2).
+struct DecodeIdentity {
+  std::string endpoint;       // host/IP of this rank's PULL socket (frame 1)
+  uint16_t port = 0;          // that socket's port (frame 2)
+  std::string session_id;     // data-plane session "<ip>:<port>" (frame 3)
+  uint64_t arena_base = 0;    // the arena's base address, nonzero (frame 4)
+  layout::Contract contract;  // sent in canonical form (frame 5); checks every manifest
+  int decode_tp_size = 1;     // D (frame 6)
+  int decode_tp_rank = 0;     // d (frame 7)
+};
+
+struct DecodeOptions {
+  SessionTimeouts timeouts;
+  // Read status frames as the reference does (wire::ParseStatusLenient: signs, spaces,
+  // leading zeros, '_', 3 or 4 frames) instead of strictly (wire::ParseStatus).
+  bool lenient_status = false;
+};
+
+// A prefill rank of the room's route and where its PULL socket is (from GET /route, §2.2).
+struct PrefillTarget {
+  int rank = 0;
+  std::string endpoint;  // "tcp://<rank_ip>:<rank_port>"
+};
+
+// A room's route, once the bootstrap sync and the per-rank lookups are done (§1.3 D2 to D4).
+struct RoomRoute {
+  int dp_group = 0;             // room mod prefill_dp_size
+  plan::DecodeTargets targets;  // E_d, Z_d, T_d of §6.5, from plan::Planner::TargetsFor(d)
+  std::vector<PrefillTarget> endpoints;  // exactly one per rank of T_d, any order
+};
+
+// What a call asks the caller to do.
+struct DecodeOutput {
+  // Registrations and pre-allocations to push, in order.
+  std::vector<OutboundMessage> messages;
+  // Room state changes, in the order they happened.
+  std::vector<RoomEvent> events;
+  // OnHealth only: bootstrap addresses just declared dead. Drop whatever is cached for them
+  // (the parallel information of §2.3); their peer sets are already forgotten here.
+  std::vector<std::string> dead_prefills;
+  // OnMessage only: why the status message was dropped or ignored, for the log. OK when it
+  // was applied. A dropped message never touches any room.
+  absl::Status rejected;
+};
+
+// A snapshot of one room, for tests and introspection.
+struct DecodeRoomView {
+  TransferPoll state = TransferPoll::kBootstrapping;
+  std::string bootstrap_address;
+  std::string failure_reason;
+  std::optional<std::vector<int>> expected_prefill_ranks;  // E_d; nullopt before the route
+  std::vector<int> responders;                             // ranks whose Success counted, ascending
+  // Published once the responders equal E_d (also on a room that failed meanwhile, as the
+  // reference does): the token and ids from the first Success carrying each.
+  std::optional<int64_t> bootstrap_token;
+  std::optional<std::vector<int32_t>> spec_candidate_ids;
+};
+
+class DecodeRooms {
+ public:
+  // Checks the identity by building its registration frames (wire::BuildRegistration), and
+  // 1 <= D <= 1024, 0 <= d < D.
+  static absl::StatusOr<DecodeRooms> Create(DecodeIdentity identity, DecodeOptions options = {});
+
+  DecodeRooms(DecodeRooms&&) = default;
+  DecodeRooms& operator=(DecodeRooms&&) = default;
+
+  // D1: a new room, Bootstrapping, whose prefill node answers at `bootstrap_address`
+  // ("host:port"). Fails (AlreadyExists) for a tracked room, (InvalidArgument) for a room
+  // above 2^63-1.
+  absl::StatusOr<DecodeOutput> BeginRoom(uint64_t room, absl::string_view bootstrap_address,
+                                         absl::Time now);
+
+  // D3 to D6: the room's route is known. Records E_d (the exact set of ranks whose Success the
+  // room needs) and, unless this peer set (bootstrap address, DP group, T_d) was registered
+  // before, returns the registration for every rank of T_d. The room becomes Bootstrapped.
+  // A room that failed meanwhile stays Failed (reported again) and nothing is sent.
+  // Fails, changing nothing: NotFound for an untracked room; FailedPrecondition when the room
+  // already has a route; InvalidArgument when E_d is empty, T_d is not the sorted union of
+  // E_d and Z_d, Z_d is not empty off decode rank 0, or the endpoints are not one per T_d rank.
+  absl::StatusOr<DecodeOutput> OnRoute(uint64_t room, RoomRoute route, absl::Time now);
+
+  // D7 to D9: blocks are allocated. Returns the pre-allocation for every rank of T_d, the
+  // canonical manifest for E_d and an empty one for Z_d (§3.3, §6.5); the room becomes
+  // WaitingForInput and its waiting timeout starts. A room that failed meanwhile stays Failed
+  // (reported again) and nothing is sent. Fails, changing nothing: NotFound for an untracked
+  // room; FailedPrecondition when the room is not Bootstrapped; InvalidArgument when the
+  // manifest fails §5.3 against this rank's contract.
+  absl::StatusOr<DecodeOutput> OnAllocated(uint64_t room, const layout::Manifest& manifest,
+                                           absl::Time now);
+
+  // D10, D11: one status message from a prefill rank (§3.4). A malformed one is dropped; one
+  // for an untracked room is ignored. Success from a rank of E_d counts once; from outside E_d,
+  // or before the route, it fails the room. The room succeeds when the responders equal E_d
+  // exactly; its event carries the token and the ids from the first Success carrying each.
+  // Failed fails the room. Other codes are merged by the update rule (§7.1).
+  DecodeOutput OnMessage(absl::Span<const std::string> frames, absl::Time now);
+
+  // A decode-local failure (§1.5 item 2: the bootstrap HTTP requests failed, a send failed,
+  // ...). Unknown rooms are ignored; a failed room keeps its first reason.
+  DecodeOutput Fail(uint64_t room, absl::string_view reason, absl::Time now);
+
+  // Fails every room that has been waiting for its Success messages for waiting_timeout.
+  DecodeOutput Tick(absl::Time now);
+
+  // The result of one /health probe of `bootstrap_address` (§1.6). A success resets the
+  // failure count. At EffectiveHeartbeatMaxFailures consecutive failures the prefill node is
+  // declared dead: its peer sets are forgotten (the next room registers again), every room of
+  // it that has not reached Success fails, and the address is reported in dead_prefills.
+  DecodeOutput OnHealth(absl::string_view bootstrap_address, bool ok, absl::Time now);
+
+  // Forgets the room (after the engine has seen its final state, §1.3 D11).
+  void Free(uint64_t room);
+
+  // Forgets every registered peer set of `bootstrap_address`, so that the next room
+  // registers again (for instance after sending to it failed).
+  void ForgetPeerSets(absl::string_view bootstrap_address);
+
+  // --- views ------------------------------------------------------------------------------
+
+  std::optional<TransferPoll> State(uint64_t room) const;
+  std::optional<DecodeRoomView> Find(uint64_t room) const;
+  size_t room_count() const { return rooms_.size(); }
+  // The bootstrap addresses to probe: those of tracked rooms and registered peer sets, sorted.
+  std::vector<std::string> BootstrapAddresses() const;
+  // Whether a registration was sent for this peer set (§1.3 D5 cache key).
+  bool IsRegistered(absl::string_view bootstrap_address, int dp_group,
+                    absl::Span<const int> target_ranks) const;
+  // The registration frames this rank sends (§3.2).
+  const std::vector<std::string>& registration_frames() const { return registration_frames_; }
+
+ private:
+  struct Room {
+    TransferPoll state = TransferPoll::kBootstrapping;
+    std::string bootstrap_address;
+    std::string failure_reason;
+    bool routed = false;
+    std::vector<int> expected;             // E_d, ascending
+    std::vector<int> dummies;              // Z_d, ascending
+    std::vector<PrefillTarget> targets;    // T_d with endpoints, ascending rank
+    std::vector<int> responders;           // ascending, distinct
+    std::optional<int64_t> pending_token;  // from the first Success carrying one
+    std::optional<std::vector<int32_t>> pending_spec_ids;
+    bool published = false;
+    std::optional<int64_t> token;
+    std::optional<std::vector<int32_t>> spec_ids;
+    absl::Time waiting_since;
+  };
+  // (bootstrap address, DP group, comma list of T_d): the reference's registration cache key.
+  using PeerSetKey = std::tuple<std::string, int, std::string>;
+
+  DecodeRooms(DecodeIdentity identity, DecodeOptions options, std::vector<std::string> frames);
+
+  void SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out);
+  void FailRoom(uint64_t room_id, Room& room, std::string reason, DecodeOutput& out);
+  void OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
+                 std::optional<std::vector<int32_t>> spec_ids, DecodeOutput& out);
+  static void ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out);
+
+  DecodeIdentity identity_;
+  DecodeOptions options_;
+  std::vector<std::string> registration_frames_;
+  absl::flat_hash_map<uint64_t, Room> rooms_;
+  std::set<PeerSetKey> registered_;
+  absl::flat_hash_map<std::string, int> health_failures_;  // bootstrap address -> count
+};
+
+}  // namespace kvrail::session
+
+#endif  // KVRAIL_CONTROL_SESSION_DECODE_ROOMS_H_

@@ -1,0 +1,401 @@
+// DecodeRooms behaviour beyond the reference scenarios (decode_scenarios_test.cc): the
+// registration cache per peer set, pre-allocation frames, the waiting timeout, heartbeats,
+// malformed input, and forward-only state over random status sequences.
+#include "control/session/decode_rooms.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "control/error/error.h"
+#include "control/session/test_peers.h"
+#include "control/wire/preallocation.h"
+#include "control/wire/registration.h"
+
+namespace kvrail::session {
+namespace {
+
+using kvrail::session::testing::DecodeContract;
+using kvrail::session::testing::DecodeContractWire;
+using kvrail::session::testing::DecodeManifest;
+using kvrail::session::testing::DecodeManifestWire;
+using kvrail::session::testing::StatusFrames;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(1);
+constexpr char kPrefillA[] = "10.1.0.100:8998";
+constexpr char kPrefillB[] = "10.1.0.200:8998";
+
+DecodeIdentity Identity(int rank = 0) {
+  DecodeIdentity identity;
+  identity.endpoint = "10.2.0.1";
+  identity.port = 18000;
+  identity.session_id = "10.2.0.1:16000";
+  identity.arena_base = 0x7e0000000000;
+  identity.contract = DecodeContract();
+  identity.decode_tp_size = 4;
+  identity.decode_tp_rank = rank;
+  return identity;
+}
+
+DecodeRooms MakeRooms(DecodeOptions options = {}, int rank = 0) {
+  absl::StatusOr<DecodeRooms> rooms = DecodeRooms::Create(Identity(rank), options);
+  EXPECT_TRUE(rooms.ok()) << rooms.status();
+  return *std::move(rooms);
+}
+
+std::string PrefillEndpoint(int rank) { return absl::StrCat("tcp://10.1.0.100:", 17500 + rank); }
+
+// E_d = expected, Z_d = dummies, T_d their union, with one endpoint per target.
+RoomRoute Route(std::vector<int> expected, std::vector<int> dummies = {}, int dp_group = 0) {
+  RoomRoute route;
+  route.dp_group = dp_group;
+  route.targets.expected_prefill_ranks = expected;
+  route.targets.dummy_tp_ranks = dummies;
+  std::set<int> all(expected.begin(), expected.end());
+  all.insert(dummies.begin(), dummies.end());
+  route.targets.target_tp_ranks.assign(all.begin(), all.end());
+  for (int rank : route.targets.target_tp_ranks) {
+    route.endpoints.push_back({rank, PrefillEndpoint(rank)});
+  }
+  return route;
+}
+
+// A room waiting for the Success of `expected`.
+void Waiting(DecodeRooms& rooms, uint64_t room, const std::vector<int>& expected,
+             const char* bootstrap = kPrefillA, absl::Time now = kT0) {
+  ASSERT_TRUE(rooms.BeginRoom(room, bootstrap, now).ok());
+  ASSERT_TRUE(rooms.OnRoute(room, Route(expected), now).ok());
+  absl::StatusOr<DecodeOutput> allocated = rooms.OnAllocated(room, DecodeManifest(), now);
+  ASSERT_TRUE(allocated.ok()) << allocated.status();
+  ASSERT_EQ(rooms.State(room), TransferPoll::kWaitingForInput);
+}
+
+std::vector<TransferPoll> States(const DecodeOutput& out) {
+  std::vector<TransferPoll> states;
+  for (const RoomEvent& e : out.events) states.push_back(e.state);
+  return states;
+}
+
+TEST(DecodeRoomsTest, CreateChecksTheIdentity) {
+  DecodeIdentity identity = Identity();
+  identity.arena_base = 0;
+  EXPECT_FALSE(DecodeRooms::Create(identity).ok());
+  identity = Identity();
+  identity.decode_tp_rank = 4;
+  EXPECT_EQ(DecodeRooms::Create(identity).status().code(), absl::StatusCode::kInvalidArgument);
+  identity = Identity();
+  identity.session_id = "";
+  EXPECT_FALSE(DecodeRooms::Create(identity).ok());
+}
+
+TEST(DecodeRoomsTest, RegistrationFramesCarryTheIdentityAndTheCanonicalContract) {
+  DecodeRooms rooms = MakeRooms({}, 1);
+  absl::StatusOr<wire::Registration> parsed = wire::ParseRegistration(
+      rooms.registration_frames(), [](absl::string_view) { return absl::OkStatus(); });
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->endpoint, "10.2.0.1");
+  EXPECT_EQ(parsed->port, 18000);
+  EXPECT_EQ(parsed->session_id, "10.2.0.1:16000");
+  EXPECT_EQ(parsed->arena_base, 0x7e0000000000u);
+  EXPECT_EQ(parsed->contract_wire, DecodeContractWire());
+  EXPECT_EQ(parsed->decode_tp_size, 4u);
+  EXPECT_EQ(parsed->decode_tp_rank, 1u);
+}
+
+TEST(DecodeRoomsTest, RouteRegistersWithEveryTargetOncePerPeerSet) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(1, kPrefillA, kT0).ok());
+  absl::StatusOr<DecodeOutput> first = rooms.OnRoute(1, Route({0}, {1}), kT0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->messages.size(), 2u);
+  EXPECT_EQ(first->messages[0].endpoint, PrefillEndpoint(0));
+  EXPECT_EQ(first->messages[1].endpoint, PrefillEndpoint(1));
+  EXPECT_EQ(first->messages[0].frames, rooms.registration_frames());
+  EXPECT_THAT(States(*first), ElementsAre(TransferPoll::kBootstrapped));
+  EXPECT_TRUE(rooms.IsRegistered(kPrefillA, 0, {0, 1}));
+
+  // Same bootstrap address, DP group and targets: no second registration.
+  ASSERT_TRUE(rooms.BeginRoom(2, kPrefillA, kT0).ok());
+  absl::StatusOr<DecodeOutput> second = rooms.OnRoute(2, Route({0}, {1}), kT0);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->messages.empty());
+  EXPECT_EQ(rooms.State(2), TransferPoll::kBootstrapped);
+
+  // Another DP group, another prefill node: registered again.
+  ASSERT_TRUE(rooms.BeginRoom(3, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.OnRoute(3, Route({0}, {1}, /*dp_group=*/1), kT0)->messages.size(), 2u);
+  ASSERT_TRUE(rooms.BeginRoom(4, kPrefillB, kT0).ok());
+  EXPECT_EQ(rooms.OnRoute(4, Route({0}, {1}), kT0)->messages.size(), 2u);
+
+  // After forgetting a node's peer sets, its next room registers again.
+  rooms.ForgetPeerSets(kPrefillA);
+  EXPECT_FALSE(rooms.IsRegistered(kPrefillA, 0, {0, 1}));
+  EXPECT_TRUE(rooms.IsRegistered(kPrefillB, 0, {0, 1}));
+  ASSERT_TRUE(rooms.BeginRoom(5, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.OnRoute(5, Route({0}, {1}), kT0)->messages.size(), 2u);
+}
+
+TEST(DecodeRoomsTest, RouteRefusesInconsistentTargetsAndChangesNothing) {
+  DecodeRooms rooms = MakeRooms({}, 1);
+  ASSERT_TRUE(rooms.BeginRoom(1, kPrefillA, kT0).ok());
+  RoomRoute no_expected = Route({});
+  EXPECT_EQ(rooms.OnRoute(1, no_expected, kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  RoomRoute dummies_off_rank_zero = Route({0}, {1});
+  EXPECT_EQ(rooms.OnRoute(1, dummies_off_rank_zero, kT0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  RoomRoute wrong_union = Route({0, 1});
+  wrong_union.targets.target_tp_ranks = {0};
+  EXPECT_EQ(rooms.OnRoute(1, wrong_union, kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  RoomRoute missing_endpoint = Route({0, 1});
+  missing_endpoint.endpoints.pop_back();
+  EXPECT_EQ(rooms.OnRoute(1, missing_endpoint, kT0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rooms.State(1), TransferPoll::kBootstrapping);
+  EXPECT_EQ(rooms.OnRoute(9, Route({0}), kT0).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(rooms.OnRoute(1, Route({0, 1}), kT0).ok());
+  EXPECT_EQ(rooms.OnRoute(1, Route({0, 1}), kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DecodeRoomsTest, PreallocationsSendTheManifestToDataTargetsAndNothingToDummies) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());
+  ASSERT_TRUE(rooms.OnRoute(42, Route({0}, {1}), kT0).ok());
+  absl::StatusOr<DecodeOutput> out = rooms.OnAllocated(42, DecodeManifest(), kT0);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->messages.size(), 2u);
+  EXPECT_EQ(out->messages[0].endpoint, PrefillEndpoint(0));
+  EXPECT_THAT(out->messages[0].frames, ElementsAre("42", "10.2.0.1:16000", DecodeManifestWire()));
+  EXPECT_EQ(out->messages[1].endpoint, PrefillEndpoint(1));
+  EXPECT_THAT(out->messages[1].frames, ElementsAre("42", "10.2.0.1:16000", ""));
+  EXPECT_THAT(States(*out), ElementsAre(TransferPoll::kWaitingForInput));
+}
+
+TEST(DecodeRoomsTest, AllocationNeedsARouteAndAValidManifest) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.OnAllocated(42, DecodeManifest(), kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rooms.OnRoute(42, Route({0}), kT0).ok());
+  layout::Manifest broken = DecodeManifest();
+  broken.groups[0].block_ids.push_back(6);  // one block too many for full_suffix
+  EXPECT_FALSE(rooms.OnAllocated(42, broken, kT0).ok());
+  EXPECT_EQ(rooms.State(42), TransferPoll::kBootstrapped);
+  ASSERT_TRUE(rooms.OnAllocated(42, DecodeManifest(), kT0).ok());
+  EXPECT_EQ(rooms.OnAllocated(42, DecodeManifest(), kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DecodeRoomsTest, CallsOnAFailedRoomReportItAndSendNothing) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());
+  rooms.Fail(42, "bootstrap GET failed", kT0);
+  absl::StatusOr<DecodeOutput> routed = rooms.OnRoute(42, Route({0}), kT0);
+  ASSERT_TRUE(routed.ok());
+  EXPECT_TRUE(routed->messages.empty());
+  ASSERT_THAT(States(*routed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(routed->events[0].reason, "bootstrap GET failed");
+  absl::StatusOr<DecodeOutput> allocated = rooms.OnAllocated(42, DecodeManifest(), kT0);
+  ASSERT_TRUE(allocated.ok());
+  EXPECT_TRUE(allocated->messages.empty());
+}
+
+TEST(DecodeRoomsTest, SuccessNeedsExactlyTheExpectedRanks) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  EXPECT_TRUE(States(rooms.OnMessage(StatusFrames(7, 5, 1, 99, {{4}}), kT0)).empty());
+  DecodeOutput done = rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bootstrap_token, 99);  // the first Success carrying one
+  EXPECT_EQ(done.events[0].spec_candidate_ids, (std::vector<int32_t>{4}));
+}
+
+TEST(DecodeRoomsTest, SuccessFromAnUnexpectedRankFailsTheRoomForGood) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  DecodeOutput wrong = rooms.OnMessage(StatusFrames(7, 5, 2), kT0);
+  ASSERT_THAT(States(wrong), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(wrong.events[0].reason, HasSubstr("unexpected Prefill TP rank 2"));
+  EXPECT_TRUE(States(rooms.OnMessage(StatusFrames(7, 5, 0), kT0)).empty());
+  EXPECT_TRUE(States(rooms.OnMessage(StatusFrames(7, 5, 1), kT0)).empty());
+  EXPECT_EQ(rooms.State(7), TransferPoll::kFailed);
+}
+
+TEST(DecodeRoomsTest, WaitingTimeoutFailsRoomsStillWaiting) {
+  DecodeOptions options;
+  options.timeouts.waiting_timeout = absl::Seconds(300);
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 1, {0, 1});
+  rooms.OnMessage(StatusFrames(1, 5, 0), kT0);
+  ASSERT_TRUE(rooms.BeginRoom(2, kPrefillA, kT0).ok());  // not waiting: no timeout
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(299)).events.empty());
+  DecodeOutput expired = rooms.Tick(kT0 + absl::Seconds(300));
+  ASSERT_THAT(States(expired), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(expired.events[0].room, 1u);
+  EXPECT_THAT(expired.events[0].reason, HasSubstr("waiting timeout"));
+  EXPECT_THAT(expired.events[0].reason, HasSubstr("{0} of {0,1}"));
+  EXPECT_EQ(rooms.State(2), TransferPoll::kBootstrapping);
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(900)).events.empty());
+}
+
+TEST(DecodeRoomsTest, ConsecutiveFailedHealthProbesDeclareThePrefillDead) {
+  DecodeOptions options;
+  options.timeouts.heartbeat_max_failures = 3;
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 1, {0}, kPrefillA);
+  Waiting(rooms, 2, {0}, kPrefillA);
+  rooms.OnMessage(StatusFrames(2, 5, 0), kT0);  // already Success: spared
+  Waiting(rooms, 3, {0}, kPrefillB);
+
+  EXPECT_TRUE(rooms.OnHealth(kPrefillA, false, kT0).events.empty());
+  EXPECT_TRUE(rooms.OnHealth(kPrefillA, true, kT0).events.empty());  // resets the count
+  EXPECT_TRUE(rooms.OnHealth(kPrefillA, false, kT0).events.empty());
+  EXPECT_TRUE(rooms.OnHealth(kPrefillA, false, kT0).events.empty());
+  DecodeOutput dead = rooms.OnHealth(kPrefillA, false, kT0);
+  ASSERT_THAT(States(dead), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(dead.events[0].room, 1u);
+  EXPECT_THAT(dead.events[0].reason, HasSubstr("declared dead after 3"));
+  EXPECT_THAT(dead.dead_prefills, ElementsAre(kPrefillA));
+  EXPECT_EQ(rooms.State(2), TransferPoll::kSuccess);
+  EXPECT_EQ(rooms.State(3), TransferPoll::kWaitingForInput);
+  EXPECT_FALSE(rooms.IsRegistered(kPrefillA, 0, {0}));
+  EXPECT_TRUE(rooms.IsRegistered(kPrefillB, 0, {0}));
+}
+
+TEST(DecodeRoomsTest, HealthFailureLimitIsAtLeastOne) {
+  DecodeOptions options;
+  options.timeouts.heartbeat_max_failures = 0;
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 1, {0});
+  EXPECT_THAT(States(rooms.OnHealth(kPrefillA, false, kT0)), ElementsAre(TransferPoll::kFailed));
+}
+
+TEST(DecodeRoomsTest, BootstrapAddressesListWhatToProbe) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 1, {0}, kPrefillB);
+  ASSERT_TRUE(rooms.BeginRoom(2, kPrefillA, kT0).ok());
+  EXPECT_THAT(rooms.BootstrapAddresses(), ElementsAre(kPrefillA, kPrefillB));
+  rooms.Free(1);
+  rooms.Free(2);
+  EXPECT_THAT(rooms.BootstrapAddresses(), ElementsAre(kPrefillB));  // its peer set remains
+}
+
+TEST(DecodeRoomsTest, LenientParsingAcceptsWhatTheReferenceAccepts) {
+  const std::vector<std::string> loose = {"+7", " 5", "0_0", "0012"};  // 4 frames
+  DecodeRooms strict = MakeRooms();
+  Waiting(strict, 7, {0});
+  DecodeOutput dropped = strict.OnMessage(loose, kT0);
+  EXPECT_EQ(CategoryOf(dropped.rejected), ErrorCategory::kInvalidFrame);
+  EXPECT_EQ(strict.State(7), TransferPoll::kWaitingForInput);
+
+  DecodeOptions options;
+  options.lenient_status = true;
+  DecodeRooms lenient = MakeRooms(options);
+  Waiting(lenient, 7, {0});
+  DecodeOutput done = lenient.OnMessage(loose, kT0);
+  EXPECT_TRUE(done.rejected.ok()) << done.rejected;
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bootstrap_token, 12);
+}
+
+TEST(DecodeRoomsTest, MalformedStatusMessagesAreDroppedWithAReasonAndTouchNoRoom) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnMessage(StatusFrames(7, 5, 0, 3), kT0);
+  const std::vector<std::vector<std::string>> garbage = {
+      {},
+      {"7"},
+      {"7", "5", "1"},               // strict: exactly 5 frames
+      {"7", "9", "1", "-1", ""},     // not a TransferPoll code
+      {"7", "5", "1", "-1", "abc"},  // speculative ids not int32s
+      {"7", "5", "x", "-1", ""},
+      {"99999999999999999999", "5", "1", "-1", ""},
+      {"7", "5", "1", "-1", "", "extra"},
+  };
+  for (const std::vector<std::string>& frames : garbage) {
+    DecodeOutput out = rooms.OnMessage(frames, kT0);
+    EXPECT_FALSE(out.rejected.ok());
+    EXPECT_FALSE(out.rejected.message().empty());
+    EXPECT_TRUE(out.events.empty());
+  }
+  std::optional<DecodeRoomView> view = rooms.Find(7);
+  EXPECT_EQ(view->state, TransferPoll::kWaitingForInput);
+  EXPECT_THAT(view->responders, ElementsAre(0));
+  DecodeOutput done = rooms.OnMessage(StatusFrames(7, 5, 1), kT0);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bootstrap_token, 3);
+}
+
+TEST(DecodeRoomsTest, FailIgnoresUnknownRoomsAndKeepsTheFirstReason) {
+  DecodeRooms rooms = MakeRooms();
+  EXPECT_TRUE(rooms.Fail(5, "x", kT0).events.empty());
+  ASSERT_TRUE(rooms.BeginRoom(5, kPrefillA, kT0).ok());
+  EXPECT_THAT(States(rooms.Fail(5, "first", kT0)), ElementsAre(TransferPoll::kFailed));
+  EXPECT_TRUE(rooms.Fail(5, "second", kT0).events.empty());
+  EXPECT_EQ(rooms.Find(5)->failure_reason, "first");
+}
+
+TEST(DecodeRoomsTest, BeginRoomRefusesDuplicatesAndRoomsOutOfRange) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(5, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.BeginRoom(5, kPrefillA, kT0).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(rooms.BeginRoom(uint64_t{1} << 63, kPrefillA, kT0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Property: whatever status messages arrive, in whatever order, a room's state never moves
+// backwards, Failed never changes, and Success happens exactly when every expected rank has
+// sent Success before any Failed or any Success from outside the set.
+TEST(DecodeRoomsTest, RandomStatusSequencesAreForwardOnlyAndExact) {
+  std::mt19937 random(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    DecodeRooms rooms = MakeRooms();
+    std::vector<int> expected;
+    for (int rank = 0; rank < 4; ++rank) {
+      if (random() % 2 == 0) expected.push_back(rank);
+    }
+    if (expected.empty()) expected.push_back(static_cast<int>(random() % 4));
+    Waiting(rooms, 1, expected);
+    std::set<int> counted;
+    bool broken = false;  // a Failed or an unexpected Success came first
+    TransferPoll previous = TransferPoll::kWaitingForInput;
+    bool ever_succeeded = false;  // after Success, later messages follow the update rule only
+    std::string history = absl::StrCat("expected ", expected.size(), ":");
+    for (int step = 0; step < 10; ++step) {
+      const int rank = static_cast<int>(random() % 5);
+      const int status = static_cast<int>(random() % 6);
+      const bool in_set = std::binary_search(expected.begin(), expected.end(), rank);
+      const bool succeeded_before = ever_succeeded;
+      rooms.OnMessage(StatusFrames(1, status, rank, rank), kT0);
+      history += absl::StrCat(" ", status, "@", rank, "->", TransferPollCode(*rooms.State(1)));
+      SCOPED_TRACE(history);
+      if (!succeeded_before && !broken) {
+        if (status == 0 || (status == 5 && !in_set)) broken = true;
+        if (status == 5 && in_set) counted.insert(rank);
+      }
+      const TransferPoll state = *rooms.State(1);
+      if (previous == TransferPoll::kFailed) {
+        EXPECT_EQ(state, TransferPoll::kFailed);
+      } else if (state != TransferPoll::kFailed) {
+        EXPECT_GE(state, previous);
+      }
+      if (!succeeded_before) {
+        const bool complete = !broken && counted.size() == expected.size();
+        EXPECT_EQ(state == TransferPoll::kSuccess, complete);
+        EXPECT_EQ(state == TransferPoll::kFailed, broken);
+      }
+      ever_succeeded = ever_succeeded || state == TransferPoll::kSuccess;
+      previous = state;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrail::session

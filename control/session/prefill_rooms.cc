@@ -1,0 +1,734 @@
+#include "control/session/prefill_rooms.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "control/error/error.h"
+#include "control/layout/peer_messages.h"
+#include "control/plan/route.h"
+#include "control/wire/dispatch.h"
+#include "control/wire/limits.h"
+#include "control/wire/preallocation.h"
+#include "control/wire/status.h"
+
+namespace kvrail::session {
+namespace {
+
+// Planners are cached per (decode TP size, decode contract): every decode rank of one decode
+// deployment shares one. A bound keeps a stream of distinct contracts from growing it forever.
+constexpr size_t kMaxCachedPlanners = 64;
+
+// CACHEPD §3.4: the registration endpoint cut at its first ':', then ":<port>".
+std::string ReplyEndpoint(absl::string_view endpoint, uint16_t port) {
+  const size_t colon = endpoint.find(':');
+  if (colon != absl::string_view::npos) endpoint = endpoint.substr(0, colon);
+  return absl::StrCat("tcp://", endpoint, ":", port);
+}
+
+// An owned copy (spelled as a two-argument constructor: a one-argument one reads as a cast).
+std::string Owned(absl::string_view text) { return std::string(text.data(), text.size()); }
+
+bool SameRegistration(const DecodePeer& a, const DecodePeer& b) {
+  const wire::Registration& x = a.registration;
+  const wire::Registration& y = b.registration;
+  return x.endpoint == y.endpoint && x.port == y.port && x.session_id == y.session_id &&
+         x.arena_base == y.arena_base && x.decode_tp_size == y.decode_tp_size &&
+         x.decode_tp_rank == y.decode_tp_rank && a.canonical_contract == b.canonical_contract;
+}
+
+// Same contract and TP coordinates: only the reply route or the arena base moved (§11.1).
+bool SameDecodeRank(const DecodePeer& a, const DecodePeer& b) {
+  return a.registration.decode_tp_size == b.registration.decode_tp_size &&
+         a.registration.decode_tp_rank == b.registration.decode_tp_rank &&
+         a.canonical_contract == b.canonical_contract;
+}
+
+std::string RankList(absl::Span<const int> ranks) {
+  return absl::StrCat("{", absl::StrJoin(ranks, ","), "}");
+}
+
+// The bytes `plan` copies for a room whose source manifest is `src`: every row of every bound
+// fragment for each block position the plan sends.
+uint64_t PlannedBytes(const plan::CopyPlan& plan, const layout::Manifest& src) {
+  uint64_t total = 0;
+  for (const plan::BoundFragment& f : plan.fragments()) {
+    if (f.group_index < 0 || static_cast<size_t>(f.group_index) >= src.groups.size()) continue;
+    const size_t blocks = src.groups[f.group_index].block_ids.size();
+    uint64_t positions = 0;
+    for (size_t i = 0; i < blocks; ++i) positions += plan.SendsPosition(f, src, i) ? 1 : 0;
+    total += positions * static_cast<uint64_t>(f.rows) * static_cast<uint64_t>(f.bytes_per_row);
+  }
+  return total;
+}
+
+// A destination's manifest must describe the same prompt window and the same block count per
+// group as the source (CACHEPD §6.9, §8 "All Decode destinations of a room must agree").
+absl::Status CheckPairs(const layout::Manifest& src, const layout::Manifest& dst,
+                        absl::string_view session_id) {
+  if (src.prefix_len != dst.prefix_len || src.prompt_len != dst.prompt_len) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("destination ", session_id, " pre-allocated the prompt window [",
+                     dst.prefix_len, ", ", dst.prompt_len, ") but the source manifest covers [",
+                     src.prefix_len, ", ", src.prompt_len, ")"));
+  }
+  if (src.groups.size() != dst.groups.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("destination ", session_id, " has ", dst.groups.size(),
+                     " manifest groups, the source ", src.groups.size()));
+  }
+  for (size_t g = 0; g < src.groups.size(); ++g) {
+    if (src.groups[g].group_id != dst.groups[g].group_id ||
+        src.groups[g].block_ids.size() != dst.groups[g].block_ids.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("destination ", session_id, " group '", dst.groups[g].group_id, "' has ",
+                       dst.groups[g].block_ids.size(), " blocks, the source group '",
+                       src.groups[g].group_id, "' ", src.groups[g].block_ids.size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PrefillRooms> PrefillRooms::Create(PrefillIdentity identity,
+                                                  PrefillOptions options) {
+  if (identity.prefill_tp_size < 1 || identity.prefill_tp_size > plan::kMaxTpSize) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill TP size ", identity.prefill_tp_size,
+                                                   " is outside 1..", plan::kMaxTpSize));
+  }
+  if (identity.prefill_tp_rank < 0 || identity.prefill_tp_rank >= identity.prefill_tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill TP rank ", identity.prefill_tp_rank,
+                                                   " is outside 0..",
+                                                   identity.prefill_tp_size - 1));
+  }
+  return PrefillRooms(std::move(identity), options);
+}
+
+PrefillRooms::PrefillRooms(PrefillIdentity identity, PrefillOptions options)
+    : identity_(std::move(identity)), options_(options) {}
+
+// --- peer messages ----------------------------------------------------------------------
+
+PrefillOutput PrefillRooms::OnMessage(absl::Span<const std::string> frames, absl::Time now) {
+  PrefillOutput out;
+  switch (wire::Classify(frames)) {
+    case wire::MessageKind::kRegistration:
+      OnRegistration(frames, now, out);
+      break;
+    case wire::MessageKind::kPreallocation:
+      OnPreallocation(frames, now, out);
+      break;
+    case wire::MessageKind::kDropped:
+      out.rejected = MakeError(ErrorCategory::kInvalidFrame,
+                               "message dropped: frame 0 is missing or not ASCII (CACHEPD §3.2.1)");
+      break;
+  }
+  return out;
+}
+
+void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Time now,
+                                  PrefillOutput& out) {
+  absl::StatusOr<wire::ReplyRoute> route = wire::ParseRegistrationReplyRoute(frames);
+  if (!route.ok()) {
+    // Nobody to answer and no session to blame (§3.2.3): refused and logged only.
+    out.rejected = AddContext(route.status(), "registration dropped");
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<const DecodePeer>> admitted = Admit(*route, frames);
+  if (!admitted.ok()) {
+    RejectRegistration(*route, admitted.status(), now, out);
+    return;
+  }
+  std::shared_ptr<const DecodePeer> peer = *std::move(admitted);
+  auto stored = registrations_.find(route->session_id);
+  if (stored == registrations_.end()) {
+    AcceptRegistration(std::move(peer));
+    return;
+  }
+  if (SameRegistration(*stored->second, *peer)) {
+    AcceptRegistration(stored->second);  // a no-op but for clearing a quarantine
+    return;
+  }
+  if (options_.accept_restarted_peer && SameDecodeRank(*stored->second, *peer)) {
+    // §11.1: the decode restarted with the same session id; its old arena is gone.
+    AbortRoomsOfSession(route->session_id,
+                        absl::StrCat("Decode session ", route->session_id,
+                                     " re-registered with a new reply route or arena base (a "
+                                     "restarted decode): its pre-allocations are void"),
+                        now, out);
+    AcceptRegistration(std::move(peer));
+    return;
+  }
+  RejectRegistration(*route,
+                     MakeError(ErrorCategory::kInvalidFrame,
+                               "conflicting registration for an active CachePD session "
+                               "(CACHEPD §3.2.2)"),
+                     now, out);
+}
+
+absl::StatusOr<std::shared_ptr<const DecodePeer>> PrefillRooms::Admit(
+    const wire::ReplyRoute& route, absl::Span<const std::string> frames) {
+  KVRAIL_ASSIGN_OR_RETURN(layout::DecodedRegistration decoded, layout::DecodeRegistration(frames));
+  auto peer = std::make_shared<DecodePeer>();
+  peer->registration = std::move(decoded.frames);
+  peer->contract = std::move(decoded.contract);
+  KVRAIL_ASSIGN_OR_RETURN(peer->canonical_contract, layout::SerializeContract(peer->contract));
+  peer->reply_endpoint = ReplyEndpoint(route.endpoint, route.port);
+
+  const int decode_tp_size = static_cast<int>(peer->registration.decode_tp_size);
+  const int decode_tp_rank = static_cast<int>(peer->registration.decode_tp_rank);
+  KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const plan::Planner> planner,
+                          PlannerFor(decode_tp_size, peer->canonical_contract, peer->contract));
+  plan::RegistrationOutcome outcome =
+      planner->OnRegistration(identity_.prefill_tp_rank, decode_tp_rank);
+  switch (outcome.kind) {
+    case plan::RegistrationOutcome::Kind::kReject:
+      return AddContext(outcome.error,
+                        absl::StrCat("decode TP rank ", decode_tp_rank, " of ", decode_tp_size,
+                                     " on prefill TP rank ", identity_.prefill_tp_rank));
+    case plan::RegistrationOutcome::Kind::kDummy:
+      peer->dummy = true;
+      break;
+    case plan::RegistrationOutcome::Kind::kSend: {
+      KVRAIL_ASSIGN_OR_RETURN(plan::CopyPlan copy_plan,
+                              plan::CopyPlan::Bind(identity_.contract, peer->contract,
+                                                   outcome.fragments, outcome.owner_filters));
+      peer->copy_plan = std::make_shared<const plan::CopyPlan>(std::move(copy_plan));
+      break;
+    }
+  }
+  peer->fragments = std::move(outcome.fragments);
+  peer->owner_filters = std::move(outcome.owner_filters);
+  peer->expected_decode_ranks = std::move(outcome.expected_decode_ranks);
+  return std::shared_ptr<const DecodePeer>(std::move(peer));
+}
+
+absl::StatusOr<std::shared_ptr<const plan::Planner>> PrefillRooms::PlannerFor(
+    int decode_tp_size, const std::string& canonical_contract,
+    const layout::Contract& decode_contract) {
+  PlannerKey key{decode_tp_size, canonical_contract};
+  auto cached = planners_.find(key);
+  if (cached != planners_.end()) return cached->second;
+  KVRAIL_ASSIGN_OR_RETURN(
+      plan::Planner planner,
+      plan::Planner::Create(identity_.prefill_tp_size, decode_tp_size, identity_.contract,
+                            decode_contract, identity_.stage ? &*identity_.stage : nullptr,
+                            identity_.sharded));
+  if (planners_.size() >= kMaxCachedPlanners) planners_.clear();
+  auto shared = std::make_shared<const plan::Planner>(std::move(planner));
+  planners_.emplace(std::move(key), shared);
+  return shared;
+}
+
+void PrefillRooms::AcceptRegistration(std::shared_ptr<const DecodePeer> peer) {
+  const std::string& session_id = peer->registration.session_id;
+  if (rejected_.erase(session_id) > 0) {
+    rejected_order_.erase(std::find(rejected_order_.begin(), rejected_order_.end(), session_id));
+  }
+  quarantine_.erase(session_id);
+  registrations_[session_id] = std::move(peer);
+}
+
+void PrefillRooms::RejectRegistration(const wire::ReplyRoute& route, const absl::Status& error,
+                                      absl::Time now, PrefillOutput& out) {
+  AbortRoomsOfSession(route.session_id,
+                      absl::StrCat("Decode session ", route.session_id,
+                                   " registration rejected: ", error.message()),
+                      now, out);
+  registrations_.erase(route.session_id);
+  if (options_.max_remembered_rejections > 0) {
+    if (rejected_.find(route.session_id) == rejected_.end()) {
+      while (rejected_.size() >= options_.max_remembered_rejections) {
+        rejected_.erase(rejected_order_.front());
+        rejected_order_.pop_front();
+      }
+      rejected_order_.push_back(route.session_id);
+    }
+    rejected_[route.session_id] = route;
+  }
+  out.rejected = AddContext(
+      error, absl::StrCat("registration of Decode session ", route.session_id, " rejected"));
+}
+
+void PrefillRooms::AbortRoomsOfSession(absl::string_view session_id, absl::string_view reason,
+                                       absl::Time now, PrefillOutput& out) {
+  std::vector<uint64_t> affected;
+  for (const auto& [id, room] : rooms_) {
+    for (const Destination& d : room.destinations) {
+      if (d.peer->registration.session_id == session_id) {
+        affected.push_back(id);
+        break;
+      }
+    }
+  }
+  std::sort(affected.begin(), affected.end());  // a deterministic order for the messages
+  for (uint64_t id : affected) AbortRoom(id, rooms_[id], Owned(reason), now, out);
+}
+
+void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::Time now,
+                                   PrefillOutput& out) {
+  absl::StatusOr<wire::PreallocationRouteHeader> header =
+      wire::ParsePreallocationRouteHeader(frames);
+  if (!header.ok()) {
+    // No room to fail and nobody to answer (§3.3): refused and logged only.
+    out.rejected = AddContext(header.status(), "pre-allocation dropped");
+    return;
+  }
+  const uint64_t room_id = header->room;
+  const std::string& session_id = header->session_id;
+
+  absl::StatusOr<layout::DecodedPreallocation> decoded = layout::DecodePreallocation(frames);
+  if (!decoded.ok()) {
+    RejectPreallocation(room_id, session_id, decoded.status(), now, out);
+    return;
+  }
+  auto found = registrations_.find(session_id);
+  if (found == registrations_.end()) {
+    RejectPreallocation(
+        room_id, session_id,
+        absl::FailedPreconditionError(
+            absl::StrCat("CachePD request references an unregistered Decode session ", session_id)),
+        now, out);
+    return;
+  }
+  std::shared_ptr<const DecodePeer> peer = found->second;
+  if (decoded->manifest.has_value() == peer->dummy) {
+    RejectPreallocation(room_id, session_id,
+                        absl::FailedPreconditionError(absl::StrCat(
+                            "CachePD request kind disagrees with its registration: ",
+                            peer->dummy ? "a dummy registration got a manifest"
+                                        : "a data registration got an empty manifest")),
+                        now, out);
+    return;
+  }
+  auto existing = rooms_.find(room_id);
+  if (existing != rooms_.end() && existing->second.state.has_value() &&
+      (*existing->second.state == TransferPoll::kFailed ||
+       *existing->second.state == TransferPoll::kSuccess)) {
+    // §3.3 step 5 (and kvrail: a completed room gets no more pre-allocations either).
+    ReplyFailed(room_id, session_id, out);
+    out.rejected = absl::FailedPreconditionError(
+        absl::StrCat("pre-allocation of room ", room_id, " from ", session_id,
+                     " answered with Failed: the room already ",
+                     *existing->second.state == TransferPoll::kFailed ? "failed" : "completed"));
+    return;
+  }
+  if (decoded->manifest.has_value()) {
+    absl::Status valid = layout::ValidateManifest(*decoded->manifest, peer->contract);
+    if (!valid.ok()) {
+      RejectPreallocation(room_id, session_id, valid, now, out);
+      return;
+    }
+  }
+  Room empty;
+  const Room& current = existing != rooms_.end() ? existing->second : empty;
+  absl::Status collected = Collect(current, *peer);
+  if (!collected.ok()) {
+    RejectPreallocation(room_id, session_id, collected, now, out);
+    return;
+  }
+
+  Room& room = rooms_[room_id];
+  if (room.destinations.empty() && !room.begun && !room.state.has_value()) room.first_seen = now;
+  Destination destination{peer, nullptr};
+  if (decoded->manifest.has_value()) {
+    destination.manifest = std::make_shared<const layout::Manifest>(*std::move(decoded->manifest));
+  }
+  room.destinations.push_back(std::move(destination));
+  if (room.destinations.size() == peer->expected_decode_ranks.size()) {
+    SetState(room_id, room, TransferPoll::kBootstrapped, out);
+    MaybeStartTransfer(room_id, room, now, out);
+  }
+}
+
+// §3.3 step 7.
+absl::Status PrefillRooms::Collect(const Room& room, const DecodePeer& peer) const {
+  const size_t fanout = peer.expected_decode_ranks.size();
+  for (const Destination& d : room.destinations) {
+    if (d.peer->registration.session_id == peer.registration.session_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "duplicate CachePD pre-allocation for Decode session ", peer.registration.session_id));
+    }
+  }
+  if (room.destinations.size() + 1 > fanout) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("room already holds ", room.destinations.size(),
+                     " pre-allocations and this prefill rank expects ", fanout));
+  }
+  if (room.destinations.size() + 1 < fanout) return absl::OkStatus();
+  std::vector<int> ranks = {static_cast<int>(peer.registration.decode_tp_rank)};
+  for (const Destination& d : room.destinations) {
+    if (d.peer->registration.decode_tp_size != peer.registration.decode_tp_size ||
+        d.peer->expected_decode_ranks != peer.expected_decode_ranks) {
+      return absl::FailedPreconditionError(
+          "Paged cache room destinations disagree on the decode TP size or the expected rank "
+          "set");
+    }
+    ranks.push_back(static_cast<int>(d.peer->registration.decode_tp_rank));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks != peer.expected_decode_ranks) {  // the expected set is sorted and distinct
+    return absl::FailedPreconditionError(
+        absl::StrCat("Paged cache room destination ranks disagree with the typed route plan: got ",
+                     RankList(ranks), ", expected ", RankList(peer.expected_decode_ranks)));
+  }
+  return absl::OkStatus();
+}
+
+void PrefillRooms::RejectPreallocation(uint64_t room_id, absl::string_view session_id,
+                                       const absl::Status& error, absl::Time now,
+                                       PrefillOutput& out) {
+  AbortRoom(room_id, rooms_[room_id],
+            absl::StrCat("invalid pre-allocation metadata: ", error.message()), now, out);
+  ReplyFailed(room_id, session_id, out);
+  out.rejected = AddContext(
+      error, absl::StrCat("pre-allocation of room ", room_id, " from ", session_id, " rejected"));
+}
+
+void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
+                               PrefillOutput& out) const {
+  auto registered = registrations_.find(session_id);
+  if (registered != registrations_.end()) {
+    SendStatus(room, registered->second->reply_endpoint, TransferPoll::kFailed,
+               wire::kNoBootstrapToken, std::nullopt, out);
+    return;
+  }
+  auto rejected = rejected_.find(session_id);
+  if (rejected != rejected_.end()) {
+    SendStatus(room, ReplyEndpoint(rejected->second.endpoint, rejected->second.port),
+               TransferPoll::kFailed, wire::kNoBootstrapToken, std::nullopt, out);
+  }
+}
+
+void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, TransferPoll status,
+                              int64_t token, const std::optional<std::vector<int32_t>>& spec_ids,
+                              PrefillOutput& out) const {
+  wire::StatusMessage message;
+  message.room = room;
+  message.status = TransferPollCode(status);
+  message.prefill_rank = static_cast<uint32_t>(
+      identity_.status_rank >= 0 ? identity_.status_rank : identity_.prefill_tp_rank);
+  message.bootstrap_token = token;
+  message.spec_candidate_ids = spec_ids;
+  absl::StatusOr<std::vector<std::string>> frames = wire::BuildStatus(message);
+  // Rooms come from parsed frames or BeginRoom (both <= 2^63-1), ranks from Create (<= 1023)
+  // and tokens from Ready (>= -1): BuildStatus accepts all of them.
+  if (!frames.ok()) return;
+  out.messages.push_back(OutboundMessage{endpoint, *std::move(frames)});
+}
+
+// --- room state ---------------------------------------------------------------------------
+
+void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out) {
+  const TransferPoll next = UpdateTransferPoll(room.state, state);
+  if (room.state == next) return;
+  room.state = next;
+  RoomEvent event;
+  event.room = room_id;
+  event.state = next;
+  if (next == TransferPoll::kFailed) event.reason = room.failure_reason;
+  out.events.push_back(std::move(event));
+}
+
+void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
+                             PrefillOutput& out) {
+  if (room.state == TransferPoll::kFailed) return;
+  if (!room.begun && !room.state.has_value() && room.destinations.empty()) room.first_seen = now;
+  room.failure_reason = std::move(reason);
+  for (const Destination& d : room.destinations) {
+    if (!d.peer->dummy) {
+      SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kFailed, wire::kNoBootstrapToken,
+                 std::nullopt, out);
+    }
+  }
+  room.destinations.clear();
+  room.ready.reset();
+  if (!room.begun) room.forget_at = now + options_.timeouts.failed_room_ttl;
+  SetState(room_id, room, TransferPoll::kFailed, out);
+}
+
+void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now,
+                                      PrefillOutput& out) {
+  if (!room.ready.has_value() || room.transfer_started ||
+      room.state != TransferPoll::kBootstrapped) {
+    return;
+  }
+  absl::StatusOr<TransferWork> work = BuildTransfer(room_id, room, now);
+  if (!work.ok()) {
+    AbortRoom(room_id, room, Owned(work.status().message()), now, out);
+    return;
+  }
+  room.transfer_started = true;
+  if (work->destinations.empty()) {
+    // A dummy rank: nothing to copy and nobody to tell (§1.4).
+    room.destinations.clear();
+    SetState(room_id, room, TransferPoll::kSuccess, out);
+    return;
+  }
+  room.transfer_in_flight = true;
+  out.transfers.push_back(*std::move(work));
+}
+
+absl::StatusOr<TransferWork> PrefillRooms::BuildTransfer(uint64_t room_id, const Room& room,
+                                                         absl::Time now) const {
+  TransferWork work;
+  work.room = room_id;
+  const RoomReady& ready = *room.ready;
+  for (const Destination& d : room.destinations) {
+    if (d.peer->dummy) continue;
+    const std::string& session_id = d.peer->registration.session_id;
+    if (Quarantined(session_id, now)) {
+      return absl::UnavailableError(absl::StrCat(
+          "CachePD transfer failed: Decode session ", session_id,
+          " is quarantined after a failed transfer (CACHEPD §7.4 FAILED_SESSION_TTL)"));
+    }
+    if (!ready.source_manifest.has_value()) {
+      return absl::FailedPreconditionError(
+          "CachePD transfer failed: the engine gave no source manifest for a room with data "
+          "destinations");
+    }
+    if (work.source_manifest == nullptr) {
+      absl::Status valid = layout::ValidateManifest(*ready.source_manifest, identity_.contract);
+      if (!valid.ok()) {
+        return AddContext(valid, "CachePD transfer failed: source manifest");
+      }
+      work.source_manifest = std::make_shared<const layout::Manifest>(*ready.source_manifest);
+    }
+    KVRAIL_RETURN_IF_ERROR(AddContext(CheckPairs(*work.source_manifest, *d.manifest, session_id),
+                                      "CachePD transfer failed"));
+    TransferDestination destination{d.peer, d.manifest,
+                                    PlannedBytes(*d.peer->copy_plan, *work.source_manifest)};
+    work.total_bytes += destination.bytes;
+    work.destinations.push_back(std::move(destination));
+  }
+  if (options_.max_room_bytes > 0 && work.total_bytes > options_.max_room_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("room ", room_id, " would copy ", work.total_bytes,
+                     " bytes, over the per-room cap of ", options_.max_room_bytes, " bytes"));
+  }
+  return work;
+}
+
+bool PrefillRooms::Quarantined(absl::string_view session_id, absl::Time now) const {
+  auto found = quarantine_.find(session_id);
+  return found != quarantine_.end() && now < found->second;
+}
+
+// --- engine -------------------------------------------------------------------------------
+
+absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Time now) {
+  if (room_id > wire::kMaxRoom) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, " is above 2^63-1 (CACHEPD Terminology)"));
+  }
+  PrefillOutput out;
+  Room& room = rooms_[room_id];
+  if (!room.begun) {
+    if (!room.state.has_value() && room.destinations.empty()) room.first_seen = now;
+    room.begun = true;
+    room.begun_at = now;
+    room.forget_at.reset();  // the engine holds the room now and frees it
+    SetState(room_id, room, TransferPoll::kBootstrapping, out);
+  }
+  if (out.events.empty()) {
+    RoomEvent event;
+    event.room = room_id;
+    event.state = *room.state;
+    if (event.state == TransferPoll::kFailed) event.reason = room.failure_reason;
+    out.events.push_back(std::move(event));
+  }
+  return out;
+}
+
+absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
+                                                  absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.begun) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
+  }
+  Room& room = found->second;
+  if (ready.bootstrap_token < wire::kNoBootstrapToken) {
+    return absl::InvalidArgumentError(absl::StrCat("room ", room_id, ": bootstrap token ",
+                                                   ready.bootstrap_token,
+                                                   " must be -1 (none) or non-negative"));
+  }
+  if (room.ready.has_value() || room.transfer_started) {
+    return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " is already ready"));
+  }
+  PrefillOutput out;
+  if (room.state == TransferPoll::kFailed) {
+    RoomEvent event;
+    event.room = room_id;
+    event.state = TransferPoll::kFailed;
+    event.reason = room.failure_reason;
+    out.events.push_back(std::move(event));
+    return out;
+  }
+  room.ready = std::move(ready);
+  MaybeStartTransfer(room_id, room, now, out);
+  return out;
+}
+
+// --- transfer layer -----------------------------------------------------------------------
+
+absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.transfer_in_flight) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("room ", room_id, " has no transfer in flight"));
+  }
+  Room& room = found->second;
+  room.transfer_in_flight = false;
+  PrefillOutput out;
+  if (room.state == TransferPoll::kFailed) return out;  // aborted meanwhile; Failed was sent
+  for (const Destination& d : room.destinations) {
+    if (d.peer->dummy) continue;
+    SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kSuccess, room.ready->bootstrap_token,
+               room.ready->spec_candidate_ids, out);
+  }
+  room.destinations.clear();
+  room.ready.reset();
+  SetState(room_id, room, TransferPoll::kSuccess, out);
+  return out;
+}
+
+PrefillOutput PrefillRooms::OnTransferFailed(uint64_t room_id, absl::string_view failed_session,
+                                             absl::string_view reason, absl::Time now) {
+  PrefillOutput out;
+  if (!failed_session.empty() && options_.timeouts.failed_session_ttl > absl::ZeroDuration()) {
+    quarantine_[failed_session] = now + options_.timeouts.failed_session_ttl;
+  }
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return out;
+  found->second.transfer_in_flight = false;
+  AbortRoom(room_id, found->second, absl::StrCat("CachePD transfer failed: ", reason), now, out);
+  return out;
+}
+
+PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, absl::Time now) {
+  PrefillOutput out;
+  AbortRoom(room_id, rooms_[room_id], Owned(reason), now, out);
+  return out;
+}
+
+void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return;
+  Room& room = found->second;
+  if (room.state == TransferPoll::kFailed &&
+      options_.timeouts.failed_room_ttl > absl::ZeroDuration()) {
+    // Keep only what answers a late pre-allocation (§11.2).
+    Room tombstone;
+    tombstone.state = TransferPoll::kFailed;
+    tombstone.failure_reason = std::move(room.failure_reason);
+    tombstone.forget_at = now + options_.timeouts.failed_room_ttl;
+    room = std::move(tombstone);
+    return;
+  }
+  rooms_.erase(found);
+}
+
+PrefillOutput PrefillRooms::Tick(absl::Time now) {
+  PrefillOutput out;
+  std::vector<uint64_t> bootstrap_expired;
+  std::vector<uint64_t> unmatched;
+  std::vector<uint64_t> forget;
+  for (const auto& [id, room] : rooms_) {
+    if (room.forget_at.has_value()) {
+      if (now >= *room.forget_at) forget.push_back(id);
+    } else if (room.begun) {
+      if (room.state == TransferPoll::kBootstrapping &&
+          now - room.begun_at >= options_.timeouts.bootstrap_timeout) {
+        bootstrap_expired.push_back(id);
+      }
+    } else if (room.state != TransferPoll::kFailed &&
+               now - room.first_seen >= options_.timeouts.unmatched_preallocation_timeout) {
+      unmatched.push_back(id);
+    }
+  }
+  for (uint64_t id : forget) rooms_.erase(id);
+  std::sort(bootstrap_expired.begin(), bootstrap_expired.end());
+  std::sort(unmatched.begin(), unmatched.end());
+  for (uint64_t id : bootstrap_expired) {
+    AbortRoom(
+        id, rooms_[id],
+        absl::StrCat("bootstrap timeout: room still Bootstrapping ",
+                     absl::FormatDuration(now - rooms_[id].begun_at), " after it began (limit ",
+                     absl::FormatDuration(options_.timeouts.bootstrap_timeout), ", CACHEPD §7.4)"),
+        now, out);
+  }
+  for (uint64_t id : unmatched) {
+    AbortRoom(id, rooms_[id],
+              absl::StrCat("pre-allocations unmatched by a prefill request for ",
+                           absl::FormatDuration(now - rooms_[id].first_seen), " (limit ",
+                           absl::FormatDuration(options_.timeouts.unmatched_preallocation_timeout),
+                           ", CACHEPD §11.2)"),
+              now, out);
+  }
+  for (auto it = quarantine_.begin(); it != quarantine_.end();) {
+    if (now >= it->second) {
+      quarantine_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+// --- views --------------------------------------------------------------------------------
+
+std::optional<TransferPoll> PrefillRooms::State(uint64_t room) const {
+  auto found = rooms_.find(room);
+  if (found == rooms_.end()) return std::nullopt;
+  return found->second.state;
+}
+
+std::optional<PrefillRoomView> PrefillRooms::Find(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  const Room& room = found->second;
+  PrefillRoomView view;
+  view.state = room.state;
+  view.failure_reason = room.failure_reason;
+  for (const Destination& d : room.destinations) {
+    view.preallocated_sessions.push_back(d.peer->registration.session_id);
+  }
+  view.begun = room.begun;
+  view.ready = room.ready.has_value() || room.transfer_started;
+  view.transfer_in_flight = room.transfer_in_flight;
+  return view;
+}
+
+std::shared_ptr<const DecodePeer> PrefillRooms::Registration(absl::string_view session_id) const {
+  auto found = registrations_.find(session_id);
+  return found == registrations_.end() ? nullptr : found->second;
+}
+
+std::vector<std::shared_ptr<const DecodePeer>> PrefillRooms::Registrations() const {
+  std::vector<std::shared_ptr<const DecodePeer>> peers;
+  peers.reserve(registrations_.size());
+  for (const auto& [session, peer] : registrations_) peers.push_back(peer);
+  std::sort(peers.begin(), peers.end(), [](const auto& a, const auto& b) {
+    return a->registration.session_id < b->registration.session_id;
+  });
+  return peers;
+}
+
+std::vector<std::pair<std::string, wire::ReplyRoute>> PrefillRooms::RejectedSessions() const {
+  std::vector<std::pair<std::string, wire::ReplyRoute>> out(rejected_.begin(), rejected_.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+std::vector<std::string> PrefillRooms::QuarantinedSessions(absl::Time now) const {
+  std::vector<std::string> out;
+  for (const auto& [session, until] : quarantine_) {
+    if (now < until) out.push_back(session);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace kvrail::session

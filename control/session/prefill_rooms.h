@@ -1,0 +1,318 @@
+// The room state of one prefill rank (CACHEPD §1.3 to §1.5, §3.2.2, §3.3, §7.2, §11): decode
+// registrations, pre-allocations collected per room, the engine's begin and ready signals, the
+// copy work of a room, and the status frames its decode ranks are sent.
+//
+// Pure: no sockets, threads or clocks. The caller feeds it peer messages, engine signals,
+// transfer results and the time, and acts on what each call returns (PrefillOutput): push the
+// messages in order, start the transfers, report the events. The actual copy expansion and
+// data-plane transfer belong to the layers below (plan::CopyPlan, engine/transfer).
+//
+// Thread-compatible: one owner calls it at a time (one writer per room state, which avoids the
+// reference's unlocked status race, CACHEPD §11.5).
+#ifndef KVRAIL_CONTROL_SESSION_PREFILL_ROOMS_H_
+#define KVRAIL_CONTROL_SESSION_PREFILL_ROOMS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "control/plan/copy_plan.h"
+#include "control/plan/fragment.h"
+#include "control/plan/owner_filter.h"
+#include "control/plan/planner.h"
+#include "control/plan/stage_filter.h"
+#include "control/session/room_output.h"
+#include "control/session/timeouts.h"
+#include "control/session/transfer_poll.h"
+#include "control/wire/registration.h"
+
+namespace kvrail::session {
+
+// Who this prefill rank is.
+struct PrefillIdentity {
+  int prefill_tp_size = 1;  // P: attention TP ranks of one DP group (of one stage, §10.1)
+  int prefill_tp_rank = 0;  // p, in 0..P-1
+  // The rank written in every status frame: the global prefill rank (stage * P + p, CACHEPD
+  // §10.1) that decode ranks expect; -1 means prefill_tp_rank (one stage).
+  int status_rank = -1;
+  // The rank's own contract: the planner's prefill layout (§6.8) and the copies' source side.
+  layout::Contract contract;
+  // §10.1: the fields this rank's pipeline stage holds; nullopt = every field.
+  std::optional<plan::StageFilter> stage;
+  // §10.3: block-sharded groups of the prefill node; empty = none.
+  std::vector<plan::ShardedGroup> sharded;
+};
+
+struct PrefillOptions {
+  SessionTimeouts timeouts;
+  // The most bytes one room may copy to all its decode destinations together; 0 = no cap. A
+  // room over the cap fails before anything is copied.
+  uint64_t max_room_bytes = 0;
+  // CACHEPD §11.1. When true, a registration for a stored session whose contract and TP
+  // coordinates are unchanged but whose reply route or arena base changed is taken as a
+  // restarted decode: the session's rooms fail (its old arena is gone) and the new
+  // registration replaces the old one. When false, the reference's rule applies: the
+  // registration is rejected as conflicting and the stored one is dropped (§3.2.2, §8).
+  bool accept_restarted_peer = true;
+  // The most rejected reply routes remembered (§3.2.3); the oldest is forgotten first.
+  size_t max_remembered_rejections = 4096;
+};
+
+// A decode rank's accepted registration (CACHEPD §3.2.2). Immutable once stored, and shared
+// with the rooms and transfers that use it, so it outlives a later re-registration.
+struct DecodePeer {
+  wire::Registration registration;  // as parsed; contract_wire holds the bytes as sent
+  layout::Contract contract;        // frame 5, parsed
+  std::string canonical_contract;   // frame 5 re-serialised (§4.2)
+  // Where status frames go: "tcp://<endpoint up to its first ':'>:<port>" (CACHEPD §3.4).
+  std::string reply_endpoint;
+  bool dummy = false;  // a rendezvous-only registration (§6.5): no copies, expects {0}
+  // route[p] for a data registration (§6.8); empty for a whole-field copy (P == D) or a dummy.
+  std::vector<plan::Fragment> fragments;
+  std::vector<plan::GroupOwnerFilter> owner_filters;
+  // S_p, the decode ranks each room needs a pre-allocation from; {0} for a dummy.
+  std::vector<int> expected_decode_ranks;
+  // The fragments bound to both contracts, planned once per registration; null for a dummy.
+  std::shared_ptr<const plan::CopyPlan> copy_plan;
+};
+
+// One data destination of a room.
+struct TransferDestination {
+  std::shared_ptr<const DecodePeer> peer;            // route, arena base, contract, copy plan
+  std::shared_ptr<const layout::Manifest> manifest;  // the decode's pre-allocated blocks
+  uint64_t bytes = 0;  // the bytes peer->copy_plan copies for this room
+};
+
+// A room's copy work, for the transfer layer: expand each destination's copy plan over
+// (source_manifest, destination manifest), write, flush, then report OnTransferDone, or
+// OnTransferFailed on the first failure.
+struct TransferWork {
+  uint64_t room = 0;
+  std::shared_ptr<const layout::Manifest> source_manifest;
+  // In the order the pre-allocations arrived (CACHEPD §6.9 "Issuing the descriptors").
+  std::vector<TransferDestination> destinations;
+  uint64_t total_bytes = 0;
+};
+
+// What the engine says when a room's cache is final (the default, non-layerwise mode: one final
+// chunk after the forward pass, CACHEPD §1.3 P4, §1.4).
+struct RoomReady {
+  // The room's source blocks, built from the decode's (prefix_len, prompt_len). May be nullopt
+  // only on a rank whose room has no data destination (a dummy rank).
+  std::optional<layout::Manifest> source_manifest;
+  int64_t bootstrap_token = -1;  // the first sampled token, or -1 for none
+  std::optional<std::vector<int32_t>> spec_candidate_ids;  // nullopt (or empty) for none
+};
+
+// What a call asks the caller to do.
+struct PrefillOutput {
+  // Status frames to push, in order (only Failed and Success are ever sent, §3.4).
+  std::vector<OutboundMessage> messages;
+  // Rooms whose copies may start now.
+  std::vector<TransferWork> transfers;
+  // Room state changes, in the order they happened (see each method for extra reports).
+  std::vector<RoomEvent> events;
+  // OnMessage only: why the peer message was refused, for the log (it names the frame, field
+  // or rule). OK when it was accepted. A refusal never touches rooms other than the one the
+  // message names.
+  absl::Status rejected;
+};
+
+// A snapshot of one room, for tests and introspection.
+struct PrefillRoomView {
+  std::optional<TransferPoll> state;  // nullopt: pre-allocations are pending, no state yet
+  std::string failure_reason;
+  std::vector<std::string> preallocated_sessions;  // arrival order; cleared on Success/abort
+  bool begun = false;
+  bool ready = false;
+  bool transfer_in_flight = false;
+};
+
+class PrefillRooms {
+ public:
+  // Checks 1 <= P <= 1024 and 0 <= p < P. The contract must be a validated one.
+  static absl::StatusOr<PrefillRooms> Create(PrefillIdentity identity, PrefillOptions options = {});
+
+  PrefillRooms(PrefillRooms&&) = default;
+  PrefillRooms& operator=(PrefillRooms&&) = default;
+
+  // --- peer messages ----------------------------------------------------------------------
+
+  // One multipart message from the PULL socket (CACHEPD §3.2.1): a registration when frame 0
+  // is "None", else a pre-allocation; a message without an ASCII frame 0 is only refused.
+  //
+  // Registration (§3.2.2, §3.2.3): the reply route (frames 1 to 3) is read first; when even it
+  // is malformed the message is only refused. Otherwise a registration whose frames, contract,
+  // planner decision (OnRegistration) or copy plan fail is rejected: every room holding a
+  // pre-allocation from its session fails, the session is dropped and its route remembered,
+  // so that its later pre-allocations can be answered with Failed. An identical
+  // re-registration changes nothing; a different one follows PrefillOptions::
+  // accept_restarted_peer. An accepted one clears the session's rejection and quarantine.
+  //
+  // Pre-allocation (§3.3): frames 0 and 1 are read first; when they are malformed the message
+  // is only refused. Then, in this order, the manifest must parse, the session be registered,
+  // the manifest kind (empty = dummy) match the registration, the manifest pass §5.3 against
+  // the decode's contract, the session not repeat in the room, and the room not exceed its
+  // fan-out; when the fan-out is reached, all registrations must agree on decode_tp_size and
+  // the expected rank set, and their ranks must be that set exactly. Any failure fails the
+  // room ("invalid pre-allocation metadata: ...") and answers the sender with Failed on its
+  // registered or rejected route. A room already Failed (or remembered as failed, §11.2) or
+  // already Success answers the sender with Failed and changes nothing. The room becomes
+  // Bootstrapped when its fan-out is complete, and its transfer starts if the engine is ready.
+  //
+  // Unlike the reference, a manifest that fails to parse is answered like any other rejection
+  // (docs/cachepd-strictness.md), and a restarted decode is accepted (§11.1).
+  PrefillOutput OnMessage(absl::Span<const std::string> frames, absl::Time now);
+
+  // --- engine -----------------------------------------------------------------------------
+
+  // The engine has the request (the reference's sender creation): the room becomes
+  // Bootstrapping unless its pre-allocations already made it Bootstrapped (§1.3), and its
+  // bootstrap timeout starts. Beginning a begun room changes nothing. The output always holds
+  // one event with the room's state after the call (also when it did not change, e.g. a room
+  // that already failed or completed). Fails (InvalidArgument) for a room above 2^63-1.
+  absl::StatusOr<PrefillOutput> BeginRoom(uint64_t room, absl::Time now);
+
+  // The room's cache is final. When the room is Bootstrapped the output holds its TransferWork
+  // (or, for a room whose destinations are all dummies, Success at once, with no message);
+  // otherwise the work is handed back by the call that completes its pre-allocations. Checked
+  // before anything is copied, failing the room when broken: the source manifest against the
+  // own contract (§5.3), each destination's prompt window and block counts against it, no
+  // destination session in quarantine, and the total bytes against max_room_bytes. A room
+  // that already failed reports a Failed event again and starts nothing.
+  // Fails, changing nothing, for a room never begun (NotFound), a second Ready
+  // (FailedPrecondition), or a token below -1 (InvalidArgument).
+  absl::StatusOr<PrefillOutput> Ready(uint64_t room, RoomReady ready, absl::Time now);
+
+  // --- transfer layer ---------------------------------------------------------------------
+
+  // Every copy of the room's TransferWork landed (flushed, "Success means landed"). Unless the
+  // room failed meanwhile, it becomes Success and each destination is sent Success with this
+  // rank, the token and the speculative ids (§1.4, §3.4); the destinations are dropped.
+  // Fails, changing nothing, when the room has no transfer in flight.
+  absl::StatusOr<PrefillOutput> OnTransferDone(uint64_t room, absl::Time now);
+
+  // A write failed. `failed_session` (may be empty) is quarantined for failed_session_ttl
+  // (§6.9, §7.4); the room fails and all its destinations are sent Failed. Unknown rooms only
+  // quarantine.
+  PrefillOutput OnTransferFailed(uint64_t room, absl::string_view failed_session,
+                                 absl::string_view reason, absl::Time now);
+
+  // `abort_room` (§1.5): the room fails with `reason` and every non-dummy destination that has
+  // pre-allocated it is sent Failed; its destinations are dropped. An unknown room is recorded
+  // as failed so that its late pre-allocations are answered with Failed. Failing a failed room
+  // changes nothing (the first reason stays).
+  PrefillOutput Abort(uint64_t room, absl::string_view reason, absl::Time now);
+
+  // Forgets the room (the reference's discard_room, after the engine has seen its final
+  // state). A Failed room is remembered for failed_room_ttl (§11.2). Freeing a room with a
+  // transfer in flight is the caller's choice: cancel the transfer first.
+  void Free(uint64_t room, absl::Time now);
+
+  // Expires what is due at `now`: begun rooms Bootstrapping for bootstrap_timeout; rooms never
+  // begun whose first pre-allocation is unmatched_preallocation_timeout old (§11.2); both fail
+  // like Abort. Also forgets remembered failed rooms and quarantines that have run out.
+  PrefillOutput Tick(absl::Time now);
+
+  // --- views ------------------------------------------------------------------------------
+
+  std::optional<TransferPoll> State(uint64_t room) const;
+  std::optional<PrefillRoomView> Find(uint64_t room) const;
+  // Tracked rooms, remembered failed rooms included.
+  size_t room_count() const { return rooms_.size(); }
+
+  // The stored registration of `session_id`, or null.
+  std::shared_ptr<const DecodePeer> Registration(absl::string_view session_id) const;
+  // Every stored registration, by session id.
+  std::vector<std::shared_ptr<const DecodePeer>> Registrations() const;
+  // Remembered routes of rejected sessions (§3.2.3), by session id.
+  std::vector<std::pair<std::string, wire::ReplyRoute>> RejectedSessions() const;
+  // Sessions in quarantine at `now`, sorted.
+  std::vector<std::string> QuarantinedSessions(absl::Time now) const;
+
+  const PrefillIdentity& identity() const { return identity_; }
+
+ private:
+  struct Destination {
+    std::shared_ptr<const DecodePeer> peer;
+    std::shared_ptr<const layout::Manifest> manifest;  // null for a dummy
+  };
+  struct Room {
+    std::optional<TransferPoll> state;
+    std::string failure_reason;
+    std::vector<Destination> destinations;
+    bool begun = false;
+    absl::Time begun_at;
+    absl::Time first_seen;
+    // Set on a Failed room nobody holds (never begun, or freed): forgotten at this time.
+    std::optional<absl::Time> forget_at;
+    std::optional<RoomReady> ready;
+    bool transfer_started = false;
+    bool transfer_in_flight = false;
+  };
+  struct PlannerKey {
+    int decode_tp_size;
+    std::string canonical_contract;
+    template <typename H>
+    friend H AbslHashValue(H h, const PlannerKey& key) {
+      return H::combine(std::move(h), key.decode_tp_size, key.canonical_contract);
+    }
+    friend bool operator==(const PlannerKey& a, const PlannerKey& b) {
+      return a.decode_tp_size == b.decode_tp_size && a.canonical_contract == b.canonical_contract;
+    }
+  };
+
+  PrefillRooms(PrefillIdentity identity, PrefillOptions options);
+
+  void OnRegistration(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
+  void OnPreallocation(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
+  absl::StatusOr<std::shared_ptr<const DecodePeer>> Admit(const wire::ReplyRoute& route,
+                                                          absl::Span<const std::string> frames);
+  absl::StatusOr<std::shared_ptr<const plan::Planner>> PlannerFor(
+      int decode_tp_size, const std::string& canonical_contract,
+      const layout::Contract& decode_contract);
+  void RejectRegistration(const wire::ReplyRoute& route, const absl::Status& error, absl::Time now,
+                          PrefillOutput& out);
+  void AcceptRegistration(std::shared_ptr<const DecodePeer> peer);
+  void AbortRoomsOfSession(absl::string_view session_id, absl::string_view reason, absl::Time now,
+                           PrefillOutput& out);
+  void RejectPreallocation(uint64_t room, absl::string_view session_id, const absl::Status& error,
+                           absl::Time now, PrefillOutput& out);
+  absl::Status Collect(const Room& room, const DecodePeer& peer) const;
+  void ReplyFailed(uint64_t room, absl::string_view session_id, PrefillOutput& out) const;
+  void SendStatus(uint64_t room, const std::string& endpoint, TransferPoll status, int64_t token,
+                  const std::optional<std::vector<int32_t>>& spec_ids, PrefillOutput& out) const;
+  void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
+  void AbortRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
+                 PrefillOutput& out);
+  void MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
+  absl::StatusOr<TransferWork> BuildTransfer(uint64_t room_id, const Room& room,
+                                             absl::Time now) const;
+  bool Quarantined(absl::string_view session_id, absl::Time now) const;
+
+  PrefillIdentity identity_;
+  PrefillOptions options_;
+  absl::flat_hash_map<uint64_t, Room> rooms_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const DecodePeer>> registrations_;
+  absl::flat_hash_map<std::string, wire::ReplyRoute> rejected_;
+  std::deque<std::string> rejected_order_;                   // oldest first, for the bound
+  absl::flat_hash_map<std::string, absl::Time> quarantine_;  // session -> end of quarantine
+  absl::flat_hash_map<PlannerKey, std::shared_ptr<const plan::Planner>> planners_;
+};
+
+}  // namespace kvrail::session
+
+#endif  // KVRAIL_CONTROL_SESSION_PREFILL_ROOMS_H_

@@ -1,0 +1,593 @@
+// PrefillRooms behaviour beyond the reference scenarios (prefill_scenarios_test.cc): copy
+// work, status frames, the byte cap, timeouts, quarantine, remembered failed rooms, restarted
+// decodes, malformed input, and forward-only state over random operation sequences.
+#include "control/session/prefill_rooms.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "control/error/error.h"
+#include "control/session/test_peers.h"
+#include "control/wire/status.h"
+
+namespace kvrail::session {
+namespace {
+
+using kvrail::session::testing::DecodeManifest;
+using kvrail::session::testing::DecodeManifestWire;
+using kvrail::session::testing::PreallocationFrames;
+using kvrail::session::testing::PrefillContract;
+using kvrail::session::testing::RegistrationFrames;
+using kvrail::session::testing::ReplyEndpointOf;
+using kvrail::session::testing::SessionOf;
+using kvrail::session::testing::SourceManifest;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(1);
+
+PrefillRooms MakeRooms(PrefillOptions options = {}, int rank = 0) {
+  PrefillIdentity identity;
+  identity.prefill_tp_size = 2;
+  identity.prefill_tp_rank = rank;
+  identity.contract = PrefillContract();
+  absl::StatusOr<PrefillRooms> rooms = PrefillRooms::Create(identity, options);
+  EXPECT_TRUE(rooms.ok()) << rooms.status();
+  return *std::move(rooms);
+}
+
+// Registers decode ranks 0 and 1, the two that prefill rank 0 serves.
+void RegisterBoth(PrefillRooms& rooms) {
+  for (int d : {0, 1}) {
+    PrefillOutput out = rooms.OnMessage(RegistrationFrames(d), kT0);
+    ASSERT_TRUE(out.rejected.ok()) << out.rejected;
+  }
+}
+
+PrefillOutput Preallocate(PrefillRooms& rooms, uint64_t room, int d, absl::Time now = kT0) {
+  return rooms.OnMessage(PreallocationFrames(room, SessionOf(d), DecodeManifestWire()), now);
+}
+
+RoomReady ReadyWith(int64_t token, std::optional<std::vector<int32_t>> spec = {}) {
+  RoomReady ready;
+  ready.source_manifest = SourceManifest();
+  ready.bootstrap_token = token;
+  ready.spec_candidate_ids = std::move(spec);
+  return ready;
+}
+
+// A room with both pre-allocations and the engine ready: its transfer is in flight.
+TransferWork StartTransfer(PrefillRooms& rooms, uint64_t room) {
+  EXPECT_TRUE(rooms.BeginRoom(room, kT0).ok());
+  Preallocate(rooms, room, 0);
+  Preallocate(rooms, room, 1);
+  absl::StatusOr<PrefillOutput> out = rooms.Ready(room, ReadyWith(7, {{1, 2}}), kT0);
+  EXPECT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->transfers.size(), 1u);
+  return out->transfers.empty() ? TransferWork{} : out->transfers.front();
+}
+
+std::string Wire(const layout::Manifest& manifest) {
+  absl::StatusOr<std::string> wire = layout::SerializeManifest(manifest);
+  EXPECT_TRUE(wire.ok()) << wire.status();
+  return wire.ok() ? *wire : std::string();
+}
+
+wire::StatusMessage ParsedStatus(const OutboundMessage& message) {
+  absl::StatusOr<wire::StatusMessage> parsed = wire::ParseStatus(message.frames);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? *parsed : wire::StatusMessage{};
+}
+
+std::vector<TransferPoll> States(const PrefillOutput& out) {
+  std::vector<TransferPoll> states;
+  for (const RoomEvent& e : out.events) states.push_back(e.state);
+  return states;
+}
+
+TEST(PrefillRoomsTest, CreateChecksTheRank) {
+  PrefillIdentity identity;
+  identity.contract = PrefillContract();
+  identity.prefill_tp_size = 2;
+  identity.prefill_tp_rank = 2;
+  EXPECT_EQ(PrefillRooms::Create(identity).status().code(), absl::StatusCode::kInvalidArgument);
+  identity.prefill_tp_size = 0;
+  identity.prefill_tp_rank = 0;
+  EXPECT_EQ(PrefillRooms::Create(identity).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PrefillRoomsTest, CompletedPreallocationsMakeTheRoomBootstrapped) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(42, kT0);
+  ASSERT_TRUE(begun.ok());
+  EXPECT_THAT(States(*begun), ElementsAre(TransferPoll::kBootstrapping));
+  EXPECT_TRUE(States(Preallocate(rooms, 42, 0)).empty());
+  PrefillOutput second = Preallocate(rooms, 42, 1);
+  EXPECT_THAT(States(second), ElementsAre(TransferPoll::kBootstrapped));
+  EXPECT_TRUE(second.messages.empty());
+  EXPECT_TRUE(second.transfers.empty());  // the engine is not ready yet
+}
+
+TEST(PrefillRoomsTest, ReadyHandsBackOneDestinationPerPreallocationInArrivalOrder) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 1);
+  Preallocate(rooms, 42, 0);
+  absl::StatusOr<PrefillOutput> out = rooms.Ready(42, ReadyWith(151643, {{5, 6}}), kT0);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->transfers.size(), 1u);
+  const TransferWork& work = out->transfers[0];
+  EXPECT_EQ(work.room, 42u);
+  ASSERT_EQ(work.destinations.size(), 2u);
+  EXPECT_EQ(work.destinations[0].peer->registration.session_id, SessionOf(1));
+  EXPECT_EQ(work.destinations[1].peer->registration.session_id, SessionOf(0));
+  for (const TransferDestination& d : work.destinations) {
+    EXPECT_EQ(d.peer->registration.arena_base, 0x7e0000000000u);
+    ASSERT_NE(d.peer->copy_plan, nullptr);
+    ASSERT_NE(d.manifest, nullptr);
+    EXPECT_EQ(Wire(*d.manifest), Wire(DecodeManifest()));
+    EXPECT_EQ(d.bytes, 114u);  // prefill_scenarios.json happy_path_fanout engine_calls
+  }
+  EXPECT_EQ(work.total_bytes, 228u);
+  EXPECT_EQ(Wire(*work.source_manifest), Wire(SourceManifest()));
+  EXPECT_TRUE(out->messages.empty());  // nothing is sent before the data landed
+  EXPECT_TRUE(rooms.Find(42)->transfer_in_flight);
+}
+
+TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDestination) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 42);
+  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->messages.size(), 2u);
+  EXPECT_EQ(done->messages[0].endpoint, ReplyEndpointOf(0));
+  EXPECT_EQ(done->messages[1].endpoint, ReplyEndpointOf(1));
+  for (const OutboundMessage& m : done->messages) {
+    wire::StatusMessage status = ParsedStatus(m);
+    EXPECT_EQ(status.room, 42u);
+    EXPECT_EQ(status.status, 5);
+    EXPECT_EQ(status.prefill_rank, 0u);
+    EXPECT_EQ(status.bootstrap_token, 7);
+    EXPECT_EQ(status.spec_candidate_ids, (std::vector<int32_t>{1, 2}));
+  }
+  EXPECT_THAT(States(*done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_TRUE(rooms.Find(42)->preallocated_sessions.empty());
+  EXPECT_FALSE(rooms.OnTransferDone(42, kT0).ok());  // once only
+}
+
+TEST(PrefillRoomsTest, NoTokenAndNoSpecIdsAreSentAsMinusOneAndAnEmptyFrame) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(3, kT0).ok());
+  Preallocate(rooms, 3, 0);
+  Preallocate(rooms, 3, 1);
+  ASSERT_TRUE(rooms.Ready(3, ReadyWith(-1, std::vector<int32_t>{}), kT0).ok());
+  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(3, kT0);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->messages.size(), 2u);
+  EXPECT_THAT(done->messages[0].frames, ElementsAre("3", "5", "0", "-1", ""));
+}
+
+TEST(PrefillRoomsTest, ReadyBeforeThePreallocationsStartsTheTransferWhenTheyComplete) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(8, kT0).ok());
+  absl::StatusOr<PrefillOutput> ready = rooms.Ready(8, ReadyWith(1), kT0);
+  ASSERT_TRUE(ready.ok());
+  EXPECT_TRUE(ready->transfers.empty());
+  EXPECT_TRUE(Preallocate(rooms, 8, 0).transfers.empty());
+  PrefillOutput last = Preallocate(rooms, 8, 1);
+  EXPECT_THAT(States(last), ElementsAre(TransferPoll::kBootstrapped));
+  ASSERT_EQ(last.transfers.size(), 1u);
+  EXPECT_EQ(last.transfers[0].destinations.size(), 2u);
+}
+
+TEST(PrefillRoomsTest, ReadyRefusesUnknownRoomsRepeatsAndBadTokens) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  EXPECT_EQ(rooms.Ready(5, ReadyWith(1), kT0).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(rooms.BeginRoom(5, kT0).ok());
+  EXPECT_EQ(rooms.Ready(5, ReadyWith(-2), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(rooms.Ready(5, ReadyWith(1), kT0).ok());
+  EXPECT_EQ(rooms.Ready(5, ReadyWith(1), kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PrefillRoomsTest, RoomOverTheByteCapFailsNamingCapAndSizeAndCopiesNothing) {
+  PrefillOptions options;
+  options.max_room_bytes = 200;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  Preallocate(rooms, 42, 1);
+  absl::StatusOr<PrefillOutput> out = rooms.Ready(42, ReadyWith(1), kT0);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->transfers.empty());
+  ASSERT_THAT(States(*out), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(out->events[0].reason, HasSubstr("228 bytes"));
+  EXPECT_THAT(out->events[0].reason, HasSubstr("cap of 200 bytes"));
+  ASSERT_EQ(out->messages.size(), 2u);  // the decode ranks learn at once
+  EXPECT_EQ(ParsedStatus(out->messages[0]).status, 0);
+  EXPECT_FALSE(rooms.Find(42)->transfer_in_flight);
+}
+
+TEST(PrefillRoomsTest, RoomExactlyAtTheByteCapIsSent) {
+  PrefillOptions options;
+  options.max_room_bytes = 228;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  EXPECT_EQ(StartTransfer(rooms, 42).total_bytes, 228u);
+}
+
+TEST(PrefillRoomsTest, SourceManifestWithAnotherPromptWindowFailsTheRoom) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  Preallocate(rooms, 42, 1);
+  RoomReady ready = ReadyWith(1);
+  ready.source_manifest->prefix_len = 4;
+  ready.source_manifest->groups[0].block_ids = {2, 3};
+  absl::StatusOr<PrefillOutput> out = rooms.Ready(42, ready, kT0);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->transfers.empty());
+  ASSERT_THAT(States(*out), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(out->events[0].reason, HasSubstr("prompt window"));
+}
+
+TEST(PrefillRoomsTest, AbortDuringTheTransferSendsFailedAndSuppressesSuccess) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 42);
+  PrefillOutput aborted = rooms.Abort(42, "scheduler gave up", kT0);
+  ASSERT_EQ(aborted.messages.size(), 2u);
+  EXPECT_EQ(ParsedStatus(aborted.messages[0]).status, 0);
+  EXPECT_EQ(ParsedStatus(aborted.messages[0]).bootstrap_token, -1);
+  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->messages.empty());
+  EXPECT_EQ(rooms.State(42), TransferPoll::kFailed);
+  EXPECT_EQ(rooms.Find(42)->failure_reason, "scheduler gave up");
+}
+
+TEST(PrefillRoomsTest, AFailedRoomKeepsItsFirstReason) {
+  PrefillRooms rooms = MakeRooms();
+  rooms.Abort(9, "first", kT0);
+  PrefillOutput again = rooms.Abort(9, "second", kT0);
+  EXPECT_TRUE(again.events.empty());
+  EXPECT_EQ(rooms.Find(9)->failure_reason, "first");
+}
+
+TEST(PrefillRoomsTest, BeginRoomReportsARoomThatAlreadyFailed) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  // A pre-allocation from an unknown session fails the room before the engine has it.
+  rooms.OnMessage(PreallocationFrames(30, "10.9.9.9:1", DecodeManifestWire()), kT0);
+  absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(30, kT0);
+  ASSERT_TRUE(begun.ok());
+  ASSERT_THAT(States(*begun), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(begun->events[0].reason, HasSubstr("unregistered Decode session"));
+  absl::StatusOr<PrefillOutput> ready = rooms.Ready(30, ReadyWith(1), kT0);
+  ASSERT_TRUE(ready.ok());
+  EXPECT_THAT(States(*ready), ElementsAre(TransferPoll::kFailed));
+  EXPECT_TRUE(ready->transfers.empty());
+}
+
+TEST(PrefillRoomsTest, BootstrapTimeoutFailsABegunRoomStillBootstrapping) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(119)).events.empty());
+  PrefillOutput expired = rooms.Tick(kT0 + absl::Seconds(120));
+  ASSERT_THAT(States(expired), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(expired.events[0].reason, HasSubstr("bootstrap timeout"));
+  ASSERT_EQ(expired.messages.size(), 1u);  // the rank that did pre-allocate is told
+  EXPECT_EQ(expired.messages[0].endpoint, ReplyEndpointOf(0));
+}
+
+TEST(PrefillRoomsTest, BootstrapTimeoutIsConfigurableAndSparesBootstrappedRooms) {
+  PrefillOptions options;
+  options.timeouts.bootstrap_timeout = absl::Seconds(5);
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(1, kT0).ok());
+  ASSERT_TRUE(rooms.BeginRoom(2, kT0).ok());
+  Preallocate(rooms, 2, 0);
+  Preallocate(rooms, 2, 1);
+  PrefillOutput expired = rooms.Tick(kT0 + absl::Seconds(5));
+  ASSERT_EQ(expired.events.size(), 1u);
+  EXPECT_EQ(expired.events[0].room, 1u);
+  EXPECT_EQ(rooms.State(2), TransferPoll::kBootstrapped);
+}
+
+TEST(PrefillRoomsTest, PreallocationsNeverMatchedByARequestExpire) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  Preallocate(rooms, 77, 0, kT0);
+  Preallocate(rooms, 77, 1, kT0 + absl::Seconds(10));
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(119)).events.empty());
+  PrefillOutput expired = rooms.Tick(kT0 + absl::Seconds(120));
+  ASSERT_THAT(States(expired), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(expired.events[0].reason, HasSubstr("unmatched"));
+  EXPECT_EQ(expired.messages.size(), 2u);
+}
+
+TEST(PrefillRoomsTest, FreedFailedRoomAnswersLatePreallocationsUntilItsTtl) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(50, kT0).ok());
+  rooms.Abort(50, "engine error", kT0);
+  rooms.Free(50, kT0);
+  PrefillOutput late = Preallocate(rooms, 50, 0, kT0 + absl::Seconds(1));
+  ASSERT_EQ(late.messages.size(), 1u);
+  EXPECT_EQ(late.messages[0].endpoint, ReplyEndpointOf(0));
+  EXPECT_EQ(ParsedStatus(late.messages[0]).status, 0);
+  EXPECT_FALSE(late.rejected.ok());
+  EXPECT_TRUE(rooms.Find(50)->preallocated_sessions.empty());  // not stored
+
+  rooms.Tick(kT0 + absl::Seconds(120));  // failed_room_ttl
+  EXPECT_FALSE(rooms.Find(50).has_value());
+  PrefillOutput fresh = Preallocate(rooms, 50, 0, kT0 + absl::Seconds(121));
+  EXPECT_TRUE(fresh.messages.empty());
+  EXPECT_THAT(rooms.Find(50)->preallocated_sessions, ElementsAre(SessionOf(0)));
+}
+
+TEST(PrefillRoomsTest, FreedSucceededRoomIsForgotten) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 42);
+  ASSERT_TRUE(rooms.OnTransferDone(42, kT0).ok());
+  EXPECT_EQ(rooms.room_count(), 1u);
+  rooms.Free(42, kT0);
+  EXPECT_EQ(rooms.room_count(), 0u);
+}
+
+TEST(PrefillRoomsTest, PreallocationForACompletedRoomIsAnsweredWithFailed) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 42);
+  ASSERT_TRUE(rooms.OnTransferDone(42, kT0).ok());
+  PrefillOutput late = Preallocate(rooms, 42, 0);
+  ASSERT_EQ(late.messages.size(), 1u);
+  EXPECT_EQ(ParsedStatus(late.messages[0]).status, 0);
+  EXPECT_EQ(rooms.State(42), TransferPoll::kSuccess);
+}
+
+TEST(PrefillRoomsTest, FailedTransferQuarantinesTheSessionUntilItsTtlOrANewRegistration) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 1);
+  PrefillOutput failed = rooms.OnTransferFailed(1, SessionOf(0), "write returned -1", kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(failed.events[0].reason, HasSubstr("CachePD transfer failed: write returned -1"));
+  EXPECT_EQ(failed.messages.size(), 2u);  // every destination, the written one included
+  EXPECT_THAT(rooms.QuarantinedSessions(kT0), ElementsAre(SessionOf(0)));
+
+  // A room to the quarantined session fails before copying.
+  ASSERT_TRUE(rooms.BeginRoom(2, kT0).ok());
+  Preallocate(rooms, 2, 0);
+  Preallocate(rooms, 2, 1);
+  absl::StatusOr<PrefillOutput> ready = rooms.Ready(2, ReadyWith(1), kT0 + absl::Seconds(1));
+  ASSERT_TRUE(ready.ok());
+  EXPECT_TRUE(ready->transfers.empty());
+  ASSERT_THAT(States(*ready), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(ready->events[0].reason, HasSubstr("quarantined"));
+
+  // The TTL (30 s) ends it...
+  rooms.Tick(kT0 + absl::Seconds(30));
+  EXPECT_TRUE(rooms.QuarantinedSessions(kT0 + absl::Seconds(30)).empty());
+  // ...and so does a registration.
+  rooms.OnTransferFailed(1, SessionOf(1), "again", kT0 + absl::Seconds(31));
+  EXPECT_THAT(rooms.QuarantinedSessions(kT0 + absl::Seconds(31)), ElementsAre(SessionOf(1)));
+  rooms.OnMessage(RegistrationFrames(1), kT0 + absl::Seconds(32));
+  EXPECT_TRUE(rooms.QuarantinedSessions(kT0 + absl::Seconds(32)).empty());
+}
+
+TEST(PrefillRoomsTest, RestartedDecodeReplacesItsRegistrationAndGetsAnswersOnItsNewRoute) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(1, kT0).ok());
+  Preallocate(rooms, 1, 0);
+  // Same session, contract and ranks; new reply port and arena: a restarted process.
+  PrefillOutput restarted =
+      rooms.OnMessage(RegistrationFrames(0, uint16_t{17100}, uint64_t{0x7f0000000000}), kT0);
+  EXPECT_TRUE(restarted.rejected.ok()) << restarted.rejected;
+  ASSERT_THAT(States(restarted), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(restarted.events[0].reason, HasSubstr("restarted"));
+  ASSERT_EQ(restarted.messages.size(), 1u);
+  EXPECT_EQ(restarted.messages[0].endpoint, ReplyEndpointOf(0));  // the room's old route
+
+  ASSERT_NE(rooms.Registration(SessionOf(0)), nullptr);
+  EXPECT_EQ(rooms.Registration(SessionOf(0))->registration.arena_base, 0x7f0000000000u);
+  StartTransfer(rooms, 2);
+  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(2, kT0);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->messages.size(), 2u);
+  EXPECT_EQ(done->messages[0].endpoint, "tcp://10.1.0.1:17100");
+}
+
+TEST(PrefillRoomsTest, ChangedContractIsStillRejectedAsConflicting) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(1, kT0).ok());
+  Preallocate(rooms, 1, 0);
+  // The same session claiming another decode rank is not a restart.
+  std::vector<std::string> other = RegistrationFrames(0);
+  other[7] = "1";
+  PrefillOutput out = rooms.OnMessage(other, kT0);
+  EXPECT_THAT(out.rejected.message(), HasSubstr("conflicting registration"));
+  EXPECT_EQ(rooms.State(1), TransferPoll::kFailed);
+  EXPECT_EQ(rooms.Registration(SessionOf(0)), nullptr);
+  ASSERT_EQ(rooms.RejectedSessions().size(), 1u);
+  EXPECT_EQ(rooms.RejectedSessions()[0].first, SessionOf(0));
+}
+
+TEST(PrefillRoomsTest, RejectedRoutesAreBounded) {
+  PrefillOptions options;
+  options.max_remembered_rejections = 2;
+  PrefillRooms rooms = MakeRooms(options);
+  for (int d : {2, 3}) rooms.OnMessage(RegistrationFrames(d), kT0);  // served by rank 1
+  EXPECT_EQ(rooms.RejectedSessions().size(), 2u);
+  std::vector<std::string> third = RegistrationFrames(2);
+  third[3] = "10.7.7.7:1";
+  rooms.OnMessage(third, kT0);
+  std::vector<std::pair<std::string, wire::ReplyRoute>> rejected = rooms.RejectedSessions();
+  ASSERT_EQ(rejected.size(), 2u);
+  EXPECT_EQ(rejected[0].first, SessionOf(3));  // the oldest, SessionOf(2), was forgotten
+  EXPECT_EQ(rejected[1].first, "10.7.7.7:1");
+}
+
+TEST(PrefillRoomsTest, MalformedMessagesAreRefusedWithAReasonAndLeaveOtherRoomsAlone) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+
+  std::vector<std::vector<std::string>> garbage = {
+      {},                                      // no frame 0
+      {std::string("\xff\xfe", 2), "x", "y"},  // frame 0 not ASCII
+      {"None", "10.1.0.1", "17000"},           // short registration
+      {"None", "10.1.0.1", "017000", SessionOf(0), std::string(8, '\1'), "{}", "4", "0"},
+      {"4x", SessionOf(1), DecodeManifestWire()},           // room not a canonical integer
+      {"43", SessionOf(1)},                                 // two frames
+      {"43", SessionOf(1), DecodeManifestWire(), "extra"},  // four frames
+      {"43", SessionOf(1), "{\"groups\": 7}"},              // manifest of the wrong shape
+      {"43", SessionOf(1), "not json"},
+  };
+  for (const std::vector<std::string>& frames : garbage) {
+    PrefillOutput out = rooms.OnMessage(frames, kT0);
+    EXPECT_FALSE(out.rejected.ok());
+    EXPECT_FALSE(out.rejected.message().empty());
+    EXPECT_TRUE(out.transfers.empty());
+    for (const RoomEvent& e : out.events) EXPECT_EQ(e.room, 43u);
+    for (const OutboundMessage& m : out.messages) EXPECT_EQ(ParsedStatus(m).room, 43u);
+  }
+  // Room 42 is untouched and completes normally.
+  EXPECT_EQ(rooms.State(42), TransferPoll::kBootstrapping);
+  EXPECT_THAT(rooms.Find(42)->preallocated_sessions, ElementsAre(SessionOf(0)));
+  EXPECT_THAT(States(Preallocate(rooms, 42, 1)), ElementsAre(TransferPoll::kBootstrapped));
+  EXPECT_EQ(rooms.Registrations().size(), 2u);
+}
+
+TEST(PrefillRoomsTest, RegistrationWithAnUnreadableReplyRouteIsOnlyRefused) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(1, kT0).ok());
+  Preallocate(rooms, 1, 0);
+  std::vector<std::string> frames = RegistrationFrames(0);
+  frames[2] = "017000";  // a non-canonical port: no route to answer on (CACHEPD §11.6)
+  PrefillOutput out = rooms.OnMessage(frames, kT0);
+  EXPECT_EQ(CategoryOf(out.rejected), ErrorCategory::kInvalidFrame);
+  EXPECT_TRUE(out.messages.empty());
+  EXPECT_TRUE(out.events.empty());
+  EXPECT_NE(rooms.Registration(SessionOf(0)), nullptr);
+  EXPECT_EQ(rooms.State(1), TransferPoll::kBootstrapping);
+}
+
+TEST(PrefillRoomsTest, RegistrationsPlanOnceAndShareThePlannerAcrossRanks) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  std::shared_ptr<const DecodePeer> zero = rooms.Registration(SessionOf(0));
+  ASSERT_NE(zero, nullptr);
+  EXPECT_FALSE(zero->dummy);
+  EXPECT_EQ(zero->fragments.size(), 5u);
+  EXPECT_THAT(zero->expected_decode_ranks, ElementsAre(0, 1));
+  EXPECT_EQ(zero->reply_endpoint, ReplyEndpointOf(0));
+  // An identical registration keeps the stored object.
+  rooms.OnMessage(RegistrationFrames(0), kT0);
+  EXPECT_EQ(rooms.Registration(SessionOf(0)), zero);
+}
+
+// Property: over random sequences of peer messages, engine signals, transfer results, aborts
+// and ticks, a room's state never moves backwards, Failed never changes, and every state
+// change is reported exactly once, in order.
+TEST(PrefillRoomsTest, RandomOperationsKeepStatesForwardOnlyAndFailedSticky) {
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    PrefillRooms rooms = MakeRooms();
+    RegisterBoth(rooms);
+    std::map<uint64_t, std::optional<TransferPoll>> last;
+    absl::Time now = kT0;
+    for (int op = 0; op < 40; ++op) {
+      const uint64_t room = random() % 3;
+      now += absl::Seconds(random() % 50);
+      PrefillOutput out;
+      switch (random() % 9) {
+        case 0: {
+          absl::StatusOr<PrefillOutput> r = rooms.BeginRoom(room, now);
+          if (r.ok()) out = *std::move(r);
+          break;
+        }
+        case 1:
+        case 2:
+          out = Preallocate(rooms, room, static_cast<int>(random() % 2), now);
+          break;
+        case 3:
+          out = rooms.OnMessage(PreallocationFrames(room, SessionOf(1), ""), now);  // wrong kind
+          break;
+        case 4: {
+          absl::StatusOr<PrefillOutput> r = rooms.Ready(room, ReadyWith(3), now);
+          if (r.ok()) out = *std::move(r);
+          break;
+        }
+        case 5: {
+          absl::StatusOr<PrefillOutput> r = rooms.OnTransferDone(room, now);
+          if (r.ok()) out = *std::move(r);
+          break;
+        }
+        case 6:
+          out = rooms.OnTransferFailed(room, "", "flaky", now);
+          break;
+        case 7:
+          out = rooms.Abort(room, "abort", now);
+          break;
+        default:
+          out = rooms.Tick(now);
+          break;
+      }
+      std::map<uint64_t, std::optional<TransferPoll>> seen = last;
+      for (const RoomEvent& e : out.events) {
+        std::optional<TransferPoll>& before = seen[e.room];
+        if (before.has_value()) {
+          if (*before == TransferPoll::kFailed) {
+            EXPECT_EQ(e.state, TransferPoll::kFailed);
+          } else if (e.state != TransferPoll::kFailed) {
+            EXPECT_GE(e.state, *before);
+          }
+        }
+        before = e.state;
+      }
+      for (uint64_t r = 0; r < 3; ++r) {
+        const std::optional<TransferPoll> now_state = rooms.State(r);
+        if (!rooms.Find(r).has_value()) {  // a remembered failed room ran out (§11.2)
+          last[r] = std::nullopt;
+          continue;
+        }
+        const std::optional<TransferPoll>& reported = seen[r];
+        if (reported.has_value()) {
+          EXPECT_EQ(now_state, reported) << "room " << r;
+        }
+        if (last[r] == TransferPoll::kFailed) {
+          EXPECT_EQ(now_state, TransferPoll::kFailed);
+        }
+        if (last[r].has_value() && now_state.has_value() && *now_state != TransferPoll::kFailed) {
+          EXPECT_GE(*now_state, *last[r]);
+        }
+        last[r] = now_state;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrail::session

@@ -1,0 +1,36 @@
+// What a room state machine hands back to its caller: the messages to push to peers and the
+// room state changes to report. The state machines never send anything themselves.
+#ifndef KVRAIL_CONTROL_SESSION_ROOM_OUTPUT_H_
+#define KVRAIL_CONTROL_SESSION_ROOM_OUTPUT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/session/transfer_poll.h"
+
+namespace kvrail::session {
+
+// One multipart ZMQ message for the PULL socket at `endpoint` ("tcp://host:port"), to be sent
+// on the PUSH socket cached for that endpoint, in the order given (CACHEPD §1.1).
+struct OutboundMessage {
+  std::string endpoint;
+  std::vector<std::string> frames;
+};
+
+// A room's state changed to `state`.
+struct RoomEvent {
+  uint64_t room = 0;
+  TransferPoll state = TransferPoll::kBootstrapping;
+  // kFailed: why, in one line. Empty otherwise.
+  std::string reason;
+  // Decode kSuccess only: the bootstrap token and speculative ids taken from the first Success
+  // that carried each (CACHEPD §1.4); -1 and nullopt when none did.
+  int64_t bootstrap_token = -1;
+  std::optional<std::vector<int32_t>> spec_candidate_ids;
+};
+
+}  // namespace kvrail::session
+
+#endif  // KVRAIL_CONTROL_SESSION_ROOM_OUTPUT_H_

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `kvrail bootstrap` end to end: start it on a free port, register a prefill rank with curl,
+# read the sync answer, the rank's endpoint and /health, refuse a bad registration, refuse a
+# busy port, and exit 0 on SIGTERM and on SIGINT.
+set -u
+kvrail="tools/kvrail"
+ex="examples"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail=0
+expect() {  # expect NAME CONDITION-COMMAND...
+  local name=$1
+  shift
+  if ! "$@"; then echo "FAIL $name"; fail=1; fi
+}
+
+# start LOG [ARGS...]: runs the server in the background; sets pid and port (from its log).
+start() {
+  local log=$1
+  shift
+  "$kvrail" bootstrap "$@" 2>"$log" &
+  pid=$!
+  port=""
+  for _ in $(seq 1 400); do
+    port=$(sed -n 's/.*event=listening .*port=\([0-9][0-9]*\).*/\1/p' "$log")
+    [ -n "$port" ] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "FAIL start: no listening line"; cat "$log"; exit 1
+}
+
+log="$tmp/bootstrap.log"
+start "$log" --port 0 --host 127.0.0.1
+url="http://127.0.0.1:$port"
+
+"$py" - "$ex/prefill_contract.json" >"$tmp/put.json" <<'PY'
+import json, sys
+print(json.dumps({"role": "Prefill", "world_size": 2, "dp_size": 1, "rank_ip": "127.0.0.1",
+                  "rank_port": 17001, "engine_rank": 1, "cache_layout": open(sys.argv[1]).read()}))
+PY
+put=$(curl -sS -o "$tmp/put.out" -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
+  --data-binary @"$tmp/put.json" "$url/route")
+expect put-status test "$put" = 200
+expect put-body test "$(cat "$tmp/put.out")" = OK
+
+sync=$(curl -sS "$url/route?engine_rank=-1&target_dp_group=-1")
+expect sync-json "$py" - "$sync" "$ex/prefill_contract.json" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert list(d) == ["prefill_tp_size", "prefill_dp_size", "cache_layout"], d
+assert d["prefill_tp_size"] == 2 and d["prefill_dp_size"] == 1
+assert json.loads(d["cache_layout"]) == json.load(open(sys.argv[2]))
+assert " " not in d["cache_layout"] and "\n" not in d["cache_layout"]  # canonical (§4.2)
+PY
+
+expect lookup test "$(curl -sS "$url/route?engine_rank=1&target_dp_group=0")" \
+  = '{"rank_ip": "127.0.0.1", "rank_port": 17001}'
+expect health test "$(curl -sS "$url/health")" = OK
+expect missing test "$(curl -sS "$url/route?engine_rank=1")" = "Missing inputs for bootstrap server."
+
+bad=$(curl -sS -o "$tmp/bad.out" -w '%{http_code}' -X PUT --data-binary '{"role": "Prefill"}' \
+  "$url/route")
+expect bad-status test "$bad" = 500
+expect bad-one-line test "$(wc -l <"$tmp/bad.out")" -eq 0
+expect bad-names-member grep -q "world_size" "$tmp/bad.out"
+
+"$kvrail" bootstrap --port "$port" --host 127.0.0.1 2>"$tmp/busy.log"
+expect busy-exit test $? -eq 1
+expect busy-error grep -qx "error: .*127.0.0.1:$port.*" "$tmp/busy.log"
+
+kill -TERM "$pid"
+wait "$pid"
+expect sigterm-exit test $? -eq 0
+expect log-registered grep -q \
+  "event=registered engine_rank=1 dp_group=0 rank_in_group=1 rank_ip=127.0.0.1 rank_port=17001 registered=1/2" \
+  "$log"
+expect log-refused grep -q "event=registration_refused http_status=500" "$log"
+expect log-stopping grep -q "event=stopping signal=SIGTERM" "$log"
+
+start "$tmp/sigint.log" --port 0 --host 127.0.0.1
+kill -INT "$pid"
+wait "$pid"
+expect sigint-exit test $? -eq 0
+
+"$kvrail" bootstrap --host 127.0.0.1 2>/dev/null
+expect port-required test $? -eq 2
+
+[ "$fail" -eq 0 ] || { echo "--- server log"; cat "$log"; }
+exit $fail
