@@ -7,8 +7,10 @@
 
 #include "absl/status/statusor.h"
 #include "control/error/error.h"
+#include "tools/bootstrap_cmd.h"
 #include "tools/inspect.h"
 #include "tools/plan_cmd.h"
+#include "tools/serve_cmds.h"
 
 namespace {
 
@@ -103,6 +105,10 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   AddInspect(app, exit_code);
   AddPlan(app, exit_code);
+  kvrail::tools::AddBootstrap(app, exit_code);
+  kvrail::tools::AddSidecar(app, exit_code);
+  kvrail::tools::AddEngineSim(app, exit_code);
+  kvrail::tools::AddDemo(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

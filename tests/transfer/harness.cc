@@ -16,10 +16,12 @@
 #include "control/error/error.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
-#include "tests/support/subprocess.h"
+#include "tools/process/subprocess.h"
 
 namespace kvrail::testing {
 namespace {
+
+using process::Subprocess;
 
 std::string Name(const char* role, int rank) {
   return absl::StrCat("/kvrail-xfer-", getpid(), "-", role, rank);

@@ -1,4 +1,4 @@
-#include "tests/support/subprocess.h"
+#include "tools/process/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,10 +17,11 @@
 
 extern char** environ;
 
-namespace kvrail::testing {
+namespace kvrail::process {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
-    const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+    const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+    const std::string& stderr_path) {
   if (argv.empty()) return absl::InvalidArgumentError("subprocess: empty argv");
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
@@ -45,6 +46,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], 0);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
   pid_t pid = -1;
   const bool search = argv[0].find('/') == std::string::npos;
   const int rc = search ? posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data())
@@ -121,6 +126,17 @@ absl::StatusOr<std::string> Subprocess::ReadUntil(const std::string& prefix,
   }
 }
 
+bool Subprocess::WriteStdin(const std::string& text) {
+  size_t written = 0;
+  while (stdin_fd_ >= 0 && written < text.size()) {
+    const ssize_t n = write(stdin_fd_, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    written += static_cast<size_t>(n);
+  }
+  return stdin_fd_ >= 0;
+}
+
 void Subprocess::CloseStdin() {
   if (stdin_fd_ >= 0) close(stdin_fd_);
   stdin_fd_ = -1;
@@ -147,4 +163,4 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
   }
 }
 
-}  // namespace kvrail::testing
+}  // namespace kvrail::process

@@ -1,8 +1,8 @@
-// Child processes for multi-process tests: spawn with piped stdin and stdout, read stdout line
-// by line with a timeout, signal, and reap with a timeout (killing what overstays). A child
-// never outlives the Subprocess object: the destructor kills and reaps it.
-#ifndef KVRAIL_TESTS_SUPPORT_SUBPROCESS_H_
-#define KVRAIL_TESTS_SUPPORT_SUBPROCESS_H_
+// Child processes for the demo, benchmarks and multi-process tests: spawn with piped stdin and
+// stdout, read stdout line by line with a timeout, signal, and reap with a timeout (killing what
+// overstays). A child never outlives the Subprocess object: the destructor kills and reaps it.
+#ifndef KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
+#define KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
 
 #include <sys/types.h>
 
@@ -15,14 +15,16 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace kvrail::testing {
+namespace kvrail::process {
 
 class Subprocess {
  public:
   // Starts argv[0] (a path; no PATH search unless it has no '/') with `env` added to this
   // process's environment. stderr is inherited, so a child's errors land in the test log.
+  // With `stderr_path`, the child's stderr is appended to that file instead.
   static absl::StatusOr<std::unique_ptr<Subprocess>> Start(
-      const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+      const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+      const std::string& stderr_path = "");
 
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
@@ -38,6 +40,9 @@ class Subprocess {
   // Everything read so far (for failure messages).
   const std::string& transcript() const { return transcript_; }
 
+  // Writes `text` to the child's stdin; false when it is closed or the child is gone. (Callers
+  // should ignore SIGPIPE.)
+  bool WriteStdin(const std::string& text);
   // Closes the child's stdin (a polite "stop" for children that wait on it).
   void CloseStdin();
   void Signal(int signal);
@@ -57,6 +62,6 @@ class Subprocess {
   std::optional<int> exit_code_;
 };
 
-}  // namespace kvrail::testing
+}  // namespace kvrail::process
 
-#endif  // KVRAIL_TESTS_SUPPORT_SUBPROCESS_H_
+#endif  // KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_

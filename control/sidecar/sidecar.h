@@ -1,0 +1,94 @@
+// The kvrail sidecar: one process beside each engine rank, joining the layers (docs/
+// ARCHITECTURE.md, "One request, end to end"):
+//
+//   engine API (control/engine_api) -> room state machines (control/session) -> CachePD frames
+//   over ZeroMQ PUSH/PULL, bootstrap HTTP (control/bootstrap), and on the prefill side the data
+//   plane: copy plans (control/plan) -> scheduler (engine/transfer) -> UCX (engine/transport),
+//   with the decode's descriptor fetched by session id (engine/transport/handshake).
+//
+// Threads: the engine API server, the CachePD inbox, a ticker (timeouts, heartbeats) and a
+// worker for what may block (bootstrap HTTP, handshake fetches, copy expansion), plus the
+// transport's and the scheduler's own. One mutex guards the room state machine; nothing slow
+// runs under it.
+#ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_H_
+#define KVRAIL_CONTROL_SIDECAR_SIDECAR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "control/session/timeouts.h"
+
+namespace kvrail::sidecar {
+
+enum class Role { kPrefill, kDecode };
+
+struct SidecarOptions {
+  Role role = Role::kPrefill;
+  // The engine API endpoint to bind ("ipc:///tmp/kvrail-p0.sock", "tcp://127.0.0.1:0").
+  std::string engine_endpoint;
+  // The address peers reach this sidecar at: its CachePD PULL socket and (decode) its
+  // data-plane handshake endpoint bind here.
+  std::string host = "127.0.0.1";
+  // Prefill: the node's bootstrap server ("host:port") this rank registers with.
+  std::string bootstrap;
+  // Attention TP of this rank's side; prefill also its DP size (world = tp * dp).
+  int tp_size = 1;
+  int tp_rank = 0;
+  int dp_size = 1;
+  int dp_rank = 0;
+  // Prefill: pipeline stages of the node and this rank's stage (CACHEPD §10.1). The stage's
+  // fields are the engine's `fields_by_stage` (AttachArena), or by default the contract's
+  // fields in plan order cut into pp_size runs of whole layers.
+  int pp_size = 1;
+  int pp_rank = 0;
+  // The data plane: UCX transport layers ("tcp", "sm") and, for tcp, the interface.
+  std::string tls = "tcp";
+  std::string net_devices = "lo";
+  int lanes = 2;
+  session::SessionTimeouts timeouts;
+  // A room whose copies to all its destinations exceed this fails before anything is sent.
+  uint64_t max_room_bytes = 0;
+  // A transfer not landed within this fails its room.
+  absl::Duration transfer_deadline = absl::Seconds(60);
+  // Terminal room states kept for Poll after their event was published.
+  size_t remembered_rooms = 65536;
+};
+
+struct SidecarStats {
+  uint64_t rooms_succeeded = 0;
+  uint64_t rooms_failed = 0;
+  uint64_t peer_messages = 0;
+  uint64_t peer_messages_rejected = 0;
+  uint64_t bytes_sent = 0;  // prefill: bytes landed at decode ranks
+};
+
+class Sidecar {
+ public:
+  // Binds every socket and starts serving; the engine attaches its arena next. Errors name the
+  // option or endpoint at fault.
+  static absl::StatusOr<std::unique_ptr<Sidecar>> Start(const SidecarOptions& options);
+  ~Sidecar();  // Stop()
+
+  // Stops serving, cancels transfers in flight and joins every thread. Idempotent.
+  void Stop();
+
+  const std::string& engine_endpoint() const;
+  // "tcp://host:port" of the CachePD PULL socket.
+  const std::string& cachepd_endpoint() const;
+  // Decode: the data-plane session id ("host:port") peers fetch the descriptor from.
+  const std::string& session_id() const;
+  SidecarStats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit Sidecar(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvrail::sidecar
+
+#endif  // KVRAIL_CONTROL_SIDECAR_SIDECAR_H_

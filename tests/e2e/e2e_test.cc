@@ -1,0 +1,207 @@
+// The whole request path between processes: bootstrap, sidecars and engine-sims (tools/demo
+// cluster), for the routes of CACHEPD §6 and the failures of §1.5 and §1.6.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "tools/demo/cluster.h"
+#include "tools/process/subprocess.h"
+
+namespace kvrail {
+namespace {
+
+std::string Kvrail() {
+  char resolved[PATH_MAX];
+  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
+}
+
+layout::KvShape SmallShape() {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.pages = 96;
+  return shape;
+}
+
+// ---- every route shape, through `kvrail demo` -----------------------------------------------
+
+struct Route {
+  const char* name;
+  std::vector<std::string> args;
+};
+
+class DemoRouteTest : public ::testing::TestWithParam<Route> {};
+
+TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
+  std::vector<std::string> argv = {Kvrail(),       "demo", "--layers",     "2",   "--rooms", "6",
+                                   "--min-prompt", "64",   "--max-prompt", "400", "--json"};
+  for (const std::string& a : GetParam().args) argv.push_back(a);
+  auto demo = process::Subprocess::Start(argv);
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  absl::StatusOr<std::string> summary = (*demo)->ReadUntil("{", absl::Seconds(120));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_NE(summary->find("\"failures\": 0"), std::string::npos) << *summary;
+  EXPECT_EQ((*demo)->Wait(absl::Seconds(30)).value_or(-1), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Routes, DemoRouteTest,
+    ::testing::Values(
+        Route{"p2_d2", {"--prefill-tp", "2", "--decode-tp", "2"}},
+        Route{"p2_d1", {"--prefill-tp", "2", "--decode-tp", "1"}},
+        Route{"p1_d2", {"--prefill-tp", "1", "--decode-tp", "2"}},
+        Route{"mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}},
+        Route{"two_stages_p2_d1", {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"}},
+        Route{"tcp_p2_d1", {"--transport", "tcp"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// ---- failures ---------------------------------------------------------------------------------
+
+// Outcome lines of the cluster's engine-sims, kept by (sim, room) as they arrive.
+class Outcomes {
+ public:
+  explicit Outcomes(demo::Cluster& cluster) : cluster_(cluster) {}
+  // The rest of engine-sim `index`'s "done <room> ..." line ("ok ..." or "failed ...").
+  absl::StatusOr<std::string> Wait(int index, uint64_t room, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      auto it = seen_.find({index, room});
+      if (it != seen_.end()) return it->second;
+      std::pair<int, std::string> line;
+      if (absl::Now() >= deadline || !cluster_.NextLine(deadline - absl::Now(), line)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("no outcome for room ", room, " from engine-sim ", index));
+      }
+      std::vector<std::string> words = absl::StrSplit(line.second, absl::MaxSplits(' ', 2));
+      uint64_t id = 0;
+      if (words.size() == 3 && words[0] == "done" && absl::SimpleAtoi(words[1], &id)) {
+        seen_[{line.first, id}] = words[2];
+      }
+    }
+  }
+
+ private:
+  demo::Cluster& cluster_;
+  std::map<std::pair<int, uint64_t>, std::string> seen_;
+};
+
+demo::ClusterOptions Options(int p, int d) {
+  demo::ClusterOptions options;
+  options.kvrail = Kvrail();
+  options.prefill_tp = p;
+  options.decode_tp = d;
+  options.shape = SmallShape();
+  options.sidecar_args = {"--heartbeat-interval", "2", "--heartbeat-failures", "2"};
+  return options;
+}
+
+TEST(FailureTest, APrefillNodeKilledMidRoomFailsTheDecodesRoomsWithinTheHeartbeatWindow) {
+  auto cluster = demo::Cluster::Start(Options(2, 1));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  demo::Cluster& c = **cluster;
+  Outcomes outcomes(c);
+  // Warm up: one room end to end, so the decode has registered with the prefill ranks.
+  c.SendAll(1, 128, 5);
+  for (int i = 0; i < c.sim_count(); ++i) {
+    auto done = outcomes.Wait(i, 1, absl::Seconds(30));
+    ASSERT_TRUE(done.ok()) << done.status();
+    ASSERT_TRUE(absl::StartsWith(*done, "ok")) << *done;
+  }
+  // Room 2 reaches the decode only: it pre-allocates and waits for the prefill's writes.
+  const int decode_sim = c.prefill_ranks();
+  c.Send(decode_sim, 2, 256, 9);
+  absl::SleepFor(absl::Milliseconds(500));
+  // The prefill node dies: its bootstrap server, sidecars and engines.
+  c.bootstrap_server().process->Signal(SIGKILL);
+  for (int p = 0; p < c.prefill_ranks(); ++p) {
+    c.prefill_sidecar(p).process->Signal(SIGKILL);
+    c.sim(p).process->Signal(SIGKILL);
+  }
+  const absl::Time killed = absl::Now();
+  auto done = outcomes.Wait(decode_sim, 2, absl::Seconds(20));
+  ASSERT_TRUE(done.ok()) << done.status();
+  const absl::Duration took = absl::Now() - killed;
+  EXPECT_TRUE(absl::StartsWith(*done, "failed")) << *done;
+  // Two missed probes 2 s apart, plus one probe's timeout: well inside 10 s, never a hang.
+  EXPECT_LT(took, absl::Seconds(10)) << *done;
+  std::printf("decode room failed %s after the prefill node died: %s\n",
+              absl::FormatDuration(took).c_str(), done->c_str());
+}
+
+TEST(FailureTest, ADecodeKilledFailsThePrefillsRoomsAndTheSidecarServesOn) {
+  auto cluster = demo::Cluster::Start(Options(1, 1));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  demo::Cluster& c = **cluster;
+  Outcomes outcomes(c);
+  // Room 1 reaches the decode first: its pre-allocation lands at the prefill.
+  c.Send(1, 1, 256, 3);
+  absl::SleepFor(absl::Milliseconds(700));
+  c.decode_sidecar(0).process->Signal(SIGKILL);
+  c.sim(1).process->Signal(SIGKILL);
+  // Now the prefill engine is ready: the writes find no decode.
+  const absl::Time start = absl::Now();
+  c.Send(0, 1, 256, 3);
+  auto done = outcomes.Wait(0, 1, absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(absl::StartsWith(*done, "failed")) << *done;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  std::printf("prefill room failed after the decode died: %s\n", done->c_str());
+  // The prefill sidecar is alive and its state for room 1 is gone: the engine can reuse it.
+  EXPECT_FALSE(c.prefill_sidecar(0).process->Wait(absl::Milliseconds(1)).ok());
+}
+
+TEST(FailureTest, AMalformedPeerFrameIsRefusedWithAReasonAndOtherRoomsGoOn) {
+  char dir[] = "/tmp/kvrail-e2e-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  demo::ClusterOptions options = Options(1, 1);
+  options.log_dir = dir;
+  auto cluster = demo::Cluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  demo::Cluster& c = **cluster;
+  Outcomes outcomes(c);
+  {
+    zmq::context_t context;
+    zmq::socket_t push(context, zmq::socket_type::push);
+    push.set(zmq::sockopt::linger, 2000);
+    push.connect(c.prefill_sidecar(0).cachepd_endpoint);
+    const std::vector<std::vector<std::string>> garbage = {
+        {"None", "10.0.0.1", "0", "x:1", "short", "{}", "1", "0"},  // bad port, base, contract
+        {"7", "10.0.0.1:1"},                                        // 2-frame pre-allocation
+        {"\xff\xfe", "x", "y"},                                     // not ASCII
+    };
+    for (const auto& message : garbage) {
+      std::vector<zmq::const_buffer> frames;
+      for (const std::string& f : message) frames.push_back(zmq::buffer(f));
+      ASSERT_TRUE(zmq::send_multipart(push, frames));
+    }
+  }
+  c.SendAll(1, 200, 11);
+  for (int i = 0; i < c.sim_count(); ++i) {
+    auto done = outcomes.Wait(i, 1, absl::Seconds(30));
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_TRUE(absl::StartsWith(*done, "ok")) << *done;
+  }
+  c.Stop();
+  std::ifstream log(absl::StrCat(dir, "/prefill-sidecar-0.log"));
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_NE(text.str().find("peer message refused"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("frame 2"), std::string::npos) << text.str();
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+}  // namespace
+}  // namespace kvrail

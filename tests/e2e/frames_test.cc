@@ -1,0 +1,272 @@
+// The CachePD frames real sidecar processes emit, read by a fake peer with kvrail's strict
+// parsers (the vectors' rules, CACHEPD §3): a fake prefill rank facing a decode sidecar, and
+// a fake decode rank (with a real UCX data plane) facing a prefill sidecar.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "control/bootstrap/client.h"
+#include "control/engine_api/engine_api.h"
+#include "control/layout/contract.h"
+#include "control/layout/kv_shape.h"
+#include "control/layout/manifest.h"
+#include "control/plan/copy_plan.h"
+#include "control/plan/planner.h"
+#include "control/wire/preallocation.h"
+#include "control/wire/registration.h"
+#include "control/wire/status.h"
+#include "engine/memory/arena.h"
+#include "engine/memory/pattern.h"
+#include "engine/transport/handshake/handshake.h"
+#include "engine/transport/ucx/ucx_transport.h"
+#include "tools/process/subprocess.h"
+
+namespace kvrail {
+namespace {
+
+using process::Subprocess;
+
+std::string Kvrail() {
+  char resolved[PATH_MAX];
+  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string Field(const std::string& line, const std::string& key) {
+  const size_t at = line.find(key + "=");
+  if (at == std::string::npos) return "";
+  const size_t end = line.find(' ', at);
+  return line.substr(at + key.size() + 1,
+                     end == std::string::npos ? end : end - at - key.size() - 1);
+}
+
+layout::Contract SmallContract() {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.pages = 16;
+  return layout::BuildKvContract(shape, 1).value();
+}
+
+layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks) {
+  const int64_t prompt = static_cast<int64_t>(blocks.size()) * 16;
+  const std::vector<std::vector<int64_t>> table = {std::move(blocks)};
+  return layout::BuildManifest(contract, table, 0, prompt).value();
+}
+
+std::vector<std::string> Receive(zmq::socket_t& pull) {
+  std::vector<zmq::message_t> parts;
+  std::vector<std::string> frames;
+  if (!zmq::recv_multipart(pull, std::back_inserter(parts))) return frames;
+  for (auto& part : parts) frames.push_back(part.to_string());
+  return frames;
+}
+
+struct Bootstrap {
+  Bootstrap() {
+    port = FreePort();
+    server = Subprocess::Start(
+                 {Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", absl::StrCat(port)})
+                 .value();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  int port;
+  std::string address;
+  std::unique_ptr<Subprocess> server;
+};
+
+TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly) {
+  Bootstrap bootstrap;
+  const layout::Contract contract = SmallContract();
+  // The fake prefill rank: a PULL socket, registered with the bootstrap server.
+  zmq::context_t context;
+  zmq::socket_t pull(context, zmq::socket_type::pull);
+  pull.set(zmq::sockopt::rcvtimeo, 20000);
+  pull.bind("tcp://127.0.0.1:0");
+  const std::string pull_endpoint = pull.get(zmq::sockopt::last_endpoint);
+  bootstrap::PrefillRegistration registration;
+  registration.endpoint.rank_ip = "127.0.0.1";
+  registration.endpoint.rank_port = std::stoi(pull_endpoint.substr(pull_endpoint.rfind(':') + 1));
+  registration.contract = contract;
+  ASSERT_TRUE(bootstrap::BootstrapClient("127.0.0.1", bootstrap.port)
+                  .RegisterPrefillRank(registration)
+                  .ok());
+  // The real decode sidecar, driven through its engine API.
+  const std::string api = absl::StrCat("ipc:///tmp/kvrail-frames-", getpid(), "-d.sock");
+  auto sidecar = Subprocess::Start(
+      {Kvrail(), "sidecar", "--role", "decode", "--engine-endpoint", api, "--tls", "tcp"});
+  ASSERT_TRUE(sidecar.ok());
+  ASSERT_TRUE((*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30)).ok());
+  const std::string arena_name = absl::StrCat("/kvrail-frames-", getpid(), "-d");
+  Arena arena = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
+  auto engine = engine_api::EngineApiClient::Connect(api).value();
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name(arena_name);
+  attach.mutable_attach()->set_contract(layout::SerializeContract(contract).value());
+  ASSERT_TRUE(engine->Call(attach).ok());
+  const layout::Manifest manifest = RoomManifest(contract, {3, 4, 5});
+  v1::EngineRequest expect;
+  expect.mutable_expect()->set_room(5);
+  expect.mutable_expect()->set_bootstrap_address(bootstrap.address);
+  expect.mutable_expect()->set_destination_manifest(layout::SerializeManifest(manifest).value());
+  ASSERT_TRUE(engine->Call(expect).ok());
+
+  // CACHEPD §3.2: 8 frames, strictly valid, with the canonical contract.
+  const std::vector<std::string> reg_frames = Receive(pull);
+  auto parsed = wire::ParseRegistration(reg_frames, [](absl::string_view wire) {
+    auto c = layout::ParseContract(wire);
+    return c.ok() ? layout::ValidateContract(*c) : c.status();
+  });
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->contract_wire, layout::SerializeContract(contract).value());
+  EXPECT_NE(parsed->arena_base, 0u);
+  EXPECT_EQ(parsed->decode_tp_size, 1u);
+  // CACHEPD §3.3: 3 frames, the room, the session and the canonical manifest.
+  const std::vector<std::string> pre_frames = Receive(pull);
+  auto pre = wire::ParsePreallocation(pre_frames);
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_EQ(pre->room, 5u);
+  EXPECT_EQ(pre->session_id, parsed->session_id);
+  EXPECT_EQ(pre->manifest_wire, layout::SerializeManifest(manifest).value());
+
+  // Answer as the prefill would: Success with a token and speculative ids.
+  zmq::socket_t push(context, zmq::socket_type::push);
+  push.set(zmq::sockopt::linger, 2000);
+  push.connect(absl::StrCat("tcp://", parsed->endpoint, ":", parsed->port));
+  wire::StatusMessage status;
+  status.room = 5;
+  status.status = 5;
+  status.prefill_rank = 0;
+  status.bootstrap_token = 77;
+  status.spec_candidate_ids = std::vector<int32_t>{1, 2};
+  std::vector<zmq::const_buffer> frames;
+  const std::vector<std::string> status_frames = wire::BuildStatus(status).value();
+  for (const std::string& f : status_frames) frames.push_back(zmq::buffer(f));
+  ASSERT_TRUE(zmq::send_multipart(push, frames));
+  std::optional<v1::RoomEvent> event = engine->NextEvent(absl::Seconds(20));
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->room(), 5u);
+  EXPECT_EQ(event->status(), v1::TRANSFER_POLL_SUCCESS) << event->reason();
+  EXPECT_EQ(event->bootstrap_token(), 77);
+  ASSERT_EQ(event->speculative_ids_size(), 2);
+  EXPECT_EQ(event->speculative_ids(1), 2);
+  (*sidecar)->Signal(SIGTERM);
+  EXPECT_EQ((*sidecar)->Wait(absl::Seconds(10)).value_or(-1), 0);
+}
+
+TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatus) {
+  Bootstrap bootstrap;
+  const layout::Contract contract = SmallContract();
+  // The real prefill sidecar and its arena, patterned.
+  const std::string api = absl::StrCat("ipc:///tmp/kvrail-frames-", getpid(), "-p.sock");
+  auto sidecar = Subprocess::Start({Kvrail(), "sidecar", "--role", "prefill", "--engine-endpoint",
+                                    api, "--bootstrap", bootstrap.address, "--tls", "tcp"});
+  ASSERT_TRUE(sidecar.ok());
+  absl::StatusOr<std::string> ready = (*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  const std::string cachepd = Field(*ready, "cachepd");
+  const std::string arena_name = absl::StrCat("/kvrail-frames-", getpid(), "-p");
+  Arena source = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
+  FillPattern(absl::MakeSpan(source.data(), source.size()), 42);
+  auto engine = engine_api::EngineApiClient::Connect(api).value();
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name(arena_name);
+  attach.mutable_attach()->set_contract(layout::SerializeContract(contract).value());
+  ASSERT_TRUE(engine->Call(attach).ok());
+
+  // The fake decode rank: a real UCX transport and handshake server, and a PULL socket.
+  std::vector<uint8_t> destination(contract.ArenaBytes(), 0);
+  transport::UcxOptions ucx;
+  ucx.tls = "tcp";
+  ucx.net_devices = "lo";
+  auto transport = transport::UcxTransport::Create(ucx).value();
+  ASSERT_TRUE(transport->Register({destination.data(), destination.size()}).ok());
+  auto handshake = transport::HandshakeServer::Start("127.0.0.1", 0, [&] {
+                     return transport->LocalDescriptor();
+                   }).value();
+  zmq::context_t context;
+  zmq::socket_t pull(context, zmq::socket_type::pull);
+  pull.set(zmq::sockopt::rcvtimeo, 20000);
+  pull.bind("tcp://127.0.0.1:0");
+  const std::string pull_endpoint = pull.get(zmq::sockopt::last_endpoint);
+  wire::Registration registration;
+  registration.endpoint = "127.0.0.1";
+  registration.port =
+      static_cast<uint16_t>(std::stoi(pull_endpoint.substr(pull_endpoint.rfind(':') + 1)));
+  registration.session_id = handshake->session_id();
+  registration.arena_base = reinterpret_cast<uintptr_t>(destination.data());
+  registration.contract_wire = layout::SerializeContract(contract).value();
+  registration.decode_tp_size = 1;
+  registration.decode_tp_rank = 0;
+  const layout::Manifest src = RoomManifest(contract, {1, 2, 3});
+  const layout::Manifest dst = RoomManifest(contract, {7, 9, 11});
+  wire::Preallocation preallocation;
+  preallocation.room = 9;
+  preallocation.session_id = handshake->session_id();
+  preallocation.manifest_wire = layout::SerializeManifest(dst).value();
+  zmq::socket_t push(context, zmq::socket_type::push);
+  push.set(zmq::sockopt::linger, 2000);
+  push.connect(cachepd);
+  for (const auto& message : {wire::BuildRegistration(registration).value(),
+                              wire::BuildPreallocation(preallocation).value()}) {
+    std::vector<zmq::const_buffer> frames;
+    for (const std::string& f : message) frames.push_back(zmq::buffer(f));
+    ASSERT_TRUE(zmq::send_multipart(push, frames));
+  }
+  v1::EngineRequest ready_request;
+  ready_request.mutable_ready()->set_room(9);
+  ready_request.mutable_ready()->set_source_manifest(layout::SerializeManifest(src).value());
+  ready_request.mutable_ready()->set_bootstrap_token(123);
+  ready_request.mutable_ready()->add_speculative_ids(4);
+  ASSERT_TRUE(engine->Call(ready_request).ok());
+
+  // CACHEPD §3.4: 5 frames, strictly valid, sent only after the bytes landed.
+  const std::vector<std::string> status_frames = Receive(pull);
+  auto status = wire::ParseStatus(status_frames);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->room, 9u);
+  EXPECT_EQ(status->status, 5);
+  EXPECT_EQ(status->prefill_rank, 0u);
+  EXPECT_EQ(status->bootstrap_token, 123);
+  ASSERT_TRUE(status->spec_candidate_ids.has_value());
+  EXPECT_EQ(*status->spec_candidate_ids, std::vector<int32_t>{4});
+  // Every planned byte is there, every other byte untouched.
+  const plan::CopyPlan copy_plan = plan::CopyPlan::Bind(contract, contract, {}).value();
+  plan::CopyList copies;
+  ASSERT_TRUE(copy_plan.Expand(src, dst, copies).ok());
+  std::vector<uint8_t> expected(destination.size(), 0);
+  for (const plan::Copy& c : copies) {
+    std::memcpy(&expected[c.dst_offset], source.data() + c.src_offset, c.length);
+  }
+  EXPECT_TRUE(expected == destination);
+  std::optional<v1::RoomEvent> event = engine->NextEvent(absl::Seconds(20));
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->status(), v1::TRANSFER_POLL_SUCCESS) << event->reason();
+  EXPECT_GT(event->bytes(), 0u);
+  (*sidecar)->Signal(SIGTERM);
+  EXPECT_EQ((*sidecar)->Wait(absl::Seconds(10)).value_or(-1), 0);
+  handshake->Stop();
+  transport->Close();
+}
+
+}  // namespace
+}  // namespace kvrail

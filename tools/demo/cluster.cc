@@ -1,0 +1,189 @@
+#include "tools/demo/cluster.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "control/error/error.h"
+
+namespace kvrail::demo {
+namespace {
+
+using process::Subprocess;
+
+// A free TCP port on 127.0.0.1 (bound, read, released).
+absl::StatusOr<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return absl::InternalError("bind 127.0.0.1:0 failed");
+  }
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+// "key=value" words of a "sidecar ready ..." line.
+std::string Field(const std::string& line, const std::string& key) {
+  for (absl::string_view word : absl::StrSplit(line, ' ')) {
+    if (absl::StartsWith(word, key + "=")) return std::string(word.substr(key.size() + 1));
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {
+  std::unique_ptr<Cluster> cluster(new Cluster(options));
+  const absl::Status started = cluster->StartAll();
+  if (!started.ok()) {
+    cluster->Stop();
+    return started;
+  }
+  return cluster;
+}
+
+Cluster::~Cluster() { Stop(); }
+
+absl::StatusOr<Member> Cluster::Spawn(const std::string& name, std::vector<std::string> argv) {
+  Member member;
+  member.name = name;
+  const std::string log =
+      options_.log_dir.empty() ? "" : absl::StrCat(options_.log_dir, "/", name, ".log");
+  KVRAIL_ASSIGN_OR_RETURN(member.process, Subprocess::Start(argv, {}, log));
+  return member;
+}
+
+absl::Status Cluster::StartAll() {
+  signal(SIGPIPE, SIG_IGN);  // a child that died must not take this process with it
+  const ClusterOptions& o = options_;
+  tag_ = absl::StrCat("kvrail-", getpid(), "-", reinterpret_cast<uintptr_t>(this) % 100000);
+  dir_ = absl::StrCat("/tmp/", tag_);
+  (void)mkdir(dir_.c_str(), 0700);
+  KVRAIL_ASSIGN_OR_RETURN(const int port, FreePort());
+  bootstrap_ = absl::StrCat("127.0.0.1:", port);
+  KVRAIL_ASSIGN_OR_RETURN(
+      bootstrap_member_, Spawn("bootstrap", {o.kvrail, "bootstrap", "--host", "127.0.0.1", "--port",
+                                             absl::StrCat(port)}));
+  const std::string tls = o.transport == "shm" ? "sm" : "tcp";
+  std::vector<std::string> shape = {"--layers",      absl::StrCat(o.shape.layers),
+                                    "--kv-heads",    absl::StrCat(o.shape.kv_heads),
+                                    "--head-dim",    absl::StrCat(o.shape.head_dim),
+                                    "--page-tokens", absl::StrCat(o.shape.page_tokens),
+                                    "--pages",       absl::StrCat(o.shape.pages)};
+  if (o.shape.latent) shape.push_back("--latent");
+
+  auto start = [&](bool prefill, int stage, int rank) -> absl::Status {
+    const std::string role = prefill ? "prefill" : "decode";
+    const int tp = prefill ? o.prefill_tp : o.decode_tp;
+    const int global = prefill ? stage * o.prefill_tp + rank : rank;
+    const std::string endpoint = absl::StrCat("ipc://", dir_, "/", role, global, ".sock");
+    std::vector<std::string> argv = {
+        o.kvrail, "sidecar",   "--role",         role,        "--engine-endpoint",
+        endpoint, "--tp-size", absl::StrCat(tp), "--tp-rank", absl::StrCat(rank),
+        "--tls",  tls};
+    if (prefill) {
+      for (const std::string& a :
+           {std::string("--bootstrap"), bootstrap_, std::string("--pp-size"),
+            absl::StrCat(o.prefill_pp), std::string("--pp-rank"), absl::StrCat(stage)}) {
+        argv.push_back(a);
+      }
+    }
+    argv.insert(argv.end(), o.sidecar_args.begin(), o.sidecar_args.end());
+    KVRAIL_ASSIGN_OR_RETURN(Member sidecar, Spawn(absl::StrCat(role, "-sidecar-", global), argv));
+    absl::StatusOr<std::string> ready =
+        sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
+    if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
+    sidecar.engine_endpoint = Field(*ready, "engine");
+    sidecar.cachepd_endpoint = Field(*ready, "cachepd");
+    (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
+    std::vector<std::string> sim = {o.kvrail,          "engine-sim",
+                                    "--role",          role,
+                                    "--sidecar",       endpoint,
+                                    "--arena",         absl::StrCat("/", tag_, "-", role, global),
+                                    "--tp-size",       absl::StrCat(tp),
+                                    "--tp-rank",       absl::StrCat(rank),
+                                    "--decode-tokens", absl::StrCat(o.decode_tokens)};
+    if (!prefill) {
+      sim.push_back("--bootstrap");
+      sim.push_back(bootstrap_);
+    }
+    sim.insert(sim.end(), shape.begin(), shape.end());
+    KVRAIL_ASSIGN_OR_RETURN(Member member, Spawn(absl::StrCat(role, "-sim-", global), sim));
+    sims_.push_back(std::move(member));
+    return absl::OkStatus();
+  };
+  for (int stage = 0; stage < o.prefill_pp; ++stage) {
+    for (int p = 0; p < o.prefill_tp; ++p) KVRAIL_RETURN_IF_ERROR(start(true, stage, p));
+  }
+  for (int d = 0; d < o.decode_tp; ++d) KVRAIL_RETURN_IF_ERROR(start(false, 0, d));
+  for (int i = 0; i < sim_count(); ++i) Watch(i);
+  return absl::OkStatus();
+}
+
+void Cluster::Watch(int index) {
+  Subprocess* child = sims_[index].process.get();
+  readers_.emplace_back([this, index, child] {
+    while (true) {
+      absl::StatusOr<std::string> line = child->ReadLine(absl::Milliseconds(500));
+      if (!line.ok()) {
+        if (line.status().code() == absl::StatusCode::kDeadlineExceeded && !stopping_) continue;
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.emplace_back(index, *line);
+      cv_.notify_all();
+    }
+  });
+}
+
+void Cluster::Send(int index, uint64_t room, int64_t prompt, int64_t token) {
+  sims_[index].process->WriteStdin(absl::StrCat("room ", room, " ", prompt, " ", token, "\n"));
+}
+
+void Cluster::SendAll(uint64_t room, int64_t prompt, int64_t token) {
+  for (int i = 0; i < sim_count(); ++i) Send(i, room, prompt, token);
+}
+
+bool Cluster::NextLine(absl::Duration timeout, std::pair<int, std::string>& out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return !lines_.empty(); })) {
+    return false;
+  }
+  out = std::move(lines_.front());
+  lines_.pop_front();
+  return true;
+}
+
+void Cluster::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (Member& sim : sims_) sim.process->CloseStdin();
+  for (Member& sim : sims_) {
+    if (!sim.process->Wait(absl::Seconds(10)).ok()) sim.process->Signal(SIGKILL);
+  }
+  std::vector<Member*> services;
+  for (Member& m : prefill_sidecars_) services.push_back(&m);
+  for (Member& m : decode_sidecars_) services.push_back(&m);
+  if (bootstrap_member_.process) services.push_back(&bootstrap_member_);
+  for (Member* m : services) m->process->Signal(SIGTERM);
+  for (Member* m : services) {
+    if (!m->process->Wait(absl::Seconds(10)).ok()) m->process->Signal(SIGKILL);
+  }
+  stopping_ = true;
+  for (std::thread& reader : readers_) reader.join();
+  readers_.clear();
+  (void)rmdir(dir_.c_str());
+}
+
+}  // namespace kvrail::demo

@@ -1,0 +1,94 @@
+// A disaggregated deployment on this machine, as processes: one bootstrap server (the prefill
+// node's), P prefill sidecars and D decode sidecars, each with its engine-sim. The demo runs
+// rooms through it; the end-to-end tests also kill parts of it and speak CachePD to it.
+#ifndef KVRAIL_TOOLS_DEMO_CLUSTER_H_
+#define KVRAIL_TOOLS_DEMO_CLUSTER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "control/layout/kv_shape.h"
+#include "tools/process/subprocess.h"
+
+namespace kvrail::demo {
+
+struct ClusterOptions {
+  std::string kvrail;  // the kvrail binary
+  int prefill_tp = 2;
+  int decode_tp = 1;
+  int prefill_pp = 1;             // pipeline stages of the prefill node (CACHEPD §10.1)
+  std::string transport = "shm";  // shm or tcp
+  layout::KvShape shape;          // pages: per rank
+  int decode_tokens = 8;
+  // Passed to every sidecar (e.g. {"--heartbeat-interval", "2"}).
+  std::vector<std::string> sidecar_args;
+  // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
+  std::string log_dir;
+};
+
+// One process of the cluster and its role.
+struct Member {
+  std::string name;  // "bootstrap", "prefill-sidecar-0", "decode-sim-1", ...
+  std::unique_ptr<process::Subprocess> process;
+  std::string engine_endpoint;   // sidecars
+  std::string cachepd_endpoint;  // sidecars
+};
+
+class Cluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& options);
+  ~Cluster();  // Stop()
+
+  // "127.0.0.1:<port>" of the bootstrap server.
+  const std::string& bootstrap() const { return bootstrap_; }
+  int prefill_ranks() const { return options_.prefill_tp * options_.prefill_pp; }
+  int decode_ranks() const { return options_.decode_tp; }
+
+  Member& bootstrap_server() { return bootstrap_member_; }
+  Member& prefill_sidecar(int rank) { return prefill_sidecars_[rank]; }
+  Member& decode_sidecar(int rank) { return decode_sidecars_[rank]; }
+  // Engine-sims: prefill ranks first (0..prefill_ranks()-1), then decode ranks.
+  Member& sim(int index) { return sims_[index]; }
+  int sim_count() const { return static_cast<int>(sims_.size()); }
+  bool IsPrefillSim(int index) const { return index < prefill_ranks(); }
+
+  // Tells engine-sim `index` to run a room.
+  void Send(int index, uint64_t room, int64_t prompt, int64_t token);
+  // Tells every engine-sim.
+  void SendAll(uint64_t room, int64_t prompt, int64_t token);
+  // The next stdout line of any engine-sim, with its index; false on timeout.
+  bool NextLine(absl::Duration timeout, std::pair<int, std::string>& out);
+
+  // Closes the engine-sims' stdin and waits for them, then stops the services. Idempotent.
+  void Stop();
+
+ private:
+  explicit Cluster(ClusterOptions options) : options_(std::move(options)) {}
+  absl::Status StartAll();
+  absl::StatusOr<Member> Spawn(const std::string& name, std::vector<std::string> argv);
+  void Watch(int index);
+
+  ClusterOptions options_;
+  std::string tag_, dir_, bootstrap_;
+  Member bootstrap_member_;
+  std::vector<Member> prefill_sidecars_, decode_sidecars_, sims_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int, std::string>> lines_;
+  std::vector<std::thread> readers_;
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+};
+
+}  // namespace kvrail::demo
+
+#endif  // KVRAIL_TOOLS_DEMO_CLUSTER_H_

@@ -1,0 +1,227 @@
+#include "tools/demo/demo.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "control/error/error.h"
+#include "tools/demo/cluster.h"
+#include "tools/engine_sim/engine_sim.h"
+
+namespace kvrail::demo {
+namespace {
+
+struct RoomRecord {
+  int64_t prompt = 0;
+  int64_t token = 0;
+  absl::Time started;
+  int pending = 0;  // done lines still expected
+  bool failed = false;
+  std::string reason;
+  absl::Duration latency;
+  uint64_t bytes = 0;
+};
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * (values.size() - 1) + 0.5));
+  return values[i];
+}
+
+void Progress(int done, int total, uint64_t bytes, absl::Duration elapsed, int failures) {
+  constexpr int kWidth = 30;
+  const int filled = total == 0 ? kWidth : done * kWidth / total;
+  const double gbps = bytes / std::max(1e-9, absl::ToDoubleSeconds(elapsed)) / 1e9;
+  std::fprintf(stderr, "\r  [%s%s] %d/%d rooms  %.2f GB  %.2f GB/s%s",
+               std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done,
+               total, bytes / 1e9, gbps,
+               failures > 0 ? absl::StrFormat("  %d FAILED", failures).c_str() : "");
+  if (done == total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+absl::Status RunDemo(DemoOptions options) {
+  signal(SIGPIPE, SIG_IGN);  // a child that died must not take the demo with it
+  if (options.prefill_tp < 1 || options.decode_tp < 1) {
+    return absl::InvalidArgumentError("--prefill-tp and --decode-tp must be >= 1");
+  }
+  if (options.rooms < 1 || options.concurrency < 1) {
+    return absl::InvalidArgumentError("--rooms and --concurrency must be >= 1");
+  }
+  if (options.min_prompt < 1 || options.max_prompt < options.min_prompt) {
+    return absl::InvalidArgumentError("prompt lengths: need 1 <= --min-prompt <= --max-prompt");
+  }
+  if (options.transport != "shm" && options.transport != "tcp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport ", options.transport, ": expected shm or tcp"));
+  }
+  layout::KvShape& shape = options.shape;
+  const int64_t longest = (options.max_prompt + shape.page_tokens - 1) / shape.page_tokens;
+  if (shape.pages == 0) shape.pages = longest * options.concurrency;
+  // Check the shape once here, for a clear error before any process starts.
+  KVRAIL_RETURN_IF_ERROR(layout::BuildKvContract(shape, options.prefill_tp).status());
+  KVRAIL_RETURN_IF_ERROR(layout::BuildKvContract(shape, options.decode_tp).status());
+
+  std::fprintf(
+      stderr,
+      "kvrail demo: P=%d prefill ranks%s -> D=%d decode ranks over UCX %s; %d layers x "
+      "%d KV heads x %d dims, bf16, %d-token pages; %d rooms of %d-%d tokens, %d at a "
+      "time\n",
+      options.prefill_tp,
+      options.prefill_pp > 1 ? absl::StrCat(" x ", options.prefill_pp, " stages").c_str() : "",
+      options.decode_tp, options.transport.c_str(), shape.layers, shape.kv_heads, shape.head_dim,
+      shape.page_tokens, options.rooms, static_cast<int>(options.min_prompt),
+      static_cast<int>(options.max_prompt), options.concurrency);
+  ClusterOptions cluster_options;
+  cluster_options.kvrail = options.kvrail;
+  cluster_options.prefill_tp = options.prefill_tp;
+  cluster_options.decode_tp = options.decode_tp;
+  cluster_options.prefill_pp = options.prefill_pp;
+  cluster_options.transport = options.transport;
+  cluster_options.shape = shape;
+  cluster_options.decode_tokens = options.decode_tokens;
+  KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(cluster_options));
+  const int prefills = cluster->prefill_ranks();
+
+  std::mt19937_64 random(options.seed);
+  std::uniform_int_distribution<int64_t> prompt_of(options.min_prompt, options.max_prompt);
+  std::map<uint64_t, RoomRecord> rooms;
+  uint64_t next_room = 1;
+  int done = 0, failures = 0, in_flight = 0;
+  uint64_t bytes = 0, tokens_checked = 0;
+  const absl::Time start = absl::Now();
+  absl::Time last_line = start;
+  std::vector<std::string> failure_lines;
+  auto issue = [&] {
+    const uint64_t id = next_room++;
+    RoomRecord& room = rooms[id];
+    room.prompt = prompt_of(random);
+    room.token = static_cast<int64_t>(id * 7919 % 32000);
+    room.started = absl::Now();
+    room.pending = cluster->sim_count();
+    cluster->SendAll(id, room.prompt, room.token);
+    ++in_flight;
+  };
+  while (done < options.rooms) {
+    while (in_flight < options.concurrency && static_cast<int>(next_room) <= options.rooms) issue();
+    std::pair<int, std::string> line;
+    if (!cluster->NextLine(absl::Seconds(1), line)) {
+      if (absl::Now() - last_line > absl::Seconds(120)) {
+        failure_lines.push_back("no progress for 120 s: giving up");
+        failures += options.rooms - done;
+        break;
+      }
+      continue;
+    }
+    last_line = absl::Now();
+    const std::vector<std::string> words = absl::StrSplit(line.second, ' ');
+    uint64_t id = 0;
+    if (words.size() < 3 || words[0] != "done" || !absl::SimpleAtoi(words[1], &id) ||
+        rooms.count(id) == 0) {
+      std::fprintf(stderr, "\n  engine-sim %d: %s\n", line.first, line.second.c_str());
+      continue;
+    }
+    RoomRecord& room = rooms[id];
+    const bool is_prefill = line.first < prefills;
+    const int rank = is_prefill ? line.first : line.first - prefills;
+    if (words[2] != "ok") {
+      if (!room.failed) {
+        room.failed = true;
+        room.reason = absl::StrCat(is_prefill ? "prefill" : "decode", " rank ", rank, ": ",
+                                   line.second.substr(line.second.find(words[2]) + 7));
+      }
+    } else if (is_prefill) {
+      uint64_t b = 0;
+      if (words.size() >= 4 && absl::SimpleAtoi(words[3], &b)) room.bytes += b;
+    } else {
+      const std::vector<int32_t> expected = sim::ExpectedTokens(
+          shape, options.decode_tp, rank, id, room.prompt, room.token, options.decode_tokens);
+      std::vector<int32_t> got;
+      for (size_t i = 5; i < words.size(); ++i) {
+        int32_t t;
+        if (absl::SimpleAtoi(words[i], &t)) got.push_back(t);
+      }
+      if (got != expected) {
+        room.failed = true;
+        room.reason =
+            absl::StrCat("decode rank ", rank, ": streamed tokens [", absl::StrJoin(got, " "),
+                         "], expected [", absl::StrJoin(expected, " "), "]");
+      } else {
+        tokens_checked += got.size();
+      }
+    }
+    if (--room.pending > 0) continue;
+    room.latency = absl::Now() - room.started;
+    --in_flight;
+    ++done;
+    bytes += room.bytes;
+    if (room.failed) {
+      ++failures;
+      failure_lines.push_back(absl::StrCat("room ", id, ": ", room.reason));
+    }
+    Progress(done, options.rooms, bytes, absl::Now() - start, failures);
+  }
+  const absl::Duration wall = absl::Now() - start;
+  cluster->Stop();
+
+  std::vector<double> latencies;
+  for (const auto& [id, room] : rooms) {
+    if (room.pending == 0) latencies.push_back(absl::ToDoubleMilliseconds(room.latency));
+  }
+  const double gbps = bytes / std::max(1e-9, absl::ToDoubleSeconds(wall)) / 1e9;
+  if (options.json) {
+    std::printf(
+        "{\"rooms\": %d, \"failures\": %d, \"bytes\": %llu, \"seconds\": %.3f, \"gbps\": %.3f, "
+        "\"latency_ms_p50\": %.2f, \"latency_ms_p99\": %.2f, \"tokens_checked\": %llu}\n",
+        options.rooms, failures, static_cast<unsigned long long>(bytes),
+        absl::ToDoubleSeconds(wall), gbps, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
+        static_cast<unsigned long long>(tokens_checked));
+  } else {
+    std::printf("\n  %-26s %s\n", "route",
+                absl::StrFormat("P=%d -> D=%d over UCX %s", options.prefill_tp, options.decode_tp,
+                                options.transport)
+                    .c_str());
+    std::printf("  %-26s %d (%d failed)\n", "rooms", options.rooms, failures);
+    std::printf("  %-26s %.2f GB (every byte checked by its decode rank)\n", "KV bytes moved",
+                bytes / 1e9);
+    std::printf("  %-26s %.2f s\n", "wall time", absl::ToDoubleSeconds(wall));
+    std::printf("  %-26s %.2f GB/s\n", "throughput", gbps);
+    std::printf("  %-26s p50 %.1f ms, p99 %.1f ms\n", "room latency", Percentile(latencies, 0.5),
+                Percentile(latencies, 0.99));
+    std::printf("  %-26s %llu, all as expected\n", "decoded tokens checked",
+                static_cast<unsigned long long>(tokens_checked));
+  }
+  for (const std::string& failure : failure_lines) {
+    std::fprintf(stderr, "  FAILED %s\n", failure.c_str());
+  }
+  if (failures > 0) {
+    return absl::InternalError(absl::StrCat(failures, " of ", options.rooms, " rooms failed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvrail::demo

@@ -1,0 +1,39 @@
+// `kvrail demo`: a small disaggregated serving loop on this machine, every byte checked.
+//
+// Starts a bootstrap server, P prefill sidecars with their engine-sims and D decode sidecars
+// with theirs, as processes; routes N rooms through them, `concurrency` at a time, with prompt
+// lengths drawn from [min_prompt, max_prompt]; verifies every byte (each decode engine-sim
+// checks its slice) and every streamed token (against ExpectedTokens); shows a progress bar and
+// ends with a summary table. Returns non-OK on any failure.
+#ifndef KVRAIL_TOOLS_DEMO_DEMO_H_
+#define KVRAIL_TOOLS_DEMO_DEMO_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "control/layout/kv_shape.h"
+
+namespace kvrail::demo {
+
+struct DemoOptions {
+  std::string kvrail;  // the kvrail binary to start the processes with
+  int prefill_tp = 2;
+  int decode_tp = 1;
+  int prefill_pp = 1;             // pipeline stages of the prefill node
+  std::string transport = "shm";  // shm or tcp
+  int rooms = 24;
+  int concurrency = 4;
+  int64_t min_prompt = 512;
+  int64_t max_prompt = 4096;
+  uint64_t seed = 1;
+  layout::KvShape shape;  // pages: per rank; 0 = enough for `concurrency` longest prompts
+  int decode_tokens = 8;
+  bool json = false;  // print the summary as JSON instead of a table
+};
+
+absl::Status RunDemo(DemoOptions options);
+
+}  // namespace kvrail::demo
+
+#endif  // KVRAIL_TOOLS_DEMO_DEMO_H_

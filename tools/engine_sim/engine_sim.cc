@@ -1,0 +1,203 @@
+#include "tools/engine_sim/engine_sim.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "control/engine_api/engine_api.h"
+#include "control/error/error.h"
+#include "control/layout/manifest.h"
+#include "engine/memory/arena.h"
+#include "tools/engine_sim/kv_pattern.h"
+
+namespace kvrail::sim {
+namespace {
+
+struct Room {
+  uint64_t id = 0;
+  int64_t prompt = 0;
+  int64_t token = -1;
+  std::vector<int64_t> blocks;
+  layout::Manifest manifest;
+  absl::Time started;
+};
+
+int64_t PagesFor(const layout::KvShape& shape, int64_t prompt) {
+  return (prompt + shape.page_tokens - 1) / shape.page_tokens;
+}
+
+absl::StatusOr<layout::Manifest> ManifestFor(const layout::Contract& contract,
+                                             std::vector<int64_t> blocks, int64_t prompt) {
+  const std::vector<std::vector<int64_t>> table = {std::move(blocks)};
+  return layout::BuildManifest(contract, table, 0, prompt);
+}
+
+void Say(const std::string& line) {
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::vector<int32_t> ExpectedTokens(const layout::KvShape& shape, int tp_size, int tp_rank,
+                                    uint64_t room, int64_t prompt_tokens, int64_t bootstrap_token,
+                                    int count) {
+  absl::StatusOr<layout::Contract> contract = layout::BuildKvContract(shape, tp_size);
+  if (!contract.ok()) return {};
+  std::vector<int64_t> blocks;
+  for (int64_t i = 0; i < PagesFor(shape, prompt_tokens); ++i) blocks.push_back(1 + i);
+  absl::StatusOr<layout::Manifest> manifest = ManifestFor(*contract, blocks, prompt_tokens);
+  absl::StatusOr<RankLayout> rank = RankLayout::Create(*contract, tp_size, tp_rank);
+  if (!manifest.ok() || !rank.ok()) return {};
+  const uint64_t digest = rank->Digest(*manifest, room, {});
+  return ToyDecode(digest ^ static_cast<uint64_t>(bootstrap_token), count);
+}
+
+absl::Status RunEngineSim(const EngineSimOptions& options) {
+  const std::string who = absl::StrCat("engine-sim ", options.prefill ? "prefill" : "decode",
+                                       " rank ", options.tp_rank);
+  KVRAIL_ASSIGN_OR_RETURN(const layout::Contract contract,
+                          layout::BuildKvContract(options.shape, options.tp_size));
+  KVRAIL_ASSIGN_OR_RETURN(const RankLayout rank,
+                          RankLayout::Create(contract, options.tp_size, options.tp_rank));
+  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(contract));
+  (void)Arena::UnlinkShared(options.arena);  // a name left by a crashed run
+  KVRAIL_ASSIGN_OR_RETURN(Arena arena, Arena::CreateShared(options.arena, contract.ArenaBytes()));
+  KVRAIL_ASSIGN_OR_RETURN(auto sidecar, engine_api::EngineApiClient::Connect(options.sidecar));
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name(options.arena);
+  attach.mutable_attach()->set_contract(wire);
+  absl::StatusOr<v1::EngineReply> attached = sidecar->Call(attach, absl::Seconds(30));
+  if (!attached.ok()) return AddContext(attached.status(), who + ": attach");
+
+  std::vector<int64_t> free_pages;
+  for (int64_t page = options.shape.pages; page >= 1; --page) free_pages.push_back(page);
+  std::deque<Room> waiting;  // for pages
+  std::map<uint64_t, Room> active;
+  bool input_open = true;
+  std::string buffer;
+
+  auto start_room = [&](Room room) -> absl::Status {
+    for (int64_t i = 0; i < PagesFor(options.shape, room.prompt); ++i) {
+      room.blocks.push_back(free_pages.back());
+      free_pages.pop_back();
+    }
+    KVRAIL_ASSIGN_OR_RETURN(room.manifest, ManifestFor(contract, room.blocks, room.prompt));
+    KVRAIL_ASSIGN_OR_RETURN(std::string manifest_wire, layout::SerializeManifest(room.manifest));
+    room.started = absl::Now();
+    v1::EngineRequest request;
+    if (options.prefill) {
+      KVRAIL_RETURN_IF_ERROR(
+          rank.Fill(room.manifest, room.id, absl::MakeSpan(arena.data(), arena.size())));
+      request.mutable_ready()->set_room(room.id);
+      request.mutable_ready()->set_source_manifest(manifest_wire);
+      request.mutable_ready()->set_bootstrap_token(room.token);
+      request.mutable_ready()->add_speculative_ids(static_cast<int32_t>(room.id % 1000));
+    } else {
+      request.mutable_expect()->set_room(room.id);
+      request.mutable_expect()->set_bootstrap_address(options.bootstrap);
+      request.mutable_expect()->set_destination_manifest(manifest_wire);
+    }
+    absl::StatusOr<v1::EngineReply> reply = sidecar->Call(request);
+    const uint64_t id = room.id;
+    const std::vector<int64_t> blocks = room.blocks;
+    if (!reply.ok()) {
+      free_pages.insert(free_pages.end(), blocks.begin(), blocks.end());
+      Say(absl::StrCat("done ", id, " failed ", reply.status().message()));
+      return absl::OkStatus();
+    }
+    active.emplace(id, std::move(room));
+    return absl::OkStatus();
+  };
+
+  auto finish = [&](const v1::RoomEvent& event) {
+    auto it = active.find(event.room());
+    if (it == active.end()) return;
+    Room& room = it->second;
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - room.started);
+    if (event.status() != v1::TRANSFER_POLL_SUCCESS) {
+      Say(absl::StrCat("done ", room.id, " failed ", event.reason()));
+    } else if (options.prefill) {
+      Say(absl::StrCat("done ", room.id, " ok ", event.bytes(), " ", seconds));
+    } else {
+      const absl::Status checked =
+          rank.Check(room.manifest, room.id, absl::MakeConstSpan(arena.data(), arena.size()));
+      if (!checked.ok()) {
+        Say(absl::StrCat("done ", room.id, " failed ", checked.message()));
+      } else if (event.bootstrap_token() != room.token) {
+        Say(absl::StrCat("done ", room.id, " failed bootstrap token ", event.bootstrap_token(),
+                         ", expected ", room.token));
+      } else {
+        const uint64_t digest =
+            rank.Digest(room.manifest, room.id, absl::MakeConstSpan(arena.data(), arena.size()));
+        const std::vector<int32_t> tokens = ToyDecode(
+            digest ^ static_cast<uint64_t>(event.bootstrap_token()), options.decode_tokens);
+        Say(absl::StrCat("done ", room.id, " ok ", event.bytes(), " ", seconds, " ",
+                         absl::StrJoin(tokens, " ")));
+      }
+    }
+    free_pages.insert(free_pages.end(), room.blocks.begin(), room.blocks.end());
+    active.erase(it);
+  };
+
+  while (input_open || !waiting.empty() || !active.empty()) {
+    // Rooms from stdin.
+    if (input_open) {
+      pollfd in{0, POLLIN, 0};
+      if (poll(&in, 1, active.empty() && waiting.empty() ? 100 : 0) > 0) {
+        char chunk[4096];
+        const ssize_t n = read(0, chunk, sizeof(chunk));
+        if (n <= 0) {
+          input_open = false;
+        } else {
+          buffer.append(chunk, static_cast<size_t>(n));
+        }
+      }
+      size_t newline;
+      while ((newline = buffer.find('\n')) != std::string::npos) {
+        const std::string line = buffer.substr(0, newline);
+        buffer.erase(0, newline + 1);
+        const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+        Room room;
+        if (words.size() != 4 || words[0] != "room" || !absl::SimpleAtoi(words[1], &room.id) ||
+            !absl::SimpleAtoi(words[2], &room.prompt) || !absl::SimpleAtoi(words[3], &room.token) ||
+            room.prompt < 1) {
+          Say(absl::StrCat("error bad command \"", line,
+                           "\": expected room <id> <prompt tokens> <bootstrap token>"));
+          continue;
+        }
+        if (PagesFor(options.shape, room.prompt) > options.shape.pages) {
+          Say(absl::StrCat("done ", room.id, " failed the prompt needs ",
+                           PagesFor(options.shape, room.prompt), " pages, the arena has ",
+                           options.shape.pages));
+          continue;
+        }
+        waiting.push_back(std::move(room));
+      }
+    }
+    while (!waiting.empty() && PagesFor(options.shape, waiting.front().prompt) <=
+                                   static_cast<int64_t>(free_pages.size())) {
+      Room room = std::move(waiting.front());
+      waiting.pop_front();
+      KVRAIL_RETURN_IF_ERROR(start_room(std::move(room)));
+    }
+    if (!active.empty()) {
+      std::optional<v1::RoomEvent> event = sidecar->NextEvent(absl::Milliseconds(20));
+      if (event) finish(*event);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvrail::sim

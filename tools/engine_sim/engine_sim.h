@@ -1,0 +1,47 @@
+// `kvrail engine-sim`: a simulated engine rank. It owns a shared-memory KV arena, attaches it
+// to its sidecar through the engine API, and serves rooms named on stdin, one per line:
+//
+//   room <id> <prompt tokens> <bootstrap token>
+//
+// Prefill: allocates pages, fills them with the room's pattern (kv_pattern.h), sends Ready.
+// Decode: allocates pages, sends Expect, and on Success checks every byte of its slice, runs
+// the toy decode step over the received cache and streams the tokens back. Each room ends with
+// one stdout line:
+//
+//   done <id> ok <bytes> <seconds> [<token> ...]     (decode: the generated tokens)
+//   done <id> failed <reason>
+//
+// Rooms wait for free pages; a closed stdin ends the process once every room is done.
+#ifndef KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_
+#define KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "control/layout/kv_shape.h"
+
+namespace kvrail::sim {
+
+struct EngineSimOptions {
+  bool prefill = true;
+  std::string sidecar;    // the sidecar's engine API endpoint
+  std::string arena;      // shared-memory name to create ("/kvrail-demo-p0")
+  std::string bootstrap;  // decode: the prefill node's bootstrap "host:port"
+  int tp_size = 1;
+  int tp_rank = 0;
+  layout::KvShape shape;
+  int decode_tokens = 8;  // tokens the toy decode step generates per room
+};
+
+// Runs until stdin closes and every room is done. Errors (arena, attach) are returned.
+absl::Status RunEngineSim(const EngineSimOptions& options);
+
+// The tokens a decode rank of TP `tp_size`, rank `tp_rank`, must stream for a room whose cache
+// arrived intact: what the demo checks each "done" line against.
+std::vector<int32_t> ExpectedTokens(const layout::KvShape& shape, int tp_size, int tp_rank,
+                                    uint64_t room, int64_t prompt_tokens, int64_t bootstrap_token,
+                                    int count);
+
+}  // namespace kvrail::sim
+
+#endif  // KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_

@@ -1,0 +1,194 @@
+#include "tools/serve_cmds.h"
+
+#include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "control/error/error.h"
+#include "control/sidecar/sidecar.h"
+#include "tools/demo/demo.h"
+#include "tools/engine_sim/engine_sim.h"
+
+namespace kvrail::tools {
+namespace {
+
+int Report(const absl::Status& status, const char* what) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "error: %s: %s\n", what, DescribeError(status).c_str());
+  return 1;
+}
+
+// Blocks until SIGINT or SIGTERM.
+void WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int signal = 0;
+  sigwait(&set, &signal);
+}
+
+void BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts: all inherit it
+}
+
+void AddShapeFlags(CLI::App* app, layout::KvShape& shape) {
+  app->add_option("--layers", shape.layers, "Transformer layers")->capture_default_str();
+  app->add_option("--kv-heads", shape.kv_heads, "KV heads (GQA)")->capture_default_str();
+  app->add_option("--head-dim", shape.head_dim, "Dims per head")->capture_default_str();
+  app->add_option("--page-tokens", shape.page_tokens, "Tokens per KV page")->capture_default_str();
+  app->add_flag("--latent", shape.latent,
+                "MLA-style: one replicated latent field per layer instead of k and v");
+}
+
+std::string SelfPath() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "kvrail";
+  path[n] = '\0';
+  return path;
+}
+
+}  // namespace
+
+void AddSidecar(CLI::App& app, int& exit_code) {
+  static sidecar::SidecarOptions options;
+  static std::string role;
+  static double bootstrap_timeout = 120, waiting_timeout = 300, heartbeat = 5,
+                transfer_deadline = 60;
+  static int heartbeat_failures = 2;
+  CLI::App* sub = app.add_subcommand(
+      "sidecar", "Serve one engine rank: engine API, CachePD control plane, UCX data plane");
+  sub->add_option("--role", role, "prefill or decode")
+      ->required()
+      ->check(CLI::IsMember({"prefill", "decode"}));
+  sub->add_option("--engine-endpoint", options.engine_endpoint,
+                  "Where the engine connects (ipc:///tmp/kvrail-p0.sock, tcp://127.0.0.1:N)")
+      ->required();
+  sub->add_option("--host", options.host, "The address peers reach this sidecar at")
+      ->capture_default_str();
+  sub->add_option("--bootstrap", options.bootstrap,
+                  "Prefill: host:port of the node's bootstrap server");
+  sub->add_option("--tp-size", options.tp_size, "Attention TP size of this side")
+      ->capture_default_str();
+  sub->add_option("--tp-rank", options.tp_rank, "This rank")->capture_default_str();
+  sub->add_option("--dp-size", options.dp_size, "Prefill: DP size")->capture_default_str();
+  sub->add_option("--dp-rank", options.dp_rank, "Prefill: this rank's DP group")
+      ->capture_default_str();
+  sub->add_option("--pp-size", options.pp_size, "Prefill: pipeline stages of the node")
+      ->capture_default_str();
+  sub->add_option("--pp-rank", options.pp_rank, "Prefill: this rank's stage")
+      ->capture_default_str();
+  sub->add_option("--tls", options.tls, "UCX transports: tcp or sm (shared memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tcp", "sm"}));
+  sub->add_option("--net-devices", options.net_devices, "UCX network device for tcp")
+      ->capture_default_str();
+  sub->add_option("--lanes", options.lanes, "Data-plane lanes (UCX workers)")
+      ->capture_default_str();
+  sub->add_option("--bootstrap-timeout", bootstrap_timeout, "Seconds (CACHEPD §7.4)")
+      ->capture_default_str();
+  sub->add_option("--waiting-timeout", waiting_timeout, "Seconds (CACHEPD §7.4)")
+      ->capture_default_str();
+  sub->add_option("--heartbeat-interval", heartbeat, "Seconds, at least 2 (CACHEPD §1.6)")
+      ->capture_default_str();
+  sub->add_option("--heartbeat-failures", heartbeat_failures,
+                  "Missed /health probes that declare a prefill node dead")
+      ->capture_default_str();
+  sub->add_option("--transfer-deadline", transfer_deadline, "Seconds a room's writes may take")
+      ->capture_default_str();
+  sub->add_option("--max-room-bytes", options.max_room_bytes,
+                  "Fail rooms that would copy more (0: no cap)")
+      ->capture_default_str();
+  sub->callback([&exit_code] {
+    options.role = role == "prefill" ? sidecar::Role::kPrefill : sidecar::Role::kDecode;
+    options.timeouts.bootstrap_timeout = absl::Seconds(bootstrap_timeout);
+    options.timeouts.waiting_timeout = absl::Seconds(waiting_timeout);
+    options.timeouts.heartbeat_interval = absl::Seconds(heartbeat);
+    options.timeouts.heartbeat_max_failures = heartbeat_failures;
+    options.transfer_deadline = absl::Seconds(transfer_deadline);
+    BlockStopSignals();
+    // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
+    spdlog::set_default_logger(spdlog::stderr_logger_mt("kvrail-sidecar"));
+    spdlog::set_pattern(
+        absl::StrCat("%Y-%m-%dT%H:%M:%S.%e %l ", role, "[", options.tp_rank, "] %v"));
+    absl::StatusOr<std::unique_ptr<sidecar::Sidecar>> sidecar = sidecar::Sidecar::Start(options);
+    if (!sidecar.ok()) {
+      exit_code = Report(sidecar.status(), "sidecar");
+      return;
+    }
+    std::printf("sidecar ready engine=%s cachepd=%s session=%s\n",
+                (*sidecar)->engine_endpoint().c_str(), (*sidecar)->cachepd_endpoint().c_str(),
+                (*sidecar)->session_id().c_str());
+    std::fflush(stdout);
+    WaitForSignal();
+    (*sidecar)->Stop();
+    exit_code = 0;
+  });
+}
+
+void AddEngineSim(CLI::App& app, int& exit_code) {
+  static sim::EngineSimOptions options;
+  static std::string role;
+  CLI::App* sub = app.add_subcommand(
+      "engine-sim", "A simulated engine rank: owns a KV arena, drives its sidecar, checks bytes");
+  sub->add_option("--role", role, "prefill or decode")
+      ->required()
+      ->check(CLI::IsMember({"prefill", "decode"}));
+  sub->add_option("--sidecar", options.sidecar, "The sidecar's engine API endpoint")->required();
+  sub->add_option("--arena", options.arena, "Shared-memory name of the arena to create")
+      ->required();
+  sub->add_option("--bootstrap", options.bootstrap, "Decode: the prefill's bootstrap host:port");
+  sub->add_option("--tp-size", options.tp_size)->capture_default_str();
+  sub->add_option("--tp-rank", options.tp_rank)->capture_default_str();
+  sub->add_option("--pages", options.shape.pages, "KV pages in the arena")->capture_default_str();
+  sub->add_option("--decode-tokens", options.decode_tokens, "Tokens per room's toy decode")
+      ->capture_default_str();
+  AddShapeFlags(sub, options.shape);
+  sub->callback([&exit_code] {
+    options.prefill = role == "prefill";
+    exit_code = Report(sim::RunEngineSim(options), "engine-sim");
+  });
+}
+
+void AddDemo(CLI::App& app, int& exit_code) {
+  static demo::DemoOptions options;
+  options.shape.pages = 0;
+  CLI::App* sub = app.add_subcommand(
+      "demo", "A disaggregated serving loop on this machine: bootstrap, sidecars, engine-sims");
+  sub->add_option("--prefill-tp", options.prefill_tp, "Prefill ranks P")->capture_default_str();
+  sub->add_option("--decode-tp", options.decode_tp, "Decode ranks D")->capture_default_str();
+  sub->add_option("--pp", options.prefill_pp, "Pipeline stages of the prefill node")
+      ->capture_default_str();
+  sub->add_option("--transport", options.transport, "shm or tcp")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shm", "tcp"}));
+  sub->add_option("--rooms", options.rooms, "Requests to route")->capture_default_str();
+  sub->add_option("--concurrency", options.concurrency, "Rooms in flight")->capture_default_str();
+  sub->add_option("--min-prompt", options.min_prompt, "Shortest prompt, tokens")
+      ->capture_default_str();
+  sub->add_option("--max-prompt", options.max_prompt, "Longest prompt, tokens")
+      ->capture_default_str();
+  sub->add_option("--seed", options.seed, "Prompt length draw")->capture_default_str();
+  sub->add_option("--pages", options.shape.pages,
+                  "KV pages per rank (default: enough for --concurrency longest prompts)");
+  sub->add_flag("--json", options.json, "Print the summary as JSON");
+  AddShapeFlags(sub, options.shape);
+  sub->callback([&exit_code] {
+    options.kvrail = SelfPath();
+    exit_code = Report(demo::RunDemo(options), "demo");
+  });
+}
+
+}  // namespace kvrail::tools
