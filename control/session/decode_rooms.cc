@@ -149,10 +149,10 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnAllocated(uint64_t room_id,
     ReportCurrent(room_id, room, out);
     return out;
   }
-  if (room.state != TransferPoll::kBootstrapped) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("room ", room_id, " is ", TransferPollName(room.state),
-                     ", not Bootstrapped: it needs a route first and pre-allocates once"));
+  if (!room.routed || room.preallocated) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "room ", room_id,
+        room.routed ? " has already pre-allocated" : " has no route yet: call OnRoute first"));
   }
   absl::Status valid = layout::ValidateManifest(manifest, identity_.contract);
   if (!valid.ok()) return AddContext(valid, absl::StrCat("room ", room_id, " manifest"));
@@ -166,6 +166,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnAllocated(uint64_t room_id,
                             wire::BuildPreallocation(preallocation));
     out.messages.push_back(OutboundMessage{target.endpoint, std::move(frames)});
   }
+  room.preallocated = true;
   room.waiting_since = now;
   SetState(room_id, room, TransferPoll::kWaitingForInput, out);
   return out;
@@ -269,8 +270,8 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
   DecodeOutput out;
   std::vector<uint64_t> expired;
   for (const auto& [id, room] : rooms_) {
-    if ((room.state == TransferPoll::kWaitingForInput ||
-         room.state == TransferPoll::kTransferring) &&
+    if (room.preallocated && room.state != TransferPoll::kSuccess &&
+        room.state != TransferPoll::kFailed &&
         now - room.waiting_since >= options_.timeouts.waiting_timeout) {
       expired.push_back(id);
     }

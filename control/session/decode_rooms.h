@@ -119,8 +119,9 @@ class DecodeRooms {
   // canonical manifest for E_d and an empty one for Z_d (§3.3, §6.5); the room becomes
   // WaitingForInput and its waiting timeout starts. A room that failed meanwhile stays Failed
   // (reported again) and nothing is sent. Fails, changing nothing: NotFound for an untracked
-  // room; FailedPrecondition when the room is not Bootstrapped; InvalidArgument when the
-  // manifest fails §5.3 against this rank's contract.
+  // room; FailedPrecondition when the room has no route yet or already pre-allocated (its
+  // state does not decide: a peer's status message may have raised it, §3.4 item 4);
+  // InvalidArgument when the manifest fails §5.3 against this rank's contract.
   absl::StatusOr<DecodeOutput> OnAllocated(uint64_t room, const layout::Manifest& manifest,
                                            absl::Time now);
 
@@ -170,6 +171,7 @@ class DecodeRooms {
     std::string bootstrap_address;
     std::string failure_reason;
     bool routed = false;
+    bool preallocated = false;             // OnAllocated ran; the waiting timeout runs
     std::vector<int> expected;             // E_d, ascending
     std::vector<int> dummies;              // Z_d, ascending
     std::vector<PrefillTarget> targets;    // T_d with endpoints, ascending rank

@@ -193,6 +193,19 @@ TEST(DecodeRoomsTest, AllocationNeedsARouteAndAValidManifest) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(DecodeRoomsTest, APeersIntermediateStatusDoesNotSkipTheRoomsOwnSteps) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());
+  // Merged by the update rule as the reference does (§3.4 item 4)...
+  EXPECT_THAT(States(rooms.OnMessage(StatusFrames(42, 3, 0), kT0)),
+              ElementsAre(TransferPoll::kWaitingForInput));
+  // ...but the room still registers, pre-allocates, and times out from its own pre-allocation.
+  EXPECT_EQ(rooms.OnRoute(42, Route({0}), kT0)->messages.size(), 1u);
+  EXPECT_EQ(rooms.OnAllocated(42, DecodeManifest(), kT0 + absl::Seconds(100))->messages.size(), 1u);
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(399)).events.empty());
+  EXPECT_THAT(States(rooms.Tick(kT0 + absl::Seconds(400))), ElementsAre(TransferPoll::kFailed));
+}
+
 TEST(DecodeRoomsTest, CallsOnAFailedRoomReportItAndSendNothing) {
   DecodeRooms rooms = MakeRooms();
   ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());

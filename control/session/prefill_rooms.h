@@ -83,7 +83,8 @@ struct DecodePeer {
   // route[p] for a data registration (§6.8); empty for a whole-field copy (P == D) or a dummy.
   std::vector<plan::Fragment> fragments;
   std::vector<plan::GroupOwnerFilter> owner_filters;
-  // S_p, the decode ranks each room needs a pre-allocation from; {0} for a dummy.
+  // S_p, the decode ranks each room needs a pre-allocation from; {0} for a dummy. Its size is
+  // the room's fan-out, Planner::RequiredPreallocations(p) (§6.5).
   std::vector<int> expected_decode_ranks;
   // The fragments bound to both contracts, planned once per registration; null for a dummy.
   std::shared_ptr<const plan::CopyPlan> copy_plan;

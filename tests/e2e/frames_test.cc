@@ -2,8 +2,6 @@
 // parsers (the vectors' rules, CACHEPD §3): a fake prefill rank facing a decode sidecar, and
 // a fake decode rank (with a real UCX data plane) facing a prefill sidecar.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <climits>
@@ -40,18 +38,6 @@ std::string Kvrail() {
   return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::string Field(const std::string& line, const std::string& key) {
   const size_t at = line.find(key + "=");
   if (at == std::string::npos) return "";
@@ -81,9 +67,19 @@ std::vector<std::string> Receive(zmq::socket_t& pull) {
   return frames;
 }
 
+// Attaches `arena_name` with `contract` through the engine API, as an engine does.
+void Attach(engine_api::EngineApiClient& engine, const std::string& arena_name,
+            const layout::Contract& contract) {
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name(arena_name);
+  attach.mutable_attach()->set_contract(layout::SerializeContract(contract).value());
+  auto reply = engine.Call(attach);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+}
+
 struct Bootstrap {
   Bootstrap() {
-    port = FreePort();
+    port = process::FreeLocalPort().value();
     server = Subprocess::Start(
                  {Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", absl::StrCat(port)})
                  .value();
@@ -119,10 +115,7 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   const std::string arena_name = absl::StrCat("/kvrail-frames-", getpid(), "-d");
   Arena arena = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
   auto engine = engine_api::EngineApiClient::Connect(api).value();
-  v1::EngineRequest attach;
-  attach.mutable_attach()->set_shm_name(arena_name);
-  attach.mutable_attach()->set_contract(layout::SerializeContract(contract).value());
-  ASSERT_TRUE(engine->Call(attach).ok());
+  Attach(*engine, arena_name, contract);
   const layout::Manifest manifest = RoomManifest(contract, {3, 4, 5});
   v1::EngineRequest expect;
   expect.mutable_expect()->set_room(5);
@@ -188,10 +181,7 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
   Arena source = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
   FillPattern(absl::MakeSpan(source.data(), source.size()), 42);
   auto engine = engine_api::EngineApiClient::Connect(api).value();
-  v1::EngineRequest attach;
-  attach.mutable_attach()->set_shm_name(arena_name);
-  attach.mutable_attach()->set_contract(layout::SerializeContract(contract).value());
-  ASSERT_TRUE(engine->Call(attach).ok());
+  Attach(*engine, arena_name, contract);
 
   // The fake decode rank: a real UCX transport and handshake server, and a PULL socket.
   std::vector<uint8_t> destination(contract.ArenaBytes(), 0);

@@ -1,8 +1,6 @@
 #include "tools/demo/cluster.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,24 +12,6 @@ namespace kvrail::demo {
 namespace {
 
 using process::Subprocess;
-
-// A free TCP port on 127.0.0.1 (bound, read, released).
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return absl::InternalError("bind 127.0.0.1:0 failed");
-  }
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 // "key=value" words of a "sidecar ready ..." line.
 std::string Field(const std::string& line, const std::string& key) {
@@ -70,7 +50,7 @@ absl::Status Cluster::StartAll() {
   tag_ = absl::StrCat("kvrail-", getpid(), "-", reinterpret_cast<uintptr_t>(this) % 100000);
   dir_ = absl::StrCat("/tmp/", tag_);
   (void)mkdir(dir_.c_str(), 0700);
-  KVRAIL_ASSIGN_OR_RETURN(const int port, FreePort());
+  KVRAIL_ASSIGN_OR_RETURN(const int port, process::FreeLocalPort());
   bootstrap_ = absl::StrCat("127.0.0.1:", port);
   KVRAIL_ASSIGN_OR_RETURN(
       bootstrap_member_, Spawn("bootstrap", {o.kvrail, "bootstrap", "--host", "127.0.0.1", "--port",

@@ -1,9 +1,11 @@
 #include "tools/process/subprocess.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -161,6 +163,23 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(5));
   }
+}
+
+absl::StatusOr<int> FreeLocalPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(error)));
+  }
+  close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 }  // namespace kvrail::process

@@ -62,6 +62,10 @@ class Subprocess {
   std::optional<int> exit_code_;
 };
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read, released): for
+// servers that take their port as a flag. Another process may take it first; callers retry.
+absl::StatusOr<int> FreeLocalPort();
+
 }  // namespace kvrail::process
 
 #endif  // KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
