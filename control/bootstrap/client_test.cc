@@ -27,8 +27,11 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 std::string ReferenceLayout() {
-  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
-  return vectors["scenarios"][0]["exchanges"][2]["json_body"]["cache_layout"].get<std::string>();
+  static const std::string* const layout = new std::string(
+      kvrail::testing::LoadVectors(
+          "bootstrap.json")["scenarios"][0]["exchanges"][2]["json_body"]["cache_layout"]
+          .get<std::string>());
+  return *layout;
 }
 
 PrefillRegistration Rank(int engine_rank, int world_size = 4, int dp_size = 2) {

@@ -14,8 +14,11 @@ namespace {
 using nlohmann::json;
 
 std::string ReferenceLayout() {
-  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
-  return vectors["scenarios"][0]["exchanges"][2]["json_body"]["cache_layout"].get<std::string>();
+  static const std::string* const layout = new std::string(
+      kvrail::testing::LoadVectors(
+          "bootstrap.json")["scenarios"][0]["exchanges"][2]["json_body"]["cache_layout"]
+          .get<std::string>());
+  return *layout;
 }
 
 json Body() {

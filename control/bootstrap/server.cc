@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -127,12 +128,16 @@ absl::Status BootstrapServer::Start(const std::string& host, int port) {
   auto http = std::make_unique<httplib::Server>();
   // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind the same
   // port and silently split the registrations between the two.
-  http->set_socket_options([](socket_t sock) {
+  http->set_socket_options([this](socket_t sock) {
+    listen_fd_ = sock;
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  const size_t workers = std::max<size_t>(options_.worker_threads, 1);
+  http->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   http->set_payload_max_length(options_.max_body_bytes);
-  http->set_keep_alive_timeout(options_.keep_alive_timeout.count());
+  http->set_keep_alive_max_count(1);
+  http->set_keep_alive_timeout(options_.idle_timeout.count());
   http->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& error) {
         std::string what = "unknown exception";
@@ -180,6 +185,9 @@ absl::Status BootstrapServer::Start(const std::string& host, int port) {
     return absl::UnavailableError(absl::StrCat("bootstrap server: cannot listen on ", host, ":",
                                                port, " (", std::strerror(error), ")"));
   }
+  // httplib listens with a backlog of 5; every rank of a node registers at once at start-up
+  // (§1.2), so widen it (listen() again on a listening socket only changes the backlog).
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   http_ = std::move(http);
   port_ = bound;
   started_ = true;

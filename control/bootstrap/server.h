@@ -55,9 +55,13 @@ struct BootstrapServerOptions {
   std::function<void(const RegistrationEvent&)> on_registration;
   // Bodies above this size are answered 413 by the HTTP layer. A contract is at most 256 KiB.
   size_t max_body_bytes = size_t{1} << 20;
-  // How long an idle keep-alive connection is kept (decode heartbeats keep theirs alive, §1.6).
-  // Stop() waits at most about this long for such a connection's thread.
-  std::chrono::seconds keep_alive_timeout{2};
+  // Threads answering requests. Every connection is closed after one answer (with
+  // "Connection: close"), so a decode's keep-alive heartbeat (§1.6) never pins a thread between
+  // beats; it reconnects, as HTTP clients do.
+  size_t worker_threads = 16;
+  // How long an accepted connection may wait for its request. Stop() waits at most about this
+  // long for a connection that never sends one.
+  std::chrono::seconds idle_timeout{2};
 };
 
 class BootstrapServer {
@@ -88,6 +92,7 @@ class BootstrapServer {
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   std::atomic<int> port_{0};
+  int listen_fd_ = -1;  // set while Start binds
   std::atomic<bool> listen_returned_{false};
   std::mutex lifecycle_mu_;  // serialises Start and Stop
   bool started_ = false;     // guarded by lifecycle_mu_

@@ -1,5 +1,6 @@
 #include "control/engine_api/engine_api.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -18,10 +19,6 @@ namespace {
 zmq::context_t& Context() {
   static zmq::context_t* context = new zmq::context_t(1);
   return *context;
-}
-
-std::chrono::milliseconds Millis(absl::Duration d) {
-  return std::chrono::milliseconds(std::max<int64_t>(0, absl::ToInt64Milliseconds(d)));
 }
 
 }  // namespace
@@ -165,11 +162,28 @@ EngineApiClient::~EngineApiClient() = default;
 
 bool EngineApiClient::Receive(absl::Duration timeout, v1::SidecarMessage& out) {
   zmq::socket_t& dealer = sockets_->dealer;
-  zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, Millis(timeout)) == 0) return false;
   zmq::message_t message;
-  if (!dealer.recv(message, zmq::recv_flags::dontwait)) return false;
+  const absl::Time deadline = absl::Now() + timeout;
+  // What has arrived already needs no poll (pipelined clients drain many messages per wake).
+  while (!dealer.recv(message, zmq::recv_flags::dontwait)) {
+    // The socket's ZMQ_FD is edge-triggered: wait on it only once ZMQ_EVENTS says nothing is
+    // readable (reading ZMQ_EVENTS rearms it). ppoll waits to the microsecond, where zmq_poll
+    // counts whole milliseconds (sub-millisecond timeouts would spin or wait too long).
+    if (dealer.get(zmq::sockopt::events) & ZMQ_POLLIN) continue;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd fd{dealer.get(zmq::sockopt::fd), POLLIN, 0};
+    const timespec wait = absl::ToTimespec(left);
+    ppoll(&fd, 1, &wait, nullptr);
+  }
   return out.ParseFromArray(message.data(), static_cast<int>(message.size()));
+}
+
+void EngineApiClient::Keep(v1::SidecarMessage message) {
+  if (message.has_event() ||
+      (message.has_reply() && sent_.contains(message.reply().request_id()))) {
+    kept_.push_back(std::move(message));
+  }
 }
 
 absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
@@ -183,11 +197,10 @@ absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
     while (absl::Now() < deadline) {
       v1::SidecarMessage message;
       if (!Receive(deadline - absl::Now(), message)) continue;
-      if (message.has_event()) {
-        events_.push_back(message.event());
+      if (!message.has_reply() || message.reply().request_id() != id) {
+        Keep(std::move(message));  // an event, a Send's reply, or one to an abandoned call
         continue;
       }
-      if (message.reply().request_id() != id) continue;  // a reply to an abandoned call
       if (!message.reply().error().empty()) {
         return absl::FailedPreconditionError(message.reply().error());
       }
@@ -203,17 +216,59 @@ absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
 
 std::optional<v1::RoomEvent> EngineApiClient::NextEvent(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  while (events_.empty()) {
-    v1::SidecarMessage message;
-    if (!Receive(deadline - absl::Now(), message)) {
-      if (absl::Now() >= deadline) return std::nullopt;
-      continue;
+  while (true) {
+    auto kept = std::find_if(kept_.begin(), kept_.end(),
+                             [](const v1::SidecarMessage& m) { return m.has_event(); });
+    if (kept != kept_.end()) {
+      v1::RoomEvent event = std::move(*kept->mutable_event());
+      kept_.erase(kept);
+      return event;
     }
-    if (message.has_event()) events_.push_back(message.event());
+    v1::SidecarMessage message;
+    try {
+      if (!Receive(deadline - absl::Now(), message)) {
+        if (absl::Now() >= deadline) return std::nullopt;
+        continue;
+      }
+    } catch (const zmq::error_t&) {
+      return std::nullopt;
+    }
+    Keep(std::move(message));
   }
-  v1::RoomEvent event = std::move(events_.front());
-  events_.pop_front();
-  return event;
+}
+
+absl::StatusOr<uint64_t> EngineApiClient::Send(v1::EngineRequest request) {
+  const uint64_t id = next_id_++;
+  request.set_request_id(id);
+  const std::string bytes = request.SerializeAsString();
+  try {
+    sockets_->dealer.send(zmq::buffer(bytes), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("engine API ", endpoint_, ": ", e.what()));
+  }
+  sent_.insert(id);
+  return id;
+}
+
+absl::StatusOr<std::optional<v1::SidecarMessage>> EngineApiClient::NextMessage(
+    absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (kept_.empty()) {
+    v1::SidecarMessage message;
+    try {
+      if (!Receive(deadline - absl::Now(), message)) {
+        if (absl::Now() >= deadline) return std::nullopt;
+        continue;
+      }
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(absl::StrCat("engine API ", endpoint_, ": ", e.what()));
+    }
+    Keep(std::move(message));
+  }
+  v1::SidecarMessage message = std::move(kept_.front());
+  kept_.pop_front();
+  if (message.has_reply()) sent_.erase(message.reply().request_id());
+  return message;
 }
 
 }  // namespace kvrail::engine_api

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/kvrail/v1/engine.pb.h"
@@ -78,19 +79,40 @@ class EngineApiClient {
   absl::StatusOr<v1::EngineReply> Call(v1::EngineRequest request,
                                        absl::Duration timeout = absl::Seconds(10));
 
-  // The next room event, waiting at most `timeout`; nullopt on timeout.
+  // The next room event, waiting at most `timeout`; nullopt on timeout. Replies to requests
+  // made with Send that arrive meanwhile are kept for NextMessage.
   std::optional<v1::RoomEvent> NextEvent(absl::Duration timeout);
+
+  // Asynchronous use: pipelines requests without waiting for each reply.
+  //
+  // Sends `request` (its request_id is set here and returned) and returns at once; its reply
+  // comes back through NextMessage. Unavailable when the socket refuses the message.
+  absl::StatusOr<uint64_t> Send(v1::EngineRequest request);
+
+  // The next message from the sidecar, waiting at most `timeout` (zero: only what has
+  // arrived): a reply to a Send (check its error) or a room event, in arrival order, after the
+  // events Call kept. Replies to abandoned Calls are skipped. nullopt on timeout; Unavailable
+  // when the socket fails.
+  absl::StatusOr<std::optional<v1::SidecarMessage>> NextMessage(absl::Duration timeout);
+
+  // Requests sent with Send whose replies NextMessage has not returned yet.
+  size_t pending_replies() const { return sent_.size(); }
 
  private:
   EngineApiClient() = default;
   // Receives one message, waiting at most `timeout`; false on timeout.
   bool Receive(absl::Duration timeout, v1::SidecarMessage& out);
+  // Keeps `message` for NextMessage/NextEvent when it is an event or the reply to a Send.
+  void Keep(v1::SidecarMessage message);
 
   struct Sockets;
   std::unique_ptr<Sockets> sockets_;
   std::string endpoint_;
   uint64_t next_id_ = 1;
-  std::deque<v1::RoomEvent> events_;
+  // Events and replies to Sends received but not yet returned, in arrival order.
+  std::deque<v1::SidecarMessage> kept_;
+  // request_ids sent with Send and not yet answered through NextMessage.
+  absl::flat_hash_set<uint64_t> sent_;
 };
 
 }  // namespace kvrail::engine_api

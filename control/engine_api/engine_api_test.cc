@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <vector>
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,99 @@ TEST(EngineApiTest, GarbageAndEmptyRequestsAreAnsweredWithAReasonAndServingGoesO
   v1::EngineRequest poll;
   poll.mutable_poll();
   EXPECT_TRUE(client->Call(poll).ok());
+}
+
+TEST(EngineApiTest, PipelinedSendsGetEveryReplyInOrderThroughNextMessage) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok());
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  std::vector<uint64_t> ids;
+  for (uint64_t room = 1; room <= 50; ++room) {
+    v1::EngineRequest poll;
+    poll.mutable_poll()->add_rooms(room);
+    absl::StatusOr<uint64_t> id = client->Send(poll);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  EXPECT_EQ(client->pending_replies(), 50u);
+  for (uint64_t room = 1; room <= 50; ++room) {
+    auto message = client->NextMessage(absl::Seconds(5));
+    ASSERT_TRUE(message.ok()) << message.status();
+    ASSERT_TRUE(message->has_value());
+    ASSERT_TRUE((*message)->has_reply());
+    EXPECT_EQ((*message)->reply().request_id(), ids[room - 1]);
+    ASSERT_EQ((*message)->reply().states_size(), 1);
+    EXPECT_EQ((*message)->reply().states(0).room(), room);
+  }
+  EXPECT_EQ(client->pending_replies(), 0u);
+  auto none = client->NextMessage(absl::ZeroDuration());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+}
+
+TEST(EngineApiTest, ASendsErrorComesBackInItsReply) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok());
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(0);
+  ASSERT_TRUE(client->Send(abort).ok());
+  auto message = client->NextMessage(absl::Seconds(5));
+  ASSERT_TRUE(message.ok() && message->has_value());
+  EXPECT_NE((*message)->reply().error().find("Abort room 0"), std::string::npos);
+}
+
+TEST(EngineApiTest, CallAndNextEventKeepSendRepliesAndEventsForNextMessage) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok());
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(3);
+  const uint64_t sent = client->Send(poll).value();
+  ASSERT_TRUE(client->Call(poll).ok());  // registers the engine; the Send's reply comes first
+  v1::RoomEvent event;
+  event.set_room(11);
+  event.set_status(v1::TRANSFER_POLL_SUCCESS);
+  (*server)->Publish(event);
+  // NextEvent takes the event and leaves the Send's reply.
+  std::optional<v1::RoomEvent> got = client->NextEvent(absl::Seconds(5));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->room(), 11u);
+  auto reply = client->NextMessage(absl::Seconds(5));
+  ASSERT_TRUE(reply.ok() && reply->has_value());
+  ASSERT_TRUE((*reply)->has_reply());
+  EXPECT_EQ((*reply)->reply().request_id(), sent);
+  // Events and replies interleave in arrival order.
+  ASSERT_TRUE(client->Send(poll).ok());
+  (*server)->Publish(event);
+  int replies = 0;
+  int events = 0;
+  while (replies + events < 2) {
+    auto message = client->NextMessage(absl::Seconds(5));
+    ASSERT_TRUE(message.ok() && message->has_value());
+    ((*message)->has_reply() ? replies : events) += 1;
+  }
+  EXPECT_EQ(replies, 1);
+  EXPECT_EQ(events, 1);
+  EXPECT_EQ(client->pending_replies(), 0u);
+}
+
+TEST(EngineApiTest, ASubMillisecondWaitReturnsEmptyAndLaterMessagesStillArrive) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok());
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  auto none = client->NextMessage(absl::Microseconds(300));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(1);
+  const uint64_t id = client->Send(poll).value();
+  std::optional<v1::SidecarMessage> got;
+  for (int i = 0; i < 100000 && !got.has_value(); ++i) {
+    got = client->NextMessage(absl::Microseconds(100)).value();
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->reply().request_id(), id);
 }
 
 TEST(EngineApiTest, NoSidecarIsDeadlineExceeded) {

@@ -197,15 +197,29 @@ struct Sidecar::Impl {
     if (decode) decode->Free(event.room);
   }
 
-  void SendLocked(const std::vector<session::OutboundMessage>& messages) {
+  // Pushes `messages` in order. A message that cannot be queued (the peer's queue is full or
+  // it is gone) must not leave a room waiting for ever: a decode fails the room whose
+  // pre-allocation was lost; a prefill's lost status is logged (its decode's waiting timeout
+  // and heartbeat still end the room there). Returns the rooms to fail.
+  std::vector<std::pair<uint64_t, std::string>> SendLocked(
+      const std::vector<session::OutboundMessage>& messages) {
+    std::vector<std::pair<uint64_t, std::string>> lost;
     for (const session::OutboundMessage& m : messages) {
       const absl::Status sent = outbox->Send(m.endpoint, m.frames);
-      if (!sent.ok()) spdlog::warn("{}: {}", role_name, std::string(sent.message()));
+      if (sent.ok()) continue;
+      spdlog::warn("{}: sending to {} failed: {}", role_name, m.endpoint,
+                   std::string(sent.message()));
+      uint64_t room = 0;
+      if (!m.frames.empty() && absl::SimpleAtoi(m.frames[0], &room)) {
+        lost.emplace_back(room,
+                          absl::StrCat("sending to ", m.endpoint, " failed: ", sent.message()));
+      }
     }
+    return lost;
   }
 
   void ApplyLocked(session::PrefillOutput out) {
-    SendLocked(out.messages);
+    (void)SendLocked(out.messages);
     for (const session::RoomEvent& event : out.events) {
       auto t = transfers.find(event.room);
       if (t != transfers.end() && Terminal(event.state)) {
@@ -222,7 +236,10 @@ struct Sidecar::Impl {
   }
 
   void ApplyLocked(session::DecodeOutput out) {
-    SendLocked(out.messages);
+    for (const auto& [room, reason] : SendLocked(out.messages)) {
+      session::DecodeOutput failed = decode->Fail(room, reason, absl::Now());
+      out.events.insert(out.events.end(), failed.events.begin(), failed.events.end());
+    }
     for (const session::RoomEvent& event : out.events) {
       Publish(event);
       FinishLocked(event);
@@ -763,7 +780,11 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   impl->role_name = options.role == Role::kPrefill ? "prefill" : "decode";
   impl->zmq = session::ZmqContext::Create();
   KVRAIL_ASSIGN_OR_RETURN(impl->inbox, session::ZmqInbox::Bind(impl->zmq, options.host, 0));
-  impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq);
+  // Deep queues: at 1000 rooms in flight the default 1000 messages per peer overflowed
+  // (bench/control).
+  session::OutboxOptions outbox_options;
+  outbox_options.send_hwm = 100000;
+  impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
   transport::UcxOptions ucx;
   ucx.lanes = options.lanes;
   ucx.tls = options.tls == "sm" ? "sm,self" : options.tls;
