@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "control/error/error.h"
+#include "tools/bench_cmd.h"
 #include "tools/bootstrap_cmd.h"
 #include "tools/inspect.h"
 #include "tools/plan_cmd.h"
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   kvrail::tools::AddSidecar(app, exit_code);
   kvrail::tools::AddEngineSim(app, exit_code);
   kvrail::tools::AddDemo(app, exit_code);
+  kvrail::tools::AddBench(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

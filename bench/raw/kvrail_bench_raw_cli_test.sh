@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `kvrail bench raw` end to end over shared memory and tcp with tiny windows: the JSON shape of
+# the issue, positive figures on every row (behaviour, never timings), and one-line flag errors
+# with exit 2.
+set -u
+kvrail="tools/kvrail"
+fail=0
+expect() {  # expect NAME CONDITION-COMMAND...
+  local name=$1
+  shift
+  if ! "$@"; then echo "FAIL $name"; fail=1; fi
+}
+check_rows() {  # check_rows TRANSPORT JSON
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+transport, text = sys.argv[1], sys.argv[2]
+doc = json.loads(text)
+assert list(doc) == ["rows"], doc
+rows = doc["rows"]
+assert len(rows) == 1, rows
+r = rows[0]
+for key in ("transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio"):
+    assert key in r, key
+assert r["transport"] == transport, r
+assert r["block_bytes"] == 65536 and r["batch"] == 1, r
+assert r["gbps"] > 0 and r["ops_per_s"] > 0, r
+assert r["peer_gbps"] is not None and r["peer_gbps"] > 0, r
+assert abs(r["ratio"] - r["gbps"] / r["peer_gbps"]) < 1e-9 * max(1, r["ratio"]), r
+assert abs(r["ops_per_s"] * 65536 / 1e9 - r["gbps"]) < 1e-6 * r["gbps"], r
+assert r["memcpy_gbps"] > 0, r
+PY
+}
+
+for transport in shm tcp; do
+  out=$("$kvrail" bench raw --transport "$transport" --block-sizes 64KiB --batch-sizes 1 \
+    --seconds 0.05 --json --quiet)
+  rc=$?
+  expect "$transport-exit" test "$rc" -eq 0
+  expect "$transport-json" check_rows "$transport" "$out"
+done
+
+table=$("$kvrail" bench raw --transport shm --block-sizes 4KiB --batch-sizes 2 --seconds 0.05 \
+  --no-peer --quiet)
+expect table-header grep -q "kvrail GB/s" <<<"$table"
+expect table-row grep -q "^shm *4 KiB *2 " <<<"$table"
+
+err=$("$kvrail" bench raw --block-sizes 64KB 2>&1 >/dev/null)
+rc=$?
+expect bad-size-exit test "$rc" -eq 2
+expect bad-size-message grep -q '^error: --block-sizes: "64KB": .*KiB' <<<"$err"
+expect bad-size-one-line test "$(wc -l <<<"$err")" -eq 1
+
+err=$("$kvrail" bench raw --block-sizes 128MiB 2>&1 >/dev/null)
+expect too-big-exit test $? -eq 2
+expect too-big-message grep -q "between 1 B and 64 MiB" <<<"$err"
+
+err=$("$kvrail" bench raw --batch-sizes 0 2>&1 >/dev/null)
+expect bad-batch-exit test $? -eq 2
+expect bad-batch-message grep -q "^error: --batch-sizes: .*between 1 and 1024" <<<"$err"
+
+err=$("$kvrail" bench raw --transport rdma 2>&1 >/dev/null)
+expect bad-transport-exit test $? -eq 2
+expect bad-transport-message grep -q "tcp, shm or netns" <<<"$err"
+
+exit $fail

@@ -1,0 +1,626 @@
+#include "bench/raw/raw_bench.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "bench/raw/child_process.h"
+#include "bench/raw/memcpy_limit.h"
+#include "bench/raw/netns.h"
+#include "bench/raw/perftest.h"
+#include "bench/raw/raw_target.h"
+#include "bench/raw/write_window.h"
+#include "engine/memory/arena.h"
+#include "engine/memory/pattern.h"
+#include "engine/transport/ucx/ucx_transport.h"
+
+namespace kvrail::bench {
+namespace {
+
+// Rows cycle through at most this much source and destination (more only repeats DRAM).
+constexpr uint64_t kMaxWorkingSet = uint64_t{256} << 20;
+// Verification writes come from odd source offsets, so a write that ignored its offsets
+// fails; the check after the windows uses another shift than the one before them, so bytes
+// left over from the first check (or from the windows) fail it too.
+constexpr uint64_t kVerifyShiftBefore = 4096 + 64 + 3;
+constexpr uint64_t kVerifyShiftAfter = 8192 + 512 + 7;
+constexpr uint64_t kMaxVerifyShift = uint64_t{64} << 10;
+// Each verification posts one batch of this many writes (or fewer, per the batch sizes).
+constexpr int kVerifyBatch = 3;
+
+// Prints "[ 3/24] tcp 64 KiB x32: ..." lines, or one updating bar on a terminal.
+class Progress {
+ public:
+  Progress(std::FILE* out, int total)
+      : out_(out), total_(total), tty_(out != nullptr && isatty(fileno(out))) {}
+  ~Progress() {
+    if (out_ != nullptr && tty_ && shown_) std::fputs("\r\033[K", out_);
+  }
+  void Step(const std::string& what) {
+    if (out_ == nullptr) return;
+    ++done_;
+    if (tty_) {
+      constexpr int kWidth = 24;
+      const int filled = total_ > 0 ? std::min(kWidth, done_ * kWidth / total_) : 0;
+      std::fprintf(out_, "\r\033[K[%s%s] %d/%d %s", std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), done_, total_, what.c_str());
+    } else {
+      std::fprintf(out_, "[%d/%d] %s\n", done_, total_, what.c_str());
+    }
+    std::fflush(out_);
+    shown_ = true;
+  }
+  void Note(const std::string& line) {
+    if (out_ == nullptr) return;
+    std::fprintf(out_, "%s%s\n", tty_ ? "\r\033[K" : "", line.c_str());
+    std::fflush(out_);
+  }
+
+ private:
+  std::FILE* out_;
+  int total_;
+  int done_ = 0;
+  bool tty_;
+  bool shown_ = false;
+};
+
+uint64_t WorkingSet(uint64_t block, int batch) {
+  const uint64_t wanted = std::min<uint64_t>(block * static_cast<uint64_t>(batch), kMaxWorkingSet);
+  return std::max(block, wanted / block * block);
+}
+
+std::string RowName(RawTransport transport, uint64_t block, int batch) {
+  return absl::StrFormat("%s %s x%d", RawTransportName(transport), FormatBytes(block), batch);
+}
+
+// Where the two sides of one transport run.
+struct Placement {
+  RawTransport transport;
+  std::vector<std::string> target_prefix;  // argv prefix for target-side processes
+  std::string local_device;                // UCX_NET_DEVICES here (tcp)
+  std::string target_device;               // and there
+  std::string target_host = "127.0.0.1";   // the ucx_perftest server's address
+};
+
+RawTuning TuningFor(const RawBenchOptions& options, RawTransport transport) {
+  RawTuning tuning = DefaultTuning(transport);
+  if (options.lanes > 0) tuning.lanes = options.lanes;
+  if (options.slice_bytes > 0) tuning.slice_bytes = options.slice_bytes;
+  if (options.inflight_bytes_per_lane > 0) {
+    tuning.inflight_bytes_per_lane = options.inflight_bytes_per_lane;
+  }
+  if (options.posts_per_lane > 0) tuning.posts_per_lane = options.posts_per_lane;
+  tuning.slice_bytes = std::min(tuning.slice_bytes, kMaxBlockBytes);
+  tuning.post_bytes = std::max(tuning.slice_bytes, tuning.inflight_bytes_per_lane / 2);
+  return tuning;
+}
+
+// ucx_perftest keeps as many puts outstanding as the row's batch, within the bytes in flight
+// kvrail keeps per endpoint (and at least one).
+int PeerOutstanding(uint64_t block, int batch, const RawTuning& tuning) {
+  const uint64_t by_bytes = std::max<uint64_t>(1, tuning.inflight_bytes_per_lane / block);
+  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(batch), by_bytes));
+}
+
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 13337;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 13337;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// True once process `pid` has a TCP socket listening on `port`, read from /proc/<pid>/net/tcp*
+// (which shows the sockets of the namespace the process is in). The ucx_perftest server prints
+// "Waiting for connection..." too, but stdio holds it back when stdout is a pipe.
+bool WaitForListen(pid_t pid, int port, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string local = absl::StrFormat(":%04X", port);
+  while (absl::Now() < deadline) {
+    for (const char* file : {"tcp", "tcp6"}) {
+      std::ifstream in(absl::StrCat("/proc/", pid, "/net/", file));
+      std::string line;
+      while (std::getline(in, line)) {
+        // "  sl  local_address rem_address   st ...": st 0A is LISTEN.
+        std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+        if (fields.size() > 3 && absl::EndsWith(fields[1], local) && fields[3] == "0A") {
+          return true;
+        }
+      }
+    }
+    if (kill(pid, 0) != 0) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+
+struct PeerOutcome {
+  std::optional<double> gbps;
+  std::string note;
+};
+
+// One ucx_perftest server + client run. Never fails: a missing figure comes with a note.
+PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, uint64_t block,
+                        int outstanding, double expected_bytes_per_s, bool emulated) {
+  PerftestRun run;
+  run.tls = where.transport == RawTransport::kShm ? "sm,self" : "tcp";
+  if (where.transport != RawTransport::kShm) {
+    run.net_devices = where.local_device.empty() ? "lo" : where.local_device;
+    run.server_net_devices = where.target_device;
+  }
+  run.server_host = where.target_host;
+  run.block_bytes = block;
+  run.outstanding = outstanding;
+  if (emulated) run.extra_env = {{kEmulatedPutEnvName, kEmulatedPutEnvValue}};
+  const double rate = std::max(expected_bytes_per_s, 20e6);
+  run.iterations = static_cast<uint64_t>(
+      std::clamp(options.seconds * rate / static_cast<double>(block), 4.0, 2e7));
+  run.warmup = std::max<uint64_t>(2, run.iterations / 10);
+  // The iterations aim at `seconds` at kvrail's rate; a peer much slower than that is stopped
+  // at the limit and reports the average of the puts it completed (it prints one progress
+  // line a second), so a collapse shows as a partial figure, not a hang.
+  const double bytes = static_cast<double>((run.iterations + run.warmup) * block);
+  const absl::Duration limit =
+      absl::Seconds(std::clamp(bytes / 50e6, std::max(2.5, 4 * options.seconds), 30.0));
+
+  std::string last_error;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    run.port = FreeTcpPort();
+    ChildSpec server_spec;
+    server_spec.argv = where.target_prefix;
+    server_spec.argv.push_back(options.perftest);
+    for (std::string& arg : PerftestServerArgs(run)) server_spec.argv.push_back(std::move(arg));
+    server_spec.env = PerftestServerEnv(run);
+    server_spec.pipe_stdout = true;
+    server_spec.stderr_mode = ChildSpec::Stderr::kToStdout;
+    absl::StatusOr<ChildProcess> server = ChildProcess::Spawn(server_spec);
+    if (!server.ok()) return {std::nullopt, std::string{server.status().message()}};
+    if (!WaitForListen(server->pid(), run.port, absl::Seconds(10))) {
+      server->Stop(absl::Seconds(1));
+      absl::StatusOr<std::string> said = server->ReadAll(absl::Seconds(1));
+      last_error = absl::StrCat("ucx_perftest server did not listen on port ", run.port,
+                                said.ok() ? absl::StrCat(": ", said->substr(0, 300)) : "");
+      continue;
+    }
+
+    ChildSpec client_spec;
+    client_spec.argv = {options.perftest};
+    for (std::string& arg : PerftestClientArgs(run)) client_spec.argv.push_back(std::move(arg));
+    client_spec.env = PerftestClientEnv(run);
+    client_spec.pipe_stdout = true;
+    client_spec.stderr_mode = ChildSpec::Stderr::kToStdout;
+    absl::StatusOr<ChildProcess> client = ChildProcess::Spawn(client_spec);
+    if (!client.ok()) return {std::nullopt, std::string{client.status().message()}};
+    absl::StatusOr<std::string> output = client->ReadAll(limit);
+    bool timed_out = false;
+    if (!output.ok()) {
+      timed_out = true;
+      client->Stop(absl::Seconds(1));
+      output = client->ReadAll(absl::Seconds(2));
+    }
+    absl::StatusOr<int> code = client->Wait(absl::Seconds(5));
+    server->Stop(absl::Seconds(2));
+    const std::string text = output.ok() ? *output : "";
+    absl::StatusOr<PerftestResult> result = ParsePerftestOutput(text);
+    if (result.ok() && (result->final || timed_out)) {
+      PeerOutcome outcome{MibPerSecondToGbps(result->bandwidth_mib_per_s), ""};
+      if (!result->final) {
+        outcome.note = absl::StrFormat(
+            "ucx_perftest -s %u -O %d had not finished %u puts after %.1f s; its figure is the "
+            "average of the %u it completed",
+            block, outstanding, run.iterations, absl::ToDoubleSeconds(limit), result->iterations);
+      }
+      return outcome;
+    }
+    last_error = result.ok() ? "ucx_perftest stopped before its final result"
+                             : std::string{result.status().message()};
+    if (code.ok() && *code != 0) absl::StrAppend(&last_error, " (client exit ", *code, ")");
+    if (timed_out) {
+      last_error = absl::StrFormat("ucx_perftest printed no figure within %.1f s",
+                                   absl::ToDoubleSeconds(limit));
+      break;
+    }
+    // A client that could not reach a server not yet listening is retried.
+    if (!absl::StrContains(text, "Connection refused")) break;
+  }
+  return {std::nullopt, last_error};
+}
+
+// The kvrail side of one transport: the target process, this side's transport and source
+// arena, the connection, and the verification before and after the windows.
+class KvrailSession {
+ public:
+  static absl::StatusOr<std::unique_ptr<KvrailSession>> Open(const RawBenchOptions& options,
+                                                             const Placement& where,
+                                                             const RawTuning& tuning) {
+    std::unique_ptr<KvrailSession> session(new KvrailSession(options, where, tuning));
+    absl::Status status = session->Start();
+    if (!status.ok()) return status;
+    return session;
+  }
+
+  // One row's window, after a short unmeasured warm-up (connection buffers, caches, the
+  // progress threads' back-off).
+  absl::StatusOr<WindowResult> Measure(uint64_t block, int batch) {
+    WindowSpec spec = Spec(block, batch);
+    spec.working_set = WorkingSet(block, batch);
+    spec.destination_address = target_->arena_address();
+    spec.duration = absl::Seconds(std::min(0.1, options_.seconds / 4));
+    absl::StatusOr<WindowResult> warm = RunWriteWindow(*local_, peer_, source_, spec);
+    if (!warm.ok()) return warm.status();
+    spec.duration = absl::Seconds(options_.seconds);
+    absl::StatusOr<WindowResult> result = RunWriteWindow(*local_, peer_, source_, spec);
+    if (!result.ok()) {
+      return absl::Status(
+          result.status().code(),
+          absl::StrCat(RowName(where_.transport, block, batch), ": ", result.status().message()));
+    }
+    return result;
+  }
+
+  // Verifies again (the windows must not have broken anything), then stops both sides.
+  absl::Status Close() {
+    absl::Status verified = Verify(kVerifyShiftAfter);
+    if (!verified.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(RawTransportName(where_.transport),
+                       ": verification after the windows failed: ", verified.message()));
+    }
+    local_->Close();
+    return target_->Stop();
+  }
+
+ private:
+  KvrailSession(const RawBenchOptions& options, const Placement& where, const RawTuning& tuning)
+      : options_(options), where_(where), tuning_(tuning) {}
+
+  absl::Status Start() {
+    uint64_t max_ws = 0;
+    uint64_t sum_blocks = 0;
+    for (uint64_t block : options_.block_sizes) {
+      sum_blocks += block;
+      for (int batch : options_.batch_sizes) max_ws = std::max(max_ws, WorkingSet(block, batch));
+    }
+    arena_bytes_ = std::max(max_ws, kVerifyBatch * sum_blocks) + kMaxVerifyShift;
+
+    RawTargetOptions target_options;
+    target_options.transport = where_.transport;
+    target_options.lanes = tuning_.lanes;
+    target_options.arena_bytes = arena_bytes_;
+    target_options.net_device = where_.target_device;
+    absl::StatusOr<TargetProcess> target =
+        TargetProcess::Start(where_.target_prefix, options_.self_exe, target_options);
+    if (!target.ok()) return target.status();
+    target_ = std::make_unique<TargetProcess>(std::move(*target));
+
+    transport::UcxOptions ucx_options =
+        UcxOptionsFor(where_.transport, tuning_.lanes, where_.local_device);
+    ucx_options.max_inflight_bytes_per_endpoint = tuning_.inflight_bytes_per_lane;
+    auto local = transport::UcxTransport::Create(ucx_options);
+    if (!local.ok()) return local.status();
+    local_ = std::move(*local);
+    absl::StatusOr<Arena> arena = Arena::CreateMemfd("kvrail-bench-source", arena_bytes_);
+    if (!arena.ok()) return arena.status();
+    arena_ = std::make_unique<Arena>(std::move(*arena));
+    FillPattern(absl::MakeSpan(arena_->data(), arena_->size()), kRawPatternSeed);
+    auto source = local_->Register({arena_->data(), arena_->size()});
+    if (!source.ok()) return source.status();
+    source_ = *source;
+    auto peer = local_->Connect(target_->descriptor());
+    if (!peer.ok()) return peer.status();
+    peer_ = *peer;
+    absl::Status verified = Verify(kVerifyShiftBefore);
+    if (!verified.ok()) {
+      return absl::DataLossError(absl::StrCat(RawTransportName(where_.transport),
+                                              ": verification failed: ", verified.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  WindowSpec Spec(uint64_t block, int batch) const {
+    WindowSpec spec;
+    spec.block_bytes = block;
+    spec.batch = batch;
+    spec.lanes = tuning_.lanes;
+    spec.slice_bytes = tuning_.slice_bytes;
+    spec.inflight_bytes_per_lane = tuning_.inflight_bytes_per_lane;
+    spec.post_bytes = tuning_.post_bytes;
+    spec.posts_per_lane = tuning_.posts_per_lane;
+    return spec;
+  }
+
+  // For every block size, one complete batch of up to kVerifyBatch writes to consecutive
+  // destinations from source offset `shift`, a flush, and a check of every byte by the
+  // target: the correctness check, through the same window code as the measurements.
+  absl::Status Verify(uint64_t shift) {
+    const int batch = std::min(
+        kVerifyBatch, *std::max_element(options_.batch_sizes.begin(), options_.batch_sizes.end()));
+    uint64_t cursor = 0;
+    for (uint64_t block : options_.block_sizes) {
+      const uint64_t bytes = block * static_cast<uint64_t>(batch);
+      if (cursor + bytes > arena_bytes_ || shift + bytes > arena_bytes_) {
+        return absl::InternalError("verification: the arenas are too small");
+      }
+      WindowSpec spec = Spec(block, batch);
+      spec.working_set = bytes;
+      spec.source_offset = shift;
+      spec.destination_address = target_->arena_address() + cursor;
+      spec.duration = absl::Seconds(120);
+      spec.max_bytes = bytes;
+      absl::StatusOr<WindowResult> result = RunWriteWindow(*local_, peer_, source_, spec);
+      if (!result.ok()) return result.status();
+      if (result->bytes != bytes) {
+        return absl::InternalError(absl::StrFormat("a batch of %d writes of %u B landed %u B",
+                                                   batch, block, result->bytes));
+      }
+      absl::Status status = target_->Verify(cursor, bytes, shift);
+      if (!status.ok()) return status;
+      cursor += bytes;
+    }
+    return absl::OkStatus();
+  }
+
+  const RawBenchOptions& options_;
+  const Placement where_;
+  const RawTuning tuning_;
+  uint64_t arena_bytes_ = 0;
+  // Destroyed in reverse: the transport goes before the source arena it registered.
+  std::unique_ptr<TargetProcess> target_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<transport::UcxTransport> local_;
+  transport::RegionId source_ = 0;
+  transport::PeerId peer_ = 0;
+};
+
+// One transport measured from this process. Each row runs kvrail's window, then ucx_perftest
+// and memcpy, one after the other, so that all three see the machine in the same state.
+absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
+                                                const Placement& where, MemcpyLimit& memcpy_limit,
+                                                Progress& progress) {
+  const RawTuning tuning = TuningFor(options, where.transport);
+  absl::StatusOr<std::unique_ptr<KvrailSession>> session =
+      KvrailSession::Open(options, where, tuning);
+  if (!session.ok()) return session.status();
+
+  std::vector<RawRow> rows;
+  // (block, -O, emulated)
+  std::map<std::tuple<uint64_t, int, bool>, PeerOutcome> peer_cache;
+  auto peer = [&](uint64_t block, int outstanding, double expected, bool emulated) {
+    const auto key = std::make_tuple(block, outstanding, emulated);
+    auto it = peer_cache.find(key);
+    if (it == peer_cache.end()) {
+      PeerOutcome best;
+      for (int run = 0; run < std::max(1, options.repeat); ++run) {
+        PeerOutcome next = RunPerftest(options, where, block, outstanding, expected, emulated);
+        if (!best.gbps.has_value() || (next.gbps.has_value() && *next.gbps > *best.gbps)) {
+          best = std::move(next);
+        }
+      }
+      it = peer_cache.emplace(key, std::move(best)).first;
+    }
+    return it->second;
+  };
+  for (uint64_t block : options.block_sizes) {
+    for (int batch : options.batch_sizes) {
+      absl::StatusOr<WindowResult> window;
+      for (int run = 0; run < std::max(1, options.repeat); ++run) {
+        absl::StatusOr<WindowResult> next = (*session)->Measure(block, batch);
+        if (!next.ok()) return next.status();
+        if (!window.ok() || next->gbps() > window->gbps()) window = std::move(next);
+      }
+      progress.Step(absl::StrFormat("%s: kvrail %.3f GB/s", RowName(where.transport, block, batch),
+                                    window->gbps()));
+      RawRow row;
+      row.transport = RawTransportName(where.transport);
+      row.block_bytes = block;
+      row.batch = batch;
+      row.gbps = window->gbps();
+      row.ops_per_s = window->blocks_per_s(block);
+      row.lanes = tuning.lanes;
+      row.inflight_bytes_per_lane = tuning.inflight_bytes_per_lane;
+      row.working_set = WorkingSet(block, batch);
+      row.peer_outstanding = PeerOutstanding(block, batch, tuning);
+      if (options.run_peer) {
+        const PeerOutcome outcome = peer(block, row.peer_outstanding, row.gbps * 1e9, false);
+        row.peer_gbps = outcome.gbps;
+        row.note = outcome.note;
+        if (where.transport == RawTransport::kShm) {
+          const PeerOutcome emulated = peer(block, row.peer_outstanding, row.gbps * 1e9, true);
+          row.peer_emulated_gbps = emulated.gbps;
+          if (row.note.empty() && !emulated.note.empty()) {
+            row.note = absl::StrCat("emulated: ", emulated.note);
+          }
+        }
+        if (!row.peer_gbps.has_value()) {
+          progress.Note(absl::StrCat("warning: ", RowName(where.transport, block, batch),
+                                     ": no ucx_perftest figure: ", row.note));
+        }
+      } else {
+        row.note = "ucx_perftest not run";
+      }
+      row.memcpy_gbps = memcpy_limit.Gbps(block, row.working_set,
+                                          absl::Seconds(std::min(0.2, options.seconds / 2)));
+      progress.Step(absl::StrFormat(
+          "%s: ucx_perftest %s GB/s", RowName(where.transport, block, batch),
+          row.peer_gbps ? absl::StrFormat("%.3f", *row.peer_gbps) : std::string("-")));
+      rows.push_back(std::move(row));
+    }
+  }
+  absl::Status closed = (*session)->Close();
+  if (!closed.ok()) return closed;
+  return rows;
+}
+
+// The netns rows: namespaces here, the measurement in a child inside the first of them.
+absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
+                                                 Progress& progress) {
+  absl::StatusOr<NetnsPair> pair = NetnsPair::Create();
+  if (!pair.ok()) return pair.status();
+  std::vector<std::string> blocks, batches;
+  for (uint64_t block : options.block_sizes) blocks.push_back(absl::StrCat(block));
+  for (int batch : options.batch_sizes) batches.push_back(absl::StrCat(batch));
+  ChildSpec spec;
+  spec.argv = NetnsPair::ExecPrefix(pair->initiator().netns);
+  spec.argv.insert(spec.argv.end(),
+                   {options.self_exe, "bench", "raw", "--transport", "netns", "--block-sizes",
+                    absl::StrJoin(blocks, ","), "--batch-sizes", absl::StrJoin(batches, ","),
+                    "--seconds", absl::StrCat(options.seconds), "--json", "--netns-side",
+                    absl::StrJoin({pair->target().netns, pair->initiator().device,
+                                   pair->target().device, pair->target().address},
+                                  ",")});
+  if (options.lanes > 0) {
+    spec.argv.insert(spec.argv.end(), {"--lanes", absl::StrCat(options.lanes)});
+  }
+  if (options.inflight_bytes_per_lane > 0) {
+    spec.argv.insert(spec.argv.end(),
+                     {"--inflight", absl::StrCat(options.inflight_bytes_per_lane)});
+  }
+  if (options.slice_bytes > 0) {
+    spec.argv.insert(spec.argv.end(), {"--slice", absl::StrCat(options.slice_bytes)});
+  }
+  if (options.posts_per_lane > 0) {
+    spec.argv.insert(spec.argv.end(), {"--posts", absl::StrCat(options.posts_per_lane)});
+  }
+  spec.argv.insert(spec.argv.end(), {"--repeat", absl::StrCat(options.repeat)});
+  if (!options.run_peer) spec.argv.push_back("--no-peer");
+  if (options.progress == nullptr) spec.argv.push_back("--quiet");
+  spec.pipe_stdout = true;  // its stderr (progress, errors) is ours
+  progress.Note(absl::StrFormat("netns: %s (%s %s) <-> %s (%s %s)", pair->initiator().netns,
+                                pair->initiator().device, pair->initiator().address,
+                                pair->target().netns, pair->target().device,
+                                pair->target().address));
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+  if (!child.ok()) return child.status();
+  const size_t rows = options.block_sizes.size() * options.batch_sizes.size();
+  const absl::Duration limit =
+      absl::Seconds(120 + static_cast<double>(rows) * (2 * options.seconds + 60));
+  absl::StatusOr<std::string> output = child->ReadAll(limit);
+  if (!output.ok()) {
+    child->Stop();
+    return absl::DeadlineExceededError(
+        absl::StrCat("netns measurement did not finish within ", absl::FormatDuration(limit)));
+  }
+  absl::StatusOr<int> code = child->Wait(absl::Seconds(30));
+  if (!code.ok()) return code.status();
+  if (*code != 0) {
+    return absl::InternalError(absl::StrCat("netns measurement inside ", pair->initiator().netns,
+                                            " failed (exit ", *code, "; its error is above)"));
+  }
+  return RowsFromJson(*output);
+}
+
+}  // namespace
+
+RawTuning DefaultTuning(RawTransport transport) {
+  RawTuning tuning;
+  switch (transport) {
+    case RawTransport::kShm:
+      tuning.lanes = 2;
+      tuning.slice_bytes = uint64_t{4} << 20;
+      tuning.inflight_bytes_per_lane = uint64_t{16} << 20;
+      break;
+    case RawTransport::kTcp:
+    case RawTransport::kNetns:
+      tuning.lanes = 2;
+      tuning.slice_bytes = uint64_t{1} << 20;
+      tuning.inflight_bytes_per_lane = uint64_t{4} << 20;
+      break;
+  }
+  tuning.post_bytes = std::max(tuning.slice_bytes, tuning.inflight_bytes_per_lane / 2);
+  return tuning;
+}
+
+absl::StatusOr<NetnsSide> ParseNetnsSide(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ',');
+  if (parts.size() != 4 ||
+      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--netns-side: \"", text,
+                     "\": expected target_netns,local_device,target_device,target_address"));
+  }
+  return NetnsSide{parts[0], parts[1], parts[2], parts[3]};
+}
+
+absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) {
+  if (options.self_exe.empty()) {
+    return absl::InvalidArgumentError("bench raw: the path of the kvrail binary is unknown");
+  }
+  if (!(options.seconds > 0) || options.seconds > 60) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--seconds: %g: a window lasts more than 0 and at most 60 seconds", options.seconds));
+  }
+  const size_t rows_per_transport = options.block_sizes.size() * options.batch_sizes.size();
+  int steps = 0;
+  for (RawTransport t : options.transports) {
+    if (t != RawTransport::kNetns || options.netns_side.has_value()) {
+      steps += static_cast<int>(2 * rows_per_transport);
+    }
+  }
+  Progress progress(options.progress, steps);
+  uint64_t max_working_set = 0;
+  for (uint64_t block : options.block_sizes) {
+    for (int batch : options.batch_sizes) {
+      max_working_set = std::max(max_working_set, WorkingSet(block, batch));
+    }
+  }
+  MemcpyLimit memcpy_limit(max_working_set);
+  std::vector<RawRow> rows;
+  for (RawTransport transport : options.transports) {
+    absl::StatusOr<std::vector<RawRow>> measured;
+    if (transport == RawTransport::kNetns && !options.netns_side.has_value()) {
+      measured = MeasureNetns(options, progress);
+    } else {
+      Placement where;
+      where.transport = transport;
+      if (transport == RawTransport::kTcp) {
+        where.local_device = where.target_device = "lo";
+      } else if (transport == RawTransport::kNetns) {
+        const NetnsSide& side = *options.netns_side;
+        where.target_prefix = NetnsPair::ExecPrefix(side.target_netns);
+        where.local_device = side.local_device;
+        where.target_device = side.target_device;
+        where.target_host = side.target_address;
+      }
+      measured = MeasureHere(options, where, memcpy_limit, progress);
+    }
+    if (!measured.ok()) return measured.status();
+    rows.insert(rows.end(), measured->begin(), measured->end());
+  }
+  return rows;
+}
+
+}  // namespace kvrail::bench

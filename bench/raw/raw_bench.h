@@ -1,0 +1,83 @@
+// `kvrail bench raw`: write bandwidth and operations per second of the UCX transport between
+// two processes, for every (transport, block size, batch size), beside ucx_perftest
+// `ucp_put_bw` at the same block size run in the same invocation, and beside single-thread
+// memcpy as the limit (issue point 6).
+//
+// For each transport: a target process (raw_target.h) registers its arena; this process
+// registers a patterned source arena, connects, checks that writes of every block size land
+// byte-exact (from a shifted source offset), then measures one window per row
+// (write_window.h) after a short unmeasured warm-up, and checks a sample of the last window's
+// bytes. The target then exits and ucx_perftest runs, server and client as two processes with
+// the same UCX_TLS and UCX_NET_DEVICES, with -O (puts outstanding) set to the row's batch size
+// bounded by the same bytes in flight per endpoint that kvrail keeps.
+//
+// netns: two network namespaces joined by a veth pair (netns.h); the target and the
+// ucx_perftest server run in one, and the measuring side in the other: this binary re-runs
+// itself there (`--netns-side`) and reads its rows as JSON.
+#ifndef KVRAIL_BENCH_RAW_RAW_BENCH_H_
+#define KVRAIL_BENCH_RAW_RAW_BENCH_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/raw/raw_flags.h"
+#include "bench/raw/raw_report.h"
+
+namespace kvrail::bench {
+
+// How kvrail posts on one transport: the scheduler's knobs.
+struct RawTuning {
+  int lanes = 2;
+  uint64_t slice_bytes = uint64_t{1} << 20;  // writes are cut to at most this
+  uint64_t inflight_bytes_per_lane = uint64_t{8} << 20;
+  uint64_t post_bytes = uint64_t{4} << 20;  // most bytes per PostWrites call
+  int posts_per_lane = 64;                  // PostWrites calls outstanding per lane
+};
+
+// The defaults per transport, from measurements on the development machines (see the report
+// in bench/raw/README.md).
+RawTuning DefaultTuning(RawTransport transport);
+
+// Where the measuring process sits when it measures netns from inside the first namespace.
+struct NetnsSide {
+  std::string target_netns;    // the namespace of the target and the ucx_perftest server
+  std::string local_device;    // this side's veth
+  std::string target_device;   // the other side's veth
+  std::string target_address;  // its IPv4 address
+};
+
+// Parses "target_netns,local_device,target_device,target_address".
+absl::StatusOr<NetnsSide> ParseNetnsSide(const std::string& text);
+
+struct RawBenchOptions {
+  std::vector<RawTransport> transports = {RawTransport::kTcp, RawTransport::kShm};
+  std::vector<uint64_t> block_sizes = {uint64_t{4} << 10, uint64_t{64} << 10, uint64_t{1} << 20,
+                                       uint64_t{64} << 20};
+  std::vector<int> batch_sizes = {1, 32, 1024};
+  double seconds = 0.5;  // per measured window (kvrail), and the aim for ucx_perftest's run
+  // Each figure (kvrail's window, each ucx_perftest run) is the best of this many runs, which
+  // keeps a neighbour's burst on a shared machine out of the ratio.
+  int repeat = 2;
+  // Overrides of DefaultTuning; 0 keeps the default.
+  int lanes = 0;
+  uint64_t inflight_bytes_per_lane = 0;
+  uint64_t slice_bytes = 0;
+  int posts_per_lane = 0;
+  bool run_peer = true;  // run ucx_perftest
+  std::string self_exe;  // this binary, re-run as the target (and inside netns)
+  std::string perftest = "ucx_perftest";
+  std::optional<NetnsSide> netns_side;
+  std::FILE* progress = nullptr;  // progress lines (a bar on a terminal); nullptr: quiet
+};
+
+// Measures every row. The first failure of setup or verification is returned; a ucx_perftest
+// run that fails or does not finish leaves its row's peer figure empty with a note.
+absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options);
+
+}  // namespace kvrail::bench
+
+#endif  // KVRAIL_BENCH_RAW_RAW_BENCH_H_

@@ -1,0 +1,135 @@
+#include "bench/raw/raw_report.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "bench/raw/raw_flags.h"
+
+namespace kvrail::bench {
+namespace {
+
+nlohmann::json Optional(const std::optional<double>& value) {
+  return value.has_value() ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+std::optional<double> ReadOptional(const nlohmann::json& row, const char* key) {
+  if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
+  return row.at(key).get<double>();
+}
+
+std::string Rate(double per_s) {
+  if (per_s >= 1e6) return absl::StrFormat("%.2fM", per_s / 1e6);
+  if (per_s >= 1e3) return absl::StrFormat("%.1fk", per_s / 1e3);
+  return absl::StrFormat("%.1f", per_s);
+}
+
+}  // namespace
+
+std::optional<double> RawRow::ratio() const {
+  if (!peer_gbps.has_value() || !(*peer_gbps > 0)) return std::nullopt;
+  return gbps / *peer_gbps;
+}
+
+std::string RowsToJson(const std::vector<RawRow>& rows) {
+  nlohmann::json out = {{"rows", nlohmann::json::array()}};
+  for (const RawRow& row : rows) {
+    out["rows"].push_back({
+        {"transport", row.transport},
+        {"block_bytes", row.block_bytes},
+        {"batch", row.batch},
+        {"gbps", row.gbps},
+        {"ops_per_s", row.ops_per_s},
+        {"peer_gbps", Optional(row.peer_gbps)},
+        {"ratio", Optional(row.ratio())},
+        {"memcpy_gbps", Optional(row.memcpy_gbps)},
+        {"peer_outstanding", row.peer_outstanding},
+        {"peer_emulated_gbps", Optional(row.peer_emulated_gbps)},
+        {"lanes", row.lanes},
+        {"inflight_bytes_per_lane", row.inflight_bytes_per_lane},
+        {"working_set_bytes", row.working_set},
+        {"note", row.note},
+    });
+  }
+  return out.dump();
+}
+
+absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json) {
+  nlohmann::json in = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
+  if (in.is_discarded() || !in.is_object() || !in.contains("rows") || !in["rows"].is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench rows: not {\"rows\": [...]} JSON: ", json.substr(0, 200)));
+  }
+  std::vector<RawRow> rows;
+  try {
+    for (const nlohmann::json& r : in["rows"]) {
+      RawRow row;
+      row.transport = r.at("transport").get<std::string>();
+      row.block_bytes = r.at("block_bytes").get<uint64_t>();
+      row.batch = r.at("batch").get<int>();
+      row.gbps = r.at("gbps").get<double>();
+      row.ops_per_s = r.at("ops_per_s").get<double>();
+      row.peer_gbps = ReadOptional(r, "peer_gbps");
+      row.memcpy_gbps = ReadOptional(r, "memcpy_gbps");
+      row.peer_outstanding = r.value("peer_outstanding", 0);
+      row.peer_emulated_gbps = ReadOptional(r, "peer_emulated_gbps");
+      row.lanes = r.value("lanes", 0);
+      row.inflight_bytes_per_lane = r.value("inflight_bytes_per_lane", uint64_t{0});
+      row.working_set = r.value("working_set_bytes", uint64_t{0});
+      row.note = r.value("note", std::string());
+      rows.push_back(std::move(row));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("bench rows: ", e.what()));
+  }
+  return rows;
+}
+
+std::string RowsToTable(const std::vector<RawRow>& rows) {
+  auto figure = [](const std::optional<double>& value, int decimals) {
+    return value.has_value() ? absl::StrFormat("%.*f", decimals, *value) : std::string("-");
+  };
+  std::string out =
+      absl::StrFormat("%-9s %8s %6s %12s %10s %14s %4s %7s %10s %10s %12s\n", "transport", "block",
+                      "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio", "emul GB/s",
+                      "emul ratio", "memcpy GB/s");
+  std::vector<std::string> notes;
+  for (const RawRow& row : rows) {
+    std::string mark;
+    if (!row.note.empty()) {
+      auto it = std::find(notes.begin(), notes.end(), row.note);
+      if (it == notes.end()) it = notes.insert(notes.end(), row.note);
+      mark = absl::StrCat(" [", it - notes.begin() + 1, "]");
+    }
+    std::optional<double> emulated_ratio;
+    if (row.peer_emulated_gbps.has_value() && *row.peer_emulated_gbps > 0) {
+      emulated_ratio = row.gbps / *row.peer_emulated_gbps;
+    }
+    absl::StrAppendFormat(&out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %10s %12s%s\n",
+                          row.transport, FormatBytes(row.block_bytes), row.batch, row.gbps,
+                          Rate(row.ops_per_s), figure(row.peer_gbps, 3), row.peer_outstanding,
+                          figure(row.ratio(), 2), figure(row.peer_emulated_gbps, 3),
+                          figure(emulated_ratio, 2), figure(row.memcpy_gbps, 2), mark);
+  }
+  for (size_t i = 0; i < notes.size(); ++i) {
+    absl::StrAppendFormat(&out, "[%d] %s\n", i + 1, notes[i]);
+  }
+  out +=
+      "GB/s are decimal (1e9 B/s); ucx_perftest prints MB/s of 2^20 B/s, converted here. kvrail "
+      "counts bytes landed: every window ends with a Flush of every lane. ratio = kvrail / "
+      "ucx_perftest ucp_put_bw (-O: its outstanding puts). emul (shm): ucx_perftest with its "
+      "buffers in ordinary memory (UCX_ALLOC_PRIO=mmap,heap), so that UCX emulates its puts "
+      "over active messages as it does kvrail's into a registered arena. memcpy: one thread, "
+      "same block size and working set.\n";
+  return out;
+}
+
+}  // namespace kvrail::bench

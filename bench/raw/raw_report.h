@@ -1,0 +1,53 @@
+// The rows of `kvrail bench raw` and the two ways they are printed: a table for people and
+// `{"rows": [...]}` JSON for scripts.
+#ifndef KVRAIL_BENCH_RAW_RAW_REPORT_H_
+#define KVRAIL_BENCH_RAW_RAW_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kvrail::bench {
+
+// One (transport, block size, batch size) measurement. Rates are decimal: GB/s is 1e9 bytes
+// per second.
+struct RawRow {
+  std::string transport;  // "tcp", "shm", "netns"
+  uint64_t block_bytes = 0;
+  int batch = 0;
+  double gbps = 0;       // kvrail: bytes landed (flushed) per second
+  double ops_per_s = 0;  // kvrail: blocks landed per second
+  // ucx_perftest -t ucp_put_bw at the same block size; nullopt when it gave no figure (note says
+  // why).
+  std::optional<double> peer_gbps;
+  int peer_outstanding = 0;  // the -O it ran with
+  // shm only: ucx_perftest again with its buffers in ordinary memory (perftest.h,
+  // kEmulatedPutEnvName), so that its puts are emulated over active messages as kvrail's are.
+  std::optional<double> peer_emulated_gbps;
+  std::optional<double> memcpy_gbps;  // one thread, same block size and working set
+  int lanes = 0;
+  uint64_t inflight_bytes_per_lane = 0;
+  uint64_t working_set = 0;
+  std::string note;  // empty, or why a figure is missing or partial
+
+  // kvrail / ucx_perftest, when both are there.
+  std::optional<double> ratio() const;
+};
+
+// {"rows": [{"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio",
+// ...}]}; a missing figure is null. One line, no trailing newline.
+std::string RowsToJson(const std::vector<RawRow>& rows);
+// Reads what RowsToJson wrote (the netns measurement runs in a child process). InvalidArgument
+// when the text is not that shape.
+absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json);
+
+// The table: one line per row, then the notes and the units.
+std::string RowsToTable(const std::vector<RawRow>& rows);
+
+}  // namespace kvrail::bench
+
+#endif  // KVRAIL_BENCH_RAW_RAW_REPORT_H_

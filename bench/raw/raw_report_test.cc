@@ -1,0 +1,71 @@
+#include "bench/raw/raw_report.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvrail::bench {
+namespace {
+
+std::vector<RawRow> TwoRows() {
+  RawRow a;
+  a.transport = "tcp";
+  a.block_bytes = 65536;
+  a.batch = 32;
+  a.gbps = 1.5;
+  a.ops_per_s = 1.5e9 / 65536;
+  a.peer_gbps = 1.2;
+  a.peer_outstanding = 32;
+  a.memcpy_gbps = 9.5;
+  a.lanes = 2;
+  RawRow b = a;
+  b.transport = "shm";
+  b.peer_gbps.reset();
+  b.note = "ucx_perftest printed no figure";
+  return {a, b};
+}
+
+TEST(RowsToJson, HasTheIssueShapeWithNullForMissingFigures) {
+  const nlohmann::json json = nlohmann::json::parse(RowsToJson(TwoRows()));
+  ASSERT_TRUE(json.is_object());
+  ASSERT_EQ(json.size(), 1u);
+  ASSERT_EQ(json["rows"].size(), 2u);
+  for (const char* key :
+       {"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio"}) {
+    EXPECT_TRUE(json["rows"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(json["rows"][0]["transport"], "tcp");
+  EXPECT_EQ(json["rows"][0]["block_bytes"], 65536);
+  EXPECT_DOUBLE_EQ(json["rows"][0]["ratio"].get<double>(), 1.25);
+  EXPECT_TRUE(json["rows"][1]["peer_gbps"].is_null());
+  EXPECT_TRUE(json["rows"][1]["ratio"].is_null());
+}
+
+TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
+  auto rows = RowsFromJson(RowsToJson(TwoRows()));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].transport, "tcp");
+  EXPECT_DOUBLE_EQ(*(*rows)[0].peer_gbps, 1.2);
+  EXPECT_FALSE((*rows)[1].peer_gbps.has_value());
+  EXPECT_EQ((*rows)[1].note, "ucx_perftest printed no figure");
+}
+
+TEST(RowsFromJson, RejectsOtherShapes) {
+  EXPECT_FALSE(RowsFromJson("[]").ok());
+  EXPECT_FALSE(RowsFromJson("{\"rows\": [{\"transport\": 1}]}").ok());
+  EXPECT_FALSE(RowsFromJson("not json").ok());
+}
+
+TEST(RowsToTable, PrintsOneLinePerRowAndTheNotes) {
+  const std::string table = RowsToTable(TwoRows());
+  EXPECT_NE(table.find("64 KiB"), std::string::npos);
+  EXPECT_NE(table.find("1.25"), std::string::npos);
+  EXPECT_NE(table.find("[1] ucx_perftest printed no figure"), std::string::npos);
+  EXPECT_NE(table.find("2^20"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvrail::bench

@@ -1,0 +1,170 @@
+#include "bench/raw/raw_target.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/memory/arena.h"
+#include "engine/memory/pattern.h"
+#include "engine/transport/ucx/ucx_transport.h"
+
+namespace kvrail::bench {
+namespace {
+
+bool ReadLine(std::FILE* in, std::string& line) {
+  line.clear();
+  int c;
+  while ((c = std::fgetc(in)) != EOF) {
+    if (c == '\n') return true;
+    line.push_back(static_cast<char>(c));
+  }
+  return !line.empty();
+}
+
+void WriteLine(std::FILE* out, const std::string& line) {
+  std::fputs(line.c_str(), out);
+  std::fputc('\n', out);
+  std::fflush(out);
+}
+
+}  // namespace
+
+transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
+                                    const std::string& net_device) {
+  transport::UcxOptions options;
+  options.lanes = lanes;
+  if (transport == RawTransport::kShm) {
+    options.tls = "sm,self";
+  } else {
+    options.tls = "tcp";
+    options.net_devices = net_device.empty() ? "lo" : net_device;
+  }
+  // Slices are the bench's to choose; let the transport take any block whole.
+  options.max_write_bytes = kMaxBlockBytes;
+  return options;
+}
+
+absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::FILE* out) {
+  absl::StatusOr<Arena> arena = Arena::CreateMemfd("kvrail-bench-target", options.arena_bytes);
+  if (!arena.ok()) return arena.status();
+  // Map every page now, so no measured window pays the target's first-touch faults.
+  for (size_t i = 0; i < arena->size(); i += 4096) arena->data()[i] = 0;
+  auto ucx = transport::UcxTransport::Create(
+      UcxOptionsFor(options.transport, options.lanes, options.net_device));
+  if (!ucx.ok()) return ucx.status();
+  auto region = (*ucx)->Register({arena->data(), arena->size()});
+  if (!region.ok()) return region.status();
+  auto descriptor = (*ucx)->LocalDescriptor();
+  if (!descriptor.ok()) return descriptor.status();
+  WriteLine(out,
+            absl::StrCat("descriptor ", absl::BytesToHexString(descriptor->SerializeAsString())));
+
+  std::string line;
+  while (ReadLine(in, line)) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.empty()) continue;
+    if (words[0] == "exit") break;
+    uint64_t offset = 0, length = 0, pattern_offset = 0;
+    if (words[0] != "verify" || words.size() != 4 || !absl::SimpleAtoi(words[1], &offset) ||
+        !absl::SimpleAtoi(words[2], &length) || !absl::SimpleAtoi(words[3], &pattern_offset)) {
+      WriteLine(out, absl::StrCat("error unknown request: ", line));
+      continue;
+    }
+    if (offset > arena->size() || length > arena->size() - offset) {
+      WriteLine(out, absl::StrFormat("error range [%u, +%u) is outside the %u-byte arena", offset,
+                                     length, arena->size()));
+      continue;
+    }
+    auto mismatch = FirstPatternMismatch(absl::MakeConstSpan(arena->data() + offset, length),
+                                         kRawPatternSeed, pattern_offset);
+    WriteLine(out, mismatch.has_value() ? absl::StrCat("mismatch ", offset + *mismatch) : "ok");
+  }
+  (*ucx)->Close();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string>& exec_prefix,
+                                                   const std::string& self_exe,
+                                                   const RawTargetOptions& options) {
+  ChildSpec spec;
+  spec.argv = exec_prefix;
+  spec.argv.insert(
+      spec.argv.end(),
+      {self_exe, "bench", "raw-target", "--transport", RawTransportName(options.transport),
+       "--lanes", absl::StrCat(options.lanes), "--arena-bytes", absl::StrCat(options.arena_bytes)});
+  if (!options.net_device.empty()) {
+    spec.argv.insert(spec.argv.end(), {"--net-device", options.net_device});
+  }
+  spec.pipe_stdin = true;
+  spec.pipe_stdout = true;
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+  if (!child.ok()) return child.status();
+  TargetProcess target(std::move(*child));
+  // Skips anything else on the way (a library's log line); the target sends its errors to
+  // stderr and exits, which ends the wait.
+  absl::StatusOr<std::string> line;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  do {
+    line = target.child_.ReadLine(deadline - absl::Now());
+  } while (line.ok() && !absl::StartsWith(*line, "descriptor "));
+  if (!line.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("target process did not send its descriptor: ", line.status().message()));
+  }
+  absl::string_view hex = *line;
+  if (!absl::ConsumePrefix(&hex, "descriptor ") ||
+      !target.descriptor_.ParseFromString(absl::HexStringToBytes(hex)) ||
+      target.descriptor_.regions_size() != 1) {
+    return absl::InternalError(
+        absl::StrCat("target process: expected \"descriptor <hex>\" with one region, got: ",
+                     line->substr(0, 120)));
+  }
+  return target;
+}
+
+absl::Status TargetProcess::Verify(uint64_t offset, uint64_t length, uint64_t pattern_offset) {
+  absl::Status status =
+      child_.WriteLine(absl::StrFormat("verify %u %u %u", offset, length, pattern_offset));
+  if (!status.ok()) return status;
+  absl::StatusOr<std::string> answer;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  do {
+    answer = child_.ReadLine(deadline - absl::Now());
+  } while (answer.ok() && *answer != "ok" && !absl::StartsWith(*answer, "mismatch") &&
+           !absl::StartsWith(*answer, "error"));
+  if (!answer.ok()) return answer.status();
+  if (*answer == "ok") return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrFormat("target bytes [%u, +%u) should hold source bytes [%u, +%u): %s", offset,
+                      length, pattern_offset, length, *answer));
+}
+
+absl::Status TargetProcess::Stop() {
+  (void)child_.WriteLine("exit");
+  child_.CloseStdin();
+  absl::StatusOr<int> code = child_.Wait(absl::Seconds(30));
+  if (!code.ok()) {
+    child_.Stop();
+    return absl::DeadlineExceededError(
+        absl::StrCat("target process did not exit within 30 s of \"exit\"; killed"));
+  }
+  if (*code != 0) return absl::InternalError(absl::StrCat("target process exited with ", *code));
+  return absl::OkStatus();
+}
+
+}  // namespace kvrail::bench

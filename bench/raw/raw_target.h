@@ -1,0 +1,75 @@
+// The target (decode) side of `kvrail bench raw`, as in real use a process of its own: it
+// creates its arena, registers it with the UCX transport, hands its handshake descriptor to the
+// initiator on stdout, and keeps its progress thread running (UCX 1.13 emulates puts over
+// active messages, so the target must progress) until it is told to exit. On request it checks
+// bytes of its arena against the pattern the initiator's source holds.
+//
+// Protocol, one line each way:
+//   target -> initiator:  "descriptor <hex of the serialised v1::HandshakeDescriptor>"
+//   initiator -> target:  "verify <offset> <length> <pattern offset>"  answered "ok" or
+//                         "mismatch <offset>"; "exit" (or end of file) ends the target.
+#ifndef KVRAIL_BENCH_RAW_RAW_TARGET_H_
+#define KVRAIL_BENCH_RAW_RAW_TARGET_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/raw/child_process.h"
+#include "bench/raw/raw_flags.h"
+#include "engine/transport/ucx/ucx_transport.h"
+#include "proto/kvrail/v1/handshake.pb.h"
+
+namespace kvrail::bench {
+
+// The seed of the pattern every source arena of the bench holds (engine/memory/pattern.h).
+inline constexpr uint64_t kRawPatternSeed = 0x6b7672616c;
+
+struct RawTargetOptions {
+  RawTransport transport = RawTransport::kShm;
+  int lanes = 1;
+  uint64_t arena_bytes = 0;
+  std::string net_device;  // UCX_NET_DEVICES for tcp; empty: "lo" (ignored for shm)
+};
+
+// The UCX settings both sides of a measurement use: "sm,self" for shm; "tcp" on `net_device`
+// (default "lo") otherwise.
+transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
+                                    const std::string& net_device);
+
+// The body of `kvrail bench raw-target`: serves the protocol above on `in` / `out` until "exit"
+// or end of file. Errors are returned (the caller prints them); the protocol answers stay on
+// `out`.
+absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::FILE* out);
+
+// The initiator's handle on a target process.
+class TargetProcess {
+ public:
+  // Runs `exec_prefix` + `self_exe bench raw-target ...` and reads its descriptor.
+  static absl::StatusOr<TargetProcess> Start(const std::vector<std::string>& exec_prefix,
+                                             const std::string& self_exe,
+                                             const RawTargetOptions& options);
+
+  const v1::HandshakeDescriptor& descriptor() const { return descriptor_; }
+  // The absolute address of the target arena's first byte (its only region).
+  uint64_t arena_address() const { return descriptor_.regions(0).base(); }
+
+  // DataLoss naming the first differing offset when target bytes [offset, offset + length) do
+  // not hold the source pattern's bytes [pattern_offset, pattern_offset + length).
+  absl::Status Verify(uint64_t offset, uint64_t length, uint64_t pattern_offset);
+
+  // Tells the target to exit and waits for it; an error when it exits with a failure.
+  absl::Status Stop();
+
+ private:
+  explicit TargetProcess(ChildProcess child) : child_(std::move(child)) {}
+  ChildProcess child_;
+  v1::HandshakeDescriptor descriptor_;
+};
+
+}  // namespace kvrail::bench
+
+#endif  // KVRAIL_BENCH_RAW_RAW_TARGET_H_

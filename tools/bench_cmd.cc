@@ -1,0 +1,237 @@
+#include "tools/bench_cmd.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/control/control_bench.h"
+#include "bench/raw/raw_bench.h"
+#include "bench/raw/raw_flags.h"
+#include "bench/raw/raw_report.h"
+#include "bench/raw/raw_target.h"
+
+namespace kvrail::tools {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct RawFlags {
+  std::vector<std::string> transports = {"tcp,shm"};
+  std::string block_sizes = "4KiB,64KiB,1MiB,64MiB";
+  std::string batch_sizes = "1,32,1024";
+  int lanes = 0;
+  std::string inflight;
+  std::string slice;
+  int posts = 0;
+  int repeat = 2;
+  double seconds = 0.5;
+  bool json = false;
+  bool no_peer = false;
+  bool quiet = false;
+  std::string netns_side;
+};
+
+struct TargetFlags {
+  std::string transport = "shm";
+  int lanes = 2;
+  uint64_t arena_bytes = 0;
+  std::string net_device;
+};
+
+int Fail(const absl::Status& status, int code) {
+  std::fprintf(stderr, "error: %s\n", std::string{status.message()}.c_str());
+  return code;
+}
+
+std::string SelfExe() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  path[n] = '\0';
+  return path;
+}
+
+int RunRaw(const RawFlags& flags) {
+  bench::RawBenchOptions options;
+  auto transports = bench::ParseTransports("--transport", flags.transports);
+  if (!transports.ok()) return Fail(transports.status(), kExitUsage);
+  options.transports = *transports;
+  auto blocks = bench::ParseBlockSizes("--block-sizes", flags.block_sizes);
+  if (!blocks.ok()) return Fail(blocks.status(), kExitUsage);
+  options.block_sizes = *blocks;
+  auto batches = bench::ParseBatchSizes("--batch-sizes", flags.batch_sizes);
+  if (!batches.ok()) return Fail(batches.status(), kExitUsage);
+  options.batch_sizes = *batches;
+  if (flags.lanes < 0 || flags.lanes > 16) {
+    return Fail(absl::InvalidArgumentError("--lanes: between 1 and 16 (0: the default)"),
+                kExitUsage);
+  }
+  options.lanes = flags.lanes;
+  if (flags.posts < 0 || flags.posts > 1024) {
+    return Fail(absl::InvalidArgumentError("--posts: between 1 and 1024 (0: the default)"),
+                kExitUsage);
+  }
+  options.posts_per_lane = flags.posts;
+  if (!flags.inflight.empty()) {
+    auto inflight = bench::ParseByteSize("--inflight", flags.inflight);
+    if (!inflight.ok()) return Fail(inflight.status(), kExitUsage);
+    options.inflight_bytes_per_lane = *inflight;
+  }
+  if (!flags.slice.empty()) {
+    auto slice = bench::ParseBlockSizes("--slice", flags.slice);
+    if (!slice.ok()) return Fail(slice.status(), kExitUsage);
+    if (slice->size() != 1) {
+      return Fail(absl::InvalidArgumentError("--slice: one size, e.g. 1MiB"), kExitUsage);
+    }
+    options.slice_bytes = slice->front();
+  }
+  if (!(flags.seconds > 0) || flags.seconds > 60) {
+    return Fail(
+        absl::InvalidArgumentError("--seconds: a window lasts more than 0 and at most 60 seconds"),
+        kExitUsage);
+  }
+  options.seconds = flags.seconds;
+  if (flags.repeat < 1 || flags.repeat > 10) {
+    return Fail(absl::InvalidArgumentError("--repeat: between 1 and 10"), kExitUsage);
+  }
+  options.repeat = flags.repeat;
+  options.run_peer = !flags.no_peer;
+  if (!flags.netns_side.empty()) {
+    auto side = bench::ParseNetnsSide(flags.netns_side);
+    if (!side.ok()) return Fail(side.status(), kExitUsage);
+    options.netns_side = *side;
+  }
+  options.self_exe = SelfExe();
+  options.progress = flags.quiet ? nullptr : stderr;
+  // A child that dies under a write to its stdin must be an error, not our death.
+  signal(SIGPIPE, SIG_IGN);
+  // UCX prints its warnings on stdout (this build ignores UCX_LOG_FILE): while the bench runs,
+  // stdout is stderr, for us and the children that inherit it, so that stdout carries the
+  // table or the JSON alone.
+  std::fflush(stdout);
+  const int saved_stdout = dup(STDOUT_FILENO);
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  absl::StatusOr<std::vector<bench::RawRow>> rows = bench::RunRawBench(options);
+  std::fflush(stdout);
+  if (saved_stdout >= 0) {
+    dup2(saved_stdout, STDOUT_FILENO);
+    close(saved_stdout);
+  }
+  if (!rows.ok()) return Fail(rows.status(), kExitFailed);
+  const std::string out = flags.json ? bench::RowsToJson(*rows) + "\n" : bench::RowsToTable(*rows);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+int RunTarget(const TargetFlags& flags) {
+  bench::RawTargetOptions options;
+  auto transports = bench::ParseTransports("--transport", {flags.transport});
+  if (!transports.ok()) return Fail(transports.status(), kExitUsage);
+  options.transport = transports->front();
+  options.lanes = flags.lanes;
+  options.arena_bytes = flags.arena_bytes;
+  options.net_device = flags.net_device;
+  signal(SIGPIPE, SIG_IGN);
+  // The protocol gets stdout to itself; UCX's warnings (printed on stdout) go to stderr.
+  std::fflush(stdout);
+  const int protocol_fd = dup(STDOUT_FILENO);
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  std::FILE* protocol = protocol_fd >= 0 ? fdopen(protocol_fd, "w") : nullptr;
+  if (protocol == nullptr) {
+    return Fail(absl::InternalError("bench raw-target: cannot set up its stdout"), kExitFailed);
+  }
+  absl::Status status = bench::RunRawTarget(options, stdin, protocol);
+  std::fclose(protocol);
+  if (!status.ok()) return Fail(status, kExitFailed);
+  return 0;
+}
+
+}  // namespace
+
+// `kvrail bench control`: rooms/s and latency of the whole control path (bench/control).
+void AddBenchControl(CLI::App* bench, int& exit_code) {
+  static kvrail::bench::ControlBenchOptions options;
+  CLI::App* control = bench->add_subcommand(
+      "control",
+      "Rooms per second and room latency p50/p99 through the whole control path (engine API, "
+      "CachePD, both sidecars), with empty payloads, 1 to 1000 rooms in flight");
+  control->add_option("--in-flight", options.in_flight, "Rooms kept in flight, one row each")
+      ->delimiter(',')
+      ->capture_default_str();
+  control->add_option("--seconds", options.seconds_per_row, "Measured seconds per row")
+      ->capture_default_str();
+  control->add_option("--transport", options.transport, "The sidecars' UCX layers: tcp or sm")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tcp", "sm"}));
+  control->add_option("--pages", options.pages_per_room,
+                      "0: empty rooms; N: N real pages per room");
+  control->add_flag("--json", options.json, "Print the rows as JSON");
+  control->callback([&exit_code] {
+    const absl::Status status = kvrail::bench::RunControlBench(options);
+    if (!status.ok()) {
+      std::fprintf(stderr, "error: bench control: %s\n", std::string(status.message()).c_str());
+      exit_code = 1;
+    }
+  });
+}
+
+void AddBench(CLI::App& app, int& exit_code) {
+  static RawFlags raw_flags;
+  static TargetFlags target_flags;
+  CLI::App* bench = app.add_subcommand("bench", "Transfer benchmarks, beside the peers' tools");
+  bench->require_subcommand(1);
+
+  CLI::App* raw = bench->add_subcommand(
+      "raw",
+      "Write bandwidth and ops/s of the UCX transport between two processes, per block and "
+      "batch size, beside ucx_perftest ucp_put_bw and single-thread memcpy");
+  raw->add_option("--transport", raw_flags.transports,
+                  "tcp, shm or netns (netns needs root); repeat or give a comma list")
+      ->capture_default_str();
+  raw->add_option("--block-sizes", raw_flags.block_sizes,
+                  "Comma list of write sizes, 1 B to 64 MiB, with B, KiB, MiB or GiB")
+      ->capture_default_str();
+  raw->add_option("--batch-sizes", raw_flags.batch_sizes,
+                  "Comma list of writes per batch (one PostWrites), 1 to 1024")
+      ->capture_default_str();
+  raw->add_option("--lanes", raw_flags.lanes, "Lanes (UCX workers) per side; 0: per transport");
+  raw->add_option(
+      "--inflight", raw_flags.inflight,
+      "Bytes posted and not yet landed (flushed) per lane; also bounds ucx_perftest -O");
+  raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
+  raw->add_option("--posts", raw_flags.posts, "PostWrites calls outstanding per lane");
+  raw->add_option("--seconds", raw_flags.seconds, "Measured seconds per row")
+      ->capture_default_str();
+  raw->add_option("--repeat", raw_flags.repeat,
+                  "Best of this many runs, for kvrail and ucx_perftest alike (1 to 10)")
+      ->capture_default_str();
+  raw->add_flag("--json", raw_flags.json,
+                "Print {\"rows\": [{\"transport\", \"block_bytes\", \"batch\", \"gbps\", "
+                "\"ops_per_s\", \"peer_gbps\", \"ratio\", ...}]}");
+  raw->add_flag("--no-peer", raw_flags.no_peer, "Skip ucx_perftest");
+  raw->add_flag("--quiet", raw_flags.quiet, "No progress on stderr");
+  raw->add_option("--netns-side", raw_flags.netns_side)->group("");  // set by bench raw itself
+  raw->callback([&exit_code]() { exit_code = RunRaw(raw_flags); });
+
+  CLI::App* target = bench->add_subcommand("raw-target", "");
+  target->group("");  // started by `bench raw`, not by people
+  target->add_option("--transport", target_flags.transport);
+  target->add_option("--lanes", target_flags.lanes);
+  target->add_option("--arena-bytes", target_flags.arena_bytes)->required();
+  target->add_option("--net-device", target_flags.net_device);
+  target->callback([&exit_code]() { exit_code = RunTarget(target_flags); });
+
+  AddBenchControl(bench, exit_code);
+}
+
+}  // namespace kvrail::tools
