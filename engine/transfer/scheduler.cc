@@ -1,6 +1,7 @@
 #include "engine/transfer/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <limits>
@@ -63,7 +64,11 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   // Lock order: a PeerQueue's mu before mu.
   mutable std::mutex mu;
   std::condition_variable wake;
-  bool shutdown = false;
+  // Read without mu on the completion path; written under mu.
+  std::atomic<bool> shutdown{false};
+  // Counted on the posting path without mu (a lock shared by every room).
+  std::atomic<uint64_t> writes_posted{0};
+  std::atomic<uint64_t> batches_posted{0};
   std::map<uint64_t, std::shared_ptr<Room>> rooms;  // in flight, by transfer id
   std::map<PeerId, std::unique_ptr<PeerQueue>> peers;
   std::multimap<absl::Time, std::weak_ptr<Room>> deadlines;
@@ -178,11 +183,12 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       }
       std::weak_ptr<Core> weak = weak_from_this();
       std::shared_ptr<Room> held = room;
+      PeerQueue* queue = &q;  // stable: queues are never erased while the core lives
       const absl::Status posted =
           transport->PostWrites(peer, lane, room->request.source, batch,
-                                [weak, held, peer, lane, bytes](absl::Status status) {
+                                [weak, held, queue, peer, lane, bytes](absl::Status status) {
                                   if (auto core = weak.lock())
-                                    core->OnBatchDone(peer, lane, bytes, *held, status);
+                                    core->OnBatchDone(*queue, peer, lane, bytes, *held, status);
                                 });
       if (!posted.ok()) {
         FailLocked(
@@ -199,11 +205,8 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       room->stats.writes += batch.size();
       ++room->stats.batches;
       q.lane_inflight[lane] += bytes;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stats.writes += batch.size();
-        ++stats.batches;
-      }
+      writes_posted.fetch_add(batch.size(), std::memory_order_relaxed);
+      batches_posted.fetch_add(1, std::memory_order_relaxed);
       if (copy == copies.size()) {
         room->all_posted = true;
         q.runnable.pop_front();
@@ -219,9 +222,10 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       ++room->stats.lanes_used;
       std::weak_ptr<Core> weak = weak_from_this();
       std::shared_ptr<Room> held = room;
+      PeerQueue* queue = &q;
       const absl::Status posted =
-          transport->Flush(peer, lane, [weak, held, peer, lane](absl::Status status) {
-            if (auto core = weak.lock()) core->OnFlushDone(peer, lane, *held, status);
+          transport->Flush(peer, lane, [weak, held, queue, lane](absl::Status status) {
+            if (auto core = weak.lock()) core->OnFlushDone(*queue, lane, *held, status);
           });
       if (!posted.ok()) {
         FailLocked(q, *room,
@@ -234,8 +238,9 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     MaybeCompleteLocked(*room);
   }
 
-  void OnBatchDone(PeerId peer, int lane, uint64_t bytes, Room& room, const absl::Status& status) {
-    PeerQueue* q = Queue(peer);
+  void OnBatchDone(PeerQueue& queue, PeerId peer, int lane, uint64_t bytes, Room& room,
+                   const absl::Status& status) {
+    PeerQueue* q = &queue;
     std::lock_guard<std::mutex> lock(q->mu);
     q->lane_inflight[lane] -= bytes;
     --room.outstanding;
@@ -250,11 +255,11 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     } else {
       MaybeCompleteLocked(room);
     }
-    if (!shutdown_flag()) PumpLocked(peer, *q);
+    if (!shutdown.load()) PumpLocked(peer, *q);
   }
 
-  void OnFlushDone(PeerId peer, int lane, Room& room, const absl::Status& status) {
-    PeerQueue* q = Queue(peer);
+  void OnFlushDone(PeerQueue& queue, int lane, Room& room, const absl::Status& status) {
+    PeerQueue* q = &queue;
     std::lock_guard<std::mutex> lock(q->mu);
     --room.outstanding;
     if (!status.ok()) {
@@ -265,11 +270,6 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     } else {
       MaybeCompleteLocked(room);
     }
-  }
-
-  bool shutdown_flag() {
-    std::lock_guard<std::mutex> lock(mu);
-    return shutdown;
   }
 
   // Fails rooms whose deadline passed, then delivers outcomes; until shutdown and drained.
@@ -481,7 +481,10 @@ uint64_t Scheduler::rooms_in_flight() const {
 
 SchedulerStats Scheduler::stats() const {
   std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->stats;
+  SchedulerStats stats = core_->stats;
+  stats.writes = core_->writes_posted.load(std::memory_order_relaxed);
+  stats.batches = core_->batches_posted.load(std::memory_order_relaxed);
+  return stats;
 }
 
 }  // namespace kvrail::transfer
