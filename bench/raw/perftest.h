@@ -46,16 +46,9 @@ struct PerftestRun {
   uint64_t iterations = 0;
   uint64_t warmup = 0;
   int outstanding = 1;  // -O: puts a client keeps posted and not yet complete
-  // More UCX settings for both processes, e.g. UCX_ALLOC_PRIO (see kEmulatedPutEnv).
+  // More UCX settings for both processes, e.g. UCX_TCP_TX_SEG_SIZE.
   std::vector<std::pair<std::string, std::string>> extra_env;
 };
-
-// Makes ucx_perftest allocate its buffers from ordinary memory (mmap or heap) instead of UCX's
-// shared-memory segments (sysv, posix). Over shared memory its puts then land in memory no
-// UCX shared-memory transport can map, as kvrail's arena is (UCX 1.13 here has no xpmem or
-// knem), and UCX emulates them over active messages: the comparison on the same path.
-inline constexpr char kEmulatedPutEnvName[] = "UCX_ALLOC_PRIO";
-inline constexpr char kEmulatedPutEnvValue[] = "mmap,heap";
 
 // argv of the server (without the binary) and its environment additions.
 std::vector<std::string> PerftestServerArgs(const PerftestRun& run);

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "bench/raw/child_process.h"
+#include "bench/raw/cpu_usage.h"
 #include "bench/raw/memcpy_limit.h"
 #include "bench/raw/netns.h"
 #include "bench/raw/perftest.h"
@@ -171,11 +172,19 @@ bool WaitForListen(pid_t pid, int port, absl::Duration timeout) {
 struct PeerOutcome {
   std::optional<double> gbps;
   std::string note;
+  std::optional<CpuShare> cpu;  // the machine's, from the client's start to its end
 };
+
+// The machine's CPU share since `before`, when both readings worked.
+std::optional<CpuShare> CpuSince(const absl::StatusOr<CpuTimes>& before) {
+  absl::StatusOr<CpuTimes> after = ReadCpuTimes();
+  if (!before.ok() || !after.ok()) return std::nullopt;
+  return ShareBetween(*before, *after);
+}
 
 // One ucx_perftest server + client run. Never fails: a missing figure comes with a note.
 PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, uint64_t block,
-                        int outstanding, double expected_bytes_per_s, bool emulated) {
+                        int outstanding, double expected_bytes_per_s, bool tuned) {
   PerftestRun run;
   run.tls = where.transport == RawTransport::kShm ? "sm,self" : "tcp";
   if (where.transport != RawTransport::kShm) {
@@ -185,7 +194,10 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
   run.server_host = where.target_host;
   run.block_bytes = block;
   run.outstanding = outstanding;
-  if (emulated) run.extra_env = {{kEmulatedPutEnvName, kEmulatedPutEnvValue}};
+  if (tuned) {
+    run.extra_env = transport::UcxTuningEnvironment(
+        UcxOptionsFor(where.transport, /*lanes=*/1, where.local_device));
+  }
   const double rate = std::max(expected_bytes_per_s, 20e6);
   run.iterations = static_cast<uint64_t>(
       std::clamp(options.seconds * rate / static_cast<double>(block), 4.0, 2e7));
@@ -208,7 +220,7 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
     server_spec.pipe_stdout = true;
     server_spec.stderr_mode = ChildSpec::Stderr::kToStdout;
     absl::StatusOr<ChildProcess> server = ChildProcess::Spawn(server_spec);
-    if (!server.ok()) return {std::nullopt, std::string{server.status().message()}};
+    if (!server.ok()) return {std::nullopt, std::string{server.status().message()}, std::nullopt};
     if (!WaitForListen(server->pid(), run.port, absl::Seconds(10))) {
       server->Stop(absl::Seconds(1));
       absl::StatusOr<std::string> said = server->ReadAll(absl::Seconds(1));
@@ -223,9 +235,11 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
     client_spec.env = PerftestClientEnv(run);
     client_spec.pipe_stdout = true;
     client_spec.stderr_mode = ChildSpec::Stderr::kToStdout;
+    const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
     absl::StatusOr<ChildProcess> client = ChildProcess::Spawn(client_spec);
-    if (!client.ok()) return {std::nullopt, std::string{client.status().message()}};
+    if (!client.ok()) return {std::nullopt, std::string{client.status().message()}, std::nullopt};
     absl::StatusOr<std::string> output = client->ReadAll(limit);
+    const std::optional<CpuShare> cpu = CpuSince(cpu_before);
     bool timed_out = false;
     if (!output.ok()) {
       timed_out = true;
@@ -237,7 +251,7 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
     const std::string text = output.ok() ? *output : "";
     absl::StatusOr<PerftestResult> result = ParsePerftestOutput(text);
     if (result.ok() && (result->final || timed_out)) {
-      PeerOutcome outcome{MibPerSecondToGbps(result->bandwidth_mib_per_s), ""};
+      PeerOutcome outcome{MibPerSecondToGbps(result->bandwidth_mib_per_s), "", cpu};
       if (!result->final) {
         outcome.note = absl::StrFormat(
             "ucx_perftest -s %u -O %d had not finished %u puts after %.1f s; its figure is the "
@@ -257,7 +271,7 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
     // A client that could not reach a server not yet listening is retried.
     if (!absl::StrContains(text, "Connection refused")) break;
   }
-  return {std::nullopt, last_error};
+  return {std::nullopt, last_error, std::nullopt};
 }
 
 // The kvrail side of one transport: the target process, this side's transport and source
@@ -275,7 +289,11 @@ class KvrailSession {
 
   // One row's window, after a short unmeasured warm-up (connection buffers, caches, the
   // progress threads' back-off).
-  absl::StatusOr<WindowResult> Measure(uint64_t block, int batch) {
+  struct Measured {
+    WindowResult window;
+    std::optional<CpuShare> cpu;  // the machine's, during the measured window
+  };
+  absl::StatusOr<Measured> Measure(uint64_t block, int batch) {
     WindowSpec spec = Spec(block, batch);
     spec.working_set = WorkingSet(block, batch);
     spec.destination_address = target_->arena_address();
@@ -283,13 +301,14 @@ class KvrailSession {
     absl::StatusOr<WindowResult> warm = RunWriteWindow(*local_, peer_, source_, spec);
     if (!warm.ok()) return warm.status();
     spec.duration = absl::Seconds(options_.seconds);
+    const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
     absl::StatusOr<WindowResult> result = RunWriteWindow(*local_, peer_, source_, spec);
     if (!result.ok()) {
       return absl::Status(
           result.status().code(),
           absl::StrCat(RowName(where_.transport, block, batch), ": ", result.status().message()));
     }
-    return result;
+    return Measured{*result, CpuSince(cpu_before)};
   }
 
   // Verifies again (the windows must not have broken anything), then stops both sides.
@@ -417,15 +436,15 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
   if (!session.ok()) return session.status();
 
   std::vector<RawRow> rows;
-  // (block, -O, emulated)
+  // (block, -O, tuned)
   std::map<std::tuple<uint64_t, int, bool>, PeerOutcome> peer_cache;
-  auto peer = [&](uint64_t block, int outstanding, double expected, bool emulated) {
-    const auto key = std::make_tuple(block, outstanding, emulated);
+  auto peer = [&](uint64_t block, int outstanding, double expected, bool tuned) {
+    const auto key = std::make_tuple(block, outstanding, tuned);
     auto it = peer_cache.find(key);
     if (it == peer_cache.end()) {
       PeerOutcome best;
       for (int run = 0; run < std::max(1, options.repeat); ++run) {
-        PeerOutcome next = RunPerftest(options, where, block, outstanding, expected, emulated);
+        PeerOutcome next = RunPerftest(options, where, block, outstanding, expected, tuned);
         if (!best.gbps.has_value() || (next.gbps.has_value() && *next.gbps > *best.gbps)) {
           best = std::move(next);
         }
@@ -436,12 +455,13 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
   };
   for (uint64_t block : options.block_sizes) {
     for (int batch : options.batch_sizes) {
-      absl::StatusOr<WindowResult> window;
+      std::optional<KvrailSession::Measured> best;
       for (int run = 0; run < std::max(1, options.repeat); ++run) {
-        absl::StatusOr<WindowResult> next = (*session)->Measure(block, batch);
+        auto next = (*session)->Measure(block, batch);
         if (!next.ok()) return next.status();
-        if (!window.ok() || next->gbps() > window->gbps()) window = std::move(next);
+        if (!best.has_value() || next->window.gbps() > best->window.gbps()) best = std::move(*next);
       }
+      const WindowResult* window = &best->window;
       progress.Step(absl::StrFormat("%s: kvrail %.3f GB/s", RowName(where.transport, block, batch),
                                     window->gbps()));
       RawRow row;
@@ -454,15 +474,24 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
       row.inflight_bytes_per_lane = tuning.inflight_bytes_per_lane;
       row.working_set = WorkingSet(block, batch);
       row.peer_outstanding = PeerOutstanding(block, batch, tuning);
+      if (best->cpu.has_value()) {
+        row.cpu_busy = best->cpu->busy;
+        row.cpu_kernel = best->cpu->kernel;
+      }
       if (options.run_peer) {
         const PeerOutcome outcome = peer(block, row.peer_outstanding, row.gbps * 1e9, false);
         row.peer_gbps = outcome.gbps;
         row.note = outcome.note;
-        if (where.transport == RawTransport::kShm) {
-          const PeerOutcome emulated = peer(block, row.peer_outstanding, row.gbps * 1e9, true);
-          row.peer_emulated_gbps = emulated.gbps;
-          if (row.note.empty() && !emulated.note.empty()) {
-            row.note = absl::StrCat("emulated: ", emulated.note);
+        if (outcome.cpu.has_value()) {
+          row.peer_cpu_busy = outcome.cpu->busy;
+          row.peer_cpu_kernel = outcome.cpu->kernel;
+        }
+        // Over shared memory kvrail's settings change nothing UCX uses (they are tcp's).
+        if (where.transport != RawTransport::kShm) {
+          const PeerOutcome tuned = peer(block, row.peer_outstanding, row.gbps * 1e9, true);
+          row.peer_tuned_gbps = tuned.gbps;
+          if (row.note.empty() && !tuned.note.empty()) {
+            row.note = absl::StrCat("tuned: ", tuned.note);
           }
         }
         if (!row.peer_gbps.has_value()) {

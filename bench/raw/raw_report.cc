@@ -39,6 +39,11 @@ std::optional<double> RawRow::ratio() const {
   return gbps / *peer_gbps;
 }
 
+std::optional<double> RawRow::tuned_ratio() const {
+  if (!peer_tuned_gbps.has_value() || !(*peer_tuned_gbps > 0)) return std::nullopt;
+  return gbps / *peer_tuned_gbps;
+}
+
 std::string RowsToJson(const std::vector<RawRow>& rows) {
   nlohmann::json out = {{"rows", nlohmann::json::array()}};
   for (const RawRow& row : rows) {
@@ -52,7 +57,12 @@ std::string RowsToJson(const std::vector<RawRow>& rows) {
         {"ratio", Optional(row.ratio())},
         {"memcpy_gbps", Optional(row.memcpy_gbps)},
         {"peer_outstanding", row.peer_outstanding},
-        {"peer_emulated_gbps", Optional(row.peer_emulated_gbps)},
+        {"peer_tuned_gbps", Optional(row.peer_tuned_gbps)},
+        {"tuned_ratio", Optional(row.tuned_ratio())},
+        {"cpu_busy", Optional(row.cpu_busy)},
+        {"cpu_kernel", Optional(row.cpu_kernel)},
+        {"peer_cpu_busy", Optional(row.peer_cpu_busy)},
+        {"peer_cpu_kernel", Optional(row.peer_cpu_kernel)},
         {"lanes", row.lanes},
         {"inflight_bytes_per_lane", row.inflight_bytes_per_lane},
         {"working_set_bytes", row.working_set},
@@ -80,7 +90,11 @@ absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json) {
       row.peer_gbps = ReadOptional(r, "peer_gbps");
       row.memcpy_gbps = ReadOptional(r, "memcpy_gbps");
       row.peer_outstanding = r.value("peer_outstanding", 0);
-      row.peer_emulated_gbps = ReadOptional(r, "peer_emulated_gbps");
+      row.peer_tuned_gbps = ReadOptional(r, "peer_tuned_gbps");
+      row.cpu_busy = ReadOptional(r, "cpu_busy");
+      row.cpu_kernel = ReadOptional(r, "cpu_kernel");
+      row.peer_cpu_busy = ReadOptional(r, "peer_cpu_busy");
+      row.peer_cpu_kernel = ReadOptional(r, "peer_cpu_kernel");
       row.lanes = r.value("lanes", 0);
       row.inflight_bytes_per_lane = r.value("inflight_bytes_per_lane", uint64_t{0});
       row.working_set = r.value("working_set_bytes", uint64_t{0});
@@ -97,10 +111,14 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
   auto figure = [](const std::optional<double>& value, int decimals) {
     return value.has_value() ? absl::StrFormat("%.*f", decimals, *value) : std::string("-");
   };
+  auto cpu = [](const std::optional<double>& busy, const std::optional<double>& kernel) {
+    if (!busy.has_value() || !kernel.has_value()) return std::string("-");
+    return absl::StrFormat("%.0f/%.0f", 100 * *busy, 100 * *kernel);
+  };
   std::string out =
-      absl::StrFormat("%-9s %8s %6s %12s %10s %14s %4s %7s %10s %10s %12s\n", "transport", "block",
-                      "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio", "emul GB/s",
-                      "emul ratio", "memcpy GB/s");
+      absl::StrFormat("%-9s %8s %6s %12s %10s %14s %4s %7s %10s %7s %12s %9s %9s\n", "transport",
+                      "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio",
+                      "tuned GB/s", "tuned", "memcpy GB/s", "cpu kv", "cpu pt");
   std::vector<std::string> notes;
   for (const RawRow& row : rows) {
     std::string mark;
@@ -109,15 +127,12 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       if (it == notes.end()) it = notes.insert(notes.end(), row.note);
       mark = absl::StrCat(" [", it - notes.begin() + 1, "]");
     }
-    std::optional<double> emulated_ratio;
-    if (row.peer_emulated_gbps.has_value() && *row.peer_emulated_gbps > 0) {
-      emulated_ratio = row.gbps / *row.peer_emulated_gbps;
-    }
-    absl::StrAppendFormat(&out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %10s %12s%s\n",
-                          row.transport, FormatBytes(row.block_bytes), row.batch, row.gbps,
-                          Rate(row.ops_per_s), figure(row.peer_gbps, 3), row.peer_outstanding,
-                          figure(row.ratio(), 2), figure(row.peer_emulated_gbps, 3),
-                          figure(emulated_ratio, 2), figure(row.memcpy_gbps, 2), mark);
+    absl::StrAppendFormat(
+        &out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %7s %12s %9s %9s%s\n", row.transport,
+        FormatBytes(row.block_bytes), row.batch, row.gbps, Rate(row.ops_per_s),
+        figure(row.peer_gbps, 3), row.peer_outstanding, figure(row.ratio(), 2),
+        figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2), figure(row.memcpy_gbps, 2),
+        cpu(row.cpu_busy, row.cpu_kernel), cpu(row.peer_cpu_busy, row.peer_cpu_kernel), mark);
   }
   for (size_t i = 0; i < notes.size(); ++i) {
     absl::StrAppendFormat(&out, "[%d] %s\n", i + 1, notes[i]);
@@ -125,10 +140,11 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
   out +=
       "GB/s are decimal (1e9 B/s); ucx_perftest prints MB/s of 2^20 B/s, converted here. kvrail "
       "counts bytes landed: every window ends with a Flush of every lane. ratio = kvrail / "
-      "ucx_perftest ucp_put_bw (-O: its outstanding puts). emul (shm): ucx_perftest with its "
-      "buffers in ordinary memory (UCX_ALLOC_PRIO=mmap,heap), so that UCX emulates its puts "
-      "over active messages as it does kvrail's into a registered arena. memcpy: one thread, "
-      "same block size and working set.\n";
+      "ucx_perftest ucp_put_bw at UCX's defaults (-O: its outstanding puts). tuned (tcp, netns): "
+      "ucx_perftest given the UCX settings kvrail gives itself (UCX_TCP_TX_SEG_SIZE, "
+      "UCX_TCP_RX_SEG_SIZE), and kvrail / that. memcpy: one thread, same block size and working "
+      "set. cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, softirq), "
+      "in percent, during kvrail's window and ucx_perftest's run.\n";
   return out;
 }
 

@@ -25,9 +25,16 @@ struct RawRow {
   // why).
   std::optional<double> peer_gbps;
   int peer_outstanding = 0;  // the -O it ran with
-  // shm only: ucx_perftest again with its buffers in ordinary memory (perftest.h,
-  // kEmulatedPutEnvName), so that its puts are emulated over active messages as kvrail's are.
-  std::optional<double> peer_emulated_gbps;
+  // tcp and netns: ucx_perftest again with the UCX settings kvrail gives itself beyond TLS and
+  // devices (transport::UcxTuningEnvironment: the tcp segment sizes), the comparison with the
+  // same knobs turned.
+  std::optional<double> peer_tuned_gbps;
+  // The whole machine's CPUs during kvrail's window and during ucx_perftest's run (cpu_usage.h):
+  // the share busy and the share in the kernel (system, irq, softirq), in [0, 1].
+  std::optional<double> cpu_busy;
+  std::optional<double> cpu_kernel;
+  std::optional<double> peer_cpu_busy;
+  std::optional<double> peer_cpu_kernel;
   std::optional<double> memcpy_gbps;  // one thread, same block size and working set
   int lanes = 0;
   uint64_t inflight_bytes_per_lane = 0;
@@ -36,6 +43,8 @@ struct RawRow {
 
   // kvrail / ucx_perftest, when both are there.
   std::optional<double> ratio() const;
+  // kvrail / ucx_perftest with kvrail's settings, when both are there.
+  std::optional<double> tuned_ratio() const;
 };
 
 // {"rows": [{"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio",

@@ -60,17 +60,20 @@ transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
 }
 
 absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::FILE* out) {
-  absl::StatusOr<Arena> arena = Arena::CreateMemfd("kvrail-bench-target", options.arena_bytes);
-  if (!arena.ok()) return arena.status();
-  // Map every page now, so no measured window pays the target's first-touch faults.
-  for (size_t i = 0; i < arena->size(); i += 4096) arena->data()[i] = 0;
   auto ucx = transport::UcxTransport::Create(
       UcxOptionsFor(options.transport, options.lanes, options.net_device));
   if (!ucx.ok()) return ucx.status();
-  auto region = (*ucx)->Register({arena->data(), arena->size()});
-  if (!region.ok()) return region.status();
+  // The arena a decode sidecar would give its engine: Allocate places it in UCX's own shared
+  // memory when a shared-memory transport is loaded, where peers' puts are plain stores.
+  auto shared = (*ucx)->Allocate(options.arena_bytes);
+  if (!shared.ok()) return shared.status();
+  auto* arena = static_cast<uint8_t*>(shared->base);
+  const uint64_t arena_size = shared->length;
+  // Map every page now, so no measured window pays the target's first-touch faults.
+  for (uint64_t i = 0; i < arena_size; i += 4096) arena[i] = 0;
   auto descriptor = (*ucx)->LocalDescriptor();
   if (!descriptor.ok()) return descriptor.status();
+  WriteLine(out, absl::StrCat("placement ", shared->placement));
   WriteLine(out,
             absl::StrCat("descriptor ", absl::BytesToHexString(descriptor->SerializeAsString())));
 
@@ -85,12 +88,12 @@ absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::F
       WriteLine(out, absl::StrCat("error unknown request: ", line));
       continue;
     }
-    if (offset > arena->size() || length > arena->size() - offset) {
+    if (offset > arena_size || length > arena_size - offset) {
       WriteLine(out, absl::StrFormat("error range [%u, +%u) is outside the %u-byte arena", offset,
-                                     length, arena->size()));
+                                     length, arena_size));
       continue;
     }
-    auto mismatch = FirstPatternMismatch(absl::MakeConstSpan(arena->data() + offset, length),
+    auto mismatch = FirstPatternMismatch(absl::MakeConstSpan(arena + offset, length),
                                          kRawPatternSeed, pattern_offset);
     WriteLine(out, mismatch.has_value() ? absl::StrCat("mismatch ", offset + *mismatch) : "ok");
   }
@@ -121,6 +124,9 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   do {
     line = target.child_.ReadLine(deadline - absl::Now());
+    if (line.ok() && absl::StartsWith(*line, "placement ")) {
+      target.placement_ = line->substr(std::string("placement ").size());
+    }
   } while (line.ok() && !absl::StartsWith(*line, "descriptor "));
   if (!line.ok()) {
     return absl::UnavailableError(

@@ -1,11 +1,14 @@
 // The target (decode) side of `kvrail bench raw`, as in real use a process of its own: it
-// creates its arena, registers it with the UCX transport, hands its handshake descriptor to the
-// initiator on stdout, and keeps its progress thread running (UCX 1.13 emulates puts over
-// active messages, so the target must progress) until it is told to exit. On request it checks
-// bytes of its arena against the pattern the initiator's source holds.
+// has the UCX transport allocate its arena (Transport::Allocate: UCX's own shared memory when a
+// shared-memory transport is loaded, so peers' puts are plain stores; a memfd over tcp), hands
+// its handshake descriptor to the initiator on stdout, and keeps its progress thread running
+// (over tcp UCX emulates puts over active messages, so the target must progress) until it is
+// told to exit. On request it checks bytes of its arena against the pattern the initiator's
+// source holds.
 //
 // Protocol, one line each way:
-//   target -> initiator:  "descriptor <hex of the serialised v1::HandshakeDescriptor>"
+//   target -> initiator:  "placement <ucx-shm|memfd>", then
+//                         "descriptor <hex of the serialised v1::HandshakeDescriptor>"
 //   initiator -> target:  "verify <offset> <length> <pattern offset>"  answered "ok" or
 //                         "mismatch <offset>"; "exit" (or end of file) ends the target.
 #ifndef KVRAIL_BENCH_RAW_RAW_TARGET_H_
@@ -54,6 +57,8 @@ class TargetProcess {
                                              const RawTargetOptions& options);
 
   const v1::HandshakeDescriptor& descriptor() const { return descriptor_; }
+  // Where Transport::Allocate placed the target's arena ("ucx-shm", "memfd").
+  const std::string& placement() const { return placement_; }
   // The absolute address of the target arena's first byte (its only region).
   uint64_t arena_address() const { return descriptor_.regions(0).base(); }
 
@@ -68,6 +73,7 @@ class TargetProcess {
   explicit TargetProcess(ChildProcess child) : child_(std::move(child)) {}
   ChildProcess child_;
   v1::HandshakeDescriptor descriptor_;
+  std::string placement_;
 };
 
 }  // namespace kvrail::bench

@@ -47,6 +47,9 @@ class RecordingTransport final : public Transport {
   absl::StatusOr<RegionId> Register(const transport::LocalRegion& r) override {
     return inner_.Register(r);
   }
+  absl::StatusOr<transport::SharedRegion> Allocate(uint64_t length) override {
+    return inner_.Allocate(length);
+  }
   absl::Status Deregister(RegionId r) override { return inner_.Deregister(r); }
   absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override {
     return inner_.LocalDescriptor();

@@ -68,6 +68,21 @@ struct Write {
   uint64_t length = 0;
 };
 
+// Host memory that Transport::Allocate made and registered, and how another process on this
+// host maps the same pages: it opens /proc/<this process's pid>/fd/<fd> read-write and maps it;
+// the region starts `fd_offset` bytes into that file.
+struct SharedRegion {
+  RegionId region = 0;
+  void* base = nullptr;  // `length` bytes in this process, valid until Deregister or Close
+  uint64_t length = 0;
+  int fd = -1;  // owned by the transport: open until Deregister(region) or Close
+  uint64_t fd_offset = 0;
+  // Where the backend placed the pages: "memfd" (a memfd registered as Register would), or
+  // "ucx-shm" (UCX's own shared-memory segment, which UCX peers on this host write with plain
+  // stores instead of emulated puts).
+  std::string placement;
+};
+
 // Called once with the outcome of a batch or a flush (see the contract above).
 using Completion = std::function<void(absl::Status)>;
 
@@ -82,6 +97,14 @@ class Transport {
   // memory without capabilities().gpu_memory, or overlap with a registered region;
   // FailedPrecondition after Close.
   virtual absl::StatusOr<RegionId> Register(const LocalRegion& region) = 0;
+
+  // Allocates `length` bytes of zero-filled host memory where this backend's peers write it
+  // fastest, registers it as Register would, and says how another process on this host (the
+  // engine that computes into the pages) maps it. Deregister(region) frees it, and so does the
+  // transport's end (Close, or at the latest its destruction); a process that mapped it keeps
+  // its pages. InvalidArgument for length 0; ResourceExhausted
+  // when the memory cannot be had; FailedPrecondition after Close.
+  virtual absl::StatusOr<SharedRegion> Allocate(uint64_t length) = 0;
 
   // Withdraws a registration and bumps the descriptor version. When it returns, the transport
   // and its peers no longer touch the region's bytes: batches still using it as a source fail

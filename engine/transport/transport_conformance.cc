@@ -1,5 +1,10 @@
 #include "engine/transport/transport_conformance.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -446,6 +451,108 @@ TEST_P(TransportConformanceTest, CloseIsIdempotentAndLaterCallsFailPrecondition)
   EXPECT_EQ(pair.sender->LocalDescriptor().status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(pair.sender->Connect(pair.receiver->LocalDescriptor().value()).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pair.sender->Allocate(4096).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The engine's view of an allocated region: /proc/<pid>/fd/<fd> opened and mapped as another
+// process would (here this process, through a second mapping of the same pages).
+class EngineMapping {
+ public:
+  explicit EngineMapping(const SharedRegion& shared) {
+    const std::string path =
+        "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(shared.fd);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << path;
+    if (fd < 0) return;
+    struct stat st;
+    EXPECT_EQ(fstat(fd, &st), 0);
+    size_ = static_cast<size_t>(st.st_size);
+    EXPECT_GE(size_, shared.fd_offset + shared.length);
+    void* data = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    EXPECT_NE(data, MAP_FAILED);
+    if (data == MAP_FAILED) return;
+    map_ = static_cast<uint8_t*>(data);
+    bytes_ = map_ + shared.fd_offset;
+  }
+  ~EngineMapping() {
+    if (map_ != nullptr) munmap(map_, size_);
+  }
+  uint8_t* bytes() const { return bytes_; }
+
+ private:
+  uint8_t* map_ = nullptr;
+  uint8_t* bytes_ = nullptr;
+  size_t size_ = 0;
+};
+
+TEST_P(TransportConformanceTest, AllocatedRegionIsZeroRegisteredAndSharedThroughItsFd) {
+  constexpr uint64_t kBytes = 4 * kMiB;
+  Pair pair(GetParam(), kBytes, 4096);
+  const uint64_t version = pair.receiver->LocalDescriptor()->version();
+  auto shared = pair.receiver->Allocate(kBytes);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_NE(shared->base, nullptr);
+  EXPECT_EQ(shared->length, kBytes);
+  EXPECT_FALSE(shared->placement.empty());
+  const auto* base = static_cast<const uint8_t*>(shared->base);
+  EXPECT_TRUE(std::all_of(base, base + kBytes, [](uint8_t b) { return b == 0; }));
+  auto descriptor = pair.receiver->LocalDescriptor();
+  ASSERT_TRUE(descriptor.ok());
+  EXPECT_GT(descriptor->version(), version);
+  bool listed = false;
+  for (const v1::Region& region : descriptor->regions()) {
+    listed |=
+        region.base() == reinterpret_cast<uintptr_t>(shared->base) && region.length() == kBytes;
+  }
+  EXPECT_TRUE(listed);
+
+  // The engine writes through its mapping; the transport's pages show it.
+  EngineMapping engine(*shared);
+  ASSERT_NE(engine.bytes(), nullptr);
+  engine.bytes()[kBytes - 1] = 0x5a;
+  EXPECT_EQ(base[kBytes - 1], 0x5a);
+  engine.bytes()[kBytes - 1] = 0;
+
+  // A peer writes into it; the engine's mapping sees every byte after the flush.
+  PeerId peer = pair.sender->Connect(*descriptor).value();
+  const uint64_t remote = reinterpret_cast<uintptr_t>(shared->base);
+  std::vector<Write> writes;
+  for (uint64_t offset = 0; offset < kBytes; offset += kMiB) {
+    writes.push_back({offset, remote + offset, kMiB});
+  }
+  Recorder recorder(2);
+  ASSERT_TRUE(
+      pair.sender->PostWrites(peer, 0, pair.source_region, writes, recorder.Callback(0)).ok());
+  ASSERT_TRUE(pair.sender->Flush(peer, 0, recorder.Callback(1)).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  EXPECT_TRUE(recorder.status(0).ok()) << recorder.status(0);
+  EXPECT_TRUE(recorder.status(1).ok()) << recorder.status(1);
+  EXPECT_EQ(std::memcmp(engine.bytes(), pair.source.data(), kBytes), 0);
+
+  // Deregister frees it: the region leaves the descriptor; the engine's mapping stays valid.
+  ASSERT_TRUE(pair.receiver->Deregister(shared->region).ok());
+  descriptor = pair.receiver->LocalDescriptor();
+  for (const v1::Region& region : descriptor->regions()) {
+    EXPECT_NE(region.base(), remote);
+  }
+  EXPECT_EQ(std::memcmp(engine.bytes(), pair.source.data(), 4096), 0);
+  EXPECT_EQ(pair.receiver->Deregister(shared->region).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportConformanceTest, AllocateOfZeroBytesIsRejected) {
+  auto transport = GetParam().make();
+  auto shared = transport->Allocate(0);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(shared.status().message().find("length is 0"), std::string::npos) << shared.status();
+}
+
+TEST_P(TransportConformanceTest, AllocatedRegionsLeftAtCloseAreFreedWithoutError) {
+  auto transport = GetParam().make();
+  ASSERT_TRUE(transport->Allocate(kMiB).ok());
+  ASSERT_TRUE(transport->Allocate(kMiB).ok());
+  transport->Close();
 }
 
 TEST_P(TransportConformanceTest, DisconnectedPeerIsUnknown) {

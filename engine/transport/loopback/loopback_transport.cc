@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "control/error/error.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/shared_region.h"
 
 namespace kvrail::transport {
 namespace loopback_internal {
@@ -225,8 +226,16 @@ absl::StatusOr<RegionId> LoopbackTransport::Register(const LocalRegion& region) 
   return id;
 }
 
+absl::StatusOr<SharedRegion> LoopbackTransport::Allocate(uint64_t length) {
+  KVRAIL_ASSIGN_OR_RETURN(MemfdAllocation allocation, AllocateOnMemfd(*this, length));
+  std::lock_guard<std::mutex> lock(mu_);
+  allocated_.emplace(allocation.shared.region, std::move(allocation.arena));
+  return allocation.shared;
+}
+
 absl::Status LoopbackTransport::Deregister(RegionId region) {
   std::shared_ptr<RegionEntry> entry;
+  std::unique_ptr<Arena> allocated;  // freed once no write touches it
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
@@ -237,6 +246,10 @@ absl::Status LoopbackTransport::Deregister(RegionId region) {
     }
     entry = std::move(it->second);
     regions_.erase(it);
+    if (auto owned = allocated_.find(region); owned != allocated_.end()) {
+      allocated = std::move(owned->second);
+      allocated_.erase(owned);
+    }
     ++version_;
   }
   Registry::Get().RemoveRegion(entry->key);
@@ -428,7 +441,9 @@ void LoopbackTransport::Close() {
       Registry::Get().RemoveRegion(entry->key);
       entry->Revoke();  // waits for writes in progress, ours and peers'
     }
+    std::map<RegionId, std::unique_ptr<Arena>> allocated;  // freed after the lock
     std::lock_guard<std::mutex> lock(mu_);
+    allocated.swap(allocated_);
     revoked_ = true;
     changed_.notify_all();
   }

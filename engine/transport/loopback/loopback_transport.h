@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/memory/arena.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -56,6 +57,8 @@ class LoopbackTransport final : public Transport {
 
   const Capabilities& capabilities() const override { return capabilities_; }
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
+  // Always the memfd placement (engine/transport/shared_region.h).
+  absl::StatusOr<SharedRegion> Allocate(uint64_t length) override;
   absl::Status Deregister(RegionId region) override;
   absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override;
   absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& peer) override;
@@ -116,6 +119,7 @@ class LoopbackTransport final : public Transport {
   RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
   std::map<RegionId, std::shared_ptr<loopback_internal::RegionEntry>> regions_;
+  std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memory, freed at Deregister
   absl::flat_hash_map<PeerId, std::shared_ptr<Peer>> peers_;
   std::deque<Job> queue_;
   // Mirrors closed_ for the progress thread's checks between writes.

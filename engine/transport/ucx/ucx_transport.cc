@@ -1,10 +1,13 @@
 #include "engine/transport/ucx/ucx_transport.h"
 
+#include <fcntl.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "control/error/error.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/shared_region.h"
 
 namespace kvrail::transport {
 namespace ucx_internal {
@@ -26,7 +30,15 @@ struct RegionState {
   uint64_t base = 0;
   uint64_t length = 0;
   ucp_mem_h memh = nullptr;
-  std::string rkey;  // ucp_rkey_pack bytes
+  std::string rkey;    // ucp_rkey_pack bytes
+  int shared_fd = -1;  // Allocate's "ucx-shm" placement: our dup of UCX's segment fd
+  // Unmaps (and for an allocated region frees) the memory. Runs under the transport's mutex.
+  void Release(ucp_context_h context) {
+    ucp_mem_unmap(context, memh);
+    memh = nullptr;
+    if (shared_fd >= 0) close(shared_fd);
+    shared_fd = -1;
+  }
 };
 
 struct PeerState;
@@ -138,6 +150,17 @@ void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (options.tcp_tx_seg_bytes != 0) {
+    env.emplace_back("UCX_TCP_TX_SEG_SIZE", std::to_string(options.tcp_tx_seg_bytes));
+  }
+  if (options.tcp_rx_seg_bytes != 0) {
+    env.emplace_back("UCX_TCP_RX_SEG_SIZE", std::to_string(options.tcp_rx_seg_bytes));
+  }
+  return env;
+}
+
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOptions& options) {
   if (options.lanes < 1) {
     return absl::InvalidArgumentError(
@@ -145,6 +168,19 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOpti
   }
   if (options.max_write_bytes == 0) {
     return absl::InvalidArgumentError("ucx options: max_write_bytes is 0; it must be > 0");
+  }
+  constexpr uint64_t kMinSeg = uint64_t{1} << 10, kMaxSeg = uint64_t{16} << 20;
+  if (options.tcp_tx_seg_bytes != 0 &&
+      (options.tcp_tx_seg_bytes < kMinSeg || options.tcp_tx_seg_bytes > kMaxSeg)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ucx options: tcp_tx_seg_bytes is %u; it must be 0 (UCX's default) or in [%u, %u]",
+        options.tcp_tx_seg_bytes, kMinSeg, kMaxSeg));
+  }
+  if (options.tcp_rx_seg_bytes != 0 && options.tcp_rx_seg_bytes < options.tcp_tx_seg_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ucx options: tcp_rx_seg_bytes is %u, smaller than tcp_tx_seg_bytes %u; a peer's rx "
+        "segment must hold this side's tx segment",
+        options.tcp_rx_seg_bytes, options.tcp_tx_seg_bytes));
   }
   std::unique_ptr<UcxTransport> transport(new UcxTransport(options));
   absl::Status status = transport->Init(options);
@@ -182,6 +218,25 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
     ucp_config_release(config);
     return absl::InvalidArgumentError(absl::StrFormat(
         "ucx options: net_devices \"%s\" was rejected by UCX: %s", options.net_devices, Ucs(s)));
+  }
+  // Allocate wants UCX's posix segments, which another process maps through an fd, before its
+  // SysV ones, which no fd names (UCX's default order is sysv first).
+  if (std::getenv("UCX_ALLOC_PRIO") == nullptr &&
+      (s = ucp_config_modify(config, "ALLOC_PRIO", "md:posix,md:sysv,huge,thp,md:*,mmap,heap")) !=
+          UCS_OK) {
+    ucp_config_release(config);
+    return FromUcs(s, "ucx: setting ALLOC_PRIO");
+  }
+  // UCX takes a transport's settings by their name inside the transport ("TX_SEG_SIZE" for
+  // UCX_TCP_TX_SEG_SIZE), and only when that transport is loaded: it warns about the rest.
+  const bool tcp = options.tls.empty() || options.tls.find("tcp") != std::string::npos;
+  for (const auto& [name, value] : UcxTuningEnvironment(options)) {
+    if (!tcp || std::getenv(name.c_str()) != nullptr) continue;  // the operator's setting wins
+    const std::string key = name.substr(std::string("UCX_TCP_").size());
+    if ((s = ucp_config_modify(config, key.c_str(), value.c_str())) != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(s, absl::StrFormat("ucx: setting %s=%s", name, value));
+    }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -264,6 +319,58 @@ absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   return id;
 }
 
+absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
+  if (length == 0) {
+    return absl::InvalidArgumentError("Allocate: length is 0; at least 1 byte is needed");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::FailedPreconditionError("Allocate: the transport is closed");
+    auto context = static_cast<ucp_context_h>(context_);
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = nullptr;
+    mp.length = length;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    auto state = std::make_unique<RegionState>();
+    if (ucp_mem_map(context, &mp, &state->memh) == UCS_OK) {
+      ucp_mem_attr_t attr{};
+      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+      absl::StatusOr<BackingFd> backing = absl::UnknownError("ucp_mem_query failed");
+      if (ucp_mem_query(state->memh, &attr) == UCS_OK && attr.length >= length) {
+        backing = FindBackingFd(attr.address);
+      }
+      void* packed = nullptr;
+      size_t packed_size = 0;
+      // Only a UCX segment that another process can open is the "ucx-shm" placement; memory
+      // UCX took from mmap or the heap (no shared-memory transport loaded) is given back.
+      if (backing.ok() && backing->contiguous >= length &&
+          (state->shared_fd = fcntl(backing->fd, F_DUPFD_CLOEXEC, 0)) >= 0 &&
+          ucp_rkey_pack(context, state->memh, &packed, &packed_size) == UCS_OK) {
+        state->rkey.assign(static_cast<const char*>(packed), packed_size);
+        ucp_rkey_buffer_release(packed);
+        state->base = reinterpret_cast<uintptr_t>(attr.address);
+        state->length = length;
+        SharedRegion shared{.region = next_region_++,
+                            .base = attr.address,
+                            .length = length,
+                            .fd = state->shared_fd,
+                            .fd_offset = backing->offset,
+                            .placement = "ucx-shm"};
+        regions_.emplace(shared.region, std::move(state));
+        ++version_;
+        return shared;
+      }
+      state->Release(context);
+    }
+  }
+  KVRAIL_ASSIGN_OR_RETURN(MemfdAllocation allocation, AllocateOnMemfd(*this, length));
+  std::lock_guard<std::mutex> lock(mu_);
+  allocated_.emplace(allocation.shared.region, std::move(allocation.arena));
+  return allocation.shared;
+}
+
 absl::Status UcxTransport::Deregister(RegionId region) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
@@ -271,8 +378,9 @@ absl::Status UcxTransport::Deregister(RegionId region) {
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrFormat("Deregister: region %d is not registered", region));
   }
-  ucp_mem_unmap(static_cast<ucp_context_h>(context_), it->second->memh);
+  it->second->Release(static_cast<ucp_context_h>(context_));
   regions_.erase(it);
+  if (auto owned = allocated_.find(region); owned != allocated_.end()) allocated_.erase(owned);
   ++version_;
   return absl::OkStatus();
 }
@@ -620,9 +728,7 @@ void UcxTransport::TeardownLocked(std::unique_lock<std::mutex>& lock) {
     for (void* worker : workers_) events += ProgressWorker(worker);
     quiet = events == 0 ? quiet + 1 : 0;
   }
-  for (auto& [id, region] : regions_) {
-    ucp_mem_unmap(static_cast<ucp_context_h>(context_), region->memh);
-  }
+  for (auto& [id, region] : regions_) region->Release(static_cast<ucp_context_h>(context_));
   regions_.clear();
   for (void* worker : workers_) ucp_worker_destroy(static_cast<ucp_worker_h>(worker));
   workers_.clear();

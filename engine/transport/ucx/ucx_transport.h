@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/memory/arena.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -48,7 +49,20 @@ struct UcxOptions {
   std::string net_devices;
   uint64_t max_write_bytes = uint64_t{16} << 20;
   uint64_t max_inflight_bytes_per_endpoint = uint64_t{64} << 20;
+  // UCX's tcp segment sizes in bytes (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE). UCX's own
+  // defaults (8 KiB and 64 KiB) cut every put into 8 KiB sends, each one send(2) and a trip
+  // through the peer's progress; 64 KiB and 256 KiB moved 2.5x the bytes per second on this
+  // machine's loopback and veth (bench/raw/README.md). 0 keeps UCX's default; UCX_TCP_TX_SEG_SIZE
+  // or UCX_TCP_RX_SEG_SIZE in the environment wins over these. Create rejects a tx segment
+  // outside [1 KiB, 16 MiB] and an rx segment smaller than the tx one (a peer's rx segment must
+  // hold this side's tx segment: give both ends the same options).
+  uint64_t tcp_tx_seg_bytes = uint64_t{64} << 10;
+  uint64_t tcp_rx_seg_bytes = uint64_t{256} << 10;
 };
+
+// The UCX environment that gives another UCX program (ucx_perftest) the settings `options`
+// gives a UcxTransport beyond TLS and NET_DEVICES: {"UCX_TCP_TX_SEG_SIZE", "65536"}, ...
+std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options);
 
 namespace ucx_internal {
 struct Op;
@@ -68,6 +82,11 @@ class UcxTransport final : public Transport {
 
   const Capabilities& capabilities() const override { return capabilities_; }
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
+  // UCX's own shared-memory segment ("ucx-shm": UCX_ALLOC_PRIO puts UCX's posix segments
+  // first) when a shared-memory transport is loaded, so that UCX peers on this host store into
+  // it directly; UCX 1.13 emulates puts into any other memory over active messages. Otherwise
+  // (tcp only, or /dev/shm full) the memfd placement.
+  absl::StatusOr<SharedRegion> Allocate(uint64_t length) override;
   absl::Status Deregister(RegionId region) override;
   absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override;
   absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& peer) override;
@@ -114,6 +133,7 @@ class UcxTransport final : public Transport {
   RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
   std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
+  std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memfd placements
   std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
   std::deque<Ready> ready_;
   std::vector<void*> closing_;  // ucp_ep_close_nbx requests

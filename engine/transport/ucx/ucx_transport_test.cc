@@ -72,6 +72,48 @@ TEST(UcxTransportTest, CreateRejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(UcxTransportTest, BadTcpSegmentSizesAreErrorsNamingThem) {
+  auto tiny = UcxTransport::Create({.tls = "tcp", .tcp_tx_seg_bytes = 100});
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tiny.status().message().find("tcp_tx_seg_bytes is 100"), std::string::npos)
+      << tiny.status();
+  auto small_rx = UcxTransport::Create(
+      {.tls = "tcp", .tcp_tx_seg_bytes = 64 << 10, .tcp_rx_seg_bytes = 8 << 10});
+  ASSERT_FALSE(small_rx.ok());
+  EXPECT_NE(small_rx.status().message().find("tcp_rx_seg_bytes is 8192"), std::string::npos)
+      << small_rx.status();
+}
+
+TEST(UcxTransportTest, TuningEnvironmentNamesTheTcpSegmentSizes) {
+  const auto env = UcxTuningEnvironment(UcxOptions{});
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[0].first, "UCX_TCP_TX_SEG_SIZE");
+  EXPECT_EQ(env[0].second, "65536");
+  EXPECT_EQ(env[1].first, "UCX_TCP_RX_SEG_SIZE");
+  EXPECT_EQ(env[1].second, "262144");
+  EXPECT_TRUE(UcxTuningEnvironment({.tcp_tx_seg_bytes = 0, .tcp_rx_seg_bytes = 0}).empty());
+}
+
+TEST(UcxTransportTest, AllocateUsesUcxSharedMemoryWhenASharedMemoryTransportIsLoaded) {
+  auto transport = UcxTransport::Create(Sm());
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  auto shared = (*transport)->Allocate(8 * kMiB);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->placement, "ucx-shm");
+  EXPECT_GE(shared->fd, 0);
+  EXPECT_TRUE((*transport)->Deregister(shared->region).ok());
+}
+
+TEST(UcxTransportTest, AllocateOverTcpOnlyFallsBackToAMemfd) {
+  auto transport = UcxTransport::Create(Tcp());
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  auto shared = (*transport)->Allocate(8 * kMiB);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->placement, "memfd");
+  EXPECT_TRUE((*transport)->Deregister(shared->region).ok());
+}
+
 TEST(UcxTransportTest, UnknownTlsIsAnErrorNamingIt) {
   auto transport = UcxTransport::Create({.tls = "no_such_transport"});
   ASSERT_FALSE(transport.ok());
