@@ -31,9 +31,21 @@ struct Post {
   uint64_t bytes = 0;
 };
 
+// A PostWrites or a Flush decided under the window's lock and made outside it.
+struct Action {
+  bool flush = false;
+  Post post;             // !flush
+  uint64_t covered = 0;  // flush: the bytes it covers
+};
+
 struct Lane {
   std::deque<Post> queue;  // posts of generated batches, not yet posted
-  int posts = 0;           // PostWrites calls outstanding
+  // Calls decided and counted below, in the order they must reach the transport; one thread at
+  // a time (`sending`) makes them, so a lane's flush never overtakes the posts it covers.
+  std::deque<Action> outbox;
+  bool sending = false;
+  int live = 0;            // calls made to the transport whose completion has not run
+  int posts = 0;           // PostWrites calls outstanding (in the outbox or made)
   uint64_t unflushed = 0;  // bytes posted since the lane's last Flush
   uint64_t flushing = 0;   // bytes covered by this lane's Flush calls outstanding
   int flushes = 0;         // Flush calls outstanding
@@ -58,6 +70,7 @@ class Window : public std::enable_shared_from_this<Window> {
     start_ = Clock::now();
     deadline_ = start_ + absl::ToChronoNanoseconds(spec_.duration);
     PumpLocked();
+    SendLocked(lock, -1);
     const bool finished = done_.wait_for(lock, absl::ToChronoNanoseconds(spec_.patience),
                                          [this] { return finished_; });
     if (!finished) {
@@ -127,16 +140,7 @@ class Window : public std::enable_shared_from_this<Window> {
     lane.queue.pop_front();
     --queued_posts_;
     const uint64_t bytes = post.bytes;
-    const uint64_t writes = post.writes.size();
-    absl::Status status =
-        transport_.PostWrites(peer_, index, source_, post.writes,
-                              [self = shared_from_this(), index, bytes, writes](absl::Status s) {
-                                self->OnPostDone(index, bytes, writes, std::move(s));
-                              });
-    if (!status.ok()) {
-      StopLocked(std::move(status));
-      return;
-    }
+    lane.outbox.push_back(Action{false, std::move(post), 0});
     ++lane.posts;
     ++posts_outstanding_;
     lane.unflushed += bytes;
@@ -152,16 +156,72 @@ class Window : public std::enable_shared_from_this<Window> {
     ++lane.flushes;
     ++flushes_outstanding_;
     ++flushes_posted_;
-    absl::Status status =
-        transport_.Flush(peer_, index, [self = shared_from_this(), index, covered](absl::Status s) {
-          self->OnFlushDone(index, covered, std::move(s));
-        });
-    if (!status.ok()) {
-      lane.flushing -= covered;
+    lane.outbox.push_back(Action{true, Post(), covered});
+  }
+
+  // Takes back the counts of an action that never reached the transport.
+  void UndoLocked(int index, const Action& action) {
+    Lane& lane = lanes_[index];
+    if (action.flush) {
+      lane.flushing -= action.covered;
       --lane.flushes;
       --flushes_outstanding_;
-      StopLocked(std::move(status));
+      --flushes_posted_;
+    } else {
+      --lane.posts;
+      --posts_outstanding_;
     }
+  }
+
+  // Makes the calls in the lanes' outboxes. A thread sends its own lane's (`self`, the lane of
+  // the completion it runs in; -1 for the caller), and any other lane's that no completion is
+  // due to drive (nothing of it at the transport). Sending happens without the lock, so lanes
+  // post from their own progress threads at once: over shared memory a post is the copy.
+  void SendLocked(std::unique_lock<std::mutex>& lock, int self) {
+    for (bool sent = true; sent;) {
+      sent = false;
+      for (int index = 0; index < spec_.lanes; ++index) {
+        Lane& lane = lanes_[index];
+        if (lane.sending || lane.outbox.empty() || (index != self && lane.live > 0)) continue;
+        lane.sending = true;
+        while (!lane.outbox.empty()) {
+          Action action = std::move(lane.outbox.front());
+          lane.outbox.pop_front();
+          if (!error_.ok()) {
+            UndoLocked(index, action);
+            continue;
+          }
+          ++lane.live;
+          lock.unlock();
+          absl::Status status = Issue(index, action);
+          lock.lock();
+          if (!status.ok()) {
+            --lane.live;
+            UndoLocked(index, action);
+            StopLocked(std::move(status));
+          }
+        }
+        lane.sending = false;
+        sent = true;
+      }
+    }
+    if (!error_.ok() && posts_outstanding_ == 0 && flushes_outstanding_ == 0) FinishLocked();
+  }
+
+  absl::Status Issue(int index, const Action& action) {
+    if (action.flush) {
+      const uint64_t covered = action.covered;
+      return transport_.Flush(peer_, index,
+                              [self = shared_from_this(), index, covered](absl::Status s) {
+                                self->OnFlushDone(index, covered, std::move(s));
+                              });
+    }
+    const uint64_t bytes = action.post.bytes;
+    const uint64_t writes = action.post.writes.size();
+    return transport_.PostWrites(peer_, index, source_, action.post.writes,
+                                 [self = shared_from_this(), index, bytes, writes](absl::Status s) {
+                                   self->OnPostDone(index, bytes, writes, std::move(s));
+                                 });
   }
 
   void PumpLocked() {
@@ -206,7 +266,8 @@ class Window : public std::enable_shared_from_this<Window> {
   }
 
   void OnPostDone(int index, uint64_t bytes, uint64_t writes, absl::Status status) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    --lanes_[index].live;
     --lanes_[index].posts;
     --posts_outstanding_;
     if (status.ok()) {
@@ -217,20 +278,23 @@ class Window : public std::enable_shared_from_this<Window> {
       StopLocked(std::move(status));
     }
     PumpLocked();
+    SendLocked(lock, index);
   }
 
   void OnFlushDone(int index, uint64_t covered, absl::Status status) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     Lane& lane = lanes_[index];
+    --lane.live;
     lane.flushing -= covered;
     --lane.flushes;
     --flushes_outstanding_;
     if (!status.ok()) StopLocked(std::move(status));
     if (final_flush_started_ || !error_.ok()) {
       if (flushes_outstanding_ == 0 && posts_outstanding_ == 0) FinishLocked();
-      return;
+    } else {
+      PumpLocked();
     }
-    PumpLocked();
+    SendLocked(lock, index);
   }
 
   void FinishLocked() {

@@ -4,8 +4,10 @@
 // landed ("Success means landed").
 //
 // Posting is completion-driven: the first posts come from the caller, every later one from the
-// completion of an earlier post, on the transport's progress thread. The caller's thread only
-// waits, so on a small machine the bench adds no busy thread of its own to the transport's.
+// completion of an earlier post, on the transport's progress thread; a lane's calls are made by
+// the thread of that lane's completions, outside the window's lock, so lanes post (over shared
+// memory: copy) on several cores at once. The caller's thread only waits, so on a small machine
+// the bench adds no busy thread of its own to the transport's.
 #ifndef KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 #define KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -42,8 +45,10 @@ struct RegionState {
 };
 
 struct PeerState;
+struct Lane;
 
 // One batch or flush. Freed once it is delivered and no UCX request still points at it.
+// Guarded by its lane's mutex.
 struct Op {
   PeerState* peer = nullptr;  // kept alive by the transport until its endpoints are closed
   int lane = 0;
@@ -52,9 +57,17 @@ struct Op {
   bool delivered = false;
   absl::Status status;  // the first failure of a batch's puts
   Completion done;
-  class UcxTransport* transport = nullptr;
+  Lane* home = nullptr;  // the lane whose ready list gets the completion
 };
 
+// What an endpoint's error handler needs: the peer and which of its lanes.
+struct LaneRef {
+  PeerState* peer = nullptr;
+  int lane = 0;
+};
+
+// A connected peer. `regions`, `id` and `disconnected` are guarded by the transport's mu_;
+// everything indexed by lane is guarded by that lane's mutex.
 struct PeerState {
   PeerId id = 0;
   RemoteRegions regions;
@@ -62,23 +75,80 @@ struct PeerState {
   std::vector<std::vector<ucp_rkey_h>> rkeys;  // [lane][descriptor region index]
   std::vector<absl::Status> lane_errors;       // first failure since the lane's last Flush
   std::vector<ucs_status_t> lane_failed;       // set by UCX's error handler
-  std::vector<Op*> ops;                        // undelivered
+  std::vector<std::vector<Op*>> ops;           // [lane]: undelivered
+  std::vector<LaneRef> refs;                   // [lane]: the error handlers' argument
   bool disconnected = false;
-  explicit PeerState(RemoteRegions r) : regions(std::move(r)) {}
-  // Runs under the transport's mutex (every owner drops it there), before the workers go.
-  ~PeerState() {
-    for (auto& lane : rkeys) {
-      for (ucp_rkey_h rkey : lane) {
-        if (rkey != nullptr) ucp_rkey_destroy(rkey);
-      }
+  PeerState(RemoteRegions r, int lanes) : regions(std::move(r)) {
+    eps.assign(lanes, nullptr);
+    lane_errors.assign(lanes, absl::OkStatus());
+    lane_failed.assign(lanes, UCS_OK);
+    ops.resize(lanes);
+    for (int lane = 0; lane < lanes; ++lane) refs.push_back({this, lane});
+  }
+  // With the lane's mutex held, once the lane's endpoint is closed (UCX wants an endpoint's
+  // rkeys gone before its worker, and puts still draining at close may use them).
+  void DestroyRkeys(int lane) {
+    for (ucp_rkey_h& rkey : rkeys[lane]) {
+      if (rkey != nullptr) ucp_rkey_destroy(rkey);
+      rkey = nullptr;
     }
   }
 };
 
-// What an endpoint's error handler needs.
-struct LaneRef {
-  PeerState* peer;
-  int lane;
+struct Ready {
+  Completion done;
+  absl::Status status;
+};
+
+// One lane: a worker and the thread that progresses it.
+struct Lane {
+  int index = 0;
+  ucp_worker_h worker = nullptr;  // destroyed by ReleaseAll
+  std::string address;            // ucp_worker_get_address bytes
+  std::thread thread;
+
+  std::mutex mu;
+  std::condition_variable changed;
+  // Guarded by mu:
+  bool kick = false;  // new work: the thread should spin, not sleep
+  bool stop = false;  // Close: tear down and exit
+  std::deque<Ready> ready;
+  // Endpoint-close requests, each with the peer whose rkeys on this lane go when it finishes.
+  std::vector<std::pair<void*, std::shared_ptr<PeerState>>> closing;
+
+  // mu held. Moves `op`'s completion onto the ready list once; frees it when UCX is done too.
+  void FinishLocked(Op* op, absl::Status status) {
+    if (!op->delivered) {
+      op->delivered = true;
+      PeerState* peer = op->peer;
+      auto& ops = peer->ops[op->lane];
+      ops.erase(std::find(ops.begin(), ops.end(), op));
+      if (!op->flush && !status.ok() && peer->lane_errors[op->lane].ok()) {
+        peer->lane_errors[op->lane] = status;
+      }
+      ready.push_back({std::move(op->done), std::move(status)});
+    }
+    if (op->requests == 0) delete op;
+  }
+
+  // mu held. Frees the close requests that finished, and their peers' rkeys on this lane.
+  void ReapClosedLocked() {
+    closing.erase(std::remove_if(closing.begin(), closing.end(),
+                                 [this](std::pair<void*, std::shared_ptr<PeerState>>& entry) {
+                                   if (ucp_request_check_status(entry.first) == UCS_INPROGRESS) {
+                                     return false;
+                                   }
+                                   ucp_request_free(entry.first);
+                                   entry.second->DestroyRkeys(index);
+                                   return true;
+                                 }),
+                  closing.end());
+  }
+
+  void Kick() {
+    kick = true;
+    changed.notify_one();
+  }
 };
 
 namespace {
@@ -92,26 +162,15 @@ absl::Status FromUcs(ucs_status_t status, const std::string& context) {
   return absl::UnavailableError(message);
 }
 
-// Frees the endpoint-close requests that have finished and drops them from `requests`.
-void ReapClosedEndpoints(std::vector<void*>& requests) {
-  requests.erase(std::remove_if(requests.begin(), requests.end(),
-                                [](void* request) {
-                                  if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-                                    return false;
-                                  }
-                                  ucp_request_free(request);
-                                  return true;
-                                }),
-                 requests.end());
-}
-
 }  // namespace
 }  // namespace ucx_internal
 
 using ucx_internal::FromUcs;
+using ucx_internal::Lane;
 using ucx_internal::LaneRef;
 using ucx_internal::Op;
 using ucx_internal::PeerState;
+using ucx_internal::Ready;
 using ucx_internal::RegionState;
 using ucx_internal::Ucs;
 
@@ -126,7 +185,8 @@ extern "C" void __tsan_ignore_thread_end();
 // Under ThreadSanitizer those copies are ignored: the reader (the application, after a Flush
 // completed on the initiator) is ordered after them only through UCX's uninstrumented shared
 // memory or socket acknowledgements, which TSan cannot see, so every landed byte would be a
-// false race. Our own state touched in UCX callbacks is guarded by mu_, held around this call.
+// false race. Our own state touched in UCX callbacks is guarded by the lane's mutex, held around
+// this call.
 unsigned ProgressWorker(void* worker) {
 #if defined(__SANITIZE_THREAD__)
   __tsan_ignore_thread_begin();
@@ -138,14 +198,11 @@ unsigned ProgressWorker(void* worker) {
   return events;
 }
 
-// Error handler for every endpoint: arg is the PeerState, lane found by matching the endpoint.
-void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
-  auto* peer = static_cast<PeerState*>(arg);
-  for (size_t lane = 0; lane < peer->eps.size(); ++lane) {
-    if (peer->eps[lane] == ep && peer->lane_failed[lane] == UCS_OK) {
-      peer->lane_failed[lane] = status;
-    }
-  }
+// Error handler for every endpoint: arg is its LaneRef. Runs in UCX calls on that lane's
+// worker, under the lane's mutex.
+void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* ref = static_cast<LaneRef*>(arg);
+  if (ref->peer->lane_failed[ref->lane] == UCS_OK) ref->peer->lane_failed[ref->lane] = status;
 }
 
 }  // namespace
@@ -188,8 +245,10 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOpti
     transport->Close();
     return status;
   }
-  transport->progress_ = std::thread([t = transport.get()] { t->RunProgress(); });
-  transport->progress_id_ = transport->progress_.get_id();
+  for (auto& lane : transport->lanes_) {
+    lane->thread = std::thread([t = transport.get(), l = lane.get()] { t->RunLane(*l); });
+    transport->lane_threads_.push_back(lane->thread.get_id());
+  }
   return transport;
 }
 
@@ -241,7 +300,7 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_RMA;
-  params.mt_workers_shared = 1;  // one mutex guards every worker, but there are several
+  params.mt_workers_shared = 1;  // workers of different lanes run at once
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);
   ucp_config_release(config);
@@ -251,22 +310,25 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
   context_ = context;
   // UCX 1.13 has no peer-failure handler on shared memory; tcp has one.
   peer_errors_ = options.tls.empty() || options.tls.find("tcp") != std::string::npos;
-  for (int lane = 0; lane < options.lanes; ++lane) {
+  for (int index = 0; index < options.lanes; ++index) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = index;
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    ucp_worker_h worker = nullptr;
-    s = ucp_worker_create(context, &wp, &worker);
-    if (s != UCS_OK) return FromUcs(s, absl::StrFormat("ucx: ucp_worker_create for lane %d", lane));
-    workers_.push_back(worker);
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // only under the lane's mutex
+    s = ucp_worker_create(context, &wp, &lane->worker);
+    if (s != UCS_OK) {
+      return FromUcs(s, absl::StrFormat("ucx: ucp_worker_create for lane %d", index));
+    }
+    Lane& added = *lanes_.emplace_back(std::move(lane));
     ucp_address_t* address = nullptr;
     size_t length = 0;
-    s = ucp_worker_get_address(worker, &address, &length);
+    s = ucp_worker_get_address(added.worker, &address, &length);
     if (s != UCS_OK) {
-      return FromUcs(s, absl::StrFormat("ucx: ucp_worker_get_address for lane %d", lane));
+      return FromUcs(s, absl::StrFormat("ucx: ucp_worker_get_address for lane %d", index));
     }
-    addresses_.emplace_back(reinterpret_cast<const char*>(address), length);
-    ucp_worker_release_address(worker, address);
+    added.address.assign(reinterpret_cast<const char*>(address), length);
+    ucp_worker_release_address(added.worker, address);
   }
   return absl::OkStatus();
 }
@@ -279,7 +341,7 @@ UcxTransport::~UcxTransport() {
 absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   KVRAIL_RETURN_IF_ERROR(CheckLocalRegion(region, capabilities_.gpu_memory));
   const uint64_t base = reinterpret_cast<uintptr_t>(region.base);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
   for (const auto& [id, entry] : regions_) {
     const bool overlap = base <= entry->base ? entry->base - base < region.length
@@ -324,7 +386,7 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
     return absl::InvalidArgumentError("Allocate: length is 0; at least 1 byte is needed");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::shared_mutex> lock(mu_);
     if (closed_) return absl::FailedPreconditionError("Allocate: the transport is closed");
     auto context = static_cast<ucp_context_h>(context_);
     ucp_mem_map_params_t mp{};
@@ -366,13 +428,13 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
     }
   }
   KVRAIL_ASSIGN_OR_RETURN(MemfdAllocation allocation, AllocateOnMemfd(*this, length));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   allocated_.emplace(allocation.shared.region, std::move(allocation.arena));
   return allocation.shared;
 }
 
 absl::Status UcxTransport::Deregister(RegionId region) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
   auto it = regions_.find(region);
   if (it == regions_.end()) {
@@ -386,12 +448,12 @@ absl::Status UcxTransport::Deregister(RegionId region) {
 }
 
 absl::StatusOr<v1::HandshakeDescriptor> UcxTransport::LocalDescriptor() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("LocalDescriptor: the transport is closed");
   v1::HandshakeDescriptor descriptor;
   descriptor.set_version(version_);
   descriptor.set_transport(v1::TRANSPORT_KIND_UCX);
-  for (const std::string& address : addresses_) descriptor.add_lanes()->set_address(address);
+  for (const auto& lane : lanes_) descriptor.add_lanes()->set_address(lane->address);
   for (const auto& [id, entry] : regions_) {
     v1::Region* region = descriptor.add_regions();
     region->set_base(entry->base);
@@ -424,45 +486,43 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     }
   }
   KVRAIL_ASSIGN_OR_RETURN(RemoteRegions regions, RemoteRegions::FromDescriptor(peer));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
-  auto state = std::make_shared<PeerState>(std::move(regions));
   const int lanes = capabilities_.lanes;
-  state->eps.assign(lanes, nullptr);
+  auto state = std::make_shared<PeerState>(std::move(regions), lanes);
   state->rkeys.assign(lanes, std::vector<ucp_rkey_h>(peer.regions_size(), nullptr));
-  state->lane_errors.assign(lanes, absl::OkStatus());
-  state->lane_failed.assign(lanes, UCS_OK);
   absl::Status failure;
-  for (int lane = 0; lane < lanes && failure.ok(); ++lane) {
-    const int remote_lane = lane % peer.lanes_size();
+  for (int index = 0; index < lanes && failure.ok(); ++index) {
+    Lane& lane = *lanes_[index];
+    std::lock_guard<std::mutex> lane_lock(lane.mu);
+    const int remote_lane = index % peer.lanes_size();
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
     ep.err_handler.cb = OnEndpointError;
-    ep.err_handler.arg = state.get();
+    ep.err_handler.arg = &state->refs[index];
     // Peer-failure handling where the transports support it (tcp); shared memory has no peer
     // failure handler in UCX 1.13, so it falls back, once per transport, to no error handling.
     ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ucs_status_t s =
-        ucp_ep_create(static_cast<ucp_worker_h>(workers_[lane]), &ep, &state->eps[lane]);
+    ucs_status_t s = ucp_ep_create(lane.worker, &ep, &state->eps[index]);
     if (s == UCS_ERR_UNREACHABLE && peer_errors_) {
       peer_errors_ = false;
       ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      s = ucp_ep_create(static_cast<ucp_worker_h>(workers_[lane]), &ep, &state->eps[lane]);
+      s = ucp_ep_create(lane.worker, &ep, &state->eps[index]);
     }
     if (s != UCS_OK) {
-      state->eps[lane] = nullptr;
+      state->eps[index] = nullptr;
       failure = absl::UnavailableError(
           absl::StrFormat("peer descriptor: lane %d: ucp_ep_create to peer lane %d failed: %s",
-                          lane, remote_lane, Ucs(s)));
+                          index, remote_lane, Ucs(s)));
       break;
     }
     for (int r = 0; r < peer.regions_size(); ++r) {
-      s = ucp_ep_rkey_unpack(state->eps[lane], peer.regions(r).remote_key().data(),
-                             &state->rkeys[lane][r]);
+      s = ucp_ep_rkey_unpack(state->eps[index], peer.regions(r).remote_key().data(),
+                             &state->rkeys[index][r]);
       if (s != UCS_OK) {
-        state->rkeys[lane][r] = nullptr;
+        state->rkeys[index][r] = nullptr;
         failure = absl::InvalidArgumentError(absl::StrFormat(
             "peer descriptor: region %d: remote key is not a UCX rkey this transport can use "
             "(ucp_ep_rkey_unpack: %s)",
@@ -470,21 +530,20 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
         break;
       }
     }
-  }
-  // Finish UCX's wireup now, with a bounded wait, so that an unreachable peer is reported here
-  // and no wireup message is left pending when either side's worker is destroyed (UCX 1.13
-  // asserts on a pending wireup reply at ucp_worker_destroy).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (int lane = 0; lane < lanes && failure.ok(); ++lane) {
+    if (!failure.ok()) break;
+    // Finish UCX's wireup now, with a bounded wait, so that an unreachable peer is reported
+    // here and no wireup message is left pending when either side's worker is destroyed (UCX
+    // 1.13 asserts on a pending wireup reply at ucp_worker_destroy).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     ucp_request_param_t param{};
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->eps[lane], &param);
-    ucs_status_t s = UCS_OK;
+    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->eps[index], &param);
+    s = UCS_OK;
     if (UCS_PTR_IS_ERR(request)) {
       s = UCS_PTR_STATUS(request);
     } else if (request != nullptr) {
       while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS &&
              std::chrono::steady_clock::now() < deadline) {
-        ProgressWorker(workers_[lane]);
+        ProgressWorker(lane.worker);
       }
       ucp_request_free(request);  // released by UCX when it completes, if it has not
       if (s == UCS_INPROGRESS) s = UCS_ERR_TIMED_OUT;
@@ -492,14 +551,11 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     if (s != UCS_OK) {
       failure = absl::UnavailableError(absl::StrFormat(
           "peer descriptor: lane %d: the peer's worker could not be reached (wireup flush: %s)",
-          lane, Ucs(s)));
+          index, Ucs(s)));
     }
   }
   if (!failure.ok()) {
-    ClosePeerLocked(*state, "connect failed");
-    closing_peers_.push_back(std::move(state));
-    kick_ = true;
-    changed_.notify_all();
+    ClosePeer(state, "connect failed");
     return failure;
   }
   const PeerId id = next_peer_++;
@@ -508,8 +564,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   return id;
 }
 
-absl::StatusOr<std::shared_ptr<PeerState>> UcxTransport::FindPeerLocked(PeerId peer,
-                                                                        int lane) const {
+absl::StatusOr<PeerState*> UcxTransport::FindPeerLocked(PeerId peer, int lane) const {
   if (closed_) return absl::FailedPreconditionError("the transport is closed");
   KVRAIL_RETURN_IF_ERROR(CheckLane(lane, capabilities_.lanes));
   auto it = peers_.find(peer);
@@ -517,26 +572,12 @@ absl::StatusOr<std::shared_ptr<PeerState>> UcxTransport::FindPeerLocked(PeerId p
     return absl::NotFoundError(
         absl::StrFormat("peer %d is not connected (never connected, or disconnected)", peer));
   }
-  return it->second;
-}
-
-void UcxTransport::FinishLocked(Op* op, absl::Status status) {
-  if (!op->delivered) {
-    op->delivered = true;
-    PeerState* peer = op->peer;
-    peer->ops.erase(std::find(peer->ops.begin(), peer->ops.end(), op));
-    if (!op->flush && !status.ok() && peer->lane_errors[op->lane].ok()) {
-      peer->lane_errors[op->lane] = status;
-    }
-    ready_.push_back({std::move(op->done), std::move(status)});
-  }
-  if (op->requests == 0) delete op;
+  return it->second.get();
 }
 
 void UcxTransport::OnPutDone(void* request, int status_int, void* user_data) {
   const auto status = static_cast<ucs_status_t>(status_int);
   auto* op = static_cast<Op*>(user_data);
-  UcxTransport* self = op->transport;
   ucp_request_free(request);
   --op->requests;
   if (op->delivered) {
@@ -548,7 +589,7 @@ void UcxTransport::OnPutDone(void* request, int status_int, void* user_data) {
     if (result.ok() && status != UCS_OK) {
       result = FromUcs(status, absl::StrFormat("flush to peer %d lane %d", op->peer->id, op->lane));
     }
-    self->FinishLocked(op, std::move(result));
+    op->home->FinishLocked(op, std::move(result));
     return;
   }
   if (status != UCS_OK && op->status.ok()) {
@@ -559,37 +600,43 @@ void UcxTransport::OnPutDone(void* request, int status_int, void* user_data) {
       op->status = absl::UnavailableError(op->status.message());
     }
   }
-  if (op->requests == 0) self->FinishLocked(op, op->status);
+  if (op->requests == 0) op->home->FinishLocked(op, op->status);
 }
 
 absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
                                       absl::Span<const Write> writes, Completion done) {
-  const std::string context =
-      absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
-  if (!done) return absl::InvalidArgumentError(context + ": the completion is empty");
-  std::lock_guard<std::mutex> lock(mu_);
+  // Formatted only on the way to an error: posting is the hot path.
+  const auto context = [&] {
+    return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
+  };
+  if (!done) return absl::InvalidArgumentError(context() + ": the completion is empty");
+  // Shared: other lanes post at the same time; Deregister and Disconnect wait for this post.
+  std::shared_lock<std::shared_mutex> lock(mu_);
   auto found = FindPeerLocked(peer, lane);
-  if (!found.ok()) return AddContext(found.status(), context);
+  if (!found.ok()) return AddContext(found.status(), context());
   PeerState& state = **found;
   auto region = regions_.find(source);
   if (region == regions_.end()) {
     return absl::NotFoundError(
-        absl::StrFormat("%s: source region %d is not registered", context, source));
+        absl::StrFormat("%s: source region %d is not registered", context(), source));
   }
-  KVRAIL_RETURN_IF_ERROR(AddContext(
-      CheckWrites(writes, region->second->length, state.regions, capabilities_.max_write_bytes),
-      context));
+  if (absl::Status checked =
+          CheckWrites(writes, region->second->length, state.regions, capabilities_.max_write_bytes);
+      !checked.ok()) {
+    return AddContext(checked, context());
+  }
+  Lane& home = *lanes_[lane];
+  std::lock_guard<std::mutex> lane_lock(home.mu);
   auto* op = new Op;
   op->peer = &state;
   op->lane = lane;
   op->done = std::move(done);
-  op->transport = this;
-  state.ops.push_back(op);
-  kick_ = true;
-  changed_.notify_all();
+  op->home = &home;
+  state.ops[lane].push_back(op);
+  home.Kick();
   if (state.lane_failed[lane] != UCS_OK) {
-    FinishLocked(op, FromUcs(state.lane_failed[lane],
-                             absl::StrFormat("%s: the peer's endpoint failed", context)));
+    home.FinishLocked(op, FromUcs(state.lane_failed[lane],
+                                  absl::StrFormat("%s: the peer's endpoint failed", context())));
     return absl::OkStatus();
   }
   ucp_request_param_t param{};
@@ -608,7 +655,7 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     if (UCS_PTR_IS_ERR(request)) {
       op->status =
           FromUcs(UCS_PTR_STATUS(request),
-                  absl::StrFormat("%s: write %d of %d: ucp_put_nbx", context, i, writes.size()));
+                  absl::StrFormat("%s: write %d of %d: ucp_put_nbx", context(), i, writes.size()));
       if (op->status.code() == absl::StatusCode::kCancelled) {
         op->status = absl::UnavailableError(op->status.message());
       }
@@ -616,33 +663,34 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     }
     ++op->requests;
   }
-  if (op->requests == 0) FinishLocked(op, op->status);
+  if (op->requests == 0) home.FinishLocked(op, op->status);
   return absl::OkStatus();
 }
 
 absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
-  const std::string context = absl::StrFormat("Flush of peer %d lane %d", peer, lane);
-  if (!done) return absl::InvalidArgumentError(context + ": the completion is empty");
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto context = [&] { return absl::StrFormat("Flush of peer %d lane %d", peer, lane); };
+  if (!done) return absl::InvalidArgumentError(context() + ": the completion is empty");
+  std::shared_lock<std::shared_mutex> lock(mu_);
   auto found = FindPeerLocked(peer, lane);
-  if (!found.ok()) return AddContext(found.status(), context);
+  if (!found.ok()) return AddContext(found.status(), context());
   PeerState& state = **found;
+  Lane& home = *lanes_[lane];
+  std::lock_guard<std::mutex> lane_lock(home.mu);
   auto* op = new Op;
   op->peer = &state;
   op->lane = lane;
   op->flush = true;
   op->done = std::move(done);
-  op->transport = this;
-  state.ops.push_back(op);
-  kick_ = true;
-  changed_.notify_all();
+  op->home = &home;
+  state.ops[lane].push_back(op);
+  home.Kick();
   if (state.lane_failed[lane] != UCS_OK) {
     absl::Status result = std::exchange(state.lane_errors[lane], absl::OkStatus());
     if (result.ok()) {
       result = FromUcs(state.lane_failed[lane],
-                       absl::StrFormat("%s: the peer's endpoint failed", context));
+                       absl::StrFormat("%s: the peer's endpoint failed", context()));
     }
-    FinishLocked(op, std::move(result));
+    home.FinishLocked(op, std::move(result));
     return absl::OkStatus();
   }
   ucp_request_param_t param{};
@@ -653,47 +701,59 @@ absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
   param.user_data = op;
   ucs_status_ptr_t request = ucp_ep_flush_nbx(state.eps[lane], &param);
   if (request == nullptr) {
-    FinishLocked(op, std::exchange(state.lane_errors[lane], absl::OkStatus()));
+    home.FinishLocked(op, std::exchange(state.lane_errors[lane], absl::OkStatus()));
   } else if (UCS_PTR_IS_ERR(request)) {
     absl::Status result = std::exchange(state.lane_errors[lane], absl::OkStatus());
     if (result.ok()) {
       result = absl::UnavailableError(
-          absl::StrFormat("%s: ucp_ep_flush_nbx: %s", context, Ucs(UCS_PTR_STATUS(request))));
+          absl::StrFormat("%s: ucp_ep_flush_nbx: %s", context(), Ucs(UCS_PTR_STATUS(request))));
     }
-    FinishLocked(op, std::move(result));
+    home.FinishLocked(op, std::move(result));
   } else {
     op->requests = 1;
   }
   return absl::OkStatus();
 }
 
-void UcxTransport::ClosePeerLocked(PeerState& peer, const char* why) {
-  peer.disconnected = true;
-  while (!peer.ops.empty()) {
-    Op* op = peer.ops.front();
-    FinishLocked(op, absl::CancelledError(
-                         absl::StrFormat("%s to peer %d lane %d: %s before it completed",
-                                         op->flush ? "flush" : "batch", peer.id, op->lane, why)));
-  }
-  // A flushing close, not UCP_EP_CLOSE_FLAG_FORCE: UCX 1.13 aborts the TARGET process
-  // ("ucp_request.inl: Fatal: unexpected error: Endpoint timeout" in ucp_put_handler) when the
-  // initiator force-closes while emulated puts are still arriving, because the target's put
-  // acknowledgement then fails. The user's completions were cancelled above; UCX finishes the
-  // puts already posted, and a dead peer fails the flush (tcp) or the wait in Teardown ends it.
-  // The rkeys are destroyed with the PeerState, once the endpoints are closed.
-  for (size_t lane = 0; lane < peer.eps.size(); ++lane) {
-    if (peer.eps[lane] == nullptr) continue;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = 0;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(peer.eps[lane], &param);
-    peer.eps[lane] = nullptr;
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing_.push_back(request);
+void UcxTransport::ClosePeer(const std::shared_ptr<PeerState>& peer, const char* why) {
+  peer->disconnected = true;
+  for (auto& lane_ptr : lanes_) {
+    Lane& lane = *lane_ptr;
+    const int index = lane.index;
+    std::lock_guard<std::mutex> lane_lock(lane.mu);
+    auto& ops = peer->ops[index];
+    while (!ops.empty()) {
+      Op* op = ops.front();
+      lane.FinishLocked(op, absl::CancelledError(absl::StrFormat(
+                                "%s to peer %d lane %d: %s before it completed",
+                                op->flush ? "flush" : "batch", peer->id, index, why)));
+    }
+    // A flushing close, not UCP_EP_CLOSE_FLAG_FORCE: UCX 1.13 aborts the TARGET process
+    // ("ucp_request.inl: Fatal: unexpected error: Endpoint timeout" in ucp_put_handler) when the
+    // initiator force-closes while emulated puts are still arriving, because the target's put
+    // acknowledgement then fails. The user's completions were cancelled above; UCX finishes the
+    // puts already posted, and a dead peer fails the flush (tcp) or the wait in the lane's
+    // teardown ends it. The lane's rkeys go once its endpoint is closed.
+    if (peer->eps[index] != nullptr) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = 0;
+      ucs_status_ptr_t request = ucp_ep_close_nbx(peer->eps[index], &param);
+      peer->eps[index] = nullptr;
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+        lane.closing.emplace_back(request, peer);
+      } else {
+        peer->DestroyRkeys(index);
+      }
+    } else {
+      peer->DestroyRkeys(index);
+    }
+    lane.Kick();
   }
 }
 
 absl::Status UcxTransport::Disconnect(PeerId peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Disconnect: the transport is closed");
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
@@ -702,56 +762,43 @@ absl::Status UcxTransport::Disconnect(PeerId peer) {
   }
   std::shared_ptr<PeerState> state = std::move(it->second);
   peers_.erase(it);
-  ClosePeerLocked(*state, "the peer was disconnected");
-  closing_peers_.push_back(std::move(state));
-  kick_ = true;
-  changed_.notify_all();
+  ClosePeer(state, "the peer was disconnected");
   return absl::OkStatus();
 }
 
-void UcxTransport::TeardownLocked(std::unique_lock<std::mutex>& lock) {
-  for (auto& [id, peer] : peers_) {
-    ClosePeerLocked(*peer, "the transport was closed");
-    closing_peers_.push_back(peer);
-  }
-  peers_.clear();
-  // Force-closed endpoints finish after a little progress.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!closing_.empty() && std::chrono::steady_clock::now() < deadline) {
-    for (void* worker : workers_) ProgressWorker(worker);
-    ucx_internal::ReapClosedEndpoints(closing_);
-  }
-  closing_peers_.clear();
-  // Let messages in flight (wireup, acknowledgements of peers' puts) drain before the workers go.
-  for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
-    unsigned events = 0;
-    for (void* worker : workers_) events += ProgressWorker(worker);
-    quiet = events == 0 ? quiet + 1 : 0;
-  }
-  for (auto& [id, region] : regions_) region->Release(static_cast<ucp_context_h>(context_));
-  regions_.clear();
-  for (void* worker : workers_) ucp_worker_destroy(static_cast<ucp_worker_h>(worker));
-  workers_.clear();
-  torn_down_ = true;
-  (void)lock;
+bool UcxTransport::OnLaneThread() const {
+  const std::thread::id self = std::this_thread::get_id();
+  return std::find(lane_threads_.begin(), lane_threads_.end(), self) != lane_threads_.end();
 }
 
-void UcxTransport::RunProgress() {
+void UcxTransport::RunLane(Lane& lane) {
   int idle = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(lane.mu);
   while (true) {
-    if (closed_ && !torn_down_) TeardownLocked(lock);
-    unsigned events = 0;
-    if (!torn_down_) {
-      for (void* worker : workers_) events += ProgressWorker(worker);
-      if (!closing_.empty()) {
-        ucx_internal::ReapClosedEndpoints(closing_);
-        if (closing_.empty()) closing_peers_.clear();
+    if (lane.stop) {
+      // Endpoints closed by Close finish after a little progress; then let messages in flight
+      // (wireup, acknowledgements of peers' puts) drain before the worker goes.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!lane.closing.empty() && std::chrono::steady_clock::now() < deadline) {
+        ProgressWorker(lane.worker);
+        lane.ReapClosedLocked();
       }
+      for (auto& [request, peer] : lane.closing) peer->DestroyRkeys(lane.index);
+      lane.closing.clear();
+      for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
+        quiet = ProgressWorker(lane.worker) == 0 ? quiet + 1 : 0;
+      }
+      std::deque<Ready> ready = std::move(lane.ready);
+      lane.ready.clear();
+      lock.unlock();
+      for (Ready& r : ready) r.done(std::move(r.status));
+      return;
     }
-    if (!ready_.empty()) {
-      std::deque<Ready> ready = std::move(ready_);
-      ready_.clear();
+    const unsigned events = ProgressWorker(lane.worker);
+    if (!lane.closing.empty()) lane.ReapClosedLocked();
+    if (!lane.ready.empty()) {
+      std::deque<Ready> ready = std::move(lane.ready);
+      lane.ready.clear();
       lock.unlock();
       for (Ready& r : ready) r.done(std::move(r.status));
       ready.clear();  // destroy the callables without the lock
@@ -759,8 +806,7 @@ void UcxTransport::RunProgress() {
       idle = 0;
       continue;
     }
-    if (torn_down_) return;
-    if (events > 0 || std::exchange(kick_, false)) {
+    if (events > 0 || std::exchange(lane.kick, false)) {
       idle = 0;
       continue;
     }
@@ -772,26 +818,46 @@ void UcxTransport::RunProgress() {
       lock.lock();
     } else {
       const auto nap = std::chrono::microseconds(std::min(1000, 10 * (idle - 63)));
-      changed_.wait_for(lock, nap, [this] { return kick_ || closed_; });
+      lane.changed.wait_for(lock, nap, [&lane] { return lane.kick || lane.stop; });
     }
+  }
+}
+
+void UcxTransport::ReleaseAll() {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (released_) return;
+  released_ = true;
+  for (auto& [id, region] : regions_) region->Release(static_cast<ucp_context_h>(context_));
+  regions_.clear();
+  allocated_.clear();
+  for (auto& lane : lanes_) {
+    if (lane->worker != nullptr) ucp_worker_destroy(lane->worker);
+    lane->worker = nullptr;
   }
 }
 
 void UcxTransport::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-    changed_.notify_all();
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (!closed_) {
+      closed_ = true;
+      for (auto& [id, peer] : peers_) ClosePeer(peer, "the transport was closed");
+      peers_.clear();
+    }
   }
-  if (OnProgressThread()) return;
-  std::lock_guard<std::mutex> lock(join_mu_);
-  if (progress_.joinable()) {
-    progress_.join();
-  } else {
-    // Create failed before the thread started: tear down here.
-    std::unique_lock<std::mutex> l(mu_);
-    if (!torn_down_) TeardownLocked(l);
+  for (auto& lane : lanes_) {
+    std::lock_guard<std::mutex> lane_lock(lane->mu);
+    lane->stop = true;
+    lane->changed.notify_all();
   }
+  // From a completion a lane's thread cannot join itself: every lane tears itself down and
+  // delivers what is left, and the destructor (which calls Close again) joins and releases.
+  if (OnLaneThread()) return;
+  std::lock_guard<std::mutex> join(join_mu_);
+  for (auto& lane : lanes_) {
+    if (lane->thread.joinable()) lane->thread.join();
+  }
+  ReleaseAll();
 }
 
 }  // namespace kvrail::transport

@@ -1,14 +1,18 @@
 // The UCX backend (engine/transport/transport.h): one ucp_context per transport, one ucp_worker
 // per lane, ucp_put_nbx for writes and ucp_ep_flush_nbx for Flush.
 //
-// Threading: UCX workers are created UCS_THREAD_MODE_SERIALIZED and every UCX call, ours and
-// the progress thread's ucp_worker_progress, runs under the transport's one mutex. UCX request
-// callbacks therefore run with that mutex held; they only move finished completions onto a
-// ready list, which the progress thread delivers with no lock held.
+// Threading: each lane is a UCX worker (UCS_THREAD_MODE_SERIALIZED) with a mutex and a progress
+// thread of its own, so lanes post, copy and progress on different cores at once (over shared
+// memory a put is the initiator's memcpy). Every UCX call on a worker, ours and its thread's
+// ucp_worker_progress, runs under that lane's mutex, and so do UCX's request callbacks, which
+// only move finished completions onto the lane's ready list; the lane's thread delivers them
+// with no lock held. Transport-wide state (regions, peers, closed) is under a reader-writer
+// lock: posts and flushes take it shared, so lanes never wait for each other; Register,
+// Connect, Disconnect and Close take it exclusively. Lock order: that lock, then a lane's.
 //
 // UCX 1.13 emulates puts into user memory over active messages (docs MACHINE-NOTES), so the
-// TARGET transport's progress thread must run for a write to land: it always does while the
-// transport is open.
+// TARGET transport's progress threads must run for a write to land: they always do while the
+// transport is open. Memory from Allocate over shared memory is written with plain stores.
 //
 // Known limits (UCX, not this code): a write into a region the peer has deregistered is not
 // detected, because UCX's software put handler at the target copies to the address without
@@ -18,12 +22,11 @@
 #ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
 #define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -65,6 +68,7 @@ struct UcxOptions {
 std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options);
 
 namespace ucx_internal {
+struct Lane;
 struct Op;
 struct PeerState;
 struct RegionState;
@@ -97,53 +101,43 @@ class UcxTransport final : public Transport {
   void Close() override;
 
  private:
-  struct Ready {
-    Completion done;
-    absl::Status status;
-  };
-
   UcxTransport(const UcxOptions& options);
   absl::Status Init(const UcxOptions& options);
 
-  void RunProgress();
-  // Everything below with a `Locked` suffix needs mu_ held.
-  void FinishLocked(ucx_internal::Op* op, absl::Status status);
-  void ClosePeerLocked(ucx_internal::PeerState& peer, const char* why);
-  void TeardownLocked(std::unique_lock<std::mutex>& lock);
-  absl::StatusOr<std::shared_ptr<ucx_internal::PeerState>> FindPeerLocked(PeerId peer,
-                                                                          int lane) const;
-  bool OnProgressThread() const { return std::this_thread::get_id() == progress_id_; }
+  // The lane's progress thread: progress, reap closed endpoints, deliver completions; at Close,
+  // tear the lane down and deliver what is left.
+  void RunLane(ucx_internal::Lane& lane);
+  bool OnLaneThread() const;
+  // After every lane's thread has ended: unmaps the regions and destroys the workers.
+  void ReleaseAll();
+  // mu_ held exclusively: cancels `peer`'s operations and closes its endpoints on every lane
+  // (taking each lane's mutex in turn).
+  void ClosePeer(const std::shared_ptr<ucx_internal::PeerState>& peer, const char* why);
+  // mu_ held (shared is enough): the connected peer, or why not.
+  absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
   static void OnPutDone(void* request, int /*ucs_status_t*/ status, void* user_data);
 
   Capabilities capabilities_;
 
-  // UCX handles: created in Init, destroyed by the progress thread at Close (workers) and by
-  // the destructor (context).
-  void* context_ = nullptr;             // ucp_context_h
-  std::vector<void*> workers_;          // ucp_worker_h per lane
-  std::vector<std::string> addresses_;  // ucp_worker_get_address bytes per lane
+  void* context_ = nullptr;  // ucp_context_h, destroyed by the destructor
+  // One per lane, fixed once Init returns; each guards itself (see ucx_internal::Lane).
+  std::vector<std::unique_ptr<ucx_internal::Lane>> lanes_;
+  std::vector<std::thread::id> lane_threads_;  // written by Create before anyone can call back
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
+  mutable std::shared_mutex mu_;
   // Guarded by mu_:
-  bool closed_ = false;     // Close was called: no new work
-  bool torn_down_ = false;  // the progress thread released every UCX resource but the context
+  bool closed_ = false;    // Close was called: no new work
+  bool released_ = false;  // ReleaseAll ran: regions unmapped, workers destroyed
   uint64_t version_ = 1;
   RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
   std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
   std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memfd placements
   std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
-  std::deque<Ready> ready_;
-  std::vector<void*> closing_;  // ucp_ep_close_nbx requests
-  std::vector<std::shared_ptr<ucx_internal::PeerState>> closing_peers_;  // alive until closed
   bool peer_errors_ = true;  // endpoints ask UCX for peer-failure handling
-  bool kick_ = false;        // new work: the progress thread should spin, not sleep
 
-  std::mutex join_mu_;
-  std::thread progress_;
-  std::thread::id progress_id_;
+  std::mutex join_mu_;  // one joiner at a time
 };
 
 }  // namespace kvrail::transport

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -156,19 +157,32 @@ TEST(UcxTransportTest, ConnectRejectsGarbageRemoteKey) {
   EXPECT_EQ(sender->Connect(d).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A sender connected to a receiver over `options`, each with a region of `bytes` (the buffers
+// are declared first, so they outlive the transports).
+struct Link {
+  Link(const UcxOptions& options, uint64_t bytes) : source(bytes), destination(bytes) {
+    sender = UcxTransport::Create(options).value();
+    receiver = UcxTransport::Create(options).value();
+    src = sender->Register({source.data(), source.size()}).value();
+    EXPECT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
+    peer = sender->Connect(receiver->LocalDescriptor().value()).value();
+    base = reinterpret_cast<uintptr_t>(destination.data());
+  }
+  std::vector<uint8_t> source, destination;
+  std::unique_ptr<UcxTransport> sender, receiver;
+  RegionId src = 0;
+  PeerId peer = 0;
+  uint64_t base = 0;
+};
+
 // Copies 64 MiB in 1 MiB puts over `options`, keeping at most `window` bytes in flight per lane
 // (tcp collapses with many large puts outstanding), and checks every byte.
 void Copy64MiB(const UcxOptions& options, uint64_t window) {
   constexpr uint64_t kBytes = 64 * kMiB;
   constexpr uint64_t kSlice = 1 * kMiB;
-  std::vector<uint8_t> source(kBytes), destination(kBytes, 0);
-  Fill(source, 7);
-  auto sender = UcxTransport::Create(options).value();
-  auto receiver = UcxTransport::Create(options).value();
-  const RegionId src = sender->Register({source.data(), source.size()}).value();
-  ASSERT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
-  const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
-  const uint64_t base = reinterpret_cast<uintptr_t>(destination.data());
+  Link link(options, kBytes);
+  Fill(link.source, 7);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
   const int lanes = sender->capabilities().lanes;
   uint64_t offset = 0;
   while (offset < kBytes) {
@@ -191,15 +205,76 @@ TEST(UcxTransportTest, Copies64MiBPatternedExactlyOverSharedMemory) { Copy64MiB(
 
 TEST(UcxTransportTest, Copies64MiBPatternedExactlyOverTcp) { Copy64MiB(Tcp(), 4 * kMiB); }
 
+// Each lane has a progress thread of its own: a completion on lane 0 that waits for lane 1's
+// completion returns, where one thread for every lane would wait for ever (bounded here).
+void LanesCompleteIndependently(const UcxOptions& options) {
+  Link link(options, kMiB);
+  Fill(link.source, 3);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  std::promise<void> lane1_done;
+  std::shared_future<void> lane1 = lane1_done.get_future().share();
+  std::promise<bool> lane0_saw;
+  std::future<bool> saw = lane0_saw.get_future();
+  const std::vector<Write> first = {{0, base, kMiB / 2}};
+  const std::vector<Write> second = {{kMiB / 2, base + kMiB / 2, kMiB / 2}};
+  ASSERT_TRUE(sender
+                  ->PostWrites(peer, 0, src, first,
+                               [&lane0_saw, lane1](absl::Status) {
+                                 lane0_saw.set_value(lane1.wait_for(std::chrono::seconds(30)) ==
+                                                     std::future_status::ready);
+                               })
+                  .ok());
+  ASSERT_TRUE(sender
+                  ->PostWrites(peer, 1, src, second,
+                               [&lane1_done](absl::Status) { lane1_done.set_value(); })
+                  .ok());
+  EXPECT_TRUE(saw.get()) << "lane 1's completion waited for lane 0's";
+  Waiter flushed;
+  for (int lane = 0; lane < 2; ++lane) {
+    ASSERT_TRUE(sender->Flush(peer, lane, flushed.Callback()).ok());
+  }
+  ASSERT_TRUE(flushed.Wait().ok());
+  EXPECT_EQ(std::memcmp(source.data(), destination.data(), kMiB), 0);
+}
+
+TEST(UcxTransportTest, LanesCompleteIndependentlyOverSharedMemory) {
+  LanesCompleteIndependently(Sm());
+}
+
+TEST(UcxTransportTest, LanesCompleteIndependentlyOverTcp) { LanesCompleteIndependently(Tcp()); }
+
+// A transport closed from inside a completion finishes every other completion, and its owner
+// can still destroy it (the destructor joins the lanes' threads).
+TEST(UcxTransportTest, CloseFromACompletionEndsEveryLane) {
+  Link link(Tcp(), kMiB);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  Waiter all;
+  UcxTransport* raw = sender.get();
+  auto close_inside = all.Callback();
+  const std::vector<Write> writes = {{0, base, 4096}};
+  ASSERT_TRUE(raw->PostWrites(peer, 0, src, writes,
+                              [raw, close_inside](absl::Status s) {
+                                raw->Close();
+                                close_inside(s);
+                              })
+                  .ok());
+  for (int i = 0; i < 8; ++i) {
+    Completion done = all.Callback();
+    // Refused once the transport is closed: then the completion is never called, so count it.
+    if (absl::Status posted = raw->PostWrites(peer, 1, src, writes, done); !posted.ok()) {
+      done(posted);
+    }
+  }
+  all.Wait().IgnoreError();  // every completion ran, OK or cancelled
+  EXPECT_EQ(raw->PostWrites(peer, 1, src, writes, [](absl::Status) {}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  sender.reset();
+}
+
 TEST(UcxTransportTest, DisconnectCancelsOutstandingWorkAndLaterWorkIsNotFound) {
   // The buffers outlive the transports: puts already on the wire still land after Disconnect.
-  std::vector<uint8_t> source(16 * kMiB), destination(16 * kMiB);
-  auto sender = UcxTransport::Create(Tcp()).value();
-  auto receiver = UcxTransport::Create(Tcp()).value();
-  const RegionId src = sender->Register({source.data(), source.size()}).value();
-  ASSERT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
-  const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
-  const uint64_t base = reinterpret_cast<uintptr_t>(destination.data());
+  Link link(Tcp(), 16 * kMiB);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
   std::mutex mu;
   std::vector<absl::StatusCode> codes;
   for (uint64_t i = 0; i < 16; ++i) {
