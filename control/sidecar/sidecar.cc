@@ -32,8 +32,9 @@
 #include "engine/memory/cuda_arena.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
+#include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
-#include "engine/transport/ucx/ucx_transport.h"
+#include "engine/transport/transport.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -106,7 +107,7 @@ struct Sidecar::Impl {
   std::unique_ptr<session::ZmqInbox> inbox;
   std::unique_ptr<session::ZmqOutbox> outbox;
   std::unique_ptr<engine_api::EngineApiServer> api;
-  std::unique_ptr<transport::UcxTransport> transport;
+  std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::HandshakeServer> handshake;    // decode
   std::unique_ptr<transport::DescriptorCache> descriptors;  // prefill
   std::unique_ptr<transfer::PeerDirectory> directory;       // prefill
@@ -785,13 +786,13 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   session::OutboxOptions outbox_options;
   outbox_options.send_hwm = 100000;
   impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
-  transport::UcxOptions ucx;
-  ucx.lanes = options.lanes;
-  ucx.tls = options.tls == "sm" ? "sm,self" : options.tls;
-  if (options.tls == "tcp") ucx.net_devices = options.net_devices;
-  KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::UcxTransport::Create(ucx));
+  transport::TransportSpec spec;
+  spec.lanes = options.lanes;
+  spec.tls = options.tls;
+  spec.net_devices = options.net_devices;
+  KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::MakeTransport(spec));
   if (options.role == Role::kDecode) {
-    transport::UcxTransport* t = impl->transport.get();
+    transport::Transport* t = impl->transport.get();
     KVRAIL_ASSIGN_OR_RETURN(
         impl->handshake,
         transport::HandshakeServer::Start(options.host, 0, [t] { return t->LocalDescriptor(); }));
