@@ -179,6 +179,11 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_option("--transport", options.transport, "shm or tcp")
       ->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp"}));
+  sub->add_option("--arena", options.arena,
+                  "Who allocates each rank's KV arena: sidecar (on its data plane, where peers "
+                  "write fastest) or engine (the engine-sim, in POSIX shared memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sidecar", "engine"}));
   sub->add_option("--rooms", options.rooms, "Requests to route")->capture_default_str();
   sub->add_option("--concurrency", options.concurrency, "Rooms in flight")->capture_default_str();
   sub->add_option("--min-prompt", options.min_prompt, "Shortest prompt, tokens")
