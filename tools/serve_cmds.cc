@@ -147,8 +147,13 @@ void AddEngineSim(CLI::App& app, int& exit_code) {
       ->required()
       ->check(CLI::IsMember({"prefill", "decode"}));
   sub->add_option("--sidecar", options.sidecar, "The sidecar's engine API endpoint")->required();
-  sub->add_option("--arena", options.arena, "Shared-memory name of the arena to create")
-      ->required();
+  sub->add_option("--arena-from", options.arena_from,
+                  "Who allocates the KV arena: sidecar (on its data plane, mapped here) or "
+                  "engine (this process, in shared memory named by --arena)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"engine", "sidecar"}));
+  sub->add_option("--arena", options.arena,
+                  "--arena-from engine: shared-memory name of the arena to create");
   sub->add_option("--bootstrap", options.bootstrap, "Decode: the prefill's bootstrap host:port");
   sub->add_option("--tp-size", options.tp_size)->capture_default_str();
   sub->add_option("--tp-rank", options.tp_rank)->capture_default_str();
@@ -174,6 +179,11 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_option("--transport", options.transport, "shm or tcp")
       ->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp"}));
+  sub->add_option("--arena", options.arena,
+                  "Who allocates each rank's KV arena: sidecar (on its data plane, where peers "
+                  "write fastest) or engine (the engine-sim, in POSIX shared memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sidecar", "engine"}));
   sub->add_option("--rooms", options.rooms, "Requests to route")->capture_default_str();
   sub->add_option("--concurrency", options.concurrency, "Rooms in flight")->capture_default_str();
   sub->add_option("--min-prompt", options.min_prompt, "Shortest prompt, tokens")

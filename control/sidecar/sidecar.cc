@@ -1,6 +1,7 @@
 #include "control/sidecar/sidecar.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,8 +33,9 @@
 #include "engine/memory/cuda_arena.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
+#include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
-#include "engine/transport/ucx/ucx_transport.h"
+#include "engine/transport/transport.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -106,7 +108,7 @@ struct Sidecar::Impl {
   std::unique_ptr<session::ZmqInbox> inbox;
   std::unique_ptr<session::ZmqOutbox> outbox;
   std::unique_ptr<engine_api::EngineApiServer> api;
-  std::unique_ptr<transport::UcxTransport> transport;
+  std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::HandshakeServer> handshake;    // decode
   std::unique_ptr<transport::DescriptorCache> descriptors;  // prefill
   std::unique_ptr<transfer::PeerDirectory> directory;       // prefill
@@ -114,9 +116,11 @@ struct Sidecar::Impl {
   std::string session_id;
   std::string empty;
 
-  // The attached arena: named shared memory or CUDA memory.
+  // The attached arena: named shared memory, CUDA memory, or memory the transport allocated
+  // (AttachArena.allocate_bytes; registered by Allocate, freed by Deregister).
   std::optional<Arena> host_arena;
   std::optional<CudaArena> cuda_arena;
+  std::optional<transport::SharedRegion> allocated;
   transport::RegionId region = 0;
   uint64_t arena_base = 0;
   uint64_t arena_bytes = 0;
@@ -257,7 +261,7 @@ struct Sidecar::Impl {
     absl::Status status;
     switch (request.kind_case()) {
       case v1::EngineRequest::kAttach:
-        status = Attach(request.attach());
+        status = Attach(request.attach(), reply);
         break;
       case v1::EngineRequest::kReady:
         status = Ready(request.ready());
@@ -307,13 +311,30 @@ struct Sidecar::Impl {
     return pipeline;
   }
 
-  absl::Status Attach(const v1::AttachArena& attach) {
+  // AttachArena. A refused attach leaves nothing behind, so the engine may try again.
+  absl::Status Attach(const v1::AttachArena& attach, v1::EngineReply& reply) {
     std::lock_guard<std::mutex> lock(mu);
     if (attached) return absl::FailedPreconditionError("AttachArena: an arena is attached already");
+    const absl::Status status = AttachLocked(attach, reply);
+    if (!status.ok()) ReleaseArenaLocked();
+    return status;
+  }
+
+  absl::Status AttachLocked(const v1::AttachArena& attach, v1::EngineReply& reply) {
     absl::StatusOr<layout::Contract> contract = layout::ParseContract(attach.contract());
     if (!contract.ok()) return AddContext(contract.status(), "AttachArena: contract");
     KVRAIL_RETURN_IF_ERROR(
         AddContext(layout::ValidateContract(*contract), "AttachArena: contract"));
+    std::vector<std::string> sources;  // where the engine says the arena lives
+    if (!attach.shm_name().empty()) sources.push_back("shm_name");
+    if (!attach.cuda_ipc_handle().empty()) sources.push_back("cuda_ipc_handle");
+    if (attach.allocate_bytes() != 0) sources.push_back("allocate_bytes");
+    if (sources.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AttachArena: give exactly one of shm_name, cuda_ipc_handle or allocate_bytes; got ",
+          sources.empty() ? "none" : absl::StrJoin(sources, " and ")));
+    }
+    const uint64_t needed = static_cast<uint64_t>(contract->ArenaBytes());
     transport::LocalRegion region;
     if (!attach.shm_name().empty()) {
       absl::StatusOr<Arena> arena = Arena::OpenShared(attach.shm_name());
@@ -327,16 +348,33 @@ struct Sidecar::Impl {
       cuda_arena = *std::move(arena);
       region = {cuda_arena->data(), cuda_arena->size(), true};
     } else {
-      return absl::InvalidArgumentError("AttachArena: give shm_name or cuda_ipc_handle");
+      if (needed > attach.allocate_bytes()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "AttachArena: allocate_bytes is %d, less than the %d bytes the contract describes "
+            "(CACHEPD §4.6)",
+            attach.allocate_bytes(), needed));
+      }
+      // Allocate registers the memory itself: no Register below.
+      absl::StatusOr<transport::SharedRegion> shared = transport->Allocate(attach.allocate_bytes());
+      if (!shared.ok()) {
+        return AddContext(shared.status(),
+                          absl::StrCat("AttachArena: allocating ", attach.allocate_bytes(),
+                                       " bytes on the data plane"));
+      }
+      allocated = *std::move(shared);
+      this->region = allocated->region;
+      region = {allocated->base, allocated->length, false};
     }
-    if (static_cast<uint64_t>(contract->ArenaBytes()) > region.length) {
+    if (needed > region.length) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "AttachArena: the contract describes %d bytes, the arena holds only %d (CACHEPD §4.6)",
-          contract->ArenaBytes(), region.length));
+          needed, region.length));
     }
-    absl::StatusOr<transport::RegionId> id = transport->Register(region);
-    if (!id.ok()) return AddContext(id.status(), "AttachArena: registering with the data plane");
-    this->region = *id;
+    if (!allocated) {
+      absl::StatusOr<transport::RegionId> id = transport->Register(region);
+      if (!id.ok()) return AddContext(id.status(), "AttachArena: registering with the data plane");
+      this->region = *id;
+    }
     contract_copy = *contract;
     arena_base = reinterpret_cast<uintptr_t>(region.base);
     arena_bytes = region.length;
@@ -389,8 +427,41 @@ struct Sidecar::Impl {
       decode.emplace(std::move(rooms));
     }
     attached = true;
-    spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank, arena_bytes);
+    if (allocated) {
+      reply.set_arena_path(absl::StrCat("/proc/", getpid(), "/fd/", allocated->fd));
+      reply.set_arena_offset(allocated->fd_offset);
+      reply.set_arena_placement(allocated->placement);
+      spdlog::info("{} rank {}: arena allocated bytes={} placement={} path={} offset={}", role_name,
+                   options.tp_rank, arena_bytes, allocated->placement, reply.arena_path(),
+                   allocated->fd_offset);
+    } else {
+      spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank,
+                   arena_bytes);
+    }
     return absl::OkStatus();
+  }
+
+  // Withdraws the arena from the data plane and lets it go (needs mu): after a refused attach,
+  // and at Stop, where Deregister frees memory the transport allocated.
+  void ReleaseArenaLocked() {
+    if (region != 0) {
+      const absl::Status released = transport->Deregister(region);
+      if (!released.ok()) {
+        spdlog::warn("{}: withdrawing the arena: {}", role_name, DescribeError(released));
+      } else if (allocated && attached) {
+        spdlog::info("{} rank {}: arena freed bytes={} placement={}", role_name, options.tp_rank,
+                     allocated->length, allocated->placement);
+      }
+    }
+    region = 0;
+    allocated.reset();
+    host_arena.reset();
+    cuda_arena.reset();
+    arena_base = 0;
+    arena_bytes = 0;
+    prefill.reset();
+    decode.reset();
+    attached = false;
   }
 
   absl::Status Ready(const v1::Ready& ready) {
@@ -785,13 +856,13 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   session::OutboxOptions outbox_options;
   outbox_options.send_hwm = 100000;
   impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
-  transport::UcxOptions ucx;
-  ucx.lanes = options.lanes;
-  ucx.tls = options.tls == "sm" ? "sm,self" : options.tls;
-  if (options.tls == "tcp") ucx.net_devices = options.net_devices;
-  KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::UcxTransport::Create(ucx));
+  transport::TransportSpec spec;
+  spec.lanes = options.lanes;
+  spec.tls = options.tls;
+  spec.net_devices = options.net_devices;
+  KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::MakeTransport(spec));
   if (options.role == Role::kDecode) {
-    transport::UcxTransport* t = impl->transport.get();
+    transport::Transport* t = impl->transport.get();
     KVRAIL_ASSIGN_OR_RETURN(
         impl->handshake,
         transport::HandshakeServer::Start(options.host, 0, [t] { return t->LocalDescriptor(); }));
@@ -827,6 +898,10 @@ void Sidecar::Stop() {
   impl.worker.Stop();
   impl.scheduler.reset();  // cancels transfers in flight; their outcomes find the rooms gone
   if (impl.handshake) impl.handshake->Stop();
+  {
+    std::lock_guard<std::mutex> lock(impl.mu);
+    impl.ReleaseArenaLocked();
+  }
   impl.transport->Close();
   impl.inbox->Close();
 }

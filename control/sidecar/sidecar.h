@@ -67,12 +67,16 @@ struct SidecarStats {
 
 class Sidecar {
  public:
-  // Binds every socket and starts serving; the engine attaches its arena next. Errors name the
-  // option or endpoint at fault.
+  // Binds every socket and starts serving; the engine attaches its arena next (AttachArena:
+  // its own shared memory or CUDA memory, or allocate_bytes for an arena this sidecar's
+  // transport allocates where peers write it fastest). Errors name the option or endpoint at
+  // fault.
   static absl::StatusOr<std::unique_ptr<Sidecar>> Start(const SidecarOptions& options);
   ~Sidecar();  // Stop()
 
-  // Stops serving, cancels transfers in flight and joins every thread. Idempotent.
+  // Stops serving, cancels transfers in flight, withdraws the arena from the data plane (and
+  // frees it if this sidecar allocated it; an engine's mapping keeps its pages) and joins every
+  // thread. Idempotent.
   void Stop();
 
   const std::string& engine_endpoint() const;

@@ -2,8 +2,13 @@
 """A decode engine rank driving its kvrail sidecar: the few calls an engine author needs.
 
     PYTHONPATH=bazel-bin/python:python /usr/bin/python3 python/examples/engine_example.py \
-        --sidecar ipc:///tmp/kvrail-d0.sock --arena /kvrail-d0 --contract decode_contract.json \
-        --bootstrap 127.0.0.1:8998 --manifest room7_manifest.json --room 7
+        --sidecar ipc:///tmp/kvrail-d0.sock --arena-bytes 67108864 \
+        --contract decode_contract.json --bootstrap 127.0.0.1:8998 \
+        --manifest room7_manifest.json --room 7
+
+--arena-bytes asks the sidecar to allocate the KV arena where its data plane's peers write
+fastest (over UCX shared memory, UCX's own segment) and maps it here; --arena /kvrail-d0
+instead shares a POSIX shared-memory arena the engine made itself.
 """
 
 import argparse
@@ -15,7 +20,10 @@ from kvrail_engine import SidecarClient, SidecarError, TransferPoll
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sidecar", required=True, help="the sidecar's engine API endpoint")
-    parser.add_argument("--arena", required=True, help="the KV arena's shared-memory name")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--arena-bytes", type=int,
+                       help="have the sidecar allocate a KV arena of this many bytes")
+    where.add_argument("--arena", help="the engine's own KV arena, by shared-memory name")
     parser.add_argument("--contract", required=True, help="the arena's contract (JSON file)")
     parser.add_argument("--bootstrap", required=True, help="the prefill's bootstrap host:port")
     parser.add_argument("--manifest", required=True, help="the room's destination manifest")
@@ -24,8 +32,14 @@ def main():
 
     with SidecarClient(args.sidecar) as sidecar:
         try:
-            # Once per process: share the arena the engine allocated its KV pages in.
-            sidecar.attach_shm(args.arena, open(args.contract).read())
+            # Once per process: the KV arena. Either the sidecar allocates it (arena.view is
+            # then the engine's window on the pages, arena.placement where they live) ...
+            if args.arena_bytes is not None:
+                arena = sidecar.attach_allocated(args.arena_bytes, open(args.contract).read())
+                print("arena: %d bytes from the sidecar, placement %s"
+                      % (len(arena.view), arena.placement))
+            else:  # ... or the engine shares the arena it allocated itself.
+                sidecar.attach_shm(args.arena, open(args.contract).read())
             # Per request: the pages are allocated; ask for the prefill's cache.
             sidecar.expect(args.room, args.bootstrap, open(args.manifest).read())
         except SidecarError as error:

@@ -2,13 +2,14 @@
 
     from kvrail_engine import SidecarClient
     sidecar = SidecarClient("ipc:///tmp/kvrail-p0.sock")
-    sidecar.attach_shm("/kvrail-p0", contract_json)
+    arena = sidecar.attach_allocated(arena_bytes, contract_json)  # arena.view: the KV pages
     sidecar.ready(room=7, source_manifest=manifest_json, bootstrap_token=42)
     event = sidecar.next_event(timeout=30.0)
 
 See python/examples/engine_example.py and docs/ENGINE-API.md.
 """
 
-from kvrail_engine.client import RoomEvent, SidecarClient, SidecarError, TransferPoll
+from kvrail_engine.client import (RoomEvent, SidecarArena, SidecarClient, SidecarError,
+                                  TransferPoll)
 
-__all__ = ["RoomEvent", "SidecarClient", "SidecarError", "TransferPoll"]
+__all__ = ["RoomEvent", "SidecarArena", "SidecarClient", "SidecarError", "TransferPoll"]

@@ -9,6 +9,7 @@ import collections
 import enum
 import importlib.util
 import itertools
+import mmap
 import os
 import subprocess
 import time
@@ -66,6 +67,49 @@ class SidecarError(RuntimeError):
     did not answer in time."""
 
 
+class SidecarArena:
+    """The KV arena a sidecar allocated (AttachArena.allocate_bytes), mapped into this process.
+
+    `view` is a writable memoryview of exactly the arena's bytes (`length` of them, starting
+    `offset` bytes into the file at `path`): the same pages the sidecar registered with its data
+    plane. `placement` says where the sidecar's transport put them ("ucx-shm": UCX's own
+    shared-memory segment, which its peers on this host fill with plain stores; "memfd"). The
+    mapping outlives the sidecar; close() unmaps it (drop other views of it first).
+    """
+
+    def __init__(self, path, offset, length, placement):
+        self.path = path
+        self.offset = offset
+        self.length = length
+        self.placement = placement
+        if not path:
+            raise SidecarError("sidecar arena: the reply has no arena_path")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as error:
+            raise SidecarError("sidecar arena %s: open failed: %s" % (path, error.strerror))
+        try:
+            size = os.fstat(fd).st_size
+            if size < offset + length:
+                raise SidecarError(
+                    "sidecar arena %s: the file holds %d bytes; arena_offset %d + %d arena bytes "
+                    "do not fit" % (path, size, offset, length))
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.view = memoryview(self._map)[offset:offset + length]
+
+    def close(self):
+        self.view.release()
+        self._map.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class SidecarClient:
     def __init__(self, endpoint, timeout=10.0, context=None):
         self._endpoint = endpoint
@@ -95,6 +139,18 @@ class SidecarClient:
         request.attach.shm_name = shm_name
         request.attach.contract = _text(contract)
         return self._call(request)
+
+    def attach_allocated(self, nbytes, contract):
+        """Asks the sidecar to allocate the KV arena itself, `nbytes` zero-filled bytes (at least
+        what the contract describes), where its data plane's peers write fastest; returns it
+        mapped here as a SidecarArena. The memory is the sidecar's: it frees it when it stops.
+        The sidecar must run on this host in this pid namespace (the arena is reached through
+        /proc/<sidecar pid>/fd/<n>)."""
+        request = engine_pb2.EngineRequest()
+        request.attach.allocate_bytes = nbytes
+        request.attach.contract = _text(contract)
+        reply = self._call(request)
+        return SidecarArena(reply.arena_path, reply.arena_offset, nbytes, reply.arena_placement)
 
     def attach_cuda(self, ipc_handle, nbytes, device, contract):
         """Shares a device allocation by its cudaIpcMemHandle_t bytes."""

@@ -41,6 +41,9 @@ layout::KvShape SmallShape() {
 struct Route {
   const char* name;
   std::vector<std::string> args;
+  // Where the KV arenas must live: the sidecars' allocations ("ucx-shm" over shared memory,
+  // "memfd" over tcp) by default, "posix-shm" with --arena engine.
+  const char* placement;
 };
 
 class DemoRouteTest : public ::testing::TestWithParam<Route> {};
@@ -54,18 +57,28 @@ TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
   absl::StatusOr<std::string> summary = (*demo)->ReadUntil("{", absl::Seconds(120));
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_NE(summary->find("\"failures\": 0"), std::string::npos) << *summary;
+  EXPECT_NE(summary->find(absl::StrCat("\"arena_placement\": \"", GetParam().placement, "\"")),
+            std::string::npos)
+      << *summary;
   EXPECT_EQ((*demo)->Wait(absl::Seconds(30)).value_or(-1), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Routes, DemoRouteTest,
-    ::testing::Values(
-        Route{"p2_d2", {"--prefill-tp", "2", "--decode-tp", "2"}},
-        Route{"p2_d1", {"--prefill-tp", "2", "--decode-tp", "1"}},
-        Route{"p1_d2", {"--prefill-tp", "1", "--decode-tp", "2"}},
-        Route{"mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}},
-        Route{"two_stages_p2_d1", {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"}},
-        Route{"tcp_p2_d1", {"--transport", "tcp"}}),
+    ::testing::Values(Route{"p2_d2", {"--prefill-tp", "2", "--decode-tp", "2"}, "ucx-shm"},
+                      Route{"p2_d1_sidecar_arenas",
+                            {"--prefill-tp", "2", "--decode-tp", "1", "--arena", "sidecar"},
+                            "ucx-shm"},
+                      Route{"p1_d2_engine_arenas",
+                            {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
+                            "posix-shm"},
+                      Route{"mla_p4_d2_dummies",
+                            {"--prefill-tp", "4", "--decode-tp", "2", "--latent"},
+                            "ucx-shm"},
+                      Route{"two_stages_p2_d1",
+                            {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"},
+                            "ucx-shm"},
+                      Route{"tcp_p2_d1", {"--transport", "tcp"}, "memfd"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- failures ---------------------------------------------------------------------------------

@@ -24,8 +24,8 @@
 #include "control/wire/status.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
+#include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
-#include "engine/transport/ucx/ucx_transport.h"
 #include "tools/process/subprocess.h"
 
 namespace kvrail {
@@ -185,10 +185,10 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
 
   // The fake decode rank: a real UCX transport and handshake server, and a PULL socket.
   std::vector<uint8_t> destination(contract.ArenaBytes(), 0);
-  transport::UcxOptions ucx;
-  ucx.tls = "tcp";
-  ucx.net_devices = "lo";
-  auto transport = transport::UcxTransport::Create(ucx).value();
+  transport::TransportSpec spec;
+  spec.tls = "tcp";
+  spec.net_devices = "lo";
+  auto transport = transport::MakeTransport(spec).value();
   ASSERT_TRUE(transport->Register({destination.data(), destination.size()}).ok());
   auto handshake = transport::HandshakeServer::Start("127.0.0.1", 0, [&] {
                      return transport->LocalDescriptor();

@@ -8,22 +8,28 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.getcwd(), "python"))
 
-from kvrail_engine import SidecarClient, SidecarError, TransferPoll  # noqa: E402
+from kvrail_engine import SidecarArena, SidecarClient, SidecarError, TransferPoll  # noqa: E402
+from kvrail_engine.client import engine_pb2  # noqa: E402
 
 KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
 CONTRACT = open("examples/decode_contract_tp1.json").read()
 MANIFEST = open("examples/manifest.json").read()
 
 
+def start_decode_sidecar(endpoint, tls):
+    sidecar = subprocess.Popen(
+        [KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint", endpoint, "--tls", tls],
+        stdout=subprocess.PIPE, text=True)
+    line = sidecar.stdout.readline()
+    assert line.startswith("sidecar ready"), line
+    return sidecar
+
+
 class EngineClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.endpoint = "ipc:///tmp/kvrail-pytest-%d.sock" % os.getpid()
-        cls.sidecar = subprocess.Popen(
-            [KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint", cls.endpoint,
-             "--tls", "tcp"], stdout=subprocess.PIPE, text=True)
-        line = cls.sidecar.stdout.readline()
-        assert line.startswith("sidecar ready"), line
+        cls.sidecar = start_decode_sidecar(cls.endpoint, "tcp")
         cls.shm = "/kvrail-pytest-%d" % os.getpid()
         with open("/dev/shm" + cls.shm, "wb") as f:
             f.truncate(1 << 20)
@@ -64,6 +70,49 @@ class EngineClientTest(unittest.TestCase):
         self.assertEqual(event.status, TransferPoll.FAILED)
         self.assertIn("127.0.0.1:1", event.reason)
         self.assertEqual(self.client.poll([9])[9][0], TransferPoll.FAILED)
+
+
+class AllocatedArenaTest(unittest.TestCase):
+    """AttachArena with allocate_bytes: the sidecar (over UCX shared memory) allocates the arena
+    and the engine maps it from the reply's /proc path."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.endpoint = "ipc:///tmp/kvrail-pytest-alloc-%d.sock" % os.getpid()
+        cls.sidecar = start_decode_sidecar(cls.endpoint, "sm")
+        cls.client = SidecarClient(cls.endpoint, timeout=10.0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.sidecar.terminate()
+        cls.sidecar.wait(timeout=10)
+
+    def test_1_too_few_bytes_are_refused_naming_both_sizes(self):
+        with self.assertRaisesRegex(SidecarError, r"allocate_bytes is 64, less than the \d+ bytes"):
+            self.client.attach_allocated(64, CONTRACT)
+
+    def test_2_an_arena_named_twice_is_refused_naming_both_fields(self):
+        # The client never sends this; an engine speaking the protocol directly might.
+        request = engine_pb2.EngineRequest()
+        request.attach.shm_name = "/kvrail-never-made"
+        request.attach.allocate_bytes = 1 << 20
+        request.attach.contract = CONTRACT
+        with self.assertRaisesRegex(SidecarError, "got shm_name and allocate_bytes"):
+            self.client._call(request)
+
+    def test_3_the_allocated_arena_is_mapped_here_zero_filled_and_shared(self):
+        with self.client.attach_allocated(1 << 20, CONTRACT) as arena:
+            self.assertEqual(arena.placement, "ucx-shm")
+            self.assertTrue(arena.path.startswith("/proc/%d/fd/" % self.sidecar.pid), arena.path)
+            self.assertEqual(len(arena.view), 1 << 20)
+            self.assertEqual(bytes(arena.view[:4096]), bytes(4096))
+            arena.view[0:4] = b"kvrl"
+            # A second mapping of the same path sees the engine's bytes: the pages are shared.
+            with SidecarArena(arena.path, arena.offset, 4, arena.placement) as again:
+                self.assertEqual(bytes(again.view), b"kvrl")
+        with self.assertRaisesRegex(SidecarError, "attached already"):
+            self.client.attach_allocated(1 << 20, CONTRACT)
 
 
 if __name__ == "__main__":

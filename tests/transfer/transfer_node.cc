@@ -25,8 +25,9 @@
 #include "engine/memory/arena.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
+#include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
-#include "engine/transport/ucx/ucx_transport.h"
+#include "engine/transport/transport.h"
 #include "tests/transfer/route_fixture.h"
 
 namespace {
@@ -57,18 +58,18 @@ int Fail(const absl::Status& status) {
   return 3;
 }
 
-absl::StatusOr<std::unique_ptr<transport::UcxTransport>> MakeTransport(const Flags& flags) {
-  transport::UcxOptions options;
-  options.lanes = flags.lanes;
-  options.tls = flags.tls == "sm" ? "sm,self" : flags.tls;
-  options.net_devices = flags.net_devices;
-  return transport::UcxTransport::Create(options);
+absl::StatusOr<std::unique_ptr<transport::Transport>> MakeTransport(const Flags& flags) {
+  transport::TransportSpec spec;
+  spec.lanes = flags.lanes;
+  spec.tls = flags.tls;
+  spec.net_devices = flags.net_devices;
+  return transport::MakeTransport(spec);
 }
 
 // The engine's arena, mapped by name, and registered with a fresh UCX transport.
 struct Node {
   Arena arena;
-  std::unique_ptr<transport::UcxTransport> transport;
+  std::unique_ptr<transport::Transport> transport;
   transport::RegionId region = 0;
 };
 

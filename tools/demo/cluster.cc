@@ -13,7 +13,7 @@ namespace {
 
 using process::Subprocess;
 
-// "key=value" words of a "sidecar ready ..." line.
+// A "key=value" word of a line ("sidecar ready ...", an engine-sim's "arena ...").
 std::string Field(const std::string& line, const std::string& key) {
   for (absl::string_view word : absl::StrSplit(line, ' ')) {
     if (absl::StartsWith(word, key + "=")) return std::string(word.substr(key.size() + 1));
@@ -90,16 +90,24 @@ absl::Status Cluster::StartAll() {
     std::vector<std::string> sim = {o.kvrail,          "engine-sim",
                                     "--role",          role,
                                     "--sidecar",       endpoint,
-                                    "--arena",         absl::StrCat("/", tag_, "-", role, global),
+                                    "--arena-from",    o.arena,
                                     "--tp-size",       absl::StrCat(tp),
                                     "--tp-rank",       absl::StrCat(rank),
                                     "--decode-tokens", absl::StrCat(o.decode_tokens)};
+    if (o.arena == "engine") {
+      sim.push_back("--arena");
+      sim.push_back(absl::StrCat("/", tag_, "-", role, global));
+    }
     if (!prefill) {
       sim.push_back("--bootstrap");
       sim.push_back(bootstrap_);
     }
     sim.insert(sim.end(), shape.begin(), shape.end());
     KVRAIL_ASSIGN_OR_RETURN(Member member, Spawn(absl::StrCat(role, "-sim-", global), sim));
+    // Its first line says the arena is attached, and where it lives.
+    absl::StatusOr<std::string> arena = member.process->ReadUntil("arena ", absl::Seconds(30));
+    if (!arena.ok()) return AddContext(arena.status(), member.name);
+    member.arena_placement = Field(*arena, "placement");
     sims_.push_back(std::move(member));
     return absl::OkStatus();
   };

@@ -27,7 +27,10 @@ struct ClusterOptions {
   int decode_tp = 1;
   int prefill_pp = 1;             // pipeline stages of the prefill node (CACHEPD §10.1)
   std::string transport = "shm";  // shm or tcp
-  layout::KvShape shape;          // pages: per rank
+  // Who allocates each rank's KV arena: "sidecar" (on its data plane, where peers write it
+  // fastest) or "engine" (the engine-sim, in POSIX shared memory).
+  std::string arena = "sidecar";
+  layout::KvShape shape;  // pages: per rank
   int decode_tokens = 8;
   // Passed to every sidecar (e.g. {"--heartbeat-interval", "2"}).
   std::vector<std::string> sidecar_args;
@@ -41,6 +44,7 @@ struct Member {
   std::unique_ptr<process::Subprocess> process;
   std::string engine_endpoint;   // sidecars
   std::string cachepd_endpoint;  // sidecars
+  std::string arena_placement;   // engine-sims: where the arena lives ("ucx-shm", "posix-shm")
 };
 
 class Cluster {

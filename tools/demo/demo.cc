@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -79,6 +80,10 @@ absl::Status RunDemo(DemoOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--transport ", options.transport, ": expected shm or tcp"));
   }
+  if (options.arena != "sidecar" && options.arena != "engine") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arena ", options.arena, ": expected sidecar or engine"));
+  }
   layout::KvShape& shape = options.shape;
   const int64_t longest = (options.max_prompt + shape.page_tokens - 1) / shape.page_tokens;
   if (shape.pages == 0) shape.pages = longest * options.concurrency;
@@ -88,24 +93,32 @@ absl::Status RunDemo(DemoOptions options) {
 
   std::fprintf(
       stderr,
-      "kvrail demo: P=%d prefill ranks%s -> D=%d decode ranks over UCX %s; %d layers x "
-      "%d KV heads x %d dims, bf16, %d-token pages; %d rooms of %d-%d tokens, %d at a "
-      "time\n",
+      "kvrail demo: P=%d prefill ranks%s -> D=%d decode ranks over UCX %s, arenas from the "
+      "%s; %d layers x %d KV heads x %d dims, bf16, %d-token pages; %d rooms of %d-%d tokens, "
+      "%d at a time\n",
       options.prefill_tp,
       options.prefill_pp > 1 ? absl::StrCat(" x ", options.prefill_pp, " stages").c_str() : "",
-      options.decode_tp, options.transport.c_str(), shape.layers, shape.kv_heads, shape.head_dim,
-      shape.page_tokens, options.rooms, static_cast<int>(options.min_prompt),
-      static_cast<int>(options.max_prompt), options.concurrency);
+      options.decode_tp, options.transport.c_str(), options.arena.c_str(), shape.layers,
+      shape.kv_heads, shape.head_dim, shape.page_tokens, options.rooms,
+      static_cast<int>(options.min_prompt), static_cast<int>(options.max_prompt),
+      options.concurrency);
   ClusterOptions cluster_options;
   cluster_options.kvrail = options.kvrail;
   cluster_options.prefill_tp = options.prefill_tp;
   cluster_options.decode_tp = options.decode_tp;
   cluster_options.prefill_pp = options.prefill_pp;
   cluster_options.transport = options.transport;
+  cluster_options.arena = options.arena;
   cluster_options.shape = shape;
   cluster_options.decode_tokens = options.decode_tokens;
   KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(cluster_options));
   const int prefills = cluster->prefill_ranks();
+  // Where the arenas live, as the engine-sims said ("ucx-shm", or "memfd,ucx-shm" if mixed).
+  std::set<std::string> placement_set;
+  for (int i = 0; i < cluster->sim_count(); ++i) {
+    placement_set.insert(cluster->sim(i).arena_placement);
+  }
+  const std::string placements = absl::StrJoin(placement_set, ",");
 
   std::mt19937_64 random(options.seed);
   std::uniform_int_distribution<int64_t> prompt_of(options.min_prompt, options.max_prompt);
@@ -196,15 +209,19 @@ absl::Status RunDemo(DemoOptions options) {
   if (options.json) {
     std::printf(
         "{\"rooms\": %d, \"failures\": %d, \"bytes\": %llu, \"seconds\": %.3f, \"gbps\": %.3f, "
-        "\"latency_ms_p50\": %.2f, \"latency_ms_p99\": %.2f, \"tokens_checked\": %llu}\n",
+        "\"latency_ms_p50\": %.2f, \"latency_ms_p99\": %.2f, \"tokens_checked\": %llu, "
+        "\"arena\": \"%s\", \"arena_placement\": \"%s\"}\n",
         options.rooms, failures, static_cast<unsigned long long>(bytes),
         absl::ToDoubleSeconds(wall), gbps, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
-        static_cast<unsigned long long>(tokens_checked));
+        static_cast<unsigned long long>(tokens_checked), options.arena.c_str(), placements.c_str());
   } else {
     std::printf("\n  %-26s %s\n", "route",
                 absl::StrFormat("P=%d -> D=%d over UCX %s", options.prefill_tp, options.decode_tp,
                                 options.transport)
                     .c_str());
+    std::printf("  %-26s %s (%s)\n", "KV arenas",
+                options.arena == "sidecar" ? "allocated by each sidecar" : "created by each engine",
+                placements.c_str());
     std::printf("  %-26s %d (%d failed)\n", "rooms", options.rooms, failures);
     std::printf("  %-26s %.2f GB (every byte checked by its decode rank)\n", "KV bytes moved",
                 bytes / 1e9);

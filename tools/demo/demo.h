@@ -22,6 +22,7 @@ struct DemoOptions {
   int decode_tp = 1;
   int prefill_pp = 1;             // pipeline stages of the prefill node
   std::string transport = "shm";  // shm or tcp
+  std::string arena = "sidecar";  // who allocates the KV arenas: sidecar or engine
   int rooms = 24;
   int concurrency = 4;
   int64_t min_prompt = 512;

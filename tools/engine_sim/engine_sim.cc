@@ -7,6 +7,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "control/engine_api/engine_api.h"
+#include "control/engine_api/sidecar_arena.h"
 #include "control/error/error.h"
 #include "control/layout/manifest.h"
 #include "engine/memory/arena.h"
@@ -72,14 +74,48 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
   KVRAIL_ASSIGN_OR_RETURN(const RankLayout rank,
                           RankLayout::Create(contract, options.tp_size, options.tp_rank));
   KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(contract));
-  (void)Arena::UnlinkShared(options.arena);  // a name left by a crashed run
-  KVRAIL_ASSIGN_OR_RETURN(Arena arena, Arena::CreateShared(options.arena, contract.ArenaBytes()));
+  const uint64_t arena_bytes = static_cast<uint64_t>(contract.ArenaBytes());
+  const bool engine_arena = options.arena_from == "engine";
+  if (!engine_arena && options.arena_from != "sidecar") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arena-from \"", options.arena_from, "\": expected engine or sidecar"));
+  }
+  if (engine_arena && options.arena.empty()) {
+    return absl::InvalidArgumentError(
+        "--arena-from engine needs --arena, the shared-memory name to create");
+  }
+  // The arena: one this engine creates in named shared memory, or the sidecar's own, allocated
+  // where its peers write fastest and mapped here from the path in its reply.
+  std::optional<Arena> own_arena;
+  if (engine_arena) {
+    (void)Arena::UnlinkShared(options.arena);  // a name left by a crashed run
+    KVRAIL_ASSIGN_OR_RETURN(own_arena, Arena::CreateShared(options.arena, arena_bytes));
+  }
   KVRAIL_ASSIGN_OR_RETURN(auto sidecar, engine_api::EngineApiClient::Connect(options.sidecar));
   v1::EngineRequest attach;
-  attach.mutable_attach()->set_shm_name(options.arena);
+  if (engine_arena) {
+    attach.mutable_attach()->set_shm_name(options.arena);
+  } else {
+    attach.mutable_attach()->set_allocate_bytes(arena_bytes);
+  }
   attach.mutable_attach()->set_contract(wire);
   absl::StatusOr<v1::EngineReply> attached = sidecar->Call(attach, absl::Seconds(30));
   if (!attached.ok()) return AddContext(attached.status(), who + ": attach");
+  std::optional<engine_api::SidecarArena> sidecar_arena;
+  absl::Span<uint8_t> arena;
+  std::string placement = "posix-shm";
+  if (engine_arena) {
+    arena = absl::MakeSpan(own_arena->data(), own_arena->size());
+  } else {
+    absl::StatusOr<engine_api::SidecarArena> mapped =
+        engine_api::MapSidecarArena(*attached, arena_bytes);
+    if (!mapped.ok()) return AddContext(mapped.status(), who);
+    sidecar_arena = *std::move(mapped);
+    arena = sidecar_arena->bytes();
+    placement = sidecar_arena->placement;
+  }
+  Say(absl::StrCat("arena from=", options.arena_from, " placement=", placement,
+                   " bytes=", arena.size()));
 
   std::vector<int64_t> free_pages;
   for (int64_t page = options.shape.pages; page >= 1; --page) free_pages.push_back(page);
@@ -98,8 +134,7 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     room.started = absl::Now();
     v1::EngineRequest request;
     if (options.prefill) {
-      KVRAIL_RETURN_IF_ERROR(
-          rank.Fill(room.manifest, room.id, absl::MakeSpan(arena.data(), arena.size())));
+      KVRAIL_RETURN_IF_ERROR(rank.Fill(room.manifest, room.id, arena));
       request.mutable_ready()->set_room(room.id);
       request.mutable_ready()->set_source_manifest(manifest_wire);
       request.mutable_ready()->set_bootstrap_token(room.token);
@@ -131,16 +166,14 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     } else if (options.prefill) {
       Say(absl::StrCat("done ", room.id, " ok ", event.bytes(), " ", seconds));
     } else {
-      const absl::Status checked =
-          rank.Check(room.manifest, room.id, absl::MakeConstSpan(arena.data(), arena.size()));
+      const absl::Status checked = rank.Check(room.manifest, room.id, arena);
       if (!checked.ok()) {
         Say(absl::StrCat("done ", room.id, " failed ", checked.message()));
       } else if (event.bootstrap_token() != room.token) {
         Say(absl::StrCat("done ", room.id, " failed bootstrap token ", event.bootstrap_token(),
                          ", expected ", room.token));
       } else {
-        const uint64_t digest =
-            rank.Digest(room.manifest, room.id, absl::MakeConstSpan(arena.data(), arena.size()));
+        const uint64_t digest = rank.Digest(room.manifest, room.id, arena);
         const std::vector<int32_t> tokens = ToyDecode(
             digest ^ static_cast<uint64_t>(event.bootstrap_token()), options.decode_tokens);
         Say(absl::StrCat("done ", room.id, " ok ", event.bytes(), " ", seconds, " ",

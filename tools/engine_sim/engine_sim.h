@@ -1,5 +1,12 @@
-// `kvrail engine-sim`: a simulated engine rank. It owns a shared-memory KV arena, attaches it
-// to its sidecar through the engine API, and serves rooms named on stdin, one per line:
+// `kvrail engine-sim`: a simulated engine rank. It attaches a KV arena to its sidecar through
+// the engine API: by default the sidecar allocates it (AttachArena.allocate_bytes) where its
+// transport's peers write fastest and the engine-sim maps it from the reply's path; with
+// arena_from "engine" the engine-sim creates a POSIX shared-memory arena and shares its name,
+// as engines did before. Once attached it says, on stdout,
+//
+//   arena from=<sidecar|engine> placement=<ucx-shm|memfd|posix-shm> bytes=<n>
+//
+// and serves rooms named on stdin, one per line:
 //
 //   room <id> <prompt tokens> <bootstrap token>
 //
@@ -24,8 +31,11 @@ namespace kvrail::sim {
 
 struct EngineSimOptions {
   bool prefill = true;
-  std::string sidecar;    // the sidecar's engine API endpoint
-  std::string arena;      // shared-memory name to create ("/kvrail-demo-p0")
+  std::string sidecar;  // the sidecar's engine API endpoint
+  // Who allocates the arena: "sidecar" (AttachArena.allocate_bytes) or "engine" (this process
+  // creates the shared-memory object `arena` and attaches it by name).
+  std::string arena_from = "sidecar";
+  std::string arena;      // arena_from "engine": shared-memory name to create ("/kvrail-p0")
   std::string bootstrap;  // decode: the prefill node's bootstrap "host:port"
   int tp_size = 1;
   int tp_rank = 0;

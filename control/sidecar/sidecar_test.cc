@@ -1,0 +1,133 @@
+// AttachArena against a real decode sidecar in this process: where the arena may come from,
+// and an arena the sidecar allocates itself (allocate_bytes), as an engine maps it.
+#include "control/sidecar/sidecar.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "control/engine_api/engine_api.h"
+#include "control/engine_api/sidecar_arena.h"
+#include "control/layout/contract.h"
+#include "control/layout/kv_shape.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+layout::Contract SmallContract() {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.pages = 16;
+  return layout::BuildKvContract(shape, 1).value();
+}
+
+class AttachArenaTest : public ::testing::Test {
+ protected:
+  void StartSidecar(const std::string& tls) {
+    SidecarOptions options;
+    options.role = Role::kDecode;
+    options.engine_endpoint = "tcp://127.0.0.1:0";
+    options.tls = tls;
+    options.lanes = 1;
+    auto started = Sidecar::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    sidecar_ = *std::move(started);
+    auto engine = engine_api::EngineApiClient::Connect(sidecar_->engine_endpoint());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+  }
+
+  // An AttachArena with this test's contract and the given sources of the arena.
+  v1::EngineRequest Attach(const std::string& shm_name, const std::string& cuda_ipc_handle,
+                           uint64_t allocate_bytes) const {
+    v1::EngineRequest request;
+    request.mutable_attach()->set_contract(layout::SerializeContract(contract_).value());
+    request.mutable_attach()->set_shm_name(shm_name);
+    request.mutable_attach()->set_cuda_ipc_handle(cuda_ipc_handle);
+    request.mutable_attach()->set_allocate_bytes(allocate_bytes);
+    return request;
+  }
+
+  // The error message of a refused request ("" when it was accepted).
+  std::string Refusal(const v1::EngineRequest& request) {
+    auto reply = engine_->Call(request);
+    return reply.ok() ? "" : std::string(reply.status().message());
+  }
+
+  const layout::Contract contract_ = SmallContract();
+  const uint64_t bytes_ = static_cast<uint64_t>(contract_.ArenaBytes());
+  std::unique_ptr<Sidecar> sidecar_;
+  std::unique_ptr<engine_api::EngineApiClient> engine_;
+};
+
+TEST_F(AttachArenaTest, AnAttachNamingNoArenaIsRefusedNamingTheThreeFields) {
+  StartSidecar("tcp");
+  EXPECT_TRUE(absl::StrContains(
+      Refusal(Attach("", "", 0)),
+      "AttachArena: give exactly one of shm_name, cuda_ipc_handle or allocate_bytes; got none"));
+}
+
+TEST_F(AttachArenaTest, AnAttachNamingTwoArenasIsRefusedNamingThem) {
+  StartSidecar("tcp");
+  std::string refusal = Refusal(Attach("/kvrail-never-made", "", bytes_));
+  EXPECT_TRUE(absl::StrContains(refusal, "got shm_name and allocate_bytes")) << refusal;
+  refusal = Refusal(Attach("", std::string(64, 'h'), bytes_));
+  EXPECT_TRUE(absl::StrContains(refusal, "got cuda_ipc_handle and allocate_bytes")) << refusal;
+  refusal = Refusal(Attach("/kvrail-never-made", std::string(64, 'h'), bytes_));
+  EXPECT_TRUE(absl::StrContains(refusal, "got shm_name and cuda_ipc_handle and allocate_bytes"))
+      << refusal;
+}
+
+TEST_F(AttachArenaTest, AllocateBytesBelowTheContractsArenaIsRefusedNamingBothSizes) {
+  StartSidecar("tcp");
+  const std::string refusal = Refusal(Attach("", "", bytes_ - 1));
+  EXPECT_TRUE(absl::StrContains(refusal, absl::StrCat("allocate_bytes is ", bytes_ - 1,
+                                                      ", less than the ", bytes_, " bytes")))
+      << refusal;
+}
+
+TEST_F(AttachArenaTest, ARefusedAttachLeavesNothingBehindAndTheEngineMayTryAgain) {
+  StartSidecar("tcp");
+  EXPECT_FALSE(Refusal(Attach("", "", bytes_ - 1)).empty());
+  EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");
+  EXPECT_TRUE(absl::StrContains(Refusal(Attach("", "", bytes_)), "attached already"));
+}
+
+TEST_F(AttachArenaTest, AnAllocatedArenaIsMappedThroughTheReplysPathAndFreedAtStop) {
+  StartSidecar("tcp");
+  auto reply = engine_->Call(Attach("", "", bytes_));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(absl::StartsWith(reply->arena_path(), absl::StrCat("/proc/", getpid(), "/fd/")))
+      << reply->arena_path();
+  EXPECT_EQ(reply->arena_placement(), "memfd");  // UCX over tcp only
+  auto arena = engine_api::MapSidecarArena(*reply, bytes_);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  absl::Span<uint8_t> bytes = arena->bytes();
+  EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; }));
+  bytes[bytes_ - 1] = 7;
+
+  // Stop frees the sidecar's memory: its fd is gone. The engine's mapping keeps its pages.
+  sidecar_->Stop();
+  EXPECT_LT(open(reply->arena_path().c_str(), O_RDWR | O_CLOEXEC), 0) << reply->arena_path();
+  EXPECT_EQ(bytes[bytes_ - 1], 7);
+}
+
+TEST_F(AttachArenaTest, OverSharedMemoryTheArenaIsUcxsOwnSegment) {
+  StartSidecar("sm");
+  auto reply = engine_->Call(Attach("", "", bytes_));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->arena_placement(), "ucx-shm");
+  auto arena = engine_api::MapSidecarArena(*reply, bytes_);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  arena->bytes()[0] = 1;
+  EXPECT_EQ(arena->bytes()[0], 1);
+}
+
+}  // namespace
+}  // namespace kvrail::sidecar

@@ -1,0 +1,50 @@
+#include "engine/transport/factory.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/transport/loopback/loopback_transport.h"
+#include "engine/transport/ucx/ucx_transport.h"
+
+namespace kvrail::transport {
+namespace {
+
+// The spec's lanes, and the sizes it gives in place of the backend's defaults.
+template <typename Options>
+Options WithSizes(const TransportSpec& spec, Options options) {
+  options.lanes = spec.lanes;
+  if (spec.max_write_bytes != 0) options.max_write_bytes = spec.max_write_bytes;
+  if (spec.max_inflight_bytes_per_endpoint != 0) {
+    options.max_inflight_bytes_per_endpoint = spec.max_inflight_bytes_per_endpoint;
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeUcx(const TransportSpec& spec) {
+  UcxOptions options = WithSizes(spec, UcxOptions{});
+  options.tls = spec.tls == "sm" ? "sm,self" : spec.tls;
+  if (spec.tls != "sm") options.net_devices = spec.net_devices;
+  return UcxTransport::Create(options);
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeLoopback(const TransportSpec& spec) {
+  if (!spec.tls.empty() || !spec.net_devices.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transport backend \"loopback\": tls \"", spec.tls, "\" and net_devices \"",
+        spec.net_devices, "\" are UCX settings; loopback copies in this process and takes none"));
+  }
+  return LoopbackTransport::Create(WithSizes(spec, LoopbackOptions{}));
+}
+
+}  // namespace
+
+std::vector<std::string> KnownBackends() { return {"loopback", "ucx"}; }
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(const TransportSpec& spec) {
+  if (spec.backend == "ucx") return MakeUcx(spec);
+  if (spec.backend == "loopback") return MakeLoopback(spec);
+  return absl::InvalidArgumentError(
+      absl::StrCat("transport backend \"", spec.backend,
+                   "\" is unknown; known backends: ", absl::StrJoin(KnownBackends(), ", ")));
+}
+
+}  // namespace kvrail::transport

@@ -1,0 +1,85 @@
+#include "engine/transport/factory.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvrail::transport {
+namespace {
+
+TEST(MakeTransportTest, AnUnknownBackendIsRejectedNamingTheKnownOnes) {
+  TransportSpec spec;
+  spec.backend = "verbs";
+  auto made = MakeTransport(spec);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("\"verbs\" is unknown; known backends: loopback, ucx"),
+            std::string::npos)
+      << made.status();
+}
+
+TEST(MakeTransportTest, UcxOverTcpHasTheSpecsLanesAndUcxDefaults) {
+  TransportSpec spec;
+  spec.lanes = 3;
+  spec.tls = "tcp";
+  spec.net_devices = "lo";
+  auto made = MakeTransport(spec);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const Capabilities& caps = (*made)->capabilities();
+  EXPECT_EQ(caps.name, "ucx");
+  EXPECT_EQ(caps.lanes, 3);
+  EXPECT_EQ(caps.max_write_bytes, uint64_t{16} << 20);
+  // No shared-memory transport is loaded: Allocate falls back to a memfd.
+  auto shared = (*made)->Allocate(4096);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->placement, "memfd");
+}
+
+TEST(MakeTransportTest, SmMeansUcxSharedMemoryAndIgnoresTheNetworkDevice) {
+  TransportSpec spec;
+  spec.tls = "sm";
+  spec.net_devices = "no-such-interface";
+  auto made = MakeTransport(spec);
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto shared = (*made)->Allocate(4096);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->placement, "ucx-shm");
+}
+
+TEST(MakeTransportTest, SizesGivenInTheSpecReplaceTheBackendsDefaults) {
+  TransportSpec spec;
+  spec.backend = "loopback";
+  spec.lanes = 1;
+  spec.max_write_bytes = 1 << 20;
+  spec.max_inflight_bytes_per_endpoint = 8 << 20;
+  auto made = MakeTransport(spec);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const Capabilities& caps = (*made)->capabilities();
+  EXPECT_EQ(caps.name, "loopback");
+  EXPECT_EQ(caps.lanes, 1);
+  EXPECT_EQ(caps.max_write_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(caps.max_inflight_bytes_per_endpoint, uint64_t{8} << 20);
+}
+
+TEST(MakeTransportTest, LoopbackRefusesUcxSettings) {
+  TransportSpec spec;
+  spec.backend = "loopback";
+  spec.tls = "tcp";
+  auto made = MakeTransport(spec);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("UCX settings"), std::string::npos) << made.status();
+}
+
+TEST(MakeTransportTest, TheBackendsOwnErrorsComeThrough) {
+  TransportSpec spec;
+  spec.tls = "tcp";
+  spec.lanes = 0;
+  auto made = MakeTransport(spec);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("lanes is 0"), std::string::npos) << made.status();
+}
+
+}  // namespace
+}  // namespace kvrail::transport
