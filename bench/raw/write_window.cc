@@ -60,6 +60,7 @@ class Window : public std::enable_shared_from_this<Window> {
         source_(source),
         spec_(spec),
         slots_(std::max<uint64_t>(1, spec.working_set / spec.block_bytes)),
+        slices_per_block_((spec.block_bytes + spec.slice_bytes - 1) / spec.slice_bytes),
         flush_bytes_(spec.flush_bytes > 0
                          ? spec.flush_bytes
                          : std::max<uint64_t>(1, spec.inflight_bytes_per_lane / 2)),
@@ -113,8 +114,11 @@ class Window : public std::enable_shared_from_this<Window> {
       const uint64_t dst = spec_.destination_address + slot * spec_.block_bytes;
       for (uint64_t off = 0; off < spec_.block_bytes; off += spec_.slice_bytes) {
         const uint64_t length = std::min(spec_.slice_bytes, spec_.block_bytes - off);
-        const int lane = next_lane_;
-        next_lane_ = (next_lane_ + 1) % spec_.lanes;
+        // A destination slice always goes to the same lane, so two lanes never write the same
+        // bytes at once (over shared memory their cores would fight over the cache lines) and
+        // writes to the same bytes stay in posting order.
+        const int lane = static_cast<int>((slot * slices_per_block_ + off / spec_.slice_bytes) %
+                                          static_cast<uint64_t>(spec_.lanes));
         Post& post = open[lane];
         if (!post.writes.empty() && post.bytes + length > spec_.post_bytes) {
           lanes_[lane].queue.push_back(std::move(post));
@@ -309,6 +313,7 @@ class Window : public std::enable_shared_from_this<Window> {
   const RegionId source_;
   const WindowSpec spec_;
   const uint64_t slots_;
+  const uint64_t slices_per_block_;
   const uint64_t flush_bytes_;
 
   std::mutex mu_;
@@ -320,7 +325,6 @@ class Window : public std::enable_shared_from_this<Window> {
   int flushes_outstanding_ = 0;
   uint64_t flushes_posted_ = 0;
   uint64_t next_write_ = 0;
-  int next_lane_ = 0;
   uint64_t generated_bytes_ = 0;
   uint64_t done_bytes_ = 0;
   uint64_t done_writes_ = 0;

@@ -30,8 +30,10 @@ struct WindowSpec {
   uint64_t destination_address = 0;
 
   int lanes = 1;
-  // Writes longer than this are cut into slices of this size; the slices of a batch are dealt to
-  // the lanes in turn (a batch of one large write still uses every lane).
+  // Writes longer than this are cut into slices of this size. Slice i of the working set
+  // (counting every slot's slices in address order) always goes to lane i % lanes: a batch of
+  // one large write still uses every lane, distinct blocks alternate, and two lanes never write
+  // the same bytes at once (a working set of one unsliced block uses one lane).
   uint64_t slice_bytes = uint64_t{1} << 20;
   // Bytes in flight per lane: posted and not yet landed. By the Transport contract a batch's
   // completion is only local, and only a Flush says bytes landed, so a lane flushes once

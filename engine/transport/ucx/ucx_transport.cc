@@ -13,7 +13,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -75,7 +74,7 @@ struct PeerState {
   std::vector<std::vector<ucp_rkey_h>> rkeys;  // [lane][descriptor region index]
   std::vector<absl::Status> lane_errors;       // first failure since the lane's last Flush
   std::vector<ucs_status_t> lane_failed;       // set by UCX's error handler
-  std::vector<std::vector<Op*>> ops;           // [lane]: undelivered
+  std::vector<std::deque<Op*>> ops;            // [lane]: undelivered, oldest first
   std::vector<LaneRef> refs;                   // [lane]: the error handlers' argument
   bool disconnected = false;
   PeerState(RemoteRegions r, int lanes) : regions(std::move(r)) {
@@ -110,9 +109,9 @@ struct Lane {
   std::mutex mu;
   std::condition_variable changed;
   // Guarded by mu:
-  bool kick = false;  // new work: the thread should spin, not sleep
-  bool stop = false;  // Close: tear down and exit
-  std::deque<Ready> ready;
+  bool kick = false;         // new work: the thread should spin, not sleep
+  bool stop = false;         // Close: tear down and exit
+  std::vector<Ready> ready;  // swapped with the thread's own, so delivery never allocates
   // Endpoint-close requests, each with the peer whose rkeys on this lane go when it finishes.
   std::vector<std::pair<void*, std::shared_ptr<PeerState>>> closing;
 
@@ -122,7 +121,11 @@ struct Lane {
       op->delivered = true;
       PeerState* peer = op->peer;
       auto& ops = peer->ops[op->lane];
-      ops.erase(std::find(ops.begin(), ops.end(), op));
+      if (ops.front() == op) {
+        ops.pop_front();  // the usual case: a lane's operations finish in order
+      } else {
+        ops.erase(std::find(ops.begin(), ops.end(), op));
+      }
       if (!op->flush && !status.ok() && peer->lane_errors[op->lane].ok()) {
         peer->lane_errors[op->lane] = status;
       }
@@ -163,8 +166,26 @@ absl::Status FromUcs(ucs_status_t status, const std::string& context) {
 }
 
 }  // namespace
+// Every lane's mutex, taken in lane order and released in reverse: with the transport's mu_,
+// what a writer of the transport-wide state holds, so that a post needs only its own lane's.
+class AllLanes {
+ public:
+  explicit AllLanes(const std::vector<std::unique_ptr<Lane>>& lanes) : lanes_(lanes) {
+    for (const auto& lane : lanes_) lane->mu.lock();
+  }
+  ~AllLanes() {
+    for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) (*it)->mu.unlock();
+  }
+  AllLanes(const AllLanes&) = delete;
+  AllLanes& operator=(const AllLanes&) = delete;
+
+ private:
+  const std::vector<std::unique_ptr<Lane>>& lanes_;
+};
+
 }  // namespace ucx_internal
 
+using ucx_internal::AllLanes;
 using ucx_internal::FromUcs;
 using ucx_internal::Lane;
 using ucx_internal::LaneRef;
@@ -341,7 +362,7 @@ UcxTransport::~UcxTransport() {
 absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   KVRAIL_RETURN_IF_ERROR(CheckLocalRegion(region, capabilities_.gpu_memory));
   const uint64_t base = reinterpret_cast<uintptr_t>(region.base);
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
   for (const auto& [id, entry] : regions_) {
     const bool overlap = base <= entry->base ? entry->base - base < region.length
@@ -376,6 +397,7 @@ absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   state->rkey.assign(static_cast<const char*>(packed), packed_size);
   ucp_rkey_buffer_release(packed);
   const RegionId id = next_region_++;
+  AllLanes writing(lanes_);
   regions_.emplace(id, std::move(state));
   ++version_;
   return id;
@@ -386,7 +408,7 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
     return absl::InvalidArgumentError("Allocate: length is 0; at least 1 byte is needed");
   }
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::FailedPreconditionError("Allocate: the transport is closed");
     auto context = static_cast<ucp_context_h>(context_);
     ucp_mem_map_params_t mp{};
@@ -420,6 +442,7 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
                             .fd = state->shared_fd,
                             .fd_offset = backing->offset,
                             .placement = "ucx-shm"};
+        AllLanes writing(lanes_);
         regions_.emplace(shared.region, std::move(state));
         ++version_;
         return shared;
@@ -428,27 +451,30 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
     }
   }
   KVRAIL_ASSIGN_OR_RETURN(MemfdAllocation allocation, AllocateOnMemfd(*this, length));
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   allocated_.emplace(allocation.shared.region, std::move(allocation.arena));
   return allocation.shared;
 }
 
 absl::Status UcxTransport::Deregister(RegionId region) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
   auto it = regions_.find(region);
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrFormat("Deregister: region %d is not registered", region));
   }
-  it->second->Release(static_cast<ucp_context_h>(context_));
-  regions_.erase(it);
+  {
+    AllLanes writing(lanes_);  // no post reads the region while it goes
+    it->second->Release(static_cast<ucp_context_h>(context_));
+    regions_.erase(it);
+    ++version_;
+  }
   if (auto owned = allocated_.find(region); owned != allocated_.end()) allocated_.erase(owned);
-  ++version_;
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::HandshakeDescriptor> UcxTransport::LocalDescriptor() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("LocalDescriptor: the transport is closed");
   v1::HandshakeDescriptor descriptor;
   descriptor.set_version(version_);
@@ -486,7 +512,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     }
   }
   KVRAIL_ASSIGN_OR_RETURN(RemoteRegions regions, RemoteRegions::FromDescriptor(peer));
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
   const int lanes = capabilities_.lanes;
   auto state = std::make_shared<PeerState>(std::move(regions), lanes);
@@ -554,6 +580,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
           index, Ucs(s)));
     }
   }
+  AllLanes writing(lanes_);
   if (!failure.ok()) {
     ClosePeer(state, "connect failed");
     return failure;
@@ -610,8 +637,13 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
   };
   if (!done) return absl::InvalidArgumentError(context() + ": the completion is empty");
-  // Shared: other lanes post at the same time; Deregister and Disconnect wait for this post.
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  if (absl::Status checked = CheckLane(lane, capabilities_.lanes); !checked.ok()) {
+    return AddContext(checked, context());
+  }
+  // Only this lane's mutex: writers of the peers and regions hold every lane's (AllLanes), so
+  // lanes post at once and nothing they share is written on the way.
+  Lane& home = *lanes_[lane];
+  std::lock_guard<std::mutex> lane_lock(home.mu);
   auto found = FindPeerLocked(peer, lane);
   if (!found.ok()) return AddContext(found.status(), context());
   PeerState& state = **found;
@@ -625,8 +657,6 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
       !checked.ok()) {
     return AddContext(checked, context());
   }
-  Lane& home = *lanes_[lane];
-  std::lock_guard<std::mutex> lane_lock(home.mu);
   auto* op = new Op;
   op->peer = &state;
   op->lane = lane;
@@ -670,12 +700,14 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
 absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
   const auto context = [&] { return absl::StrFormat("Flush of peer %d lane %d", peer, lane); };
   if (!done) return absl::InvalidArgumentError(context() + ": the completion is empty");
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  if (absl::Status checked = CheckLane(lane, capabilities_.lanes); !checked.ok()) {
+    return AddContext(checked, context());
+  }
+  Lane& home = *lanes_[lane];
+  std::lock_guard<std::mutex> lane_lock(home.mu);
   auto found = FindPeerLocked(peer, lane);
   if (!found.ok()) return AddContext(found.status(), context());
   PeerState& state = **found;
-  Lane& home = *lanes_[lane];
-  std::lock_guard<std::mutex> lane_lock(home.mu);
   auto* op = new Op;
   op->peer = &state;
   op->lane = lane;
@@ -720,7 +752,6 @@ void UcxTransport::ClosePeer(const std::shared_ptr<PeerState>& peer, const char*
   for (auto& lane_ptr : lanes_) {
     Lane& lane = *lane_ptr;
     const int index = lane.index;
-    std::lock_guard<std::mutex> lane_lock(lane.mu);
     auto& ops = peer->ops[index];
     while (!ops.empty()) {
       Op* op = ops.front();
@@ -753,13 +784,14 @@ void UcxTransport::ClosePeer(const std::shared_ptr<PeerState>& peer, const char*
 }
 
 absl::Status UcxTransport::Disconnect(PeerId peer) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Disconnect: the transport is closed");
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
     return absl::NotFoundError(absl::StrFormat(
         "Disconnect: peer %d is not connected (never connected, or disconnected)", peer));
   }
+  AllLanes writing(lanes_);
   std::shared_ptr<PeerState> state = std::move(it->second);
   peers_.erase(it);
   ClosePeer(state, "the peer was disconnected");
@@ -773,6 +805,7 @@ bool UcxTransport::OnLaneThread() const {
 
 void UcxTransport::RunLane(Lane& lane) {
   int idle = 0;
+  std::vector<Ready> delivering;  // keeps its capacity from round to round
   std::unique_lock<std::mutex> lock(lane.mu);
   while (true) {
     if (lane.stop) {
@@ -788,8 +821,8 @@ void UcxTransport::RunLane(Lane& lane) {
       for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
         quiet = ProgressWorker(lane.worker) == 0 ? quiet + 1 : 0;
       }
-      std::deque<Ready> ready = std::move(lane.ready);
-      lane.ready.clear();
+      std::vector<Ready> ready;
+      ready.swap(lane.ready);
       lock.unlock();
       for (Ready& r : ready) r.done(std::move(r.status));
       return;
@@ -797,11 +830,10 @@ void UcxTransport::RunLane(Lane& lane) {
     const unsigned events = ProgressWorker(lane.worker);
     if (!lane.closing.empty()) lane.ReapClosedLocked();
     if (!lane.ready.empty()) {
-      std::deque<Ready> ready = std::move(lane.ready);
-      lane.ready.clear();
+      delivering.swap(lane.ready);
       lock.unlock();
-      for (Ready& r : ready) r.done(std::move(r.status));
-      ready.clear();  // destroy the callables without the lock
+      for (Ready& r : delivering) r.done(std::move(r.status));
+      delivering.clear();  // destroy the callables without the lock
       lock.lock();
       idle = 0;
       continue;
@@ -824,7 +856,7 @@ void UcxTransport::RunLane(Lane& lane) {
 }
 
 void UcxTransport::ReleaseAll() {
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (released_) return;
   released_ = true;
   for (auto& [id, region] : regions_) region->Release(static_cast<ucp_context_h>(context_));
@@ -838,17 +870,17 @@ void UcxTransport::ReleaseAll() {
 
 void UcxTransport::Close() {
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    AllLanes writing(lanes_);
     if (!closed_) {
       closed_ = true;
       for (auto& [id, peer] : peers_) ClosePeer(peer, "the transport was closed");
       peers_.clear();
     }
-  }
-  for (auto& lane : lanes_) {
-    std::lock_guard<std::mutex> lane_lock(lane->mu);
-    lane->stop = true;
-    lane->changed.notify_all();
+    for (auto& lane : lanes_) {
+      lane->stop = true;
+      lane->changed.notify_all();
+    }
   }
   // From a completion a lane's thread cannot join itself: every lane tears itself down and
   // delivers what is left, and the destructor (which calls Close again) joins and releases.

@@ -6,9 +6,10 @@
 // memory a put is the initiator's memcpy). Every UCX call on a worker, ours and its thread's
 // ucp_worker_progress, runs under that lane's mutex, and so do UCX's request callbacks, which
 // only move finished completions onto the lane's ready list; the lane's thread delivers them
-// with no lock held. Transport-wide state (regions, peers, closed) is under a reader-writer
-// lock: posts and flushes take it shared, so lanes never wait for each other; Register,
-// Connect, Disconnect and Close take it exclusively. Lock order: that lock, then a lane's.
+// with no lock held. Transport-wide state (regions, peers, closed) is written holding the
+// transport's mutex and every lane's, and read holding either: a post or a flush takes only its
+// own lane's mutex, so lanes never touch a lock another lane uses. Lock order: the transport's
+// mutex, then lanes in index order.
 //
 // UCX 1.13 emulates puts into user memory over active messages (docs MACHINE-NOTES), so the
 // TARGET transport's progress threads must run for a write to land: they always do while the
@@ -26,7 +27,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -110,10 +110,10 @@ class UcxTransport final : public Transport {
   bool OnLaneThread() const;
   // After every lane's thread has ended: unmaps the regions and destroys the workers.
   void ReleaseAll();
-  // mu_ held exclusively: cancels `peer`'s operations and closes its endpoints on every lane
-  // (taking each lane's mutex in turn).
+  // mu_ and every lane's mutex held: cancels `peer`'s operations and closes its endpoints on
+  // every lane.
   void ClosePeer(const std::shared_ptr<ucx_internal::PeerState>& peer, const char* why);
-  // mu_ held (shared is enough): the connected peer, or why not.
+  // mu_ or any lane's mutex held: the connected peer, or why not.
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
   static void OnPutDone(void* request, int /*ucs_status_t*/ status, void* user_data);
@@ -125,8 +125,9 @@ class UcxTransport final : public Transport {
   std::vector<std::unique_ptr<ucx_internal::Lane>> lanes_;
   std::vector<std::thread::id> lane_threads_;  // written by Create before anyone can call back
 
-  mutable std::shared_mutex mu_;
-  // Guarded by mu_:
+  mutable std::mutex mu_;
+  // Written with mu_ and every lane's mutex held; read with either (a post holds only its
+  // lane's). allocated_ and next_* are mu_'s alone.
   bool closed_ = false;    // Close was called: no new work
   bool released_ = false;  // ReleaseAll ran: regions unmapped, workers destroyed
   uint64_t version_ = 1;
