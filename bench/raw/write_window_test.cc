@@ -173,14 +173,15 @@ TEST_F(WriteWindowTest, WindowEndsWithAFlushOfEveryLaneAfterThePostsCompleted) {
   ASSERT_TRUE(result.ok()) << result.status();
   const auto events = recorder.events();
   ASSERT_GE(events.size(), 3u);
-  std::vector<int> flushed;
-  for (size_t i = events.size() - 3; i < events.size(); ++i) {
-    ASSERT_TRUE(events[i].flush);
-    EXPECT_EQ(events[i].posts_outstanding, 0);  // no post outstanding at the final flush
-    flushed.push_back(events[i].lane);
+  // Lanes make their calls from their own threads, so lanes interleave; each lane's last call
+  // is its final flush, made when no post was outstanding on any lane.
+  std::map<int, size_t> last;
+  for (size_t i = 0; i < events.size(); ++i) last[events[i].lane] = i;
+  ASSERT_EQ(last.size(), 3u);
+  for (const auto& [lane, index] : last) {
+    EXPECT_TRUE(events[index].flush) << "lane " << lane;
+    EXPECT_EQ(events[index].posts_outstanding, 0) << "lane " << lane;
   }
-  std::sort(flushed.begin(), flushed.end());
-  EXPECT_EQ(flushed, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(result->flushes,
             static_cast<uint64_t>(std::count_if(events.begin(), events.end(),
                                                 [](const auto& e) { return e.flush; })));
