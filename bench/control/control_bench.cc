@@ -24,6 +24,7 @@
 #include "control/layout/manifest.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/memory/arena.h"
+#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 namespace {
@@ -114,7 +115,7 @@ class Bench {
     KVRAIL_RETURN_IF_ERROR(AddContext(bootstrap_->Start("127.0.0.1", 0), "bootstrap server"));
     bootstrap_address_ = absl::StrCat("127.0.0.1:", bootstrap_->port());
 
-    const std::string tag = absl::StrCat("kvrail-benchctl-", getpid());
+    const std::string tag = absl::StrCat("kvrail-benchctl-", process::ProcessTag());
     auto endpoint = [&](const char* side) {
       return options_.engine_api == "tcp" ? std::string("tcp://127.0.0.1:0")
                                           : absl::StrCat("ipc:///tmp/", tag, "-", side, ".sock");

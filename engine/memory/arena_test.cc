@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -23,10 +24,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A name no other test process uses: tests run in parallel, each in its own process.
+// A name no other test process uses: tests run in parallel, each in its own process, and
+// sandboxes in separate pid namespaces share /dev/shm and often the pid.
 std::string UniqueName() {
   static std::atomic<int> counter{0};
-  return absl::StrCat("/kvrail-arena-test-", getpid(), "-", counter++);
+  static const unsigned kRun = std::random_device{}();
+  return absl::StrCat("/kvrail-arena-test-", getpid(), "-", kRun, "-", counter++);
 }
 
 // Runs `body` in a forked child and returns its exit code, or 128 + signal. The child leaves

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,8 @@ TEST(FindBackingFdTest, FindsTheMemfdBehindAnArenaAndTheOffsetInIt) {
 }
 
 TEST(FindBackingFdTest, FindsANamedSharedMemoryObject) {
-  const std::string name = "/kvrail-backing-test-" + std::to_string(getpid());
+  const std::string name = "/kvrail-backing-test-" + std::to_string(getpid()) + "-" +
+                           std::to_string(std::random_device{}());
   auto arena = Arena::CreateShared(name, 64 << 10);
   ASSERT_TRUE(arena.ok()) << arena.status();
   auto found = FindBackingFd(arena->data());

@@ -107,12 +107,13 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
                   .RegisterPrefillRank(registration)
                   .ok());
   // The real decode sidecar, driven through its engine API.
-  const std::string api = absl::StrCat("ipc:///tmp/kvrail-frames-", getpid(), "-d.sock");
+  const std::string api =
+      absl::StrCat("ipc:///tmp/kvrail-frames-", process::ProcessTag(), "-d.sock");
   auto sidecar = Subprocess::Start(
       {Kvrail(), "sidecar", "--role", "decode", "--engine-endpoint", api, "--tls", "tcp"});
   ASSERT_TRUE(sidecar.ok());
   ASSERT_TRUE((*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30)).ok());
-  const std::string arena_name = absl::StrCat("/kvrail-frames-", getpid(), "-d");
+  const std::string arena_name = absl::StrCat("/kvrail-frames-", process::ProcessTag(), "-d");
   Arena arena = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
   auto engine = engine_api::EngineApiClient::Connect(api).value();
   Attach(*engine, arena_name, contract);
@@ -170,14 +171,15 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
   Bootstrap bootstrap;
   const layout::Contract contract = SmallContract();
   // The real prefill sidecar and its arena, patterned.
-  const std::string api = absl::StrCat("ipc:///tmp/kvrail-frames-", getpid(), "-p.sock");
+  const std::string api =
+      absl::StrCat("ipc:///tmp/kvrail-frames-", process::ProcessTag(), "-p.sock");
   auto sidecar = Subprocess::Start({Kvrail(), "sidecar", "--role", "prefill", "--engine-endpoint",
                                     api, "--bootstrap", bootstrap.address, "--tls", "tcp"});
   ASSERT_TRUE(sidecar.ok());
   absl::StatusOr<std::string> ready = (*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30));
   ASSERT_TRUE(ready.ok()) << ready.status();
   const std::string cachepd = Field(*ready, "cachepd");
-  const std::string arena_name = absl::StrCat("/kvrail-frames-", getpid(), "-p");
+  const std::string arena_name = absl::StrCat("/kvrail-frames-", process::ProcessTag(), "-p");
   Arena source = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
   FillPattern(absl::MakeSpan(source.data(), source.size()), 42);
   auto engine = engine_api::EngineApiClient::Connect(api).value();

@@ -2,9 +2,13 @@
 """The Python engine client (python/kvrail_engine) against a real `kvrail sidecar` process."""
 
 import os
+import random
 import subprocess
 import sys
 import unittest
+
+# Names in /dev/shm and /tmp are host-wide; sandboxes in other pid namespaces often share our pid.
+TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
 
 sys.path.insert(0, os.path.join(os.getcwd(), "python"))
 
@@ -28,9 +32,9 @@ def start_decode_sidecar(endpoint, tls):
 class EngineClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.endpoint = "ipc:///tmp/kvrail-pytest-%d.sock" % os.getpid()
+        cls.endpoint = "ipc:///tmp/kvrail-pytest-%s.sock" % TAG
         cls.sidecar = start_decode_sidecar(cls.endpoint, "tcp")
-        cls.shm = "/kvrail-pytest-%d" % os.getpid()
+        cls.shm = "/kvrail-pytest-%s" % TAG
         with open("/dev/shm" + cls.shm, "wb") as f:
             f.truncate(1 << 20)
         os.chmod("/dev/shm" + cls.shm, 0o600)
@@ -78,7 +82,7 @@ class AllocatedArenaTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.endpoint = "ipc:///tmp/kvrail-pytest-alloc-%d.sock" % os.getpid()
+        cls.endpoint = "ipc:///tmp/kvrail-pytest-alloc-%s.sock" % TAG
         cls.sidecar = start_decode_sidecar(cls.endpoint, "sm")
         cls.client = SidecarClient(cls.endpoint, timeout=10.0)
 

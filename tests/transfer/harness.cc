@@ -24,7 +24,7 @@ namespace {
 using process::Subprocess;
 
 std::string Name(const char* role, int rank) {
-  return absl::StrCat("/kvrail-xfer-", getpid(), "-", role, rank);
+  return absl::StrCat("/kvrail-xfer-", process::ProcessTag(), "-", role, rank);
 }
 
 bool AllZero(const uint8_t* bytes, uint64_t length) {

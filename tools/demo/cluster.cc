@@ -47,7 +47,8 @@ absl::StatusOr<Member> Cluster::Spawn(const std::string& name, std::vector<std::
 absl::Status Cluster::StartAll() {
   signal(SIGPIPE, SIG_IGN);  // a child that died must not take this process with it
   const ClusterOptions& o = options_;
-  tag_ = absl::StrCat("kvrail-", getpid(), "-", reinterpret_cast<uintptr_t>(this) % 100000);
+  tag_ = absl::StrCat("kvrail-", process::ProcessTag(), "-",
+                      reinterpret_cast<uintptr_t>(this) % 100000);
   dir_ = absl::StrCat("/tmp/", tag_);
   (void)mkdir(dir_.c_str(), 0700);
   KVRAIL_ASSIGN_OR_RETURN(const int port, process::FreeLocalPort());

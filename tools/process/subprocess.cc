@@ -11,9 +11,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
@@ -180,6 +183,14 @@ absl::StatusOr<int> FreeLocalPort() {
   }
   close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+const std::string& ProcessTag() {
+  static const std::string* tag = [] {
+    std::random_device random;
+    return new std::string(absl::StrFormat("%d-%08x", getpid(), random()));
+  }();
+  return *tag;
 }
 
 }  // namespace kvrail::process

@@ -66,6 +66,11 @@ class Subprocess {
 // servers that take their port as a flag. Another process may take it first; callers retry.
 absl::StatusOr<int> FreeLocalPort();
 
+// "<pid>-<8 random hex digits>", fixed for the life of this process: a tag for names in
+// host-wide namespaces (/dev/shm, /tmp sockets). The pid alone is not enough: processes in
+// different pid namespaces (Bazel's sandboxes) share both and often have the same pid.
+const std::string& ProcessTag();
+
 }  // namespace kvrail::process
 
 #endif  // KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
