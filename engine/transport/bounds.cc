@@ -67,6 +67,31 @@ absl::Status CheckLane(int lane, int lanes) {
   return absl::OkStatus();
 }
 
+absl::Status CheckDisjoint(const LocalRegion& region, RegionId registered_id,
+                           uint64_t registered_base, uint64_t registered_length) {
+  const uint64_t base = reinterpret_cast<uintptr_t>(region.base);
+  const bool overlap = base <= registered_base ? registered_base - base < region.length
+                                               : base - registered_base < registered_length;
+  if (!overlap) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "local region [0x%x, +%u) overlaps registered region %d [0x%x, +%u); regions must be "
+      "disjoint",
+      base, region.length, registered_id, registered_base, registered_length));
+}
+
+absl::Status CheckPeerKind(const v1::HandshakeDescriptor& peer, v1::TransportKind kind,
+                           absl::string_view name) {
+  if (peer.transport() != kind) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("peer descriptor: transport is %s; this is the %s transport",
+                        v1::TransportKind_Name(peer.transport()), name));
+  }
+  if (peer.lanes_size() == 0) {
+    return absl::InvalidArgumentError("peer descriptor: no lanes; at least 1 is needed");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLocalRegion(const LocalRegion& region, bool gpu_memory) {
   const auto base = reinterpret_cast<uintptr_t>(region.base);
   if (region.base == nullptr) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/transport/transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -54,6 +55,16 @@ absl::Status CheckLane(int lane, int lanes);
 // Checks a local region before registration: InvalidArgument for a null base, a zero length, an
 // end past 2^64, or CUDA memory when `gpu_memory` is false.
 absl::Status CheckLocalRegion(const LocalRegion& region, bool gpu_memory);
+
+// InvalidArgument, naming both, when the local region `region` overlaps `registered` (already
+// registered as `registered_id`): a transport's registrations must be disjoint.
+absl::Status CheckDisjoint(const LocalRegion& region, RegionId registered_id,
+                           uint64_t registered_base, uint64_t registered_length);
+
+// The checks every backend's Connect starts with: InvalidArgument when `peer` is of another
+// transport kind than `kind` (this backend, named `name`) or has no lanes.
+absl::Status CheckPeerKind(const v1::HandshakeDescriptor& peer, v1::TransportKind kind,
+                           absl::string_view name);
 
 // Checks a whole batch before any byte moves. InvalidArgument, naming the first bad write by
 // index, for: an empty batch; a write of length 0 or longer than `max_write_bytes`; a source

@@ -206,18 +206,10 @@ bool LoopbackTransport::OnProgressThread() const {
 
 absl::StatusOr<RegionId> LoopbackTransport::Register(const LocalRegion& region) {
   KVRAIL_RETURN_IF_ERROR(CheckLocalRegion(region, capabilities_.gpu_memory));
-  const uint64_t base = reinterpret_cast<uintptr_t>(region.base);
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
   for (const auto& [id, entry] : regions_) {
-    const bool overlap = base <= entry->address() ? entry->address() - base < region.length
-                                                  : base - entry->address() < entry->length;
-    if (overlap) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "local region [0x%x, +%u) overlaps registered region %d [0x%x, +%u); regions must be "
-          "disjoint",
-          base, region.length, id, entry->address(), entry->length));
-    }
+    KVRAIL_RETURN_IF_ERROR(CheckDisjoint(region, id, entry->address(), entry->length));
   }
   const RegionId id = next_region_++;
   regions_.emplace(id,
@@ -286,14 +278,7 @@ absl::StatusOr<PeerId> LoopbackTransport::Connect(const v1::HandshakeDescriptor&
   using loopback_internal::GetLe;
   using loopback_internal::kLaneAddressBytes;
   using loopback_internal::kRemoteKeyBytes;
-  if (peer.transport() != v1::TRANSPORT_KIND_LOOPBACK) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("peer descriptor: transport is %s; this is the loopback transport",
-                        v1::TransportKind_Name(peer.transport())));
-  }
-  if (peer.lanes_size() == 0) {
-    return absl::InvalidArgumentError("peer descriptor: no lanes; at least 1 is needed");
-  }
+  KVRAIL_RETURN_IF_ERROR(CheckPeerKind(peer, v1::TRANSPORT_KIND_LOOPBACK, "loopback"));
   uint64_t peer_id = 0;
   for (int i = 0; i < peer.lanes_size(); ++i) {
     const std::string& address = peer.lanes(i).address();

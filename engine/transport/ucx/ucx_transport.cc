@@ -365,14 +365,7 @@ absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
   for (const auto& [id, entry] : regions_) {
-    const bool overlap = base <= entry->base ? entry->base - base < region.length
-                                             : base - entry->base < entry->length;
-    if (overlap) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "local region [0x%x, +%u) overlaps registered region %d [0x%x, +%u); regions must be "
-          "disjoint",
-          base, region.length, id, entry->base, entry->length));
-    }
+    KVRAIL_RETURN_IF_ERROR(CheckDisjoint(region, id, entry->base, entry->length));
   }
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -491,14 +484,7 @@ absl::StatusOr<v1::HandshakeDescriptor> UcxTransport::LocalDescriptor() const {
 }
 
 absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer) {
-  if (peer.transport() != v1::TRANSPORT_KIND_UCX) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("peer descriptor: transport is %s; this is the ucx transport",
-                        v1::TransportKind_Name(peer.transport())));
-  }
-  if (peer.lanes_size() == 0) {
-    return absl::InvalidArgumentError("peer descriptor: no lanes; at least 1 is needed");
-  }
+  KVRAIL_RETURN_IF_ERROR(CheckPeerKind(peer, v1::TRANSPORT_KIND_UCX, "ucx"));
   for (int i = 0; i < peer.lanes_size(); ++i) {
     if (peer.lanes(i).address().empty()) {
       return absl::InvalidArgumentError(
