@@ -152,6 +152,20 @@ struct Lane {
     kick = true;
     changed.notify_one();
   }
+
+  // mu held. A batch or flush of `peer` on this lane, queued as undelivered; the thread is
+  // woken to deliver it.
+  Op* NewOpLocked(PeerState& peer, int lane, bool flush, Completion done) {
+    auto* op = new Op;
+    op->peer = &peer;
+    op->lane = lane;
+    op->flush = flush;
+    op->done = std::move(done);
+    op->home = this;
+    peer.ops[lane].push_back(op);
+    Kick();
+    return op;
+  }
 };
 
 namespace {
@@ -616,12 +630,8 @@ void UcxTransport::OnPutDone(void* request, int status_int, void* user_data) {
   if (op->requests == 0) op->home->FinishLocked(op, op->status);
 }
 
-absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
-                                      absl::Span<const Write> writes, Completion done) {
-  // Formatted only on the way to an error: posting is the hot path.
-  const auto context = [&] {
-    return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
-  };
+absl::StatusOr<UcxTransport::Started> UcxTransport::Start(
+    PeerId peer, int lane, const Completion& done, absl::FunctionRef<std::string()> context) {
   if (!done) return absl::InvalidArgumentError(context() + ": the completion is empty");
   if (absl::Status checked = CheckLane(lane, capabilities_.lanes); !checked.ok()) {
     return AddContext(checked, context());
@@ -629,10 +639,21 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
   // Only this lane's mutex: writers of the peers and regions hold every lane's (AllLanes), so
   // lanes post at once and nothing they share is written on the way.
   Lane& home = *lanes_[lane];
-  std::lock_guard<std::mutex> lane_lock(home.mu);
+  std::unique_lock<std::mutex> lock(home.mu);
   auto found = FindPeerLocked(peer, lane);
   if (!found.ok()) return AddContext(found.status(), context());
-  PeerState& state = **found;
+  return Started{std::move(lock), &home, *found};
+}
+
+absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
+                                      absl::Span<const Write> writes, Completion done) {
+  // Formatted only on the way to an error: posting is the hot path.
+  const auto context = [&] {
+    return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
+  };
+  KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
+  Lane& home = *started.home;
+  PeerState& state = *started.state;
   auto region = regions_.find(source);
   if (region == regions_.end()) {
     return absl::NotFoundError(
@@ -643,13 +664,7 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
       !checked.ok()) {
     return AddContext(checked, context());
   }
-  auto* op = new Op;
-  op->peer = &state;
-  op->lane = lane;
-  op->done = std::move(done);
-  op->home = &home;
-  state.ops[lane].push_back(op);
-  home.Kick();
+  Op* op = home.NewOpLocked(state, lane, /*flush=*/false, std::move(done));
   if (state.lane_failed[lane] != UCS_OK) {
     home.FinishLocked(op, FromUcs(state.lane_failed[lane],
                                   absl::StrFormat("%s: the peer's endpoint failed", context())));
@@ -685,23 +700,10 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
 
 absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
   const auto context = [&] { return absl::StrFormat("Flush of peer %d lane %d", peer, lane); };
-  if (!done) return absl::InvalidArgumentError(context() + ": the completion is empty");
-  if (absl::Status checked = CheckLane(lane, capabilities_.lanes); !checked.ok()) {
-    return AddContext(checked, context());
-  }
-  Lane& home = *lanes_[lane];
-  std::lock_guard<std::mutex> lane_lock(home.mu);
-  auto found = FindPeerLocked(peer, lane);
-  if (!found.ok()) return AddContext(found.status(), context());
-  PeerState& state = **found;
-  auto* op = new Op;
-  op->peer = &state;
-  op->lane = lane;
-  op->flush = true;
-  op->done = std::move(done);
-  op->home = &home;
-  state.ops[lane].push_back(op);
-  home.Kick();
+  KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
+  Lane& home = *started.home;
+  PeerState& state = *started.state;
+  Op* op = home.NewOpLocked(state, lane, /*flush=*/true, std::move(done));
   if (state.lane_failed[lane] != UCS_OK) {
     absl::Status result = std::exchange(state.lane_errors[lane], absl::OkStatus());
     if (result.ok()) {

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -113,6 +114,15 @@ class UcxTransport final : public Transport {
   // mu_ and every lane's mutex held: cancels `peer`'s operations and closes its endpoints on
   // every lane.
   void ClosePeer(const std::shared_ptr<ucx_internal::PeerState>& peer, const char* why);
+  // What a post and a flush start with: `done` is set, the lane exists, its mutex is held
+  // (`lock`) and `peer` is connected. Errors carry context().
+  struct Started {
+    std::unique_lock<std::mutex> lock;
+    ucx_internal::Lane* home;
+    ucx_internal::PeerState* state;
+  };
+  absl::StatusOr<Started> Start(PeerId peer, int lane, const Completion& done,
+                                absl::FunctionRef<std::string()> context);
   // mu_ or any lane's mutex held: the connected peer, or why not.
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
