@@ -32,7 +32,8 @@ struct Room {
   uint64_t next_offset = 0;
   uint64_t posted_bytes = 0;
   uint64_t landed_bytes = 0;  // locally complete; for messages only
-  int outstanding = 0;        // batches and flushes posted and not yet complete
+  int outstanding = 0;        // batches and flushes posted (or queued to post) and not complete
+  int issuing = 0;            // of those, calls being made right now, outside the queue's lock
   std::vector<bool> lane_used;
   bool all_posted = false;
   bool finished = false;
@@ -45,10 +46,30 @@ struct Room {
   bool HasWork() const { return !finished && status.ok() && !all_posted; }
 };
 
-// The rooms and endpoints of one peer. Its lock is never held across rooms of other peers.
+// A PostWrites or Flush decided and counted under the queue's lock, made outside it.
+struct Call {
+  bool flush = false;
+  std::shared_ptr<Room> room;
+  std::vector<Write> writes;  // !flush
+  uint64_t bytes = 0;         // !flush
+};
+
+// One lane's calls to one peer, in the order they must reach the transport. One thread at a
+// time (`sending`) makes them, so a lane's flush never overtakes the batches it covers.
+struct LaneCalls {
+  std::deque<Call> outbox;
+  bool sending = false;
+  int live = 0;  // calls made to the transport whose completion has not run
+};
+
+// The rooms and endpoints of one peer. Its lock is never held across rooms of other peers,
+// nor while a call is made to the transport: a lane's calls are made by the thread of that
+// lane's completions, so lanes post (over shared memory: copy) on several cores at once.
 struct PeerQueue {
   std::mutex mu;
+  std::condition_variable issued;  // some room's `issuing` fell
   std::vector<uint64_t> lane_inflight;
+  std::vector<LaneCalls> calls;                // per lane
   std::deque<std::shared_ptr<Room>> runnable;  // FIFO: rooms with slices still to post
 };
 
@@ -82,6 +103,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     if (queue == nullptr) {
       queue = std::make_unique<PeerQueue>();
       queue->lane_inflight.assign(lanes, 0);
+      queue->calls.resize(lanes);
     }
     return *queue;
   }
@@ -181,22 +203,6 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
           offset = 0;
         }
       }
-      std::weak_ptr<Core> weak = weak_from_this();
-      std::shared_ptr<Room> held = room;
-      PeerQueue* queue = &q;  // stable: queues are never erased while the core lives
-      const absl::Status posted =
-          transport->PostWrites(peer, lane, room->request.source, batch,
-                                [weak, held, queue, peer, lane, bytes](absl::Status status) {
-                                  if (auto core = weak.lock())
-                                    core->OnBatchDone(*queue, peer, lane, bytes, *held, status);
-                                });
-      if (!posted.ok()) {
-        FailLocked(
-            q, *room,
-            absl::Status(posted.code(), absl::StrCat("transfer ", room->request.transfer_id,
-                                                     ": posting writes: ", posted.message())));
-        continue;
-      }
       room->next_copy = copy;
       room->next_offset = offset;
       room->posted_bytes += bytes;
@@ -207,41 +213,124 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       q.lane_inflight[lane] += bytes;
       writes_posted.fetch_add(batch.size(), std::memory_order_relaxed);
       batches_posted.fetch_add(1, std::memory_order_relaxed);
+      q.calls[lane].outbox.push_back(Call{false, room, std::move(batch), bytes});
+      batch = std::vector<Write>();
       if (copy == copies.size()) {
         room->all_posted = true;
         q.runnable.pop_front();
-        FlushLocked(peer, q, room);
+        FlushLocked(q, room);
       }
     }
   }
 
   // Success means landed: flush every lane the room wrote on (needs q.mu).
-  void FlushLocked(PeerId peer, PeerQueue& q, const std::shared_ptr<Room>& room) {
+  void FlushLocked(PeerQueue& q, const std::shared_ptr<Room>& room) {
     for (int lane = 0; lane < lanes; ++lane) {
       if (!room->lane_used[lane]) continue;
       ++room->stats.lanes_used;
-      std::weak_ptr<Core> weak = weak_from_this();
-      std::shared_ptr<Room> held = room;
-      PeerQueue* queue = &q;
-      const absl::Status posted =
-          transport->Flush(peer, lane, [weak, held, queue, lane](absl::Status status) {
-            if (auto core = weak.lock()) core->OnFlushDone(*queue, lane, *held, status);
-          });
-      if (!posted.ok()) {
-        FailLocked(q, *room,
-                   absl::Status(posted.code(), absl::StrCat("transfer ", room->request.transfer_id,
-                                                            ": flush: ", posted.message())));
-        return;
-      }
       ++room->outstanding;
+      q.calls[lane].outbox.push_back(Call{true, room, {}, 0});
     }
     MaybeCompleteLocked(*room);
+  }
+
+  // Takes back what queuing `call` counted, for a call that never reached the transport.
+  void UndoLocked(PeerQueue& q, int lane, const Call& call) {
+    Room& room = *call.room;
+    --room.outstanding;
+    if (call.flush) {
+      --room.stats.lanes_used;
+      return;
+    }
+    q.lane_inflight[lane] -= call.bytes;
+    room.posted_bytes -= call.bytes;
+    room.stats.writes -= call.writes.size();
+    --room.stats.batches;
+    writes_posted.fetch_sub(call.writes.size(), std::memory_order_relaxed);
+    batches_posted.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  absl::Status Issue(PeerId peer, PeerQueue& q, int lane, const Call& call) {
+    std::weak_ptr<Core> weak = weak_from_this();
+    std::shared_ptr<Room> held = call.room;
+    PeerQueue* queue = &q;  // stable: queues are never erased while the core lives
+    if (call.flush) {
+      return transport->Flush(peer, lane, [weak, held, queue, peer, lane](absl::Status status) {
+        if (auto core = weak.lock()) core->OnFlushDone(*queue, peer, lane, *held, status);
+      });
+    }
+    const uint64_t bytes = call.bytes;
+    return transport->PostWrites(peer, lane, held->request.source, call.writes,
+                                 [weak, held, queue, peer, lane, bytes](absl::Status status) {
+                                   if (auto core = weak.lock())
+                                     core->OnBatchDone(*queue, peer, lane, bytes, *held, status);
+                                 });
+  }
+
+  // Makes the queued calls to `peer`: those of lane `self` (the lane whose completion this
+  // thread runs; -1 for Submit) and of any lane with nothing at the transport (no completion
+  // is due to send them). Calls of rooms that ended meanwhile are dropped. Each lane's calls go
+  // out in order, with q.mu released while they are made.
+  void SendLocked(std::unique_lock<std::mutex>& lock, PeerId peer, PeerQueue& q, int self) {
+    for (bool sent = true; sent;) {
+      sent = false;
+      for (int lane = 0; lane < lanes; ++lane) {
+        LaneCalls& lc = q.calls[lane];
+        if (lc.sending || lc.outbox.empty() || (lane != self && lc.live > 0)) continue;
+        lc.sending = true;
+        while (!lc.outbox.empty()) {
+          std::deque<Call> calls;
+          calls.swap(lc.outbox);
+          std::vector<bool> made(calls.size(), false);
+          for (size_t i = 0; i < calls.size(); ++i) {
+            if (calls[i].room->finished) {
+              UndoLocked(q, lane, calls[i]);
+              continue;
+            }
+            made[i] = true;
+            ++calls[i].room->issuing;
+            ++lc.live;
+          }
+          lock.unlock();
+          std::vector<absl::Status> results(calls.size());
+          for (size_t i = 0; i < calls.size(); ++i) {
+            if (made[i]) results[i] = Issue(peer, q, lane, calls[i]);
+          }
+          lock.lock();
+          for (size_t i = 0; i < calls.size(); ++i) {
+            if (made[i]) --calls[i].room->issuing;
+          }
+          q.issued.notify_all();
+          for (size_t i = 0; i < calls.size(); ++i) {
+            if (!made[i] || results[i].ok()) continue;
+            --lc.live;
+            UndoLocked(q, lane, calls[i]);
+            Room& room = *calls[i].room;
+            FailLocked(
+                q, room,
+                absl::Status(results[i].code(),
+                             absl::StrCat("transfer ", room.request.transfer_id,
+                                          calls[i].flush ? ": flush: " : ": posting writes: ",
+                                          results[i].message())));
+          }
+        }
+        lc.sending = false;
+        sent = true;
+      }
+    }
+  }
+
+  // For Cancel, FailPeer, deadlines and shutdown, after FailLocked: waits until no call for
+  // `room` is being made, so that once they return no write of the room starts.
+  static void WaitIssuedLocked(std::unique_lock<std::mutex>& lock, PeerQueue& q, const Room& room) {
+    q.issued.wait(lock, [&room] { return room.issuing == 0; });
   }
 
   void OnBatchDone(PeerQueue& queue, PeerId peer, int lane, uint64_t bytes, Room& room,
                    const absl::Status& status) {
     PeerQueue* q = &queue;
-    std::lock_guard<std::mutex> lock(q->mu);
+    std::unique_lock<std::mutex> lock(q->mu);
+    --q->calls[lane].live;
     q->lane_inflight[lane] -= bytes;
     --room.outstanding;
     room.landed_bytes += bytes;
@@ -256,11 +345,14 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       MaybeCompleteLocked(room);
     }
     if (!shutdown.load()) PumpLocked(peer, *q);
+    SendLocked(lock, peer, *q, lane);
   }
 
-  void OnFlushDone(PeerQueue& queue, int lane, Room& room, const absl::Status& status) {
+  void OnFlushDone(PeerQueue& queue, PeerId peer, int lane, Room& room,
+                   const absl::Status& status) {
     PeerQueue* q = &queue;
-    std::lock_guard<std::mutex> lock(q->mu);
+    std::unique_lock<std::mutex> lock(q->mu);
+    --q->calls[lane].live;
     --room.outstanding;
     if (!status.ok()) {
       FailLocked(*q, room,
@@ -270,6 +362,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     } else {
       MaybeCompleteLocked(room);
     }
+    SendLocked(lock, peer, *q, lane);
   }
 
   // Fails rooms whose deadline passed, then delivers outcomes; until shutdown and drained.
@@ -298,7 +391,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         lock.unlock();
         for (const auto& room : expired) {
           PeerQueue* q = Queue(room->request.peer);
-          std::lock_guard<std::mutex> room_lock(q->mu);
+          std::unique_lock<std::mutex> room_lock(q->mu);
           if (room->finished) continue;
           FailLocked(
               *q, *room,
@@ -307,6 +400,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
                   "%d locally complete; the peer may be gone",
                   room->request.transfer_id, absl::FormatDuration(absl::Now() - room->started),
                   room->posted_bytes, room->stats.bytes, room->landed_bytes)));
+          WaitIssuedLocked(room_lock, *q, *room);
         }
         lock.lock();
         continue;
@@ -349,10 +443,11 @@ Scheduler::~Scheduler() {
   }
   for (const auto& room : live) {
     PeerQueue* q = core_->Queue(room->request.peer);
-    std::lock_guard<std::mutex> lock(q->mu);
+    std::unique_lock<std::mutex> lock(q->mu);
     core_->FailLocked(*q, *room,
                       absl::CancelledError(absl::StrFormat("transfer %d: the scheduler shut down",
                                                            room->request.transfer_id)));
+    Core::WaitIssuedLocked(lock, *q, *room);
   }
   {
     std::lock_guard<std::mutex> lock(core_->mu);
@@ -421,7 +516,7 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
     }
     q = &core_->QueueLocked(room->request.peer);
   }
-  std::lock_guard<std::mutex> lock(q->mu);
+  std::unique_lock<std::mutex> lock(q->mu);
   if (room->request.copies.empty()) {
     room->all_posted = true;
     core_->FinishLocked(*room);
@@ -429,6 +524,7 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
   }
   q->runnable.push_back(room);
   core_->PumpLocked(room->request.peer, *q);
+  core_->SendLocked(lock, room->request.peer, *q, -1);
   return absl::OkStatus();
 }
 
@@ -444,12 +540,13 @@ absl::Status Scheduler::Cancel(uint64_t transfer_id, absl::string_view why) {
     room = it->second;
   }
   PeerQueue* q = core_->Queue(room->request.peer);
-  std::lock_guard<std::mutex> lock(q->mu);
+  std::unique_lock<std::mutex> lock(q->mu);
   if (room->finished) {
     return absl::NotFoundError(absl::StrFormat("transfer %d already completed", transfer_id));
   }
   core_->FailLocked(*q, *room,
                     absl::CancelledError(absl::StrFormat("transfer %d: %s", transfer_id, why)));
+  Core::WaitIssuedLocked(lock, *q, *room);  // no write of the room starts after this returns
   return absl::OkStatus();
 }
 
@@ -462,13 +559,14 @@ void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
     }
   }
   PeerQueue* q = core_->Queue(peer);
-  std::lock_guard<std::mutex> lock(q->mu);
+  std::unique_lock<std::mutex> lock(q->mu);
   for (const auto& room : hit) {
     core_->FailLocked(
         *q, *room,
         absl::Status(status.code(), absl::StrFormat("transfer %d: %s", room->request.transfer_id,
                                                     status.message())));
   }
+  for (const auto& room : hit) Core::WaitIssuedLocked(lock, *q, *room);
 }
 
 uint64_t Scheduler::slice_bytes() const { return core_->slice; }

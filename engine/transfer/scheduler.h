@@ -16,7 +16,13 @@
 //      and the room completes OK only when all its batches and flushes have.
 //   5. A room fails with the first transport error, with DeadlineExceeded at its deadline, or
 //      with Cancelled on Cancel. A failed room posts nothing more; writes already posted may
-//      still land (the decode is told Failed and never reads them).
+//      still land (the decode is told Failed and never reads them). When Cancel, FailPeer, a
+//      deadline or the destructor fails a room, it returns only once no call for the room is
+//      being made: no write of the room is posted after that.
+//
+// Calls to the transport are decided under a peer's lock and made outside it, each lane's in
+// order, by the thread whose completion freed room on that lane (its progress thread), so the
+// lanes of one peer post (over shared memory: copy) on several cores at once.
 //
 // Each accepted room's `done` is called exactly once, never inline from Submit or Cancel, from
 // the scheduler's delivery thread, with no scheduler lock held.

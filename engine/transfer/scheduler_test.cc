@@ -53,6 +53,12 @@ class WatchingTransport final : public transport::Transport {
   }
   absl::Status PostWrites(PeerId peer, int lane, RegionId source, absl::Span<const Write> writes,
                           Completion done) override {
+    absl::Duration delay;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      delay = post_delay_;
+    }
+    absl::SleepFor(delay);  // a slow post: it lands in the transport well after it was called
     uint64_t bytes = 0;
     for (const Write& w : writes) {
       bytes += w.length;
@@ -61,6 +67,9 @@ class WatchingTransport final : public transport::Transport {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      for (const Write& w : writes) {
+        if (w.remote_address >= forbidden_lo_ && w.remote_address < forbidden_hi_) ++late_;
+      }
       inflight_[lane] += bytes;
       max_inflight_ = std::max(max_inflight_, inflight_[lane]);
       ++batches_;
@@ -111,6 +120,21 @@ class WatchingTransport final : public transport::Transport {
     std::lock_guard<std::mutex> lock(mu_);
     return lanes_seen_.size();
   }
+  // Every PostWrites takes `delay` before it is counted and reaches the inner transport.
+  void SlowPosts(absl::Duration delay) {
+    std::lock_guard<std::mutex> lock(mu_);
+    post_delay_ = delay;
+  }
+  // From now on, counts writes posted into [lo, hi) (late()).
+  void ForbidDestinations(uint64_t lo, uint64_t hi) {
+    std::lock_guard<std::mutex> lock(mu_);
+    forbidden_lo_ = lo;
+    forbidden_hi_ = hi;
+  }
+  uint64_t late() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return late_;
+  }
 
  private:
   transport::Transport* inner_;
@@ -122,6 +146,10 @@ class WatchingTransport final : public transport::Transport {
   uint64_t writes_ = 0;
   uint64_t flushes_ = 0;
   std::map<int, bool> lanes_seen_;
+  uint64_t forbidden_lo_ = 0;
+  uint64_t forbidden_hi_ = 0;
+  uint64_t late_ = 0;
+  absl::Duration post_delay_;
 };
 
 // Waits for room outcomes.
@@ -430,6 +458,33 @@ TEST(SchedulerTest, CancelFailsTheRoomOnceAndUnknownIdsAreNotFound) {
   EXPECT_EQ(scheduler.Cancel(4).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(scheduler.Cancel(99).code(), absl::StatusCode::kNotFound);
   f.sender->Close();
+}
+
+// Lanes post outside the peer's lock, from their completion threads; still, once Cancel returns
+// no write of the cancelled room is being posted or will be (its pages may go to another room).
+TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterCancelReturns) {
+  constexpr uint64_t kHalf = 4 * kMiB;
+  for (int round = 0; round < 20; ++round) {
+    Fixture f(2 * kHalf);
+    f.watch->SlowPosts(absl::Microseconds(100));
+    Scheduler scheduler(f.watch.get(), {.slice_bytes = 64 << 10,
+                                        .max_inflight_bytes_per_endpoint = 256 << 10,
+                                        .max_writes_per_batch = 2});
+    Outcomes outcomes;
+    ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, kHalf}}, outcomes.Callback())).ok());
+    ASSERT_TRUE(scheduler.Submit(f.Room(2, {{kHalf, kHalf, kHalf}}, outcomes.Callback())).ok());
+    absl::SleepFor(absl::Microseconds(100 * round));
+    const absl::Status cancelled = scheduler.Cancel(1, "the engine aborted room 1");
+    const uint64_t base = reinterpret_cast<uintptr_t>(f.destination.data());
+    f.watch->ForbidDestinations(base, base + kHalf);
+    ASSERT_TRUE(outcomes.Wait(2));
+    EXPECT_EQ(f.watch->late(), 0u) << "round " << round;
+    if (cancelled.ok()) {
+      EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kCancelled);
+    }
+    EXPECT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+    EXPECT_EQ(std::memcmp(f.source.data() + kHalf, f.destination.data() + kHalf, kHalf), 0);
+  }
 }
 
 TEST(SchedulerTest, FailPeerFailsOnlyThatPeersRooms) {
