@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "engine/transfer/lane_calls.h"
 #include "engine/transport/transport.h"
 
 namespace kvrail::bench {
@@ -51,12 +52,7 @@ struct Action {
 
 struct Lane {
   std::deque<Post> queue;  // posts of generated batches, not yet posted
-  // Calls decided and counted below, in the order they must reach the transport; one thread at
-  // a time (`sending`) makes them, so a lane's flush never overtakes the posts it covers.
-  std::deque<Action> outbox;
-  bool sending = false;
-  int live = 0;            // calls made to the transport whose completion has not run
-  int posts = 0;           // PostWrites calls outstanding (in the outbox or made)
+  int posts = 0;           // PostWrites calls outstanding (queued in calls_ or made)
   uint64_t unflushed = 0;  // bytes posted since the lane's last Flush
   uint64_t flushing = 0;   // bytes covered by this lane's Flush calls outstanding
   int flushes = 0;         // Flush calls outstanding
@@ -75,7 +71,8 @@ class Window : public std::enable_shared_from_this<Window> {
         flush_bytes_(spec.flush_bytes > 0
                          ? spec.flush_bytes
                          : std::max<uint64_t>(1, spec.inflight_bytes_per_lane / 2)),
-        lanes_(spec.lanes) {}
+        lanes_(spec.lanes),
+        calls_(spec.lanes) {}
 
   absl::StatusOr<WindowResult> Run() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -155,7 +152,7 @@ class Window : public std::enable_shared_from_this<Window> {
     lane.queue.pop_front();
     --queued_posts_;
     const uint64_t bytes = post.bytes;
-    lane.outbox.push_back(Action{false, std::move(post), 0});
+    calls_[index].queued.push_back(Action{false, std::move(post), 0});
     ++lane.posts;
     ++posts_outstanding_;
     lane.unflushed += bytes;
@@ -171,7 +168,7 @@ class Window : public std::enable_shared_from_this<Window> {
     ++lane.flushes;
     ++flushes_outstanding_;
     ++flushes_posted_;
-    lane.outbox.push_back(Action{true, Post(), covered});
+    calls_[index].queued.push_back(Action{true, Post(), covered});
   }
 
   // Takes back the counts of an action that never reached the transport.
@@ -188,44 +185,21 @@ class Window : public std::enable_shared_from_this<Window> {
     }
   }
 
-  // Makes the calls in the lanes' outboxes. A thread sends its own lane's (`self`, the lane of
-  // the completion it runs in; -1 for the caller), and any other lane's that no completion is
-  // due to drive (nothing of it at the transport). Sending happens without the lock, so lanes
-  // post from their own progress threads at once: over shared memory a post is the copy.
+  // Makes the lanes' queued calls (engine/transfer/lane_calls.h): a thread sends its own
+  // lane's (`self`, the lane of the completion it runs in; -1 for the caller) outside the lock,
+  // so lanes post from their own progress threads at once (over shared memory a post is the
+  // copy). After an error nothing more is sent.
   void SendLocked(std::unique_lock<std::mutex>& lock, int self) {
-    for (bool sent = true; sent;) {
-      sent = false;
-      for (int index = 0; index < spec_.lanes; ++index) {
-        Lane& lane = lanes_[index];
-        if (lane.sending || lane.outbox.empty() || (index != self && lane.live > 0)) continue;
-        lane.sending = true;
-        while (!lane.outbox.empty()) {
-          // Everything queued for the lane goes in one unlocked stretch, in order.
-          std::deque<Action> actions;
-          actions.swap(lane.outbox);
-          if (!error_.ok()) {
-            for (const Action& action : actions) UndoLocked(index, action);
-            continue;
-          }
-          lane.live += static_cast<int>(actions.size());
-          lock.unlock();
-          size_t made = 0;
-          absl::Status status;
-          for (; made < actions.size() && status.ok(); ++made) status = Issue(index, actions[made]);
-          lock.lock();
-          if (!status.ok()) {
-            // actions[made - 1] failed; it and everything after it never reached the transport.
-            for (size_t i = made - 1; i < actions.size(); ++i) {
-              --lane.live;
-              UndoLocked(index, actions[i]);
-            }
-            StopLocked(std::move(status));
-          }
-        }
-        lane.sending = false;
-        sent = true;
-      }
-    }
+    struct Hooks {
+      Window& window;
+      bool Keep(const Action&) { return window.error_.ok(); }
+      void Undo(int lane, const Action& action) { window.UndoLocked(lane, action); }
+      void Taking(const Action&) {}
+      void Taken(const Action&) {}
+      absl::Status Issue(int lane, const Action& action) { return window.Issue(lane, action); }
+      void Failed(int, Action&, absl::Status status) { window.StopLocked(std::move(status)); }
+    } hooks{*this};
+    transfer::SendLaneCalls(lock, calls_, self, hooks);
     if (!error_.ok() && posts_outstanding_ == 0 && flushes_outstanding_ == 0) FinishLocked();
   }
 
@@ -288,7 +262,7 @@ class Window : public std::enable_shared_from_this<Window> {
 
   void OnPostDone(int index, uint64_t bytes, uint64_t writes, absl::Status status) {
     std::unique_lock<std::mutex> lock(mu_);
-    --lanes_[index].live;
+    --calls_[index].live;
     --lanes_[index].posts;
     --posts_outstanding_;
     if (status.ok()) {
@@ -305,7 +279,7 @@ class Window : public std::enable_shared_from_this<Window> {
   void OnFlushDone(int index, uint64_t covered, absl::Status status) {
     std::unique_lock<std::mutex> lock(mu_);
     Lane& lane = lanes_[index];
-    --lane.live;
+    --calls_[index].live;
     lane.flushing -= covered;
     --lane.flushes;
     --flushes_outstanding_;
@@ -337,6 +311,7 @@ class Window : public std::enable_shared_from_this<Window> {
   std::condition_variable done_;
   // Guarded by mu_:
   std::vector<Lane> lanes_;
+  std::vector<transfer::LaneCalls<Action>> calls_;  // per lane
   int queued_posts_ = 0;
   int posts_outstanding_ = 0;
   int flushes_outstanding_ = 0;

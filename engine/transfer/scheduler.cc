@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/transfer/lane_calls.h"
 
 namespace kvrail::transfer {
 
@@ -54,14 +55,6 @@ struct Call {
   uint64_t bytes = 0;         // !flush
 };
 
-// One lane's calls to one peer, in the order they must reach the transport. One thread at a
-// time (`sending`) makes them, so a lane's flush never overtakes the batches it covers.
-struct LaneCalls {
-  std::deque<Call> outbox;
-  bool sending = false;
-  int live = 0;  // calls made to the transport whose completion has not run
-};
-
 // The rooms and endpoints of one peer. Its lock is never held across rooms of other peers,
 // nor while a call is made to the transport: a lane's calls are made by the thread of that
 // lane's completions, so lanes post (over shared memory: copy) on several cores at once.
@@ -69,7 +62,7 @@ struct PeerQueue {
   std::mutex mu;
   std::condition_variable issued;  // some room's `issuing` fell
   std::vector<uint64_t> lane_inflight;
-  std::vector<LaneCalls> calls;                // per lane
+  std::vector<LaneCalls<Call>> calls;          // per lane (lane_calls.h)
   std::deque<std::shared_ptr<Room>> runnable;  // FIFO: rooms with slices still to post
 };
 
@@ -213,7 +206,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       q.lane_inflight[lane] += bytes;
       writes_posted.fetch_add(batch.size(), std::memory_order_relaxed);
       batches_posted.fetch_add(1, std::memory_order_relaxed);
-      q.calls[lane].outbox.push_back(Call{false, room, std::move(batch), bytes});
+      q.calls[lane].queued.push_back(Call{false, room, std::move(batch), bytes});
       batch = std::vector<Write>();
       if (copy == copies.size()) {
         room->all_posted = true;
@@ -229,7 +222,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       if (!room->lane_used[lane]) continue;
       ++room->stats.lanes_used;
       ++room->outstanding;
-      q.calls[lane].outbox.push_back(Call{true, room, {}, 0});
+      q.calls[lane].queued.push_back(Call{true, room, {}, 0});
     }
     MaybeCompleteLocked(*room);
   }
@@ -267,57 +260,32 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
                                  });
   }
 
-  // Makes the queued calls to `peer`: those of lane `self` (the lane whose completion this
-  // thread runs; -1 for Submit) and of any lane with nothing at the transport (no completion
-  // is due to send them). Calls of rooms that ended meanwhile are dropped. Each lane's calls go
-  // out in order, with q.mu released while they are made.
+  // Makes the queued calls to `peer` (SendLaneCalls): calls of rooms that ended meanwhile are
+  // dropped, a room counts the calls being made for it (WaitIssuedLocked), and a refused call
+  // fails its room.
   void SendLocked(std::unique_lock<std::mutex>& lock, PeerId peer, PeerQueue& q, int self) {
-    for (bool sent = true; sent;) {
-      sent = false;
-      for (int lane = 0; lane < lanes; ++lane) {
-        LaneCalls& lc = q.calls[lane];
-        if (lc.sending || lc.outbox.empty() || (lane != self && lc.live > 0)) continue;
-        lc.sending = true;
-        while (!lc.outbox.empty()) {
-          std::deque<Call> calls;
-          calls.swap(lc.outbox);
-          std::vector<bool> made(calls.size(), false);
-          for (size_t i = 0; i < calls.size(); ++i) {
-            if (calls[i].room->finished) {
-              UndoLocked(q, lane, calls[i]);
-              continue;
-            }
-            made[i] = true;
-            ++calls[i].room->issuing;
-            ++lc.live;
-          }
-          lock.unlock();
-          std::vector<absl::Status> results(calls.size());
-          for (size_t i = 0; i < calls.size(); ++i) {
-            if (made[i]) results[i] = Issue(peer, q, lane, calls[i]);
-          }
-          lock.lock();
-          for (size_t i = 0; i < calls.size(); ++i) {
-            if (made[i]) --calls[i].room->issuing;
-          }
-          q.issued.notify_all();
-          for (size_t i = 0; i < calls.size(); ++i) {
-            if (!made[i] || results[i].ok()) continue;
-            --lc.live;
-            UndoLocked(q, lane, calls[i]);
-            Room& room = *calls[i].room;
-            FailLocked(
-                q, room,
-                absl::Status(results[i].code(),
-                             absl::StrCat("transfer ", room.request.transfer_id,
-                                          calls[i].flush ? ": flush: " : ": posting writes: ",
-                                          results[i].message())));
-          }
-        }
-        lc.sending = false;
-        sent = true;
+    struct Hooks {
+      Core& core;
+      PeerId peer;
+      PeerQueue& q;
+      bool Keep(const Call& call) { return !call.room->finished; }
+      void Undo(int lane, const Call& call) { core.UndoLocked(q, lane, call); }
+      void Taking(const Call& call) { ++call.room->issuing; }
+      void Taken(const Call& call) {
+        --call.room->issuing;
+        q.issued.notify_all();
       }
-    }
+      absl::Status Issue(int lane, const Call& call) { return core.Issue(peer, q, lane, call); }
+      void Failed(int /*lane*/, Call& call, absl::Status status) {
+        Room& room = *call.room;
+        core.FailLocked(q, room,
+                        absl::Status(status.code(),
+                                     absl::StrCat("transfer ", room.request.transfer_id,
+                                                  call.flush ? ": flush: " : ": posting writes: ",
+                                                  status.message())));
+      }
+    } hooks{*this, peer, q};
+    SendLaneCalls(lock, q.calls, self, hooks);
   }
 
   // For Cancel, FailPeer, deadlines and shutdown, after FailLocked: waits until no call for

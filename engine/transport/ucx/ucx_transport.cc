@@ -66,8 +66,8 @@ struct LaneRef {
   int lane = 0;
 };
 
-// A connected peer. `regions`, `id` and `disconnected` are guarded by the transport's mu_;
-// everything indexed by lane is guarded by that lane's mutex.
+// A connected peer. `regions` and `id` are written with the transport's mu_ and every lane's mutex
+// held; everything indexed by lane is guarded by that lane's mutex.
 struct PeerState {
   PeerId id = 0;
   RemoteRegions regions;
@@ -77,7 +77,6 @@ struct PeerState {
   std::vector<ucs_status_t> lane_failed;       // set by UCX's error handler
   std::vector<std::deque<Op*>> ops;            // [lane]: undelivered, oldest first
   std::vector<LaneRef> refs;                   // [lane]: the error handlers' argument
-  bool disconnected = false;
   PeerState(RemoteRegions r, int lanes) : regions(std::move(r)) {
     eps.assign(lanes, nullptr);
     lane_errors.assign(lanes, absl::OkStatus());
@@ -737,7 +736,6 @@ absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
 }
 
 void UcxTransport::ClosePeer(const std::shared_ptr<PeerState>& peer, const char* why) {
-  peer->disconnected = true;
   for (auto& lane_ptr : lanes_) {
     Lane& lane = *lane_ptr;
     const int index = lane.index;

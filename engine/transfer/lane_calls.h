@@ -1,0 +1,80 @@
+// Per-lane queues of transport calls decided under a caller's lock and made outside it: what
+// lets the lanes of one peer post (over shared memory: copy) on several cores at once while
+// each lane's calls reach the transport in the order they were decided (a flush never overtakes
+// the batches it covers). Used by the transfer scheduler and by `kvrail bench raw`'s window.
+#ifndef KVRAIL_ENGINE_TRANSFER_LANE_CALLS_H_
+#define KVRAIL_ENGINE_TRANSFER_LANE_CALLS_H_
+
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kvrail::transfer {
+
+// One lane's calls, guarded by the caller's lock.
+template <typename Call>
+struct LaneCalls {
+  std::deque<Call> queued;  // decided and counted, not yet made, in order
+  bool sending = false;     // a thread is making this lane's calls; it takes what is queued
+  int live = 0;             // calls made whose completion has not run (the caller decrements)
+};
+
+// Makes the queued calls of lane `self` (the lane whose completion this thread runs; -1 for
+// none) and of every lane with nothing at the transport (no completion is due to send them),
+// with `lock` released while the calls are made, one lane at a time, in order. `hooks`:
+//   bool Keep(const Call&)                       lock held; false drops the call (Undo)
+//   void Undo(int lane, const Call&)             lock held; takes back what queuing counted
+//   void Taking(const Call&), Taken(const Call&) lock held, around the unlocked stretch
+//   absl::Status Issue(int lane, const Call&)    lock released; the transport call
+//   void Failed(int lane, Call&, absl::Status)   lock held, after Undo, for a refused call
+template <typename Call, typename Hooks>
+void SendLaneCalls(std::unique_lock<std::mutex>& lock, std::vector<LaneCalls<Call>>& lanes,
+                   int self, Hooks& hooks) {
+  for (bool sent = true; sent;) {
+    sent = false;
+    for (size_t lane = 0; lane < lanes.size(); ++lane) {
+      LaneCalls<Call>& lc = lanes[lane];
+      const int index = static_cast<int>(lane);
+      if (lc.sending || lc.queued.empty() || (index != self && lc.live > 0)) continue;
+      lc.sending = true;
+      while (!lc.queued.empty()) {
+        std::deque<Call> calls;
+        calls.swap(lc.queued);
+        std::vector<bool> made(calls.size(), false);
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (!hooks.Keep(calls[i])) {
+            hooks.Undo(index, calls[i]);
+            continue;
+          }
+          made[i] = true;
+          hooks.Taking(calls[i]);
+          ++lc.live;
+        }
+        lock.unlock();
+        std::vector<absl::Status> results(calls.size());
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (made[i]) results[i] = hooks.Issue(index, calls[i]);
+        }
+        lock.lock();
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (made[i]) hooks.Taken(calls[i]);
+        }
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (!made[i] || results[i].ok()) continue;
+          --lc.live;
+          hooks.Undo(index, calls[i]);
+          hooks.Failed(index, calls[i], std::move(results[i]));
+        }
+      }
+      lc.sending = false;
+      sent = true;
+    }
+  }
+}
+
+}  // namespace kvrail::transfer
+
+#endif  // KVRAIL_ENGINE_TRANSFER_LANE_CALLS_H_
