@@ -44,6 +44,13 @@ std::optional<double> RawRow::tuned_ratio() const {
   return gbps / *peer_tuned_gbps;
 }
 
+std::optional<double> RawRow::one_block_ratio() const {
+  if (!one_block_gbps.has_value() || !peer_gbps.has_value() || !(*peer_gbps > 0)) {
+    return std::nullopt;
+  }
+  return *one_block_gbps / *peer_gbps;
+}
+
 std::string RowsToJson(const std::vector<RawRow>& rows) {
   nlohmann::json out = {{"rows", nlohmann::json::array()}};
   for (const RawRow& row : rows) {
@@ -59,6 +66,8 @@ std::string RowsToJson(const std::vector<RawRow>& rows) {
         {"peer_outstanding", row.peer_outstanding},
         {"peer_tuned_gbps", Optional(row.peer_tuned_gbps)},
         {"tuned_ratio", Optional(row.tuned_ratio())},
+        {"one_block_gbps", Optional(row.one_block_gbps)},
+        {"one_block_ratio", Optional(row.one_block_ratio())},
         {"cpu_busy", Optional(row.cpu_busy)},
         {"cpu_kernel", Optional(row.cpu_kernel)},
         {"peer_cpu_busy", Optional(row.peer_cpu_busy)},
@@ -91,6 +100,7 @@ absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json) {
       row.memcpy_gbps = ReadOptional(r, "memcpy_gbps");
       row.peer_outstanding = r.value("peer_outstanding", 0);
       row.peer_tuned_gbps = ReadOptional(r, "peer_tuned_gbps");
+      row.one_block_gbps = ReadOptional(r, "one_block_gbps");
       row.cpu_busy = ReadOptional(r, "cpu_busy");
       row.cpu_kernel = ReadOptional(r, "cpu_kernel");
       row.peer_cpu_busy = ReadOptional(r, "peer_cpu_busy");
@@ -115,10 +125,10 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
     if (!busy.has_value() || !kernel.has_value()) return std::string("-");
     return absl::StrFormat("%.0f/%.0f", 100 * *busy, 100 * *kernel);
   };
-  std::string out =
-      absl::StrFormat("%-9s %8s %6s %12s %10s %14s %4s %7s %10s %7s %12s %9s %9s\n", "transport",
-                      "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio",
-                      "tuned GB/s", "tuned", "memcpy GB/s", "cpu kv", "cpu pt");
+  std::string out = absl::StrFormat(
+      "%-9s %8s %6s %12s %10s %14s %4s %7s %10s %7s %10s %7s %12s %9s %9s\n", "transport", "block",
+      "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio", "tuned GB/s", "tuned",
+      "1blk GB/s", "1blk", "memcpy GB/s", "cpu kv", "cpu pt");
   std::vector<std::string> notes;
   for (const RawRow& row : rows) {
     std::string mark;
@@ -128,10 +138,11 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       mark = absl::StrCat(" [", it - notes.begin() + 1, "]");
     }
     absl::StrAppendFormat(
-        &out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %7s %12s %9s %9s%s\n", row.transport,
-        FormatBytes(row.block_bytes), row.batch, row.gbps, Rate(row.ops_per_s),
+        &out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %7s %10s %7s %12s %9s %9s%s\n",
+        row.transport, FormatBytes(row.block_bytes), row.batch, row.gbps, Rate(row.ops_per_s),
         figure(row.peer_gbps, 3), row.peer_outstanding, figure(row.ratio(), 2),
-        figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2), figure(row.memcpy_gbps, 2),
+        figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2), figure(row.one_block_gbps, 3),
+        figure(row.one_block_ratio(), 2), figure(row.memcpy_gbps, 2),
         cpu(row.cpu_busy, row.cpu_kernel), cpu(row.peer_cpu_busy, row.peer_cpu_kernel), mark);
   }
   for (size_t i = 0; i < notes.size(); ++i) {
@@ -142,7 +153,9 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       "counts bytes landed: every window ends with a Flush of every lane. ratio = kvrail / "
       "ucx_perftest ucp_put_bw at UCX's defaults (-O: its outstanding puts). tuned (tcp, netns): "
       "ucx_perftest given the UCX settings kvrail gives itself (UCX_TCP_TX_SEG_SIZE, "
-      "UCX_TCP_RX_SEG_SIZE), and kvrail / that. memcpy: one thread, same block size and working "
+      "UCX_TCP_RX_SEG_SIZE), and kvrail / that. 1blk (shm, batch > 1): kvrail writing every write "
+      "into one block, as ucx_perftest does, and kvrail / ucx_perftest then. memcpy: one thread, "
+      "same block size and working "
       "set. cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, softirq), "
       "in percent, during kvrail's window and ucx_perftest's run.\n";
   return out;

@@ -36,6 +36,10 @@ struct RawRow {
   std::optional<double> peer_cpu_busy;
   std::optional<double> peer_cpu_kernel;
   std::optional<double> memcpy_gbps;  // one thread, same block size and working set
+  // shm rows whose working set is more than one block: kvrail again, every write of every batch
+  // into the same block, as ucx_perftest writes (its one buffer stays in cache). The same
+  // comparison with kvrail's distinct pages taken out.
+  std::optional<double> one_block_gbps;
   int lanes = 0;
   uint64_t inflight_bytes_per_lane = 0;
   uint64_t working_set = 0;
@@ -45,6 +49,8 @@ struct RawRow {
   std::optional<double> ratio() const;
   // kvrail / ucx_perftest with kvrail's settings, when both are there.
   std::optional<double> tuned_ratio() const;
+  // kvrail rewriting one block / ucx_perftest, when both are there.
+  std::optional<double> one_block_ratio() const;
 };
 
 // {"rows": [{"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio",

@@ -22,6 +22,8 @@ std::vector<RawRow> TwoRows() {
   a.lanes = 2;
   RawRow b = a;
   b.transport = "shm";
+  b.one_block_gbps = 2.4;
+  a.one_block_gbps.reset();
   b.peer_gbps.reset();
   b.note = "ucx_perftest printed no figure";
   return {a, b};
@@ -41,6 +43,16 @@ TEST(RowsToJson, HasTheIssueShapeWithNullForMissingFigures) {
   EXPECT_DOUBLE_EQ(json["rows"][0]["ratio"].get<double>(), 1.25);
   EXPECT_TRUE(json["rows"][1]["peer_gbps"].is_null());
   EXPECT_TRUE(json["rows"][1]["ratio"].is_null());
+  EXPECT_TRUE(json["rows"][0]["one_block_gbps"].is_null());
+  EXPECT_DOUBLE_EQ(json["rows"][1]["one_block_gbps"].get<double>(), 2.4);
+  EXPECT_TRUE(json["rows"][1]["one_block_ratio"].is_null());  // no ucx_perftest figure
+}
+
+TEST(RawRow, OneBlockRatioIsAgainstUcxPerftest) {
+  RawRow row = TwoRows()[0];
+  EXPECT_FALSE(row.one_block_ratio().has_value());
+  row.one_block_gbps = 1.8;
+  EXPECT_DOUBLE_EQ(*row.one_block_ratio(), 1.5);
 }
 
 TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
@@ -50,6 +62,8 @@ TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
   EXPECT_EQ((*rows)[0].transport, "tcp");
   EXPECT_DOUBLE_EQ(*(*rows)[0].peer_gbps, 1.2);
   EXPECT_FALSE((*rows)[1].peer_gbps.has_value());
+  EXPECT_FALSE((*rows)[0].one_block_gbps.has_value());
+  EXPECT_DOUBLE_EQ(*(*rows)[1].one_block_gbps, 2.4);
   EXPECT_EQ((*rows)[1].note, "ucx_perftest printed no figure");
 }
 

@@ -3,15 +3,18 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -37,17 +40,27 @@ using transport::RegionId;
 using transport::Transport;
 using transport::Write;
 
-// One PostWrites call: part of one lane's share of one batch.
+// One PostWrites call: part of one lane's share of one batch. A few writes are kept inline: a
+// batch of one block is one to four slices, and a malloc per post showed in perf over shm.
 struct Post {
-  std::vector<Write> writes;
+  absl::InlinedVector<Write, 4> writes;
   uint64_t bytes = 0;
+};
+
+// What a call's completion needs, kept by the window (`pending_`) from the call's decision to
+// its completion, so that the completion captures two pointers and std::function holds it
+// without allocating.
+struct Pending {
+  int lane = 0;
+  uint64_t bytes = 0;   // a post's bytes; a flush's: the bytes it covers
+  uint64_t writes = 0;  // a post's Write entries
 };
 
 // A PostWrites or a Flush decided under the window's lock and made outside it.
 struct Action {
   bool flush = false;
-  Post post;             // !flush
-  uint64_t covered = 0;  // flush: the bytes it covers
+  Post post;                   // !flush
+  Pending* pending = nullptr;  // from NewPendingLocked; back to the window when it completes
 };
 
 struct Lane {
@@ -59,7 +72,9 @@ struct Lane {
   uint64_t inflight() const { return unflushed + flushing; }  // posted, not known landed
 };
 
-class Window : public std::enable_shared_from_this<Window> {
+// Completions point at the window: RunWriteWindow keeps it until every completion has returned
+// (callbacks_), and leaks it when the transport never finished (patience ran out).
+class Window {
  public:
   Window(Transport& transport, PeerId peer, RegionId source, const WindowSpec& spec)
       : transport_(transport),
@@ -72,7 +87,15 @@ class Window : public std::enable_shared_from_this<Window> {
                          ? spec.flush_bytes
                          : std::max<uint64_t>(1, spec.inflight_bytes_per_lane / 2)),
         lanes_(spec.lanes),
-        calls_(spec.lanes) {}
+        calls_(spec.lanes),
+        open_(spec.lanes) {}
+
+  // The window's completions have all returned: none runs, none is due. Read without mu_.
+  bool Abandoned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abandoned_;
+  }
+  bool Quiet() const { return callbacks_.load(std::memory_order_acquire) == 0; }
 
   absl::StatusOr<WindowResult> Run() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -84,6 +107,7 @@ class Window : public std::enable_shared_from_this<Window> {
                                          [this] { return finished_; });
     if (!finished) {
       StopLocked(absl::DeadlineExceededError("window: stopped waiting"));
+      abandoned_ = true;
       return absl::DeadlineExceededError(absl::StrFormat(
           "window of %u-byte writes, batch %d: the transport did not complete %d posts and %d "
           "flushes within %s",
@@ -115,7 +139,7 @@ class Window : public std::enable_shared_from_this<Window> {
 
   // Deals the slices of one batch to the lanes in turn and cuts each lane's share into posts.
   void GenerateBatchLocked() {
-    std::vector<Post> open(spec_.lanes);
+    std::vector<Post>& open = open_;  // empty between calls; kept for its capacity
     for (int i = 0; i < spec_.batch; ++i) {
       const uint64_t slot = next_write_++ % slots_;
       const uint64_t src = spec_.source_offset + slot * spec_.block_bytes;
@@ -141,6 +165,7 @@ class Window : public std::enable_shared_from_this<Window> {
       if (open[lane].writes.empty()) continue;
       lanes_[lane].queue.push_back(std::move(open[lane]));
       ++queued_posts_;
+      open[lane] = Post();
     }
     generated_bytes_ += spec_.block_bytes * static_cast<uint64_t>(spec_.batch);
     if (spec_.max_bytes > 0 && generated_bytes_ >= spec_.max_bytes) stopped_ = true;
@@ -152,7 +177,8 @@ class Window : public std::enable_shared_from_this<Window> {
     lane.queue.pop_front();
     --queued_posts_;
     const uint64_t bytes = post.bytes;
-    calls_[index].queued.push_back(Action{false, std::move(post), 0});
+    Pending* pending = NewPendingLocked(index, bytes, post.writes.size());
+    calls_[index].queued.push_back(Action{false, std::move(post), pending});
     ++lane.posts;
     ++posts_outstanding_;
     lane.unflushed += bytes;
@@ -168,14 +194,26 @@ class Window : public std::enable_shared_from_this<Window> {
     ++lane.flushes;
     ++flushes_outstanding_;
     ++flushes_posted_;
-    calls_[index].queued.push_back(Action{true, Post(), covered});
+    calls_[index].queued.push_back(Action{true, Post(), NewPendingLocked(index, covered, 0)});
+  }
+
+  Pending* NewPendingLocked(int lane, uint64_t bytes, uint64_t writes) {
+    if (spare_.empty()) {
+      pending_.push_back(std::make_unique<Pending>());
+      spare_.push_back(pending_.back().get());
+    }
+    Pending* pending = spare_.back();
+    spare_.pop_back();
+    *pending = Pending{lane, bytes, writes};
+    return pending;
   }
 
   // Takes back the counts of an action that never reached the transport.
   void UndoLocked(int index, const Action& action) {
     Lane& lane = lanes_[index];
+    spare_.push_back(action.pending);
     if (action.flush) {
-      lane.flushing -= action.covered;
+      lane.flushing -= action.pending->bytes;
       --lane.flushes;
       --flushes_outstanding_;
       --flushes_posted_;
@@ -203,21 +241,29 @@ class Window : public std::enable_shared_from_this<Window> {
     if (!error_.ok() && posts_outstanding_ == 0 && flushes_outstanding_ == 0) FinishLocked();
   }
 
+  // Two pointers: std::function keeps them inline (no allocation per call).
   absl::Status Issue(int index, const Action& action) {
+    Pending* pending = action.pending;
     if (action.flush) {
-      const uint64_t covered = action.covered;
-      return transport_.Flush(peer_, index,
-                              [self = shared_from_this(), index, covered](absl::Status s) {
-                                self->OnFlushDone(index, covered, std::move(s));
-                              });
+      return transport_.Flush(peer_, index, [this, pending](absl::Status s) {
+        Entered();
+        OnFlushDone(pending, std::move(s));
+        Left();
+      });
     }
-    const uint64_t bytes = action.post.bytes;
-    const uint64_t writes = action.post.writes.size();
     return transport_.PostWrites(peer_, index, source_, action.post.writes,
-                                 [self = shared_from_this(), index, bytes, writes](absl::Status s) {
-                                   self->OnPostDone(index, bytes, writes, std::move(s));
+                                 [this, pending](absl::Status s) {
+                                   Entered();
+                                   OnPostDone(pending, std::move(s));
+                                   Left();
                                  });
   }
+
+  // Around every completion: the window may go once none is inside one and none is due. The
+  // count rises before the completion takes mu_ (where it may finish the window) and falls
+  // after it has released it, as the completion's last touch of the window.
+  void Entered() { callbacks_.fetch_add(1, std::memory_order_relaxed); }
+  void Left() { callbacks_.fetch_sub(1, std::memory_order_release); }
 
   void PumpLocked() {
     if (!stopped_ && CoarseNow() >= deadline_) {
@@ -260,8 +306,12 @@ class Window : public std::enable_shared_from_this<Window> {
     }
   }
 
-  void OnPostDone(int index, uint64_t bytes, uint64_t writes, absl::Status status) {
+  void OnPostDone(Pending* pending, absl::Status status) {
     std::unique_lock<std::mutex> lock(mu_);
+    const int index = pending->lane;
+    const uint64_t bytes = pending->bytes;
+    const uint64_t writes = pending->writes;
+    spare_.push_back(pending);
     --calls_[index].live;
     --lanes_[index].posts;
     --posts_outstanding_;
@@ -276,8 +326,11 @@ class Window : public std::enable_shared_from_this<Window> {
     SendLocked(lock, index);
   }
 
-  void OnFlushDone(int index, uint64_t covered, absl::Status status) {
+  void OnFlushDone(Pending* pending, absl::Status status) {
     std::unique_lock<std::mutex> lock(mu_);
+    const int index = pending->lane;
+    const uint64_t covered = pending->bytes;
+    spare_.push_back(pending);
     Lane& lane = lanes_[index];
     --calls_[index].live;
     lane.flushing -= covered;
@@ -312,6 +365,10 @@ class Window : public std::enable_shared_from_this<Window> {
   // Guarded by mu_:
   std::vector<Lane> lanes_;
   std::vector<transfer::LaneCalls<Action>> calls_;  // per lane
+  std::vector<Post> open_;                          // GenerateBatchLocked's, per lane
+  std::vector<std::unique_ptr<Pending>> pending_;   // every Pending made
+  std::vector<Pending*> spare_;                     // those no call holds
+  bool abandoned_ = false;                          // Run gave up waiting for the transport
   int queued_posts_ = 0;
   int posts_outstanding_ = 0;
   int flushes_outstanding_ = 0;
@@ -328,6 +385,7 @@ class Window : public std::enable_shared_from_this<Window> {
   Clock::time_point start_;
   Clock::time_point deadline_;
   Clock::time_point end_;
+  std::atomic<int> callbacks_{0};  // completions running now
 };
 
 }  // namespace
@@ -369,8 +427,21 @@ absl::StatusOr<WindowResult> RunWriteWindow(transport::Transport& transport, tra
         absl::StrFormat("window: slices of %u B exceed the transport's largest write (%u B)",
                         spec.slice_bytes, caps.max_write_bytes));
   }
-  auto window = std::make_shared<Window>(transport, peer, source, spec);
-  return window->Run();
+  auto window = std::make_unique<Window>(transport, peer, source, spec);
+  absl::StatusOr<WindowResult> result = window->Run();
+  if (window->Abandoned()) {
+    // The transport still holds completions that point at the window: keep it for them, for
+    // the rest of the process (a bench run that gives up on its transport ends soon after).
+    static std::mutex* kept_mu = new std::mutex;
+    static auto* kept = new std::vector<std::unique_ptr<Window>>;
+    std::lock_guard<std::mutex> lock(*kept_mu);
+    kept->push_back(std::move(window));
+    return result;
+  }
+  // Finished: nothing is due, so once the completion that finished it has returned no other
+  // will touch the window.
+  while (!window->Quiet()) std::this_thread::yield();
+  return result;
 }
 
 }  // namespace kvrail::bench

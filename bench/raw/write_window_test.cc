@@ -71,10 +71,14 @@ class RecordingTransport final : public Transport {
       ++log.outstanding;
     }
     return inner_.PostWrites(peer, lane, source, writes,
-                             [this, lane, done = std::move(done)](absl::Status s) {
+                             [this, lane, done = std::move(done)](absl::Status s) mutable {
                                {
                                  std::lock_guard<std::mutex> lock(mu_);
                                  --lanes_[lane].outstanding;
+                                 if (hold_) {
+                                   held_.emplace_back(std::move(done), std::move(s));
+                                   return;
+                                 }
                                }
                                done(std::move(s));
                              });
@@ -99,6 +103,24 @@ class RecordingTransport final : public Transport {
   absl::Status Disconnect(PeerId peer) override { return inner_.Disconnect(peer); }
   void Close() override { inner_.Close(); }
 
+  // From now on completions are kept, not delivered, until ReleaseHeld: a transport that has
+  // stopped answering.
+  void HoldCompletions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = true;
+  }
+  // Delivers what was held, as a transport that answers late; returns how many.
+  size_t ReleaseHeld() {
+    std::vector<std::pair<Completion, absl::Status>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hold_ = false;
+      held.swap(held_);
+    }
+    for (auto& [done, status] : held) done(std::move(status));
+    return held.size();
+  }
+
   std::vector<Event> events() {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
@@ -114,6 +136,8 @@ class RecordingTransport final : public Transport {
   std::mutex mu_;
   std::map<int, LaneLog> lanes_;
   std::vector<Event> events_;
+  bool hold_ = false;
+  std::vector<std::pair<Completion, absl::Status>> held_;
 };
 
 class WriteWindowTest : public ::testing::Test {
@@ -234,6 +258,21 @@ TEST_F(WriteWindowTest, AFailedWriteEndsTheWindowWithItsStatus) {
   auto result = RunWriteWindow(*sender_, peer_, source_region_, Spec());
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A transport that stops answering: the window gives up after its patience, and completions the
+// transport delivers later still find the window (ASan checks they touch no freed memory).
+TEST_F(WriteWindowTest, AWindowThatGaveUpSurvivesLateCompletions) {
+  RecordingTransport recording(*sender_);
+  recording.HoldCompletions();
+  WindowSpec spec = Spec();
+  spec.patience = absl::Milliseconds(100);
+  auto result = RunWriteWindow(recording, peer_, source_region_, spec);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result.status().message().find("did not complete"), std::string::npos)
+      << result.status();
+  EXPECT_GT(recording.ReleaseHeld(), 0u);
 }
 
 TEST_F(WriteWindowTest, RejectsSpecsThatCannotRun) {

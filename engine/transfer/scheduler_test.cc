@@ -248,7 +248,9 @@ void ExpectExactly(const Fixture& f, const plan::CopyList& copies) {
     std::fill(written.begin() + c.dst_offset, written.begin() + c.dst_offset + c.length, true);
   }
   for (size_t i = 0; i < f.destination.size(); ++i) {
-    if (!written[i]) ASSERT_EQ(f.destination[i], 0) << "byte " << i << " was written";
+    if (!written[i]) {
+      ASSERT_EQ(f.destination[i], 0) << "byte " << i << " was written";
+    }
   }
 }
 
