@@ -38,14 +38,6 @@ std::string Kvrail() {
   return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
 }
 
-std::string Field(const std::string& line, const std::string& key) {
-  const size_t at = line.find(key + "=");
-  if (at == std::string::npos) return "";
-  const size_t end = line.find(' ', at);
-  return line.substr(at + key.size() + 1,
-                     end == std::string::npos ? end : end - at - key.size() - 1);
-}
-
 layout::Contract SmallContract() {
   layout::KvShape shape;
   shape.layers = 2;
@@ -178,7 +170,7 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
   ASSERT_TRUE(sidecar.ok());
   absl::StatusOr<std::string> ready = (*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30));
   ASSERT_TRUE(ready.ok()) << ready.status();
-  const std::string cachepd = Field(*ready, "cachepd");
+  const std::string cachepd = process::LineField(*ready, "cachepd");
   const std::string arena_name = absl::StrCat("/kvrail-frames-", process::ProcessTag(), "-p");
   Arena source = Arena::CreateShared(arena_name, contract.ArenaBytes()).value();
   FillPattern(absl::MakeSpan(source.data(), source.size()), 42);

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "control/error/error.h"
 
 namespace kvrail::demo {
@@ -13,13 +12,7 @@ namespace {
 
 using process::Subprocess;
 
-// A "key=value" word of a line ("sidecar ready ...", an engine-sim's "arena ...").
-std::string Field(const std::string& line, const std::string& key) {
-  for (absl::string_view word : absl::StrSplit(line, ' ')) {
-    if (absl::StartsWith(word, key + "=")) return std::string(word.substr(key.size() + 1));
-  }
-  return "";
-}
+using process::LineField;
 
 }  // namespace
 
@@ -85,8 +78,8 @@ absl::Status Cluster::StartAll() {
     absl::StatusOr<std::string> ready =
         sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
     if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
-    sidecar.engine_endpoint = Field(*ready, "engine");
-    sidecar.cachepd_endpoint = Field(*ready, "cachepd");
+    sidecar.engine_endpoint = LineField(*ready, "engine");
+    sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
     (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
     std::vector<std::string> sim = {o.kvrail,          "engine-sim",
                                     "--role",          role,
@@ -108,7 +101,7 @@ absl::Status Cluster::StartAll() {
     // Its first line says the arena is attached, and where it lives.
     absl::StatusOr<std::string> arena = member.process->ReadUntil("arena ", absl::Seconds(30));
     if (!arena.ok()) return AddContext(arena.status(), member.name);
-    member.arena_placement = Field(*arena, "placement");
+    member.arena_placement = LineField(*arena, "placement");
     sims_.push_back(std::move(member));
     return absl::OkStatus();
   };

@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -183,6 +185,14 @@ absl::StatusOr<int> FreeLocalPort() {
   }
   close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+std::string LineField(const std::string& line, const std::string& key) {
+  const std::string prefix = key + "=";
+  for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+    if (absl::StartsWith(word, prefix)) return std::string(word.substr(prefix.size()));
+  }
+  return "";
 }
 
 const std::string& ProcessTag() {

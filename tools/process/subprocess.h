@@ -62,6 +62,11 @@ class Subprocess {
   std::optional<int> exit_code_;
 };
 
+// The value of the word "key=value" in a line of space-separated words, as kvrail's processes
+// announce themselves ("sidecar ready engine=ipc://... cachepd=tcp://..."); "" when no word has
+// that key.
+std::string LineField(const std::string& line, const std::string& key);
+
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read, released): for
 // servers that take their port as a flag. Another process may take it first; callers retry.
 absl::StatusOr<int> FreeLocalPort();
