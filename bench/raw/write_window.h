@@ -3,11 +3,14 @@
 // bytes in flight bounded per lane), then a Flush of every lane, so the window counts bytes that
 // landed ("Success means landed").
 //
-// Posting is completion-driven: the first posts come from the caller, every later one from the
-// completion of an earlier post, on the transport's progress thread; a lane's calls are made by
-// the thread of that lane's completions, outside the window's lock, so lanes post (over shared
-// memory: copy) on several cores at once. The caller's thread only waits, so on a small machine
-// the bench adds no busy thread of its own to the transport's.
+// Lanes are independent: each generates its own slices of every batch and posts, flushes and
+// counts them under its own lock (they may run a few batches apart), and the window ends when
+// every lane's final Flush has completed. Posting is completion-driven: the first posts come
+// from the caller, every later one from the completion of an earlier post, on the transport's
+// progress thread; a lane's calls are made by the thread of that lane's completions, outside
+// the lane's lock, so lanes post (over shared memory: copy) on several cores at once without
+// meeting on a lock. The caller's thread only waits, so on a small machine the bench adds no
+// busy thread of its own to the transport's.
 #ifndef KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 #define KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 
