@@ -22,31 +22,33 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "bench/raw/child_process.h"
+#include "tools/process/subprocess.h"
 
 extern char** environ;
 
 namespace kvrail::bench {
 namespace {
 
+using process::SpawnOptions;
+using process::Subprocess;
+
 constexpr char kPrefix[] = "kvrail-bench-";
 constexpr char kIp[] = "ip";
 
 // Runs `ip args...`: its output, or its stderr as the error message.
 absl::StatusOr<std::string> RunIpOutput(const std::vector<std::string>& args) {
-  ChildSpec spec;
+  SpawnOptions spec = SpawnOptions::ContainedTool();
   spec.argv = {kIp};
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.pipe_stdout = true;
-  spec.stderr_mode = ChildSpec::Stderr::kToStdout;
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+  spec.stderr_mode = SpawnOptions::Stderr::kToStdout;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Start(spec);
   if (!child.ok()) return child.status();
-  absl::StatusOr<std::string> output = child->ReadAll(absl::Seconds(20));
-  absl::StatusOr<int> code = child->Wait(absl::Seconds(20));
+  absl::StatusOr<std::string> output = (*child)->ReadAll(absl::Seconds(20));
+  absl::StatusOr<int> code = (*child)->Wait(absl::Seconds(20));
   if (!code.ok()) return code.status();
   if (*code != 0) {
     return absl::UnavailableError(
-        absl::StrCat("netns: `", child->command(), "` failed (exit ", *code,
+        absl::StrCat("netns: `", (*child)->command(), "` failed (exit ", *code,
                      "): ", output.ok() ? absl::StripAsciiWhitespace(*output) : ""));
   }
   return output.ok() ? *output : std::string();

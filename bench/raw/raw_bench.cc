@@ -29,19 +29,23 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "bench/raw/child_process.h"
 #include "bench/raw/cpu_usage.h"
 #include "bench/raw/memcpy_limit.h"
 #include "bench/raw/netns.h"
 #include "bench/raw/perftest.h"
 #include "bench/raw/raw_target.h"
 #include "bench/raw/write_window.h"
+#include "control/error/error.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
 #include "engine/transport/ucx/ucx_transport.h"
+#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 namespace {
+
+using process::SpawnOptions;
+using process::Subprocess;
 
 // Rows cycle through at most this much source and destination (more only repeats DRAM).
 constexpr uint64_t kMaxWorkingSet = uint64_t{256} << 20;
@@ -212,15 +216,17 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
   std::string last_error;
   for (int attempt = 0; attempt < 3; ++attempt) {
     run.port = FreeTcpPort();
-    ChildSpec server_spec;
+    SpawnOptions server_spec = SpawnOptions::ContainedTool();
     server_spec.argv = where.target_prefix;
     server_spec.argv.push_back(options.perftest);
     for (std::string& arg : PerftestServerArgs(run)) server_spec.argv.push_back(std::move(arg));
     server_spec.env = PerftestServerEnv(run);
-    server_spec.pipe_stdout = true;
-    server_spec.stderr_mode = ChildSpec::Stderr::kToStdout;
-    absl::StatusOr<ChildProcess> server = ChildProcess::Spawn(server_spec);
-    if (!server.ok()) return {std::nullopt, std::string{server.status().message()}, std::nullopt};
+    server_spec.stderr_mode = SpawnOptions::Stderr::kToStdout;
+    absl::StatusOr<std::unique_ptr<Subprocess>> server_started = Subprocess::Start(server_spec);
+    if (!server_started.ok()) {
+      return {std::nullopt, std::string{server_started.status().message()}, std::nullopt};
+    }
+    std::unique_ptr<Subprocess> server = *std::move(server_started);
     if (!WaitForListen(server->pid(), run.port, absl::Seconds(10))) {
       server->Stop(absl::Seconds(1));
       absl::StatusOr<std::string> said = server->ReadAll(absl::Seconds(1));
@@ -229,15 +235,17 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
       continue;
     }
 
-    ChildSpec client_spec;
+    SpawnOptions client_spec = SpawnOptions::ContainedTool();
     client_spec.argv = {options.perftest};
     for (std::string& arg : PerftestClientArgs(run)) client_spec.argv.push_back(std::move(arg));
     client_spec.env = PerftestClientEnv(run);
-    client_spec.pipe_stdout = true;
-    client_spec.stderr_mode = ChildSpec::Stderr::kToStdout;
+    client_spec.stderr_mode = SpawnOptions::Stderr::kToStdout;
     const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
-    absl::StatusOr<ChildProcess> client = ChildProcess::Spawn(client_spec);
-    if (!client.ok()) return {std::nullopt, std::string{client.status().message()}, std::nullopt};
+    absl::StatusOr<std::unique_ptr<Subprocess>> client_started = Subprocess::Start(client_spec);
+    if (!client_started.ok()) {
+      return {std::nullopt, std::string{client_started.status().message()}, std::nullopt};
+    }
+    std::unique_ptr<Subprocess> client = *std::move(client_started);
     absl::StatusOr<std::string> output = client->ReadAll(limit);
     const std::optional<CpuShare> cpu = CpuSince(cpu_before);
     bool timed_out = false;
@@ -539,7 +547,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
   std::vector<std::string> blocks, batches;
   for (uint64_t block : options.block_sizes) blocks.push_back(absl::StrCat(block));
   for (int batch : options.batch_sizes) batches.push_back(absl::StrCat(batch));
-  ChildSpec spec;
+  SpawnOptions spec = SpawnOptions::ContainedTool();
   spec.argv = NetnsPair::ExecPrefix(pair->initiator().netns);
   spec.argv.insert(spec.argv.end(),
                    {options.self_exe, "bench", "raw", "--transport", "netns", "--block-sizes",
@@ -564,13 +572,12 @@ absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
   spec.argv.insert(spec.argv.end(), {"--repeat", absl::StrCat(options.repeat)});
   if (!options.run_peer) spec.argv.push_back("--no-peer");
   if (options.progress == nullptr) spec.argv.push_back("--quiet");
-  spec.pipe_stdout = true;  // its stderr (progress, errors) is ours
+  // Its stdout is the rows' JSON; its stderr (progress, errors) is ours.
   progress.Note(absl::StrFormat("netns: %s (%s %s) <-> %s (%s %s)", pair->initiator().netns,
                                 pair->initiator().device, pair->initiator().address,
                                 pair->target().netns, pair->target().device,
                                 pair->target().address));
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
-  if (!child.ok()) return child.status();
+  KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Subprocess> child, Subprocess::Start(spec));
   const size_t rows = options.block_sizes.size() * options.batch_sizes.size();
   const absl::Duration limit =
       absl::Seconds(120 + static_cast<double>(rows) * (2 * options.seconds + 60));

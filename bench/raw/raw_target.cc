@@ -104,7 +104,8 @@ absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::F
 absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string>& exec_prefix,
                                                    const std::string& self_exe,
                                                    const RawTargetOptions& options) {
-  ChildSpec spec;
+  process::SpawnOptions spec;
+  spec.contained = true;
   spec.argv = exec_prefix;
   spec.argv.insert(
       spec.argv.end(),
@@ -113,9 +114,7 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
   if (!options.net_device.empty()) {
     spec.argv.insert(spec.argv.end(), {"--net-device", options.net_device});
   }
-  spec.pipe_stdin = true;
-  spec.pipe_stdout = true;
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+  absl::StatusOr<std::unique_ptr<process::Subprocess>> child = process::Subprocess::Start(spec);
   if (!child.ok()) return child.status();
   TargetProcess target(std::move(*child));
   // Skips anything else on the way (a library's log line); the target sends its errors to
@@ -123,7 +122,7 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
   absl::StatusOr<std::string> line;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   do {
-    line = target.child_.ReadLine(deadline - absl::Now());
+    line = target.child_->ReadLine(deadline - absl::Now());
     if (line.ok() && absl::StartsWith(*line, "placement ")) {
       target.placement_ = line->substr(std::string("placement ").size());
     }
@@ -145,12 +144,12 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
 
 absl::Status TargetProcess::Verify(uint64_t offset, uint64_t length, uint64_t pattern_offset) {
   absl::Status status =
-      child_.WriteLine(absl::StrFormat("verify %u %u %u", offset, length, pattern_offset));
+      child_->WriteLine(absl::StrFormat("verify %u %u %u", offset, length, pattern_offset));
   if (!status.ok()) return status;
   absl::StatusOr<std::string> answer;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   do {
-    answer = child_.ReadLine(deadline - absl::Now());
+    answer = child_->ReadLine(deadline - absl::Now());
   } while (answer.ok() && *answer != "ok" && !absl::StartsWith(*answer, "mismatch") &&
            !absl::StartsWith(*answer, "error"));
   if (!answer.ok()) return answer.status();
@@ -161,11 +160,11 @@ absl::Status TargetProcess::Verify(uint64_t offset, uint64_t length, uint64_t pa
 }
 
 absl::Status TargetProcess::Stop() {
-  (void)child_.WriteLine("exit");
-  child_.CloseStdin();
-  absl::StatusOr<int> code = child_.Wait(absl::Seconds(30));
+  (void)child_->WriteLine("exit");
+  child_->CloseStdin();
+  absl::StatusOr<int> code = child_->Wait(absl::Seconds(30));
   if (!code.ok()) {
-    child_.Stop();
+    child_->Stop();
     return absl::DeadlineExceededError(
         absl::StrCat("target process did not exit within 30 s of \"exit\"; killed"));
   }

@@ -21,10 +21,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "bench/raw/child_process.h"
 #include "bench/raw/raw_flags.h"
 #include "engine/transport/ucx/ucx_transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
+#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 
@@ -70,8 +70,8 @@ class TargetProcess {
   absl::Status Stop();
 
  private:
-  explicit TargetProcess(ChildProcess child) : child_(std::move(child)) {}
-  ChildProcess child_;
+  explicit TargetProcess(std::unique_ptr<process::Subprocess> child) : child_(std::move(child)) {}
+  std::unique_ptr<process::Subprocess> child_;
   v1::HandshakeDescriptor descriptor_;
   std::string placement_;
 };
