@@ -1,0 +1,35 @@
+#!/bin/bash
+# bench/raw/plot_raw.py on real rows (testdata/raw_rows.json, from `kvrail bench raw --json`):
+# it writes a PNG; rows it cannot plot are refused with a message naming the file and the rule,
+# and no image is written.
+set -euo pipefail
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export MPLCONFIGDIR="$dir/mpl"
+plot() { /usr/bin/python3 bench/raw/plot_raw.py "$@"; }
+
+plot bench/raw/testdata/raw_rows.json -o "$dir/raw.png" | grep -q "wrote $dir/raw.png"
+[[ "$(head -c 8 "$dir/raw.png" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]] ||
+  { echo "not a PNG: $dir/raw.png"; exit 1; }
+plot - -o "$dir/stdin.svg" <bench/raw/testdata/raw_rows.json >/dev/null
+grep -q "<svg" "$dir/stdin.svg"
+
+refused() {  # refused <expected message> <input text>
+  printf '%s' "$2" >"$dir/bad.json"
+  if plot "$dir/bad.json" -o "$dir/bad.png" 2>"$dir/err"; then
+    echo "accepted: $2"
+    exit 1
+  fi
+  grep -qF "$1" "$dir/err" || { echo "expected '$1', got: $(cat "$dir/err")"; exit 1; }
+  [[ ! -e "$dir/bad.png" ]] || { echo "wrote an image for: $2"; exit 1; }
+}
+refused "$dir/bad.json: not JSON" "nope"
+refused 'expected {"rows": [...]}' '[1, 2]'
+refused "no rows to plot" '{"rows": []}'
+refused "row 0 lacks block_bytes, batch, gbps" '{"rows": [{"transport": "tcp"}]}'
+refused "row 1: block_bytes must be a positive integer" \
+  '{"rows": [{"transport": "tcp", "block_bytes": 4096, "batch": 1, "gbps": 1},
+             {"transport": "tcp", "block_bytes": 0, "batch": 1, "gbps": 1}]}'
+plot "$dir/missing.json" -o "$dir/x.png" 2>"$dir/err" && exit 1
+grep -q "No such file" "$dir/err"
+echo "plot_raw: ok"
