@@ -96,6 +96,13 @@ struct LaneState {
   uint64_t inflight() const { return unflushed + flushing; }  // posted, not known landed
 };
 
+// Batches a window generates: enough for spec.max_bytes, or unbounded (until the deadline).
+uint64_t MaxBatches(const WindowSpec& spec) {
+  if (spec.max_bytes == 0) return UINT64_MAX;
+  const uint64_t batch_bytes = spec.block_bytes * static_cast<uint64_t>(spec.batch);
+  return (spec.max_bytes + batch_bytes - 1) / batch_bytes;
+}
+
 // Completions point at the window: RunWriteWindow keeps it until every completion has returned
 // (callbacks_), and for good when the transport never finished (patience ran out).
 class Window {
@@ -110,19 +117,15 @@ class Window {
         flush_bytes_(spec.flush_bytes > 0
                          ? spec.flush_bytes
                          : std::max<uint64_t>(1, spec.inflight_bytes_per_lane / 2)),
-        batch_bytes_(spec.block_bytes * static_cast<uint64_t>(spec.batch)),
-        max_batches_(spec.max_bytes > 0 ? (spec.max_bytes + batch_bytes_ - 1) / batch_bytes_
-                                        : UINT64_MAX),
+        max_batches_(MaxBatches(spec)),
         // Slice i of the working set goes to lane i % lanes: lanes past the working set's
         // slice count never get a write.
         active_(static_cast<int>(std::min<uint64_t>(spec.lanes, slots_ * slices_per_block_))) {
     for (int i = 0; i < active_; ++i) lanes_.push_back(std::make_unique<LaneState>(i));
   }
 
-  bool Abandoned() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return abandoned_;
-  }
+  // Run gave up waiting for the transport (read by Run's caller, on Run's thread).
+  bool abandoned() const { return abandoned_; }
   // The window's completions have all returned: none runs, none is due.
   bool Quiet() const { return callbacks_.load(std::memory_order_acquire) == 0; }
 
@@ -279,10 +282,7 @@ class Window {
       void Taking(const Action&) {}
       void Taken(const Action&) {}
       absl::Status Issue(int, const Action& action) { return window.Issue(lane.index, action); }
-      void Failed(int, Action&, absl::Status status) {
-        window.Fail(std::move(status));
-        window.StopLocked(lane);
-      }
+      void Failed(int, Action&, absl::Status status) { window.Fail(std::move(status)); }
     } hooks{*this, lane};
     transfer::SendLaneCalls(lock, lane.calls, self, hooks);
     if (Failed()) {
@@ -395,7 +395,6 @@ class Window {
   const uint64_t slots_;
   const uint64_t slices_per_block_;
   const uint64_t flush_bytes_;
-  const uint64_t batch_bytes_;
   const uint64_t max_batches_;  // batches to generate (max_bytes); UINT64_MAX: until the deadline
   const int active_;            // lanes that get writes
   // Fixed before Run; each guards itself.
@@ -410,7 +409,8 @@ class Window {
   // Guarded by mu_:
   int finished_lanes_ = 0;
   absl::Status error_;
-  bool abandoned_ = false;  // Run gave up waiting for the transport
+
+  bool abandoned_ = false;  // Run's thread only
 };
 
 }  // namespace
@@ -454,7 +454,7 @@ absl::StatusOr<WindowResult> RunWriteWindow(transport::Transport& transport, tra
   }
   auto window = std::make_unique<Window>(transport, peer, source, spec);
   absl::StatusOr<WindowResult> result = window->Run();
-  if (window->Abandoned()) {
+  if (window->abandoned()) {
     // The transport still holds completions that point at the window: keep it for them, for
     // the rest of the process (a bench run that gives up on its transport ends soon after).
     static std::mutex* kept_mu = new std::mutex;

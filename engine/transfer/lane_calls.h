@@ -23,7 +23,6 @@ struct LaneCalls {
   // to round so that making calls allocates nothing once the lane has warmed up: a post over
   // shared memory is a copy of a few microseconds, and every malloc shows.
   std::vector<Call> taken;
-  std::vector<char> made;
   std::vector<absl::Status> results;
 };
 
@@ -48,27 +47,25 @@ void SendLaneCalls(std::unique_lock<std::mutex>& lock, std::vector<LaneCalls<Cal
       while (!lc.queued.empty()) {
         std::vector<Call>& calls = lc.taken;
         calls.swap(lc.queued);  // lc.queued takes the emptied buffer of the last round
-        lc.made.assign(calls.size(), 0);
+        size_t kept = 0;        // the calls to make move to the front, in order
         for (size_t i = 0; i < calls.size(); ++i) {
           if (!hooks.Keep(calls[i])) {
             hooks.Undo(index, calls[i]);
             continue;
           }
-          lc.made[i] = 1;
           hooks.Taking(calls[i]);
           ++lc.live;
+          if (kept != i) calls[kept] = std::move(calls[i]);
+          ++kept;
         }
+        calls.resize(kept);
         lock.unlock();
         lc.results.resize(calls.size());
-        for (size_t i = 0; i < calls.size(); ++i) {
-          if (lc.made[i]) lc.results[i] = hooks.Issue(index, calls[i]);
-        }
+        for (size_t i = 0; i < calls.size(); ++i) lc.results[i] = hooks.Issue(index, calls[i]);
         lock.lock();
+        for (const Call& call : calls) hooks.Taken(call);
         for (size_t i = 0; i < calls.size(); ++i) {
-          if (lc.made[i]) hooks.Taken(calls[i]);
-        }
-        for (size_t i = 0; i < calls.size(); ++i) {
-          if (!lc.made[i] || lc.results[i].ok()) continue;
+          if (lc.results[i].ok()) continue;
           --lc.live;
           hooks.Undo(index, calls[i]);
           hooks.Failed(index, calls[i], std::move(lc.results[i]));

@@ -113,10 +113,12 @@ absl::Status CheckLocalRegion(const LocalRegion& region, bool gpu_memory) {
 }
 
 absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
-                         const RemoteRegions& remote, uint64_t max_write_bytes) {
+                         const RemoteRegions& remote, uint64_t max_write_bytes,
+                         std::vector<int>* region_of) {
   if (writes.empty()) {
     return absl::InvalidArgumentError("batch has no writes; post at least one");
   }
+  if (region_of != nullptr) region_of->clear();
   for (size_t i = 0; i < writes.size(); ++i) {
     const Write& w = writes[i];
     if (w.length == 0) {
@@ -133,11 +135,13 @@ absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
           "write %d of %d: source [%u, +%u) lies outside the source region's %u bytes", i,
           writes.size(), w.local_offset, w.length, source_length));
     }
-    if (!remote.Find(w.remote_address, w.length).has_value()) {
+    const std::optional<int> region = remote.Find(w.remote_address, w.length);
+    if (!region.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: destination [0x%x, +%u) lies inside none of the peer's %d regions", i,
           writes.size(), w.remote_address, w.length, remote.size()));
     }
+    if (region_of != nullptr) region_of->push_back(*region);
   }
   return absl::OkStatus();
 }

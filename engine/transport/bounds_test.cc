@@ -115,6 +115,17 @@ TEST_F(CheckWritesTest, AcceptsABatchSpanningSeveralRegions) {
   EXPECT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite).ok());
 }
 
+TEST_F(CheckWritesTest, GivesEachWritesRegionWhenAsked) {
+  const std::vector<Write> writes = {
+      {0, 0x20000, 0x400}, {0x400, 0x10c00, 0x400}, {0, 0x20400, 0x10}};
+  std::vector<int> region_of = {7, 7, 7, 7};  // whatever was there is replaced
+  ASSERT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite, &region_of).ok());
+  EXPECT_EQ(region_of,
+            (std::vector<int>{*remote_.Find(0x20000, 0x400), *remote_.Find(0x10c00, 0x400),
+                              *remote_.Find(0x20400, 0x10)}));
+  EXPECT_NE(region_of[0], region_of[1]);
+}
+
 TEST_F(CheckWritesTest, RejectsEmptyBatch) {
   EXPECT_EQ(CheckWrites({}, kSourceLength, remote_, kMaxWrite).code(),
             absl::StatusCode::kInvalidArgument);
