@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,7 +26,7 @@ namespace {
 constexpr uint64_t kDefaultSliceBytes = uint64_t{4} << 20;
 constexpr uint64_t kDefaultInflightBytes = uint64_t{64} << 20;
 
-struct Room {
+struct Room : std::enable_shared_from_this<Room> {
   RoomTransfer request;
   absl::Time started;
   // The next byte to post: copy index and offset inside that copy.
@@ -34,15 +35,19 @@ struct Room {
   uint64_t posted_bytes = 0;
   uint64_t landed_bytes = 0;  // locally complete; for messages only
   int outstanding = 0;        // batches and flushes posted (or queued to post) and not complete
-  int issuing = 0;            // of those, calls being made right now, outside the queue's lock
   std::vector<bool> lane_used;
   bool all_posted = false;
-  bool finished = false;
-  // Its entry in Core::deadlines, while it has one (guarded by Core::mu).
+  // Failed (status holds why): nothing new is posted, and the outcome waits for the fence.
+  bool fencing = false;
+  bool fence_flushed = false;  // the fence's flushes of every lane used were queued
+  bool finished = false;       // the outcome is decided (fenced, or landed)
+  // Its entry in Core::deadlines, while it has one (guarded by Core::mu): the room's deadline,
+  // or once fencing, the end of its fence_timeout.
   bool has_deadline = false;
   std::multimap<absl::Time, std::weak_ptr<Room>>::iterator deadline;
   absl::Status status;
   RoomStats stats;
+  bool peer_disconnected = false;  // fenced by disconnecting the peer
 
   bool HasWork() const { return !finished && status.ok() && !all_posted; }
 };
@@ -60,7 +65,9 @@ struct Call {
 // lane's completions, so lanes post (over shared memory: copy) on several cores at once.
 struct PeerQueue {
   std::mutex mu;
-  std::condition_variable issued;  // some room's `issuing` fell
+  // The scheduler disconnected this peer (a fence that did not drain within fence_timeout):
+  // nothing more is posted to it, and fences need no flush.
+  bool disconnected = false;
   std::vector<uint64_t> lane_inflight;
   std::vector<LaneCalls<Call>> calls;          // per lane (lane_calls.h)
   std::deque<std::shared_ptr<Room>> runnable;  // FIFO: rooms with slices still to post
@@ -74,6 +81,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   uint64_t inflight_cap = 0;
   uint32_t batch_cap = 0;
   int lanes = 1;
+  absl::Duration fence_timeout;
 
   // Lock order: a PeerQueue's mu before mu.
   mutable std::mutex mu;
@@ -115,6 +123,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     outcome.transfer_id = room.request.transfer_id;
     outcome.status = room.status;
     outcome.stats = room.stats;
+    outcome.peer_disconnected = room.peer_disconnected;
     std::lock_guard<std::mutex> lock(mu);
     rooms.erase(room.request.transfer_id);
     if (room.has_deadline) {
@@ -133,21 +142,67 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     wake.notify_all();
   }
 
-  // Fails `room` with `status` unless it already ended (needs q.mu).
+  // Sets (or moves) `room`'s entry in `deadlines` to `when` (needs mu).
+  void SetDeadlineLocked(Room& room, absl::Time when) {
+    if (room.has_deadline) deadlines.erase(room.deadline);
+    room.deadline = deadlines.emplace(when, room.weak_from_this());
+    room.has_deadline = true;
+    wake.notify_all();
+  }
+
+  // Fails `room` with `status` unless it already failed or ended (needs q.mu): nothing more of
+  // it is posted, its calls not yet made are dropped, and its outcome waits for the fence
+  // (MaybeFencedLocked). The caller makes the calls this queues (SendLocked).
   void FailLocked(PeerQueue& q, Room& room, absl::Status status) {
-    if (room.finished) return;
-    if (room.status.ok()) {
-      room.status = std::move(status);
-    }
+    if (room.finished || room.fencing) return;
+    room.status = std::move(status);
+    room.fencing = true;
     q.runnable.erase(
         std::remove_if(q.runnable.begin(), q.runnable.end(),
                        [&](const std::shared_ptr<Room>& r) { return r.get() == &room; }),
         q.runnable.end());
+    for (int lane = 0; lane < lanes; ++lane) {
+      std::vector<Call>& queued = q.calls[lane].queued;
+      size_t kept = 0;
+      for (size_t i = 0; i < queued.size(); ++i) {
+        if (queued[i].room.get() == &room) {
+          UndoLocked(q, lane, queued[i]);
+          continue;
+        }
+        if (kept != i) queued[kept] = std::move(queued[i]);
+        ++kept;
+      }
+      queued.resize(kept);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      SetDeadlineLocked(room, absl::Now() + fence_timeout);
+    }
+    MaybeFencedLocked(q, room);
+  }
+
+  // Failed means fenced (needs q.mu): once every call made for a failing room has completed, a
+  // flush of each lane it wrote on is queued, and once those complete (OK: its writes landed;
+  // an error: the backend's lane failed and none of them lands later), or the peer was
+  // disconnected, no write of the room can land any more and its outcome goes out.
+  void MaybeFencedLocked(PeerQueue& q, Room& room) {
+    if (room.finished || !room.fencing || room.outstanding > 0) return;
+    if (!room.fence_flushed && !q.disconnected && room.posted_bytes > 0) {
+      room.fence_flushed = true;
+      std::shared_ptr<Room> held = room.shared_from_this();
+      for (int lane = 0; lane < lanes; ++lane) {
+        if (!room.lane_used[lane]) continue;
+        ++room.outstanding;
+        q.calls[lane].queued.push_back(Call{true, held, {}, 0});
+      }
+      if (room.outstanding > 0) return;
+    }
+    if (q.disconnected) room.peer_disconnected = true;
     FinishLocked(room);
   }
 
   void MaybeCompleteLocked(Room& room) {
-    if (!room.finished && room.status.ok() && room.all_posted && room.outstanding == 0) {
+    if (!room.finished && !room.fencing && room.all_posted && room.outstanding == 0) {
       FinishLocked(room);
     }
   }
@@ -232,7 +287,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     Room& room = *call.room;
     --room.outstanding;
     if (call.flush) {
-      --room.stats.lanes_used;
+      if (!room.fencing) --room.stats.lanes_used;
       return;
     }
     q.lane_inflight[lane] -= call.bytes;
@@ -261,8 +316,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   }
 
   // Makes the queued calls to `peer` (SendLaneCalls): calls of rooms that ended meanwhile are
-  // dropped, a room counts the calls being made for it (WaitIssuedLocked), and a refused call
-  // fails its room.
+  // dropped, and a refused call fails its room.
   void SendLocked(std::unique_lock<std::mutex>& lock, PeerId peer, PeerQueue& q, int self) {
     struct Hooks {
       Core& core;
@@ -270,11 +324,8 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       PeerQueue& q;
       bool Keep(const Call& call) { return !call.room->finished; }
       void Undo(int lane, const Call& call) { core.UndoLocked(q, lane, call); }
-      void Taking(const Call& call) { ++call.room->issuing; }
-      void Taken(const Call& call) {
-        --call.room->issuing;
-        q.issued.notify_all();
-      }
+      void Taking(const Call&) {}
+      void Taken(const Call&) {}
       absl::Status Issue(int lane, const Call& call) { return core.Issue(peer, q, lane, call); }
       void Failed(int /*lane*/, Call& call, absl::Status status) {
         Room& room = *call.room;
@@ -283,15 +334,10 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
                                      absl::StrCat("transfer ", room.request.transfer_id,
                                                   call.flush ? ": flush: " : ": posting writes: ",
                                                   status.message())));
+        core.MaybeFencedLocked(q, room);  // a refused fence flush: nothing of it is in flight
       }
     } hooks{*this, peer, q};
     SendLaneCalls(lock, q.calls, self, hooks);
-  }
-
-  // For Cancel, FailPeer, deadlines and shutdown, after FailLocked: waits until no call for
-  // `room` is being made, so that once they return no write of the room starts.
-  static void WaitIssuedLocked(std::unique_lock<std::mutex>& lock, PeerQueue& q, const Room& room) {
-    q.issued.wait(lock, [&room] { return room.issuing == 0; });
   }
 
   void OnBatchDone(PeerQueue& queue, PeerId peer, int lane, uint64_t bytes, Room& room,
@@ -312,6 +358,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     } else {
       MaybeCompleteLocked(room);
     }
+    MaybeFencedLocked(*q, room);
     if (!shutdown.load()) PumpLocked(peer, *q);
     SendLocked(lock, peer, *q, lane);
   }
@@ -330,7 +377,65 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     } else {
       MaybeCompleteLocked(room);
     }
+    MaybeFencedLocked(*q, room);
     SendLocked(lock, peer, *q, lane);
+  }
+
+  // A room's deadline passed: a room still moving fails (and starts fencing); a room whose
+  // fence did not drain within fence_timeout has its peer disconnected.
+  void Expire(const std::shared_ptr<Room>& room) {
+    const PeerId peer = room->request.peer;
+    PeerQueue* q = Queue(peer);
+    std::unique_lock<std::mutex> lock(q->mu);
+    if (room->finished) return;
+    if (!room->fencing) {
+      FailLocked(*q, *room,
+                 absl::DeadlineExceededError(absl::StrFormat(
+                     "transfer %d: deadline passed after %s with %d of %d bytes posted and "
+                     "%d locally complete; the peer may be gone",
+                     room->request.transfer_id, absl::FormatDuration(absl::Now() - room->started),
+                     room->posted_bytes, room->stats.bytes, room->landed_bytes)));
+      SendLocked(lock, peer, *q, -1);
+      return;
+    }
+    room->status = absl::Status(
+        room->status.code(),
+        absl::StrFormat("%s; its writes did not drain within the fence timeout of %s, so peer %d "
+                        "was disconnected (nothing it carried lands any more)",
+                        room->status.message(), absl::FormatDuration(fence_timeout), peer));
+    DisconnectLocked(lock, peer, *q);
+  }
+
+  // Fences every room of `peer` at once by disconnecting it (needs q.mu, released for the call):
+  // the transport fails whatever it still holds for the peer with kCancelled, and nothing of it
+  // lands afterwards (Transport::Disconnect). Rooms still moving fail with `why`.
+  void DisconnectLocked(std::unique_lock<std::mutex>& lock, PeerId peer, PeerQueue& q,
+                        const absl::Status& why = absl::OkStatus()) {
+    if (q.disconnected) return;
+    q.disconnected = true;
+    std::vector<std::shared_ptr<Room>> hit;
+    {
+      std::lock_guard<std::mutex> core_lock(mu);
+      for (auto& [id, room] : rooms) {
+        if (room->request.peer == peer) hit.push_back(room);
+      }
+    }
+    for (const auto& room : hit) {
+      FailLocked(q, *room,
+                 why.ok() ? absl::UnavailableError(absl::StrFormat(
+                                "transfer %d: peer %d was disconnected: a room to it did not "
+                                "drain within the fence timeout",
+                                room->request.transfer_id, peer))
+                          : absl::Status(why.code(), absl::StrFormat("transfer %d: %s",
+                                                                     room->request.transfer_id,
+                                                                     why.message())));
+    }
+    lock.unlock();
+    const absl::Status disconnected = transport->Disconnect(peer);
+    lock.lock();
+    // NotFound: someone else disconnected it first; either way nothing of it lands any more.
+    (void)disconnected;
+    for (const auto& room : hit) MaybeFencedLocked(q, *room);
   }
 
   // Fails rooms whose deadline passed, then delivers outcomes; until shutdown and drained.
@@ -357,19 +462,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       }
       if (!expired.empty()) {
         lock.unlock();
-        for (const auto& room : expired) {
-          PeerQueue* q = Queue(room->request.peer);
-          std::unique_lock<std::mutex> room_lock(q->mu);
-          if (room->finished) continue;
-          FailLocked(
-              *q, *room,
-              absl::DeadlineExceededError(absl::StrFormat(
-                  "transfer %d: deadline passed after %s with %d of %d bytes posted and "
-                  "%d locally complete; the peer may be gone",
-                  room->request.transfer_id, absl::FormatDuration(absl::Now() - room->started),
-                  room->posted_bytes, room->stats.bytes, room->landed_bytes)));
-          WaitIssuedLocked(room_lock, *q, *room);
-        }
+        for (const auto& room : expired) Expire(room);
         lock.lock();
         continue;
       }
@@ -399,23 +492,22 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
                                                    : kDefaultInflightBytes;
   core_->batch_cap = std::max<uint32_t>(1, options.max_writes_per_batch);
   core_->lanes = std::max(1, caps.lanes);
+  core_->fence_timeout = options.fence_timeout;
   core_->delivery = std::thread([core = core_.get()] { core->Run(); });
 }
 
 Scheduler::~Scheduler() {
-  std::vector<std::shared_ptr<Room>> live;
+  std::set<PeerId> peers;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->shutdown = true;
-    for (auto& [id, room] : core_->rooms) live.push_back(room);
+    for (auto& [id, room] : core_->rooms) peers.insert(room->request.peer);
   }
-  for (const auto& room : live) {
-    PeerQueue* q = core_->Queue(room->request.peer);
+  // Shutting down fences by disconnecting: waiting for a slow peer to drain has no one to serve.
+  for (PeerId peer : peers) {
+    PeerQueue* q = core_->Queue(peer);
     std::unique_lock<std::mutex> lock(q->mu);
-    core_->FailLocked(*q, *room,
-                      absl::CancelledError(absl::StrFormat("transfer %d: the scheduler shut down",
-                                                           room->request.transfer_id)));
-    Core::WaitIssuedLocked(lock, *q, *room);
+    core_->DisconnectLocked(lock, peer, *q, absl::CancelledError("the scheduler shut down"));
   }
   {
     std::lock_guard<std::mutex> lock(core_->mu);
@@ -485,6 +577,13 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
     q = &core_->QueueLocked(room->request.peer);
   }
   std::unique_lock<std::mutex> lock(q->mu);
+  if (q->disconnected) {
+    core_->FailLocked(*q, *room,
+                      absl::UnavailableError(absl::StrFormat(
+                          "%s: peer %d was disconnected after a fence timeout; connect it again",
+                          context, room->request.peer)));
+    return absl::OkStatus();  // the outcome says why, like any failure after Submit
+  }
   if (room->request.copies.empty()) {
     room->all_posted = true;
     core_->FinishLocked(*room);
@@ -507,14 +606,15 @@ absl::Status Scheduler::Cancel(uint64_t transfer_id, absl::string_view why) {
     }
     room = it->second;
   }
-  PeerQueue* q = core_->Queue(room->request.peer);
+  const PeerId peer = room->request.peer;
+  PeerQueue* q = core_->Queue(peer);
   std::unique_lock<std::mutex> lock(q->mu);
-  if (room->finished) {
+  if (room->finished || room->fencing) {
     return absl::NotFoundError(absl::StrFormat("transfer %d already completed", transfer_id));
   }
   core_->FailLocked(*q, *room,
                     absl::CancelledError(absl::StrFormat("transfer %d: %s", transfer_id, why)));
-  Core::WaitIssuedLocked(lock, *q, *room);  // no write of the room starts after this returns
+  core_->SendLocked(lock, peer, *q, -1);
   return absl::OkStatus();
 }
 
@@ -534,7 +634,7 @@ void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
         absl::Status(status.code(), absl::StrFormat("transfer %d: %s", room->request.transfer_id,
                                                     status.message())));
   }
-  for (const auto& room : hit) Core::WaitIssuedLocked(lock, *q, *room);
+  core_->SendLocked(lock, peer, *q, -1);
 }
 
 uint64_t Scheduler::slice_bytes() const { return core_->slice; }

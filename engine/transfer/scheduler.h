@@ -15,10 +15,14 @@
 //   4. Success means landed: once every slice is posted, each lane the room used is flushed,
 //      and the room completes OK only when all its batches and flushes have.
 //   5. A room fails with the first transport error, with DeadlineExceeded at its deadline, or
-//      with Cancelled on Cancel. A failed room posts nothing more; writes already posted may
-//      still land (the decode is told Failed and never reads them). When Cancel, FailPeer, a
-//      deadline or the destructor fails a room, it returns only once no call for the room is
-//      being made: no write of the room is posted after that.
+//      with Cancelled on Cancel (or FailPeer). A failed room posts nothing more, and Failed
+//      means fenced (docs/ARCHITECTURE.md, "Failed means fenced"): its outcome is delivered
+//      only once no write of it can land any more. The scheduler waits until every call made
+//      for the room has completed, then flushes each lane the room wrote on (Transport,
+//      "Fencing"); a peer whose fence has not drained within fence_timeout is disconnected
+//      (Transport::Disconnect: nothing it carried lands afterwards), failing its other rooms
+//      too, and the outcome says so (peer_disconnected). So a failure outcome comes at most
+//      fence_timeout after the failure, plus the transport's own cancellation.
 //
 // Calls to the transport are decided under a peer's lock and made outside it, each lane's in
 // order, by the thread whose completion freed room on that lane (its progress thread), so the
@@ -51,6 +55,9 @@ struct SchedulerOptions {
   uint64_t max_inflight_bytes_per_endpoint = 0;
   // The most writes in one PostWrites batch.
   uint32_t max_writes_per_batch = 256;
+  // How long a failed room's writes may take to drain (every call made for it complete, then a
+  // flush of each lane it used) before its peer is disconnected to fence it.
+  absl::Duration fence_timeout = absl::Seconds(5);
 };
 
 // What one room cost. `duration` runs from Submit to the room's outcome.
@@ -63,10 +70,15 @@ struct RoomStats {
   absl::Duration duration;
 };
 
+// A room's outcome. Either way no write of the room lands after it is delivered: OK means
+// every byte landed (flushed); a failure means the room was fenced.
 struct RoomOutcome {
   uint64_t transfer_id = 0;
-  absl::Status status;  // OK: every byte landed (flushed)
+  absl::Status status;
   RoomStats stats;
+  // The fence disconnected the peer (fence_timeout, or shutdown): its PeerId is gone, and the
+  // caller connects again for later rooms.
+  bool peer_disconnected = false;
 };
 
 using RoomDone = std::function<void(const RoomOutcome&)>;
@@ -103,8 +115,8 @@ class Scheduler {
  public:
   // `transport` must outlive the scheduler and every completion of the writes it posted.
   Scheduler(transport::Transport* transport, SchedulerOptions options = {});
-  // Fails the rooms still in flight with Cancelled, delivers every outcome, and stops the
-  // delivery thread. Completions of writes still in the transport afterwards are ignored.
+  // Fails the rooms still in flight with Cancelled, fences them by disconnecting their peers,
+  // delivers every outcome, and stops the delivery thread.
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -114,11 +126,13 @@ class Scheduler {
   // flight, FailedPrecondition after shutdown. A room with no copies completes OK.
   absl::Status Submit(RoomTransfer room);
 
-  // Fails a room in flight with Cancelled (`why` in its message). NotFound when the id is not
-  // in flight (unknown, or already completed).
+  // Fails a room in flight with Cancelled (`why` in its message); it posts nothing more, and
+  // its outcome follows once it is fenced. Returns without waiting for the fence. NotFound
+  // when the id is not in flight (unknown, completed, or already failed).
   absl::Status Cancel(uint64_t transfer_id, absl::string_view why = "cancelled");
 
-  // Fails every room in flight to `peer` with `status` (e.g. the peer's sidecar died).
+  // Fails every room in flight to `peer` with `status` (e.g. the peer's sidecar died), as
+  // Cancel does.
   void FailPeer(transport::PeerId peer, const absl::Status& status);
 
   // The slice size and in-flight bound in force.

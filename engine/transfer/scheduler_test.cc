@@ -81,6 +81,10 @@ class WatchingTransport final : public transport::Transport {
                                                {
                                                  std::lock_guard<std::mutex> lock(mu_);
                                                  inflight_[lane] -= bytes;
+                                                 if (holding_) {
+                                                   held_.emplace_back(done, std::move(status));
+                                                   return;
+                                                 }
                                                }
                                                done(std::move(status));
                                              });
@@ -95,7 +99,35 @@ class WatchingTransport final : public transport::Transport {
       std::lock_guard<std::mutex> lock(mu_);
       ++flushes_;
     }
-    return inner_->Flush(peer, lane, std::move(done));
+    return inner_->Flush(peer, lane, [this, done](absl::Status status) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (holding_) {
+          held_.emplace_back(done, std::move(status));
+          return;
+        }
+      }
+      done(std::move(status));
+    });
+  }
+  // Completions that arrive from now on wait until ReleaseCompletions (a peer that stalls).
+  void HoldCompletions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = true;
+  }
+  // Runs the held completions (from the calling thread) and stops holding.
+  void ReleaseCompletions() {
+    std::vector<std::pair<Completion, absl::Status>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      holding_ = false;
+      held.swap(held_);
+    }
+    for (auto& [done, status] : held) done(std::move(status));
+  }
+  size_t held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_.size();
   }
   absl::Status Disconnect(PeerId peer) override { return inner_->Disconnect(peer); }
   void Close() override { inner_->Close(); }
@@ -150,6 +182,8 @@ class WatchingTransport final : public transport::Transport {
   uint64_t forbidden_hi_ = 0;
   uint64_t late_ = 0;
   absl::Duration post_delay_;
+  bool holding_ = false;
+  std::vector<std::pair<Completion, absl::Status>> held_;
 };
 
 // Waits for room outcomes.
@@ -434,7 +468,7 @@ TEST(SchedulerTest, APeerThatDiesMidRoomFailsTheRoom) {
 TEST(SchedulerTest, ARoomPastItsDeadlineFailsWithDeadlineExceeded) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));  // a peer that never answers
-  Scheduler scheduler(f.watch.get());
+  Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(100)});
   Outcomes outcomes;
   RoomTransfer room = f.Room(1, {{0, 0, 1 * kMiB}}, outcomes.Callback());
   room.deadline = absl::Now() + absl::Milliseconds(100);
@@ -443,6 +477,9 @@ TEST(SchedulerTest, ARoomPastItsDeadlineFailsWithDeadlineExceeded) {
   const RoomOutcome outcome = outcomes.Get(1);
   EXPECT_EQ(outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(outcome.status.message().find("deadline"), std::string::npos) << outcome.status;
+  // Its writes never completed: the fence disconnected the peer.
+  EXPECT_TRUE(outcome.peer_disconnected);
+  EXPECT_NE(outcome.status.message().find("disconnected"), std::string::npos) << outcome.status;
   EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
   f.sender->Close();  // cut the delayed completions short
 }
@@ -450,7 +487,7 @@ TEST(SchedulerTest, ARoomPastItsDeadlineFailsWithDeadlineExceeded) {
 TEST(SchedulerTest, CancelFailsTheRoomOnceAndUnknownIdsAreNotFound) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));
-  Scheduler scheduler(f.watch.get());
+  Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(100)});
   Outcomes outcomes;
   ASSERT_TRUE(scheduler.Submit(f.Room(4, {{0, 0, 1 * kMiB}}, outcomes.Callback())).ok());
   ASSERT_TRUE(scheduler.Cancel(4, "the engine aborted room 4").ok());
@@ -462,9 +499,10 @@ TEST(SchedulerTest, CancelFailsTheRoomOnceAndUnknownIdsAreNotFound) {
   f.sender->Close();
 }
 
-// Lanes post outside the peer's lock, from their completion threads; still, once Cancel returns
-// no write of the cancelled room is being posted or will be (its pages may go to another room).
-TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterCancelReturns) {
+// Lanes post outside the peer's lock, from their completion threads; still, once a cancelled
+// room's outcome is out, no write of it is being posted or will be (its pages may go to another
+// room).
+TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterItsOutcome) {
   constexpr uint64_t kHalf = 4 * kMiB;
   for (int round = 0; round < 20; ++round) {
     Fixture f(2 * kHalf);
@@ -473,12 +511,17 @@ TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterCancelReturns) {
                                         .max_inflight_bytes_per_endpoint = 256 << 10,
                                         .max_writes_per_batch = 2});
     Outcomes outcomes;
-    ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, kHalf}}, outcomes.Callback())).ok());
+    const uint64_t base = reinterpret_cast<uintptr_t>(f.destination.data());
+    RoomDone record = outcomes.Callback();
+    WatchingTransport* watch = f.watch.get();
+    RoomDone forbid_then_record = [&, watch, base](const RoomOutcome& outcome) {
+      watch->ForbidDestinations(base, base + kHalf);
+      record(outcome);
+    };
+    ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, kHalf}}, forbid_then_record)).ok());
     ASSERT_TRUE(scheduler.Submit(f.Room(2, {{kHalf, kHalf, kHalf}}, outcomes.Callback())).ok());
     absl::SleepFor(absl::Microseconds(100 * round));
     const absl::Status cancelled = scheduler.Cancel(1, "the engine aborted room 1");
-    const uint64_t base = reinterpret_cast<uintptr_t>(f.destination.data());
-    f.watch->ForbidDestinations(base, base + kHalf);
     ASSERT_TRUE(outcomes.Wait(2));
     EXPECT_EQ(f.watch->late(), 0u) << "round " << round;
     if (cancelled.ok()) {
@@ -489,10 +532,58 @@ TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterCancelReturns) {
   }
 }
 
+// Failed means fenced: a cancelled room's outcome waits until every write made for it has
+// completed and a flush of its lanes came back after them.
+TEST(SchedulerTest, ACancelledRoomsOutcomeWaitsForItsWritesAndAFenceFlush) {
+  Fixture f(4 * kMiB);
+  Scheduler scheduler(f.watch.get(), {.slice_bytes = 64 << 10,
+                                      .max_inflight_bytes_per_endpoint = 128 << 10,
+                                      .fence_timeout = absl::Hours(1)});
+  Outcomes outcomes;
+  f.watch->HoldCompletions();  // the peer stalls: nothing the scheduler posted completes
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  while (f.watch->held() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  const uint64_t flushes_before = f.watch->flushes();
+  EXPECT_EQ(outcomes.size(), 0u) << "Failed before the room's writes completed";
+  EXPECT_EQ(scheduler.rooms_in_flight(), 1u);
+  f.watch->ReleaseCompletions();
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(outcomes.Get(1).peer_disconnected);
+  EXPECT_GT(f.watch->flushes(), flushes_before) << "no fence flush after the cancel";
+  // The scheduler keeps serving the same peer.
+  ASSERT_TRUE(scheduler.Submit(f.Room(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  EXPECT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+}
+
+TEST(SchedulerTest, AFenceThatDoesNotDrainDisconnectsThePeerAndFailsItsOtherRooms) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Hours(1));  // writes land, completions never come
+  Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(50)});
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.Room(2, {{4096, 4096, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(outcomes.Get(1).peer_disconnected);
+  EXPECT_NE(outcomes.Get(1).status.message().find("fence timeout"), std::string::npos)
+      << outcomes.Get(1).status;
+  EXPECT_FALSE(outcomes.Get(2).status.ok());
+  EXPECT_TRUE(outcomes.Get(2).peer_disconnected);
+  // The peer id is gone; a room submitted to it fails and says why.
+  ASSERT_TRUE(scheduler.Submit(f.Room(3, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(3));
+  EXPECT_EQ(outcomes.Get(3).status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(outcomes.Get(3).status.message().find("disconnected"), std::string::npos);
+}
+
 TEST(SchedulerTest, FailPeerFailsOnlyThatPeersRooms) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));
-  Scheduler scheduler(f.watch.get());
+  Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(100)});
   Outcomes outcomes;
   ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
   scheduler.FailPeer(f.peer + 1, absl::UnavailableError("other peer"));
