@@ -9,6 +9,7 @@
 #include "control/layout/peer_messages.h"
 #include "control/plan/route.h"
 #include "control/wire/dispatch.h"
+#include "control/wire/fence.h"
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/status.h"
@@ -113,6 +114,10 @@ PrefillRooms::PrefillRooms(PrefillIdentity identity, PrefillOptions options)
 
 PrefillOutput PrefillRooms::OnMessage(absl::Span<const std::string> frames, absl::Time now) {
   PrefillOutput out;
+  if (wire::IsFenceRequest(frames)) {
+    OnFenceRequest(frames, now, out);
+    return out;
+  }
   switch (wire::Classify(frames)) {
     case wire::MessageKind::kRegistration:
       OnRegistration(frames, now, out);
@@ -126,6 +131,57 @@ PrefillOutput PrefillRooms::OnMessage(absl::Span<const std::string> frames, absl
       break;
   }
   return out;
+}
+
+void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Time now,
+                                  PrefillOutput& out) {
+  absl::StatusOr<wire::FenceRequest> request = wire::ParseFenceRequest(frames);
+  if (!request.ok()) {
+    out.rejected = AddContext(request.status(), "fence request dropped");
+    return;
+  }
+  if (registrations_.find(request->session_id) == registrations_.end()) {
+    out.rejected = MakeError(
+        ErrorCategory::kInvalidFrame,
+        absl::StrCat("fence request for room ", request->room, " from unregistered Decode session ",
+                     request->session_id, " dropped: nobody to answer"));
+    return;
+  }
+  auto found = rooms_.find(request->room);
+  if (found == rooms_.end()) {
+    // Never held here: no write of it left this rank. (Its pre-allocation, if any, came on the
+    // same ordered route before this request, so none can follow.)
+    AnswerFence(request->room, request->session_id, out);
+    return;
+  }
+  Room& room = found->second;
+  if (room.state == TransferPoll::kSuccess || room.state == TransferPoll::kFailed) {
+    AnswerFence(request->room, request->session_id, out);  // landed, or already fenced
+    return;
+  }
+  AbortRoom(request->room, room,
+            absl::StrCat("Decode session ", request->session_id,
+                         " gave the room up (kvrail fence request)"),
+            now, out);
+  if (room.fencing) {
+    if (std::find(room.fence_waiters.begin(), room.fence_waiters.end(), request->session_id) ==
+        room.fence_waiters.end()) {
+      room.fence_waiters.push_back(request->session_id);
+    }
+    return;
+  }
+  AnswerFence(request->room, request->session_id, out);
+}
+
+void PrefillRooms::AnswerFence(uint64_t room, absl::string_view session_id,
+                               PrefillOutput& out) const {
+  auto registered = registrations_.find(session_id);
+  if (registered == registrations_.end()) return;  // gone meanwhile: nobody to answer
+  absl::StatusOr<std::vector<std::string>> frames = wire::BuildFencedAnswer(
+      {room, static_cast<uint32_t>(identity_.status_rank >= 0 ? identity_.status_rank
+                                                              : identity_.prefill_tp_rank)});
+  if (!frames.ok()) return;  // rooms and ranks here always fit
+  out.messages.push_back(OutboundMessage{registered->second->reply_endpoint, *std::move(frames)});
 }
 
 void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Time now,
@@ -435,6 +491,16 @@ void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Pr
 void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
                              PrefillOutput& out) {
   if (room.state == TransferPoll::kFailed) return;
+  if (room.transfer_in_flight) {
+    // Failed means fenced: the Failed goes out once the transfer layer says no write of the
+    // room can land any more (FinishFence).
+    if (!room.fencing) {
+      room.fencing = true;
+      room.failure_reason = std::move(reason);
+      out.fences.push_back(room_id);
+    }
+    return;
+  }
   if (!room.begun && !room.state.has_value() && room.destinations.empty()) room.first_seen = now;
   room.failure_reason = std::move(reason);
   for (const Destination& d : room.destinations) {
@@ -580,9 +646,13 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
         absl::StrCat("room ", room_id, " has no transfer in flight"));
   }
   Room& room = found->second;
-  room.transfer_in_flight = false;
   PrefillOutput out;
-  if (room.state == TransferPoll::kFailed) return out;  // aborted meanwhile; Failed was sent
+  if (room.fencing) {  // aborted meanwhile; everything landed, so it is fenced
+    FinishFence(room_id, room, now, out);
+    return out;
+  }
+  room.transfer_in_flight = false;
+  if (room.state == TransferPoll::kFailed) return out;
   for (const Destination& d : room.destinations) {
     if (d.peer->dummy) continue;
     SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kSuccess, room.ready->bootstrap_token,
@@ -597,14 +667,27 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
 PrefillOutput PrefillRooms::OnTransferFailed(uint64_t room_id, absl::string_view failed_session,
                                              absl::string_view reason, absl::Time now) {
   PrefillOutput out;
+  auto found = rooms_.find(room_id);
+  if (found != rooms_.end() && found->second.fencing) {
+    FinishFence(room_id, found->second, now, out);  // the abort's doing: nobody to blame
+    return out;
+  }
   if (!failed_session.empty() && options_.timeouts.failed_session_ttl > absl::ZeroDuration()) {
     quarantine_[failed_session] = now + options_.timeouts.failed_session_ttl;
   }
-  auto found = rooms_.find(room_id);
   if (found == rooms_.end()) return out;
   found->second.transfer_in_flight = false;
   AbortRoom(room_id, found->second, absl::StrCat("CachePD transfer failed: ", reason), now, out);
   return out;
+}
+
+void PrefillRooms::FinishFence(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out) {
+  room.transfer_in_flight = false;
+  room.fencing = false;
+  std::string reason = std::move(room.failure_reason);
+  AbortRoom(room_id, room, std::move(reason), now, out);
+  for (const std::string& session : room.fence_waiters) AnswerFence(room_id, session, out);
+  room.fence_waiters.clear();
 }
 
 PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, absl::Time now) {
@@ -698,6 +781,7 @@ std::optional<PrefillRoomView> PrefillRooms::Find(uint64_t room_id) const {
   view.begun = room.begun;
   view.ready = room.ready.has_value() || room.transfer_started;
   view.transfer_in_flight = room.transfer_in_flight;
+  view.fencing = room.fencing;
   return view;
 }
 

@@ -124,6 +124,11 @@ struct PrefillOutput {
   std::vector<OutboundMessage> messages;
   // Rooms whose copies may start now.
   std::vector<TransferWork> transfers;
+  // Rooms that failed while their transfer is in flight (or being prepared): stop it (cancel),
+  // and once no write of it can land any more report that with OnTransferFailed (or
+  // OnTransferDone if it had landed whole). Failed means fenced: until then the room stays in
+  // its state, and no Failed is sent or reported.
+  std::vector<uint64_t> fences;
   // Room state changes, in the order they happened (see each method for extra reports).
   std::vector<RoomEvent> events;
   // OnMessage only: why the peer message was refused, for the log (it names the frame, field
@@ -140,6 +145,7 @@ struct PrefillRoomView {
   bool begun = false;
   bool ready = false;
   bool transfer_in_flight = false;
+  bool fencing = false;  // failed; its Failed waits for the transfer's fence
 };
 
 class PrefillRooms {
@@ -162,6 +168,11 @@ class PrefillRooms {
   // so that its later pre-allocations can be answered with Failed. An identical
   // re-registration changes nothing; a different one follows PrefillOptions::
   // accept_restarted_peer. An accepted one clears the session's rejection and quarantine.
+  //
+  // A kvrail fence request (wire/fence.h: the decode gave the room up) fails the room, unless it
+  // already ended, and is answered on the requester's registered route once no write of the
+  // room can land any more: at once for a room that is unknown, ended or not yet moving, after
+  // the fence for one in flight. A request from an unknown session is only refused.
   //
   // Pre-allocation (§3.3): frames 0 and 1 are read first; when they are malformed the message
   // is only refused. Then, in this order, the manifest must parse, the session be registered,
@@ -200,20 +211,25 @@ class PrefillRooms {
 
   // --- transfer layer ---------------------------------------------------------------------
 
-  // Every copy of the room's TransferWork landed (flushed, "Success means landed"). Unless the
-  // room failed meanwhile, it becomes Success and each destination is sent Success with this
-  // rank, the token and the speculative ids (§1.4, §3.4); the destinations are dropped.
-  // Fails, changing nothing, when the room has no transfer in flight.
+  // Every copy of the room's TransferWork landed (flushed, "Success means landed"). A room that
+  // failed meanwhile (fences) is fenced by this and fails now. Otherwise it becomes Success and
+  // each destination is sent Success with this rank, the token and the speculative ids (§1.4,
+  // §3.4); the destinations are dropped. Fails, changing nothing, when the room has no transfer in
+  // flight.
   absl::StatusOr<PrefillOutput> OnTransferDone(uint64_t room, absl::Time now);
 
-  // A write failed. `failed_session` (may be empty) is quarantined for failed_session_ttl
-  // (§6.9, §7.4); the room fails and all its destinations are sent Failed. Unknown rooms only
-  // quarantine.
+  // The transfer ended without landing, and no write of it can land any more (the transfer
+  // layer fenced it). For a room that failed meanwhile (fences) this is its fence: it fails now
+  // with its first reason, and nobody is quarantined (the failure was the abort's). Otherwise a
+  // write failed: `failed_session` (may be empty) is quarantined for failed_session_ttl (§6.9,
+  // §7.4) and the room fails. Either way all its destinations are sent Failed. Unknown rooms
+  // only quarantine.
   PrefillOutput OnTransferFailed(uint64_t room, absl::string_view failed_session,
                                  absl::string_view reason, absl::Time now);
 
   // `abort_room` (§1.5): the room fails with `reason` and every non-dummy destination that has
-  // pre-allocated it is sent Failed; its destinations are dropped. An unknown room is recorded
+  // pre-allocated it is sent Failed; its destinations are dropped. A room whose transfer is in
+  // flight is fenced first (PrefillOutput::fences). An unknown room is recorded
   // as failed so that its late pre-allocations are answered with Failed. Failing a failed room
   // changes nothing (the first reason stays).
   PrefillOutput Abort(uint64_t room, absl::string_view reason, absl::Time now);
@@ -263,6 +279,9 @@ class PrefillRooms {
     std::optional<RoomReady> ready;
     bool transfer_started = false;
     bool transfer_in_flight = false;
+    bool fencing = false;  // failed while in flight: the Failed waits for the fence
+    // Decode sessions that asked for a fence of the room (wire/fence.h), answered once fenced.
+    std::vector<std::string> fence_waiters;
   };
   struct PlannerKey {
     int decode_tp_size;
@@ -280,6 +299,10 @@ class PrefillRooms {
 
   void OnRegistration(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
   void OnPreallocation(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
+  void OnFenceRequest(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
+  void AnswerFence(uint64_t room, absl::string_view session_id, PrefillOutput& out) const;
+  // The transfer of a fencing room can land no more: it fails now.
+  void FinishFence(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
   absl::StatusOr<std::shared_ptr<const DecodePeer>> Admit(const wire::ReplyRoute& route,
                                                           absl::Span<const std::string> frames);
   absl::StatusOr<std::shared_ptr<const plan::Planner>> PlannerFor(

@@ -13,6 +13,7 @@
 
 #include "control/error/error.h"
 #include "control/session/test_peers.h"
+#include "control/wire/fence.h"
 #include "control/wire/status.h"
 
 namespace kvrail::session {
@@ -244,19 +245,127 @@ TEST(PrefillRoomsTest, SourceManifestWithAnotherPromptWindowFailsTheRoom) {
   EXPECT_THAT(out->events[0].reason, HasSubstr("prompt window"));
 }
 
-TEST(PrefillRoomsTest, AbortDuringTheTransferSendsFailedAndSuppressesSuccess) {
+// Failed means fenced: an abort while the transfer is in flight asks for the fence, and the
+// Failed (frames and event) goes out only once the transfer layer reports it.
+TEST(PrefillRoomsTest, AbortDuringTheTransferWaitsForTheFenceBeforeSendingFailed) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   StartTransfer(rooms, 42);
-  PrefillOutput aborted = rooms.Abort(42, "scheduler gave up", kT0);
-  ASSERT_EQ(aborted.messages.size(), 2u);
-  EXPECT_EQ(ParsedStatus(aborted.messages[0]).status, 0);
-  EXPECT_EQ(ParsedStatus(aborted.messages[0]).bootstrap_token, -1);
+  PrefillOutput aborted = rooms.Abort(42, "the engine aborted", kT0);
+  EXPECT_THAT(aborted.fences, ElementsAre(42u));
+  EXPECT_TRUE(aborted.messages.empty());
+  EXPECT_TRUE(aborted.events.empty());
+  EXPECT_TRUE(rooms.Find(42)->fencing);
+  EXPECT_NE(rooms.State(42), TransferPoll::kFailed);
+  // A second abort asks nothing more.
+  EXPECT_TRUE(rooms.Abort(42, "again", kT0).fences.empty());
+
+  PrefillOutput fenced = rooms.OnTransferFailed(42, SessionOf(0), "cancelled", kT0);
+  ASSERT_EQ(fenced.messages.size(), 2u);
+  EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
+  EXPECT_EQ(ParsedStatus(fenced.messages[0]).bootstrap_token, -1);
+  ASSERT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(fenced.events[0].reason, "the engine aborted");
+  // The engine's abort is nobody's fault: no quarantine.
+  EXPECT_TRUE(rooms.QuarantinedSessions(kT0).empty());
+  EXPECT_FALSE(rooms.Find(42)->fencing);
+}
+
+TEST(PrefillRoomsTest, AnAbortedRoomWhoseTransferLandedAnywayFailsAtItsFence) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 42);
+  EXPECT_THAT(rooms.Abort(42, "scheduler gave up", kT0).fences, ElementsAre(42u));
   absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
   ASSERT_TRUE(done.ok());
-  EXPECT_TRUE(done->messages.empty());
+  ASSERT_EQ(done->messages.size(), 2u);
+  EXPECT_EQ(ParsedStatus(done->messages[0]).status, 0) << "Success after an abort";
   EXPECT_EQ(rooms.State(42), TransferPoll::kFailed);
   EXPECT_EQ(rooms.Find(42)->failure_reason, "scheduler gave up");
+}
+
+TEST(PrefillRoomsTest, ARestartedDecodeFencesItsRoomsInFlight) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 1);
+  PrefillOutput restarted =
+      rooms.OnMessage(RegistrationFrames(0, uint16_t{17100}, uint64_t{0x7f0000000000}), kT0);
+  EXPECT_THAT(restarted.fences, ElementsAre(1u));
+  EXPECT_TRUE(restarted.events.empty());
+  PrefillOutput fenced = rooms.OnTransferFailed(1, "", "cancelled", kT0);
+  ASSERT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(fenced.events[0].reason, HasSubstr("restarted"));
+  EXPECT_EQ(fenced.messages[0].endpoint, ReplyEndpointOf(0));  // the room's old route
+}
+
+std::vector<std::string> FenceRequestFrames(uint64_t room, int d) {
+  return wire::BuildFenceRequest({room, SessionOf(d)}).value();
+}
+
+bool IsFencedAnswerFor(const OutboundMessage& message, uint64_t room, int d) {
+  absl::StatusOr<wire::FencedAnswer> answer = wire::ParseFencedAnswer(message.frames);
+  return answer.ok() && answer->room == room && answer->prefill_rank == 0 &&
+         message.endpoint == ReplyEndpointOf(d);
+}
+
+TEST(PrefillRoomsTest, AFenceRequestForARoomInFlightIsAnsweredAfterItsFence) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 5);
+  PrefillOutput asked = rooms.OnMessage(FenceRequestFrames(5, 1), kT0);
+  EXPECT_TRUE(asked.rejected.ok()) << asked.rejected;
+  EXPECT_THAT(asked.fences, ElementsAre(5u));
+  EXPECT_TRUE(asked.messages.empty()) << "answered before the fence";
+  PrefillOutput fenced = rooms.OnTransferFailed(5, "", "cancelled", kT0);
+  ASSERT_EQ(fenced.messages.size(), 3u);  // Failed to both destinations, then the answer
+  EXPECT_TRUE(IsFencedAnswerFor(fenced.messages[2], 5, 1));
+  EXPECT_THAT(fenced.events[0].reason, HasSubstr("gave the room up"));
+  EXPECT_TRUE(rooms.QuarantinedSessions(kT0).empty());
+}
+
+TEST(PrefillRoomsTest, AFenceRequestForARoomNotMovingFailsItAndIsAnsweredAtOnce) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(6, kT0).ok());
+  Preallocate(rooms, 6, 0);
+  PrefillOutput asked = rooms.OnMessage(FenceRequestFrames(6, 0), kT0);
+  ASSERT_THAT(States(asked), ElementsAre(TransferPoll::kFailed));
+  ASSERT_EQ(asked.messages.size(), 2u);  // Failed to the pre-allocated destination, the answer
+  EXPECT_TRUE(IsFencedAnswerFor(asked.messages[1], 6, 0));
+  // The engine's Ready later starts nothing.
+  absl::StatusOr<PrefillOutput> ready = rooms.Ready(6, ReadyWith(1), kT0);
+  ASSERT_TRUE(ready.ok());
+  EXPECT_TRUE(ready->transfers.empty());
+}
+
+TEST(PrefillRoomsTest, AFenceRequestForAnUnknownOrEndedRoomIsAnsweredAtOnceAndMakesNoState) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  PrefillOutput unknown = rooms.OnMessage(FenceRequestFrames(77, 0), kT0);
+  ASSERT_EQ(unknown.messages.size(), 1u);
+  EXPECT_TRUE(IsFencedAnswerFor(unknown.messages[0], 77, 0));
+  EXPECT_FALSE(rooms.Find(77).has_value());
+  StartTransfer(rooms, 8);
+  ASSERT_TRUE(rooms.OnTransferDone(8, kT0).ok());
+  PrefillOutput ended = rooms.OnMessage(FenceRequestFrames(8, 1), kT0);
+  ASSERT_EQ(ended.messages.size(), 1u);
+  EXPECT_TRUE(IsFencedAnswerFor(ended.messages[0], 8, 1));
+  EXPECT_EQ(rooms.State(8), TransferPoll::kSuccess);
+}
+
+TEST(PrefillRoomsTest, AFenceRequestFromAnUnregisteredSessionOrMalformedIsOnlyRefused) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 9);
+  PrefillOutput stranger =
+      rooms.OnMessage(wire::BuildFenceRequest({9, "203.0.113.9:1"}).value(), kT0);
+  EXPECT_THAT(stranger.rejected.message(), HasSubstr("unregistered"));
+  EXPECT_TRUE(stranger.fences.empty());
+  EXPECT_TRUE(stranger.messages.empty());
+  std::vector<std::string> bad = FenceRequestFrames(9, 0);
+  bad[1] = "09";
+  EXPECT_THAT(rooms.OnMessage(bad, kT0).rejected.message(), HasSubstr("frame 1 (room)"));
+  EXPECT_FALSE(rooms.Find(9)->fencing);
 }
 
 TEST(PrefillRoomsTest, AFailedRoomKeepsItsFirstReason) {

@@ -1,0 +1,82 @@
+#include "control/wire/fence.h"
+
+#include "absl/strings/str_cat.h"
+#include "control/error/error.h"
+#include "control/wire/ascii_uint.h"
+#include "control/wire/limits.h"
+
+namespace kvrail::wire {
+namespace {
+
+constexpr size_t kFenceFrameCount = 3;
+
+bool HasMagic(absl::Span<const std::string> frames, absl::string_view magic) {
+  return !frames.empty() && frames[0] == magic;
+}
+
+absl::Status CheckShape(absl::Span<const std::string> frames, absl::string_view magic,
+                        absl::string_view what) {
+  if (frames.size() != kFenceFrameCount) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     absl::StrCat(what, ": got ", frames.size(), " frames, requires exactly 3"));
+  }
+  if (frames[0] != magic) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     absl::StrCat(what, " frame 0 is not the ", what, " magic"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsFenceRequest(absl::Span<const std::string> frames) {
+  return HasMagic(frames, kFenceRequestMagic);
+}
+
+bool IsFencedAnswer(absl::Span<const std::string> frames) { return HasMagic(frames, kFencedMagic); }
+
+absl::StatusOr<std::vector<std::string>> BuildFenceRequest(const FenceRequest& request) {
+  std::vector<std::string> frames = {std::string(kFenceRequestMagic), FormatUint(request.room),
+                                     request.session_id};
+  if (absl::Status valid = ParseFenceRequest(frames).status(); !valid.ok()) {
+    return AddContext(valid, "cannot build fence request");
+  }
+  return frames;
+}
+
+absl::StatusOr<FenceRequest> ParseFenceRequest(absl::Span<const std::string> frames) {
+  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kFenceRequestMagic, "fence request"));
+  FenceRequest request;
+  KVRAIL_ASSIGN_OR_RETURN(
+      request.room, ParseCanonicalUint(frames[1], 0, kMaxRoom, "fence request frame 1 (room)"));
+  if (frames[2].empty() || frames[2].size() > kMaxSessionIdBytes) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     absl::StrCat("fence request frame 2 (session id) has ", frames[2].size(),
+                                  " bytes, requires 1 to ", kMaxSessionIdBytes));
+  }
+  request.session_id = frames[2];
+  return request;
+}
+
+absl::StatusOr<std::vector<std::string>> BuildFencedAnswer(const FencedAnswer& answer) {
+  std::vector<std::string> frames = {std::string(kFencedMagic), FormatUint(answer.room),
+                                     FormatUint(answer.prefill_rank)};
+  if (absl::Status valid = ParseFencedAnswer(frames).status(); !valid.ok()) {
+    return AddContext(valid, "cannot build fence answer");
+  }
+  return frames;
+}
+
+absl::StatusOr<FencedAnswer> ParseFencedAnswer(absl::Span<const std::string> frames) {
+  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kFencedMagic, "fence answer"));
+  FencedAnswer answer;
+  KVRAIL_ASSIGN_OR_RETURN(
+      answer.room, ParseCanonicalUint(frames[1], 0, kMaxRoom, "fence answer frame 1 (room)"));
+  KVRAIL_ASSIGN_OR_RETURN(
+      const uint64_t rank,
+      ParseCanonicalUint(frames[2], 0, kMaxPrefillRank, "fence answer frame 2 (prefill rank)"));
+  answer.prefill_rank = static_cast<uint32_t>(rank);
+  return answer;
+}
+
+}  // namespace kvrail::wire
