@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "control/error/error.h"
 #include "control/plan/planner.h"
+#include "control/wire/fence.h"
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
@@ -65,6 +66,10 @@ absl::StatusOr<DecodeOutput> DecodeRooms::BeginRoom(uint64_t room_id,
   }
   if (rooms_.contains(room_id)) {
     return absl::AlreadyExistsError(absl::StrCat("room ", room_id, " is already tracked"));
+  }
+  if (fences_.contains(room_id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("room ", room_id, " failed earlier and its pages are still held by a fence"));
   }
   Room& room = rooms_[room_id];
   room.bootstrap_address = Owned(bootstrap_address);
@@ -174,6 +179,10 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnAllocated(uint64_t room_id,
 
 DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::Time now) {
   DecodeOutput out;
+  if (wire::IsFencedAnswer(frames)) {
+    OnFencedAnswer(frames, now, out);
+    return out;
+  }
   absl::StatusOr<wire::StatusMessage> parsed =
       options_.lenient_status ? wire::ParseStatusLenient(frames) : wire::ParseStatus(frames);
   if (!parsed.ok()) {
@@ -190,14 +199,14 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
   switch (parsed->status) {
     case TransferPollCode(TransferPoll::kSuccess):
       OnSuccess(parsed->room, room, parsed->prefill_rank, parsed->bootstrap_token,
-                std::move(parsed->spec_candidate_ids), out);
+                std::move(parsed->spec_candidate_ids), now, out);
       break;
     case TransferPollCode(TransferPoll::kFailed):
       FailRoom(parsed->room, room,
                absl::StrCat("Failed to get kvcache from prefill instance, it might be dead "
                             "(prefill TP rank ",
                             parsed->prefill_rank, " reported Failed)"),
-               out);
+               now, out);
       break;
     default: {
       // §3.4 item 4: merged by the update rule, unvalidated, as the reference does.
@@ -215,14 +224,40 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
   return out;
 }
 
+void DecodeRooms::OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now,
+                                 DecodeOutput& out) {
+  absl::StatusOr<wire::FencedAnswer> answer = wire::ParseFencedAnswer(frames);
+  if (!answer.ok()) {
+    out.rejected = AddContext(answer.status(), "fence answer dropped");
+    return;
+  }
+  auto found = fences_.find(answer->room);
+  if (found == fences_.end()) {
+    out.rejected = absl::NotFoundError(
+        absl::StrCat("fence answer for room ", answer->room, " whose pages are not held: ignored"));
+    return;
+  }
+  std::vector<PrefillTarget>& pending = found->second.pending;
+  const int rank = static_cast<int>(answer->prefill_rank);
+  pending.erase(std::remove_if(pending.begin(), pending.end(),
+                               [rank](const PrefillTarget& t) { return t.rank == rank; }),
+                pending.end());
+  if (!pending.empty()) return;
+  out.releases.push_back(PagesRelease{answer->room, true,
+                                      "every prefill rank that may write the room fenced it",
+                                      now - found->second.started});
+  fences_.erase(found);
+}
+
 void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
-                            std::optional<std::vector<int32_t>> spec_ids, DecodeOutput& out) {
+                            std::optional<std::vector<int32_t>> spec_ids, absl::Time now,
+                            DecodeOutput& out) {
   if (!room.routed) {
     FailRoom(room_id, room,
              absl::StrCat("Received KV completion before its transfer route was registered "
                           "(from prefill TP rank ",
                           rank, ")"),
-             out);
+             now, out);
     return;
   }
   const int sender = static_cast<int>(rank);
@@ -231,7 +266,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
     FailRoom(room_id, room,
              absl::StrCat("Received KV completion from an unexpected Prefill TP rank ", rank,
                           " (expected ", RankList(room.expected), ")"),
-             out);
+             now, out);
     return;
   }
   auto at = std::lower_bound(room.responders.begin(), room.responders.end(), sender);
@@ -248,7 +283,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
     FailRoom(room_id, room,
              absl::StrCat("KV completion set ", RankList(room.responders),
                           " differs from the expected Prefill TP ranks ", RankList(room.expected)),
-             out);
+             now, out);
     return;
   }
   if (!room.published) {
@@ -262,7 +297,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
 DecodeOutput DecodeRooms::Fail(uint64_t room_id, absl::string_view reason, absl::Time now) {
   DecodeOutput out;
   auto found = rooms_.find(room_id);
-  if (found != rooms_.end()) FailRoom(room_id, found->second, Owned(reason), out);
+  if (found != rooms_.end()) FailRoom(room_id, found->second, Owned(reason), now, out);
   return out;
 }
 
@@ -276,6 +311,26 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
       expired.push_back(id);
     }
   }
+  std::vector<uint64_t> unanswered;
+  for (const auto& [id, fence] : fences_) {
+    if (now - fence.started >= options_.fence_wait) unanswered.push_back(id);
+  }
+  std::sort(unanswered.begin(), unanswered.end());
+  for (uint64_t id : unanswered) {
+    const Fence& fence = fences_[id];
+    std::vector<std::string> names;
+    for (const PrefillTarget& t : fence.pending) {
+      names.push_back(absl::StrCat("prefill rank ", t.rank, " at ", t.endpoint));
+    }
+    out.releases.push_back(PagesRelease{
+        id, false,
+        absl::StrCat(absl::StrJoin(names, ", "), " did not answer the fence request within ",
+                     absl::FormatDuration(options_.fence_wait),
+                     " (not a kvrail peer, or gone or unreachable): the pages are not provably "
+                     "safe from its late writes"),
+        now - fence.started});
+    fences_.erase(id);
+  }
   std::sort(expired.begin(), expired.end());
   for (uint64_t id : expired) {
     Room& room = rooms_[id];
@@ -285,7 +340,7 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
                      RankList(room.expected), " after ",
                      absl::FormatDuration(now - room.waiting_since), " (limit ",
                      absl::FormatDuration(options_.timeouts.waiting_timeout), ", CACHEPD §7.4)"),
-        out);
+        now, out);
   }
   return out;
 }
@@ -314,7 +369,7 @@ DecodeOutput DecodeRooms::OnHealth(absl::string_view bootstrap_address, bool ok,
     FailRoom(id, rooms_[id],
              absl::StrCat("prefill node ", address, " declared dead after ", failures,
                           " consecutive failed /health probes (CACHEPD §1.6)"),
-             out);
+             now, out);
   }
   out.dead_prefills.push_back(address);
   return out;
@@ -337,17 +392,39 @@ void DecodeRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Dec
   ReportCurrent(room_id, room, out);
 }
 
-void DecodeRooms::FailRoom(uint64_t room_id, Room& room, std::string reason, DecodeOutput& out) {
+void DecodeRooms::FailRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
+                           DecodeOutput& out) {
   if (room.state == TransferPoll::kFailed) return;
   room.failure_reason = std::move(reason);
+  // Failed means fenced: every rank of E_d that got a pre-allocation and has not sent Success
+  // may still be writing the pages (Z_d ranks never write).
+  Fence fence;
+  fence.started = now;
+  if (room.preallocated) {
+    for (const PrefillTarget& target : room.targets) {
+      if (std::binary_search(room.expected.begin(), room.expected.end(), target.rank) &&
+          !std::binary_search(room.responders.begin(), room.responders.end(), target.rank)) {
+        fence.pending.push_back(target);
+      }
+    }
+  }
+  for (const PrefillTarget& target : fence.pending) {
+    absl::StatusOr<std::vector<std::string>> frames =
+        wire::BuildFenceRequest({room_id, identity_.session_id});
+    if (frames.ok()) out.messages.push_back(OutboundMessage{target.endpoint, *std::move(frames)});
+  }
+  if (!fence.pending.empty()) fences_[room_id] = std::move(fence);
   SetState(room_id, room, TransferPoll::kFailed, out);
 }
 
-void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) {
+void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) const {
   RoomEvent event;
   event.room = room_id;
   event.state = room.state;
-  if (room.state == TransferPoll::kFailed) event.reason = room.failure_reason;
+  if (room.state == TransferPoll::kFailed) {
+    event.reason = room.failure_reason;
+    event.pages = fences_.count(room_id) > 0 ? Pages::kHeld : Pages::kReusable;
+  }
   if (room.state == TransferPoll::kSuccess) {
     event.bootstrap_token = room.token.value_or(wire::kNoBootstrapToken);
     event.spec_candidate_ids = room.spec_ids;

@@ -49,6 +49,9 @@ struct DecodeOptions {
   // Read status frames as the reference does (wire::ParseStatusLenient: signs, spaces,
   // leading zeros, '_', 3 or 4 frames) instead of strictly (wire::ParseStatus).
   bool lenient_status = false;
+  // How long a failed room's pages wait for every prefill rank that may write them to answer
+  // its fence request (wire/fence.h) before they are released as not provably safe.
+  absl::Duration fence_wait = absl::Seconds(10);
 };
 
 // A prefill rank of the room's route and where its PULL socket is (from GET /route, §2.2).
@@ -73,6 +76,8 @@ struct DecodeOutput {
   // OnHealth only: bootstrap addresses just declared dead. Drop whatever is cached for them
   // (the parallel information of §2.3); their peer sets are already forgotten here.
   std::vector<std::string> dead_prefills;
+  // Rooms that failed with Pages::kHeld whose pages are the engine's again.
+  std::vector<PagesRelease> releases;
   // OnMessage only: why the status message was dropped or ignored, for the log. OK when it
   // was applied. A dropped message never touches any room.
   absl::Status rejected;
@@ -129,14 +134,23 @@ class DecodeRooms {
   // for an untracked room is ignored. Success from a rank of E_d counts once; from outside E_d,
   // or before the route, it fails the room. The room succeeds when the responders equal E_d
   // exactly; its event carries the token and the ids from the first Success carrying each.
-  // Failed fails the room. Other codes are merged by the update rule (§7.1).
+  // Failed fails the room. Other codes are merged by the update rule (§7.1). A kvrail fence
+  // answer (wire/fence.h) counts its rank as fenced for a room whose pages are held.
+  //
+  // Failed means fenced, on this side too: a room that fails after its pre-allocations went out
+  // is reported with Pages::kHeld, unless every rank of E_d already sent Success, and every
+  // rank of E_d that has not is sent a fence request. The pages are released (releases) once
+  // all of them answered, or unproven after fence_wait (Tick). A room that fails earlier, or a
+  // Success, is reported with Pages::kReusable. CachePD has no such message (§1.5): only a
+  // kvrail prefill answers; a tokenspeed one drops the request (§3.2.1).
   DecodeOutput OnMessage(absl::Span<const std::string> frames, absl::Time now);
 
   // A decode-local failure (§1.5 item 2: the bootstrap HTTP requests failed, a send failed,
   // ...). Unknown rooms are ignored; a failed room keeps its first reason.
   DecodeOutput Fail(uint64_t room, absl::string_view reason, absl::Time now);
 
-  // Fails every room that has been waiting for its Success messages for waiting_timeout.
+  // Fails every room that has been waiting for its Success messages for waiting_timeout, and
+  // releases, as not provably safe, the pages of rooms whose fence wait ran out.
   DecodeOutput Tick(absl::Time now);
 
   // The result of one /health probe of `bootstrap_address` (§1.6). A success resets the
@@ -145,7 +159,8 @@ class DecodeRooms {
   // it that has not reached Success fails, and the address is reported in dead_prefills.
   DecodeOutput OnHealth(absl::string_view bootstrap_address, bool ok, absl::Time now);
 
-  // Forgets the room (after the engine has seen its final state, §1.3 D11).
+  // Forgets the room (after the engine has seen its final state, §1.3 D11). A fence still
+  // waiting for answers stays until it is released.
   void Free(uint64_t room);
 
   // Forgets every registered peer set of `bootstrap_address`, so that the next room
@@ -157,6 +172,8 @@ class DecodeRooms {
   std::optional<TransferPoll> State(uint64_t room) const;
   std::optional<DecodeRoomView> Find(uint64_t room) const;
   size_t room_count() const { return rooms_.size(); }
+  // Rooms whose pages wait for fence answers.
+  size_t fence_count() const { return fences_.size(); }
   // The bootstrap addresses to probe: those of tracked rooms and registered peer sets, sorted.
   std::vector<std::string> BootstrapAddresses() const;
   // Whether a registration was sent for this peer set (§1.3 D5 cache key).
@@ -183,21 +200,29 @@ class DecodeRooms {
     std::optional<std::vector<int32_t>> spec_ids;
     absl::Time waiting_since;
   };
+  // A failed room's pages, held until every rank that may write them answered its fence.
+  struct Fence {
+    std::vector<PrefillTarget> pending;  // ascending rank
+    absl::Time started;
+  };
   // (bootstrap address, DP group, comma list of T_d): the reference's registration cache key.
   using PeerSetKey = std::tuple<std::string, int, std::string>;
 
   DecodeRooms(DecodeIdentity identity, DecodeOptions options, std::vector<std::string> frames);
 
   void SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out);
-  void FailRoom(uint64_t room_id, Room& room, std::string reason, DecodeOutput& out);
+  void OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now, DecodeOutput& out);
+  void FailRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
+                DecodeOutput& out);
   void OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
-                 std::optional<std::vector<int32_t>> spec_ids, DecodeOutput& out);
-  static void ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out);
+                 std::optional<std::vector<int32_t>> spec_ids, absl::Time now, DecodeOutput& out);
+  void ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) const;
 
   DecodeIdentity identity_;
   DecodeOptions options_;
   std::vector<std::string> registration_frames_;
   absl::flat_hash_map<uint64_t, Room> rooms_;
+  absl::flat_hash_map<uint64_t, Fence> fences_;
   std::set<PeerSetKey> registered_;
   absl::flat_hash_map<std::string, int> health_failures_;  // bootstrap address -> count
 };

@@ -14,6 +14,7 @@
 
 #include "control/error/error.h"
 #include "control/session/test_peers.h"
+#include "control/wire/fence.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 
@@ -408,6 +409,100 @@ TEST(DecodeRoomsTest, RandomStatusSequencesAreForwardOnlyAndExact) {
       previous = state;
     }
   }
+}
+
+// --- Failed means fenced, on the decode side -------------------------------------------------
+
+std::vector<std::string> FenceTargets(const DecodeOutput& out, uint64_t room) {
+  std::vector<std::string> endpoints;
+  for (const OutboundMessage& m : out.messages) {
+    absl::StatusOr<wire::FenceRequest> request = wire::ParseFenceRequest(m.frames);
+    if (request.ok() && request->room == room) {
+      EXPECT_EQ(request->session_id, "10.2.0.1:16000");
+      endpoints.push_back(m.endpoint);
+    }
+  }
+  return endpoints;
+}
+
+DecodeOutput Fenced(DecodeRooms& rooms, uint64_t room, int rank, absl::Time now = kT0) {
+  return rooms.OnMessage(wire::BuildFencedAnswer({room, static_cast<uint32_t>(rank)}).value(), now);
+}
+
+TEST(DecodeRoomsTest, ARoomThatFailsBeforeItsPreallocationsHasReusablePages) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(1, kPrefillA, kT0).ok());
+  DecodeOutput failed = rooms.Fail(1, "the engine aborted", kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].pages, Pages::kReusable);
+  EXPECT_TRUE(failed.messages.empty());
+  EXPECT_EQ(rooms.fence_count(), 0u);
+}
+
+TEST(DecodeRoomsTest, AnAbortAfterThePreallocationsHoldsThePagesUntilEveryWriterFenced) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 2, {0, 1});
+  DecodeOutput failed = rooms.Fail(2, "the engine aborted", kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].pages, Pages::kHeld);
+  EXPECT_THAT(FenceTargets(failed, 2), ElementsAre(PrefillEndpoint(0), PrefillEndpoint(1)));
+  rooms.Free(2);  // the engine saw Failed; the fence stays
+  EXPECT_TRUE(Fenced(rooms, 2, 0).releases.empty());
+  EXPECT_TRUE(Fenced(rooms, 2, 0).releases.empty()) << "a repeated answer counts once";
+  DecodeOutput last = Fenced(rooms, 2, 1, kT0 + absl::Milliseconds(40));
+  ASSERT_EQ(last.releases.size(), 1u);
+  EXPECT_EQ(last.releases[0].room, 2u);
+  EXPECT_TRUE(last.releases[0].proven);
+  EXPECT_EQ(last.releases[0].waited, absl::Milliseconds(40));
+  EXPECT_EQ(rooms.fence_count(), 0u);
+  EXPECT_FALSE(Fenced(rooms, 2, 1).rejected.ok()) << "an answer for pages not held";
+}
+
+TEST(DecodeRoomsTest, RanksThatSentSuccessNeedNoFence) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 3, {0, 1});
+  ASSERT_TRUE(rooms.OnMessage(StatusFrames(3, 5, 0), kT0).rejected.ok());
+  DecodeOutput failed = rooms.OnMessage(StatusFrames(3, 0, 1), kT0);  // rank 1 reports Failed
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(FenceTargets(failed, 3), ElementsAre(PrefillEndpoint(1)));
+  EXPECT_TRUE(Fenced(rooms, 3, 1).releases.at(0).proven);
+}
+
+TEST(DecodeRoomsTest, UnansweredFencesReleaseThePagesAsUnprovenAfterTheWait) {
+  DecodeOptions options;
+  options.fence_wait = absl::Seconds(2);
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 4, {0, 1});
+  ASSERT_EQ(rooms.Fail(4, "client went away", kT0).events.at(0).pages, Pages::kHeld);
+  Fenced(rooms, 4, 0);
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(1)).releases.empty());
+  DecodeOutput late = rooms.Tick(kT0 + absl::Seconds(2));
+  ASSERT_EQ(late.releases.size(), 1u);
+  EXPECT_FALSE(late.releases[0].proven);
+  EXPECT_THAT(late.releases[0].reason, HasSubstr("prefill rank 1 at " + PrefillEndpoint(1)));
+  EXPECT_THAT(late.releases[0].reason, HasSubstr("not provably safe"));
+  EXPECT_EQ(late.releases[0].waited, absl::Seconds(2));
+  EXPECT_EQ(rooms.fence_count(), 0u);
+}
+
+TEST(DecodeRoomsTest, AWaitingTimeoutFencesToo) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 5, {0});
+  DecodeOutput expired = rooms.Tick(kT0 + absl::Seconds(300));
+  ASSERT_THAT(States(expired), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(expired.events[0].pages, Pages::kHeld);
+  EXPECT_THAT(FenceTargets(expired, 5), ElementsAre(PrefillEndpoint(0)));
+}
+
+TEST(DecodeRoomsTest, ARoomWhosePagesAreHeldCannotBeBegunAgain) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 6, {0});
+  rooms.Fail(6, "aborted", kT0);
+  rooms.Free(6);
+  EXPECT_EQ(rooms.BeginRoom(6, kPrefillA, kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  Fenced(rooms, 6, 0);
+  EXPECT_TRUE(rooms.BeginRoom(6, kPrefillA, kT0).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "control/session/transfer_poll.h"
 
 namespace kvrail::session {
@@ -17,6 +18,14 @@ namespace kvrail::session {
 struct OutboundMessage {
   std::string endpoint;
   std::vector<std::string> frames;
+};
+
+// What a decode engine may do with a room's pages once the room ended (docs/ENGINE-API.md,
+// "When pages are safe").
+enum class Pages {
+  kUnspecified,  // not a decode room's end
+  kReusable,     // no prefill rank can write them any more: reuse them now
+  kHeld,         // a prefill rank may still write them: wait for the room's PagesRelease
 };
 
 // A room's state changed to `state`.
@@ -29,6 +38,19 @@ struct RoomEvent {
   // that carried each (CACHEPD §1.4); -1 and nullopt when none did.
   int64_t bootstrap_token = -1;
   std::optional<std::vector<int32_t>> spec_candidate_ids;
+  // Decode kFailed: whether the pages may be reused now.
+  Pages pages = Pages::kUnspecified;
+};
+
+// Decode: the pages of a room that failed with Pages::kHeld are the engine's again.
+struct PagesRelease {
+  uint64_t room = 0;
+  // Every prefill rank that may have written the room answered its fence: no write of it can
+  // land any more. False: some did not answer within the fence wait (a peer that is not kvrail,
+  // or one that is gone or unreachable), and `reason` names them: not provably safe.
+  bool proven = false;
+  std::string reason;
+  absl::Duration waited;
 };
 
 }  // namespace kvrail::session
