@@ -3,16 +3,25 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "control/error/error.h"
 
 namespace kvrail::transfer {
 
 PeerDirectory::PeerDirectory(transport::Transport* transport,
-                             transport::DescriptorCache* descriptors)
-    : transport_(transport), descriptors_(descriptors) {}
+                             transport::DescriptorCache* descriptors, PeerDirectoryOptions options)
+    : transport_(transport), descriptors_(descriptors), options_(options) {}
 
 absl::StatusOr<PeerLink> PeerDirectory::ConnectLocked(const std::string& session_id,
                                                       const v1::HandshakeDescriptor& descriptor) {
+  KVRAIL_ASSIGN_OR_RETURN(PeerLink link, Dial(session_id, descriptor));
+  links_[session_id] = link;
+  ++connects_;
+  return link;
+}
+
+absl::StatusOr<PeerLink> PeerDirectory::Dial(const std::string& session_id,
+                                             const v1::HandshakeDescriptor& descriptor) {
   const std::string context = absl::StrCat("data-plane peer ", session_id);
   absl::StatusOr<transport::RemoteRegions> regions =
       transport::RemoteRegions::FromDescriptor(descriptor);
@@ -24,8 +33,6 @@ absl::StatusOr<PeerLink> PeerDirectory::ConnectLocked(const std::string& session
   link.peer = *peer;
   link.version = descriptor.version();
   link.regions = std::make_shared<const transport::RemoteRegions>(*std::move(regions));
-  links_[session_id] = link;
-  ++connects_;
   return link;
 }
 
@@ -34,14 +41,40 @@ absl::StatusOr<PeerLink> PeerDirectory::Get(const std::string& session_id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = links_.find(session_id);
     if (it != links_.end()) return it->second;
+    auto failed = failures_.find(session_id);
+    if (failed != failures_.end()) {
+      if (absl::Now() < failed->second.until) return failed->second.status;
+      failures_.erase(failed);
+    }
   }
-  // The fetch may take a while: not under the lock.
-  KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const v1::HandshakeDescriptor> descriptor,
-                          descriptors_->Get(session_id));
-  std::lock_guard<std::mutex> lock(mu_);
+  // The fetch and the connect may take a while (a peer that does not answer costs its
+  // timeout): not under the lock, so other sessions' lookups go on.
+  absl::StatusOr<PeerLink> dialed = [&]() -> absl::StatusOr<PeerLink> {
+    KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const v1::HandshakeDescriptor> descriptor,
+                            descriptors_->Get(session_id));
+    return Dial(session_id, *descriptor);
+  }();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!dialed.ok()) {
+    if (options_.retry_after > absl::ZeroDuration()) {
+      failures_[session_id] = Failure{
+          AddContext(dialed.status(),
+                     absl::StrCat("(remembered for ", absl::FormatDuration(options_.retry_after),
+                                  " after it failed)")),
+          absl::Now() + options_.retry_after};
+    }
+    return dialed.status();
+  }
   auto it = links_.find(session_id);
-  if (it != links_.end()) return it->second;  // another thread connected meanwhile
-  return ConnectLocked(session_id, *descriptor);
+  if (it != links_.end()) {  // another thread connected meanwhile: keep that one
+    const PeerLink kept = it->second;
+    lock.unlock();
+    (void)transport_->Disconnect(dialed->peer);
+    return kept;
+  }
+  links_[session_id] = *dialed;
+  ++connects_;
+  return *dialed;
 }
 
 absl::StatusOr<PeerLink> PeerDirectory::Refresh(const std::string& session_id,
@@ -66,12 +99,25 @@ absl::StatusOr<PeerLink> PeerDirectory::Refresh(const std::string& session_id,
 }
 
 void PeerDirectory::Drop(const std::string& session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = links_.find(session_id);
-  if (it == links_.end()) return;
-  (void)transport_->Disconnect(it->second.peer);
-  links_.erase(it);
+  PeerLink dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failures_.erase(session_id);
+    auto it = links_.find(session_id);
+    if (it == links_.end()) {
+      descriptors_->Invalidate(session_id);
+      return;
+    }
+    dropped = it->second;
+    links_.erase(it);
+  }
+  (void)transport_->Disconnect(dropped.peer);  // NotFound if the scheduler disconnected it
   descriptors_->Invalidate(session_id);
+}
+
+size_t PeerDirectory::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return links_.size();
 }
 
 uint64_t PeerDirectory::connects() const {

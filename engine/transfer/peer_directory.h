@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/handshake/handshake.h"
 #include "engine/transport/transport.h"
@@ -26,13 +27,23 @@ struct PeerLink {
   std::shared_ptr<const transport::RemoteRegions> regions;
 };
 
+struct PeerDirectoryOptions {
+  // After a session's fetch or connect failed, Get answers with that failure at once for this
+  // long instead of trying again: rooms queued behind a dead peer fail at once, not one
+  // handshake timeout each. Zero remembers nothing.
+  absl::Duration retry_after = absl::Seconds(2);
+};
+
 class PeerDirectory {
  public:
   // Neither is owned; both must outlive the directory.
-  PeerDirectory(transport::Transport* transport, transport::DescriptorCache* descriptors);
+  PeerDirectory(transport::Transport* transport, transport::DescriptorCache* descriptors,
+                PeerDirectoryOptions options = {});
 
-  // The link to `session_id`, fetching and connecting on first use. Errors name the session:
-  // the fetch's (DeadlineExceeded when nobody answers) or the Connect's.
+  // The link to `session_id`, fetching and connecting on first use; both run without the
+  // directory's lock, so a peer that does not answer delays only its own callers. Errors name
+  // the session: the fetch's (DeadlineExceeded when nobody answers) or the Connect's, and for
+  // retry_after after one, the same error at once.
   absl::StatusOr<PeerLink> Get(const std::string& session_id);
 
   // Fetches the descriptor again. When its version differs from the connected one, or
@@ -40,8 +51,12 @@ class PeerDirectory {
   // Cancelled) and connects anew. Returns the link in force afterwards.
   absl::StatusOr<PeerLink> Refresh(const std::string& session_id, bool connection_failed = false);
 
-  // Disconnects and forgets `session_id` (its decode sidecar went away). No-op when unknown.
+  // Disconnects and forgets `session_id` (its decode sidecar went away, or its connection
+  // failed), and forgets its descriptor and any remembered failure. No-op when unknown.
   void Drop(const std::string& session_id);
+
+  // Sessions connected.
+  size_t size() const;
 
   // Connects made so far (first connections and reconnections).
   uint64_t connects() const;
@@ -49,11 +64,20 @@ class PeerDirectory {
  private:
   absl::StatusOr<PeerLink> ConnectLocked(const std::string& session_id,
                                          const v1::HandshakeDescriptor& descriptor);
+  // Connects to `descriptor`; takes no lock of the directory's.
+  absl::StatusOr<PeerLink> Dial(const std::string& session_id,
+                                const v1::HandshakeDescriptor& descriptor);
 
   transport::Transport* transport_;
   transport::DescriptorCache* descriptors_;
+  const PeerDirectoryOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, PeerLink> links_;
+  struct Failure {
+    absl::Status status;
+    absl::Time until;
+  };
+  std::map<std::string, Failure> failures_;
   uint64_t connects_ = 0;
 };
 

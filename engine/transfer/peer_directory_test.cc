@@ -71,10 +71,10 @@ TEST(PeerDirectoryTest, RefreshReconnectsOnlyWhenTheVersionChangedOrTheLinkFaile
   EXPECT_EQ(directory.connects(), 3u);
 }
 
-TEST(PeerDirectoryTest, AnUnreachableSessionFailsNamingItAndIsRetriedNextTime) {
+TEST(PeerDirectoryTest, AnUnreachableSessionFailsNamingItAndIsRetriedAfterRetryAfter) {
   Fixture f;
   DescriptorCache quick(absl::Milliseconds(200));
-  PeerDirectory directory(f.sender.get(), &quick);
+  PeerDirectory directory(f.sender.get(), &quick, {.retry_after = absl::Milliseconds(100)});
   const std::string session = f.server->session_id();
   f.server->Stop();
   auto link = directory.Get(session);
@@ -83,6 +83,7 @@ TEST(PeerDirectoryTest, AnUnreachableSessionFailsNamingItAndIsRetriedNextTime) {
   f.server = HandshakeServer::Start("127.0.0.1", f.server->port(), [&] {
                return f.receiver->LocalDescriptor();
              }).value();
+  absl::SleepFor(absl::Milliseconds(150));
   EXPECT_TRUE(directory.Get(session).ok());
 }
 
@@ -97,6 +98,28 @@ TEST(PeerDirectoryTest, DropDisconnectsAndForgets) {
   EXPECT_NE(again->peer, link.peer);
   EXPECT_EQ(f.cache.fetches(), 2u);
   directory.Drop("10.9.9.9:1");  // unknown: no-op
+}
+
+// A dead peer costs its handshake timeout once; rooms queued behind it fail at once, and the
+// failure is forgotten after retry_after or a Drop.
+TEST(PeerDirectoryTest, AFailedHandshakeIsAnsweredAtOnceUntilRetryAfter) {
+  Fixture f;
+  int fetches = 0;
+  DescriptorCache cache(absl::Seconds(5), [&](absl::string_view session) {
+    ++fetches;
+    return absl::StatusOr<v1::HandshakeDescriptor>(
+        absl::DeadlineExceededError(absl::StrCat("nobody answered at ", session)));
+  });
+  PeerDirectory directory(f.sender.get(), &cache, {.retry_after = absl::Hours(1)});
+  EXPECT_EQ(directory.Get("127.0.0.1:1").status().code(), absl::StatusCode::kDeadlineExceeded);
+  const absl::Status again = directory.Get("127.0.0.1:1").status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(again.message().find("remembered"), std::string::npos) << again;
+  EXPECT_EQ(fetches, 1);
+  directory.Drop("127.0.0.1:1");
+  (void)directory.Get("127.0.0.1:1");
+  EXPECT_EQ(fetches, 2);
+  EXPECT_EQ(directory.size(), 0u);
 }
 
 }  // namespace

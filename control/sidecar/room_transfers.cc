@@ -1,0 +1,112 @@
+#include "control/sidecar/room_transfers.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvrail::sidecar {
+
+uint64_t RoomTransfers::Begin(uint64_t room_id, uint64_t bytes, absl::Time now) {
+  Room& room = rooms_[room_id];
+  for (uint64_t id : room.ids) owners_.erase(id);
+  room = Room();
+  room.generation = next_generation_++;
+  room.bytes = bytes;
+  room.started = now;
+  return room.generation;
+}
+
+std::optional<std::vector<uint64_t>> RoomTransfers::Prepared(
+    uint64_t room_id, uint64_t generation, const std::vector<std::string>& sessions,
+    uint64_t copies, absl::Time now, TransferActions& actions) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || found->second.generation != generation) return std::nullopt;
+  Room& room = found->second;
+  room.copies = copies;
+  if (room.phase == TransferPhase::kFailing || sessions.empty()) {
+    // Failed while it was prepared (nothing was submitted), or nothing to move: it ends here.
+    EndLocked(room_id, room, now, actions);
+    return std::nullopt;
+  }
+  room.phase = TransferPhase::kPosting;
+  for (const std::string& session : sessions) {
+    const uint64_t id = next_transfer_id_++;
+    room.ids.push_back(id);
+    owners_[id] = Owner{room_id, session};
+  }
+  return room.ids;
+}
+
+TransferActions RoomTransfers::Submitted(uint64_t room_id, uint64_t generation) {
+  TransferActions actions;
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || found->second.generation != generation) return actions;
+  if (found->second.phase == TransferPhase::kFailing) actions.cancel = found->second.ids;
+  return actions;
+}
+
+TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::string blame,
+                                    absl::Time now) {
+  TransferActions actions;
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return actions;
+  Room& room = found->second;
+  if (room.phase != TransferPhase::kFailing) {
+    room.phase = TransferPhase::kFailing;
+    room.reason = std::move(reason);
+    room.blame = std::move(blame);
+  }
+  if (room.ids.empty()) {
+    EndLocked(room_id, room, now, actions);  // preparing: it will submit nothing
+    return actions;
+  }
+  actions.cancel = room.ids;
+  return actions;
+}
+
+TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status& status,
+                                       const std::string& blame, absl::Time now) {
+  TransferActions actions;
+  auto owner = owners_.find(transfer_id);
+  if (owner == owners_.end()) return actions;
+  const uint64_t room_id = owner->second.room;
+  owners_.erase(owner);
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return actions;
+  Room& room = found->second;
+  room.ids.erase(std::remove(room.ids.begin(), room.ids.end(), transfer_id), room.ids.end());
+  if (!status.ok() && room.phase != TransferPhase::kFailing) {
+    room.phase = TransferPhase::kFailing;
+    room.reason = status.ToString();
+    room.blame = blame;
+    actions.cancel = room.ids;  // the siblings stop too
+  }
+  if (room.ids.empty()) EndLocked(room_id, room, now, actions);
+  return actions;
+}
+
+void RoomTransfers::EndLocked(uint64_t room_id, Room& room, absl::Time now,
+                              TransferActions& actions) {
+  TransferActions::Ended ended;
+  ended.landed = room.phase != TransferPhase::kFailing;
+  ended.reason = std::move(room.reason);
+  ended.blame = std::move(room.blame);
+  ended.bytes = room.bytes;
+  ended.copies = room.copies;
+  ended.elapsed = now - room.started;
+  actions.ended = std::move(ended);
+  for (uint64_t id : room.ids) owners_.erase(id);
+  rooms_.erase(room_id);
+}
+
+std::string RoomTransfers::SessionOf(uint64_t transfer_id) const {
+  auto found = owners_.find(transfer_id);
+  return found == owners_.end() ? std::string() : found->second.session;
+}
+
+std::optional<TransferPhase> RoomTransfers::Phase(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  return found->second.phase;
+}
+
+}  // namespace kvrail::sidecar

@@ -1,0 +1,112 @@
+// The data-plane transfers of the prefill rooms in flight on one sidecar: their one owner and
+// their lifecycle (docs/ARCHITECTURE.md, "Failed means fenced"):
+//
+//   preparing --(every destination prepared)--> posting --(every transfer landed)--> landed
+//       |                                          |
+//       +--(abort, a failed destination)-----------+--> failing --(every transfer fenced)--> fenced
+//
+// A room's transfers are its writes to each decode destination (one scheduler transfer each).
+// A room ends (landed or fenced) only when no transfer of it can write any more: nothing was
+// submitted, or every submitted transfer has reported its outcome (the scheduler reports a
+// failure only once fenced). A generation per preparation makes late work harmless: a
+// preparation that finishes after its room failed submits nothing.
+//
+// Not thread-safe, and never calls out: the sidecar's lock guards it, and the caller does what
+// each call returns (submit, cancel) after releasing that lock.
+#ifndef KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
+#define KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace kvrail::sidecar {
+
+enum class TransferPhase { kPreparing, kPosting, kFailing };
+
+// What the caller must do after a call, outside the lock.
+struct TransferActions {
+  // Transfer ids to cancel in the scheduler (their outcomes follow, once fenced).
+  std::vector<uint64_t> cancel;
+  // Set when the room just ended: it leaves this table.
+  struct Ended {
+    bool landed = false;  // every byte of every destination landed
+    std::string reason;   // !landed: the first failure
+    std::string blame;    // !landed: the session whose transport failure it was, or empty
+    uint64_t bytes = 0;
+    uint64_t copies = 0;
+    absl::Duration elapsed;  // from Begin
+  };
+  std::optional<Ended> ended;
+};
+
+class RoomTransfers {
+ public:
+  // A room's transfer starts being prepared (descriptor fetch, connect, copy expansion).
+  // Returns the preparation's generation. A room already tracked is replaced (it cannot be:
+  // the room state machine starts each room's transfer once).
+  uint64_t Begin(uint64_t room, uint64_t bytes, absl::Time now);
+
+  // The preparation of `generation` is done, with one transfer per destination, in `sessions`
+  // order. Returns the transfer ids to submit (kPosting), or nullopt: the room failed meanwhile
+  // and nothing was submitted, so it ended now (`actions.ended`), or the generation is stale
+  // (nothing to do).
+  std::optional<std::vector<uint64_t>> Prepared(uint64_t room, uint64_t generation,
+                                                const std::vector<std::string>& sessions,
+                                                uint64_t copies, absl::Time now,
+                                                TransferActions& actions);
+
+  // After the ids from Prepared were submitted: the ones to cancel, if the room failed while
+  // they were being submitted.
+  TransferActions Submitted(uint64_t room, uint64_t generation);
+
+  // The room fails (an abort, a failed preparation or submission). `blame` names the session
+  // at fault, empty when nobody is. Its first reason stays. Ends it at once when nothing of it
+  // is in flight; otherwise cancels what is.
+  TransferActions Fail(uint64_t room, std::string reason, std::string blame, absl::Time now);
+
+  // A submitted transfer's outcome (fenced when it failed). A failure fails the room; the room
+  // ends with the last outcome. `blame` is the session to blame if the failure is the
+  // transport's (the caller decides: not for a cancel).
+  TransferActions Outcome(uint64_t transfer_id, const absl::Status& status,
+                          const std::string& blame, absl::Time now);
+
+  // The session of a transfer in flight, or empty.
+  std::string SessionOf(uint64_t transfer_id) const;
+  std::optional<TransferPhase> Phase(uint64_t room) const;
+  bool Tracks(uint64_t room) const { return rooms_.count(room) > 0; }
+  size_t size() const { return rooms_.size(); }
+  size_t transfers_in_flight() const { return owners_.size(); }
+
+ private:
+  struct Room {
+    uint64_t generation = 0;
+    TransferPhase phase = TransferPhase::kPreparing;
+    std::vector<uint64_t> ids;  // submitted (or being submitted), not yet reported
+    std::string reason;         // kFailing: the first failure
+    std::string blame;
+    uint64_t bytes = 0;
+    uint64_t copies = 0;
+    absl::Time started;
+  };
+  struct Owner {
+    uint64_t room = 0;
+    std::string session;
+  };
+
+  void EndLocked(uint64_t room_id, Room& room, absl::Time now, TransferActions& actions);
+
+  std::map<uint64_t, Room> rooms_;
+  std::map<uint64_t, Owner> owners_;  // transfer id -> room and destination session
+  uint64_t next_generation_ = 1;
+  uint64_t next_transfer_id_ = 1;
+};
+
+}  // namespace kvrail::sidecar
+
+#endif  // KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
