@@ -18,6 +18,7 @@ uint64_t RoomTransfers::Begin(uint64_t room_id, uint64_t bytes, absl::Time now) 
 std::optional<std::vector<uint64_t>> RoomTransfers::Prepared(
     uint64_t room_id, uint64_t generation, const std::vector<std::string>& sessions,
     uint64_t copies, absl::Time now, TransferActions& actions) {
+  actions.room = room_id;
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || found->second.generation != generation) return std::nullopt;
   Room& room = found->second;
@@ -38,6 +39,7 @@ std::optional<std::vector<uint64_t>> RoomTransfers::Prepared(
 
 TransferActions RoomTransfers::Submitted(uint64_t room_id, uint64_t generation) {
   TransferActions actions;
+  actions.room = room_id;
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || found->second.generation != generation) return actions;
   if (found->second.phase == TransferPhase::kFailing) actions.cancel = found->second.ids;
@@ -47,6 +49,7 @@ TransferActions RoomTransfers::Submitted(uint64_t room_id, uint64_t generation) 
 TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::string blame,
                                     absl::Time now) {
   TransferActions actions;
+  actions.room = room_id;
   auto found = rooms_.find(room_id);
   if (found == rooms_.end()) return actions;
   Room& room = found->second;
@@ -69,6 +72,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   auto owner = owners_.find(transfer_id);
   if (owner == owners_.end()) return actions;
   const uint64_t room_id = owner->second.room;
+  actions.room = room_id;
   owners_.erase(owner);
   auto found = rooms_.find(room_id);
   if (found == rooms_.end()) return actions;

@@ -31,6 +31,7 @@ enum class TransferPhase { kPreparing, kPosting, kFailing };
 
 // What the caller must do after a call, outside the lock.
 struct TransferActions {
+  uint64_t room = 0;  // the room they concern
   // Transfer ids to cancel in the scheduler (their outcomes follow, once fenced).
   std::vector<uint64_t> cancel;
   // Set when the room just ended: it leaves this table.

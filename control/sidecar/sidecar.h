@@ -53,6 +53,15 @@ struct SidecarOptions {
   uint64_t max_room_bytes = 0;
   // A transfer not landed within this fails its room.
   absl::Duration transfer_deadline = absl::Seconds(60);
+  // Prefill: the longest a decode's descriptor fetch may take (a peer that does not answer
+  // costs this much once; rooms queued behind it then fail at once).
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  // Prefill: how long a failed room's writes may take to drain before the peer is disconnected
+  // to fence it (transfer::SchedulerOptions::fence_timeout).
+  absl::Duration fence_timeout = absl::Seconds(5);
+  // Decode: how long a failed room's pages wait for the prefill ranks' fence answers before
+  // they are released as not provably safe (session::DecodeOptions::fence_wait).
+  absl::Duration fence_wait = absl::Seconds(10);
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
 };
@@ -62,7 +71,23 @@ struct SidecarStats {
   uint64_t rooms_failed = 0;
   uint64_t peer_messages = 0;
   uint64_t peer_messages_rejected = 0;
-  uint64_t bytes_sent = 0;  // prefill: bytes landed at decode ranks
+  uint64_t bytes_sent = 0;      // prefill: bytes landed at decode ranks
+  uint64_t pages_unproven = 0;  // decode: rooms whose pages were released without every fence
+  uint64_t bootstrap_registrations = 0;  // prefill: accepted PUT /route, re-registrations too
+  // Table sizes now ("nothing grows without bound"): rooms tracked by the state machine,
+  // decode registrations held (prefill), rooms whose pages wait for fences (decode), prefill
+  // rooms with a transfer being prepared or in flight, terminal rooms remembered for Poll,
+  // CachePD peers with an open PUSH socket, data-plane peers connected, rooms in the
+  // scheduler, peers with work queued in a strand.
+  uint64_t rooms = 0;
+  uint64_t registrations = 0;
+  uint64_t fences = 0;
+  uint64_t transfers = 0;
+  uint64_t finished_remembered = 0;
+  uint64_t outbox_peers = 0;
+  uint64_t data_plane_peers = 0;
+  uint64_t scheduler_rooms = 0;
+  uint64_t strands = 0;
 };
 
 class Sidecar {

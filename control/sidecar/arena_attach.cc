@@ -1,0 +1,225 @@
+// AttachArena: the arena, its data-plane registration, the room state machine and the
+// bootstrap registration (sidecar_impl.h).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "control/bootstrap/client.h"
+#include "control/error/error.h"
+#include "control/sidecar/sidecar_impl.h"
+
+namespace kvrail::sidecar {
+
+absl::StatusOr<plan::PipelineLayout> Sidecar::Impl::StageLayout(
+    const v1::AttachArena& attach, const layout::Contract& parsed) const {
+  plan::PipelineLayout pipeline;
+  pipeline.pp_size = options.pp_size;
+  if (attach.fields_by_stage_size() > 0) {
+    for (const v1::FieldList& stage : attach.fields_by_stage()) {
+      pipeline.fields_by_stage.emplace_back(stage.field_ids().begin(), stage.field_ids().end());
+    }
+  } else {
+    std::vector<std::string> layers;  // distinct layer prefixes, in plan order
+    for (const layout::FieldLayout& field : parsed.plan.fields) {
+      const std::string prefix = field.field_id.substr(0, field.field_id.rfind('.'));
+      if (layers.empty() || layers.back() != prefix) layers.push_back(prefix);
+    }
+    pipeline.fields_by_stage.resize(options.pp_size);
+    for (const layout::FieldLayout& field : parsed.plan.fields) {
+      const std::string prefix = field.field_id.substr(0, field.field_id.rfind('.'));
+      const size_t layer = std::find(layers.begin(), layers.end(), prefix) - layers.begin();
+      const size_t stage = layer * options.pp_size / layers.size();
+      pipeline.fields_by_stage[stage].push_back(field.field_id);
+    }
+  }
+  KVRAIL_RETURN_IF_ERROR(
+      AddContext(plan::ValidatePipelineLayout(pipeline, parsed), "AttachArena: fields_by_stage"));
+  return pipeline;
+}
+
+// A refused attach leaves nothing behind, so the engine may try again. The arena's setup
+// (shared memory, CUDA IPC, the transport's registration) and the bootstrap's HTTP run under
+// attach_mu, never under mu.
+absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineReply& reply) {
+  std::lock_guard<std::mutex> attach_lock(attach_mu);
+  {
+    Locked locked(*this);
+    if (attached) return absl::FailedPreconditionError("AttachArena: an arena is attached already");
+  }
+  absl::StatusOr<layout::Contract> parsed = layout::ParseContract(attach.contract());
+  if (!parsed.ok()) return AddContext(parsed.status(), "AttachArena: contract");
+  KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateContract(*parsed), "AttachArena: contract"));
+  absl::Status status = AttachArenaMemory(attach, *parsed);
+  if (status.ok()) status = StartRooms(attach, *parsed);
+  // Registered once the rooms can take a decode's registration: its first message may follow
+  // the bootstrap's answer at once.
+  if (status.ok() && registration) {
+    status = AddContext(RegisterWithBootstrap(), "registering with the bootstrap");
+  }
+  if (!status.ok()) {
+    ReleaseArena();
+    return status;
+  }
+  if (allocated) {
+    reply.set_arena_path(absl::StrCat("/proc/", getpid(), "/fd/", allocated->fd));
+    reply.set_arena_offset(allocated->fd_offset);
+    reply.set_arena_placement(allocated->placement);
+    spdlog::info("{} rank {}: arena allocated bytes={} placement={} path={} offset={}", role_name,
+                 options.tp_rank, arena_bytes, allocated->placement, reply.arena_path(),
+                 allocated->fd_offset);
+  } else {
+    spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank, arena_bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
+                                              const layout::Contract& parsed) {
+  std::vector<std::string> sources;  // where the engine says the arena lives
+  if (!attach.shm_name().empty()) sources.push_back("shm_name");
+  if (!attach.cuda_ipc_handle().empty()) sources.push_back("cuda_ipc_handle");
+  if (attach.allocate_bytes() != 0) sources.push_back("allocate_bytes");
+  if (sources.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AttachArena: give exactly one of shm_name, cuda_ipc_handle or allocate_bytes; got ",
+        sources.empty() ? "none" : absl::StrJoin(sources, " and ")));
+  }
+  const uint64_t needed = static_cast<uint64_t>(parsed.ArenaBytes());
+  transport::LocalRegion local;
+  if (!attach.shm_name().empty()) {
+    absl::StatusOr<Arena> arena = Arena::OpenShared(attach.shm_name());
+    if (!arena.ok()) return AddContext(arena.status(), "AttachArena");
+    host_arena = *std::move(arena);
+    local = {host_arena->data(), host_arena->size(), false};
+  } else if (!attach.cuda_ipc_handle().empty()) {
+    absl::StatusOr<CudaArena> arena =
+        ImportCudaIpc(attach.cuda_ipc_handle(), attach.cuda_bytes(), attach.cuda_device());
+    if (!arena.ok()) return AddContext(arena.status(), "AttachArena: CUDA IPC handle");
+    cuda_arena = *std::move(arena);
+    local = {cuda_arena->data(), cuda_arena->size(), true};
+  } else {
+    if (needed > attach.allocate_bytes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "AttachArena: allocate_bytes is %d, less than the %d bytes the contract describes "
+          "(CACHEPD §4.6)",
+          attach.allocate_bytes(), needed));
+    }
+    // Allocate registers the memory itself: no Register below.
+    absl::StatusOr<transport::SharedRegion> shared = transport->Allocate(attach.allocate_bytes());
+    if (!shared.ok()) {
+      return AddContext(shared.status(),
+                        absl::StrCat("AttachArena: allocating ", attach.allocate_bytes(),
+                                     " bytes on the data plane"));
+    }
+    allocated = *std::move(shared);
+    region = allocated->region;
+    local = {allocated->base, allocated->length, false};
+  }
+  if (needed > local.length) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "AttachArena: the contract describes %d bytes, the arena holds only %d (CACHEPD §4.6)",
+        needed, local.length));
+  }
+  if (!allocated) {
+    absl::StatusOr<transport::RegionId> id = transport->Register(local);
+    if (!id.ok()) return AddContext(id.status(), "AttachArena: registering with the data plane");
+    region = *id;
+  }
+  contract = parsed;
+  arena_base = reinterpret_cast<uintptr_t>(local.base);
+  arena_bytes = local.length;
+  return absl::OkStatus();
+}
+
+absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
+                                       const layout::Contract& parsed) {
+  if (options.role == Role::kPrefill) {
+    session::PrefillIdentity identity;
+    identity.prefill_tp_size = options.tp_size;
+    identity.prefill_tp_rank = options.tp_rank;
+    identity.status_rank =
+        plan::GlobalPrefillRank(options.pp_rank, options.tp_size, options.tp_rank);
+    identity.contract = parsed;
+    std::optional<plan::PipelineLayout> pipeline;
+    if (options.pp_size > 1) {
+      KVRAIL_ASSIGN_OR_RETURN(pipeline, StageLayout(attach, parsed));
+      identity.stage = pipeline->FilterFor(options.pp_rank);
+    }
+    session::PrefillOptions prefill_options;
+    prefill_options.timeouts = options.timeouts;
+    prefill_options.max_room_bytes = options.max_room_bytes;
+    KVRAIL_ASSIGN_OR_RETURN(session::PrefillRooms rooms,
+                            session::PrefillRooms::Create(identity, prefill_options));
+    // What this rank registers with the node's bootstrap server (CACHEPD §1.2, §2.1).
+    bootstrap::PrefillRegistration r;
+    r.world_size = options.tp_size * options.dp_size * options.pp_size;
+    r.dp_size = options.dp_size;
+    r.endpoint.rank_ip = options.host;
+    r.endpoint.rank_port = inbox->port();
+    // Ranks of a DP group are numbered stage-major (control/plan/pipeline.h).
+    r.engine_rank = options.dp_rank * options.tp_size * options.pp_size + identity.status_rank;
+    r.contract = parsed;
+    r.pipeline = pipeline;
+    registration = std::move(r);
+    Locked locked(*this);
+    prefill.emplace(std::move(rooms));
+    attached = true;
+    return absl::OkStatus();
+  }
+  session::DecodeIdentity identity;
+  identity.endpoint = options.host;
+  identity.port = inbox->port();
+  identity.session_id = session_id;
+  identity.arena_base = arena_base;
+  identity.contract = parsed;
+  identity.decode_tp_size = options.tp_size;
+  identity.decode_tp_rank = options.tp_rank;
+  session::DecodeOptions decode_options;
+  decode_options.timeouts = options.timeouts;
+  decode_options.fence_wait = options.fence_wait;
+  KVRAIL_ASSIGN_OR_RETURN(session::DecodeRooms rooms,
+                          session::DecodeRooms::Create(identity, decode_options));
+  Locked locked(*this);
+  decode.emplace(std::move(rooms));
+  attached = true;
+  return absl::OkStatus();
+}
+
+absl::Status Sidecar::Impl::RegisterWithBootstrap() const {
+  KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(options.bootstrap, "--bootstrap"));
+  bootstrap::BootstrapClient client(server.first, server.second);
+  KVRAIL_RETURN_IF_ERROR(client.RegisterPrefillRank(*registration));
+  bootstrap_registrations.fetch_add(1);
+  return absl::OkStatus();
+}
+
+void Sidecar::Impl::ReleaseArena() {
+  {
+    Locked locked(*this);
+    prefill.reset();
+    decode.reset();
+    attached = false;
+  }
+  if (region != 0) {
+    const absl::Status released = transport->Deregister(region);
+    if (!released.ok()) {
+      spdlog::warn("{}: withdrawing the arena: {}", role_name, DescribeError(released));
+    } else if (allocated) {
+      spdlog::info("{} rank {}: arena freed bytes={} placement={}", role_name, options.tp_rank,
+                   allocated->length, allocated->placement);
+    }
+  }
+  region = 0;
+  allocated.reset();
+  host_arena.reset();
+  cuda_arena.reset();
+  registration.reset();
+  arena_base = 0;
+  arena_bytes = 0;
+}
+
+}  // namespace kvrail::sidecar

@@ -1,0 +1,124 @@
+// Expect and Abort on a decode: bootstrap lookups and routes (sidecar_impl.h). The lookups are
+// HTTP: they run in the bootstrap address's strand, never under mu.
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "control/bootstrap/client.h"
+#include "control/error/error.h"
+#include "control/plan/planner.h"
+#include "control/sidecar/sidecar_impl.h"
+
+namespace kvrail::sidecar {
+
+absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
+  const std::string context = absl::StrCat("Expect room ", expect.room());
+  if (options.role != Role::kDecode) {
+    return absl::FailedPreconditionError(context + ": this is a prefill sidecar");
+  }
+  absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(expect.destination_manifest());
+  if (!manifest.ok()) return AddContext(manifest.status(), context + ": destination manifest");
+  KVRAIL_RETURN_IF_ERROR(SplitHostPort(expect.bootstrap_address(), "bootstrap address").status());
+  {
+    Locked locked(*this);
+    if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+    KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateManifest(*manifest, contract),
+                                      context + ": destination manifest"));
+    absl::StatusOr<session::DecodeOutput> out =
+        decode->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
+    if (!out.ok()) return AddContext(out.status(), context);
+    ApplyLocked(*std::move(out));
+  }
+  strands.Post(expect.bootstrap_address(),
+               [this, room = expect.room(), address = expect.bootstrap_address(),
+                manifest = *std::move(manifest)] { Route(room, address, manifest); });
+  return absl::OkStatus();
+}
+
+// Needs mu. CachePD has no decode-to-prefill abort (§1.5): DecodeRooms asks the prefill ranks
+// that may write the room to fence it, and the pages are held until they answer.
+void Sidecar::Impl::AbortDecode(uint64_t room, const std::string& reason) {
+  ApplyLocked(decode->Fail(room, reason, absl::Now()));
+}
+
+absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeFor(
+    const std::string& address) {
+  {
+    Locked locked(*this);
+    auto it = nodes.find(address);
+    if (it != nodes.end()) return it->second;
+  }
+  KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(address, "bootstrap address"));
+  bootstrap::BootstrapClient client(server.first, server.second);
+  KVRAIL_ASSIGN_OR_RETURN(plan::PrefillDescription description, client.Sync());
+  auto node = std::make_shared<PrefillNode>();
+  if (description.pp_size > 1) {
+    KVRAIL_ASSIGN_OR_RETURN(
+        plan::PipelineRoute route,
+        plan::PlanPipelineRoute(description.pipeline, description.stage_tp_size, options.tp_size,
+                                options.tp_rank, description.contract, contract));
+    node->targets = std::move(route.targets);
+  } else {
+    KVRAIL_ASSIGN_OR_RETURN(plan::Planner planner,
+                            plan::Planner::Create(description.stage_tp_size, options.tp_size,
+                                                  description.contract, contract));
+    KVRAIL_ASSIGN_OR_RETURN(node->targets, planner.TargetsFor(options.tp_rank));
+  }
+  node->description = std::move(description);
+  Locked locked(*this);
+  nodes[address] = node;
+  return node;
+}
+
+absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& address,
+                                                       PrefillNode& node, int dp_group, int rank) {
+  {
+    Locked locked(*this);
+    auto it = node.endpoints.find({dp_group, rank});
+    if (it != node.endpoints.end()) return it->second;
+  }
+  KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(address, "bootstrap address"));
+  bootstrap::BootstrapClient client(server.first, server.second);
+  KVRAIL_ASSIGN_OR_RETURN(bootstrap::RankEndpoint endpoint, client.LookupRank(rank, dp_group));
+  const std::string tcp = absl::StrCat("tcp://", endpoint.rank_ip, ":", endpoint.rank_port);
+  Locked locked(*this);
+  node.endpoints[{dp_group, rank}] = tcp;
+  return tcp;
+}
+
+void Sidecar::Impl::Route(uint64_t room, const std::string& address,
+                          const layout::Manifest& manifest) {
+  auto routed = [&]() -> absl::StatusOr<session::RoomRoute> {
+    KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<PrefillNode> node, NodeFor(address));
+    session::RoomRoute route;
+    route.dp_group = static_cast<int>(room % static_cast<uint64_t>(node->description.dp_size));
+    route.targets = node->targets;
+    for (int rank : route.targets.target_tp_ranks) {
+      KVRAIL_ASSIGN_OR_RETURN(std::string endpoint,
+                              EndpointFor(address, *node, route.dp_group, rank));
+      route.endpoints.push_back({rank, endpoint});
+    }
+    return route;
+  }();
+  Locked locked(*this);
+  if (!decode) return;  // the arena went away meanwhile
+  const absl::Time now = absl::Now();
+  if (!routed.ok()) {
+    ApplyLocked(decode->Fail(
+        room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())), now));
+    return;
+  }
+  absl::StatusOr<session::DecodeOutput> out = decode->OnRoute(room, *std::move(routed), now);
+  if (!out.ok()) {
+    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now));
+    return;
+  }
+  ApplyLocked(*std::move(out));
+  out = decode->OnAllocated(room, manifest, now);
+  if (!out.ok()) {
+    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now));
+    return;
+  }
+  ApplyLocked(*std::move(out));
+}
+
+}  // namespace kvrail::sidecar

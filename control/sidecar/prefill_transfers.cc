@@ -1,0 +1,207 @@
+// Ready and Abort on a prefill: preparing, submitting and fencing a room's transfers
+// (sidecar_impl.h). RoomTransfers owns their lifecycle; this file does what it decides.
+//
+//   Ready -> PrefillRooms hands back the room's TransferWork -> BeginTransferLocked: one job per
+//   destination in that session's strand (descriptor fetch, connect, copy expansion) -> the
+//   last one to finish submits every transfer to the scheduler, unless the room failed
+//   meanwhile -> the scheduler's outcomes (a failure only once fenced) -> the room ends ->
+//   PrefillRooms sends Success, or Failed.
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "control/error/error.h"
+#include "control/sidecar/sidecar_impl.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+// One destination's part of a room, once prepared.
+struct PreparedTransfer {
+  std::string session;
+  transfer::RoomTransfer request;
+  absl::Status error;  // the preparation's, if it failed
+};
+
+// A room's destinations being prepared, each in its own session's strand.
+struct Preparation {
+  uint64_t room = 0;
+  uint64_t generation = 0;
+  std::vector<PreparedTransfer> destinations;
+  std::atomic<size_t> remaining{0};
+};
+
+}  // namespace
+
+absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
+  const std::string context = absl::StrCat("Ready room ", ready.room());
+  if (options.role != Role::kPrefill) {
+    return absl::FailedPreconditionError(context + ": this is a decode sidecar");
+  }
+  session::RoomReady room_ready;
+  if (!ready.source_manifest().empty()) {
+    absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(ready.source_manifest());
+    if (!manifest.ok()) return AddContext(manifest.status(), context + ": source manifest");
+    room_ready.source_manifest = *std::move(manifest);
+  }
+  room_ready.bootstrap_token = ready.bootstrap_token();
+  if (ready.speculative_ids_size() > 0) {
+    room_ready.spec_candidate_ids =
+        std::vector<int32_t>(ready.speculative_ids().begin(), ready.speculative_ids().end());
+  }
+  Locked locked(*this);
+  if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+  const absl::Time now = absl::Now();
+  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);
+  if (!begun.ok()) return AddContext(begun.status(), context);
+  // BeginRoom reports the current state; only a terminal one is news to the engine.
+  ApplyLocked(*std::move(begun));
+  absl::StatusOr<session::PrefillOutput> out =
+      prefill->Ready(ready.room(), std::move(room_ready), now);
+  if (!out.ok()) return AddContext(out.status(), context);
+  ApplyLocked(*std::move(out));
+  return absl::OkStatus();
+}
+
+// Needs mu. Failed means fenced: a room with a transfer in flight (or being prepared) fails
+// only once no write of it can land any more (FenceLocked, then the outcomes).
+void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
+  ApplyLocked(prefill->Abort(room, reason, absl::Now()));
+}
+
+void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
+  auto preparation = std::make_shared<Preparation>();
+  preparation->room = work.room;
+  preparation->generation = transfers.Begin(work.room, work.total_bytes, absl::Now());
+  for (const session::TransferDestination& destination : work.destinations) {
+    if (destination.peer->dummy || destination.peer->copy_plan == nullptr) continue;
+    preparation->destinations.emplace_back();
+  }
+  preparation->remaining = preparation->destinations.size();
+  // The last destination to be prepared (or, with none, this call) submits the room.
+  auto finish = [this, preparation] {
+    Locked locked(*this);
+    const absl::Time now = absl::Now();
+    std::vector<std::string> sessions;
+    uint64_t copies = 0;
+    for (const PreparedTransfer& p : preparation->destinations) {
+      if (!p.error.ok()) {
+        ActLocked(transfers.Fail(preparation->room, DescribeError(p.error), p.session, now));
+        return;
+      }
+      sessions.push_back(p.session);
+      copies += p.request.copies.size();
+    }
+    TransferActions actions;
+    std::optional<std::vector<uint64_t>> ids = transfers.Prepared(
+        preparation->room, preparation->generation, sessions, copies, now, actions);
+    if (!ids) {
+      ActLocked(std::move(actions));  // failed meanwhile, or nothing to move
+      return;
+    }
+    for (size_t i = 0; i < ids->size(); ++i) {
+      transfer::RoomTransfer& request = preparation->destinations[i].request;
+      request.transfer_id = (*ids)[i];
+      request.deadline = now + options.transfer_deadline;
+      request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
+    }
+    Defer([this, preparation] {
+      for (PreparedTransfer& p : preparation->destinations) {
+        const uint64_t id = p.request.transfer_id;
+        const absl::Status submitted = scheduler->Submit(std::move(p.request));
+        if (!submitted.ok()) {  // refused before anything was posted
+          Locked locked(*this);
+          ActLocked(transfers.Outcome(id, submitted, p.session, absl::Now()));
+        }
+      }
+      Locked locked(*this);
+      ActLocked(transfers.Submitted(preparation->room, preparation->generation));
+    });
+  };
+  if (preparation->destinations.empty()) {
+    Defer(finish);
+    return;
+  }
+  size_t index = 0;
+  for (const session::TransferDestination& destination : work.destinations) {
+    const session::DecodePeer& peer = *destination.peer;
+    if (peer.dummy || peer.copy_plan == nullptr) continue;
+    PreparedTransfer& slot = preparation->destinations[index++];
+    slot.session = peer.registration.session_id;
+    auto source_manifest = work.source_manifest;
+    auto destination_manifest = destination.manifest;
+    auto copy_plan = peer.copy_plan;
+    const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
+    strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
+                                copy_plan, remote_base, finish] {
+      // Skipped when the room already failed: its preparation is moot.
+      std::optional<TransferPhase> phase;
+      {
+        Locked locked(*this);
+        phase = transfers.Phase(preparation->room);
+      }
+      if (phase.has_value() && *phase != TransferPhase::kFailing) {
+        absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
+        if (!link.ok()) {
+          slot.error = link.status();
+        } else {
+          slot.request.peer = link->peer;
+          slot.request.source = region;
+          slot.request.source_length = arena_bytes;
+          slot.request.remote = link->regions;
+          slot.request.remote_base = remote_base;
+          slot.error = copy_plan->ExpandCoalesced(*source_manifest, *destination_manifest,
+                                                  slot.request.copies);
+        }
+      }
+      if (preparation->remaining.fetch_sub(1) == 1) finish();
+    });
+  }
+}
+
+void Sidecar::Impl::FenceLocked(uint64_t room) {
+  if (!transfers.Tracks(room)) {
+    // Nothing of it is in flight here (it cannot be: PrefillRooms asks only for rooms whose
+    // transfer it started); report the fence so that the room is not left failing.
+    ApplyLocked(prefill->OnTransferFailed(room, "", "no transfer in flight", absl::Now()));
+    return;
+  }
+  ActLocked(transfers.Fail(room, "the room failed", "", absl::Now()));
+}
+
+void Sidecar::Impl::ActLocked(TransferActions actions) {
+  const uint64_t room = actions.room;
+  for (uint64_t id : actions.cancel) {
+    Defer([this, id] { (void)scheduler->Cancel(id, "its room failed"); });
+  }
+  if (!actions.ended) return;
+  const TransferActions::Ended& ended = *actions.ended;
+  const absl::Time now = absl::Now();
+  if (ended.landed) {
+    stats.bytes_sent += ended.bytes;
+    absl::StatusOr<session::PrefillOutput> out = prefill->OnTransferDone(room, now);
+    if (out.ok()) ApplyLocked(*std::move(out), &ended);
+    return;
+  }
+  ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now), &ended);
+}
+
+void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
+  Locked locked(*this);
+  if (!prefill) return;  // the arena went away; nobody to tell
+  const std::string session = transfers.SessionOf(outcome.transfer_id);
+  const absl::StatusCode code = outcome.status.code();
+  if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
+    // The link is gone or broken: the next room fetches the descriptor and connects afresh.
+    Defer([this, session] { directory->Drop(session); });
+  }
+  // A cancel is the room's own doing (an abort, a sibling): nobody to blame for it.
+  const std::string blame =
+      !outcome.status.ok() && code != absl::StatusCode::kCancelled ? session : "";
+  ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now()));
+}
+
+}  // namespace kvrail::sidecar

@@ -1,0 +1,181 @@
+// The sidecar's parts, joined (control/sidecar/sidecar.h). One file per seam:
+//   sidecar.cc            start and stop, the engine API dispatch, and how the state machines'
+//                         outputs are applied (messages, events, fences)
+//   arena_attach.cc       AttachArena: the arena, its data-plane registration, the room state
+//                         machine, the bootstrap registration (and re-registration)
+//   prefill_transfers.cc  Ready and Abort on a prefill: preparing, submitting and fencing the
+//                         transfers of a room (RoomTransfers owns their lifecycle)
+//   decode_routing.cc     Expect and Abort on a decode: bootstrap lookups and routes
+//   loops.cc              the CachePD inbox and the ticker (timeouts, heartbeats, fences)
+//
+// The lock: `mu` guards the room state (the pure state machines and the tables beside them).
+// Nothing under it calls into engine/ (scheduler, peer directory, transport) or makes an HTTP
+// request: such calls are decided under it and deferred (Defer), and run on the same thread as
+// soon as `mu` is released (Locked's destructor). CachePD pushes are made under it: they are
+// non-blocking enqueues (ZmqOutbox never waits) whose order per endpoint must be the order in
+// which they were decided (a registration before its pre-allocations, a pre-allocation before
+// its fence request). What may block on one peer (descriptor fetch, connect, copy expansion, a
+// bootstrap lookup) runs in that peer's strand of `strands`, so that one dead or slow peer
+// delays only its own rooms.
+#ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
+#define KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "control/bootstrap/registration.h"
+#include "control/engine_api/engine_api.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "control/plan/pipeline.h"
+#include "control/plan/prefill_description.h"
+#include "control/session/decode_rooms.h"
+#include "control/session/prefill_rooms.h"
+#include "control/session/zmq_channel.h"
+#include "control/sidecar/room_transfers.h"
+#include "control/sidecar/sidecar.h"
+#include "control/sidecar/strand_pool.h"
+#include "engine/memory/arena.h"
+#include "engine/memory/cuda_arena.h"
+#include "engine/transfer/peer_directory.h"
+#include "engine/transfer/scheduler.h"
+#include "engine/transport/handshake/handshake.h"
+#include "engine/transport/transport.h"
+#include "proto/kvrail/v1/engine.pb.h"
+
+namespace kvrail::sidecar {
+
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address,
+                                                          const char* what);
+
+struct Sidecar::Impl {
+  SidecarOptions options;
+  std::string role_name;
+
+  std::shared_ptr<session::ZmqContext> zmq;
+  std::unique_ptr<session::ZmqInbox> inbox;
+  std::unique_ptr<session::ZmqOutbox> outbox;
+  std::unique_ptr<engine_api::EngineApiServer> api;
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<transport::HandshakeServer> handshake;    // decode
+  std::unique_ptr<transport::DescriptorCache> descriptors;  // prefill
+  std::unique_ptr<transfer::PeerDirectory> directory;       // prefill
+  std::unique_ptr<transfer::Scheduler> scheduler;           // prefill
+  std::string session_id;
+
+  // The attached arena: named shared memory, CUDA memory, or memory the transport allocated
+  // (AttachArena.allocate_bytes; registered by Allocate, freed by Deregister). Written by
+  // Attach under attach_mu before `attached` is set, read-only while attached.
+  std::mutex attach_mu;
+  std::optional<Arena> host_arena;
+  std::optional<CudaArena> cuda_arena;
+  std::optional<transport::SharedRegion> allocated;
+  transport::RegionId region = 0;
+  uint64_t arena_base = 0;
+  uint64_t arena_bytes = 0;
+  layout::Contract contract;
+  // Prefill: what this rank registers with its bootstrap server (again after it came back).
+  std::optional<bootstrap::PrefillRegistration> registration;
+  mutable std::atomic<uint64_t> bootstrap_registrations{0};  // accepted, re-registrations too
+
+  std::mutex mu;                                // guards everything below
+  std::vector<std::function<void()>> deferred;  // decided under mu, run once it is released
+  bool attached = false;
+  std::optional<session::PrefillRooms> prefill;
+  std::optional<session::DecodeRooms> decode;
+  // Terminal states whose events were published, for Poll (bounded, oldest first out).
+  std::map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
+  std::deque<uint64_t> finished_order;
+  RoomTransfers transfers;  // prefill
+  // Decode: per bootstrap address, the node's description and planner, and rank endpoints.
+  struct PrefillNode {
+    plan::PrefillDescription description;
+    plan::DecodeTargets targets;  // this decode rank's E_d, Z_d, T_d against the node
+    std::map<std::pair<int, int>, std::string> endpoints;  // (dp group, rank) -> tcp://
+  };
+  std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
+  SidecarStats stats;
+
+  std::atomic<bool> stop{false};
+  std::thread inbox_thread;
+  std::thread ticker_thread;
+  StrandPool strands{4, "kvrail-peer"};
+
+  // Holds `mu`; what was deferred under it runs once it is released, in order, on this thread.
+  class Locked {
+   public:
+    explicit Locked(Impl& impl) : impl_(impl), lock_(impl.mu) {}
+    ~Locked();
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    Impl& impl_;
+    std::unique_lock<std::mutex> lock_;
+  };
+  // Runs `call` once `mu` is released (needs mu).
+  void Defer(std::function<void()> call) { deferred.push_back(std::move(call)); }
+
+  // --- sidecar.cc: outputs ------------------------------------------------------------------
+  void Publish(const session::RoomEvent& event, const TransferActions::Ended* ended = nullptr);
+  void PublishRelease(const session::PagesRelease& release);
+  void FinishLocked(const session::RoomEvent& event);
+  std::vector<std::pair<uint64_t, std::string>> SendLocked(
+      const std::vector<session::OutboundMessage>& messages);
+  void ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended = nullptr);
+  void ApplyLocked(session::DecodeOutput out);
+  v1::EngineReply Handle(const v1::EngineRequest& request);
+  void Poll(const v1::Poll& poll, v1::EngineReply& reply);
+
+  // --- arena_attach.cc ----------------------------------------------------------------------
+  absl::Status Attach(const v1::AttachArena& attach, v1::EngineReply& reply);
+  absl::Status AttachArenaMemory(const v1::AttachArena& attach, const layout::Contract& parsed);
+  absl::Status StartRooms(const v1::AttachArena& attach, const layout::Contract& parsed);
+  absl::StatusOr<plan::PipelineLayout> StageLayout(const v1::AttachArena& attach,
+                                                   const layout::Contract& parsed) const;
+  // Registers this prefill rank with its bootstrap server (HTTP: never under mu).
+  absl::Status RegisterWithBootstrap() const;
+  // Withdraws the arena from the data plane and lets it go (needs attach_mu): after a refused
+  // attach, and at Stop, where Deregister frees memory the transport allocated.
+  void ReleaseArena();
+
+  // --- prefill_transfers.cc -----------------------------------------------------------------
+  absl::Status Ready(const v1::Ready& ready);
+  void AbortPrefill(uint64_t room, const std::string& reason);
+  // A room's transfer may start: prepare each destination in its session's strand.
+  void BeginTransferLocked(session::TransferWork work);
+  // Fences a room that failed with its transfer in flight (PrefillRooms' fences).
+  void FenceLocked(uint64_t room);
+  // Does what RoomTransfers asked: cancels (deferred) and reports a room that ended.
+  void ActLocked(TransferActions actions);
+  void OnTransferOutcome(const transfer::RoomOutcome& outcome);
+
+  // --- decode_routing.cc --------------------------------------------------------------------
+  absl::Status Expect(const v1::Expect& expect);
+  void AbortDecode(uint64_t room, const std::string& reason);
+  absl::StatusOr<std::shared_ptr<PrefillNode>> NodeFor(const std::string& address);
+  absl::StatusOr<std::string> EndpointFor(const std::string& address, PrefillNode& node,
+                                          int dp_group, int rank);
+  void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest);
+
+  // --- loops.cc -----------------------------------------------------------------------------
+  void InboxLoop();
+  void TickerLoop();
+};
+
+}  // namespace kvrail::sidecar
+
+#endif  // KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
