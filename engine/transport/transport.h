@@ -38,6 +38,8 @@
 //     going and land after Disconnect returned and its cancellations were delivered (seen over
 //     sm and tcp). Close does: it waits for those closes, up to 10 s per lane, before the
 //     workers go; past that bound a peer that was not progressing may still take them later.
+//   * fault (engine/transport/fault): held calls never reach the inner transport and are
+//     cancelled by Disconnect and Close; forwarded ones fence as the inner backend does.
 // The conformance suite checks (a) OK and (b) on every backend (FlushOkMeansEveryEarlierWrite-
 // Landed, NoWriteLandsAfterDisconnectReturns, NoWriteLandsAfterCloseReturns); ucx's target
 // filters the Disconnect one, for the reason above.
