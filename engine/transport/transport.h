@@ -18,6 +18,32 @@
 //   * Completions run without the transport's locks held: they may post, flush, register or
 //     disconnect. They must not destroy the transport.
 //
+// Fencing: a room may be reported failed, and its pages reused, only once no write posted for it
+// can land any more. A caller knows that of the writes posted on (peer, lane) in two ways:
+//   (a) A Flush of that lane completed. OK: every write posted there before the Flush landed.
+//       An error: some of the writes posted there since the previous Flush failed (a failed batch
+//       may have landed in part), and each backend says below whether the rest can still land.
+//   (b) Disconnect(peer) returned and the completions of the peer's outstanding batches and
+//       flushes were delivered: nothing posted to the peer lands afterwards. Close is (b) for
+//       every peer once it returns.
+// How each backend fences, and where it falls short (its header says more):
+//   * loopback: a completion comes after its memcpys, and a Flush runs after every earlier
+//     batch (one queue per transport): after a Flush, OK or not, nothing before it lands.
+//     Disconnect: no write to the peer starts once it returns, and the one copying then has
+//     ended before its batch's completion.
+//   * ucx: Flush is ucp_ep_flush_nbx: it completes once every earlier put has completed at the
+//     peer, OK or not. An error without that flush: the endpoint had failed (tcp's peer-failure
+//     handling), and UCX sends nothing more on a failed endpoint. Disconnect does NOT fence (b):
+//     endpoints close in flush mode, not UCP_EP_CLOSE_FLAG_FORCE, so puts UCX accepted keep
+//     going and land after Disconnect returned and its cancellations were delivered (seen over
+//     sm and tcp). Close does: it waits for those closes, up to 10 s per lane, before the
+//     workers go; past that bound a peer that was not progressing may still take them later.
+//   * fault (engine/transport/fault): held calls never reach the inner transport and are
+//     cancelled by Disconnect and Close; forwarded ones fence as the inner backend does.
+// The conformance suite checks (a) OK and (b) on every backend (FlushOkMeansEveryEarlierWrite-
+// Landed, NoWriteLandsAfterDisconnectReturns, NoWriteLandsAfterCloseReturns); ucx's target
+// filters the Disconnect one, for the reason above.
+//
 // Every method is thread-safe.
 #ifndef KVRAIL_ENGINE_TRANSPORT_TRANSPORT_H_
 #define KVRAIL_ENGINE_TRANSPORT_TRANSPORT_H_

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,6 +93,23 @@ class Pair {
   RegionId destination_region = 0;
   PeerId peer = 0;
 };
+
+// Writes still in flight when a test acts: kFenceBatches batches of one kFenceChunk-byte write
+// each, from the start of the source into consecutive destination chunks, over every lane;
+// batch b completes as `recorder`'s operation b.
+constexpr int kFenceBatches = 256;
+constexpr uint64_t kFenceChunk = uint64_t{256} << 10;
+
+void PostChunks(Pair& pair, Recorder& recorder) {
+  const int lanes = pair.sender->capabilities().lanes;
+  for (int b = 0; b < kFenceBatches; ++b) {
+    const std::vector<Write> writes = {{0, pair.destination_base() + b * kFenceChunk, kFenceChunk}};
+    ASSERT_TRUE(
+        pair.sender
+            ->PostWrites(pair.peer, b % lanes, pair.source_region, writes, recorder.Callback(b))
+            .ok());
+  }
+}
 
 TEST_P(TransportConformanceTest, CopiesPatterned64MiBRegionExactlyInManyBatchesOverAllLanes) {
   constexpr uint64_t kBytes = 64 * kMiB;
@@ -413,28 +431,87 @@ TEST_P(TransportConformanceTest, WriteIntoClosedPeerFailsUnavailable) {
 }
 
 TEST_P(TransportConformanceTest, CloseWithOutstandingOperationsCompletesEachOnceAndReturns) {
-  constexpr int kBatches = 256;
-  constexpr uint64_t kChunk = uint64_t{256} << 10;
-  Pair pair(GetParam(), kChunk, kBatches * kChunk);
+  Pair pair(GetParam(), kFenceChunk, kFenceBatches * kFenceChunk);
   const int lanes = pair.sender->capabilities().lanes;
-  Recorder recorder(kBatches + lanes);
-  for (int b = 0; b < kBatches; ++b) {
-    const std::vector<Write> writes = {{0, pair.destination_base() + b * kChunk, kChunk}};
-    ASSERT_TRUE(
-        pair.sender
-            ->PostWrites(pair.peer, b % lanes, pair.source_region, writes, recorder.Callback(b))
-            .ok());
-  }
+  Recorder recorder(kFenceBatches + lanes);
+  PostChunks(pair, recorder);
   for (int lane = 0; lane < lanes; ++lane) {
-    ASSERT_TRUE(pair.sender->Flush(pair.peer, lane, recorder.Callback(kBatches + lane)).ok());
+    ASSERT_TRUE(pair.sender->Flush(pair.peer, lane, recorder.Callback(kFenceBatches + lane)).ok());
   }
   pair.sender->Close();
   // Close returned: every completion has been called, each once, as OK or as cancelled.
-  for (int op = 0; op < kBatches + lanes; ++op) {
+  for (int op = 0; op < kFenceBatches + lanes; ++op) {
     EXPECT_EQ(recorder.calls(op), 1) << op;
     const absl::StatusCode code = recorder.status(op).code();
     EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled) << op;
   }
+}
+
+// Fencing (transport.h): the ways a caller knows that no write it posted can land any more.
+
+TEST_P(TransportConformanceTest, FlushOkMeansEveryEarlierWriteLanded) {
+  constexpr int kBatches = 128;
+  constexpr uint64_t kChunk = uint64_t{32} << 10;
+  Pair pair(GetParam(), kBatches * kChunk, kBatches * kChunk);
+  const int lanes = pair.sender->capabilities().lanes;
+  Recorder batches(kBatches);
+  for (int b = 0; b < kBatches; ++b) {
+    const std::vector<Write> writes = {{b * kChunk, pair.destination_base() + b * kChunk, kChunk}};
+    ASSERT_TRUE(
+        pair.sender
+            ->PostWrites(pair.peer, b % lanes, pair.source_region, writes, batches.Callback(b))
+            .ok());
+  }
+  // Only the flushes are waited for: their OK alone must mean that every byte is there.
+  Recorder flushes(lanes);
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(pair.sender->Flush(pair.peer, lane, flushes.Callback(lane)).ok());
+  }
+  ASSERT_TRUE(flushes.WaitAll());
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(flushes.status(lane).ok()) << lane << ": " << flushes.status(lane);
+  }
+  EXPECT_EQ(std::memcmp(pair.source.data(), pair.destination.data(), pair.source.size()), 0);
+  ASSERT_TRUE(batches.WaitAll());
+}
+
+// Posts enough writes that some are still in flight (`kFenceBatches` of one `kFenceChunk`
+// write each, into consecutive destination chunks, over every lane), runs `fence`, and expects
+// the destination to stay as it is then while the test looks at it for a while: a write that
+// could still land (in a queue, a socket or a peer's FIFO) would change it. The wait only gives
+// a late write time to show itself; nothing is timed.
+void ExpectNoWriteLandsAfter(const TransportFactory& factory,
+                             const std::function<void(Pair&, Recorder&)>& fence) {
+  Pair pair(factory, kFenceChunk, kFenceBatches * kFenceChunk);
+  Recorder recorder(kFenceBatches);
+  PostChunks(pair, recorder);
+  fence(pair, recorder);
+  if (testing::Test::HasFatalFailure()) return;
+  const std::vector<uint8_t> fenced = pair.destination;
+  for (int look = 0; look < 20; ++look) {
+    absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_TRUE(pair.destination == fenced) << "a write landed after the fence, look " << look;
+  }
+}
+
+TEST_P(TransportConformanceTest, NoWriteLandsAfterDisconnectReturns) {
+  ExpectNoWriteLandsAfter(GetParam(), [](Pair& pair, Recorder& recorder) {
+    ASSERT_TRUE(pair.sender->Disconnect(pair.peer).ok());
+    // Disconnect returned and every completion was delivered (landed or cancelled).
+    ASSERT_TRUE(recorder.WaitAll());
+    for (int op = 0; op < kFenceBatches; ++op) {
+      const absl::StatusCode code = recorder.status(op).code();
+      EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled)
+          << op << ": " << recorder.status(op);
+    }
+  });
+}
+
+TEST_P(TransportConformanceTest, NoWriteLandsAfterCloseReturns) {
+  ExpectNoWriteLandsAfter(GetParam(), [](Pair& pair, Recorder& recorder) {
+    pair.sender->Close();  // every completion has been called when it returns
+    for (int op = 0; op < kFenceBatches; ++op) EXPECT_EQ(recorder.calls(op), 1) << op;
+  });
 }
 
 TEST_P(TransportConformanceTest, CloseIsIdempotentAndLaterCallsFailPrecondition) {

@@ -10,6 +10,12 @@
 // The progress thread runs one queue per transport in posting order, so a Flush completes
 // after every batch posted before it. Fault hooks let tests fail writes, hold completions back,
 // and kill a peer in the middle of a batch.
+//
+// Fencing (transport.h): a write has landed when its memcpy returns, before its batch's
+// completion. (a) A Flush runs after every batch queued before it, so when it completes, OK or
+// not, each earlier write has landed or was skipped and none runs later. (b) Disconnect marks
+// the peer before it returns; the progress thread starts no write to a marked peer, and a write
+// already copying ends before its batch completes (kCancelled). Close does this for every peer.
 #ifndef KVRAIL_ENGINE_TRANSPORT_LOOPBACK_LOOPBACK_TRANSPORT_H_
 #define KVRAIL_ENGINE_TRANSPORT_LOOPBACK_LOOPBACK_TRANSPORT_H_
 

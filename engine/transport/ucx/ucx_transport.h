@@ -15,6 +15,19 @@
 // TARGET transport's progress threads must run for a write to land: they always do while the
 // transport is open. Memory from Allocate over shared memory is written with plain stores.
 //
+// Fencing (transport.h), as the code does it: (a) Flush is ucp_ep_flush_nbx on the lane's
+// endpoint, which completes once every earlier put completed at the peer (landed or failed);
+// its status is the first failure of an earlier batch, else the flush's own. When the endpoint
+// has failed (UCX's peer-failure handling, tcp only) Flush completes at once with that error
+// and UCX sends nothing more on the endpoint. (b) Disconnect cancels the peer's completions and
+// closes its endpoints with ucp_ep_close_nbx in flush mode, not UCP_EP_CLOSE_FLAG_FORCE (force
+// aborts the target in UCX 1.13, see ClosePeer), so it does NOT fence: puts UCX had accepted
+// still go out, and land, after Disconnect returned and its kCancelled completions were
+// delivered (over sm they sit in the peer's FIFO, over tcp in the socket). No call reports when
+// those closes finish. Close fences: each lane waits for its endpoints' closes (up to 10 s),
+// that is for every accepted put to complete at the peer, before its worker goes; past that
+// bound, puts already in a stalled peer's FIFO or socket may land when it progresses again.
+//
 // Known limits (UCX, not this code): a write into a region the peer has deregistered is not
 // detected, because UCX's software put handler at the target copies to the address without
 // checking it against a registration; and over shared memory in one process a closed peer is
