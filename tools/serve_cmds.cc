@@ -66,7 +66,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   static sidecar::SidecarOptions options;
   static std::string role;
   static double bootstrap_timeout = 120, waiting_timeout = 300, heartbeat = 5,
-                transfer_deadline = 60;
+                transfer_deadline = 60, handshake_timeout = 5, fence_timeout = 5, fence_wait = 10;
   static int heartbeat_failures = 2;
   CLI::App* sub = app.add_subcommand(
       "sidecar", "Serve one engine rank: engine API, CachePD control plane, UCX data plane");
@@ -108,6 +108,17 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--transfer-deadline", transfer_deadline, "Seconds a room's writes may take")
       ->capture_default_str();
+  sub->add_option("--handshake-timeout", handshake_timeout,
+                  "Prefill: seconds a decode's descriptor fetch may take")
+      ->capture_default_str();
+  sub->add_option("--fence-timeout", fence_timeout,
+                  "Prefill: seconds a failed room's writes may take to drain before its decode "
+                  "is disconnected (Failed is sent only once fenced)")
+      ->capture_default_str();
+  sub->add_option("--fence-wait", fence_wait,
+                  "Decode: seconds a failed room's pages wait for the prefill ranks' fence "
+                  "answers before they are released as not provably safe")
+      ->capture_default_str();
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();
@@ -118,6 +129,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.timeouts.heartbeat_interval = absl::Seconds(heartbeat);
     options.timeouts.heartbeat_max_failures = heartbeat_failures;
     options.transfer_deadline = absl::Seconds(transfer_deadline);
+    options.handshake_timeout = absl::Seconds(handshake_timeout);
+    options.fence_timeout = absl::Seconds(fence_timeout);
+    options.fence_wait = absl::Seconds(fence_wait);
     BlockStopSignals();
     // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
     spdlog::set_default_logger(spdlog::stderr_logger_mt("kvrail-sidecar"));

@@ -1,0 +1,231 @@
+#include "tests/chaos/deployment.h"
+
+#include <signal.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "control/error/error.h"
+#include "control/layout/kv_shape.h"
+#include "engine/memory/pattern.h"
+
+namespace kvrail::chaos {
+namespace {
+
+constexpr uint64_t kPatternSeed = 41;
+
+std::string Kvrail() {
+  char resolved[PATH_MAX];
+  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
+}
+
+std::string LogPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, ".log");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Deployment>> Deployment::Start(DeploymentOptions options) {
+  signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<Deployment> deployment(new Deployment(std::move(options)));
+  KVRAIL_RETURN_IF_ERROR(deployment->StartAll());
+  return deployment;
+}
+
+Deployment::~Deployment() {
+  for (Rank& rank : decodes_) {
+    rank.engine.reset();
+    if (rank.sidecar) rank.sidecar->Signal(SIGCONT);
+    if (rank.sidecar) rank.sidecar->Stop();
+  }
+  prefill_.engine.reset();
+  if (prefill_.sidecar) {
+    prefill_.sidecar->Signal(SIGCONT);
+    prefill_.sidecar->Stop();
+  }
+  if (bootstrap_) bootstrap_->Stop();
+}
+
+absl::Status Deployment::StartAll() {
+  tag_ = process::ProcessTag();
+  layout::KvShape shape;
+  shape.pages = options_.pages;
+  KVRAIL_ASSIGN_OR_RETURN(contract_, layout::BuildKvContract(shape, 1));
+  KVRAIL_ASSIGN_OR_RETURN(const int port, process::FreeLocalPort());
+  const std::string bind = options_.prefill_prefix.empty() ? "127.0.0.1" : options_.prefill_host;
+  std::vector<std::string> argv = options_.prefill_prefix;
+  for (const std::string& a : {Kvrail(), std::string("bootstrap"), std::string("--host"), bind,
+                               std::string("--port"), absl::StrCat(port)}) {
+    argv.push_back(a);
+  }
+  KVRAIL_ASSIGN_OR_RETURN(bootstrap_,
+                          process::Subprocess::Start(argv, {}, LogPath("chaos-bootstrap")));
+  bootstrap_address_ = absl::StrCat(bind, ":", port);
+  KVRAIL_ASSIGN_OR_RETURN(prefill_, StartRank("prefill", true));
+  KVRAIL_RETURN_IF_ERROR(AttachRank(prefill_, true));
+  for (int d = 0; d < options_.decodes; ++d) {
+    KVRAIL_ASSIGN_OR_RETURN(Rank rank, StartRank(absl::StrCat("decode", d), false));
+    decodes_.push_back(std::move(rank));
+    KVRAIL_RETURN_IF_ERROR(AttachRank(decodes_.back(), false));
+  }
+  // Warm up: one block to every decode, so that handshakes and connections are made.
+  for (int d = 0; d < options_.decodes; ++d) {
+    const uint64_t room = 1000000 + d;
+    const layout::Manifest one = Blocks(1, 1);
+    KVRAIL_RETURN_IF_ERROR(Expect(d, room, one));
+    KVRAIL_RETURN_IF_ERROR(Ready(room, one));
+    KVRAIL_ASSIGN_OR_RETURN(v1::RoomEvent done, Event(decodes_[d], room, absl::Seconds(60)));
+    if (done.status() != v1::TRANSFER_POLL_SUCCESS) {
+      return absl::InternalError(absl::StrCat("warm-up room to decode ", d, ": ", done.reason()));
+    }
+    KVRAIL_RETURN_IF_ERROR(Event(prefill_, room, absl::Seconds(30)).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill) {
+  Rank rank;
+  rank.name = name;
+  rank.engine_endpoint = absl::StrCat("ipc:///tmp/kvrail-chaos-", tag_, "-", name, ".sock");
+  std::vector<std::string> argv = prefill ? options_.prefill_prefix : options_.decode_prefix;
+  for (const std::string& a :
+       {Kvrail(), std::string("sidecar"), std::string("--role"),
+        std::string(prefill ? "prefill" : "decode"), std::string("--engine-endpoint"),
+        rank.engine_endpoint, std::string("--host"),
+        prefill ? options_.prefill_host : options_.decode_host, std::string("--tls"), options_.tls,
+        std::string("--net-devices"), options_.net_devices}) {
+    argv.push_back(a);
+  }
+  if (prefill) {
+    argv.push_back("--bootstrap");
+    argv.push_back(bootstrap_address_);
+  }
+  for (const std::string& a : prefill ? options_.prefill_args : options_.decode_args) {
+    argv.push_back(a);
+  }
+  KVRAIL_ASSIGN_OR_RETURN(
+      rank.sidecar, process::Subprocess::Start(argv, {}, LogPath(absl::StrCat("chaos-", name))));
+  KVRAIL_RETURN_IF_ERROR(rank.sidecar->ReadUntil("sidecar ready", absl::Seconds(30)).status());
+  return rank;
+}
+
+absl::Status Deployment::AttachRank(Rank& rank, bool prefill) {
+  if (!rank.arena) {
+    rank.arena_name = absl::StrCat("/kvrail-chaos-", tag_, "-", rank.name);
+    KVRAIL_ASSIGN_OR_RETURN(Arena arena,
+                            Arena::CreateShared(rank.arena_name, contract_.ArenaBytes()));
+    rank.arena = std::move(arena);
+    if (prefill) FillPattern(absl::MakeSpan(rank.arena->data(), rank.arena->size()), kPatternSeed);
+  }
+  KVRAIL_ASSIGN_OR_RETURN(rank.engine, engine_api::EngineApiClient::Connect(rank.engine_endpoint));
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name(rank.arena_name);
+  KVRAIL_ASSIGN_OR_RETURN(*attach.mutable_attach()->mutable_contract(),
+                          layout::SerializeContract(contract_));
+  return rank.engine->Call(attach, absl::Seconds(30)).status();
+}
+
+layout::Manifest Deployment::Blocks(int64_t first, int64_t blocks) const {
+  std::vector<int64_t> ids;
+  for (int64_t b = 0; b < blocks; ++b) ids.push_back(first + b);
+  const std::vector<std::vector<int64_t>> table = {ids};
+  return layout::BuildManifest(contract_, table, 0, blocks * 16).value();
+}
+
+absl::Status Deployment::Expect(int d, uint64_t room, const layout::Manifest& manifest) {
+  v1::EngineRequest expect;
+  expect.mutable_expect()->set_room(room);
+  expect.mutable_expect()->set_bootstrap_address(bootstrap_address_);
+  KVRAIL_ASSIGN_OR_RETURN(*expect.mutable_expect()->mutable_destination_manifest(),
+                          layout::SerializeManifest(manifest));
+  return decodes_[d].engine->Call(expect).status();
+}
+
+absl::Status Deployment::Ready(uint64_t room, const layout::Manifest& manifest) {
+  v1::EngineRequest ready;
+  ready.mutable_ready()->set_room(room);
+  ready.mutable_ready()->set_bootstrap_token(7);
+  KVRAIL_ASSIGN_OR_RETURN(*ready.mutable_ready()->mutable_source_manifest(),
+                          layout::SerializeManifest(manifest));
+  return prefill_.engine->Call(ready).status();
+}
+
+absl::Status Deployment::Abort(Rank& rank, uint64_t room, const std::string& reason) {
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(room);
+  abort.mutable_abort()->set_reason(reason);
+  return rank.engine->Call(abort).status();
+}
+
+absl::StatusOr<v1::RoomEvent> Deployment::Event(Rank& rank, uint64_t room, absl::Duration timeout) {
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if (it->first == rank.name && it->second.room() == room) {
+      v1::RoomEvent event = std::move(it->second);
+      kept_.erase(it);
+      return event;
+    }
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::optional<v1::RoomEvent> event = rank.engine->NextEvent(deadline - absl::Now());
+    if (!event) break;
+    if (event->room() == room) return *event;
+    kept_.emplace_back(rank.name, *std::move(event));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no event for room ", room, " from ", rank.name,
+                                                  " within ", absl::FormatDuration(timeout)));
+}
+
+absl::StatusOr<v1::RoomEvent> Deployment::PagesFree(int d, uint64_t room, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    KVRAIL_ASSIGN_OR_RETURN(v1::RoomEvent event, Event(decodes_[d], room, deadline - absl::Now()));
+    if (event.status() == v1::TRANSFER_POLL_SUCCESS) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("room ", room, " succeeded on ", decodes_[d].name));
+    }
+    if (event.pages() == v1::PAGES_REUSABLE) return event;
+  }
+}
+
+bool Deployment::Landed(int d, const layout::Manifest& manifest) const {
+  const uint8_t* source = prefill_.arena->data();
+  const uint8_t* landed = decodes_[d].arena->data();
+  for (const layout::FieldLayout& field : contract_.plan.fields) {
+    const int64_t bytes = layout::PayloadBytes(field);
+    for (const layout::ManifestGroup& group : manifest.groups) {
+      for (int64_t block : group.block_ids) {
+        const int64_t offset = layout::PageOffset(contract_, field, block).value();
+        if (std::memcmp(source + offset, landed + offset, bytes) != 0) return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<uint8_t> Deployment::Snapshot(int d) const {
+  const Arena& arena = *decodes_[d].arena;
+  return std::vector<uint8_t>(arena.data(), arena.data() + arena.size());
+}
+
+uint64_t Deployment::Changed(int d, const std::vector<uint8_t>& before) const {
+  const uint8_t* now = decodes_[d].arena->data();
+  uint64_t changed = 0;
+  for (size_t i = 0; i < before.size(); ++i) changed += now[i] != before[i];
+  return changed;
+}
+
+absl::Status Deployment::RestartDecode(int d) {
+  Rank& rank = decodes_[d];
+  rank.engine.reset();
+  rank.sidecar.reset();
+  KVRAIL_ASSIGN_OR_RETURN(Rank fresh, StartRank(rank.name, false));
+  rank.sidecar = std::move(fresh.sidecar);
+  return AttachRank(rank, false);
+}
+
+}  // namespace kvrail::chaos

@@ -1,0 +1,101 @@
+// A prefill and a decode kvrail sidecar as real processes, with their bootstrap server, for the
+// fault tests of tests/chaos: the test itself is both engines (engine API clients over the
+// sidecars' sockets), owns both KV arenas (POSIX shared memory) and so can watch every byte of
+// the decode's pages while it breaks things.
+#ifndef KVRAIL_TESTS_CHAOS_DEPLOYMENT_H_
+#define KVRAIL_TESTS_CHAOS_DEPLOYMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "control/engine_api/engine_api.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "engine/memory/arena.h"
+#include "tools/process/subprocess.h"
+
+namespace kvrail::chaos {
+
+struct DeploymentOptions {
+  std::string tls = "tcp";  // the sidecars' UCX transports: tcp or sm
+  int decodes = 1;          // decode sidecars (each TP 1, with its own arena)
+  int64_t pages = 128;      // per arena; a block is 2 MiB (32 layers of k and v, bf16)
+  std::vector<std::string> prefill_args;  // extra sidecar flags
+  std::vector<std::string> decode_args;
+  // `ip netns exec` wrappers and addresses, for sidecars in network namespaces: empty runs on
+  // the host's loopback.
+  std::vector<std::string> prefill_prefix, decode_prefix;
+  std::string prefill_host = "127.0.0.1", decode_host = "127.0.0.1";
+  std::string net_devices = "lo";
+};
+
+// One sidecar process and the test as its engine.
+struct Rank {
+  std::string name;
+  std::unique_ptr<process::Subprocess> sidecar;
+  std::unique_ptr<engine_api::EngineApiClient> engine;
+  std::optional<Arena> arena;
+  std::string arena_name;
+  std::string engine_endpoint;
+};
+
+class Deployment {
+ public:
+  // Starts the bootstrap server and the sidecars, attaches the arenas (the prefill's filled
+  // with a pattern, the decodes' zeroed) and moves one small room to each decode so that every
+  // handshake and connection is made.
+  static absl::StatusOr<std::unique_ptr<Deployment>> Start(DeploymentOptions options);
+  ~Deployment();
+
+  const layout::Contract& contract() const { return contract_; }
+  const std::string& bootstrap() const { return bootstrap_address_; }
+  Rank& prefill() { return prefill_; }
+  Rank& decode(int i) { return decodes_[i]; }
+  process::Subprocess& bootstrap_server() { return *bootstrap_; }
+
+  // The manifest of `blocks` consecutive blocks from `first`.
+  layout::Manifest Blocks(int64_t first, int64_t blocks) const;
+  // Expect on decode `d` (asynchronously: its reply is skipped), then Ready on the prefill.
+  absl::Status Expect(int d, uint64_t room, const layout::Manifest& manifest);
+  absl::Status Ready(uint64_t room, const layout::Manifest& manifest);
+  absl::Status Abort(Rank& rank, uint64_t room, const std::string& reason);
+  // The next event of `room` on `rank` (others are kept for later calls).
+  absl::StatusOr<v1::RoomEvent> Event(Rank& rank, uint64_t room, absl::Duration timeout);
+  // Waits until decode `d`'s pages of `room` are the engine's again: its Failed event with
+  // PAGES_REUSABLE, or the later release. Returns that event.
+  absl::StatusOr<v1::RoomEvent> PagesFree(int d, uint64_t room, absl::Duration timeout);
+  // Whether decode `d`'s bytes of `manifest` equal the prefill's (the room landed exactly).
+  bool Landed(int d, const layout::Manifest& manifest) const;
+  // Bytes of decode `d`'s arena that differ from `before`.
+  uint64_t Changed(int d, const std::vector<uint8_t>& before) const;
+  std::vector<uint8_t> Snapshot(int d) const;
+  // Starts decode `d`'s sidecar again after it was killed (same arena, new session id).
+  absl::Status RestartDecode(int d);
+
+ private:
+  explicit Deployment(DeploymentOptions options) : options_(std::move(options)) {}
+  absl::Status StartAll();
+  absl::StatusOr<Rank> StartRank(const std::string& name, bool prefill);
+  absl::Status AttachRank(Rank& rank, bool prefill);
+
+  DeploymentOptions options_;
+  layout::Contract contract_;
+  std::string tag_;
+  std::string bootstrap_address_;
+  std::unique_ptr<process::Subprocess> bootstrap_;
+  Rank prefill_;
+  std::vector<Rank> decodes_;
+  std::vector<std::pair<std::string, v1::RoomEvent>> kept_;  // rank name, event
+};
+
+// Blocks of 2 MiB: the room of `blocks` blocks moves blocks * 2 MiB.
+inline constexpr uint64_t kBlockBytes = uint64_t{2} << 20;
+
+}  // namespace kvrail::chaos
+
+#endif  // KVRAIL_TESTS_CHAOS_DEPLOYMENT_H_

@@ -1,0 +1,130 @@
+// Failed means fenced, proven on real processes: a prefill and a decode sidecar over UCX tcp or
+// shared memory, the test as both engines, an abort at each point of a room's life, and a
+// watcher on every byte of the decode's pages. Once the decode engine is told its pages are
+// free (a Failed event with PAGES_REUSABLE, or the release after PAGES_HELD), none of them may
+// change again: a late write there would corrupt the next request's cache (SGLang #32564).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/chaos/deployment.h"
+
+namespace kvrail::chaos {
+namespace {
+
+constexpr int64_t kRoomBlocks = 128;  // 256 MiB
+// How long the watcher keeps looking after the pages were freed: far longer than any write
+// of the room takes to land here (the whole room moves in well under a second).
+const absl::Duration kWatch = absl::Milliseconds(700);
+
+struct Trial {
+  bool failed = false;        // the room failed (the abort came before it landed)
+  uint64_t landed_bytes = 0;  // bytes of the decode's pages written when they were freed
+  uint64_t after_free = 0;    // bytes changed after that: must be 0
+  bool proven = false;        // the release (or the Failed) proved the fence
+  std::string reason;
+};
+
+class FenceTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    DeploymentOptions options;
+    options.tls = GetParam();
+    options.pages = kRoomBlocks + 1;
+    auto started = Deployment::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    deployment_ = *std::move(started);
+  }
+
+  // One room of kRoomBlocks blocks, aborted by `who` `delay` after the prefill's Ready.
+  Trial Run(uint64_t room, Rank& who, absl::Duration delay) {
+    Deployment& d = *deployment_;
+    Trial trial;
+    const layout::Manifest manifest = d.Blocks(1, kRoomBlocks);
+    std::memset(d.decode(0).arena->data(), 0, d.decode(0).arena->size());
+    const std::vector<uint8_t> zero = d.Snapshot(0);
+    EXPECT_TRUE(d.Expect(0, room, manifest).ok());
+    EXPECT_TRUE(d.Ready(room, manifest).ok());
+    absl::SleepFor(delay);
+    EXPECT_TRUE(d.Abort(who, room, "the client went away").ok());
+    absl::StatusOr<v1::RoomEvent> prefill_event = d.Event(d.prefill(), room, absl::Seconds(30));
+    EXPECT_TRUE(prefill_event.ok()) << prefill_event.status();
+    if (prefill_event.ok()) {
+      trial.failed = prefill_event->status() == v1::TRANSFER_POLL_FAILED;
+      EXPECT_EQ(prefill_event->pages(), v1::PAGES_REUSABLE);
+    }
+    absl::StatusOr<v1::RoomEvent> freed = d.PagesFree(0, room, absl::Seconds(30));
+    if (!freed.ok()) {
+      // The abort came too late: the room landed whole, and Success is the right answer.
+      EXPECT_FALSE(trial.failed) << freed.status();
+      EXPECT_TRUE(d.Landed(0, manifest));
+      return trial;
+    }
+    trial.landed_bytes = d.Changed(0, zero);
+    trial.proven = freed->pages_proven() || !freed->pages_released();
+    trial.reason = freed->reason();
+    const std::vector<uint8_t> at_free = d.Snapshot(0);
+    absl::SleepFor(kWatch);
+    trial.after_free = d.Changed(0, at_free);
+    std::printf(
+        "[%s] %s abort after %s: room failed=%d, %.1f MiB of %.0f MiB landed when the "
+        "pages were freed (%s), %llu bytes changed after\n",
+        GetParam(), who.name.c_str(), absl::FormatDuration(delay).c_str(), trial.failed,
+        trial.landed_bytes / 1048576.0, kRoomBlocks * kBlockBytes / 1048576.0,
+        freed->pages_released() ? "released after the fence" : "Failed, reusable",
+        static_cast<unsigned long long>(trial.after_free));
+    return trial;
+  }
+
+  void ExpectTheSidecarsServeOn(uint64_t room) {
+    Deployment& d = *deployment_;
+    const layout::Manifest manifest = d.Blocks(1, kRoomBlocks);
+    ASSERT_TRUE(d.Expect(0, room, manifest).ok());
+    ASSERT_TRUE(d.Ready(room, manifest).ok());
+    absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), room, absl::Seconds(60));
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+    EXPECT_TRUE(d.Landed(0, manifest));
+  }
+
+  std::unique_ptr<Deployment> deployment_;
+};
+
+TEST_P(FenceTest, APrefillEngineAbortFailsTheRoomOnlyOnceNoWriteCanLand) {
+  int mid_room = 0;
+  uint64_t room = 1;
+  for (absl::Duration delay : {absl::ZeroDuration(), absl::Milliseconds(5), absl::Milliseconds(20),
+                               absl::Milliseconds(40), absl::Milliseconds(80)}) {
+    const Trial trial = Run(room++, deployment_->prefill(), delay);
+    EXPECT_EQ(trial.after_free, 0u) << "bytes landed after the pages were freed";
+    if (trial.failed) EXPECT_TRUE(trial.proven) << trial.reason;
+    if (trial.failed && trial.landed_bytes > 0) ++mid_room;
+  }
+  // At least one abort came while the room's writes were moving, or the test proved nothing.
+  EXPECT_GT(mid_room, 0);
+  ExpectTheSidecarsServeOn(room);
+}
+
+TEST_P(FenceTest, ADecodeEngineAbortHoldsThePagesUntilThePrefillFencedTheRoom) {
+  int mid_room = 0;
+  uint64_t room = 1;
+  for (absl::Duration delay : {absl::ZeroDuration(), absl::Milliseconds(5), absl::Milliseconds(20),
+                               absl::Milliseconds(40), absl::Milliseconds(80)}) {
+    const Trial trial = Run(room++, deployment_->decode(0), delay);
+    EXPECT_EQ(trial.after_free, 0u) << "bytes landed after the pages were freed";
+    if (trial.failed) EXPECT_TRUE(trial.proven) << trial.reason;
+    if (trial.failed && trial.landed_bytes > 0) ++mid_room;
+  }
+  EXPECT_GT(mid_room, 0);
+  ExpectTheSidecarsServeOn(room);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FenceTest, ::testing::Values("tcp", "sm"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace kvrail::chaos
