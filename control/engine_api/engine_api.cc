@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <set>
 #include <utility>
@@ -39,6 +40,9 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const st
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::maxmsgsize, kMaxRequestBytes);
     router.set(zmq::sockopt::sndhwm, 100000);
+    // Sending to an engine that went away fails (EHOSTUNREACH) instead of vanishing: its
+    // identity is then forgotten, so engines that reconnect do not pile up.
+    router.set(zmq::sockopt::router_mandatory, true);
     router.bind(endpoint);
     server->endpoint_ = router.get(zmq::sockopt::last_endpoint);
     server->sockets_->router = std::move(router);
@@ -94,9 +98,20 @@ void EngineApiServer::Run() {
           events.swap(outbox_);
         }
         for (const std::string& event : events) {
-          for (const std::string& engine : sockets_->engines) {
-            router.send(zmq::buffer(engine), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-            router.send(zmq::buffer(event), zmq::send_flags::dontwait);
+          for (auto engine = sockets_->engines.begin(); engine != sockets_->engines.end();) {
+            try {
+              router.send(zmq::buffer(*engine),
+                          zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+              router.send(zmq::buffer(event), zmq::send_flags::dontwait);
+              ++engine;
+            } catch (const zmq::error_t& e) {
+              if (e.num() == EHOSTUNREACH) {
+                engine = sockets_->engines.erase(engine);  // that engine is gone
+                engines_.store(sockets_->engines.size());
+              } else {
+                ++engine;  // its queue is full (EAGAIN): this event is dropped for it
+              }
+            }
           }
         }
       }
@@ -120,9 +135,11 @@ void EngineApiServer::Run() {
           malformed_.fetch_add(1);
           reply.mutable_reply()->set_request_id(request.request_id());
           reply.mutable_reply()->set_error(
-              "engine API: the request names no operation (attach, ready, expect, poll, abort)");
+              "engine API: the request names no operation (attach, ready, expect, poll, abort, "
+              "stats)");
         } else {
           sockets_->engines.insert(identity);
+          engines_.store(sockets_->engines.size());
           *reply.mutable_reply() = handler_(request);
           reply.mutable_reply()->set_request_id(request.request_id());
         }

@@ -41,8 +41,12 @@ class EngineApiServer {
   // The bound endpoint (with the real port for tcp port 0).
   const std::string& endpoint() const { return endpoint_; }
 
-  // Queues `event` for every engine that has sent a request. Thread-safe; never blocks.
+  // Queues `event` for every engine that has sent a request and is still connected (an engine
+  // that went away is forgotten at the first event it cannot take). Thread-safe; never blocks.
   void Publish(const v1::RoomEvent& event);
+
+  // Engines known to be connected (identities that sent a request and were not found gone).
+  size_t engines() const { return engines_.load(); }
 
   // Malformed requests answered with an error so far.
   uint64_t malformed() const { return malformed_.load(); }
@@ -62,6 +66,7 @@ class EngineApiServer {
   std::deque<std::string> outbox_;  // serialised SidecarMessage events
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> malformed_{0};
+  std::atomic<size_t> engines_{0};
   std::thread thread_;
 };
 

@@ -375,6 +375,72 @@ DecodeOutput DecodeRooms::OnHealth(absl::string_view bootstrap_address, bool ok,
   return out;
 }
 
+DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time now) {
+  DecodeOutput out;
+  std::vector<uint64_t> hit;
+  for (const auto& [id, room] : rooms_) {
+    if (!room.preallocated || room.state == TransferPoll::kSuccess ||
+        room.state == TransferPoll::kFailed) {
+      continue;
+    }
+    for (const PrefillTarget& t : room.targets) {
+      if (t.endpoint == endpoint &&
+          std::binary_search(room.expected.begin(), room.expected.end(), t.rank) &&
+          !std::binary_search(room.responders.begin(), room.responders.end(), t.rank)) {
+        hit.push_back(id);
+        break;
+      }
+    }
+  }
+  std::sort(hit.begin(), hit.end());
+  for (uint64_t id : hit) {
+    FailRoom(id, rooms_[id],
+             absl::StrCat("prefill rank at ", endpoint,
+                          " is gone (its CachePD socket refuses connections): its process died"),
+             now, out);
+  }
+  std::vector<uint64_t> released;
+  for (auto& [id, fence] : fences_) {
+    fence.pending.erase(
+        std::remove_if(fence.pending.begin(), fence.pending.end(),
+                       [&](const PrefillTarget& t) { return t.endpoint == endpoint; }),
+        fence.pending.end());
+    if (fence.pending.empty()) released.push_back(id);
+  }
+  std::sort(released.begin(), released.end());
+  for (uint64_t id : released) {
+    out.releases.push_back(PagesRelease{
+        id, true,
+        absl::StrCat("every prefill rank that may write the room fenced it, or is gone (", endpoint,
+                     " refuses connections)"),
+        now - fences_[id].started});
+    fences_.erase(id);
+  }
+  // The fence requests just queued for the gone rank will not be answered: drop them.
+  out.messages.erase(std::remove_if(out.messages.begin(), out.messages.end(),
+                                    [&](const OutboundMessage& m) {
+                                      return m.endpoint == endpoint &&
+                                             wire::IsFenceRequest(m.frames);
+                                    }),
+                     out.messages.end());
+  return out;
+}
+
+std::vector<std::string> DecodeRooms::PrefillEndpoints() const {
+  std::set<std::string> endpoints;
+  for (const auto& [id, room] : rooms_) {
+    if (!room.preallocated || room.state == TransferPoll::kSuccess ||
+        room.state == TransferPoll::kFailed) {
+      continue;
+    }
+    for (const PrefillTarget& t : room.targets) endpoints.insert(t.endpoint);
+  }
+  for (const auto& [id, fence] : fences_) {
+    for (const PrefillTarget& t : fence.pending) endpoints.insert(t.endpoint);
+  }
+  return std::vector<std::string>(endpoints.begin(), endpoints.end());
+}
+
 void DecodeRooms::Free(uint64_t room) { rooms_.erase(room); }
 
 void DecodeRooms::ForgetPeerSets(absl::string_view bootstrap_address) {

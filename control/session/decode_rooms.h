@@ -159,6 +159,15 @@ class DecodeRooms {
   // it that has not reached Success fails, and the address is reported in dead_prefills.
   DecodeOutput OnHealth(absl::string_view bootstrap_address, bool ok, absl::Time now);
 
+  // The prefill rank whose PULL socket is `endpoint` is gone (nobody listens there any more: its
+  // process died), which CACHEPD's heartbeat cannot see while the node's bootstrap server lives.
+  // Every room it still owes a Success fails, and its fences are answered: a process that is
+  // gone writes nothing more. The caller probes (sidecar/liveness.h).
+  DecodeOutput OnPrefillGone(absl::string_view endpoint, absl::Time now);
+  // The prefill endpoints worth probing: those of rooms waiting for a Success, and of fences
+  // waiting for an answer; sorted, distinct.
+  std::vector<std::string> PrefillEndpoints() const;
+
   // Forgets the room (after the engine has seen its final state, §1.3 D11). A fence still
   // waiting for answers stays until it is released.
   void Free(uint64_t room);

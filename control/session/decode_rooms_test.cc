@@ -505,5 +505,24 @@ TEST(DecodeRoomsTest, ARoomWhosePagesAreHeldCannotBeBegunAgain) {
   EXPECT_TRUE(rooms.BeginRoom(6, kPrefillA, kT0).ok());
 }
 
+TEST(DecodeRoomsTest, APrefillRankThatIsGoneFailsItsRoomsAndAnswersItsFences) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  Waiting(rooms, 8, {0});
+  EXPECT_THAT(rooms.PrefillEndpoints(), ElementsAre(PrefillEndpoint(0), PrefillEndpoint(1)));
+  // Room 8 fails for its own reason; its fence waits for rank 0.
+  ASSERT_EQ(rooms.Fail(8, "aborted", kT0).events.at(0).pages, Pages::kHeld);
+  DecodeOutput gone = rooms.OnPrefillGone(PrefillEndpoint(0), kT0 + absl::Seconds(1));
+  ASSERT_THAT(States(gone), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(gone.events[0].room, 7u);
+  EXPECT_THAT(gone.events[0].reason, HasSubstr("is gone"));
+  EXPECT_EQ(gone.events[0].pages, Pages::kHeld);  // rank 1 may still write room 7
+  EXPECT_THAT(FenceTargets(gone, 7), ElementsAre(PrefillEndpoint(1)));
+  ASSERT_EQ(gone.releases.size(), 1u);
+  EXPECT_EQ(gone.releases[0].room, 8u);
+  EXPECT_TRUE(gone.releases[0].proven);
+  EXPECT_THAT(rooms.PrefillEndpoints(), ElementsAre(PrefillEndpoint(1)));
+}
+
 }  // namespace
 }  // namespace kvrail::session

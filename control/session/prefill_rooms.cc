@@ -214,6 +214,7 @@ void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Ti
                                      " re-registered with a new reply route or arena base (a "
                                      "restarted decode): its pre-allocations are void"),
                         now, out);
+    out.replaced.emplace_back(route->session_id, stored->second->reply_endpoint);
     AcceptRegistration(std::move(peer));
     return;
   }
@@ -688,6 +689,18 @@ void PrefillRooms::FinishFence(uint64_t room_id, Room& room, absl::Time now, Pre
   AbortRoom(room_id, room, std::move(reason), now, out);
   for (const std::string& session : room.fence_waiters) AnswerFence(room_id, session, out);
   room.fence_waiters.clear();
+}
+
+std::optional<std::string> PrefillRooms::DropSession(absl::string_view session_id,
+                                                     absl::string_view reason, absl::Time now,
+                                                     PrefillOutput& out) {
+  auto found = registrations_.find(session_id);
+  if (found == registrations_.end()) return std::nullopt;
+  std::string endpoint = found->second->reply_endpoint;
+  AbortRoomsOfSession(session_id, reason, now, out);
+  registrations_.erase(found);
+  quarantine_.erase(std::string(session_id));
+  return endpoint;
 }
 
 PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, absl::Time now) {

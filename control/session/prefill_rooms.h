@@ -129,6 +129,10 @@ struct PrefillOutput {
   // OnTransferDone if it had landed whole). Failed means fenced: until then the room stays in
   // its state, and no Failed is sent or reported.
   std::vector<uint64_t> fences;
+  // Sessions whose registration a restarted decode replaced (§11.1), with the old registration's
+  // reply endpoint: whatever the caller keeps for the old process (its data-plane link and
+  // descriptor, its PUSH socket) belongs to nobody now.
+  std::vector<std::pair<std::string, std::string>> replaced;
   // Room state changes, in the order they happened (see each method for extra reports).
   std::vector<RoomEvent> events;
   // OnMessage only: why the peer message was refused, for the log (it names the frame, field
@@ -233,6 +237,13 @@ class PrefillRooms {
   // as failed so that its late pre-allocations are answered with Failed. Failing a failed room
   // changes nothing (the first reason stays).
   PrefillOutput Abort(uint64_t room, absl::string_view reason, absl::Time now);
+
+  // The decode behind `session_id` is gone (its handshake endpoint refuses connections, say):
+  // its rooms fail as for a rejected registration (fenced first when in flight), and its
+  // registration, rejection and quarantine are forgotten. Returns its reply endpoint, or
+  // nullopt when the session was not registered.
+  std::optional<std::string> DropSession(absl::string_view session_id, absl::string_view reason,
+                                         absl::Time now, PrefillOutput& out);
 
   // Forgets the room (the reference's discard_room, after the engine has seen its final
   // state). A Failed room is remembered for failed_room_ttl (§11.2). Freeing a room with a

@@ -513,6 +513,9 @@ TEST(PrefillRoomsTest, RestartedDecodeReplacesItsRegistrationAndGetsAnswersOnIts
   EXPECT_TRUE(restarted.rejected.ok()) << restarted.rejected;
   ASSERT_THAT(States(restarted), ElementsAre(TransferPoll::kFailed));
   EXPECT_THAT(restarted.events[0].reason, HasSubstr("restarted"));
+  ASSERT_EQ(restarted.replaced.size(), 1u);
+  EXPECT_EQ(restarted.replaced[0].first, SessionOf(0));
+  EXPECT_EQ(restarted.replaced[0].second, ReplyEndpointOf(0));
   ASSERT_EQ(restarted.messages.size(), 1u);
   EXPECT_EQ(restarted.messages[0].endpoint, ReplyEndpointOf(0));  // the room's old route
 
@@ -696,6 +699,22 @@ TEST(PrefillRoomsTest, RandomOperationsKeepStatesForwardOnlyAndFailedSticky) {
       }
     }
   }
+}
+
+TEST(PrefillRoomsTest, ADroppedSessionFailsItsRoomsAndIsForgotten) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 1);
+  ASSERT_TRUE(rooms.BeginRoom(2, kT0).ok());
+  Preallocate(rooms, 2, 0);
+  PrefillOutput out;
+  EXPECT_EQ(rooms.DropSession(SessionOf(0), "decode gone", kT0, out), ReplyEndpointOf(0));
+  EXPECT_THAT(out.fences, ElementsAre(1u));                      // in flight: fenced first
+  ASSERT_THAT(States(out), ElementsAre(TransferPoll::kFailed));  // room 2 at once
+  EXPECT_EQ(rooms.Registration(SessionOf(0)), nullptr);
+  EXPECT_EQ(rooms.Registrations().size(), 1u);
+  PrefillOutput again;
+  EXPECT_FALSE(rooms.DropSession(SessionOf(0), "again", kT0, again).has_value());
 }
 
 }  // namespace

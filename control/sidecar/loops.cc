@@ -1,10 +1,12 @@
 // The CachePD inbox and the ticker: timeouts, heartbeats, fence waits, and the prefill's
 // re-registration with a bootstrap server that came back (sidecar_impl.h).
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/client.h"
 #include "control/error/error.h"
+#include "control/sidecar/liveness.h"
 #include "control/sidecar/sidecar_impl.h"
 
 namespace kvrail::sidecar {
@@ -64,6 +66,49 @@ void Sidecar::Impl::InboxLoop() {
   }
 }
 
+// Peers whose sockets refuse connections are gone (liveness.h). A prefill drops a gone
+// decode's session: its rooms fail, and its registration, data-plane link, PUSH socket and
+// scheduler queue go, so that decodes restarting leave nothing behind. A decode fails the
+// rooms a gone prefill rank owes, and answers its fences.
+void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
+  for (const std::string& peer : peers) {
+    if (ProbeEndpoint(peer, absl::Milliseconds(500)) != Reach::kRefused) continue;
+    Locked locked(*this);
+    const absl::Time now = absl::Now();
+    if (decode) {
+      spdlog::warn("decode: prefill rank at {} is gone (connection refused)", peer);
+      ApplyLocked(decode->OnPrefillGone(peer, now));
+      continue;
+    }
+    if (!prefill) return;
+    session::PrefillOutput out;
+    std::optional<std::string> endpoint =
+        prefill->DropSession(peer,
+                             absl::StrCat("Decode session ", peer,
+                                          " is gone: its handshake endpoint refuses connections"),
+                             now, out);
+    if (!endpoint) continue;
+    spdlog::info("prefill: decode session {} is gone (connection refused): dropped", peer);
+    ApplyLocked(std::move(out));
+    Defer([this, peer, endpoint = *endpoint] { DropPeer(peer, endpoint); });
+  }
+  std::vector<transport::PeerId> forget;
+  {
+    Locked locked(*this);
+    forget.swap(forget_peers);
+  }
+  if (!scheduler) return;
+  std::vector<transport::PeerId> busy;
+  for (transport::PeerId id : forget) {
+    if (!scheduler->ForgetPeer(id)) busy.push_back(id);  // a room still fencing: next time
+  }
+  // A gone peer's endpoints, sockets and buffers were freed: give the pages back to the system
+  // rather than keep them in the allocator's free lists.
+  if (forget.size() > busy.size()) malloc_trim(0);
+  Locked locked(*this);
+  forget_peers.insert(forget_peers.end(), busy.begin(), busy.end());
+}
+
 void Sidecar::Impl::TickerLoop() {
   absl::Time next_heartbeat = absl::Now();
   const absl::Duration interval = session::EffectiveHeartbeatInterval(options.timeouts);
@@ -71,6 +116,7 @@ void Sidecar::Impl::TickerLoop() {
   while (!stop.load()) {
     absl::SleepFor(absl::Milliseconds(50));
     std::vector<std::string> probe;
+    std::vector<std::string> peers;  // sessions (prefill) or PULL endpoints (decode) to probe
     bool probe_own_bootstrap = false;
     {
       Locked locked(*this);
@@ -82,11 +128,19 @@ void Sidecar::Impl::TickerLoop() {
         ApplyLocked(decode->Tick(now));
       }
       if (now >= next_heartbeat) {
-        if (decode) probe = decode->BootstrapAddresses();
+        if (decode) {
+          probe = decode->BootstrapAddresses();
+          peers = decode->PrefillEndpoints();
+        } else {
+          for (const auto& peer : prefill->Registrations()) {
+            peers.push_back(peer->registration.session_id);
+          }
+        }
         probe_own_bootstrap = prefill.has_value();
         next_heartbeat = now + interval;
       }
     }
+    ProbePeers(peers);
     for (const std::string& address : probe) {  // HTTP, so outside the lock
       const bool ok = Healthy(address);
       Locked locked(*this);

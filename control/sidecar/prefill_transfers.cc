@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "control/error/error.h"
 #include "control/sidecar/sidecar_impl.h"
 
@@ -135,8 +136,9 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     auto destination_manifest = destination.manifest;
     auto copy_plan = peer.copy_plan;
     const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
+    const uint64_t arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
     strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
-                                copy_plan, remote_base, finish] {
+                                copy_plan, remote_base, arena_length, finish] {
       // Skipped when the room already failed: its preparation is moot.
       std::optional<TransferPhase> phase;
       {
@@ -145,6 +147,20 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
       }
       if (phase.has_value() && *phase != TransferPhase::kFailing) {
         absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
+        // The registration's arena (B_dst and the contract's size) must lie in a region the
+        // session's descriptor lists. A cached link that does not hold it belongs to an earlier
+        // process at the same address (a restarted decode that got its old port back): fetch
+        // and connect afresh, once.
+        if (link.ok() && !link->regions->Find(remote_base, arena_length).has_value()) {
+          DropPeer(slot.session, "");
+          link = directory->Get(slot.session);
+          if (link.ok() && !link->regions->Find(remote_base, arena_length).has_value()) {
+            link = absl::FailedPreconditionError(absl::StrFormat(
+                "data-plane peer %s: its descriptor lists no region holding the registration's "
+                "arena (base 0x%x, %d bytes): nothing was written",
+                slot.session, remote_base, arena_length));
+          }
+        }
         if (!link.ok()) {
           slot.error = link.status();
         } else {
@@ -196,12 +212,23 @@ void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
   const absl::StatusCode code = outcome.status.code();
   if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
     // The link is gone or broken: the next room fetches the descriptor and connects afresh.
-    Defer([this, session] { directory->Drop(session); });
+    Defer([this, session] { DropPeer(session, ""); });
   }
   // A cancel is the room's own doing (an abort, a sibling): nobody to blame for it.
   const std::string blame =
       !outcome.status.ok() && code != absl::StatusCode::kCancelled ? session : "";
   ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now()));
+}
+
+void Sidecar::Impl::DropPeer(const std::string& session, const std::string& reply_endpoint) {
+  std::optional<transport::PeerId> id = directory->Drop(session);
+  Locked locked(*this);
+  if (id) forget_peers.push_back(*id);  // the ticker asks the scheduler once it is idle
+  if (reply_endpoint.empty() || !prefill) return;
+  for (const auto& other : prefill->Registrations()) {
+    if (other->reply_endpoint == reply_endpoint) return;  // a live registration's route
+  }
+  Defer([this, reply_endpoint] { outbox->Forget(reply_endpoint); });
 }
 
 }  // namespace kvrail::sidecar

@@ -135,6 +135,10 @@ void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferAction
     Publish(event, ended);
     FinishLocked(event);
   }
+  for (const auto& [session, endpoint] : out.replaced) {
+    // A restarted decode took over the session id: the old process's link and route go.
+    Defer([this, session = session, endpoint = endpoint] { DropPeer(session, endpoint); });
+  }
   for (session::TransferWork& work : out.transfers) BeginTransferLocked(std::move(work));
   for (uint64_t room : out.fences) FenceLocked(room);
 }
@@ -176,6 +180,29 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
     case v1::EngineRequest::kPoll:
       Poll(request.poll(), reply);
       break;
+    case v1::EngineRequest::kStats: {
+      const SidecarStats s = Stats();
+      v1::SidecarStats* out = reply.mutable_stats();
+      out->set_rooms_succeeded(s.rooms_succeeded);
+      out->set_rooms_failed(s.rooms_failed);
+      out->set_peer_messages(s.peer_messages);
+      out->set_peer_messages_rejected(s.peer_messages_rejected);
+      out->set_bytes_sent(s.bytes_sent);
+      out->set_pages_unproven(s.pages_unproven);
+      out->set_bootstrap_registrations(s.bootstrap_registrations);
+      out->set_rooms(s.rooms);
+      out->set_registrations(s.registrations);
+      out->set_fences(s.fences);
+      out->set_transfers(s.transfers);
+      out->set_finished_remembered(s.finished_remembered);
+      out->set_outbox_peers(s.outbox_peers);
+      out->set_data_plane_peers(s.data_plane_peers);
+      out->set_scheduler_rooms(s.scheduler_rooms);
+      out->set_scheduler_peers(s.scheduler_peers);
+      out->set_strands(s.strands);
+      out->set_engines(s.engines);
+      break;
+    }
     case v1::EngineRequest::kAbort: {
       const std::string reason =
           request.abort().reason().empty() ? "aborted by the engine" : request.abort().reason();
@@ -318,26 +345,35 @@ const std::string& Sidecar::engine_endpoint() const { return impl_->api->endpoin
 const std::string& Sidecar::cachepd_endpoint() const { return impl_->inbox->endpoint(); }
 const std::string& Sidecar::session_id() const { return impl_->session_id; }
 
-SidecarStats Sidecar::stats() const {
-  Impl& impl = *impl_;
-  Impl::Locked locked(impl);
-  SidecarStats stats = impl.stats;
-  if (impl.prefill) {
-    stats.rooms = impl.prefill->room_count();
-    stats.registrations = impl.prefill->Registrations().size();
+SidecarStats Sidecar::stats() const { return impl_->Stats(); }
+
+SidecarStats Sidecar::Impl::Stats() {
+  SidecarStats out;
+  {
+    Locked locked(*this);
+    out = stats;
+    if (prefill) {
+      out.rooms = prefill->room_count();
+      out.registrations = prefill->Registrations().size();
+    }
+    if (decode) {
+      out.rooms = decode->room_count();
+      out.fences = decode->fence_count();
+    }
+    out.transfers = transfers.size();
+    out.finished_remembered = finished.size();
   }
-  if (impl.decode) {
-    stats.rooms = impl.decode->room_count();
-    stats.fences = impl.decode->fence_count();
+  // Each of these has a lock of its own.
+  out.outbox_peers = outbox->peer_count();
+  if (directory) out.data_plane_peers = directory->size();
+  if (scheduler) {
+    out.scheduler_rooms = scheduler->rooms_in_flight();
+    out.scheduler_peers = scheduler->peers();
   }
-  stats.transfers = impl.transfers.size();
-  stats.finished_remembered = impl.finished.size();
-  stats.outbox_peers = impl.outbox->peer_count();
-  if (impl.directory) stats.data_plane_peers = impl.directory->size();
-  if (impl.scheduler) stats.scheduler_rooms = impl.scheduler->rooms_in_flight();
-  stats.strands = impl.strands.strands();
-  stats.bootstrap_registrations = impl.bootstrap_registrations.load();
-  return stats;
+  out.strands = strands.strands();
+  out.bootstrap_registrations = bootstrap_registrations.load();
+  if (api) out.engines = api->engines();
+  return out;
 }
 
 }  // namespace kvrail::sidecar

@@ -87,7 +87,9 @@ struct SidecarStats {
   uint64_t outbox_peers = 0;
   uint64_t data_plane_peers = 0;
   uint64_t scheduler_rooms = 0;
+  uint64_t scheduler_peers = 0;
   uint64_t strands = 0;
+  uint64_t engines = 0;  // engines connected to the engine API
 };
 
 class Sidecar {

@@ -100,6 +100,8 @@ struct Sidecar::Impl {
   std::map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
+  // Prefill: data-plane peers of dropped sessions, for the scheduler to forget once idle.
+  std::vector<transport::PeerId> forget_peers;
   // Decode: per bootstrap address, the node's description and planner, and rank endpoints.
   struct PrefillNode {
     plan::PrefillDescription description;
@@ -138,6 +140,7 @@ struct Sidecar::Impl {
   void ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended = nullptr);
   void ApplyLocked(session::DecodeOutput out);
   v1::EngineReply Handle(const v1::EngineRequest& request);
+  SidecarStats Stats();
   void Poll(const v1::Poll& poll, v1::EngineReply& reply);
 
   // --- arena_attach.cc ----------------------------------------------------------------------
@@ -162,6 +165,10 @@ struct Sidecar::Impl {
   // Does what RoomTransfers asked: cancels (deferred) and reports a room that ended.
   void ActLocked(TransferActions actions);
   void OnTransferOutcome(const transfer::RoomOutcome& outcome);
+  // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
+  // scheduler queue) and, unless a registration still uses it, the PUSH socket to
+  // `reply_endpoint` (empty: keep it). Calls into engine/: never under mu.
+  void DropPeer(const std::string& session, const std::string& reply_endpoint);
 
   // --- decode_routing.cc --------------------------------------------------------------------
   absl::Status Expect(const v1::Expect& expect);
@@ -174,6 +181,7 @@ struct Sidecar::Impl {
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();
   void TickerLoop();
+  void ProbePeers(const std::vector<std::string>& peers);
 };
 
 }  // namespace kvrail::sidecar

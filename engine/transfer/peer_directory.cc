@@ -98,7 +98,7 @@ absl::StatusOr<PeerLink> PeerDirectory::Refresh(const std::string& session_id,
   return ConnectLocked(session_id, **descriptor);
 }
 
-void PeerDirectory::Drop(const std::string& session_id) {
+std::optional<transport::PeerId> PeerDirectory::Drop(const std::string& session_id) {
   PeerLink dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -106,13 +106,14 @@ void PeerDirectory::Drop(const std::string& session_id) {
     auto it = links_.find(session_id);
     if (it == links_.end()) {
       descriptors_->Invalidate(session_id);
-      return;
+      return std::nullopt;
     }
     dropped = it->second;
     links_.erase(it);
   }
   (void)transport_->Disconnect(dropped.peer);  // NotFound if the scheduler disconnected it
   descriptors_->Invalidate(session_id);
+  return dropped.peer;
 }
 
 size_t PeerDirectory::size() const {

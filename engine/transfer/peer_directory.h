@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -52,8 +53,9 @@ class PeerDirectory {
   absl::StatusOr<PeerLink> Refresh(const std::string& session_id, bool connection_failed = false);
 
   // Disconnects and forgets `session_id` (its decode sidecar went away, or its connection
-  // failed), and forgets its descriptor and any remembered failure. No-op when unknown.
-  void Drop(const std::string& session_id);
+  // failed), and forgets its descriptor and any remembered failure. Returns the peer id it
+  // disconnected, if it had one (the scheduler may then forget it too).
+  std::optional<transport::PeerId> Drop(const std::string& session_id);
 
   // Sessions connected.
   size_t size() const;

@@ -301,7 +301,8 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   absl::Status Issue(PeerId peer, PeerQueue& q, int lane, const Call& call) {
     std::weak_ptr<Core> weak = weak_from_this();
     std::shared_ptr<Room> held = call.room;
-    PeerQueue* queue = &q;  // stable: queues are never erased while the core lives
+    // Stable: a queue is erased only by ForgetPeer, once no call of it is live.
+  PeerQueue* queue = &q;
     if (call.flush) {
       return transport->Flush(peer, lane, [weak, held, queue, peer, lane](absl::Status status) {
         if (auto core = weak.lock()) core->OnFlushDone(*queue, peer, lane, *held, status);
@@ -635,6 +636,32 @@ void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
                                                     status.message())));
   }
   core_->SendLocked(lock, peer, *q, -1);
+}
+
+bool Scheduler::ForgetPeer(transport::PeerId peer) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  auto found = core_->peers.find(peer);
+  if (found == core_->peers.end()) return true;
+  for (const auto& [id, room] : core_->rooms) {
+    if (room->request.peer == peer) return false;
+  }
+  PeerQueue& q = *found->second;
+  {
+    // Lock order: a queue's mu before mu; a queue with calls live or being made keeps its lock
+    // busy or its counts non-zero, so try_lock and the counts together decide.
+    std::unique_lock<std::mutex> queue_lock(q.mu, std::try_to_lock);
+    if (!queue_lock.owns_lock() || !q.runnable.empty()) return false;
+    for (const LaneCalls<Call>& lane : q.calls) {
+      if (lane.live > 0 || lane.sending || !lane.queued.empty()) return false;
+    }
+  }
+  core_->peers.erase(found);  // no completion can name it any more
+  return true;
+}
+
+size_t Scheduler::peers() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->peers.size();
 }
 
 uint64_t Scheduler::slice_bytes() const { return core_->slice; }

@@ -135,6 +135,14 @@ class Scheduler {
   // Cancel does.
   void FailPeer(transport::PeerId peer, const absl::Status& status);
 
+  // Frees what the scheduler keeps for `peer` (its queue), once nothing of it is in flight: no
+  // room, and no call made or queued. Returns false, changing nothing, while something is;
+  // true when it was freed or was never known. For a peer that is gone (disconnected), so that
+  // peers coming and going leave nothing behind.
+  bool ForgetPeer(transport::PeerId peer);
+  // Peers whose queue the scheduler keeps.
+  size_t peers() const;
+
   // The slice size and in-flight bound in force.
   uint64_t slice_bytes() const;
   uint64_t max_inflight_bytes_per_endpoint() const;

@@ -5,8 +5,12 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "control/error/error.h"
 #include "control/layout/kv_shape.h"
@@ -222,10 +226,38 @@ uint64_t Deployment::Changed(int d, const std::vector<uint8_t>& before) const {
 absl::Status Deployment::RestartDecode(int d) {
   Rank& rank = decodes_[d];
   rank.engine.reset();
+  rank.sidecar->Signal(SIGKILL);
   rank.sidecar.reset();
   KVRAIL_ASSIGN_OR_RETURN(Rank fresh, StartRank(rank.name, false));
   rank.sidecar = std::move(fresh.sidecar);
   return AttachRank(rank, false);
+}
+
+absl::StatusOr<v1::SidecarStats> Deployment::Stats(Rank& rank) {
+  v1::EngineRequest request;
+  request.mutable_stats();
+  KVRAIL_ASSIGN_OR_RETURN(v1::EngineReply reply, rank.engine->Call(request));
+  return reply.stats();
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> Deployment::RssAndFds(int pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  uint64_t rss = 0;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      std::istringstream words(line.substr(6));
+      words >> rss;
+    }
+  }
+  if (rss == 0) return absl::NotFoundError(absl::StrCat("no VmRSS for pid ", pid));
+  uint64_t fds = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+    (void)entry;
+    ++fds;
+  }
+  return std::make_pair(rss, fds);
 }
 
 }  // namespace kvrail::chaos

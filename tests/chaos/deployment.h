@@ -6,6 +6,7 @@
 #define KVRAIL_TESTS_CHAOS_DEPLOYMENT_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,7 +26,8 @@ struct DeploymentOptions {
   std::string tls = "tcp";  // the sidecars' UCX transports: tcp or sm
   int decodes = 1;          // decode sidecars (each TP 1, with its own arena)
   int64_t pages = 128;      // per arena; a block is 2 MiB (32 layers of k and v, bf16)
-  std::vector<std::string> prefill_args;  // extra sidecar flags
+  std::vector<std::string> prefill_args;           // extra sidecar flags
+  std::map<std::string, std::string> prefill_env;  // added to the prefill sidecar's environment
   std::vector<std::string> decode_args;
   // `ip netns exec` wrappers and addresses, for sidecars in network namespaces: empty runs on
   // the host's loopback.
@@ -74,8 +76,13 @@ class Deployment {
   // Bytes of decode `d`'s arena that differ from `before`.
   uint64_t Changed(int d, const std::vector<uint8_t>& before) const;
   std::vector<uint8_t> Snapshot(int d) const;
-  // Starts decode `d`'s sidecar again after it was killed (same arena, new session id).
+  // Kills decode `d`'s sidecar (SIGKILL, as a crash) and starts it again: same arena, new
+  // session id; the test attaches it again as its engine would.
   absl::Status RestartDecode(int d);
+  // A Stats request to `rank`'s sidecar.
+  absl::StatusOr<v1::SidecarStats> Stats(Rank& rank);
+  // The sidecar process's resident set (kB) and open file descriptors.
+  static absl::StatusOr<std::pair<uint64_t, uint64_t>> RssAndFds(int pid);
 
  private:
   explicit Deployment(DeploymentOptions options) : options_(std::move(options)) {}

@@ -1,0 +1,110 @@
+// Nothing left behind: decodes that crash and come back, over and over, against one prefill
+// sidecar. Each restart brings a new session id (a new registration, a new data-plane link, a
+// new PUSH route); the prefill must drop the old ones once it sees them gone, so that after
+// many restarts its memory, its open files and every table are where they were after the
+// first.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/chaos/deployment.h"
+
+namespace kvrail::chaos {
+namespace {
+
+int Restarts() {
+  int restarts = 200;
+  const char* env = std::getenv("KVRAIL_CHAOS_RESTARTS");
+  if (env != nullptr) (void)absl::SimpleAtoi(env, &restarts);
+  return restarts;
+}
+
+// Runs one small room to the (restarted) decode; it must land.
+void OneRoom(Deployment& d, uint64_t room) {
+  const layout::Manifest manifest = d.Blocks(1, 2);
+  ASSERT_TRUE(d.Expect(0, room, manifest).ok());
+  ASSERT_TRUE(d.Ready(room, manifest).ok());
+  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), room, absl::Seconds(60));
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  ASSERT_TRUE(d.Event(d.prefill(), room, absl::Seconds(30)).ok());
+  EXPECT_TRUE(d.Landed(0, manifest));
+}
+
+// Waits until the prefill has dropped every session but the live one.
+v1::SidecarStats Settled(Deployment& d) {
+  v1::SidecarStats stats;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    stats = d.Stats(d.prefill()).value();
+    if (stats.registrations() <= 1 && stats.data_plane_peers() <= 1 &&
+        stats.scheduler_peers() <= 1 && stats.outbox_peers() <= 1) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return stats;
+}
+
+TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
+  DeploymentOptions options;
+  options.pages = 4;
+  options.prefill_args = {"--heartbeat-interval", "2"};
+  if (const char* arenas = std::getenv("KVRAIL_CHAOS_MALLOC_ARENA_MAX")) {
+    options.prefill_env["MALLOC_ARENA_MAX"] = arenas;
+  }
+  auto started = Deployment::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Deployment& d = **started;
+  const int restarts = Restarts();
+  uint64_t room = 1;
+  ASSERT_TRUE(d.RestartDecode(0).ok());
+  OneRoom(d, room++);
+  const v1::SidecarStats first = Settled(d);
+  const auto [rss_first, fds_first] = Deployment::RssAndFds(d.prefill().sidecar->pid()).value();
+  const absl::Time start = absl::Now();
+  for (int i = 1; i < restarts; ++i) {
+    ASSERT_TRUE(d.RestartDecode(0).ok()) << "restart " << i;
+    OneRoom(d, room++);
+    if (HasFatalFailure()) return;
+    if (i % 50 == 0) {
+      const auto [rss, fds] = Deployment::RssAndFds(d.prefill().sidecar->pid()).value();
+      std::printf("%d restarts, %s: prefill RSS %llu kB, %llu fds\n", i,
+                  absl::FormatDuration(absl::Now() - start).c_str(), (unsigned long long)rss,
+                  (unsigned long long)fds);
+    }
+  }
+  const v1::SidecarStats last = Settled(d);
+  const auto [rss_last, fds_last] = Deployment::RssAndFds(d.prefill().sidecar->pid()).value();
+  std::printf(
+      "after %d decode restarts: prefill RSS %llu kB -> %llu kB (%+.1f%%), fds %llu -> %llu, "
+      "registrations %llu -> %llu, data-plane peers %llu -> %llu, scheduler peers %llu -> "
+      "%llu, PUSH routes %llu -> %llu, rooms %llu -> %llu, strands %llu -> %llu\n",
+      restarts, (unsigned long long)rss_first, (unsigned long long)rss_last,
+      100.0 * (double(rss_last) - double(rss_first)) / double(rss_first),
+      (unsigned long long)fds_first, (unsigned long long)fds_last,
+      (unsigned long long)first.registrations(), (unsigned long long)last.registrations(),
+      (unsigned long long)first.data_plane_peers(), (unsigned long long)last.data_plane_peers(),
+      (unsigned long long)first.scheduler_peers(), (unsigned long long)last.scheduler_peers(),
+      (unsigned long long)first.outbox_peers(), (unsigned long long)last.outbox_peers(),
+      (unsigned long long)first.rooms(), (unsigned long long)last.rooms(),
+      (unsigned long long)first.strands(), (unsigned long long)last.strands());
+  EXPECT_LE(rss_last, rss_first * 11 / 10) << "RSS grew more than 10%";
+  EXPECT_LE(fds_last, fds_first);
+  EXPECT_LE(last.registrations(), first.registrations());
+  EXPECT_LE(last.data_plane_peers(), first.data_plane_peers());
+  EXPECT_LE(last.scheduler_peers(), first.scheduler_peers());
+  EXPECT_LE(last.outbox_peers(), first.outbox_peers());
+  EXPECT_LE(last.transfers(), first.transfers());
+  EXPECT_LE(last.strands(), first.strands());
+  EXPECT_LE(last.engines(), first.engines());
+  // Rooms: the successful ones are forgotten at once; none is left.
+  EXPECT_LE(last.rooms(), first.rooms());
+}
+
+}  // namespace
+}  // namespace kvrail::chaos
