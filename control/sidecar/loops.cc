@@ -109,10 +109,46 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
   forget_peers.insert(forget_peers.end(), busy.begin(), busy.end());
 }
 
+// A bootstrap server that restarted has forgotten this rank (however briefly it was down): when
+// it answers but does not list this rank's endpoint, register again (an identical registration
+// changes nothing, CACHEPD §2.1).
+void Sidecar::Impl::ReregisterIfForgotten() {
+  std::lock_guard<std::mutex> attach_lock(attach_mu);
+  if (!registration) return;
+  absl::StatusOr<std::pair<std::string, int>> server =
+      SplitHostPort(options.bootstrap, "--bootstrap");
+  if (!server.ok()) return;
+  bootstrap::BootstrapClientOptions quick;
+  quick.retries = 0;
+  quick.connect_timeout = std::chrono::milliseconds(500);
+  quick.read_timeout = std::chrono::milliseconds(1000);
+  quick.deadline = std::chrono::milliseconds(300);  // a rank not listed answers 500 at once
+  const bootstrap::BootstrapClient client(server->first, server->second, quick);
+  if (!client.Health().ok()) {
+    if (bootstrap_answered) {
+      spdlog::warn("prefill rank {}: bootstrap {} does not answer /health", options.tp_rank,
+                   options.bootstrap);
+    }
+    bootstrap_answered = false;
+    return;
+  }
+  bootstrap_answered = true;
+  absl::StatusOr<bootstrap::RankEndpoint> listed =
+      client.LookupRank(registration->RankInDpGroup(), registration->DpGroup());
+  if (listed.ok() && *listed == registration->endpoint) return;
+  const absl::Status again = RegisterWithBootstrap();
+  if (again.ok()) {
+    spdlog::info("prefill rank {}: registered again with bootstrap {} (it did not list us)",
+                 options.tp_rank, options.bootstrap);
+  } else {
+    spdlog::warn("prefill rank {}: registering again with bootstrap {}: {}", options.tp_rank,
+                 options.bootstrap, DescribeError(again));
+  }
+}
+
 void Sidecar::Impl::TickerLoop() {
   absl::Time next_heartbeat = absl::Now();
   const absl::Duration interval = session::EffectiveHeartbeatInterval(options.timeouts);
-  bool bootstrap_up = true;  // the prefill's bootstrap, as last probed
   while (!stop.load()) {
     absl::SleepFor(absl::Milliseconds(50));
     std::vector<std::string> probe;
@@ -146,30 +182,7 @@ void Sidecar::Impl::TickerLoop() {
       Locked locked(*this);
       if (decode) ApplyLocked(decode->OnHealth(address, ok, absl::Now()));
     }
-    if (probe_own_bootstrap) {
-      // A bootstrap server that restarted has forgotten this rank: once it answers again,
-      // register again (an identical registration changes nothing, CACHEPD §2.1).
-      const bool up = Healthy(options.bootstrap);
-      if (up && !bootstrap_up) {
-        std::lock_guard<std::mutex> attach_lock(attach_mu);
-        if (registration) {
-          const absl::Status again = RegisterWithBootstrap();
-          if (again.ok()) {
-            spdlog::info("prefill rank {}: registered again with bootstrap {}", options.tp_rank,
-                         options.bootstrap);
-          } else {
-            spdlog::warn("prefill rank {}: registering again with bootstrap {}: {}",
-                         options.tp_rank, options.bootstrap, DescribeError(again));
-            continue;  // bootstrap_up stays false: try again at the next probe
-          }
-        }
-      }
-      if (!up && bootstrap_up) {
-        spdlog::warn("prefill rank {}: bootstrap {} does not answer /health", options.tp_rank,
-                     options.bootstrap);
-      }
-      bootstrap_up = up;
-    }
+    if (probe_own_bootstrap) ReregisterIfForgotten();
   }
 }
 

@@ -182,6 +182,8 @@ struct Sidecar::Impl {
   void InboxLoop();
   void TickerLoop();
   void ProbePeers(const std::vector<std::string>& peers);
+  void ReregisterIfForgotten();
+  bool bootstrap_answered = true;  // ticker thread only
 };
 
 }  // namespace kvrail::sidecar

@@ -66,6 +66,7 @@ absl::Status Deployment::StartAll() {
                                std::string("--port"), absl::StrCat(port)}) {
     argv.push_back(a);
   }
+  bootstrap_argv_ = argv;
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_,
                           process::Subprocess::Start(argv, {}, LogPath("chaos-bootstrap")));
   bootstrap_address_ = absl::StrCat(bind, ":", port);
@@ -221,6 +222,20 @@ uint64_t Deployment::Changed(int d, const std::vector<uint8_t>& before) const {
   uint64_t changed = 0;
   for (size_t i = 0; i < before.size(); ++i) changed += now[i] != before[i];
   return changed;
+}
+
+absl::Status Deployment::RestartBootstrap() {
+  bootstrap_->Signal(SIGKILL);
+  bootstrap_.reset();
+  // The port was free a moment ago; bind retries cover a TIME_WAIT straggler.
+  absl::Status last;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    KVRAIL_ASSIGN_OR_RETURN(
+        bootstrap_, process::Subprocess::Start(bootstrap_argv_, {}, LogPath("chaos-bootstrap")));
+    if (!bootstrap_->Wait(absl::Milliseconds(300)).ok()) return absl::OkStatus();  // running
+    last = absl::UnavailableError("the bootstrap server exited at start (port busy?)");
+  }
+  return last;
 }
 
 absl::Status Deployment::RestartDecode(int d) {

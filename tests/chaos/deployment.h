@@ -59,6 +59,9 @@ class Deployment {
   Rank& prefill() { return prefill_; }
   Rank& decode(int i) { return decodes_[i]; }
   process::Subprocess& bootstrap_server() { return *bootstrap_; }
+  // Kills the bootstrap server (SIGKILL) and starts a new one on the same port: it has
+  // forgotten every registration.
+  absl::Status RestartBootstrap();
 
   // The manifest of `blocks` consecutive blocks from `first`.
   layout::Manifest Blocks(int64_t first, int64_t blocks) const;
@@ -95,6 +98,7 @@ class Deployment {
   std::string tag_;
   std::string bootstrap_address_;
   std::unique_ptr<process::Subprocess> bootstrap_;
+  std::vector<std::string> bootstrap_argv_;
   Rank prefill_;
   std::vector<Rank> decodes_;
   std::vector<std::pair<std::string, v1::RoomEvent>> kept_;  // rank name, event

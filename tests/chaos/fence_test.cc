@@ -111,7 +111,9 @@ TEST_P(FenceTest, APrefillEngineAbortFailsTheRoomOnlyOnceNoWriteCanLand) {
                                absl::Milliseconds(40), absl::Milliseconds(80)}) {
     const Trial trial = Run(room++, deployment_->prefill(), delay);
     EXPECT_EQ(trial.after_free, 0u) << "bytes landed after the pages were freed";
-    if (trial.failed) EXPECT_TRUE(trial.proven) << trial.reason;
+    if (trial.failed) {
+      EXPECT_TRUE(trial.proven) << trial.reason;
+    }
     if (trial.failed && trial.landed_bytes > 0) ++mid_room;
   }
   // At least one abort came while the room's writes were moving, or the test proved nothing.
@@ -126,7 +128,9 @@ TEST_P(FenceTest, ADecodeEngineAbortHoldsThePagesUntilThePrefillFencedTheRoom) {
                                absl::Milliseconds(40), absl::Milliseconds(80)}) {
     const Trial trial = Run(room++, deployment_->decode(0), delay);
     EXPECT_EQ(trial.after_free, 0u) << "bytes landed after the pages were freed";
-    if (trial.failed) EXPECT_TRUE(trial.proven) << trial.reason;
+    if (trial.failed) {
+      EXPECT_TRUE(trial.proven) << trial.reason;
+    }
     if (trial.failed && trial.landed_bytes > 0) ++mid_room;
   }
   EXPECT_GT(mid_room, 0);
