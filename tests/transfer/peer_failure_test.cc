@@ -3,14 +3,18 @@
 //   * a writer (prefill node) SIGKILLed mid-room, eight times over, leaves its target (decode
 //     node) running, and the target then takes a fresh writer's room byte for byte;
 //   * a target SIGKILLed mid-transfer fails the writer's flushes with kUnavailable within
-//     seconds (UcxOptions::keepalive_interval bounds it over shared memory).
+//     seconds (UcxOptions::keepalive_interval bounds it over shared memory);
+//   * a target that is stopped (SIGSTOP) stalls only its own Connect, which ends with
+//     DeadlineExceeded naming it, while posts and flushes to a healthy target complete.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -179,6 +183,67 @@ TEST_P(PeerFailureTest, ATargetKilledMidTransferFailsTheWritersFlushesWithinSeco
   std::printf("%s: killed target: the writer's flushes failed after %s: %s\n", GetParam(),
               absl::FormatDuration(latency).c_str(),
               std::string(flushes.statuses()[0].message()).c_str());
+}
+
+TEST_P(PeerFailureTest, AStoppedTargetStallsOnlyItsOwnConnect) {
+  constexpr uint64_t kBytes = 8 * kMiB;
+  absl::StatusOr<Target> healthy = StartTarget(Options(), 0, kBytes);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  absl::StatusOr<Target> stopped = StartTarget(Options(), 1, kBytes);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  stopped->node.process->Signal(SIGSTOP);
+
+  UcxOptions options = Ucx();
+  options.connect_timeout = absl::Seconds(5);
+  auto writer = UcxTransport::Create(options).value();
+  std::vector<uint8_t> source(kBytes, 0xa5);
+  const RegionId region = writer->Register({source.data(), source.size()}).value();
+
+  std::atomic<bool> stalled_returned{false};
+  const absl::Time started = absl::Now();
+  std::future<absl::StatusOr<PeerId>> stalled = std::async(std::launch::async, [&] {
+    absl::StatusOr<PeerId> id = writer->Connect(stopped->descriptor);
+    stalled_returned = true;
+    return id;
+  });
+  // The stalled Connect is under way (its first endpoints exist) before the healthy one starts;
+  // then a Connect, posts and flushes to the healthy target all complete while it still waits.
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_FALSE(stalled_returned.load()) << "the stopped target's Connect did not stall";
+  absl::StatusOr<PeerId> peer = writer->Connect(healthy->descriptor);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  const uint64_t base = healthy->descriptor.regions(0).base();
+  const int lanes = writer->capabilities().lanes;
+  Completions done;
+  for (uint64_t offset = 0; offset < kBytes; offset += kMiB) {
+    const int lane = static_cast<int>(offset / kMiB) % lanes;
+    const std::vector<Write> writes = {{offset, base + offset, kMiB}};
+    ASSERT_TRUE(writer->PostWrites(*peer, lane, region, writes, done.Add()).ok());
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(writer->Flush(*peer, lane, done.Add()).ok());
+  }
+  ASSERT_TRUE(done.Wait(absl::Seconds(30)));
+  EXPECT_FALSE(stalled_returned.load())
+      << "the healthy target's work completed only after the stalled Connect returned";
+  for (const absl::Status& status : done.statuses()) EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(std::memcmp(healthy->arena.data(), source.data(), kBytes), 0);
+
+  absl::StatusOr<PeerId> result = stalled.get();
+  const absl::Duration waited = absl::Now() - started;
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+  EXPECT_NE(result.status().message().find(stopped->node.session), std::string::npos)
+      << result.status();
+  EXPECT_LT(waited, options.connect_timeout + absl::Seconds(3));
+  std::printf("%s: stopped target: Connect returned after %s: %s\n", GetParam(),
+              absl::FormatDuration(waited).c_str(), std::string(result.status().message()).c_str());
+  writer->Close();
+  stopped->node.process->Signal(SIGCONT);
+  healthy->node.process->CloseStdin();
+  stopped->node.process->CloseStdin();
+  EXPECT_EQ(healthy->node.process->Wait(absl::Seconds(30)).value_or(-1), 0);
+  EXPECT_EQ(stopped->node.process->Wait(absl::Seconds(30)).value_or(-1), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PeerFailureTest, ::testing::Values("tcp", "sm"),

@@ -163,6 +163,20 @@ struct Ready {
   absl::Status status;
 };
 
+// Connect's wait for the wireup of every lane: told by the lanes' completions.
+struct ConnectWait {
+  std::mutex mu;
+  std::condition_variable changed;
+  int pending = 0;       // lanes whose wireup has not completed
+  absl::Status failure;  // the first lane's failure
+  void Done(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu);
+    --pending;
+    if (!status.ok() && failure.ok()) failure = std::move(status);
+    changed.notify_all();
+  }
+};
+
 // One lane: a worker and the thread that progresses it.
 struct Lane {
   int index = 0;
@@ -313,6 +327,7 @@ class AllLanes {
 
 using ucx_internal::AllLanes;
 using ucx_internal::AmHeader;
+using ucx_internal::ConnectWait;
 using ucx_internal::FlushReply;
 using ucx_internal::FromUcs;
 using ucx_internal::Inbound;
@@ -625,6 +640,11 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOpti
                                                    absl::FormatDuration(options.keepalive_interval),
                                                    "; it must be >= 0"));
   }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx options: connect_timeout is ",
+                                                   absl::FormatDuration(options.connect_timeout),
+                                                   "; it must be > 0"));
+  }
   std::unique_ptr<UcxTransport> transport(new UcxTransport(options));
   absl::Status status = transport->Init(options);
   if (!status.ok()) {
@@ -646,7 +666,8 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           .gpu_memory = false,
           .max_write_bytes = options.max_write_bytes,
           .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
-      } {}
+      },
+      connect_timeout_(options.connect_timeout) {}
 
 absl::Status UcxTransport::Init(const UcxOptions& options) {
   if (TlsMayUse(options.tls, {"sm", "posix", "sysv", "mm"})) EnableSharedMemoryPeerFailure();
@@ -924,78 +945,42 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     }
   }
   KVRAIL_ASSIGN_OR_RETURN(RemoteRegions regions, RemoteRegions::FromDescriptor(peer));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
   const int lanes = capabilities_.lanes;
   auto state = std::make_shared<PeerState>(std::move(regions), lanes);
   state->name = PeerName(peer);
   state->rkeys.assign(lanes, std::vector<ucp_rkey_h>(peer.regions_size(), nullptr));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
+    connecting_.push_back(state);
+  }
+  // Each lane's endpoint and wireup start under that lane's mutex alone; then the wait holds no
+  // lock, while the lanes' threads progress the wireup (see the header).
+  auto wait = std::make_shared<ConnectWait>();
   absl::Status failure;
   for (int index = 0; index < lanes && failure.ok(); ++index) {
-    Lane& lane = *lanes_[index];
-    std::lock_guard<std::mutex> lane_lock(lane.mu);
-    const int remote_lane = index % peer.lanes_size();
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
-    ep.err_handler.cb = OnEndpointError;
-    ep.err_handler.arg = &state->refs[index];
-    // Peer-failure handling wherever UCX has it (tcp, and shared memory as Init configures it);
-    // where it has none, the transport falls back, once, to no error handling.
-    ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ucs_status_t s = ucp_ep_create(lane.worker, &ep, &state->eps[index]);
-    if (s == UCS_ERR_UNREACHABLE && ep.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
-      peer_errors_ = false;
-      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      s = ucp_ep_create(lane.worker, &ep, &state->eps[index]);
-    }
-    if (s != UCS_OK) {
-      state->eps[index] = nullptr;
-      failure = absl::UnavailableError(
-          absl::StrFormat("peer descriptor: lane %d: ucp_ep_create to peer lane %d failed: %s",
-                          index, remote_lane, Ucs(s)));
-      break;
-    }
-    state->peer_mode[index] = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-    for (int r = 0; r < peer.regions_size(); ++r) {
-      s = ucp_ep_rkey_unpack(state->eps[index], peer.regions(r).remote_key().data(),
-                             &state->rkeys[index][r]);
-      if (s != UCS_OK) {
-        state->rkeys[index][r] = nullptr;
-        failure = absl::InvalidArgumentError(absl::StrFormat(
-            "peer descriptor: region %d: remote key is not a UCX rkey this transport can use "
-            "(ucp_ep_rkey_unpack: %s)",
-            r, Ucs(s)));
-        break;
-      }
-    }
-    if (!failure.ok()) break;
-    lane.outbound[state->tokens[index]] = state.get();
-    // Finish UCX's wireup now, with a bounded wait, so that an unreachable peer is reported
-    // here and no wireup message is left pending when either side's worker is destroyed (UCX
-    // 1.13 asserts on a pending wireup reply at ucp_worker_destroy).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    ucp_request_param_t param{};
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->eps[index], &param);
-    s = UCS_OK;
-    if (UCS_PTR_IS_ERR(request)) {
-      s = UCS_PTR_STATUS(request);
-    } else if (request != nullptr) {
-      while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < deadline) {
-        ProgressWorker(lane.worker);
-      }
-      ucp_request_free(request);  // released by UCX when it completes, if it has not
-      if (s == UCS_INPROGRESS) s = UCS_ERR_TIMED_OUT;
-    }
-    if (s != UCS_OK) {
-      failure = absl::UnavailableError(absl::StrFormat(
-          "peer descriptor: lane %d: the peer's worker could not be reached (wireup flush: %s)",
-          index, Ucs(s)));
-    }
+    failure = StartLaneConnect(*lanes_[index], *state, peer, wait);
   }
+  bool timed_out = false;
+  if (failure.ok()) {
+    std::unique_lock<std::mutex> lock(wait->mu);
+    timed_out = !wait->changed.wait_for(lock, absl::ToChronoNanoseconds(connect_timeout_),
+                                        [&wait] { return wait->pending == 0; });
+    if (failure.ok() && !timed_out) failure = wait->failure;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   AllLanes writing(lanes_);
+  connecting_.erase(std::find(connecting_.begin(), connecting_.end(), state));
+  if (closed_) {
+    ClosePeer(state, "the transport was closed");  // done already by Close, unless raced
+    return absl::FailedPreconditionError(
+        absl::StrCat("Connect to ", state->name, ": the transport was closed while connecting"));
+  }
+  if (failure.ok() && timed_out) {
+    failure = absl::DeadlineExceededError(absl::StrCat(
+        "Connect to ", state->name, ": UCX's wireup with the peer's lanes did not finish within ",
+        absl::FormatDuration(connect_timeout_), " (is the peer stopped or unreachable?)"));
+  }
   if (!failure.ok()) {
     ClosePeer(state, "connect failed");
     return failure;
@@ -1004,6 +989,73 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   state->id = id;
   peers_.emplace(id, std::move(state));
   return id;
+}
+
+absl::Status UcxTransport::StartLaneConnect(Lane& lane, PeerState& state,
+                                            const v1::HandshakeDescriptor& peer,
+                                            const std::shared_ptr<ConnectWait>& wait) {
+  const int index = lane.index;
+  std::lock_guard<std::mutex> lane_lock(lane.mu);
+  if (state.closed || lane.stop) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Connect to ", state.name, ": the transport was closed while connecting"));
+  }
+  const int remote_lane = index % peer.lanes_size();
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
+  ep.err_handler.cb = OnEndpointError;
+  ep.err_handler.arg = &state.refs[index];
+  // Peer-failure handling wherever UCX has it (tcp, and shared memory as Init configures it);
+  // where it has none, the transport falls back, once, to no error handling.
+  ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  ucs_status_t s = ucp_ep_create(lane.worker, &ep, &state.eps[index]);
+  if (s == UCS_ERR_UNREACHABLE && ep.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
+    peer_errors_ = false;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    s = ucp_ep_create(lane.worker, &ep, &state.eps[index]);
+  }
+  if (s != UCS_OK) {
+    state.eps[index] = nullptr;
+    return absl::UnavailableError(
+        absl::StrFormat("Connect to %s: lane %d: ucp_ep_create to peer lane %d failed: %s",
+                        state.name, index, remote_lane, Ucs(s)));
+  }
+  state.peer_mode[index] = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
+  for (int r = 0; r < peer.regions_size(); ++r) {
+    s = ucp_ep_rkey_unpack(state.eps[index], peer.regions(r).remote_key().data(),
+                           &state.rkeys[index][r]);
+    if (s != UCS_OK) {
+      state.rkeys[index][r] = nullptr;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "peer descriptor: region %d: remote key is not a UCX rkey this transport can use "
+          "(ucp_ep_rkey_unpack: %s)",
+          r, Ucs(s)));
+    }
+  }
+  lane.outbound[state.tokens[index]] = &state;
+  // UCX's wireup finishes with a flush of the new endpoint, progressed by the lane's thread: an
+  // unreachable peer is reported by Connect, and no wireup message is left pending when either
+  // side's worker is destroyed (UCX 1.13 asserts on a pending wireup reply at
+  // ucp_worker_destroy).
+  {
+    std::lock_guard<std::mutex> lock(wait->mu);
+    ++wait->pending;
+  }
+  Op* op = lane.NewOpLocked(
+      state, index, OpKind::kFlush, [wait, index, name = state.name](absl::Status status) {
+        if (!status.ok()) {
+          status =
+              absl::Status(status.code(),
+                           absl::StrFormat("Connect to %s: lane %d: the peer's worker could not be "
+                                           "reached (wireup: %s)",
+                                           name, index, status.message()));
+        }
+        wait->Done(std::move(status));
+      });
+  StartFlushLocked(lane, state.eps[index], op, "ucp_ep_flush_nbx");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PeerState*> UcxTransport::FindPeerLocked(PeerId peer, int lane) const {
@@ -1342,6 +1394,8 @@ void UcxTransport::Close() {
       closed_ = true;
       for (auto& [id, peer] : peers_) ClosePeer(peer, "the transport was closed");
       peers_.clear();
+      // Their Connects wake up (their wireup is cancelled) and say the transport closed.
+      for (auto& peer : connecting_) ClosePeer(peer, "the transport was closed");
     }
     for (auto& lane : lanes_) {
       lane->stop = true;

@@ -15,6 +15,13 @@
 // never touch a lock another lane uses. Lock order: the transport's mutex, then lanes in index
 // order.
 //
+// Connect holds no lock while it waits: it creates the peer's endpoint on each lane holding only
+// that lane's mutex, starts UCX's wireup there (a flush of the new endpoint), and waits for every
+// lane's wireup, up to UcxOptions::connect_timeout, holding nothing; the lanes' threads progress
+// the wireup meanwhile. Only then does it publish the peer, under the transport's mutex and every
+// lane's, for a moment. So one peer that never answers (stopped, unreachable) costs its own
+// Connect, never another peer's posts, flushes or Connect.
+//
 // UCX 1.13 emulates puts into user memory over active messages (docs MACHINE-NOTES), so the
 // TARGET transport's progress threads must run for a write to land: they always do while the
 // transport is open. Memory from Allocate over shared memory is written with plain stores.
@@ -117,6 +124,9 @@ struct UcxOptions {
   // host or link that vanished. UCX's defaults are 20 s and 10 s; zero keeps them; the
   // operator's environment wins. Create rejects a negative interval.
   absl::Duration keepalive_interval = absl::Seconds(1);
+  // How long Connect waits for UCX's wireup with every lane of the peer; then it fails with
+  // DeadlineExceeded naming the peer. Create rejects a timeout that is not positive.
+  absl::Duration connect_timeout = absl::Seconds(5);
 };
 
 // The UCX environment that gives another UCX program (ucx_perftest) the settings `options`
@@ -124,6 +134,7 @@ struct UcxOptions {
 std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options);
 
 namespace ucx_internal {
+struct ConnectWait;
 struct Lane;
 struct Op;
 struct PeerState;
@@ -132,8 +143,8 @@ struct RegionState;
 
 class UcxTransport final : public Transport {
  public:
-  // InvalidArgument for lanes < 1, max_write_bytes == 0 or a negative keepalive interval;
-  // Unavailable (with UCX's status string) when UCX cannot
+  // InvalidArgument for lanes < 1, max_write_bytes == 0, a negative keepalive interval or a
+  // connect timeout that is not positive; Unavailable (with UCX's status string) when UCX cannot
   // create the context or a worker. Starts the lanes' progress threads.
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(const UcxOptions& options);
 
@@ -150,6 +161,10 @@ class UcxTransport final : public Transport {
   absl::StatusOr<SharedRegion> Allocate(uint64_t length) override;
   absl::Status Deregister(RegionId region) override;
   absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override;
+  // Waits up to UcxOptions::connect_timeout for UCX's wireup on every lane, holding no lock that
+  // other calls need (see above). DeadlineExceeded when the peer did not answer in time,
+  // Unavailable when its endpoints failed, both naming it by its descriptor's session id;
+  // FailedPrecondition when the transport is closed, before or during the wait.
   absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& peer) override;
   absl::Status PostWrites(PeerId peer, int lane, RegionId source, absl::Span<const Write> writes,
                           Completion done) override;
@@ -170,6 +185,11 @@ class UcxTransport final : public Transport {
   // mu_ and every lane's mutex held: cancels `peer`'s operations and closes its endpoints on
   // every lane. Once per peer; later calls do nothing.
   void ClosePeer(const std::shared_ptr<ucx_internal::PeerState>& peer, const char* why);
+  // Connect's first half, holding only `lane`'s mutex: the endpoint, its rkeys and the wireup
+  // flush whose completion tells `wait`. An error means the lane was not started.
+  absl::Status StartLaneConnect(ucx_internal::Lane& lane, ucx_internal::PeerState& state,
+                                const v1::HandshakeDescriptor& peer,
+                                const std::shared_ptr<ucx_internal::ConnectWait>& wait);
   // The active-message write path (over tcp, see above): PostWrites' and Flush's sends.
   void PostAmWritesLocked(ucx_internal::Lane& home, ucx_internal::PeerState& state,
                           ucx_internal::Op* op, const std::byte* base,
@@ -213,11 +233,14 @@ class UcxTransport final : public Transport {
   std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
   std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memfd placements
   std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
+  // mu_'s alone: peers whose Connect is waiting for wireup, so that Close can end them.
+  std::vector<std::shared_ptr<ucx_internal::PeerState>> connecting_;
   // Endpoints ask UCX for peer-failure handling; cleared, once, when UCX has none to give.
   std::atomic<bool> peer_errors_{true};
   // Fixed by Init: writes go as active messages of at most am_slice_bytes_ (tcp may carry them).
   bool am_writes_ = false;
   uint64_t am_slice_bytes_ = 0;
+  absl::Duration connect_timeout_;
 
   std::mutex join_mu_;  // one joiner at a time
 };
