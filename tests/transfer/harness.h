@@ -5,12 +5,16 @@
 #define KVRAIL_TESTS_TRANSFER_HARNESS_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "engine/memory/arena.h"
 #include "tests/transfer/route_fixture.h"
+#include "tools/process/subprocess.h"
 
 namespace kvrail::testing {
 
@@ -31,6 +35,10 @@ struct HarnessOptions {
   bool expect_failure = false;
   // SIGKILL decode 0 as soon as every prefill has submitted its rooms.
   bool kill_decode_after_submit = false;
+  // RunWriterKillDrill: the decode node's arena is its transport's own (Transport::Allocate, as
+  // a sidecar gives its engine by default), mapped here through /proc/<pid>/fd, instead of
+  // engine-owned POSIX shared memory that the node registers.
+  bool decode_allocates = false;
 };
 
 struct HarnessResult {
@@ -45,6 +53,38 @@ struct HarnessResult {
 std::string NodePath();
 
 absl::StatusOr<HarnessResult> RunTransfer(const RouteSetup& setup, const HarnessOptions& options);
+
+// The POSIX shared-memory name of the arena of `role` ("p" prefill, "d" decode) rank `rank`,
+// unique to this process.
+std::string ArenaName(const char* role, int rank);
+
+// A decode node (options.tls, decode_bind and decode_net_devices), started and its handshake up,
+// serving the existing arena `arena`, or with `allocate_bytes` an arena its transport allocates
+// (mapped here as `allocated`). It exits 0 when its stdin closes.
+struct DecodeNode {
+  std::unique_ptr<process::Subprocess> process;
+  std::string session;             // its data-plane handshake endpoint, "ip:port"
+  std::optional<Arena> allocated;  // the file that holds the allocated arena
+  uint64_t allocated_offset = 0;   // where the arena starts in it
+};
+absl::StatusOr<DecodeNode> StartDecodeNode(const HarnessOptions& options, const std::string& arena,
+                                           uint64_t allocate_bytes = 0);
+
+// True while `process` has not exited.
+bool Running(process::Subprocess& process);
+
+// The writer-kill drill (FAILURE-MODEL: a dead prefill must cost its decode nothing): against one
+// decode node (setup with prefill_tp and decode_tp 1; options.decode_allocates chooses its
+// arena), `kills` prefill nodes in turn start a train of rooms, are SIGKILLed once the first
+// bytes have landed in the decode arena, and the decode node must still run after each; then a
+// fresh prefill moves options.rooms rooms, verified byte for byte as RunTransfer does, and the
+// decode node exits 0.
+struct WriterKillResult {
+  int writers_killed = 0;
+  HarnessResult final_transfer;
+};
+absl::StatusOr<WriterKillResult> RunWriterKillDrill(const RouteSetup& setup,
+                                                    const HarnessOptions& options, int kills);
 
 }  // namespace kvrail::testing
 

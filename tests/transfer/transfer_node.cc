@@ -4,11 +4,17 @@
 //   transfer_node decode --arena /name --tls tcp --bind 127.0.0.1
 //       maps the arena, registers it, serves the handshake; prints "session <id>"; exits 0
 //       when stdin closes.
+//   transfer_node decode --allocate-bytes N --tls sm ...
+//       the arena is the transport's own (Transport::Allocate, as a sidecar gives its engine):
+//       prints "arena pid=<pid> fd=<fd> offset=<offset> placement=<placement>" first, so the
+//       test maps the same pages through /proc/<pid>/fd/<fd>.
 //   transfer_node prefill --arena /name --tls tcp --prefill-tp P --rank p --decode-tp D
 //                 --target d=<session id> [--target ...] [--rooms N] [--deadline-ms T]
 //       maps its arena, fetches each target's descriptor, submits every room, prints
 //       "submitted", waits, prints "result ok <bytes> <seconds>" and exits 0, or
 //       "result failed <status>" and exits 3.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <condition_variable>
 #include <cstdio>
@@ -36,6 +42,7 @@ using namespace kvrail;
 
 struct Flags {
   std::string arena;
+  uint64_t allocate_bytes = 0;  // decode: Allocate the arena instead of mapping --arena
   std::string tls = "tcp";
   std::string net_devices;
   std::string bind = "127.0.0.1";
@@ -81,10 +88,33 @@ absl::StatusOr<Node> Open(const Flags& flags) {
   return Node{std::move(arena), std::move(transport), region};
 }
 
+// The decode's arena from the transport itself, announced for the test to map.
+absl::StatusOr<std::unique_ptr<transport::Transport>> OpenAllocated(const Flags& flags) {
+  KVRAIL_ASSIGN_OR_RETURN(auto transport, MakeTransport(flags));
+  KVRAIL_ASSIGN_OR_RETURN(const transport::SharedRegion shared,
+                          transport->Allocate(flags.allocate_bytes));
+  std::printf("arena pid=%d fd=%d offset=%llu placement=%s\n", static_cast<int>(getpid()),
+              shared.fd, static_cast<unsigned long long>(shared.fd_offset),
+              shared.placement.c_str());
+  return transport;
+}
+
 int RunDecode(const Flags& flags) {
-  auto node = Open(flags);
-  if (!node.ok()) return Fail(node.status());
-  auto* transport = &node->transport;
+  std::unique_ptr<transport::Transport> allocated;
+  absl::StatusOr<Node> node = absl::FailedPreconditionError("unset");
+  std::unique_ptr<transport::Transport>* transport = &allocated;
+  if (flags.allocate_bytes == 0 && flags.arena.empty()) {
+    return Fail(absl::InvalidArgumentError("decode: give --arena or --allocate-bytes"));
+  }
+  if (flags.allocate_bytes != 0) {
+    auto opened = OpenAllocated(flags);
+    if (!opened.ok()) return Fail(opened.status());
+    allocated = std::move(*opened);
+  } else {
+    node = Open(flags);
+    if (!node.ok()) return Fail(node.status());
+    transport = &node->transport;
+  }
   auto server = transport::HandshakeServer::Start(
       flags.bind, 0, [t = transport->get()] { return t->LocalDescriptor(); });
   if (!server.ok()) return Fail(server.status());
@@ -192,13 +222,15 @@ int main(int argc, char** argv) {
   Flags flags;
   for (const char* role : {"decode", "prefill"}) {
     CLI::App* sub = app.add_subcommand(role);
-    sub->add_option("--arena", flags.arena)->required();
+    CLI::Option* arena = sub->add_option("--arena", flags.arena);
     sub->add_option("--tls", flags.tls);
     sub->add_option("--net-devices", flags.net_devices);
     sub->add_option("--lanes", flags.lanes);
     if (std::string(role) == "decode") {
       sub->add_option("--bind", flags.bind);
+      sub->add_option("--allocate-bytes", flags.allocate_bytes)->excludes(arena);
     } else {
+      arena->required();
       sub->add_option("--prefill-tp", flags.prefill_tp);
       sub->add_option("--rank", flags.rank);
       sub->add_option("--decode-tp", flags.decode_tp);

@@ -6,21 +6,26 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/error/error.h"
 #include "engine/transport/bounds.h"
@@ -47,17 +52,49 @@ struct RegionState {
 struct PeerState;
 struct Lane;
 
+// The header of every active message of the write path ("Writes over tcp" in the header file).
+// `token` names the writer's connection and lane at the target; the other words depend on the
+// message: a write's destination address; a flush's message count and number.
+struct AmHeader {
+  uint64_t token = 0;
+  uint64_t a = 0;
+  uint64_t b = 0;
+};
+
+// A target's answer to a flush: it has handled `count` of the flush's messages; `refused` (0 or
+// 1) says whether one of them, since the previous answer, was refused, and which.
+struct FlushReply {
+  uint64_t token = 0;
+  uint64_t seq = 0;
+  uint64_t refused = 0;
+  uint64_t refused_address = 0;
+  uint64_t refused_length = 0;
+};
+
+// Active-message ids on every lane's worker.
+enum AmId : unsigned { kWriteAm = 1, kFlushAm = 2, kFlushReplyAm = 3, kByeAm = 4 };
+
+enum class OpKind {
+  kBatch,    // PostWrites
+  kFlush,    // Flush over puts (and Connect's wireup): ucp_ep_flush_nbx
+  kAmFlush,  // Flush over active messages: done when the peer's FlushReply arrives
+};
+
 // One batch or flush. Freed once it is delivered and no UCX request still points at it.
 // Guarded by its lane's mutex.
 struct Op {
   PeerState* peer = nullptr;  // kept alive by the transport until its endpoints are closed
   int lane = 0;
-  bool flush = false;
+  OpKind kind = OpKind::kBatch;
   int requests = 0;  // UCX requests outstanding with this op as user data
   bool delivered = false;
   absl::Status status;  // the first failure of a batch's puts
   Completion done;
   Lane* home = nullptr;  // the lane whose ready list gets the completion
+  uint64_t seq = 0;      // kAmFlush: the number the peer's answer names
+  // Active-message headers: UCX reads each until its send completes. Reserved before the first
+  // send (so none moves) and kept with its capacity when the op is recycled.
+  std::vector<AmHeader> headers;
 };
 
 // What an endpoint's error handler needs: the peer and which of its lanes.
@@ -70,19 +107,34 @@ struct LaneRef {
 // held; everything indexed by lane is guarded by that lane's mutex.
 struct PeerState {
   PeerId id = 0;
+  std::string name;  // for messages: "session <id>" (from the descriptor)
   RemoteRegions regions;
-  std::vector<ucp_ep_h> eps;                   // per local lane
+  bool closed = false;          // ClosePeer ran (written with every lane's mutex held)
+  std::vector<ucp_ep_h> eps;    // per local lane
+  std::vector<bool> peer_mode;  // [lane]: the endpoint has peer-failure handling
   std::vector<std::vector<ucp_rkey_h>> rkeys;  // [lane][descriptor region index]
   std::vector<absl::Status> lane_errors;       // first failure since the lane's last Flush
   std::vector<ucs_status_t> lane_failed;       // set by UCX's error handler
   std::vector<std::deque<Op*>> ops;            // [lane]: undelivered, oldest first
   std::vector<LaneRef> refs;                   // [lane]: the error handlers' argument
+  // The active-message path, per lane: the connection's name at the target, the write messages
+  // sent so far, and the last flush's number.
+  std::vector<uint64_t> tokens;
+  std::vector<uint64_t> sent;
+  std::vector<uint64_t> flushes;
   PeerState(RemoteRegions r, int lanes) : regions(std::move(r)) {
     eps.assign(lanes, nullptr);
+    peer_mode.assign(lanes, false);
     lane_errors.assign(lanes, absl::OkStatus());
     lane_failed.assign(lanes, UCS_OK);
     ops.resize(lanes);
     for (int lane = 0; lane < lanes; ++lane) refs.push_back({this, lane});
+    std::random_device random;
+    for (int lane = 0; lane < lanes; ++lane) {
+      tokens.push_back((uint64_t{random()} << 32) ^ random() ^ (uint64_t(lane) << 56));
+    }
+    sent.assign(lanes, 0);
+    flushes.assign(lanes, 0);
   }
   // With the lane's mutex held, once the lane's endpoint is closed (UCX wants an endpoint's
   // rkeys gone before its worker, and puts still draining at close may use them).
@@ -94,14 +146,41 @@ struct PeerState {
   }
 };
 
+// What a target keeps per writer connection and lane (its token) on the active-message path.
+struct Inbound {
+  uint64_t handled = 0;  // write messages handled (copied or refused)
+  // The first write refused since the last answer.
+  bool refused = false;
+  uint64_t refused_address = 0;
+  uint64_t refused_length = 0;
+  // Flushes that arrived before all of their writes (count, number): answered once handled
+  // reaches the count.
+  std::vector<std::pair<uint64_t, uint64_t>> waiting;
+};
+
 struct Ready {
   Completion done;
   absl::Status status;
 };
 
+// Connect's wait for the wireup of every lane: told by the lanes' completions.
+struct ConnectWait {
+  std::mutex mu;
+  std::condition_variable changed;
+  int pending = 0;       // lanes whose wireup has not completed
+  absl::Status failure;  // the first lane's failure
+  void Done(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu);
+    --pending;
+    if (!status.ok() && failure.ok()) failure = std::move(status);
+    changed.notify_all();
+  }
+};
+
 // One lane: a worker and the thread that progresses it.
 struct Lane {
   int index = 0;
+  UcxTransport* transport = nullptr;
   ucp_worker_h worker = nullptr;  // destroyed by ReleaseAll
   std::string address;            // ucp_worker_get_address bytes
   std::thread thread;
@@ -119,6 +198,10 @@ struct Lane {
   std::vector<std::unique_ptr<Op>> spare;
   // PostWrites' region index of each write (CheckWrites), kept for its capacity.
   std::vector<int> region_of;
+  // The active-message path: this lane's peers by token (for their flushes' answers), and what
+  // it keeps for each writer that writes into it.
+  std::unordered_map<uint64_t, PeerState*> outbound;
+  std::unordered_map<uint64_t, Inbound> inbound;
 
   // mu held. Moves `op`'s completion onto the ready list once; frees it when UCX is done too.
   void FinishLocked(Op* op, absl::Status status) {
@@ -131,12 +214,30 @@ struct Lane {
       } else {
         ops.erase(std::find(ops.begin(), ops.end(), op));
       }
-      if (!op->flush && !status.ok() && peer->lane_errors[op->lane].ok()) {
+      if (op->kind == OpKind::kBatch && !status.ok() && peer->lane_errors[op->lane].ok()) {
         peer->lane_errors[op->lane] = status;
       }
       ready.push_back({std::move(op->done), std::move(status)});
     }
     if (op->requests == 0) RecycleLocked(op);
+  }
+
+  // mu held. Around the UCX calls that post `op`: UCX may call back inside them (an endpoint
+  // that fails while sending finishes the op), and the hold keeps the op alive until Release.
+  static void HoldLocked(Op* op) { ++op->requests; }
+  // mu held. Ends the hold. Returns false when `op` has been delivered meanwhile (and maybe
+  // recycled: the caller must not touch it again); true when it is still the caller's.
+  bool ReleaseLocked(Op* op) {
+    --op->requests;
+    if (!op->delivered) return true;
+    if (op->requests == 0) RecycleLocked(op);
+    return false;
+  }
+
+  // mu held. A flush's outcome: the first failure of the batches before it, else `status`.
+  void FinishFlushLocked(Op* op, absl::Status status) {
+    absl::Status result = std::exchange(op->peer->lane_errors[op->lane], absl::OkStatus());
+    FinishLocked(op, result.ok() ? std::move(status) : std::move(result));
   }
 
   // mu held. Keeps a finished op for the lane's next post (a post over shared memory is a copy
@@ -146,7 +247,10 @@ struct Lane {
       delete op;
       return;
     }
+    std::vector<AmHeader> headers = std::move(op->headers);
+    headers.clear();
     *op = Op();
+    if (headers.capacity() <= 4096) op->headers = std::move(headers);
     spare.emplace_back(op);
   }
 
@@ -171,7 +275,7 @@ struct Lane {
 
   // mu held. A batch or flush of `peer` on this lane, queued as undelivered; the thread is
   // woken to deliver it.
-  Op* NewOpLocked(PeerState& peer, int lane, bool flush, Completion done) {
+  Op* NewOpLocked(PeerState& peer, int lane, OpKind kind, Completion done) {
     Op* op;
     if (spare.empty()) {
       op = new Op;
@@ -181,7 +285,7 @@ struct Lane {
     }
     op->peer = &peer;
     op->lane = lane;
-    op->flush = flush;
+    op->kind = kind;
     op->done = std::move(done);
     op->home = this;
     peer.ops[lane].push_back(op);
@@ -222,10 +326,15 @@ class AllLanes {
 }  // namespace ucx_internal
 
 using ucx_internal::AllLanes;
+using ucx_internal::AmHeader;
+using ucx_internal::ConnectWait;
+using ucx_internal::FlushReply;
 using ucx_internal::FromUcs;
+using ucx_internal::Inbound;
 using ucx_internal::Lane;
 using ucx_internal::LaneRef;
 using ucx_internal::Op;
+using ucx_internal::OpKind;
 using ucx_internal::PeerState;
 using ucx_internal::Ready;
 using ucx_internal::RegionState;
@@ -256,10 +365,240 @@ unsigned ProgressWorker(void* worker) {
 }
 
 // Error handler for every endpoint: arg is its LaneRef. Runs in UCX calls on that lane's
-// worker, under the lane's mutex.
+// worker, under the lane's mutex. UCX fails the endpoint's requests itself; flushes waiting for
+// the peer's answer (the active-message path) would wait for ever, so they fail here.
 void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* ref = static_cast<LaneRef*>(arg);
-  if (ref->peer->lane_failed[ref->lane] == UCS_OK) ref->peer->lane_failed[ref->lane] = status;
+  PeerState& peer = *ref->peer;
+  if (peer.lane_failed[ref->lane] == UCS_OK) peer.lane_failed[ref->lane] = status;
+  std::vector<Op*> waiting;
+  for (Op* op : peer.ops[ref->lane]) {
+    if (op->kind == OpKind::kAmFlush) waiting.push_back(op);
+  }
+  for (Op* op : waiting) {
+    op->home->FinishFlushLocked(
+        op, FromUcs(status, absl::StrFormat("flush to peer %d lane %d: the peer's endpoint failed",
+                                            peer.id, ref->lane)));
+  }
+}
+
+// Sends an active message whose header `owned` (allocated with new) UCX may read until the send
+// completes, then frees it. The outcome is not reported: the target's answers and a writer's
+// goodbye are best effort (a peer that is gone needs neither).
+template <typename Header>
+void SendOwnedAm(ucp_ep_h ep, unsigned id, Header* owned) {
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.cb.send = [](void* request, ucs_status_t, void* user_data) {
+    delete static_cast<Header*>(user_data);
+    ucp_request_free(request);
+  };
+  param.user_data = owned;
+  ucs_status_ptr_t request = ucp_am_send_nbx(ep, id, owned, sizeof(Header), nullptr, 0, &param);
+  if (!UCS_PTR_IS_PTR(request)) delete owned;  // done at once, or failed
+}
+
+// The target answers a flush of `token`, numbered `seq`, through `reply_ep`, reporting (and
+// forgetting) the first write refused since its last answer.
+void AnswerFlush(ucp_ep_h reply_ep, uint64_t token, uint64_t seq, Inbound& in) {
+  auto* reply = new FlushReply{.token = token,
+                               .seq = seq,
+                               .refused = in.refused ? uint64_t{1} : 0,
+                               .refused_address = in.refused_address,
+                               .refused_length = in.refused_length};
+  in.refused = false;
+  SendOwnedAm(reply_ep, ucx_internal::kFlushReplyAm, reply);
+}
+
+// The flushes of `in` whose writes have all been handled are answered.
+void AnswerWaitingFlushes(ucp_ep_h reply_ep, uint64_t token, Inbound& in) {
+  auto& waiting = in.waiting;
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    if (it->first > in.handled) {
+      ++it;
+      continue;
+    }
+    AnswerFlush(reply_ep, token, it->second, in);
+    it = waiting.erase(it);
+  }
+}
+
+// An active message's header as `Header`; false when its length is another's. (UCX does not
+// align headers, hence the copy.)
+template <typename Header>
+bool ReadHeader(const void* header, size_t header_length, Header* out) {
+  if (header_length != sizeof(Header)) return false;
+  std::memcpy(out, header, sizeof(Header));
+  return true;
+}
+
+// The writer's endpoint, from which a message's answer goes back; nullptr when the writer did
+// not send one (not a kvrail writer).
+ucp_ep_h ReplyEndpoint(const ucp_am_recv_param_t* param) {
+  return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+}
+
+// The target's side of a flush: answered at once when every write it counts has been handled,
+// or once they are.
+ucs_status_t OnFlushAm(void* arg, const void* header, size_t header_length, void* /*data*/,
+                       size_t /*length*/, const ucp_am_recv_param_t* param) {
+  ucp_ep_h reply_ep = ReplyEndpoint(param);
+  AmHeader flush;
+  if (!ReadHeader(header, header_length, &flush) || reply_ep == nullptr) return UCS_OK;
+  Inbound& in = static_cast<Lane*>(arg)->inbound[flush.token];
+  in.waiting.emplace_back(flush.a, flush.b);
+  AnswerWaitingFlushes(reply_ep, flush.token, in);
+  return UCS_OK;
+}
+
+// The writer's side of a flush's answer: the flush completes, with the first failure of its
+// lane's batches, else with the refusal the target reports, else OK.
+ucs_status_t OnFlushReplyAm(void* arg, const void* header, size_t header_length, void* /*data*/,
+                            size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
+  FlushReply reply;
+  if (!ReadHeader(header, header_length, &reply)) return UCS_OK;
+  Lane& lane = *static_cast<Lane*>(arg);
+  auto found = lane.outbound.find(reply.token);
+  if (found == lane.outbound.end()) return UCS_OK;  // disconnected since
+  PeerState& peer = *found->second;
+  for (Op* op : peer.ops[lane.index]) {
+    if (op->kind != OpKind::kAmFlush || op->seq != reply.seq) continue;
+    absl::Status status;
+    if (reply.refused != 0) {
+      status = absl::UnavailableError(absl::StrFormat(
+          "flush to peer %d lane %d: the peer refused a write of %u bytes at 0x%x: not inside a "
+          "region it has registered (deregistered since its descriptor was fetched?)",
+          peer.id, lane.index, reply.refused_length, reply.refused_address));
+    }
+    lane.FinishFlushLocked(op, std::move(status));
+    break;
+  }
+  return UCS_OK;
+}
+
+// A writer that disconnects says goodbye: the target forgets what it kept for it.
+ucs_status_t OnByeAm(void* arg, const void* header, size_t header_length, void* /*data*/,
+                     size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
+  AmHeader bye;
+  if (!ReadHeader(header, header_length, &bye)) return UCS_OK;
+  static_cast<Lane*>(arg)->inbound.erase(bye.token);
+  return UCS_OK;
+}
+
+// Every request's completion (puts, flushes, active messages), under the op's lane's mutex: a
+// batch completes when its last request does, a flush with its request or the peer's answer.
+void OnPutDone(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  ucp_request_free(request);
+  --op->requests;
+  if (op->delivered) {
+    if (op->requests == 0) op->home->RecycleLocked(op);
+    return;
+  }
+  switch (op->kind) {
+    case OpKind::kFlush:
+      op->home->FinishFlushLocked(
+          op, FromUcs(status, absl::StrFormat("flush to peer %d lane %d", op->peer->id, op->lane)));
+      return;
+    case OpKind::kAmFlush:
+      // Its message left; the peer's answer completes it (OnFlushReplyAm), or the endpoint's
+      // failure does (OnEndpointError).
+      if (status != UCS_OK) {
+        op->home->FinishFlushLocked(
+            op, absl::UnavailableError(absl::StrFormat("flush to peer %d lane %d: UCX: %s",
+                                                       op->peer->id, op->lane, Ucs(status))));
+      }
+      return;
+    case OpKind::kBatch:
+      break;
+  }
+  if (status != UCS_OK && op->status.ok()) {
+    // Unavailable even when UCX says cancelled: it cancels when the endpoint failed, and the
+    // transport's own cancellations (Disconnect, Close) deliver the op before UCX does.
+    op->status = absl::UnavailableError(absl::StrFormat("batch to peer %d lane %d: write: UCX: %s",
+                                                        op->peer->id, op->lane, Ucs(status)));
+  }
+  if (op->requests == 0) op->home->FinishLocked(op, op->status);
+}
+
+// What a post and a flush give UCX with every request: OnPutDone, and the op.
+ucp_request_param_t RequestParam(Op* op) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = OnPutDone;
+  param.user_data = op;
+  return param;
+}
+
+// A write's failure to start, as a batch reports it: Unavailable (UCX cancels only the requests
+// of an endpoint that failed).
+absl::Status PostFailure(ucs_status_ptr_t request, const std::string& what) {
+  return absl::UnavailableError(absl::StrFormat("%s: %s", what, Ucs(UCS_PTR_STATUS(request))));
+}
+
+// A flush over puts (or Connect's wireup): ucp_ep_flush_nbx of `ep` completes `op`.
+void StartFlushLocked(Lane& lane, ucp_ep_h ep, Op* op, const std::string& what) {
+  ucp_request_param_t param = RequestParam(op);
+  Lane::HoldLocked(op);
+  ucs_status_ptr_t request = ucp_ep_flush_nbx(ep, &param);
+  if (UCS_PTR_IS_PTR(request)) ++op->requests;
+  if (!lane.ReleaseLocked(op)) return;
+  if (request == nullptr) {
+    lane.FinishFlushLocked(op, absl::OkStatus());
+  } else if (UCS_PTR_IS_ERR(request)) {
+    lane.FinishFlushLocked(op, PostFailure(request, what));
+  }
+}
+
+// Peer-failure handling over shared memory (off in UCX 1.13 by default): a peer whose process
+// died then fails its endpoints through UCX's keepalive, where writes to it would otherwise stay
+// pending for ever. UCX takes this one from the environment only: set through ucp_config_modify
+// (MM_ERROR_HANDLING), endpoints accept UCP_ERR_HANDLING_MODE_PEER but two such processes never
+// see each other die (measured: a writer's flush to a SIGKILLed target hung for a minute; with
+// the variable in either process's environment it failed within the keepalive interval). So the
+// first transport of a process sets UCX_MM_ERROR_HANDLING=y, unless the operator chose any of
+// the variables that name it.
+void EnableSharedMemoryPeerFailure() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const char* name : {"UCX_MM_ERROR_HANDLING", "UCX_POSIX_ERROR_HANDLING",
+                             "UCX_SYSV_ERROR_HANDLING", "UCX_SM_ERROR_HANDLING"}) {
+      if (std::getenv(name) != nullptr) return;
+    }
+    setenv("UCX_MM_ERROR_HANDLING", "y", /*overwrite=*/0);
+  });
+}
+
+// A peer's name for messages: its descriptor's session id.
+std::string PeerName(const v1::HandshakeDescriptor& peer) {
+  if (peer.session_id().empty()) {
+    return absl::StrFormat("the peer of a descriptor (version %d) without a session id",
+                           peer.version());
+  }
+  return absl::StrCat("session ", peer.session_id());
+}
+
+// Whether UCX may load a transport whose name `tls` lists (UCX's own default loads them all).
+bool TlsMayUse(const std::string& tls, std::initializer_list<const char*> names) {
+  if (tls.empty()) return true;
+  for (const char* name : names) {
+    if (tls.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A UCX memory-units setting such as "64K", "65536" or "8kb"; 0 when it is none of those.
+uint64_t ParseUcxBytes(const char* text) {
+  char* end = nullptr;
+  const unsigned long long number = std::strtoull(text, &end, 10);
+  std::string unit(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit.empty() || unit == "b") return number;
+  if (unit == "k" || unit == "kb") return number << 10;
+  if (unit == "m" || unit == "mb") return number << 20;
+  return 0;
 }
 
 }  // namespace
@@ -296,6 +635,16 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOpti
         "segment must hold this side's tx segment",
         options.tcp_rx_seg_bytes, options.tcp_tx_seg_bytes));
   }
+  if (options.keepalive_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx options: keepalive_interval is ",
+                                                   absl::FormatDuration(options.keepalive_interval),
+                                                   "; it must be >= 0"));
+  }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx options: connect_timeout is ",
+                                                   absl::FormatDuration(options.connect_timeout),
+                                                   "; it must be > 0"));
+  }
   std::unique_ptr<UcxTransport> transport(new UcxTransport(options));
   absl::Status status = transport->Init(options);
   if (!status.ok()) {
@@ -317,9 +666,11 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           .gpu_memory = false,
           .max_write_bytes = options.max_write_bytes,
           .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
-      } {}
+      },
+      connect_timeout_(options.connect_timeout) {}
 
 absl::Status UcxTransport::Init(const UcxOptions& options) {
+  if (TlsMayUse(options.tls, {"sm", "posix", "sysv", "mm"})) EnableSharedMemoryPeerFailure();
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "ucx: ucp_config_read");
@@ -344,19 +695,45 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
     return FromUcs(s, "ucx: setting ALLOC_PRIO");
   }
   // UCX takes a transport's settings by their name inside the transport ("TX_SEG_SIZE" for
-  // UCX_TCP_TX_SEG_SIZE), and only when that transport is loaded: it warns about the rest.
-  const bool tcp = options.tls.empty() || options.tls.find("tcp") != std::string::npos;
-  for (const auto& [name, value] : UcxTuningEnvironment(options)) {
-    if (!tcp || std::getenv(name.c_str()) != nullptr) continue;  // the operator's setting wins
-    const std::string key = name.substr(std::string("UCX_TCP_").size());
-    if ((s = ucp_config_modify(config, key.c_str(), value.c_str())) != UCS_OK) {
+  // UCX_TCP_TX_SEG_SIZE, applied to every transport that has it), and only when that transport
+  // is loaded: it warns about the rest. The operator's environment wins over each of them.
+  struct Setting {
+    std::string key;
+    std::string value;
+    std::vector<std::string> env;  // the variables that name it
+  };
+  const bool tcp = TlsMayUse(options.tls, {"tcp"});
+  std::vector<Setting> settings;
+  if (tcp) {
+    for (const auto& [name, value] : UcxTuningEnvironment(options)) {
+      settings.push_back({name.substr(std::string("UCX_TCP_").size()), value, {name}});
+    }
+    // connect(2) without blocking: a blocking one to an unreachable host would hold the lane's
+    // mutex, and so every other peer's posts on that lane, through the kernel's SYN retries.
+    settings.push_back({"CONN_NB", "y", {"UCX_TCP_CONN_NB"}});
+  }
+  if (options.keepalive_interval > absl::ZeroDuration()) {
+    const int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(options.keepalive_interval));
+    settings.push_back({"KEEPALIVE_INTERVAL", absl::StrCat(ms, "ms"), {"UCX_KEEPALIVE_INTERVAL"}});
+    if (tcp) {
+      const std::string seconds = absl::StrCat(std::max<int64_t>(1, (ms + 999) / 1000), "s");
+      settings.push_back({"KEEPIDLE", seconds, {"UCX_TCP_KEEPIDLE"}});
+      settings.push_back({"KEEPINTVL", seconds, {"UCX_TCP_KEEPINTVL"}});
+    }
+  }
+  for (const Setting& setting : settings) {
+    if (std::any_of(setting.env.begin(), setting.env.end(),
+                    [](const std::string& name) { return std::getenv(name.c_str()) != nullptr; })) {
+      continue;
+    }
+    if ((s = ucp_config_modify(config, setting.key.c_str(), setting.value.c_str())) != UCS_OK) {
       ucp_config_release(config);
-      return FromUcs(s, absl::StrFormat("ucx: setting %s=%s", name, value));
+      return FromUcs(s, absl::StrFormat("ucx: setting %s=%s", setting.env[0], setting.value));
     }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
   params.mt_workers_shared = 1;  // workers of different lanes run at once
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);
@@ -365,11 +742,19 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
     return FromUcs(s, absl::StrFormat("ucx: ucp_init with tls \"%s\"", options.tls));
   }
   context_ = context;
-  // UCX 1.13 has no peer-failure handler on shared memory; tcp has one.
-  peer_errors_ = options.tls.empty() || options.tls.find("tcp") != std::string::npos;
+  // Over tcp UCX's puts can kill the target (see "Writes over tcp" in the header): writes go as
+  // active messages of one tcp segment (less UCX's and our headers) wherever tcp may carry them.
+  am_writes_ = tcp;
+  uint64_t segment = options.tcp_tx_seg_bytes;
+  if (const char* env = std::getenv("UCX_TCP_TX_SEG_SIZE"); env != nullptr) {
+    segment = ParseUcxBytes(env);
+  }
+  if (segment == 0) segment = uint64_t{8} << 10;  // UCX's default
+  am_slice_bytes_ = std::max<uint64_t>(segment, uint64_t{2} << 10) - 512;
   for (int index = 0; index < options.lanes; ++index) {
     auto lane = std::make_unique<Lane>();
     lane->index = index;
+    lane->transport = this;
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // only under the lane's mutex
@@ -378,6 +763,32 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
       return FromUcs(s, absl::StrFormat("ucx: ucp_worker_create for lane %d", index));
     }
     Lane& added = *lanes_.emplace_back(std::move(lane));
+    // Every lane serves both sides of the active-message path: a peer may write either way.
+    const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+        {ucx_internal::kWriteAm,
+         [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+            const ucp_am_recv_param_t* param) {
+           return static_cast<ucs_status_t>(
+               OnWriteAm(arg, header, header_length, data, length, param));
+         }},
+        {ucx_internal::kFlushAm, OnFlushAm},
+        {ucx_internal::kFlushReplyAm, OnFlushReplyAm},
+        {ucx_internal::kByeAm, OnByeAm},
+    };
+    for (const auto& [id, callback] : handlers) {
+      ucp_am_handler_param_t hp{};
+      hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+      hp.id = id;
+      hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+      hp.cb = callback;
+      hp.arg = &added;
+      s = ucp_worker_set_am_recv_handler(added.worker, &hp);
+      if (s != UCS_OK) {
+        return FromUcs(s,
+                       absl::StrFormat("ucx: ucp_worker_set_am_recv_handler for lane %d", index));
+      }
+    }
     ucp_address_t* address = nullptr;
     size_t length = 0;
     s = ucp_worker_get_address(added.worker, &address, &length);
@@ -534,75 +945,42 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     }
   }
   KVRAIL_ASSIGN_OR_RETURN(RemoteRegions regions, RemoteRegions::FromDescriptor(peer));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
   const int lanes = capabilities_.lanes;
   auto state = std::make_shared<PeerState>(std::move(regions), lanes);
+  state->name = PeerName(peer);
   state->rkeys.assign(lanes, std::vector<ucp_rkey_h>(peer.regions_size(), nullptr));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
+    connecting_.push_back(state);
+  }
+  // Each lane's endpoint and wireup start under that lane's mutex alone; then the wait holds no
+  // lock, while the lanes' threads progress the wireup (see the header).
+  auto wait = std::make_shared<ConnectWait>();
   absl::Status failure;
   for (int index = 0; index < lanes && failure.ok(); ++index) {
-    Lane& lane = *lanes_[index];
-    std::lock_guard<std::mutex> lane_lock(lane.mu);
-    const int remote_lane = index % peer.lanes_size();
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
-    ep.err_handler.cb = OnEndpointError;
-    ep.err_handler.arg = &state->refs[index];
-    // Peer-failure handling where the transports support it (tcp); shared memory has no peer
-    // failure handler in UCX 1.13, so it falls back, once per transport, to no error handling.
-    ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ucs_status_t s = ucp_ep_create(lane.worker, &ep, &state->eps[index]);
-    if (s == UCS_ERR_UNREACHABLE && peer_errors_) {
-      peer_errors_ = false;
-      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      s = ucp_ep_create(lane.worker, &ep, &state->eps[index]);
-    }
-    if (s != UCS_OK) {
-      state->eps[index] = nullptr;
-      failure = absl::UnavailableError(
-          absl::StrFormat("peer descriptor: lane %d: ucp_ep_create to peer lane %d failed: %s",
-                          index, remote_lane, Ucs(s)));
-      break;
-    }
-    for (int r = 0; r < peer.regions_size(); ++r) {
-      s = ucp_ep_rkey_unpack(state->eps[index], peer.regions(r).remote_key().data(),
-                             &state->rkeys[index][r]);
-      if (s != UCS_OK) {
-        state->rkeys[index][r] = nullptr;
-        failure = absl::InvalidArgumentError(absl::StrFormat(
-            "peer descriptor: region %d: remote key is not a UCX rkey this transport can use "
-            "(ucp_ep_rkey_unpack: %s)",
-            r, Ucs(s)));
-        break;
-      }
-    }
-    if (!failure.ok()) break;
-    // Finish UCX's wireup now, with a bounded wait, so that an unreachable peer is reported
-    // here and no wireup message is left pending when either side's worker is destroyed (UCX
-    // 1.13 asserts on a pending wireup reply at ucp_worker_destroy).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    ucp_request_param_t param{};
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->eps[index], &param);
-    s = UCS_OK;
-    if (UCS_PTR_IS_ERR(request)) {
-      s = UCS_PTR_STATUS(request);
-    } else if (request != nullptr) {
-      while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < deadline) {
-        ProgressWorker(lane.worker);
-      }
-      ucp_request_free(request);  // released by UCX when it completes, if it has not
-      if (s == UCS_INPROGRESS) s = UCS_ERR_TIMED_OUT;
-    }
-    if (s != UCS_OK) {
-      failure = absl::UnavailableError(absl::StrFormat(
-          "peer descriptor: lane %d: the peer's worker could not be reached (wireup flush: %s)",
-          index, Ucs(s)));
-    }
+    failure = StartLaneConnect(*lanes_[index], *state, peer, wait);
   }
+  bool timed_out = false;
+  if (failure.ok()) {
+    std::unique_lock<std::mutex> lock(wait->mu);
+    timed_out = !wait->changed.wait_for(lock, absl::ToChronoNanoseconds(connect_timeout_),
+                                        [&wait] { return wait->pending == 0; });
+    if (failure.ok() && !timed_out) failure = wait->failure;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   AllLanes writing(lanes_);
+  connecting_.erase(std::find(connecting_.begin(), connecting_.end(), state));
+  if (closed_) {
+    ClosePeer(state, "the transport was closed");  // done already by Close, unless raced
+    return absl::FailedPreconditionError(
+        absl::StrCat("Connect to ", state->name, ": the transport was closed while connecting"));
+  }
+  if (failure.ok() && timed_out) {
+    failure = absl::DeadlineExceededError(absl::StrCat(
+        "Connect to ", state->name, ": UCX's wireup with the peer's lanes did not finish within ",
+        absl::FormatDuration(connect_timeout_), " (is the peer stopped or unreachable?)"));
+  }
   if (!failure.ok()) {
     ClosePeer(state, "connect failed");
     return failure;
@@ -611,6 +989,73 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   state->id = id;
   peers_.emplace(id, std::move(state));
   return id;
+}
+
+absl::Status UcxTransport::StartLaneConnect(Lane& lane, PeerState& state,
+                                            const v1::HandshakeDescriptor& peer,
+                                            const std::shared_ptr<ConnectWait>& wait) {
+  const int index = lane.index;
+  std::lock_guard<std::mutex> lane_lock(lane.mu);
+  if (state.closed || lane.stop) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Connect to ", state.name, ": the transport was closed while connecting"));
+  }
+  const int remote_lane = index % peer.lanes_size();
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
+  ep.err_handler.cb = OnEndpointError;
+  ep.err_handler.arg = &state.refs[index];
+  // Peer-failure handling wherever UCX has it (tcp, and shared memory as Init configures it);
+  // where it has none, the transport falls back, once, to no error handling.
+  ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  ucs_status_t s = ucp_ep_create(lane.worker, &ep, &state.eps[index]);
+  if (s == UCS_ERR_UNREACHABLE && ep.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
+    peer_errors_ = false;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    s = ucp_ep_create(lane.worker, &ep, &state.eps[index]);
+  }
+  if (s != UCS_OK) {
+    state.eps[index] = nullptr;
+    return absl::UnavailableError(
+        absl::StrFormat("Connect to %s: lane %d: ucp_ep_create to peer lane %d failed: %s",
+                        state.name, index, remote_lane, Ucs(s)));
+  }
+  state.peer_mode[index] = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
+  for (int r = 0; r < peer.regions_size(); ++r) {
+    s = ucp_ep_rkey_unpack(state.eps[index], peer.regions(r).remote_key().data(),
+                           &state.rkeys[index][r]);
+    if (s != UCS_OK) {
+      state.rkeys[index][r] = nullptr;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "peer descriptor: region %d: remote key is not a UCX rkey this transport can use "
+          "(ucp_ep_rkey_unpack: %s)",
+          r, Ucs(s)));
+    }
+  }
+  lane.outbound[state.tokens[index]] = &state;
+  // UCX's wireup finishes with a flush of the new endpoint, progressed by the lane's thread: an
+  // unreachable peer is reported by Connect, and no wireup message is left pending when either
+  // side's worker is destroyed (UCX 1.13 asserts on a pending wireup reply at
+  // ucp_worker_destroy).
+  {
+    std::lock_guard<std::mutex> lock(wait->mu);
+    ++wait->pending;
+  }
+  Op* op = lane.NewOpLocked(
+      state, index, OpKind::kFlush, [wait, index, name = state.name](absl::Status status) {
+        if (!status.ok()) {
+          status =
+              absl::Status(status.code(),
+                           absl::StrFormat("Connect to %s: lane %d: the peer's worker could not be "
+                                           "reached (wireup: %s)",
+                                           name, index, status.message()));
+        }
+        wait->Done(std::move(status));
+      });
+  StartFlushLocked(lane, state.eps[index], op, "ucp_ep_flush_nbx");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PeerState*> UcxTransport::FindPeerLocked(PeerId peer, int lane) const {
@@ -622,34 +1067,6 @@ absl::StatusOr<PeerState*> UcxTransport::FindPeerLocked(PeerId peer, int lane) c
         absl::StrFormat("peer %d is not connected (never connected, or disconnected)", peer));
   }
   return it->second.get();
-}
-
-void UcxTransport::OnPutDone(void* request, int status_int, void* user_data) {
-  const auto status = static_cast<ucs_status_t>(status_int);
-  auto* op = static_cast<Op*>(user_data);
-  ucp_request_free(request);
-  --op->requests;
-  if (op->delivered) {
-    if (op->requests == 0) op->home->RecycleLocked(op);
-    return;
-  }
-  if (op->flush) {
-    absl::Status result = std::exchange(op->peer->lane_errors[op->lane], absl::OkStatus());
-    if (result.ok() && status != UCS_OK) {
-      result = FromUcs(status, absl::StrFormat("flush to peer %d lane %d", op->peer->id, op->lane));
-    }
-    op->home->FinishLocked(op, std::move(result));
-    return;
-  }
-  if (status != UCS_OK && op->status.ok()) {
-    op->status =
-        FromUcs(status, absl::StrFormat("batch to peer %d lane %d: put", op->peer->id, op->lane));
-    if (op->status.code() == absl::StatusCode::kCancelled) {
-      // Cancelled by UCX because the endpoint failed, not by Disconnect or Close.
-      op->status = absl::UnavailableError(op->status.message());
-    }
-  }
-  if (op->requests == 0) op->home->FinishLocked(op, op->status);
 }
 
 absl::StatusOr<UcxTransport::Started> UcxTransport::Start(
@@ -686,38 +1103,68 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
       !checked.ok()) {
     return AddContext(checked, context());
   }
-  Op* op = home.NewOpLocked(state, lane, /*flush=*/false, std::move(done));
+  Op* op = home.NewOpLocked(state, lane, OpKind::kBatch, std::move(done));
   if (state.lane_failed[lane] != UCS_OK) {
     home.FinishLocked(op, FromUcs(state.lane_failed[lane],
                                   absl::StrFormat("%s: the peer's endpoint failed", context())));
     return absl::OkStatus();
   }
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
-    OnPutDone(request, static_cast<int>(status), user_data);
-  };
-  param.user_data = op;
   const std::byte* base = reinterpret_cast<const std::byte*>(region->second->base);
+  Lane::HoldLocked(op);
+  if (am_writes_) {
+    PostAmWritesLocked(home, state, op, base, writes, context);
+  } else {
+    ucp_request_param_t param = RequestParam(op);
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const Write& w = writes[i];
+      ucs_status_ptr_t request =
+          ucp_put_nbx(state.eps[lane], base + w.local_offset, w.length, w.remote_address,
+                      state.rkeys[lane][home.region_of[i]], &param);
+      if (request == nullptr) continue;
+      if (UCS_PTR_IS_ERR(request)) {
+        op->status = PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_put_nbx",
+                                                          context(), i, writes.size()));
+        break;
+      }
+      ++op->requests;
+    }
+  }
+  if (home.ReleaseLocked(op) && op->requests == 0) home.FinishLocked(op, op->status);
+  return absl::OkStatus();
+}
+
+void UcxTransport::PostAmWritesLocked(Lane& home, PeerState& state, Op* op, const std::byte* base,
+                                      absl::Span<const Write> writes,
+                                      absl::FunctionRef<std::string()> context) {
+  const int lane = home.index;
+  const uint64_t slice = am_slice_bytes_;
+  size_t messages = 0;
+  for (const Write& w : writes) messages += (w.length + slice - 1) / slice;
+  op->headers.reserve(messages);  // UCX may read a header until its send completes: none moves
+  ucp_request_param_t param = RequestParam(op);
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  // Eager: the target gets each message whole inside its progress and never has to ask for it
+  // (a rendezvous would make the target send); reply: the target answers flushes through it.
+  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
   for (size_t i = 0; i < writes.size(); ++i) {
     const Write& w = writes[i];
-    ucs_status_ptr_t request =
-        ucp_put_nbx(state.eps[lane], base + w.local_offset, w.length, w.remote_address,
-                    state.rkeys[lane][home.region_of[i]], &param);
-    if (request == nullptr) continue;
-    if (UCS_PTR_IS_ERR(request)) {
-      op->status =
-          FromUcs(UCS_PTR_STATUS(request),
-                  absl::StrFormat("%s: write %d of %d: ucp_put_nbx", context(), i, writes.size()));
-      if (op->status.code() == absl::StatusCode::kCancelled) {
-        op->status = absl::UnavailableError(op->status.message());
+    for (uint64_t done = 0; done < w.length; done += slice) {
+      const uint64_t length = std::min(slice, w.length - done);
+      AmHeader& header = op->headers.emplace_back();
+      header.token = state.tokens[lane];
+      header.a = w.remote_address + done;
+      ucs_status_ptr_t request =
+          ucp_am_send_nbx(state.eps[lane], ucx_internal::kWriteAm, &header, sizeof(header),
+                          base + w.local_offset + done, length, &param);
+      if (UCS_PTR_IS_ERR(request)) {
+        op->status = PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
+                                                          context(), i, writes.size()));
+        return;
       }
-      break;
+      ++state.sent[lane];
+      if (request != nullptr) ++op->requests;
     }
-    ++op->requests;
   }
-  if (op->requests == 0) home.FinishLocked(op, op->status);
-  return absl::OkStatus();
 }
 
 absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
@@ -725,66 +1172,110 @@ absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
   KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
   Lane& home = *started.home;
   PeerState& state = *started.state;
-  Op* op = home.NewOpLocked(state, lane, /*flush=*/true, std::move(done));
+  Op* op = home.NewOpLocked(state, lane, am_writes_ ? OpKind::kAmFlush : OpKind::kFlush,
+                            std::move(done));
   if (state.lane_failed[lane] != UCS_OK) {
-    absl::Status result = std::exchange(state.lane_errors[lane], absl::OkStatus());
-    if (result.ok()) {
-      result = FromUcs(state.lane_failed[lane],
-                       absl::StrFormat("%s: the peer's endpoint failed", context()));
-    }
-    home.FinishLocked(op, std::move(result));
+    home.FinishFlushLocked(op,
+                           FromUcs(state.lane_failed[lane],
+                                   absl::StrFormat("%s: the peer's endpoint failed", context())));
     return absl::OkStatus();
   }
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
-    OnPutDone(request, static_cast<int>(status), user_data);
-  };
-  param.user_data = op;
-  ucs_status_ptr_t request = ucp_ep_flush_nbx(state.eps[lane], &param);
-  if (request == nullptr) {
-    home.FinishLocked(op, std::exchange(state.lane_errors[lane], absl::OkStatus()));
-  } else if (UCS_PTR_IS_ERR(request)) {
-    absl::Status result = std::exchange(state.lane_errors[lane], absl::OkStatus());
-    if (result.ok()) {
-      result = absl::UnavailableError(
-          absl::StrFormat("%s: ucp_ep_flush_nbx: %s", context(), Ucs(UCS_PTR_STATUS(request))));
-    }
-    home.FinishLocked(op, std::move(result));
+  if (am_writes_) {
+    SendAmFlushLocked(state, op);
   } else {
-    op->requests = 1;
+    StartFlushLocked(home, state.eps[lane], op, context() + ": ucp_ep_flush_nbx");
   }
   return absl::OkStatus();
 }
 
+void UcxTransport::SendAmFlushLocked(PeerState& state, Op* op) {
+  const int lane = op->lane;
+  op->seq = ++state.flushes[lane];
+  op->headers.push_back({.token = state.tokens[lane], .a = state.sent[lane], .b = op->seq});
+  ucp_request_param_t param = RequestParam(op);
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  Lane& home = *op->home;
+  Lane::HoldLocked(op);
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(state.eps[lane], ucx_internal::kFlushAm, &op->headers.back(),
+                      sizeof(AmHeader), nullptr, 0, &param);
+  if (UCS_PTR_IS_PTR(request)) ++op->requests;
+  if (!home.ReleaseLocked(op)) return;
+  if (UCS_PTR_IS_ERR(request)) {
+    home.FinishFlushLocked(
+        op, PostFailure(request, absl::StrFormat("Flush of peer %d lane %d: ucp_am_send_nbx",
+                                                 state.id, lane)));
+  }
+}
+
+bool UcxTransport::RegisteredLocked(uint64_t address, uint64_t length) const {
+  for (const auto& [id, region] : regions_) {
+    if (RangeInside(address, length, region->base, region->length)) return true;
+  }
+  return false;
+}
+
+int UcxTransport::OnWriteAm(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const void* param_ptr) {
+  const auto* param = static_cast<const ucp_am_recv_param_t*>(param_ptr);
+  AmHeader write;
+  if (!ReadHeader(header, header_length, &write)) return UCS_OK;
+  Lane& lane = *static_cast<Lane*>(arg);
+  Inbound& in = lane.inbound[write.token];
+  ++in.handled;
+  // Bounds before bytes, at the target too: only into memory registered now (a writer's
+  // descriptor may be stale). A rendezvous never comes from a kvrail writer (eager only).
+  const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+  if (whole && lane.transport->RegisteredLocked(write.a, length)) {
+    std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(write.a)), data, length);
+  } else if (!in.refused) {
+    in.refused = true;
+    in.refused_address = write.a;
+    in.refused_length = length;
+  }
+  if (!in.waiting.empty()) {
+    if (ucp_ep_h reply_ep = ReplyEndpoint(param); reply_ep != nullptr) {
+      AnswerWaitingFlushes(reply_ep, write.token, in);
+    }
+  }
+  return UCS_OK;
+}
+
 void UcxTransport::ClosePeer(const std::shared_ptr<PeerState>& peer, const char* why) {
+  if (peer->closed) return;
+  peer->closed = true;
   for (auto& lane_ptr : lanes_) {
     Lane& lane = *lane_ptr;
     const int index = lane.index;
     auto& ops = peer->ops[index];
     while (!ops.empty()) {
       Op* op = ops.front();
-      lane.FinishLocked(op, absl::CancelledError(absl::StrFormat(
-                                "%s to peer %d lane %d: %s before it completed",
-                                op->flush ? "flush" : "batch", peer->id, index, why)));
+      lane.FinishLocked(
+          op, absl::CancelledError(absl::StrFormat("%s to peer %d lane %d: %s before it completed",
+                                                   op->kind == OpKind::kBatch ? "batch" : "flush",
+                                                   peer->id, index, why)));
     }
-    // A flushing close, not UCP_EP_CLOSE_FLAG_FORCE: UCX 1.13 aborts the TARGET process
-    // ("ucp_request.inl: Fatal: unexpected error: Endpoint timeout" in ucp_put_handler) when the
-    // initiator force-closes while emulated puts are still arriving, because the target's put
-    // acknowledgement then fails. The user's completions were cancelled above; UCX finishes the
-    // puts already posted, and a dead peer fails the flush (tcp) or the wait in the lane's
-    // teardown ends it. The lane's rkeys go once its endpoint is closed.
-    if (peer->eps[index] != nullptr) {
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = 0;
-      ucs_status_ptr_t request = ucp_ep_close_nbx(peer->eps[index], &param);
-      peer->eps[index] = nullptr;
-      if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-        lane.closing.emplace_back(request, peer);
-      } else {
-        peer->DestroyRkeys(index);
-      }
+    lane.outbound.erase(peer->tokens[index]);
+    if (peer->eps[index] == nullptr) {
+      peer->DestroyRkeys(index);
+      lane.Kick();
+      continue;
+    }
+    if (am_writes_ && peer->lane_failed[index] == UCS_OK) {
+      SendOwnedAm(peer->eps[index], ucx_internal::kByeAm,
+                  new AmHeader{.token = peer->tokens[index]});
+    }
+    // A force close (see "Fencing" in the header): UCX drops what it still queues for the peer
+    // and sends nothing more. UCX allows it only on endpoints with peer-failure handling; the
+    // others close flushing. The lane's rkeys go once its endpoint is closed.
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = peer->peer_mode[index] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(peer->eps[index], &param);
+    peer->eps[index] = nullptr;
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      lane.closing.emplace_back(request, peer);
     } else {
       peer->DestroyRkeys(index);
     }
@@ -829,7 +1320,12 @@ void UcxTransport::RunLane(Lane& lane) {
         ProgressWorker(lane.worker);
         lane.ReapClosedLocked();
       }
-      for (auto& [request, peer] : lane.closing) peer->DestroyRkeys(lane.index);
+      // Closes that did not finish (a flushing close to a peer that stopped answering) are
+      // released to UCX, which asserts at ucp_worker_destroy on a close request still held.
+      for (auto& [request, peer] : lane.closing) {
+        ucp_request_free(request);
+        peer->DestroyRkeys(lane.index);
+      }
       lane.closing.clear();
       for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
         quiet = ProgressWorker(lane.worker) == 0 ? quiet + 1 : 0;
@@ -898,6 +1394,8 @@ void UcxTransport::Close() {
       closed_ = true;
       for (auto& [id, peer] : peers_) ClosePeer(peer, "the transport was closed");
       peers_.clear();
+      // Their Connects wake up (their wireup is cancelled) and say the transport closed.
+      for (auto& peer : connecting_) ClosePeer(peer, "the transport was closed");
     }
     for (auto& lane : lanes_) {
       lane->stop = true;

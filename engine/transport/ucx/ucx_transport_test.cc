@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "engine/transport/transport.h"
 #include "gtest/gtest.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -71,6 +72,18 @@ TEST(UcxTransportTest, CreateRejectsBadOptions) {
   EXPECT_EQ(UcxTransport::Create({.lanes = 0}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(UcxTransport::Create({.max_write_bytes = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UcxTransportTest, BadTimeoutsAreErrorsNamingThem) {
+  auto no_wait = UcxTransport::Create({.connect_timeout = absl::ZeroDuration()});
+  ASSERT_FALSE(no_wait.ok());
+  EXPECT_EQ(no_wait.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_wait.status().message().find("connect_timeout is 0"), std::string::npos)
+      << no_wait.status();
+  auto negative = UcxTransport::Create({.keepalive_interval = absl::Seconds(-1)});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("keepalive_interval is -1s"), std::string::npos)
+      << negative.status();
 }
 
 TEST(UcxTransportTest, BadTcpSegmentSizesAreErrorsNamingThem) {
