@@ -237,15 +237,30 @@ void DecodeRooms::OnFencedAnswer(absl::Span<const std::string> frames, absl::Tim
         absl::StrCat("fence answer for room ", answer->room, " whose pages are not held: ignored"));
     return;
   }
-  std::vector<PrefillTarget>& pending = found->second.pending;
+  Fence& fence = found->second;
+  std::vector<PrefillTarget>& pending = fence.pending;
   const int rank = static_cast<int>(answer->prefill_rank);
-  pending.erase(std::remove_if(pending.begin(), pending.end(),
-                               [rank](const PrefillTarget& t) { return t.rank == rank; }),
-                pending.end());
+  auto at = std::find_if(pending.begin(), pending.end(),
+                         [rank](const PrefillTarget& t) { return t.rank == rank; });
+  if (at == pending.end()) return;  // a repeated answer
+  if (!answer->proven) {
+    fence.unproven.push_back(absl::StrCat("prefill rank ", at->rank, " at ", at->endpoint));
+  }
+  pending.erase(at);
   if (!pending.empty()) return;
-  out.releases.push_back(PagesRelease{answer->room, true,
-                                      "every prefill rank that may write the room fenced it",
-                                      now - found->second.started});
+  if (fence.unproven.empty()) {
+    out.releases.push_back(PagesRelease{answer->room, true,
+                                        "every prefill rank that may write the room fenced it",
+                                        now - fence.started});
+  } else {
+    out.releases.push_back(PagesRelease{
+        answer->room, false,
+        absl::StrCat(absl::StrJoin(fence.unproven, ", "),
+                     " fenced the room by disconnecting a data plane that did not drain: writes "
+                     "it had already handed over may still land, so the pages are not provably "
+                     "safe"),
+        now - fence.started});
+  }
   fences_.erase(found);
 }
 

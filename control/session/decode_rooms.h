@@ -213,6 +213,7 @@ class DecodeRooms {
   struct Fence {
     std::vector<PrefillTarget> pending;  // ascending rank
     absl::Time started;
+    std::vector<std::string> unproven;  // ranks that answered "unproven", for the reason
   };
   // (bootstrap address, DP group, comma list of T_d): the reference's registration cache key.
   using PeerSetKey = std::tuple<std::string, int, std::string>;

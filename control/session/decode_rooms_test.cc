@@ -524,5 +524,16 @@ TEST(DecodeRoomsTest, APrefillRankThatIsGoneFailsItsRoomsAndAnswersItsFences) {
   EXPECT_THAT(rooms.PrefillEndpoints(), ElementsAre(PrefillEndpoint(1)));
 }
 
+TEST(DecodeRoomsTest, AnUnprovenFenceAnswerReleasesThePagesAsUnproven) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 9, {0});
+  rooms.Fail(9, "aborted", kT0);
+  DecodeOutput answered = rooms.OnMessage(
+      wire::BuildFencedAnswer({.room = 9, .prefill_rank = 0, .proven = false}).value(), kT0);
+  ASSERT_EQ(answered.releases.size(), 1u);
+  EXPECT_FALSE(answered.releases[0].proven);
+  EXPECT_THAT(answered.releases[0].reason, HasSubstr("disconnecting"));
+}
+
 }  // namespace
 }  // namespace kvrail::session

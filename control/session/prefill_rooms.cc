@@ -151,12 +151,13 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
   if (found == rooms_.end()) {
     // Never held here: no write of it left this rank. (Its pre-allocation, if any, came on the
     // same ordered route before this request, so none can follow.)
-    AnswerFence(request->room, request->session_id, out);
+    AnswerFence(request->room, request->session_id, true, out);
     return;
   }
   Room& room = found->second;
   if (room.state == TransferPoll::kSuccess || room.state == TransferPoll::kFailed) {
-    AnswerFence(request->room, request->session_id, out);  // landed, or already fenced
+    // Landed, or already fenced (and as well as its fence could prove).
+    AnswerFence(request->room, request->session_id, !room.fence_unproven, out);
     return;
   }
   AbortRoom(request->room, room,
@@ -170,16 +171,18 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
     }
     return;
   }
-  AnswerFence(request->room, request->session_id, out);
+  AnswerFence(request->room, request->session_id, true, out);
 }
 
-void PrefillRooms::AnswerFence(uint64_t room, absl::string_view session_id,
+void PrefillRooms::AnswerFence(uint64_t room, absl::string_view session_id, bool proven,
                                PrefillOutput& out) const {
   auto registered = registrations_.find(session_id);
   if (registered == registrations_.end()) return;  // gone meanwhile: nobody to answer
   absl::StatusOr<std::vector<std::string>> frames = wire::BuildFencedAnswer(
-      {room, static_cast<uint32_t>(identity_.status_rank >= 0 ? identity_.status_rank
-                                                              : identity_.prefill_tp_rank)});
+      {room,
+       static_cast<uint32_t>(identity_.status_rank >= 0 ? identity_.status_rank
+                                                        : identity_.prefill_tp_rank),
+       proven});
   if (!frames.ok()) return;  // rooms and ranks here always fit
   out.messages.push_back(OutboundMessage{registered->second->reply_endpoint, *std::move(frames)});
 }
@@ -666,9 +669,11 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
 }
 
 PrefillOutput PrefillRooms::OnTransferFailed(uint64_t room_id, absl::string_view failed_session,
-                                             absl::string_view reason, absl::Time now) {
+                                             absl::string_view reason, absl::Time now,
+                                             bool fence_proven) {
   PrefillOutput out;
   auto found = rooms_.find(room_id);
+  if (found != rooms_.end() && !fence_proven) found->second.fence_unproven = true;
   if (found != rooms_.end() && found->second.fencing) {
     FinishFence(room_id, found->second, now, out);  // the abort's doing: nobody to blame
     return out;
@@ -687,7 +692,9 @@ void PrefillRooms::FinishFence(uint64_t room_id, Room& room, absl::Time now, Pre
   room.fencing = false;
   std::string reason = std::move(room.failure_reason);
   AbortRoom(room_id, room, std::move(reason), now, out);
-  for (const std::string& session : room.fence_waiters) AnswerFence(room_id, session, out);
+  for (const std::string& session : room.fence_waiters) {
+    AnswerFence(room_id, session, !room.fence_unproven, out);
+  }
   room.fence_waiters.clear();
 }
 
@@ -719,6 +726,7 @@ void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
     Room tombstone;
     tombstone.state = TransferPoll::kFailed;
     tombstone.failure_reason = std::move(room.failure_reason);
+    tombstone.fence_unproven = room.fence_unproven;
     tombstone.forget_at = now + options_.timeouts.failed_room_ttl;
     room = std::move(tombstone);
     return;

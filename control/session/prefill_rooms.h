@@ -228,8 +228,12 @@ class PrefillRooms {
   // write failed: `failed_session` (may be empty) is quarantined for failed_session_ttl (§6.9,
   // §7.4) and the room fails. Either way all its destinations are sent Failed. Unknown rooms
   // only quarantine.
+  // `fence_proven` false: the transfer layer could not prove that no write lands any more (a
+  // fence that ended in a disconnect, engine/transfer RoomOutcome::fence_proven); the room's
+  // fence answers say so.
   PrefillOutput OnTransferFailed(uint64_t room, absl::string_view failed_session,
-                                 absl::string_view reason, absl::Time now);
+                                 absl::string_view reason, absl::Time now,
+                                 bool fence_proven = true);
 
   // `abort_room` (§1.5): the room fails with `reason` and every non-dummy destination that has
   // pre-allocated it is sent Failed; its destinations are dropped. A room whose transfer is in
@@ -290,7 +294,8 @@ class PrefillRooms {
     std::optional<RoomReady> ready;
     bool transfer_started = false;
     bool transfer_in_flight = false;
-    bool fencing = false;  // failed while in flight: the Failed waits for the fence
+    bool fencing = false;         // failed while in flight: the Failed waits for the fence
+    bool fence_unproven = false;  // its fence could not prove that no write lands any more
     // Decode sessions that asked for a fence of the room (wire/fence.h), answered once fenced.
     std::vector<std::string> fence_waiters;
   };
@@ -311,7 +316,8 @@ class PrefillRooms {
   void OnRegistration(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
   void OnPreallocation(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
   void OnFenceRequest(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
-  void AnswerFence(uint64_t room, absl::string_view session_id, PrefillOutput& out) const;
+  void AnswerFence(uint64_t room, absl::string_view session_id, bool proven,
+                   PrefillOutput& out) const;
   // The transfer of a fencing room can land no more: it fails now.
   void FinishFence(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
   absl::StatusOr<std::shared_ptr<const DecodePeer>> Admit(const wire::ReplyRoute& route,

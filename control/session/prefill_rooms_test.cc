@@ -717,5 +717,21 @@ TEST(PrefillRoomsTest, ADroppedSessionFailsItsRoomsAndIsForgotten) {
   EXPECT_FALSE(rooms.DropSession(SessionOf(0), "again", kT0, again).has_value());
 }
 
+TEST(PrefillRoomsTest, AnUnprovenFenceIsAnsweredUnproven) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 3);
+  EXPECT_THAT(rooms.OnMessage(FenceRequestFrames(3, 0), kT0).fences, ElementsAre(3u));
+  PrefillOutput fenced = rooms.OnTransferFailed(3, "", "cancelled", kT0, /*fence_proven=*/false);
+  ASSERT_EQ(fenced.messages.size(), 3u);
+  absl::StatusOr<wire::FencedAnswer> answer = wire::ParseFencedAnswer(fenced.messages[2].frames);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_FALSE(answer->proven);
+  // A later request for the same room gets the same answer.
+  PrefillOutput again = rooms.OnMessage(FenceRequestFrames(3, 1), kT0);
+  ASSERT_EQ(again.messages.size(), 1u);
+  EXPECT_FALSE(wire::ParseFencedAnswer(again.messages[0].frames)->proven);
+}
+
 }  // namespace
 }  // namespace kvrail::session

@@ -202,7 +202,8 @@ void Sidecar::Impl::ActLocked(TransferActions actions) {
     if (out.ok()) ApplyLocked(*std::move(out), &ended);
     return;
   }
-  ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now), &ended);
+  ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now, ended.fence_proven),
+              &ended);
 }
 
 void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
@@ -217,7 +218,14 @@ void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
   // A cancel is the room's own doing (an abort, a sibling): nobody to blame for it.
   const std::string blame =
       !outcome.status.ok() && code != absl::StatusCode::kCancelled ? session : "";
-  ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now()));
+  if (!outcome.fence_proven) {
+    spdlog::warn(
+        "prefill: transfer {} to {} was fenced by a disconnect that does not prove "
+        "its writes stopped: {}",
+        outcome.transfer_id, session, outcome.status.ToString());
+  }
+  ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
+                              outcome.fence_proven));
 }
 
 void Sidecar::Impl::DropPeer(const std::string& session, const std::string& reply_endpoint) {

@@ -67,7 +67,8 @@ TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::s
 }
 
 TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status& status,
-                                       const std::string& blame, absl::Time now) {
+                                       const std::string& blame, absl::Time now,
+                                       bool fence_proven) {
   TransferActions actions;
   auto owner = owners_.find(transfer_id);
   if (owner == owners_.end()) return actions;
@@ -78,6 +79,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   if (found == rooms_.end()) return actions;
   Room& room = found->second;
   room.ids.erase(std::remove(room.ids.begin(), room.ids.end(), transfer_id), room.ids.end());
+  room.fence_proven = room.fence_proven && fence_proven;
   if (!status.ok() && room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
     room.reason = status.ToString();
@@ -96,6 +98,7 @@ void RoomTransfers::EndLocked(uint64_t room_id, Room& room, absl::Time now,
   ended.blame = std::move(room.blame);
   ended.bytes = room.bytes;
   ended.copies = room.copies;
+  ended.fence_proven = room.fence_proven;
   ended.elapsed = now - room.started;
   actions.ended = std::move(ended);
   for (uint64_t id : room.ids) owners_.erase(id);

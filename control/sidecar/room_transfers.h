@@ -42,6 +42,9 @@ struct TransferActions {
     uint64_t bytes = 0;
     uint64_t copies = 0;
     absl::Duration elapsed;  // from Begin
+    // !landed: every transfer's fence proved that nothing of it lands any more
+    // (transfer::RoomOutcome::fence_proven).
+    bool fence_proven = true;
   };
   std::optional<Ended> ended;
 };
@@ -75,7 +78,7 @@ class RoomTransfers {
   // ends with the last outcome. `blame` is the session to blame if the failure is the
   // transport's (the caller decides: not for a cancel).
   TransferActions Outcome(uint64_t transfer_id, const absl::Status& status,
-                          const std::string& blame, absl::Time now);
+                          const std::string& blame, absl::Time now, bool fence_proven = true);
 
   // The session of a transfer in flight, or empty.
   std::string SessionOf(uint64_t transfer_id) const;
@@ -94,6 +97,7 @@ class RoomTransfers {
     uint64_t bytes = 0;
     uint64_t copies = 0;
     absl::Time started;
+    bool fence_proven = true;
   };
   struct Owner {
     uint64_t room = 0;

@@ -8,17 +8,21 @@
 namespace kvrail::wire {
 namespace {
 
-constexpr size_t kFenceFrameCount = 3;
+constexpr size_t kFenceRequestFrames = 3;
+constexpr size_t kFencedAnswerFrames = 4;
+constexpr absl::string_view kProven = "proven";
+constexpr absl::string_view kUnproven = "unproven";
 
 bool HasMagic(absl::Span<const std::string> frames, absl::string_view magic) {
   return !frames.empty() && frames[0] == magic;
 }
 
 absl::Status CheckShape(absl::Span<const std::string> frames, absl::string_view magic,
-                        absl::string_view what) {
-  if (frames.size() != kFenceFrameCount) {
-    return MakeError(ErrorCategory::kInvalidFrame,
-                     absl::StrCat(what, ": got ", frames.size(), " frames, requires exactly 3"));
+                        absl::string_view what, size_t count) {
+  if (frames.size() != count) {
+    return MakeError(
+        ErrorCategory::kInvalidFrame,
+        absl::StrCat(what, ": got ", frames.size(), " frames, requires exactly ", count));
   }
   if (frames[0] != magic) {
     return MakeError(ErrorCategory::kInvalidFrame,
@@ -45,7 +49,8 @@ absl::StatusOr<std::vector<std::string>> BuildFenceRequest(const FenceRequest& r
 }
 
 absl::StatusOr<FenceRequest> ParseFenceRequest(absl::Span<const std::string> frames) {
-  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kFenceRequestMagic, "fence request"));
+  KVRAIL_RETURN_IF_ERROR(
+      CheckShape(frames, kFenceRequestMagic, "fence request", kFenceRequestFrames));
   FenceRequest request;
   KVRAIL_ASSIGN_OR_RETURN(
       request.room, ParseCanonicalUint(frames[1], 0, kMaxRoom, "fence request frame 1 (room)"));
@@ -60,7 +65,8 @@ absl::StatusOr<FenceRequest> ParseFenceRequest(absl::Span<const std::string> fra
 
 absl::StatusOr<std::vector<std::string>> BuildFencedAnswer(const FencedAnswer& answer) {
   std::vector<std::string> frames = {std::string(kFencedMagic), FormatUint(answer.room),
-                                     FormatUint(answer.prefill_rank)};
+                                     FormatUint(answer.prefill_rank),
+                                     std::string(answer.proven ? kProven : kUnproven)};
   if (absl::Status valid = ParseFencedAnswer(frames).status(); !valid.ok()) {
     return AddContext(valid, "cannot build fence answer");
   }
@@ -68,7 +74,7 @@ absl::StatusOr<std::vector<std::string>> BuildFencedAnswer(const FencedAnswer& a
 }
 
 absl::StatusOr<FencedAnswer> ParseFencedAnswer(absl::Span<const std::string> frames) {
-  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kFencedMagic, "fence answer"));
+  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kFencedMagic, "fence answer", kFencedAnswerFrames));
   FencedAnswer answer;
   KVRAIL_ASSIGN_OR_RETURN(
       answer.room, ParseCanonicalUint(frames[1], 0, kMaxRoom, "fence answer frame 1 (room)"));
@@ -76,6 +82,11 @@ absl::StatusOr<FencedAnswer> ParseFencedAnswer(absl::Span<const std::string> fra
       const uint64_t rank,
       ParseCanonicalUint(frames[2], 0, kMaxPrefillRank, "fence answer frame 2 (prefill rank)"));
   answer.prefill_rank = static_cast<uint32_t>(rank);
+  if (frames[3] != kProven && frames[3] != kUnproven) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     "fence answer frame 3 must be \"proven\" or \"unproven\"");
+  }
+  answer.proven = frames[3] == kProven;
   return answer;
 }
 

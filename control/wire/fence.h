@@ -9,6 +9,11 @@
 //
 //   request, Decode → Prefill:  0 kFenceRequestMagic | 1 room | 2 decode session id
 //   answer,  Prefill → Decode:  0 kFencedMagic       | 1 room | 2 prefill rank (status rank)
+//                                | 3 "proven" or "unproven"
+//
+// "unproven": the prefill fenced the room by disconnecting a data plane that did not drain, on
+// a transport where writes it had already handed over may still land (engine/transport,
+// Capabilities::disconnect_fences).
 //
 // Frame 0 starts with byte 0xFF, so it is not ASCII: a CachePD peer that is not kvrail drops
 // and logs the message (CACHEPD §3.2.1) and no CachePD message can be mistaken for one. Room
@@ -37,6 +42,7 @@ struct FenceRequest {
 struct FencedAnswer {
   uint64_t room = 0;
   uint32_t prefill_rank = 0;  // as in the prefill's status frames (CACHEPD §3.4, §10.1)
+  bool proven = true;         // false: "unproven" (see above)
 };
 
 // Whether frame 0 of `frames` is one of the magics above (the message is kvrail's own).
@@ -51,6 +57,7 @@ absl::StatusOr<FenceRequest> ParseFenceRequest(absl::Span<const std::string> fra
 
 // Requires room <= 2^63-1 and rank <= 1023 (CACHEPD §10.1 global ranks fit as well).
 absl::StatusOr<std::vector<std::string>> BuildFencedAnswer(const FencedAnswer& answer);
+// Exactly 4 frames; frame 3 is "proven" or "unproven".
 absl::StatusOr<FencedAnswer> ParseFencedAnswer(absl::Span<const std::string> frames);
 
 }  // namespace kvrail::wire

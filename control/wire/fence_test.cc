@@ -26,6 +26,10 @@ TEST(FenceTest, AnAnswerRoundTrips) {
   const FencedAnswer parsed = ParseFencedAnswer(frames).value();
   EXPECT_EQ(parsed.room, 7u);
   EXPECT_EQ(parsed.prefill_rank, 3u);
+  EXPECT_TRUE(parsed.proven);
+  EXPECT_FALSE(
+      ParseFencedAnswer(BuildFencedAnswer({.room = 7, .prefill_rank = 3, .proven = false}).value())
+          ->proven);
 }
 
 // A CachePD peer that is not kvrail drops both (CACHEPD §3.2.1: frame 0 not ASCII).
@@ -55,8 +59,10 @@ TEST(FenceTest, MalformedMessagesAreInvalidFramesNamingTheRule) {
     EXPECT_NE(status.message().find(c.says), std::string::npos) << status;
   }
   const std::string fenced(kFencedMagic);
-  EXPECT_FALSE(ParseFencedAnswer({fenced, "1", "1024"}).ok());
-  EXPECT_FALSE(ParseFencedAnswer({fenced, "x", "1"}).ok());
+  EXPECT_FALSE(ParseFencedAnswer({fenced, "1", "1024", "proven"}).ok());
+  EXPECT_FALSE(ParseFencedAnswer({fenced, "x", "1", "proven"}).ok());
+  EXPECT_FALSE(ParseFencedAnswer({fenced, "1", "1"}).ok());
+  EXPECT_FALSE(ParseFencedAnswer({fenced, "1", "1", "maybe"}).ok());
   EXPECT_FALSE(BuildFenceRequest({.room = 1, .session_id = ""}).ok());
 }
 

@@ -48,6 +48,7 @@ struct Room : std::enable_shared_from_this<Room> {
   absl::Status status;
   RoomStats stats;
   bool peer_disconnected = false;  // fenced by disconnecting the peer
+  bool flush_failed = false;       // a flush of its lanes failed: which writes landed is unknown
 
   bool HasWork() const { return !finished && status.ok() && !all_posted; }
 };
@@ -82,6 +83,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   uint32_t batch_cap = 0;
   int lanes = 1;
   absl::Duration fence_timeout;
+  bool disconnect_fences = true;  // Capabilities::disconnect_fences
 
   // Lock order: a PeerQueue's mu before mu.
   mutable std::mutex mu;
@@ -124,6 +126,8 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     outcome.status = room.status;
     outcome.stats = room.stats;
     outcome.peer_disconnected = room.peer_disconnected;
+    outcome.fence_proven =
+        room.status.ok() || disconnect_fences || (!room.peer_disconnected && !room.flush_failed);
     std::lock_guard<std::mutex> lock(mu);
     rooms.erase(room.request.transfer_id);
     if (room.has_deadline) {
@@ -302,7 +306,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     std::weak_ptr<Core> weak = weak_from_this();
     std::shared_ptr<Room> held = call.room;
     // Stable: a queue is erased only by ForgetPeer, once no call of it is live.
-  PeerQueue* queue = &q;
+    PeerQueue* queue = &q;
     if (call.flush) {
       return transport->Flush(peer, lane, [weak, held, queue, peer, lane](absl::Status status) {
         if (auto core = weak.lock()) core->OnFlushDone(*queue, peer, lane, *held, status);
@@ -330,6 +334,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       absl::Status Issue(int lane, const Call& call) { return core.Issue(peer, q, lane, call); }
       void Failed(int /*lane*/, Call& call, absl::Status status) {
         Room& room = *call.room;
+        if (call.flush) room.flush_failed = true;
         core.FailLocked(q, room,
                         absl::Status(status.code(),
                                      absl::StrCat("transfer ", room.request.transfer_id,
@@ -371,6 +376,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     --q->calls[lane].live;
     --room.outstanding;
     if (!status.ok()) {
+      room.flush_failed = true;
       FailLocked(*q, room,
                  absl::Status(status.code(),
                               absl::StrFormat("transfer %d: flush of lane %d failed: %s",
@@ -494,6 +500,7 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
   core_->batch_cap = std::max<uint32_t>(1, options.max_writes_per_batch);
   core_->lanes = std::max(1, caps.lanes);
   core_->fence_timeout = options.fence_timeout;
+  core_->disconnect_fences = caps.disconnect_fences;
   core_->delivery = std::thread([core = core_.get()] { core->Run(); });
 }
 

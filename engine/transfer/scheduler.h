@@ -79,6 +79,13 @@ struct RoomOutcome {
   // The fence disconnected the peer (fence_timeout, or shutdown): its PeerId is gone, and the
   // caller connects again for later rooms.
   bool peer_disconnected = false;
+  // Whether the outcome proves that nothing of the room lands any more: always for OK and for
+  // a failure fenced by flushes that all came back OK; for one whose flush failed or whose peer
+  // was disconnected, only on a backend where a failed or disconnected link carries nothing
+  // more (Capabilities::disconnect_fences). Otherwise writes the backend had already handed
+  // over may still land (a stopped peer that resumes copies what its socket holds), and the
+  // caller must say so.
+  bool fence_proven = true;
 };
 
 using RoomDone = std::function<void(const RoomOutcome&)>;

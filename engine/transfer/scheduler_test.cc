@@ -34,10 +34,13 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 // per lane (posted, not yet locally complete), their maximum, and the calls made.
 class WatchingTransport final : public transport::Transport {
  public:
-  explicit WatchingTransport(transport::Transport* inner) : inner_(inner) {
+  explicit WatchingTransport(transport::Transport* inner)
+      : inner_(inner), capabilities_(inner->capabilities()) {
     inflight_.assign(inner->capabilities().lanes, 0);
   }
-  const transport::Capabilities& capabilities() const override { return inner_->capabilities(); }
+  const transport::Capabilities& capabilities() const override { return capabilities_; }
+  // Before a scheduler is made: a backend whose disconnected links may still deliver (UCX).
+  void DisconnectDoesNotFence() { capabilities_.disconnect_fences = false; }
   absl::StatusOr<RegionId> Register(const transport::LocalRegion& r) override {
     return inner_->Register(r);
   }
@@ -170,6 +173,7 @@ class WatchingTransport final : public transport::Transport {
 
  private:
   transport::Transport* inner_;
+  transport::Capabilities capabilities_;
   std::mutex mu_;
   std::vector<uint64_t> inflight_;
   uint64_t max_inflight_ = 0;
@@ -551,11 +555,25 @@ TEST(SchedulerTest, ACancelledRoomsOutcomeWaitsForItsWritesAndAFenceFlush) {
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kCancelled);
   EXPECT_FALSE(outcomes.Get(1).peer_disconnected);
+  EXPECT_TRUE(outcomes.Get(1).fence_proven);
   EXPECT_GT(f.watch->flushes(), flushes_before) << "no fence flush after the cancel";
   // The scheduler keeps serving the same peer.
   ASSERT_TRUE(scheduler.Submit(f.Room(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(2));
   EXPECT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+}
+
+TEST(SchedulerTest, AFenceByDisconnectIsUnprovenWhereTheBackendsDisconnectDoesNotFence) {
+  Fixture f(1 * kMiB);
+  f.sender->DelayCompletions(absl::Hours(1));
+  f.watch->DisconnectDoesNotFence();
+  Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(50)});
+  Outcomes outcomes;
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_TRUE(outcomes.Get(1).peer_disconnected);
+  EXPECT_FALSE(outcomes.Get(1).fence_proven);
 }
 
 TEST(SchedulerTest, AFenceThatDoesNotDrainDisconnectsThePeerAndFailsItsOtherRooms) {

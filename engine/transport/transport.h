@@ -72,6 +72,13 @@ struct Capabilities {
   // Advice for the scheduler: keep at most this many bytes posted and not yet complete per
   // peer (UCX over tcp collapses when many large puts are in flight). Not enforced here.
   uint64_t max_inflight_bytes_per_endpoint = 0;
+  // Whether a link that failed or was disconnected fences (see "Fencing"): once a Flush failed,
+  // or Disconnect returned and the peer's cancelled completions were delivered, no write posted
+  // to the peer lands any more. False where writes already handed over (to the kernel's socket
+  // buffers, to the peer's receive queue) may still be copied by the peer afterwards (UCX: a
+  // stopped peer that resumes): there only a Flush that completed OK, or the peer's death,
+  // proves it.
+  bool disconnect_fences = true;
 };
 
 // Local memory to register: [base, base + length) in this process (a device address if cuda).

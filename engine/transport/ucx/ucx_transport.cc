@@ -666,6 +666,8 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           .gpu_memory = false,
           .max_write_bytes = options.max_write_bytes,
           .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
+          // Writes in the kernel's socket buffers or the peer's FIFO outlive a force close.
+          .disconnect_fences = false,
       },
       connect_timeout_(options.connect_timeout) {}
 
