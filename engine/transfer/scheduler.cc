@@ -408,8 +408,11 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     room->status = absl::Status(
         room->status.code(),
         absl::StrFormat("%s; its writes did not drain within the fence timeout of %s, so peer %d "
-                        "was disconnected (nothing it carried lands any more)",
-                        room->status.message(), absl::FormatDuration(fence_timeout), peer));
+                        "was disconnected (%s)",
+                        room->status.message(), absl::FormatDuration(fence_timeout), peer,
+                        disconnect_fences
+                            ? "nothing it carried lands any more"
+                            : "writes this transport had already handed over may still land"));
     DisconnectLocked(lock, peer, *q);
   }
 
