@@ -102,7 +102,8 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
         std::string(prefill ? "prefill" : "decode"), std::string("--engine-endpoint"),
         rank.engine_endpoint, std::string("--host"),
         prefill ? options_.prefill_host : options_.decode_host, std::string("--tls"), options_.tls,
-        std::string("--net-devices"), options_.net_devices}) {
+        std::string("--net-devices"),
+        prefill ? options_.net_devices : options_.decode_net_devices}) {
     argv.push_back(a);
   }
   if (prefill) {

@@ -33,7 +33,8 @@ struct DeploymentOptions {
   // the host's loopback.
   std::vector<std::string> prefill_prefix, decode_prefix;
   std::string prefill_host = "127.0.0.1", decode_host = "127.0.0.1";
-  std::string net_devices = "lo";
+  std::string net_devices = "lo";  // the prefill's UCX tcp device
+  std::string decode_net_devices = "lo";
 };
 
 // One sidecar process and the test as its engine.
