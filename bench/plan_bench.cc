@@ -169,7 +169,7 @@ constexpr size_t kBatch = 4096;
 // Resolves one room the way the sender does: a coalescing cursor fills a reused batch, which
 // is consumed (here: its bytes summed, where the sender would post it) before the next.
 // copies_before is what Expand alone would emit.
-RoomResolution Resolve(const SendPair& pair, std::vector<plan::Copy>& batch) {
+RoomResolution Resolve(const SendPair& pair, std::vector<Copy>& batch) {
   absl::StatusOr<plan::CopyCursor> cursor =
       pair.plan.Begin(pair.src_room, pair.dst_room, /*coalesce=*/true);
   Die(cursor.status(), "Begin");
@@ -213,7 +213,7 @@ BENCHMARK(BM_PlanAllDecodeRanks)->Unit(benchmark::kMicrosecond);
 // plan is bound once, outside the timed loop, as the prefill does per registration.
 void BM_ResolveRoom32k(benchmark::State& state, bool consecutive_pages) {
   const SendPair pair = MakeSendPair(consecutive_pages);
-  std::vector<plan::Copy> batch(kBatch);
+  std::vector<Copy> batch(kBatch);
   const RoomResolution r = Resolve(pair, batch);
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
@@ -239,7 +239,7 @@ BENCHMARK_CAPTURE(BM_ResolveRoom32k, consecutive_pages, true)->Unit(benchmark::k
 // this room), which costs DRAM bandwidth the batched cursor avoids.
 void BM_ExpandRoom32k(benchmark::State& state, bool consecutive_pages) {
   const SendPair pair = MakeSendPair(consecutive_pages);
-  plan::CopyList copies;
+  CopyList copies;
   Die(pair.plan.Expand(pair.src_room, pair.dst_room, copies), "Expand");
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
     copies.clear();
@@ -255,7 +255,7 @@ BENCHMARK_CAPTURE(BM_ExpandRoom32k, random_pages, false)->Unit(benchmark::kMilli
 // timed alone; the median (robust on a shared machine) against the room's wire time.
 bool Summarize(const char* name, bool consecutive_pages, int rooms) {
   const SendPair pair = MakeSendPair(consecutive_pages);
-  std::vector<plan::Copy> batch(kBatch);
+  std::vector<Copy> batch(kBatch);
   RoomResolution r;
   for (int i = 0; i < 3; ++i) {
     r = Resolve(pair, batch);

@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/layout/peer_messages.h"
 #include "control/wire/dispatch.h"
 #include "control/wire/status.h"
+#include "engine/base/error.h"
 
 namespace kvrail::tools {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::tools {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "tools/bench_cmd.h"
 #include "tools/bootstrap_cmd.h"
 #include "tools/inspect.h"

@@ -9,12 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
 #include "control/plan/plan_json.h"
 #include "control/plan/planner.h"
+#include "engine/base/error.h"
 
 namespace kvrail::tools {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "control/error/error.h"
 #include "control/sidecar/sidecar.h"
+#include "engine/base/error.h"
 #include "tools/demo/demo.h"
 #include "tools/engine_sim/engine_sim.h"
 

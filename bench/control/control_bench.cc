@@ -18,11 +18,11 @@
 #include "absl/strings/str_join.h"
 #include "control/bootstrap/server.h"
 #include "control/engine_api/engine_api.h"
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
 #include "control/sidecar/sidecar.h"
+#include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "tools/process/subprocess.h"
 

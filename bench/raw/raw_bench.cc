@@ -35,7 +35,7 @@
 #include "bench/raw/perftest.h"
 #include "bench/raw/raw_target.h"
 #include "bench/raw/write_window.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
 #include "engine/transport/ucx/ucx_transport.h"

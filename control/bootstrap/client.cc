@@ -10,7 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::bootstrap {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
-#include "control/error/error.h"
 #include "control/wire/python_int.h"
+#include "engine/base/error.h"
 
 namespace kvrail::bootstrap {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::layout {
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::layout {
 namespace {

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "control/error/error.h"
 #include "control/layout/json_fields.h"
 #include "control/layout/json_text.h"
+#include "engine/base/error.h"
 
 namespace kvrail::layout {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::layout {
 

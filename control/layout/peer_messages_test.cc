@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::layout {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {
@@ -77,10 +77,6 @@ absl::StatusOr<BoundFragment> BindOne(const layout::Contract& src, const layout:
 }
 
 }  // namespace
-
-bool operator==(const Copy& a, const Copy& b) {
-  return a.src_offset == b.src_offset && a.dst_offset == b.dst_offset && a.length == b.length;
-}
 
 absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layout::Contract& dst,
                                         absl::Span<const Fragment> fragments,
@@ -402,37 +398,6 @@ size_t Coalesce(std::vector<Copy>& copies) {
 size_t Coalesce(CopyList& copies) {
   copies.Truncate(CoalesceRange(copies.begin(), copies.size()));
   return copies.size();
-}
-
-CopyList::CopyList(std::initializer_list<Copy> copies) {
-  std::copy(copies.begin(), copies.end(), Extend(copies.size()));
-}
-
-CopyList::CopyList(const CopyList& other) { *this = other; }
-
-CopyList& CopyList::operator=(const CopyList& other) {
-  if (this != &other) {
-    clear();
-    std::copy(other.begin(), other.end(), Extend(other.size()));
-  }
-  return *this;
-}
-
-Copy* CopyList::Extend(size_t n) {
-  if (size_ + n > capacity_) {
-    const size_t capacity = std::max(size_ + n, capacity_ * 2);
-    std::unique_ptr<Copy[]> grown(new Copy[capacity]);  // default-init: no zeroing
-    std::copy(begin(), end(), grown.get());
-    data_ = std::move(grown);
-    capacity_ = capacity;
-  }
-  Copy* first = data_.get() + size_;
-  size_ += n;
-  return first;
-}
-
-bool operator==(const CopyList& a, const CopyList& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 }  // namespace kvrail::plan

@@ -6,8 +6,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "control/error/error.h"
 #include "control/layout/manifest.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

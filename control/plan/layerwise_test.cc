@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
 #include "control/plan/vector_cases.h"
+#include "engine/base/error.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::plan {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 

@@ -6,7 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "control/error/error.h"
 #include "control/plan/vector_cases.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

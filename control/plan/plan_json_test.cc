@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/plan/vector_cases.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

@@ -7,8 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "control/error/error.h"
 #include "control/layout/dtype.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

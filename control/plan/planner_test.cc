@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/dtype.h"
 #include "control/plan/vector_cases.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

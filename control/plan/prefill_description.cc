@@ -8,7 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

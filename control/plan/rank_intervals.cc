@@ -1,7 +1,7 @@
 #include "control/plan/rank_intervals.h"
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 

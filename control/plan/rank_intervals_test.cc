@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan {
 namespace {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/plan/fragment.h"
+#include "engine/base/error.h"
 
 namespace kvrail::plan::testing {
 

@@ -7,13 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "control/error/error.h"
 #include "control/plan/planner.h"
 #include "control/wire/fence.h"
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
+#include "engine/base/error.h"
 
 namespace kvrail::session {
 namespace {

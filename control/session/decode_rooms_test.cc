@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
+#include "engine/base/error.h"
 
 namespace kvrail::session {
 namespace {

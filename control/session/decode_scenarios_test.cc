@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/session/decode_rooms.h"
 #include "control/session/transfer_poll.h"
 #include "control/wire/fence.h"
+#include "engine/base/error.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::session {

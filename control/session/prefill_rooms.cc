@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "control/error/error.h"
 #include "control/layout/peer_messages.h"
 #include "control/plan/route.h"
 #include "control/wire/dispatch.h"
@@ -13,6 +12,7 @@
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/status.h"
+#include "engine/base/error.h"
 
 namespace kvrail::session {
 namespace {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
 #include "control/wire/status.h"
+#include "engine/base/error.h"
 
 namespace kvrail::session {
 namespace {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "control/bootstrap/client.h"
-#include "control/error/error.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 

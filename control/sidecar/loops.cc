@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/client.h"
-#include "control/error/error.h"
 #include "control/sidecar/liveness.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 namespace {

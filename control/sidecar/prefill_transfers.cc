@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 namespace {

@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "engine/base/error.h"
 #include "engine/transport/factory.h"
 
 namespace kvrail::sidecar {

@@ -5,8 +5,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
 #include "control/wire/frame_text.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 

@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

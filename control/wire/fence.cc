@@ -1,9 +1,9 @@
 #include "control/wire/fence.h"
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
 #include "control/wire/ascii_uint.h"
 #include "control/wire/limits.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "control/error/error.h"
 #include "control/wire/dispatch.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

@@ -5,7 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

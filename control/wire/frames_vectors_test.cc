@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/wire/dispatch.h"
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
+#include "engine/base/error.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::wire {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/wire/limits.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/wire/dispatch.h"
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

@@ -5,12 +5,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
 #include "control/wire/ascii_uint.h"
 #include "control/wire/byte_order.h"
 #include "control/wire/frame_text.h"
 #include "control/wire/limits.h"
 #include "control/wire/python_int.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

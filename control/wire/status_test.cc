@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::wire {
 namespace {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "control/error/error.h"
 #include "control/wire/limits.h"
 #include "control/wire/status.h"
+#include "engine/base/error.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::wire {

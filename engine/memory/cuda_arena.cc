@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 #ifndef KVRAIL_HAVE_CUDA
 #error "KVRAIL_HAVE_CUDA must come from @cuda//:config"

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::transfer {
 

@@ -142,7 +142,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     }
     ready.push_back(std::move(outcome));
     ready_done.push_back(std::move(room.request.done));
-    room.request.copies = plan::CopyList();  // free the copies now, not at the last completion
+    room.request.copies = CopyList();  // free the copies now, not at the last completion
     wake.notify_all();
   }
 
@@ -231,7 +231,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         q.runnable.pop_front();
         continue;
       }
-      const plan::CopyList& copies = room->request.copies;
+      const CopyList& copies = room->request.copies;
       const uint64_t first_len =
           std::min(slice, copies[room->next_copy].length - room->next_offset);
       const int lane = PickLane(q, first_len);
@@ -243,7 +243,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       size_t copy = room->next_copy;
       uint64_t offset = room->next_offset;
       while (copy < copies.size() && batch.size() < batch_cap) {
-        const plan::Copy& c = copies[copy];
+        const Copy& c = copies[copy];
         const uint64_t length = std::min(slice, c.length - offset);
         if (!batch.empty() && bytes + length > budget) break;
         batch.push_back(
@@ -542,7 +542,7 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
   // Bounds before bytes: the whole room, before anything is posted.
   uint64_t total = 0;
   for (size_t i = 0; i < request.copies.size(); ++i) {
-    const plan::Copy& c = request.copies[i];
+    const Copy& c = request.copies[i];
     if (c.length == 0) {
       return reject(absl::InvalidArgumentError(
           absl::StrFormat("%s: copy %d of %d has length 0", context, i, request.copies.size())));

@@ -39,7 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "control/plan/copy_plan.h"
+#include "engine/base/copy_list.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
 
@@ -104,7 +104,7 @@ struct RoomTransfer {
   // B_dst (CACHEPD §6.9): copies' dst_offset are relative to it.
   uint64_t remote_base = 0;
   // src_offset into the source region, dst_offset from remote_base; coalesced or not.
-  plan::CopyList copies;
+  CopyList copies;
   absl::Time deadline = absl::InfiniteFuture();
   RoomDone done;
 };

@@ -244,7 +244,7 @@ struct Fixture {
         transport::RemoteRegions::FromDescriptor(d).value());
   }
 
-  RoomTransfer Room(uint64_t id, plan::CopyList copies, RoomDone done) {
+  RoomTransfer Room(uint64_t id, CopyList copies, RoomDone done) {
     RoomTransfer room;
     room.transfer_id = id;
     room.peer = peer;
@@ -268,8 +268,8 @@ struct Fixture {
 };
 
 // Copies of `length` bytes, every other chunk of the source, to shuffled destinations.
-plan::CopyList Scattered(uint64_t bytes, uint64_t length) {
-  plan::CopyList copies;
+CopyList Scattered(uint64_t bytes, uint64_t length) {
+  CopyList copies;
   const uint64_t n = bytes / length / 2;
   for (uint64_t i = 0; i < n; ++i) {
     copies.push_back({2 * i * length, (2 * ((i * 7) % n) + 1) * length, length});
@@ -278,9 +278,9 @@ plan::CopyList Scattered(uint64_t bytes, uint64_t length) {
 }
 
 // Every destination byte of `copies` holds its source byte; every other byte is still 0.
-void ExpectExactly(const Fixture& f, const plan::CopyList& copies) {
+void ExpectExactly(const Fixture& f, const CopyList& copies) {
   std::vector<bool> written(f.destination.size(), false);
-  for (const plan::Copy& c : copies) {
+  for (const Copy& c : copies) {
     ASSERT_EQ(std::memcmp(&f.destination[c.dst_offset], &f.source[c.src_offset], c.length), 0)
         << "copy to " << c.dst_offset;
     std::fill(written.begin() + c.dst_offset, written.begin() + c.dst_offset + c.length, true);
@@ -296,7 +296,7 @@ TEST(SchedulerTest, MovesARoomExactlyAndReportsItsStats) {
   Fixture f(8 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
-  const plan::CopyList copies = Scattered(8 * kMiB, 64 * kKiB);
+  const CopyList copies = Scattered(8 * kMiB, 64 * kKiB);
   ASSERT_TRUE(scheduler.Submit(f.Room(1, copies, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
   const RoomOutcome outcome = outcomes.Get(1);
@@ -323,7 +323,7 @@ TEST(SchedulerTest, SlicesLongCopiesAndStripesThemOverEveryLane) {
   options.max_inflight_bytes_per_endpoint = 2 * kMiB;
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
-  const plan::CopyList copies = {{0, 0, 32 * kMiB}};
+  const CopyList copies = {{0, 0, 32 * kMiB}};
   ASSERT_TRUE(scheduler.Submit(f.Room(1, copies, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
   const RoomOutcome outcome = outcomes.Get(1);
@@ -343,7 +343,7 @@ TEST(SchedulerTest, NeverExceedsTheInflightBoundPerEndpoint) {
   options.max_inflight_bytes_per_endpoint = 768 * kKiB;
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
-  std::vector<plan::CopyList> rooms;
+  std::vector<CopyList> rooms;
   for (uint64_t r = 0; r < 4; ++r) {
     rooms.push_back({{r * 4 * kMiB, r * 4 * kMiB, 4 * kMiB}});
     ASSERT_TRUE(scheduler.Submit(f.Room(r, rooms.back(), outcomes.Callback())).ok());
@@ -373,7 +373,7 @@ TEST(SchedulerTest, OutOfBoundsDestinationRejectsTheRoomAndWritesNothing) {
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
   // The last copy runs one byte past the destination region.
-  const plan::CopyList copies = {{0, 0, 4096}, {4096, 1 * kMiB - 4095, 4096}};
+  const CopyList copies = {{0, 0, 4096}, {4096, 1 * kMiB - 4095, 4096}};
   const absl::Status status = scheduler.Submit(f.Room(1, copies, outcomes.Callback()));
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("copy 1 of 2"), std::string::npos) << status;
@@ -390,7 +390,7 @@ TEST(SchedulerTest, RejectsBadSourceRangesZeroLengthsAndOverflowingOffsets) {
   Fixture f(1 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
-  const std::vector<std::pair<plan::CopyList, std::string>> cases = {
+  const std::vector<std::pair<CopyList, std::string>> cases = {
       {{{1 * kMiB - 10, 0, 20}}, "source"},
       {{{0, 0, 0}}, "length 0"},
       {{{0, ~uint64_t{0} - 5, 4096}}, "destination"},
@@ -642,7 +642,7 @@ TEST(SchedulerTest, ManyConcurrentRoomsFromSeveralThreadsAllLandExactly) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (uint64_t r = t; r < kRooms; r += 4) {
-        plan::CopyList copies = {{r * per_room, r * per_room, per_room}};
+        CopyList copies = {{r * per_room, r * per_room, per_room}};
         EXPECT_TRUE(scheduler.Submit(f.Room(r, copies, outcomes.Callback())).ok());
       }
     });

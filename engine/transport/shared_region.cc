@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::transport {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
 #include "control/layout/kv_shape.h"
+#include "engine/base/error.h"
 #include "engine/memory/pattern.h"
 
 namespace kvrail::chaos {

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "control/error/error.h"
 #include "control/layout/contract.h"
+#include "engine/base/error.h"
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "control/error/error.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "engine/base/error.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
 #include "tools/process/subprocess.h"
@@ -91,7 +91,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> PrefillArgv(
   for (const std::string& a : options.prefill_args) argv.push_back(a);
   int targets = 0;
   for (int d = 0; d < setup.decode_tp; ++d) {
-    KVRAIL_ASSIGN_OR_RETURN(plan::CopyList copies, RoomCopies(setup, p, d));
+    KVRAIL_ASSIGN_OR_RETURN(CopyList copies, RoomCopies(setup, p, d));
     if (copies.empty()) continue;
     argv.push_back("--target");
     argv.push_back(absl::StrCat(d, "=", sessions[d]));
@@ -111,9 +111,8 @@ absl::Status VerifyDecodes(const RouteSetup& setup, const Arenas& arenas, Harnes
     };
     std::vector<Range> ranges;
     for (int p = 0; p < setup.prefill_tp; ++p) {
-      KVRAIL_ASSIGN_OR_RETURN(plan::CopyList copies, RoomCopies(setup, p, d));
-      for (const plan::Copy& c : copies)
-        ranges.push_back({c.dst_offset, c.length, c.src_offset, p});
+      KVRAIL_ASSIGN_OR_RETURN(CopyList copies, RoomCopies(setup, p, d));
+      for (const Copy& c : copies) ranges.push_back({c.dst_offset, c.length, c.src_offset, p});
     }
     std::sort(ranges.begin(), ranges.end(),
               [](const Range& a, const Range& b) { return a.dst < b.dst; });
@@ -312,7 +311,7 @@ absl::StatusOr<WriterKillResult> RunWriterKillDrill(const RouteSetup& setup,
     arenas.decode_bytes.push_back(
         absl::MakeSpan(decode.allocated->data() + decode.allocated_offset, contract.ArenaBytes()));
   }
-  KVRAIL_ASSIGN_OR_RETURN(plan::CopyList copies, RoomCopies(setup, 0, 0));
+  KVRAIL_ASSIGN_OR_RETURN(CopyList copies, RoomCopies(setup, 0, 0));
   // "Landed": the first planned copy's destination holds the pattern's first bytes.
   const uint8_t* watched = arenas.decode_bytes[0].data() + copies[0].dst_offset;
   const uint64_t watched_length = std::min<uint64_t>(copies[0].length, 4096);

@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "engine/transport/handshake/handshake.h"
 #include "engine/transport/transport.h"

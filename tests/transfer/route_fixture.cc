@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "control/error/error.h"
 #include "control/plan/planner.h"
+#include "engine/base/error.h"
 
 namespace kvrail::testing {
 
@@ -11,14 +11,14 @@ absl::StatusOr<layout::Contract> ContractFor(const RouteSetup& setup, int tp_siz
   return layout::BuildKvContract(setup.shape, tp_size);
 }
 
-absl::StatusOr<plan::CopyList> RoomCopies(const RouteSetup& setup, int p, int d) {
+absl::StatusOr<CopyList> RoomCopies(const RouteSetup& setup, int p, int d) {
   KVRAIL_ASSIGN_OR_RETURN(const layout::Contract prefill, ContractFor(setup, setup.prefill_tp));
   KVRAIL_ASSIGN_OR_RETURN(const layout::Contract decode, ContractFor(setup, setup.decode_tp));
   KVRAIL_ASSIGN_OR_RETURN(
       const plan::Planner planner,
       plan::Planner::Create(setup.prefill_tp, setup.decode_tp, prefill, decode));
   const plan::RegistrationOutcome outcome = planner.OnRegistration(p, d);
-  if (outcome.kind != plan::RegistrationOutcome::Kind::kSend) return plan::CopyList();
+  if (outcome.kind != plan::RegistrationOutcome::Kind::kSend) return CopyList();
   KVRAIL_ASSIGN_OR_RETURN(
       const plan::CopyPlan copy_plan,
       plan::CopyPlan::Bind(prefill, decode, outcome.fragments, outcome.owner_filters));
@@ -33,7 +33,7 @@ absl::StatusOr<plan::CopyList> RoomCopies(const RouteSetup& setup, int p, int d)
                           layout::BuildManifest(prefill, src_table, 0, prompt));
   KVRAIL_ASSIGN_OR_RETURN(const layout::Manifest dst,
                           layout::BuildManifest(decode, dst_table, 0, prompt));
-  plan::CopyList copies;
+  CopyList copies;
   KVRAIL_RETURN_IF_ERROR(copy_plan.ExpandCoalesced(src, dst, copies));
   return copies;
 }

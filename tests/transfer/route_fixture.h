@@ -36,7 +36,7 @@ struct RouteSetup {
 absl::StatusOr<layout::Contract> ContractFor(const RouteSetup& setup, int tp_size);
 // The coalesced copies prefill rank `p` writes into decode rank `d` for one room; empty when p
 // does not send to d.
-absl::StatusOr<plan::CopyList> RoomCopies(const RouteSetup& setup, int p, int d);
+absl::StatusOr<CopyList> RoomCopies(const RouteSetup& setup, int p, int d);
 // The pattern seed of prefill rank p's arena.
 inline uint64_t PrefillSeed(int p) { return 1000 + static_cast<uint64_t>(p); }
 

@@ -27,7 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
@@ -175,7 +175,7 @@ int RunPrefill(const Flags& flags) {
       room.remote_base = (*descriptor)->regions(0).base();  // B_dst (CACHEPD §6.9)
       room.copies = *copies;
       if (flags.out_of_bounds) {
-        plan::Copy& last = room.copies[room.copies.size() - 1];
+        Copy& last = room.copies[room.copies.size() - 1];
         last.dst_offset = (*descriptor)->regions(0).length() - last.length + 1;
       }
       room.deadline = absl::Now() + absl::Milliseconds(flags.deadline_ms);

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 namespace kvrail::demo {
 namespace {

@@ -26,7 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "tools/demo/cluster.h"
 #include "tools/engine_sim/engine_sim.h"
 

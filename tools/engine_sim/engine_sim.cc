@@ -18,8 +18,8 @@
 #include "absl/time/clock.h"
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
-#include "control/error/error.h"
 #include "control/layout/manifest.h"
+#include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "tools/engine_sim/kv_pattern.h"
 

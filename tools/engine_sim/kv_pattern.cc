@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
 #include "control/layout/dtype.h"
 #include "control/plan/rank_intervals.h"
+#include "engine/base/error.h"
 
 namespace kvrail::sim {
 namespace {

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/shared_region.h"
 

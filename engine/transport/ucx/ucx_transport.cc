@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "control/error/error.h"
+#include "engine/base/error.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/shared_region.h"
 

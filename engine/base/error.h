@@ -1,11 +1,12 @@
-// Error categories shared by every CachePD codec, the planner and the tools.
+// Error categories shared by every layer (docs/ARCHITECTURE.md, layer 0): the CachePD codecs,
+// the planner, the data plane and the tools.
 //
 // Every rejection in kvrail is an absl::Status whose message names the input (frame, key or
 // field) and the rule it broke, in one line. The status also carries one of the categories
 // below, which `kvrail inspect` prints as `error: <category>: <message>` and which the session
 // layer uses to decide how to answer a peer.
-#ifndef KVRAIL_CONTROL_ERROR_ERROR_H_
-#define KVRAIL_CONTROL_ERROR_ERROR_H_
+#ifndef KVRAIL_ENGINE_BASE_ERROR_H_
+#define KVRAIL_ENGINE_BASE_ERROR_H_
 
 #include <optional>
 #include <string>
@@ -66,4 +67,4 @@ std::string DescribeError(const absl::Status& status);
   lhs = std::move(tmp).value()
 // NOLINTEND(bugprone-macro-parentheses)
 
-#endif  // KVRAIL_CONTROL_ERROR_ERROR_H_
+#endif  // KVRAIL_ENGINE_BASE_ERROR_H_

@@ -1,4 +1,4 @@
-#include "control/error/error.h"
+#include "engine/base/error.h"
 
 #include <gtest/gtest.h>
 
