@@ -316,6 +316,19 @@ DecodeOutput DecodeRooms::Fail(uint64_t room_id, absl::string_view reason, absl:
   return out;
 }
 
+DecodeOutput DecodeRooms::FailAll(absl::string_view reason, absl::Time now) {
+  DecodeOutput out;
+  std::vector<uint64_t> live;
+  for (const auto& [id, room] : rooms_) {
+    if (room.state != TransferPoll::kFailed && room.state != TransferPoll::kSuccess) {
+      live.push_back(id);
+    }
+  }
+  std::sort(live.begin(), live.end());
+  for (uint64_t id : live) FailRoom(id, rooms_[id], Owned(reason), now, out);
+  return out;
+}
+
 DecodeOutput DecodeRooms::Tick(absl::Time now) {
   DecodeOutput out;
   std::vector<uint64_t> expired;

@@ -149,6 +149,10 @@ class DecodeRooms {
   // ...). Unknown rooms are ignored; a failed room keeps its first reason.
   DecodeOutput Fail(uint64_t room, absl::string_view reason, absl::Time now);
 
+  // The engine restarted and attached again: every room that has not ended fails with `reason`
+  // (its pages held until fenced, as Fail).
+  DecodeOutput FailAll(absl::string_view reason, absl::Time now);
+
   // Fails every room that has been waiting for its Success messages for waiting_timeout, and
   // releases, as not provably safe, the pages of rooms whose fence wait ran out.
   DecodeOutput Tick(absl::Time now);

@@ -710,6 +710,19 @@ std::optional<std::string> PrefillRooms::DropSession(absl::string_view session_i
   return endpoint;
 }
 
+PrefillOutput PrefillRooms::AbortBegunRooms(absl::string_view reason, absl::Time now) {
+  PrefillOutput out;
+  std::vector<uint64_t> begun;
+  for (const auto& [id, room] : rooms_) {
+    if (room.begun && room.state != TransferPoll::kFailed && room.state != TransferPoll::kSuccess) {
+      begun.push_back(id);
+    }
+  }
+  std::sort(begun.begin(), begun.end());
+  for (uint64_t id : begun) AbortRoom(id, rooms_[id], Owned(reason), now, out);
+  return out;
+}
+
 PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, absl::Time now) {
   PrefillOutput out;
   AbortRoom(room_id, rooms_[room_id], Owned(reason), now, out);

@@ -249,6 +249,11 @@ class PrefillRooms {
   std::optional<std::string> DropSession(absl::string_view session_id, absl::string_view reason,
                                          absl::Time now, PrefillOutput& out);
 
+  // The engine restarted and attached again: every room it had begun and that has not ended
+  // fails with `reason` (fenced first when in flight, as Abort). Rooms only pre-allocated by
+  // decodes stay: the new engine may begin them.
+  PrefillOutput AbortBegunRooms(absl::string_view reason, absl::Time now);
+
   // Forgets the room (the reference's discard_room, after the engine has seen its final
   // state). A Failed room is remembered for failed_room_ttl (§11.2). Freeing a room with a
   // transfer in flight is the caller's choice: cancel the transfer first.

@@ -48,7 +48,7 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
   std::lock_guard<std::mutex> attach_lock(attach_mu);
   {
     Locked locked(*this);
-    if (attached) return absl::FailedPreconditionError("AttachArena: an arena is attached already");
+    if (attached) return ReattachLocked(attach, reply);
   }
   absl::StatusOr<layout::Contract> parsed = layout::ParseContract(attach.contract());
   if (!parsed.ok()) return AddContext(parsed.status(), "AttachArena: contract");
@@ -74,6 +74,41 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
   } else {
     spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank, arena_bytes);
   }
+  return absl::OkStatus();
+}
+
+// An engine that restarted attaches again. The same arena (the same shared-memory name, or the
+// same allocate_bytes, with the same contract) is taken as that: the rooms of the engine that
+// went away fail (fenced as any abort: their writes stop before their peers are told), and the
+// new engine gets the arena's reply again. Anything else is refused.
+absl::Status Sidecar::Impl::ReattachLocked(const v1::AttachArena& attach, v1::EngineReply& reply) {
+  absl::StatusOr<std::string> wire = layout::SerializeContract(contract);
+  absl::StatusOr<layout::Contract> offered = layout::ParseContract(attach.contract());
+  absl::StatusOr<std::string> offered_wire =
+      offered.ok() ? layout::SerializeContract(*offered) : offered.status();
+  const bool same_contract = wire.ok() && offered_wire.ok() && *wire == *offered_wire;
+  const bool same_arena = (host_arena && attach.shm_name() == host_arena->name() &&
+                           attach.cuda_ipc_handle().empty() && attach.allocate_bytes() == 0) ||
+                          (allocated && attach.allocate_bytes() == allocated->length &&
+                           attach.shm_name().empty() && attach.cuda_ipc_handle().empty());
+  if (!same_contract || !same_arena) {
+    return absl::FailedPreconditionError(
+        "AttachArena: an arena is attached already (an engine attaching again must name the same "
+        "arena and contract)");
+  }
+  const std::string reason = "the engine attached again: its rooms from before are void";
+  if (prefill) {
+    ApplyLocked(prefill->AbortBegunRooms(reason, absl::Now()));
+  } else {
+    ApplyLocked(decode->FailAll(reason, absl::Now()));
+  }
+  if (allocated) {
+    reply.set_arena_path(absl::StrCat("/proc/", getpid(), "/fd/", allocated->fd));
+    reply.set_arena_offset(allocated->fd_offset);
+    reply.set_arena_placement(allocated->placement);
+  }
+  spdlog::info("{} rank {}: the engine attached again; its earlier rooms failed", role_name,
+               options.tp_rank);
   return absl::OkStatus();
 }
 

@@ -145,6 +145,7 @@ struct Sidecar::Impl {
 
   // --- arena_attach.cc ----------------------------------------------------------------------
   absl::Status Attach(const v1::AttachArena& attach, v1::EngineReply& reply);
+  absl::Status ReattachLocked(const v1::AttachArena& attach, v1::EngineReply& reply);
   absl::Status AttachArenaMemory(const v1::AttachArena& attach, const layout::Contract& parsed);
   absl::Status StartRooms(const v1::AttachArena& attach, const layout::Contract& parsed);
   absl::StatusOr<plan::PipelineLayout> StageLayout(const v1::AttachArena& attach,

@@ -96,7 +96,14 @@ TEST_F(AttachArenaTest, ARefusedAttachLeavesNothingBehindAndTheEngineMayTryAgain
   StartSidecar("tcp");
   EXPECT_FALSE(Refusal(Attach("", "", bytes_ - 1)).empty());
   EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");
-  EXPECT_TRUE(absl::StrContains(Refusal(Attach("", "", bytes_)), "attached already"));
+  EXPECT_TRUE(absl::StrContains(Refusal(Attach("", "", 2 * bytes_)), "attached already"));
+}
+
+// An engine that restarted attaches the same arena again: accepted (its earlier rooms fail).
+TEST_F(AttachArenaTest, TheSameArenaAttachedAgainIsAReattach) {
+  StartSidecar("tcp");
+  EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");
+  EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");
 }
 
 TEST_F(AttachArenaTest, AnAllocatedArenaIsMappedThroughTheReplysPathAndFreedAtStop) {

@@ -225,6 +225,11 @@ uint64_t Deployment::Changed(int d, const std::vector<uint8_t>& before) const {
   return changed;
 }
 
+absl::Status Deployment::ReconnectDecodeEngine(int d) {
+  decodes_[d].engine.reset();
+  return AttachRank(decodes_[d], false);
+}
+
 absl::Status Deployment::RestartBootstrap() {
   bootstrap_->Signal(SIGKILL);
   bootstrap_.reset();

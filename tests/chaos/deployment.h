@@ -83,6 +83,9 @@ class Deployment {
   // Kills decode `d`'s sidecar (SIGKILL, as a crash) and starts it again: same arena, new
   // session id; the test attaches it again as its engine would.
   absl::Status RestartDecode(int d);
+  // The engine of decode `d` goes away (its socket closed, as a killed engine's is) and a new
+  // one connects and attaches the same arena again.
+  absl::Status ReconnectDecodeEngine(int d);
   // A Stats request to `rank`'s sidecar.
   absl::StatusOr<v1::SidecarStats> Stats(Rank& rank);
   // The sidecar process's resident set (kB) and open file descriptors.

@@ -250,6 +250,43 @@ TEST_P(FaultsTest, ARestartedBootstrapIsRegisteredWithAgainAndNewRoomsLand) {
               absl::FormatDuration(absl::Now() - restarted).c_str());
 }
 
+// The decode engine killed and restarted against its live sidecar: the new engine attaches the
+// same arena again, the rooms of the old one fail (their pages released once fenced), and new
+// rooms land.
+TEST_P(FaultsTest, AnEngineThatRestartsReattachesAndItsOldRoomsFailCleanly) {
+  DeploymentOptions options = TwoDecodes(GetParam());
+  options.decodes = 1;
+  auto started = Deployment::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Deployment& d = **started;
+  const layout::Manifest manifest = d.Blocks(1, 8);
+  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());  // pre-allocated; the prefill is not ready yet
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(d.ReconnectDecodeEngine(0).ok());
+  absl::StatusOr<v1::RoomEvent> failed = d.Event(d.decode(0), 1, absl::Seconds(10));
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_NE(failed->reason().find("attached again"), std::string::npos) << failed->reason();
+  absl::StatusOr<v1::RoomEvent> freed =
+      failed->pages() == v1::PAGES_REUSABLE ? failed : d.PagesFree(0, 1, absl::Seconds(30));
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_TRUE(freed->pages_proven() || !freed->pages_released()) << freed->reason();
+  // The prefill's engine, ready late for the old room, is refused or told it failed: nothing of
+  // it is sent.
+  if (d.Ready(1, manifest).ok()) {
+    absl::StatusOr<v1::RoomEvent> prefill_side = d.Event(d.prefill(), 1, absl::Seconds(10));
+    ASSERT_TRUE(prefill_side.ok()) << prefill_side.status();
+    EXPECT_EQ(prefill_side->status(), v1::TRANSFER_POLL_FAILED);
+  }
+  // The new engine's rooms land.
+  ASSERT_TRUE(d.Expect(0, 2, manifest).ok());
+  ASSERT_TRUE(d.Ready(2, manifest).ok());
+  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), 2, absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(d.Landed(0, manifest));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, FaultsTest, ::testing::Values("tcp", "sm"),
                          [](const auto& info) { return std::string(info.param); });
 

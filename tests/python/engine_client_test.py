@@ -49,9 +49,11 @@ class EngineClientTest(unittest.TestCase):
 
     def test_1_attach_then_requests(self):
         self.client.attach_shm(self.shm, CONTRACT)
-        # A second attach is refused, naming the rule.
+        # Another arena is refused, naming the rule; the same one again is a restarted
+        # engine's reattach.
         with self.assertRaisesRegex(SidecarError, "attached already"):
-            self.client.attach_shm(self.shm, CONTRACT)
+            self.client.attach_allocated(2 << 20, CONTRACT)
+        self.client.attach_shm(self.shm, CONTRACT)
 
     def test_2_unknown_rooms_poll_failed_with_a_reason(self):
         states = self.client.poll([41, 42])
@@ -116,7 +118,7 @@ class AllocatedArenaTest(unittest.TestCase):
             with SidecarArena(arena.path, arena.offset, 4, arena.placement) as again:
                 self.assertEqual(bytes(again.view), b"kvrl")
         with self.assertRaisesRegex(SidecarError, "attached already"):
-            self.client.attach_allocated(1 << 20, CONTRACT)
+            self.client.attach_allocated(2 << 20, CONTRACT)
 
 
 if __name__ == "__main__":
