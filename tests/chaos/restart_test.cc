@@ -93,7 +93,13 @@ TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
       (unsigned long long)first.outbox_peers(), (unsigned long long)last.outbox_peers(),
       (unsigned long long)first.rooms(), (unsigned long long)last.rooms(),
       (unsigned long long)first.strands(), (unsigned long long)last.strands());
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Under ASan (freed memory waits in its quarantine, 256 MB by default) and TSan the sidecar's
+  // resident set says nothing about kvrail's: the tables and fds below still must not grow.
+  (void)rss_last;
+#else
   EXPECT_LE(rss_last, rss_first * 11 / 10) << "RSS grew more than 10%";
+#endif
   EXPECT_LE(fds_last, fds_first);
   EXPECT_LE(last.registrations(), first.registrations());
   EXPECT_LE(last.data_plane_peers(), first.data_plane_peers());
