@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace kvrail::sidecar {
@@ -53,6 +55,11 @@ TEST(StrandPoolTest, ABlockedKeyDoesNotDelayOthers) {
   {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return other_ran; });
+    // "healthy"'s strand is erased once its job has returned, just after it signalled here.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (pool.strands() != 1u && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     EXPECT_EQ(pool.strands(), 1u);  // only "stuck" is left
     release = true;
     cv.notify_all();
