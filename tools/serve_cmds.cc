@@ -66,7 +66,8 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   static sidecar::SidecarOptions options;
   static std::string role;
   static double bootstrap_timeout = 120, waiting_timeout = 300, heartbeat = 5,
-                transfer_deadline = 60, handshake_timeout = 5, fence_timeout = 5, fence_wait = 10;
+                transfer_deadline = 60, handshake_timeout = 5, connect_timeout = 5,
+                fence_timeout = 5, fence_wait = 10;
   static int heartbeat_failures = 2;
   CLI::App* sub = app.add_subcommand(
       "sidecar", "Serve one engine rank: engine API, CachePD control plane, UCX data plane");
@@ -111,6 +112,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--handshake-timeout", handshake_timeout,
                   "Prefill: seconds a decode's descriptor fetch may take")
       ->capture_default_str();
+  sub->add_option("--connect-timeout", connect_timeout,
+                  "Prefill: seconds the data plane's connect to a decode may wait for its wireup")
+      ->capture_default_str();
   sub->add_option("--fence-timeout", fence_timeout,
                   "Prefill: seconds a failed room's writes may take to drain before its decode "
                   "is disconnected (Failed is sent only once fenced)")
@@ -130,6 +134,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.timeouts.heartbeat_max_failures = heartbeat_failures;
     options.transfer_deadline = absl::Seconds(transfer_deadline);
     options.handshake_timeout = absl::Seconds(handshake_timeout);
+    options.connect_timeout = absl::Seconds(connect_timeout);
     options.fence_timeout = absl::Seconds(fence_timeout);
     options.fence_wait = absl::Seconds(fence_wait);
     BlockStopSignals();

@@ -269,6 +269,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   }
   for (const auto& [name, value] :
        {std::pair<const char*, absl::Duration>{"--handshake-timeout", options.handshake_timeout},
+        {"--connect-timeout", options.connect_timeout},
         {"--fence-timeout", options.fence_timeout},
         {"--fence-wait", options.fence_wait}}) {
     if (value <= absl::ZeroDuration()) {
@@ -290,6 +291,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   spec.lanes = options.lanes;
   spec.tls = options.tls;
   spec.net_devices = options.net_devices;
+  spec.connect_timeout = options.connect_timeout;
   KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::MakeTransport(spec));
   if (options.role == Role::kDecode) {
     transport::Transport* t = impl->transport.get();

@@ -56,6 +56,8 @@ struct SidecarOptions {
   // Prefill: the longest a decode's descriptor fetch may take (a peer that does not answer
   // costs this much once; rooms queued behind it then fail at once).
   absl::Duration handshake_timeout = absl::Seconds(5);
+  // Prefill: the longest the data plane's Connect waits for a decode's wireup.
+  absl::Duration connect_timeout = absl::Seconds(5);
   // Prefill: how long a failed room's writes may take to drain before the peer is disconnected
   // to fence it (transfer::SchedulerOptions::fence_timeout).
   absl::Duration fence_timeout = absl::Seconds(5);

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeUcx(const TransportSpec& spec) {
   UcxOptions options = WithSizes(spec, UcxOptions{});
   options.tls = spec.tls == "sm" ? "sm,self" : spec.tls;
   if (spec.tls != "sm") options.net_devices = spec.net_devices;
+  if (spec.connect_timeout > absl::ZeroDuration()) options.connect_timeout = spec.connect_timeout;
   return UcxTransport::Create(options);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/transport/transport.h"
 
 namespace kvrail::transport {
@@ -31,6 +32,8 @@ struct TransportSpec {
   // 0 keeps the backend's default.
   uint64_t max_write_bytes = 0;
   uint64_t max_inflight_bytes_per_endpoint = 0;
+  // UCX only: the longest Connect waits for a peer's wireup; zero keeps the backend's default.
+  absl::Duration connect_timeout = absl::ZeroDuration();
 };
 
 // The backends MakeTransport knows, sorted: {"loopback", "ucx"}.
