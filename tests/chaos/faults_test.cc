@@ -36,7 +36,9 @@ std::vector<absl::Duration> Latencies(Deployment& dep, int d, int rooms, int64_t
   const layout::Manifest manifest = dep.Blocks(1, blocks);
   for (int i = 0; i < rooms; ++i) {
     if (!stuck.empty()) {
-      EXPECT_TRUE(dep.Ready(stuck.back(), manifest).ok());
+      // Refused once the prefill knows the other decode is gone (its probe dropped the
+      // session): either way nothing of it may slow `d`.
+      (void)dep.Ready(stuck.back(), manifest);
       stuck.pop_back();
     }
     const uint64_t id = room++;
