@@ -163,8 +163,8 @@ absl::StatusOr<std::vector<int64_t>> JsonObject::IntArray(absl::string_view key,
         continue;
       }
     }
-    KVRAIL_ASSIGN_OR_RETURN(int64_t value, ReadInt(element, IndexPath(PathOf(key), i), min, max,
-                                                   category_, section_));
+    KVRAIL_ASSIGN_OR_RETURN(
+        int64_t value, ReadInt(element, IndexPath(PathOf(key), i), min, max, category_, section_));
     out.push_back(value);
   }
   return out;

@@ -82,28 +82,36 @@ DeploymentOptions TwoDecodes(const char* tls) {
 class FaultsTest : public ::testing::TestWithParam<const char*> {};
 
 // Isolation: the same load to a healthy decode, once alone and once beside a decode that is
-// SIGSTOPped with rooms of its own in flight; p99 stays within 1.5x (plus 20 ms for this
-// 2-core machine's scheduling noise).
+// SIGSTOPped (or SIGKILLed) with rooms of its own; p99 stays within 1.5x (plus 20 ms for this
+// 2-core machine's scheduling noise). Returns the rooms of the other decode.
+std::vector<uint64_t> ExpectIsolated(Deployment& d, const char* tls, int signal,
+                                     const char* fault) {
+  uint64_t room = 1;
+  constexpr int kRooms = 30;
+  const std::vector<absl::Duration> alone = Latencies(d, 0, kRooms, 8, room);
+  EXPECT_EQ(alone.size(), kRooms);
+  const std::vector<uint64_t> stuck = Preallocated(d, 1, kRooms, 8, room);
+  d.decode(1).sidecar->Signal(signal);
+  if (signal == SIGKILL) EXPECT_TRUE(d.decode(1).sidecar->Wait(absl::Seconds(10)).ok());
+  const std::vector<absl::Duration> beside = Latencies(d, 0, kRooms, 8, room, stuck);
+  EXPECT_EQ(beside.size(), kRooms);
+  if (alone.size() != kRooms || beside.size() != kRooms) return stuck;
+  const absl::Duration p99_alone = Percentile(alone, 99), p99_beside = Percentile(beside, 99);
+  std::printf(
+      "[%s] 16 MiB rooms to a healthy decode: p50 %s / p99 %s alone, p50 %s / p99 %s beside a "
+      "%s decode (%.2fx)\n",
+      tls, absl::FormatDuration(Percentile(alone, 50)).c_str(),
+      absl::FormatDuration(p99_alone).c_str(), absl::FormatDuration(Percentile(beside, 50)).c_str(),
+      absl::FormatDuration(p99_beside).c_str(), fault, absl::FDivDuration(p99_beside, p99_alone));
+  EXPECT_LE(p99_beside, p99_alone * 1.5 + absl::Milliseconds(20));
+  return stuck;
+}
+
 TEST_P(FaultsTest, AStoppedDecodeDoesNotSlowAHealthyOne) {
   auto started = Deployment::Start(TwoDecodes(GetParam()));
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
-  uint64_t room = 1;
-  constexpr int kRooms = 30;
-  const std::vector<absl::Duration> alone = Latencies(d, 0, kRooms, 8, room);
-  ASSERT_EQ(alone.size(), kRooms);
-  const std::vector<uint64_t> stuck = Preallocated(d, 1, kRooms, 8, room);
-  d.decode(1).sidecar->Signal(SIGSTOP);
-  const std::vector<absl::Duration> beside = Latencies(d, 0, kRooms, 8, room, stuck);
-  ASSERT_EQ(beside.size(), kRooms);
-  const absl::Duration p99_alone = Percentile(alone, 99), p99_beside = Percentile(beside, 99);
-  std::printf(
-      "[%s] 16 MiB rooms to a healthy decode: p50 %s / p99 %s alone, p50 %s / p99 %s "
-      "beside a stopped decode (%.2fx)\n",
-      GetParam(), absl::FormatDuration(Percentile(alone, 50)).c_str(),
-      absl::FormatDuration(p99_alone).c_str(), absl::FormatDuration(Percentile(beside, 50)).c_str(),
-      absl::FormatDuration(p99_beside).c_str(), absl::FDivDuration(p99_beside, p99_alone));
-  EXPECT_LE(p99_beside, p99_alone * 1.5 + absl::Milliseconds(20));
+  const std::vector<uint64_t> stuck = ExpectIsolated(d, GetParam(), SIGSTOP, "stopped");
   // The stopped decode's rooms fail on the prefill (deadline, then the fence bound).
   const absl::StatusOr<v1::RoomEvent> failed =
       d.Event(d.prefill(), stuck.front(), absl::Seconds(30));
@@ -115,23 +123,7 @@ TEST_P(FaultsTest, AStoppedDecodeDoesNotSlowAHealthyOne) {
 TEST_P(FaultsTest, AGoneDecodeDoesNotSlowAHealthyOne) {
   auto started = Deployment::Start(TwoDecodes(GetParam()));
   ASSERT_TRUE(started.ok()) << started.status();
-  Deployment& d = **started;
-  uint64_t room = 1;
-  constexpr int kRooms = 30;
-  const std::vector<absl::Duration> alone = Latencies(d, 0, kRooms, 8, room);
-  ASSERT_EQ(alone.size(), kRooms);
-  const std::vector<uint64_t> stuck = Preallocated(d, 1, kRooms, 8, room);
-  d.decode(1).sidecar->Signal(SIGKILL);
-  ASSERT_TRUE(d.decode(1).sidecar->Wait(absl::Seconds(10)).ok());
-  const std::vector<absl::Duration> beside = Latencies(d, 0, kRooms, 8, room, stuck);
-  ASSERT_EQ(beside.size(), kRooms);
-  const absl::Duration p99_alone = Percentile(alone, 99), p99_beside = Percentile(beside, 99);
-  std::printf(
-      "[%s] 16 MiB rooms to a healthy decode: p99 %s alone, %s beside a killed decode "
-      "(%.2fx)\n",
-      GetParam(), absl::FormatDuration(p99_alone).c_str(), absl::FormatDuration(p99_beside).c_str(),
-      absl::FDivDuration(p99_beside, p99_alone));
-  EXPECT_LE(p99_beside, p99_alone * 1.5 + absl::Milliseconds(20));
+  ExpectIsolated(**started, GetParam(), SIGKILL, "killed");
 }
 
 // A prefill sidecar killed while it writes: the decode sidecar survives, fails the room within
