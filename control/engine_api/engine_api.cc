@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <deque>
+#include <mutex>
 #include <set>
 #include <utility>
 #include <zmq.hpp>
@@ -24,16 +26,47 @@ zmq::context_t& Context() {
 
 }  // namespace
 
+// What other threads hand the server thread: events to publish and deferred replies.
+struct EngineApiServer::Mailbox {
+  ~Mailbox() {
+    if (wake_fd >= 0) close(wake_fd);
+  }
+  void Wake() const {
+    const uint64_t one = 1;
+    (void)!write(wake_fd, &one, sizeof(one));
+  }
+  int wake_fd = -1;  // eventfd
+  std::mutex mu;
+  bool closed = false;                                      // Stop ran: drop what comes
+  std::deque<std::string> events;                           // serialised SidecarMessage events
+  std::deque<std::pair<std::string, std::string>> replies;  // (identity, SidecarMessage)
+};
+
+void EngineApiServer::Responder::operator()(v1::EngineReply reply) const {
+  if (mailbox_ == nullptr || answered_->exchange(true)) return;
+  v1::SidecarMessage message;
+  *message.mutable_reply() = std::move(reply);
+  message.mutable_reply()->set_request_id(request_id_);
+  {
+    std::lock_guard<std::mutex> lock(mailbox_->mu);
+    if (mailbox_->closed) return;
+    mailbox_->replies.emplace_back(identity_, message.SerializeAsString());
+  }
+  mailbox_->Wake();
+}
+
 struct EngineApiServer::Sockets {
   zmq::socket_t router;
   std::set<std::string> engines;  // identities that sent a request (server thread only)
 };
 
 absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const std::string& endpoint,
-                                                                        Handler handler) {
+                                                                        Handler handler,
+                                                                        Deferrer deferrer) {
   if (!handler) return absl::InvalidArgumentError("engine API server: the handler is empty");
   std::unique_ptr<EngineApiServer> server(new EngineApiServer);
   server->handler_ = std::move(handler);
+  server->deferrer_ = std::move(deferrer);
   server->sockets_ = std::make_unique<Sockets>();
   try {
     zmq::socket_t router(Context(), zmq::socket_type::router);
@@ -50,22 +83,23 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const st
     return absl::UnavailableError(
         absl::StrCat("engine API: bind ", endpoint, " failed: ", e.what()));
   }
-  server->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (server->wake_fd_ < 0) return absl::InternalError("engine API: eventfd failed");
+  server->mailbox_ = std::make_shared<Mailbox>();
+  server->mailbox_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (server->mailbox_->wake_fd < 0) return absl::InternalError("engine API: eventfd failed");
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
   return server;
 }
 
-EngineApiServer::~EngineApiServer() {
-  Stop();
-  if (wake_fd_ >= 0) close(wake_fd_);
-}
+EngineApiServer::~EngineApiServer() { Stop(); }
 
 void EngineApiServer::Stop() {
   stop_.store(true);
-  if (wake_fd_ >= 0) {
-    const uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
+  if (mailbox_ != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(mailbox_->mu);
+      mailbox_->closed = true;
+    }
+    mailbox_->Wake();
   }
   if (thread_.joinable()) thread_.join();
   if (sockets_ != nullptr) sockets_->router.close();
@@ -75,46 +109,58 @@ void EngineApiServer::Publish(const v1::RoomEvent& event) {
   v1::SidecarMessage message;
   *message.mutable_event() = event;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    outbox_.push_back(message.SerializeAsString());
+    std::lock_guard<std::mutex> lock(mailbox_->mu);
+    if (mailbox_->closed) return;
+    mailbox_->events.push_back(message.SerializeAsString());
   }
-  const uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof(one));
+  mailbox_->Wake();
+}
+
+void EngineApiServer::Deliver() {
+  uint64_t count;
+  (void)!read(mailbox_->wake_fd, &count, sizeof(count));
+  std::deque<std::string> events;
+  std::deque<std::pair<std::string, std::string>> replies;
+  {
+    std::lock_guard<std::mutex> lock(mailbox_->mu);
+    events.swap(mailbox_->events);
+    replies.swap(mailbox_->replies);
+  }
+  zmq::socket_t& router = sockets_->router;
+  for (const auto& [identity, bytes] : replies) {
+    try {
+      router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      router.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      // The engine went away (or its queue is full) while its request was being answered.
+    }
+  }
+  for (const std::string& event : events) {
+    for (auto engine = sockets_->engines.begin(); engine != sockets_->engines.end();) {
+      try {
+        router.send(zmq::buffer(*engine), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        router.send(zmq::buffer(event), zmq::send_flags::dontwait);
+        ++engine;
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EHOSTUNREACH) {
+          engine = sockets_->engines.erase(engine);  // that engine is gone
+          engines_.store(sockets_->engines.size());
+        } else {
+          ++engine;  // its queue is full (EAGAIN): this event is dropped for it
+        }
+      }
+    }
+  }
 }
 
 void EngineApiServer::Run() {
   zmq::socket_t& router = sockets_->router;
   while (!stop_.load()) {
     zmq::pollitem_t items[2] = {{router.handle(), 0, ZMQ_POLLIN, 0},
-                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+                                {nullptr, mailbox_->wake_fd, ZMQ_POLLIN, 0}};
     try {
       zmq::poll(items, 2, std::chrono::milliseconds(100));
-      if (items[1].revents & ZMQ_POLLIN) {
-        uint64_t count;
-        (void)!read(wake_fd_, &count, sizeof(count));
-        std::deque<std::string> events;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          events.swap(outbox_);
-        }
-        for (const std::string& event : events) {
-          for (auto engine = sockets_->engines.begin(); engine != sockets_->engines.end();) {
-            try {
-              router.send(zmq::buffer(*engine),
-                          zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-              router.send(zmq::buffer(event), zmq::send_flags::dontwait);
-              ++engine;
-            } catch (const zmq::error_t& e) {
-              if (e.num() == EHOSTUNREACH) {
-                engine = sockets_->engines.erase(engine);  // that engine is gone
-                engines_.store(sockets_->engines.size());
-              } else {
-                ++engine;  // its queue is full (EAGAIN): this event is dropped for it
-              }
-            }
-          }
-        }
-      }
+      if (items[1].revents & ZMQ_POLLIN) Deliver();
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
       while (true) {
         std::vector<zmq::message_t> frames;
@@ -140,6 +186,14 @@ void EngineApiServer::Run() {
         } else {
           sockets_->engines.insert(identity);
           engines_.store(sockets_->engines.size());
+          if (deferrer_) {
+            Responder later;
+            later.mailbox_ = mailbox_;
+            later.identity_ = identity;
+            later.request_id_ = request.request_id();
+            later.answered_ = std::make_shared<std::atomic<bool>>(false);
+            if (deferrer_(request, later)) continue;  // answered through `later`
+          }
           *reply.mutable_reply() = handler_(request);
           reply.mutable_reply()->set_request_id(request.request_id());
         }

@@ -8,7 +8,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,14 +25,38 @@ namespace kvrail::engine_api {
 inline constexpr int64_t kMaxRequestBytes = int64_t{4} << 20;
 
 class EngineApiServer {
+  struct Mailbox;
+
  public:
   // Answers one request. Runs on the server's thread: it must not block for long.
   using Handler = std::function<v1::EngineReply(const v1::EngineRequest&)>;
 
+  // The answer to one request, given later from any thread: the reply goes to the engine that
+  // asked, with its request_id. Call it once; copies share the one answer (a second call is
+  // ignored). A reply after Stop, or to an engine that went away, is dropped.
+  class Responder {
+   public:
+    void operator()(v1::EngineReply reply) const;
+
+   private:
+    friend class EngineApiServer;
+    std::shared_ptr<Mailbox> mailbox_;
+    std::string identity_;
+    uint64_t request_id_ = 0;
+    std::shared_ptr<std::atomic<bool>> answered_;
+  };
+
+  // Offered each request before the Handler, on the server's thread: returns true when it took
+  // the request and will answer it through the Responder (what may take long, such as parsing
+  // a large manifest, then runs elsewhere while the server answers other requests); false to
+  // leave it to the Handler.
+  using Deferrer = std::function<bool(const v1::EngineRequest&, const Responder&)>;
+
   // Binds `endpoint` ("ipc:///tmp/kvrail-p0.sock", "tcp://127.0.0.1:0") and starts serving.
   // Unavailable naming the endpoint when the bind fails.
   static absl::StatusOr<std::unique_ptr<EngineApiServer>> Start(const std::string& endpoint,
-                                                                Handler handler);
+                                                                Handler handler,
+                                                                Deferrer deferrer = nullptr);
   ~EngineApiServer();  // Stop()
   EngineApiServer(const EngineApiServer&) = delete;
   EngineApiServer& operator=(const EngineApiServer&) = delete;
@@ -57,13 +80,17 @@ class EngineApiServer {
   EngineApiServer() = default;
   void Run();
 
+  // Sends what the mailbox holds: events to every engine, replies to the engine that asked.
+  void Deliver();
+
   Handler handler_;
+  Deferrer deferrer_;
   std::string endpoint_;
   struct Sockets;
   std::unique_ptr<Sockets> sockets_;
-  int wake_fd_ = -1;  // eventfd: Publish wakes the server thread
-  std::mutex mu_;
-  std::deque<std::string> outbox_;  // serialised SidecarMessage events
+  // Shared with the Responders, which may outlive the server (a deferred answer finishing
+  // after Stop): it owns the eventfd that wakes the server thread.
+  std::shared_ptr<Mailbox> mailbox_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> malformed_{0};
   std::atomic<size_t> engines_{0};

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
@@ -187,6 +190,68 @@ TEST(EngineApiTest, NoSidecarIsDeadlineExceeded) {
   poll.mutable_poll();
   auto reply = client->Call(poll, absl::Milliseconds(200));
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// A deferred request (a large manifest, in the sidecar) is answered later from another thread,
+// while the server answers other engines' requests meanwhile; the late answer carries its
+// request_id, and one after Stop is dropped.
+TEST(EngineApiTest, DeferredRequestsLetOthersBeAnswered) {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<EngineApiServer::Responder> taken;
+  auto server = EngineApiServer::Start(
+      "tcp://127.0.0.1:0", Echo,
+      [&](const v1::EngineRequest& request, const EngineApiServer::Responder& respond) {
+        if (!request.has_abort() || request.abort().room() != 99) return false;
+        std::lock_guard<std::mutex> lock(mu);
+        taken.push_back(respond);
+        changed.notify_all();
+        return true;
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto slow = EngineApiClient::Connect((*server)->endpoint()).value();
+  auto other = EngineApiClient::Connect((*server)->endpoint()).value();
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(99);
+  const uint64_t id = slow->Send(abort).value();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return !taken.empty(); }));
+  }
+  // The deferred request is unanswered; another engine's request is answered meanwhile.
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(3);
+  auto polled = other->Call(poll);
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  EXPECT_EQ(polled->states_size(), 1);
+  auto none = slow->NextMessage(absl::Milliseconds(50));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  std::thread answer([&] {
+    v1::EngineReply reply;
+    reply.set_error("Abort room 99: answered late");
+    taken[0](reply);
+    taken[0](v1::EngineReply());  // a second answer is ignored
+  });
+  answer.join();
+  std::optional<v1::SidecarMessage> got = slow->NextMessage(absl::Seconds(5)).value();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->reply().request_id(), id);
+  EXPECT_EQ(got->reply().error(), "Abort room 99: answered late");
+  auto second = slow->NextMessage(absl::Milliseconds(50));
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->has_value());
+
+  ASSERT_TRUE(slow->Send(abort).ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(
+        changed.wait_for(lock, std::chrono::seconds(10), [&] { return taken.size() == 2; }));
+  }
+  (*server)->Stop();
+  server->reset();
+  taken[1](v1::EngineReply());  // after Stop and destruction: dropped, harmlessly
 }
 
 TEST(EngineApiTest, BindFailureNamesTheEndpoint) {

@@ -115,6 +115,10 @@ struct Sidecar::Impl {
   std::thread inbox_thread;
   std::thread ticker_thread;
   StrandPool strands{4, "kvrail-peer"};
+  // Requests with a large manifest, parsed and applied here rather than on the engine API's
+  // thread, which meanwhile answers the engine's other requests (TakeSlow). One thread: they
+  // are applied in the order they came.
+  StrandPool parser{1, "kvrail-parse"};
 
   // Holds `mu`; what was deferred under it runs once it is released, in order, on this thread.
   class Locked {
@@ -140,6 +144,9 @@ struct Sidecar::Impl {
   void ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended = nullptr);
   void ApplyLocked(session::DecodeOutput out);
   v1::EngineReply Handle(const v1::EngineRequest& request);
+  // The engine API's Deferrer: takes a Ready or Expect whose manifest is large to `parser`.
+  bool TakeSlow(const v1::EngineRequest& request,
+                const engine_api::EngineApiServer::Responder& respond);
   SidecarStats Stats();
   void Poll(const v1::Poll& poll, v1::EngineReply& reply);
 

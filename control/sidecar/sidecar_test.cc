@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -16,6 +17,7 @@
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
 #include "control/layout/kv_shape.h"
+#include "control/layout/manifest.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -134,6 +136,38 @@ TEST_F(AttachArenaTest, OverSharedMemoryTheArenaIsUcxsOwnSegment) {
   ASSERT_TRUE(arena.ok()) << arena.status();
   arena->bytes()[0] = 1;
   EXPECT_EQ(arena->bytes()[0], 1);
+}
+
+// A request with a large manifest is parsed off the engine API's thread: another engine's Poll,
+// sent after it, is answered first, and the large request still gets its own answer.
+TEST_F(AttachArenaTest, ALargeManifestDoesNotHoldUpTheEngineApi) {
+  StartSidecar("tcp");
+  ASSERT_EQ(Refusal(Attach("", "", bytes_)), "");
+  layout::Manifest manifest;
+  manifest.prompt_len = 16 * 240000;
+  for (const layout::GroupSpec& group : contract_.group_specs) {
+    layout::ManifestGroup& g = manifest.groups.emplace_back();
+    g.group_id = group.group_id;
+    for (int64_t i = 0; g.block_ids.size() < 240000; ++i) g.block_ids.push_back(1000000 + i);
+  }
+  v1::EngineRequest expect;
+  expect.mutable_expect()->set_room(5);
+  expect.mutable_expect()->set_bootstrap_address("127.0.0.1:1");
+  expect.mutable_expect()->set_destination_manifest(layout::SerializeManifest(manifest).value());
+  ASSERT_GT(expect.expect().destination_manifest().size(), size_t{1} << 20);
+  const uint64_t id = engine_->Send(expect).value();
+  auto other = engine_api::EngineApiClient::Connect(sidecar_->engine_endpoint()).value();
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(5);
+  ASSERT_TRUE(other->Call(poll).ok());
+  auto early = engine_->NextMessage(absl::ZeroDuration());
+  ASSERT_TRUE(early.ok());
+  EXPECT_FALSE(early->has_value()) << "the large Expect was answered before the Poll";
+  std::optional<v1::SidecarMessage> answer = engine_->NextMessage(absl::Seconds(30)).value();
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->reply().request_id(), id);
+  EXPECT_TRUE(absl::StrContains(answer->reply().error(), "Expect room 5: destination manifest"))
+      << answer->reply().error();
 }
 
 }  // namespace
