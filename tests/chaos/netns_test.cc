@@ -3,7 +3,7 @@
 // link is set down in the middle of a room and up again: the room fails on the prefill within
 // its deadline plus the fence bound, the decode hears Failed once the link is back and is told
 // its pages are free only as far as the fence could prove, and a new room lands over the healed
-// link.
+// link. The fence suite (fence_suite.h) runs here too, over the veth pair.
 #include "bench/raw/netns.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/chaos/deployment.h"
+#include "tests/chaos/fence_suite.h"
 
 namespace kvrail::chaos {
 namespace {
@@ -93,6 +94,10 @@ TEST(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsOnc
   EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
   EXPECT_TRUE(d.Landed(0, small));
 }
+
+// Failed means fenced between two hosts too: the fence suite over the veth pair.
+INSTANTIATE_TEST_SUITE_P(Netns, FenceTest, ::testing::Values("netns"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace kvrail::chaos
