@@ -22,6 +22,18 @@
 
 namespace kvrail::chaos {
 
+// Runs the prefill node (bootstrap, prefill sidecar) in `pair`'s initiator namespace and the
+// decodes in its target, over UCX tcp on the veth pair.
+inline void PlaceInNamespaces(const bench::NetnsPair& pair, DeploymentOptions& options) {
+  options.tls = "tcp";
+  options.prefill_prefix = bench::NetnsPair::ExecPrefix(pair.initiator().netns);
+  options.decode_prefix = bench::NetnsPair::ExecPrefix(pair.target().netns);
+  options.prefill_host = pair.initiator().address;
+  options.decode_host = pair.target().address;
+  options.net_devices = pair.initiator().device;
+  options.decode_net_devices = pair.target().device;
+}
+
 // The parameter: "tcp" or "sm" (UCX on the host's loopback), or "netns" (UCX tcp between two
 // network namespaces; root only).
 inline constexpr int64_t kRoomBlocks = 128;  // 256 MiB
@@ -53,13 +65,7 @@ class FenceTest : public ::testing::TestWithParam<const char*> {
       absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
       ASSERT_TRUE(pair.ok()) << pair.status();
       netns_ = std::make_unique<bench::NetnsPair>(*std::move(pair));
-      options.tls = "tcp";
-      options.prefill_prefix = bench::NetnsPair::ExecPrefix(netns_->initiator().netns);
-      options.decode_prefix = bench::NetnsPair::ExecPrefix(netns_->target().netns);
-      options.prefill_host = netns_->initiator().address;
-      options.decode_host = netns_->target().address;
-      options.net_devices = netns_->initiator().device;
-      options.decode_net_devices = netns_->target().device;
+      PlaceInNamespaces(*netns_, options);
     } else {
       options.tls = GetParam();
     }
@@ -112,6 +118,8 @@ class FenceTest : public ::testing::TestWithParam<const char*> {
         static_cast<unsigned long long>(trial.after_free));
     return trial;
   }
+
+  void ExpectEveryAbortFenced(Rank& who);
 
   void ExpectTheSidecarsServeOn(uint64_t room) {
     Deployment& d = *deployment_;

@@ -28,14 +28,8 @@ TEST(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsOnc
   absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
   ASSERT_TRUE(pair.ok()) << pair.status();
   DeploymentOptions options;
-  options.tls = "tcp";
   options.pages = 129;
-  options.prefill_prefix = bench::NetnsPair::ExecPrefix(pair->initiator().netns);
-  options.decode_prefix = bench::NetnsPair::ExecPrefix(pair->target().netns);
-  options.prefill_host = pair->initiator().address;
-  options.decode_host = pair->target().address;
-  options.net_devices = pair->initiator().device;
-  options.decode_net_devices = pair->target().device;
+  PlaceInNamespaces(*pair, options);
   options.prefill_args = {"--transfer-deadline",  "2", "--fence-timeout", "1",
                           "--heartbeat-interval", "2"};
   // Generous on the decode: the link is down for a while, and the bootstrap's heartbeat must
