@@ -67,7 +67,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   static std::string role;
   static double bootstrap_timeout = 120, waiting_timeout = 300, heartbeat = 5,
                 transfer_deadline = 60, handshake_timeout = 5, connect_timeout = 5,
-                fence_timeout = 5, fence_wait = 10;
+                fence_timeout = 5, fence_wait = 10, registration_ttl = 60;
   static int heartbeat_failures = 2;
   CLI::App* sub = app.add_subcommand(
       "sidecar", "Serve one engine rank: engine API, CachePD control plane, UCX data plane");
@@ -123,6 +123,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Decode: seconds a failed room's pages wait for the prefill ranks' fence "
                   "answers before they are released as not provably safe")
       ->capture_default_str();
+  sub->add_option("--registration-ttl", registration_ttl,
+                  "Prefill: seconds a decode session's handshake endpoint may go unanswered "
+                  "before its registration and rooms are dropped")
+      ->capture_default_str();
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();
@@ -137,6 +141,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.connect_timeout = absl::Seconds(connect_timeout);
     options.fence_timeout = absl::Seconds(fence_timeout);
     options.fence_wait = absl::Seconds(fence_wait);
+    options.registration_ttl = absl::Seconds(registration_ttl);
     BlockStopSignals();
     // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
     spdlog::set_default_logger(spdlog::stderr_logger_mt("kvrail-sidecar"));

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 
 namespace kvrail::session {
 
@@ -22,6 +23,7 @@ struct ZmqInbox::Socket {
 struct ZmqOutbox::Peer {
   std::mutex mu;         // serialises sends: one multipart message at a time
   zmq::socket_t socket;  // guarded by mu
+  absl::Time last_used;  // guarded by the outbox's mu_: when a Send last took this socket
 };
 
 namespace {
@@ -164,7 +166,10 @@ std::shared_ptr<ZmqOutbox::Peer> ZmqOutbox::PeerFor(const std::string& endpoint,
                                                     absl::Status& error) {
   std::lock_guard<std::mutex> lock(mu_);
   auto found = peers_.find(endpoint);
-  if (found != peers_.end()) return found->second;
+  if (found != peers_.end()) {
+    found->second->last_used = absl::Now();
+    return found->second;
+  }
   try {
     auto peer = std::make_shared<Peer>();
     peer->socket = zmq::socket_t(context_->impl().context, zmq::socket_type::push);
@@ -177,6 +182,7 @@ std::shared_ptr<ZmqOutbox::Peer> ZmqOutbox::PeerFor(const std::string& endpoint,
       peer->socket.set(zmq::sockopt::sndtimeo, TimeoutMillis(options_.send_timeout));
     }
     peer->socket.connect(endpoint);  // asynchronous: never waits for the peer
+    peer->last_used = absl::Now();
     peers_.emplace(endpoint, peer);
     return peer;
   } catch (const zmq::error_t& e) {
@@ -242,6 +248,15 @@ void ZmqOutbox::Forget(absl::string_view endpoint) {
     peers_.erase(found);
   }
   // Closed here, or by a Send still using it, whichever lets go last.
+}
+
+std::vector<std::string> ZmqOutbox::UnusedSince(absl::Time since) const {
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [endpoint, peer] : peers_) {
+    if (peer->last_used < since) out.push_back(endpoint);
+  }
+  return out;
 }
 
 size_t ZmqOutbox::peer_count() const {

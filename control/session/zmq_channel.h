@@ -132,6 +132,10 @@ class ZmqOutbox {
   // it connects afresh.
   void Forget(absl::string_view endpoint);
 
+  // Endpoints whose cached socket no Send has used since `since` (for the owner to Forget
+  // those it no longer needs).
+  std::vector<std::string> UnusedSince(absl::Time since) const;
+
   // Endpoints with a cached socket.
   size_t peer_count() const;
 

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace kvrail::session {
 namespace {
@@ -108,6 +109,21 @@ TEST(ZmqChannelTest, OutboxCachesOneSocketPerEndpoint) {
   ASSERT_TRUE(outbox.Send(a->endpoint(), {"4"}).ok());  // connects afresh
   EXPECT_THAT(MustReceive(*a), ElementsAre("4"));
   EXPECT_EQ(outbox.peer_count(), 2u);
+}
+
+TEST(ZmqChannelTest, UnusedSinceNamesTheSocketsNoSendTookSince) {
+  auto context = ZmqContext::Create();
+  std::unique_ptr<ZmqInbox> a = BindLocal(context);
+  std::unique_ptr<ZmqInbox> b = BindLocal(context);
+  ZmqOutbox outbox(context);
+  ASSERT_TRUE(outbox.Send(a->endpoint(), {"1"}).ok());
+  ASSERT_TRUE(outbox.Send(b->endpoint(), {"2"}).ok());
+  absl::SleepFor(absl::Milliseconds(5));
+  const absl::Time between = absl::Now();
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(outbox.Send(b->endpoint(), {"3"}).ok());
+  EXPECT_THAT(outbox.UnusedSince(between), ElementsAre(a->endpoint()));
+  EXPECT_EQ(outbox.UnusedSince(absl::Now() + absl::Seconds(1)).size(), 2u);
 }
 
 TEST(ZmqChannelTest, OutboxRefusesBadEndpointsAndEmptyMessages) {

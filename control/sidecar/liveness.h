@@ -8,6 +8,7 @@
 #define KVRAIL_CONTROL_SIDECAR_LIVENESS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -24,6 +25,11 @@ Reach ProbeTcp(const std::string& host, int port, absl::Duration timeout);
 
 // The same for "tcp://host:port" or "host:port"; kUnknown when it does not parse.
 Reach ProbeEndpoint(const std::string& endpoint, absl::Duration timeout);
+
+// Probes every endpoint at once, in at most `timeout` together, so that a hundred silent peers
+// cost one timeout, not a hundred. The answers are in the order of `endpoints`.
+std::vector<Reach> ProbeEndpoints(const std::vector<std::string>& endpoints,
+                                  absl::Duration timeout);
 
 }  // namespace kvrail::sidecar
 

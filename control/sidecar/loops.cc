@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/client.h"
 #include "control/sidecar/liveness.h"
@@ -68,29 +70,50 @@ void Sidecar::Impl::InboxLoop() {
 
 // Peers whose sockets refuse connections are gone (liveness.h). A prefill drops a gone
 // decode's session: its rooms fail, and its registration, data-plane link, PUSH socket and
-// scheduler queue go, so that decodes restarting leave nothing behind. A decode fails the
-// rooms a gone prefill rank owes, and answers its fences.
+// scheduler queue go, so that decodes restarting leave nothing behind; so does a session whose
+// endpoint has answered no probe for --registration-ttl (a host cut off or powered down). A
+// decode fails the rooms a gone prefill rank owes, and answers its fences. Every peer is probed
+// at once: a hundred silent ones cost one probe timeout.
 void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
-  for (const std::string& peer : peers) {
-    if (ProbeEndpoint(peer, absl::Milliseconds(500)) != Reach::kRefused) continue;
+  const std::vector<Reach> reach = ProbeEndpoints(peers, absl::Milliseconds(500));
+  {
     Locked locked(*this);
     const absl::Time now = absl::Now();
-    if (decode) {
-      spdlog::warn("decode: prefill rank at {} is gone (connection refused)", peer);
-      ApplyLocked(decode->OnPrefillGone(peer, now));
-      continue;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const std::string& peer = peers[i];
+      if (decode) {
+        if (reach[i] != Reach::kRefused) continue;
+        spdlog::warn("decode: prefill rank at {} is gone (connection refused)", peer);
+        ApplyLocked(decode->OnPrefillGone(peer, now));
+        continue;
+      }
+      if (!prefill) break;
+      if (reach[i] == Reach::kRefused) {
+        DropSessionLocked(peer,
+                          absl::StrCat("Decode session ", peer,
+                                       " is gone: its handshake endpoint refuses connections"),
+                          now);
+        continue;
+      }
+      auto [reached, first] = session_reached.try_emplace(peer, now);
+      if (reach[i] == Reach::kListening) {
+        reached->second = now;
+      } else if (!first && now - reached->second >= options.registration_ttl) {
+        DropSessionLocked(
+            peer,
+            absl::StrCat("Decode session ", peer, " is unreachable: its handshake endpoint has ",
+                         "answered no probe for ", absl::FormatDuration(now - reached->second),
+                         " (--registration-ttl ", absl::FormatDuration(options.registration_ttl),
+                         ")"),
+            now);
+      }
     }
-    if (!prefill) return;
-    session::PrefillOutput out;
-    std::optional<std::string> endpoint =
-        prefill->DropSession(peer,
-                             absl::StrCat("Decode session ", peer,
-                                          " is gone: its handshake endpoint refuses connections"),
-                             now, out);
-    if (!endpoint) continue;
-    spdlog::info("prefill: decode session {} is gone (connection refused): dropped", peer);
-    ApplyLocked(std::move(out));
-    Defer([this, peer, endpoint = *endpoint] { DropPeer(peer, endpoint); });
+    // Sessions no longer registered (dropped, replaced) are not remembered.
+    if (prefill) {
+      for (auto it = session_reached.begin(); it != session_reached.end();) {
+        it = prefill->Registration(it->first) == nullptr ? session_reached.erase(it) : ++it;
+      }
+    }
   }
   std::vector<transport::PeerId> forget;
   {
@@ -107,6 +130,17 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
   if (forget.size() > busy.size()) malloc_trim(0);
   Locked locked(*this);
   forget_peers.insert(forget_peers.end(), busy.begin(), busy.end());
+}
+
+void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::string& reason,
+                                      absl::Time now) {
+  session::PrefillOutput out;
+  std::optional<std::string> endpoint = prefill->DropSession(session, reason, now, out);
+  session_reached.erase(session);
+  if (!endpoint) return;
+  spdlog::info("prefill: {}: dropped", reason);
+  ApplyLocked(std::move(out));
+  Defer([this, session, endpoint = *endpoint] { DropPeer(session, endpoint); });
 }
 
 // A bootstrap server that restarted has forgotten this rank (however briefly it was down): when
@@ -146,6 +180,26 @@ void Sidecar::Impl::ReregisterIfForgotten() {
   }
 }
 
+void Sidecar::Impl::ForgetUnusedRoutes() {
+  // Long enough for what was queued to such a route (a late Failed frame) to have gone out.
+  constexpr absl::Duration kUnused = absl::Seconds(10);
+  const std::vector<std::string> unused = outbox->UnusedSince(absl::Now() - kUnused);
+  if (unused.empty()) return;
+  std::set<std::string> live;
+  {
+    Locked locked(*this);
+    if (prefill) {
+      for (const auto& peer : prefill->Registrations()) live.insert(peer->reply_endpoint);
+    }
+    for (const auto& [address, node] : nodes) {
+      for (const auto& [rank, endpoint] : node->endpoints) live.insert(endpoint);
+    }
+  }
+  for (const std::string& endpoint : unused) {
+    if (live.count(endpoint) == 0) outbox->Forget(endpoint);
+  }
+}
+
 void Sidecar::Impl::TickerLoop() {
   absl::Time next_heartbeat = absl::Now();
   const absl::Duration interval = session::EffectiveHeartbeatInterval(options.timeouts);
@@ -154,6 +208,7 @@ void Sidecar::Impl::TickerLoop() {
     std::vector<std::string> probe;
     std::vector<std::string> peers;  // sessions (prefill) or PULL endpoints (decode) to probe
     bool probe_own_bootstrap = false;
+    bool beat = false;
     {
       Locked locked(*this);
       if (!attached) continue;
@@ -174,9 +229,11 @@ void Sidecar::Impl::TickerLoop() {
         }
         probe_own_bootstrap = prefill.has_value();
         next_heartbeat = now + interval;
+        beat = true;
       }
     }
     ProbePeers(peers);
+    if (beat) ForgetUnusedRoutes();
     for (const std::string& address : probe) {  // HTTP, so outside the lock
       const bool ok = Healthy(address);
       Locked locked(*this);

@@ -64,6 +64,10 @@ struct SidecarOptions {
   // Decode: how long a failed room's pages wait for the prefill ranks' fence answers before
   // they are released as not provably safe (session::DecodeOptions::fence_wait).
   absl::Duration fence_wait = absl::Seconds(10);
+  // Prefill: a decode session whose handshake endpoint has accepted no connection for this long
+  // (a host cut off or gone; a probe every heartbeat interval) is dropped with its rooms, as one
+  // whose endpoint refuses connections is at once.
+  absl::Duration registration_ttl = absl::Seconds(60);
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
 };

@@ -100,6 +100,9 @@ struct Sidecar::Impl {
   std::map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
+  // Prefill: when each registered session's handshake endpoint last accepted a probe (or was
+  // first probed), for --registration-ttl.
+  std::map<std::string, absl::Time> session_reached;
   // Prefill: data-plane peers of dropped sessions, for the scheduler to forget once idle.
   std::vector<transport::PeerId> forget_peers;
   // Decode: per bootstrap address, the node's description and planner, and rank endpoints.
@@ -190,7 +193,14 @@ struct Sidecar::Impl {
   void InboxLoop();
   void TickerLoop();
   void ProbePeers(const std::vector<std::string>& peers);
+  // Prefill, needs mu: drops `session` (its rooms fail with `reason`) and defers forgetting
+  // its data plane.
+  void DropSessionLocked(const std::string& session, const std::string& reason, absl::Time now);
   void ReregisterIfForgotten();
+  // Closes the PUSH sockets that no registration (prefill) or prefill node (decode) uses and
+  // that sent nothing for a while: the routes of dropped or rejected sessions, kept alive by
+  // the Failed frames their fenced rooms sent after the drop.
+  void ForgetUnusedRoutes();
   bool bootstrap_answered = true;  // ticker thread only
 };
 

@@ -79,15 +79,26 @@ absl::Status Deployment::StartAll() {
   }
   // Warm up: one block to every decode, so that handshakes and connections are made.
   for (int d = 0; d < options_.decodes; ++d) {
-    const uint64_t room = 1000000 + d;
-    const layout::Manifest one = Blocks(1, 1);
-    KVRAIL_RETURN_IF_ERROR(Expect(d, room, one));
-    KVRAIL_RETURN_IF_ERROR(Ready(room, one));
-    KVRAIL_ASSIGN_OR_RETURN(v1::RoomEvent done, Event(decodes_[d], room, absl::Seconds(60)));
-    if (done.status() != v1::TRANSFER_POLL_SUCCESS) {
-      return absl::InternalError(absl::StrCat("warm-up room to decode ", d, ": ", done.reason()));
-    }
-    KVRAIL_RETURN_IF_ERROR(Event(prefill_, room, absl::Seconds(30)).status());
+    KVRAIL_RETURN_IF_ERROR(MoveRoom(d, 1000000 + d, Blocks(1, 1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Deployment::MoveRoom(int d, uint64_t room, const layout::Manifest& manifest,
+                                  absl::Duration timeout) {
+  const std::string what = absl::StrCat("room ", room, " to decode ", d);
+  KVRAIL_RETURN_IF_ERROR(Expect(d, room, manifest));
+  KVRAIL_RETURN_IF_ERROR(Ready(room, manifest));
+  KVRAIL_ASSIGN_OR_RETURN(v1::RoomEvent done, Event(decodes_[d], room, timeout));
+  if (done.status() != v1::TRANSFER_POLL_SUCCESS) {
+    return absl::InternalError(absl::StrCat(what, " failed on the decode: ", done.reason()));
+  }
+  KVRAIL_ASSIGN_OR_RETURN(v1::RoomEvent sent, Event(prefill_, room, timeout));
+  if (sent.status() != v1::TRANSFER_POLL_SUCCESS) {
+    return absl::InternalError(absl::StrCat(what, " failed on the prefill: ", sent.reason()));
+  }
+  if (!Landed(d, manifest)) {
+    return absl::DataLossError(absl::StrCat(what, ": Success, but its bytes differ"));
   }
   return absl::OkStatus();
 }

@@ -70,6 +70,10 @@ class Deployment {
   absl::Status Expect(int d, uint64_t room, const layout::Manifest& manifest);
   absl::Status Ready(uint64_t room, const layout::Manifest& manifest);
   absl::Status Abort(Rank& rank, uint64_t room, const std::string& reason);
+  // A whole room to decode `d`: Expect, Ready, its Success on both sides, and its bytes
+  // landed exactly. The error says which of them failed.
+  absl::Status MoveRoom(int d, uint64_t room, const layout::Manifest& manifest,
+                        absl::Duration timeout = absl::Seconds(60));
   // The next event of `room` on `rank` (others are kept for later calls).
   absl::StatusOr<v1::RoomEvent> Event(Rank& rank, uint64_t room, absl::Duration timeout);
   // Waits until decode `d`'s pages of `room` are the engine's again: its Failed event with

@@ -230,13 +230,8 @@ TEST_P(FaultsTest, ARestartedBootstrapIsRegisteredWithAgainAndNewRoomsLand) {
   const absl::Time restarted = absl::Now();
   // A new decode has to look the prefill up: restart the decode too, so nothing is cached.
   ASSERT_TRUE(d.RestartDecode(0).ok());
-  const layout::Manifest manifest = d.Blocks(1, 8);
-  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
-  ASSERT_TRUE(d.Ready(1, manifest).ok());
-  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), 1, absl::Seconds(60));
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
-  EXPECT_TRUE(d.Landed(0, manifest));
+  const absl::Status moved = d.MoveRoom(0, 1, d.Blocks(1, 8));
+  EXPECT_TRUE(moved.ok()) << moved;
   const absl::StatusOr<v1::SidecarStats> stats = d.Stats(d.prefill());
   ASSERT_TRUE(stats.ok());
   EXPECT_GE(stats->bootstrap_registrations(), 2u);
@@ -273,12 +268,8 @@ TEST_P(FaultsTest, AnEngineThatRestartsReattachesAndItsOldRoomsFailCleanly) {
     EXPECT_EQ(prefill_side->status(), v1::TRANSFER_POLL_FAILED);
   }
   // The new engine's rooms land.
-  ASSERT_TRUE(d.Expect(0, 2, manifest).ok());
-  ASSERT_TRUE(d.Ready(2, manifest).ok());
-  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), 2, absl::Seconds(30));
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
-  EXPECT_TRUE(d.Landed(0, manifest));
+  const absl::Status moved = d.MoveRoom(0, 2, manifest);
+  EXPECT_TRUE(moved.ok()) << moved;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FaultsTest, ::testing::Values("tcp", "sm"),

@@ -12,6 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -23,45 +27,84 @@ namespace {
 
 int Sh(const std::string& command) { return std::system(command.c_str()); }
 
-TEST(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsOnceItIsUp) {
-  ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
-  absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
-  ASSERT_TRUE(pair.ok()) << pair.status();
-  DeploymentOptions options;
-  options.pages = 129;
-  PlaceInNamespaces(*pair, options);
-  options.prefill_args = {"--transfer-deadline",  "2", "--fence-timeout", "1",
-                          "--heartbeat-interval", "2"};
-  // Generous on the decode: the link is down for a while, and the bootstrap's heartbeat must
-  // not declare the prefill dead meanwhile.
-  options.decode_args = {"--heartbeat-interval", "5", "--heartbeat-failures", "5",
-                         "--fence-wait",         "10"};
-  auto started = Deployment::Start(options);
-  ASSERT_TRUE(started.ok()) << started.status();
-  Deployment& d = **started;
-  const std::string link_down =
-      absl::StrCat("ip -n ", pair->target().netns, " link set ", pair->target().device, " down");
-  const std::string link_up =
-      absl::StrCat("ip -n ", pair->target().netns, " link set ", pair->target().device, " up");
+// The prefill node in one namespace, a decode in the other; the test cuts the link between.
+class NetnsFaultTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> prefill_args, std::vector<std::string> decode_args) {
+    ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
+    absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = std::make_unique<bench::NetnsPair>(*std::move(pair));
+    DeploymentOptions options;
+    options.pages = 129;
+    PlaceInNamespaces(*pair_, options);
+    options.prefill_args = std::move(prefill_args);
+    options.decode_args = std::move(decode_args);
+    auto started = Deployment::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    deployment_ = *std::move(started);
+  }
+
+  // Sets the decode's end of the veth pair up or down.
+  void Link(bool up) {
+    ASSERT_EQ(Sh(absl::StrCat("ip -n ", pair_->target().netns, " link set ", pair_->target().device,
+                              up ? " up" : " down")),
+              0);
+  }
+
+  // Starts `room` and sets the link down 30 ms later (`down`): the prefill's event of the room,
+  // once it failed. nullopt when the test cannot go on: a failure, or the room landed before
+  // the link went down (skipped_).
+  std::optional<v1::RoomEvent> CutOffMidRoom(uint64_t room, const layout::Manifest& manifest,
+                                             absl::Time& down) {
+    Deployment& d = *deployment_;
+    EXPECT_TRUE(d.Expect(0, room, manifest).ok());
+    EXPECT_TRUE(d.Ready(room, manifest).ok());
+    absl::SleepFor(absl::Milliseconds(30));
+    Link(false);
+    down = absl::Now();
+    absl::StatusOr<v1::RoomEvent> failed = d.Event(d.prefill(), room, absl::Seconds(30));
+    EXPECT_TRUE(failed.ok()) << failed.status();
+    if (!failed.ok() || HasFailure()) return std::nullopt;
+    if (failed->status() == v1::TRANSFER_POLL_SUCCESS) {
+      skipped_ = true;
+      return std::nullopt;
+    }
+    return *std::move(failed);
+  }
+
+  // The link is back: a decode restarted (a new session: the old one is quarantined or
+  // dropped) is served.
+  void ExpectARestartedDecodeServed(uint64_t room) {
+    ASSERT_TRUE(deployment_->RestartDecode(0).ok());
+    const absl::Status moved = deployment_->MoveRoom(0, room, deployment_->Blocks(1, 8));
+    EXPECT_TRUE(moved.ok()) << moved;
+  }
+
+  bool skipped_ = false;  // CutOffMidRoom: the room landed before the link went down
+  std::unique_ptr<bench::NetnsPair> pair_;  // outlives the deployment in it
+  std::unique_ptr<Deployment> deployment_;
+};
+
+TEST_F(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsOnceItIsUp) {
+  Start({"--transfer-deadline", "2", "--fence-timeout", "1", "--heartbeat-interval", "2"},
+        // Generous on the decode: the link is down for a while, and the bootstrap's heartbeat
+        // must not declare the prefill dead meanwhile.
+        {"--heartbeat-interval", "5", "--heartbeat-failures", "5", "--fence-wait", "10"});
+  if (HasFatalFailure()) return;
+  Deployment& d = *deployment_;
   const layout::Manifest manifest = d.Blocks(1, 128);
   Arena& pages = *d.decode(0).arena;
-  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
-  ASSERT_TRUE(d.Ready(1, manifest).ok());
-  absl::SleepFor(absl::Milliseconds(30));
-  ASSERT_EQ(Sh(link_down), 0);
-  const absl::Time down = absl::Now();
-  absl::StatusOr<v1::RoomEvent> failed = d.Event(d.prefill(), 1, absl::Seconds(30));
-  ASSERT_TRUE(failed.ok()) << failed.status();
+  absl::Time down;
+  std::optional<v1::RoomEvent> failed = CutOffMidRoom(1, manifest, down);
+  if (skipped_) GTEST_SKIP() << "the room landed before the link went down";
+  if (!failed) return;
   const absl::Duration took = absl::Now() - down;
-  if (failed->status() == v1::TRANSFER_POLL_SUCCESS) {
-    Sh(link_up);
-    GTEST_SKIP() << "the room landed before the link went down";
-  }
   EXPECT_LT(took, absl::Seconds(2 + 1 + 3)) << failed->reason();
   std::printf("link down mid-room: prefill room failed after %s: %s\n",
               absl::FormatDuration(took).c_str(), failed->reason().c_str());
   absl::SleepFor(absl::Seconds(1));
-  ASSERT_EQ(Sh(link_up), 0);
+  Link(true);
   absl::StatusOr<v1::RoomEvent> freed = d.PagesFree(0, 1, absl::Seconds(60));
   ASSERT_TRUE(freed.ok()) << freed.status();
   std::memset(pages.data(), 0x5A, pages.size());
@@ -77,16 +120,43 @@ TEST(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsOnc
   if (freed->pages_proven()) {
     EXPECT_EQ(overwritten, 0u);
   }
-  // The link is back: a new room lands (the old session is quarantined for a while, CACHEPD
-  // §7.4, so a restarted decode takes it).
-  ASSERT_TRUE(d.RestartDecode(0).ok());
-  const layout::Manifest small = d.Blocks(1, 8);
-  ASSERT_TRUE(d.Expect(0, 2, small).ok());
-  ASSERT_TRUE(d.Ready(2, small).ok());
-  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), 2, absl::Seconds(60));
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
-  EXPECT_TRUE(d.Landed(0, small));
+  // The old session is quarantined for a while (CACHEPD §7.4).
+  ExpectARestartedDecodeServed(2);
+}
+
+// A decode host cut off for longer than --registration-ttl: the prefill drops its session (the
+// registration, data-plane link and PUSH socket), failing its room with a reason naming the
+// rule, instead of keeping it for ever; a decode started once the link is back is served.
+TEST_F(NetnsFaultTest, ASessionCutOffPastTheRegistrationTtlIsDropped) {
+  Start({"--registration-ttl", "3", "--heartbeat-interval", "2", "--fence-timeout", "1"},
+        {"--heartbeat-interval", "5", "--heartbeat-failures", "5"});
+  if (HasFatalFailure()) return;
+  Deployment& d = *deployment_;
+  absl::StatusOr<v1::SidecarStats> before = d.Stats(d.prefill());
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->registrations(), 1u);
+  const layout::Manifest manifest = d.Blocks(1, 128);
+  absl::Time down;
+  std::optional<v1::RoomEvent> failed = CutOffMidRoom(1, manifest, down);
+  if (skipped_) GTEST_SKIP() << "the room landed before the link went down";
+  if (!failed) return;
+  EXPECT_NE(failed->reason().find("--registration-ttl"), std::string::npos) << failed->reason();
+  std::printf("decode cut off: its session dropped %s after the link went down: %s\n",
+              absl::FormatDuration(absl::Now() - down).c_str(), failed->reason().c_str());
+  // Its data plane goes once the room's fence is done (just after its event); its PUSH socket,
+  // which carried the room's late Failed, once it has been unused for 10 s.
+  absl::StatusOr<v1::SidecarStats> after;
+  for (int i = 0; i < 300; ++i) {
+    after = d.Stats(d.prefill());
+    ASSERT_TRUE(after.ok()) << after.status();
+    if (after->outbox_peers() == 0 && after->data_plane_peers() == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(after->registrations(), 0u);
+  EXPECT_EQ(after->outbox_peers(), 0u);
+  EXPECT_EQ(after->data_plane_peers(), 0u);
+  Link(true);
+  ExpectARestartedDecodeServed(2);
 }
 
 // Failed means fenced between two hosts too: the fence suite over the veth pair.

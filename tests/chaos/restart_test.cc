@@ -25,14 +25,8 @@ int Restarts() {
 
 // Runs one small room to the (restarted) decode; it must land.
 void OneRoom(Deployment& d, uint64_t room) {
-  const layout::Manifest manifest = d.Blocks(1, 2);
-  ASSERT_TRUE(d.Expect(0, room, manifest).ok());
-  ASSERT_TRUE(d.Ready(room, manifest).ok());
-  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), room, absl::Seconds(60));
-  ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
-  ASSERT_TRUE(d.Event(d.prefill(), room, absl::Seconds(30)).ok());
-  EXPECT_TRUE(d.Landed(0, manifest));
+  const absl::Status moved = d.MoveRoom(0, room, d.Blocks(1, 2));
+  ASSERT_TRUE(moved.ok()) << moved;
 }
 
 // Waits until the prefill has dropped every session but the live one.
