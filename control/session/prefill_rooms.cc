@@ -21,13 +21,6 @@ namespace {
 // deployment shares one. A bound keeps a stream of distinct contracts from growing it forever.
 constexpr size_t kMaxCachedPlanners = 64;
 
-// CACHEPD §3.4: the registration endpoint cut at its first ':', then ":<port>".
-std::string ReplyEndpoint(absl::string_view endpoint, uint16_t port) {
-  const size_t colon = endpoint.find(':');
-  if (colon != absl::string_view::npos) endpoint = endpoint.substr(0, colon);
-  return absl::StrCat("tcp://", endpoint, ":", port);
-}
-
 // An owned copy (spelled as a two-argument constructor: a one-argument one reads as a cast).
 std::string Owned(absl::string_view text) { return std::string(text.data(), text.size()); }
 
@@ -235,7 +228,7 @@ absl::StatusOr<std::shared_ptr<const DecodePeer>> PrefillRooms::Admit(
   peer->registration = std::move(decoded.frames);
   peer->contract = std::move(decoded.contract);
   KVRAIL_ASSIGN_OR_RETURN(peer->canonical_contract, layout::SerializeContract(peer->contract));
-  peer->reply_endpoint = ReplyEndpoint(route.endpoint, route.port);
+  peer->reply_endpoint = wire::ReplyEndpoint(route.endpoint, route.port);
 
   const int decode_tp_size = static_cast<int>(peer->registration.decode_tp_size);
   const int decode_tp_rank = static_cast<int>(peer->registration.decode_tp_rank);
@@ -457,7 +450,7 @@ void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
   }
   auto rejected = rejected_.find(session_id);
   if (rejected != rejected_.end()) {
-    SendStatus(room, ReplyEndpoint(rejected->second.endpoint, rejected->second.port),
+    SendStatus(room, wire::ReplyEndpoint(rejected->second.endpoint, rejected->second.port),
                TransferPoll::kFailed, wire::kNoBootstrapToken, std::nullopt, out);
   }
 }

@@ -7,9 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/client.h"
+#include "control/layout/contract.h"
 #include "control/sidecar/liveness.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "control/wire/registration.h"
 #include "engine/base/error.h"
+#include "engine/transport/bounds.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -50,22 +53,83 @@ void Sidecar::Impl::InboxLoop() {
       spdlog::warn("{}: peer message before the engine attached its arena: dropped", role_name);
       continue;
     }
-    const absl::Time now = absl::Now();
-    absl::Status rejected;
-    if (prefill) {
-      session::PrefillOutput out = prefill->OnMessage(**message, now);
-      rejected = out.rejected;
-      ApplyLocked(std::move(out));
-    } else {
-      session::DecodeOutput out = decode->OnMessage(**message, now);
-      rejected = out.rejected;
-      ApplyLocked(std::move(out));
+    if (!prefill) {
+      HandleMessageLocked(**message, absl::Now());
+      continue;
     }
-    if (!rejected.ok()) {
+    RegistrationGate::Admission admission = gate.Admit(**std::move(message));
+    if (!admission.refused.ok()) {
       ++stats.peer_messages_rejected;
-      spdlog::warn("{}: peer message refused: {}", role_name, DescribeError(rejected));
+      spdlog::warn("prefill: peer message refused: {}", DescribeError(admission.refused));
+    }
+    if (admission.pass) HandleMessageLocked(*admission.pass, absl::Now());
+    if (admission.check) {
+      Defer([this, check = *std::move(admission.check)]() mutable {
+        VerifyRegistration(std::move(check));
+      });
     }
   }
+}
+
+void Sidecar::Impl::HandleMessageLocked(const std::vector<std::string>& message, absl::Time now) {
+  absl::Status rejected;
+  if (prefill) {
+    session::PrefillOutput out = prefill->OnMessage(message, now);
+    rejected = out.rejected;
+    ApplyLocked(std::move(out));
+  } else {
+    session::DecodeOutput out = decode->OnMessage(message, now);
+    rejected = out.rejected;
+    ApplyLocked(std::move(out));
+  }
+  if (!rejected.ok()) {
+    ++stats.peer_messages_rejected;
+    spdlog::warn("{}: peer message refused: {}", role_name, DescribeError(rejected));
+  }
+}
+
+void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
+  const std::string session = check.session_id;
+  strands.Post(session, [this, check = std::move(check)] {
+    // A registration that does not parse is the state machine's to refuse (and answer, CACHEPD
+    // §3.2.3): only a well-formed claim on a session needs its owner's word.
+    absl::Status verdict;
+    absl::StatusOr<wire::Registration> registration = wire::ParseRegistration(
+        check.registration, [](absl::string_view) { return absl::OkStatus(); });
+    absl::StatusOr<layout::Contract> contract =
+        registration.ok() ? layout::ParseContract(registration->contract_wire)
+                          : absl::StatusOr<layout::Contract>(registration.status());
+    if (contract.ok()) {
+      absl::StatusOr<std::shared_ptr<const v1::HandshakeDescriptor>> descriptor =
+          descriptors->Refresh(check.session_id);
+      absl::StatusOr<transport::RemoteRegions> regions =
+          descriptor.ok() ? transport::RemoteRegions::FromDescriptor(**descriptor)
+                          : absl::StatusOr<transport::RemoteRegions>(descriptor.status());
+      if (!regions.ok()) {
+        verdict = absl::UnavailableError(
+            absl::StrCat("registration of decode session ", check.session_id,
+                         " refused: its descriptor could not be fetched to verify it: ",
+                         DescribeError(regions.status())));
+      } else {
+        verdict = CheckOwner(*registration, static_cast<uint64_t>(contract->ArenaBytes()),
+                             (*descriptor)->cachepd_endpoint(), *regions);
+      }
+    }
+    Locked locked(*this);
+    if (!verdict.ok()) {
+      ++stats.peer_messages_rejected;
+      ++stats.registrations_refused;
+      spdlog::warn("prefill: {}", DescribeError(verdict));
+    }
+    RegistrationGate::Release release = gate.Verified(check.ticket, verdict.ok());
+    const absl::Time now = absl::Now();
+    for (const std::vector<std::string>& message : release.pass) HandleMessageLocked(message, now);
+    if (release.next) {
+      Defer([this, next = *std::move(release.next)]() mutable {
+        VerifyRegistration(std::move(next));
+      });
+    }
+  });
 }
 
 // Peers whose sockets refuse connections are gone (liveness.h). A prefill drops a gone
@@ -137,6 +201,7 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
   session::PrefillOutput out;
   std::optional<std::string> endpoint = prefill->DropSession(session, reason, now, out);
   session_reached.erase(session);
+  gate.Forget(session);
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
   ApplyLocked(std::move(out));

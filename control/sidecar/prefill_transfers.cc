@@ -137,44 +137,48 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     auto copy_plan = peer.copy_plan;
     const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
     const uint64_t arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
-    strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
-                                copy_plan, remote_base, arena_length, finish] {
-      // Skipped when the room already failed: its preparation is moot.
-      std::optional<TransferPhase> phase;
-      {
-        Locked locked(*this);
-        phase = transfers.Phase(preparation->room);
-      }
-      if (phase.has_value() && *phase != TransferPhase::kFailing) {
-        absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
-        // The registration's arena (B_dst and the contract's size) must lie in a region the
-        // session's descriptor lists. A cached link that does not hold it belongs to an earlier
-        // process at the same address (a restarted decode that got its old port back): fetch
-        // and connect afresh, once.
-        if (link.ok() && !link->regions->Find(remote_base, arena_length).has_value()) {
-          DropPeer(slot.session, "");
-          link = directory->Get(slot.session);
-          if (link.ok() && !link->regions->Find(remote_base, arena_length).has_value()) {
-            link = absl::FailedPreconditionError(absl::StrFormat(
-                "data-plane peer %s: its descriptor lists no region holding the registration's "
-                "arena (base 0x%x, %d bytes): nothing was written",
-                slot.session, remote_base, arena_length));
+    strands.Post(
+        slot.session, [this, preparation, &slot, source_manifest, destination_manifest, copy_plan,
+                       remote_base, arena_length, finish, owner = destination.peer] {
+          // Skipped when the room already failed: its preparation is moot.
+          std::optional<TransferPhase> phase;
+          {
+            Locked locked(*this);
+            phase = transfers.Phase(preparation->room);
           }
-        }
-        if (!link.ok()) {
-          slot.error = link.status();
-        } else {
-          slot.request.peer = link->peer;
-          slot.request.source = region;
-          slot.request.source_length = arena_bytes;
-          slot.request.remote = link->regions;
-          slot.request.remote_base = remote_base;
-          slot.error = copy_plan->ExpandCoalesced(*source_manifest, *destination_manifest,
-                                                  slot.request.copies);
-        }
-      }
-      if (preparation->remaining.fetch_sub(1) == 1) finish();
-    });
+          if (phase.has_value() && *phase != TransferPhase::kFailing) {
+            absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
+            // The session's descriptor must vouch for the registration (registration_gate.h: its
+            // CachePD endpoint, a region beginning at B_dst that holds the arena), as it did when
+            // the registration was admitted. A cached link that does not belongs to an earlier
+            // process at the same address (a restarted decode that got its old port back): fetch
+            // and connect afresh, once.
+            const auto vouched = [&] {
+              return CheckOwner(owner->registration, arena_length, link->cachepd_endpoint,
+                                *link->regions);
+            };
+            if (link.ok() && !vouched().ok()) {
+              DropPeer(slot.session, "");
+              link = directory->Get(slot.session);
+              if (link.ok()) {
+                if (absl::Status owned = vouched(); !owned.ok()) link = owned;
+              }
+            }
+            if (!link.ok()) {
+              slot.error = link.status();
+            } else {
+              slot.request.peer = link->peer;
+              slot.request.source = region;
+              slot.request.source_length = arena_bytes;
+              slot.request.remote = link->regions;
+              slot.request.remote_base = remote_base;
+              slot.request.remote_length = arena_length;  // this arena alone, not every region
+              slot.error = copy_plan->ExpandCoalesced(*source_manifest, *destination_manifest,
+                                                      slot.request.copies);
+            }
+          }
+          if (preparation->remaining.fetch_sub(1) == 1) finish();
+        });
   }
 }
 

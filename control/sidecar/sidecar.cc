@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "control/wire/registration.h"
 #include "engine/base/error.h"
 #include "engine/transport/factory.h"
 
@@ -201,6 +202,8 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
       out->set_scheduler_peers(s.scheduler_peers);
       out->set_strands(s.strands);
       out->set_engines(s.engines);
+      out->set_registrations_refused(s.registrations_refused);
+      out->set_registrations_held(s.registrations_held);
       break;
     }
     case v1::EngineRequest::kAbort: {
@@ -311,9 +314,17 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::MakeTransport(spec));
   if (options.role == Role::kDecode) {
     transport::Transport* t = impl->transport.get();
+    // The descriptor names this rank's CachePD socket as its registrations do, so that nobody
+    // else's registration can claim this session (control/sidecar/registration_gate.h).
+    const std::string cachepd = wire::ReplyEndpoint(options.host, impl->inbox->port());
     KVRAIL_ASSIGN_OR_RETURN(
         impl->handshake,
-        transport::HandshakeServer::Start(options.host, 0, [t] { return t->LocalDescriptor(); }));
+        transport::HandshakeServer::Start(
+            options.host, 0, [t, cachepd]() -> absl::StatusOr<v1::HandshakeDescriptor> {
+              absl::StatusOr<v1::HandshakeDescriptor> descriptor = t->LocalDescriptor();
+              if (descriptor.ok()) descriptor->set_cachepd_endpoint(cachepd);
+              return descriptor;
+            }));
     impl->session_id = impl->handshake->session_id();
   } else {
     impl->descriptors = std::make_unique<transport::DescriptorCache>(options.handshake_timeout);
@@ -384,6 +395,7 @@ SidecarStats Sidecar::Impl::Stats() {
       out.fences = decode->fence_count();
     }
     out.transfers = transfers.size();
+    out.registrations_held = gate.held();
     out.finished_remembered = finished.size();
   }
   // Each of these has a lock of its own.

@@ -96,6 +96,10 @@ struct SidecarStats {
   uint64_t scheduler_peers = 0;
   uint64_t strands = 0;
   uint64_t engines = 0;  // engines connected to the engine API
+  // Prefill: registrations refused by their session's descriptor (registration_gate.h), and
+  // messages waiting for a registration's verification now.
+  uint64_t registrations_refused = 0;
+  uint64_t registrations_held = 0;
 };
 
 class Sidecar {

@@ -45,6 +45,7 @@
 #include "control/session/decode_rooms.h"
 #include "control/session/prefill_rooms.h"
 #include "control/session/zmq_channel.h"
+#include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
 #include "control/sidecar/sidecar.h"
 #include "control/sidecar/strand_pool.h"
@@ -100,6 +101,7 @@ struct Sidecar::Impl {
   std::map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
+  RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
   // Prefill: when each registered session's handshake endpoint last accepted a probe (or was
   // first probed), for --registration-ttl.
   std::map<std::string, absl::Time> session_reached;
@@ -191,6 +193,11 @@ struct Sidecar::Impl {
 
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();
+  // Needs mu: hands one CachePD message to the room state machine.
+  void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now);
+  // Checks a registration the gate holds against its session's descriptor, in that session's
+  // strand, then lets the gate release what waited (registration_gate.h).
+  void VerifyRegistration(RegistrationGate::Check check);
   void TickerLoop();
   void ProbePeers(const std::vector<std::string>& peers);
   // Prefill, needs mu: drops `session` (its rooms fail with `reason`) and defers forgetting

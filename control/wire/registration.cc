@@ -85,6 +85,12 @@ bool operator==(const Registration& a, const Registration& b) {
 
 bool operator!=(const Registration& a, const Registration& b) { return !(a == b); }
 
+std::string ReplyEndpoint(absl::string_view endpoint, uint16_t port) {
+  const size_t colon = endpoint.find(':');
+  if (colon != absl::string_view::npos) endpoint = endpoint.substr(0, colon);
+  return absl::StrCat("tcp://", endpoint, ":", port);
+}
+
 bool operator==(const ReplyRoute& a, const ReplyRoute& b) {
   return a.endpoint == b.endpoint && a.port == b.port && a.session_id == b.session_id;
 }

@@ -41,6 +41,10 @@ struct ReplyRoute {
   std::string session_id;
 };
 
+// Where a Prefill sends status frames for a registration (CACHEPD §3.4): "tcp://" and the
+// endpoint frame cut at its first ':', then ":<port>".
+std::string ReplyEndpoint(absl::string_view endpoint, uint16_t port);
+
 bool operator==(const ReplyRoute& a, const ReplyRoute& b);
 bool operator!=(const ReplyRoute& a, const ReplyRoute& b);
 

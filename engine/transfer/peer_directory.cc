@@ -32,6 +32,7 @@ absl::StatusOr<PeerLink> PeerDirectory::Dial(const std::string& session_id,
   link.session_id = session_id;
   link.peer = *peer;
   link.version = descriptor.version();
+  link.cachepd_endpoint = descriptor.cachepd_endpoint();
   link.regions = std::make_shared<const transport::RemoteRegions>(*std::move(regions));
   return link;
 }

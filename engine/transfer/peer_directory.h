@@ -26,6 +26,8 @@ struct PeerLink {
   transport::PeerId peer = 0;
   uint64_t version = 0;  // of the descriptor connected to
   std::shared_ptr<const transport::RemoteRegions> regions;
+  // The descriptor's cachepd_endpoint: the CachePD socket its owner registers with.
+  std::string cachepd_endpoint;
 };
 
 struct PeerDirectoryOptions {

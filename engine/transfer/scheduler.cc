@@ -561,6 +561,14 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
           context, i, request.copies.size(), request.remote_base, c.dst_offset, c.length,
           request.remote->size())));
     }
+    if (request.remote_length > 0 &&
+        !transport::RangeInside(c.dst_offset, c.length, 0, request.remote_length)) {
+      return reject(absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d: destination offset %u, %u bytes, lies outside the destination's "
+          "arena of %u bytes at 0x%x; nothing was written",
+          context, i, request.copies.size(), c.dst_offset, c.length, request.remote_length,
+          request.remote_base)));
+    }
     total += c.length;
   }
   auto room = std::make_shared<Room>();

@@ -103,6 +103,9 @@ struct RoomTransfer {
   std::shared_ptr<const transport::RemoteRegions> remote;
   // B_dst (CACHEPD §6.9): copies' dst_offset are relative to it.
   uint64_t remote_base = 0;
+  // When nonzero, every copy must also lie within [remote_base, remote_base + remote_length):
+  // the destination's own arena, not merely some region of the peer.
+  uint64_t remote_length = 0;
   // src_offset into the source region, dst_offset from remote_base; coalesced or not.
   CopyList copies;
   absl::Time deadline = absl::InfiniteFuture();

@@ -368,6 +368,23 @@ TEST(SchedulerTest, ASliceLargerThanTheBoundStillGoesOutAlone) {
   EXPECT_EQ(f.watch->max_inflight(), 2 * kMiB);
 }
 
+// remote_length bounds a room to its destination's arena, inside a larger registered region:
+// a copy past it is refused though the region would hold it.
+TEST(SchedulerTest, ACopyPastTheDestinationsArenaRejectsTheRoom) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  RoomTransfer room = f.Room(1, {{0, 0, 4096}, {0, 64 * 1024, 4096}}, outcomes.Callback());
+  room.remote_length = 64 * 1024;  // the arena: the region's first 64 KiB
+  const absl::Status status = scheduler.Submit(std::move(room));
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("copy 1 of 2"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("outside the destination's arena of 65536 bytes"),
+            std::string::npos)
+      << status;
+  EXPECT_EQ(f.watch->batches(), 0u);
+}
+
 TEST(SchedulerTest, OutOfBoundsDestinationRejectsTheRoomAndWritesNothing) {
   Fixture f(1 * kMiB);
   Scheduler scheduler(f.watch.get());

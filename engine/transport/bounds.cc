@@ -59,6 +59,13 @@ std::optional<int> RemoteRegions::Find(uint64_t address, uint64_t length) const 
   return it->index;
 }
 
+std::optional<int> RemoteRegions::FindStartingAt(uint64_t base, uint64_t length) const {
+  auto it = std::lower_bound(sorted_.begin(), sorted_.end(), base,
+                             [](const Entry& e, uint64_t b) { return e.base < b; });
+  if (it == sorted_.end() || it->base != base || it->length < length) return std::nullopt;
+  return it->index;
+}
+
 absl::Status CheckLane(int lane, int lanes) {
   if (lane < 0 || lane >= lanes) {
     return absl::InvalidArgumentError(

@@ -36,6 +36,10 @@ class RemoteRegions {
   // held by neither.
   std::optional<int> Find(uint64_t address, uint64_t length) const;
 
+  // The index of the region that begins exactly at `base` and holds at least `length` bytes,
+  // or nullopt (a base inside a region, or past its end, is not its beginning).
+  std::optional<int> FindStartingAt(uint64_t base, uint64_t length) const;
+
   int size() const { return static_cast<int>(sorted_.size()); }
 
  private:

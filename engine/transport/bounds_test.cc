@@ -49,6 +49,18 @@ TEST(RemoteRegionsTest, FindsTheRegionHoldingARangeByDescriptorIndex) {
   EXPECT_EQ(regions.Find(6000, 1), std::nullopt);
 }
 
+// A registration's arena base must be where a region begins (issue: a forged base two pages
+// into another decode's region).
+TEST(RemoteRegionsTest, FindStartingAtWantsTheRegionsOwnBase) {
+  const RemoteRegions regions = RegionsOf({{5000, 1000}, {1000, 1000}});
+  EXPECT_EQ(regions.FindStartingAt(1000, 1000), 1);
+  EXPECT_EQ(regions.FindStartingAt(5000, 10), 0);
+  EXPECT_EQ(regions.FindStartingAt(1000, 1001), std::nullopt);  // does not hold the arena
+  EXPECT_EQ(regions.FindStartingAt(1008, 8), std::nullopt);     // inside, not its beginning
+  EXPECT_EQ(regions.FindStartingAt(999, 1), std::nullopt);
+  EXPECT_EQ(regions.FindStartingAt(7000, 1), std::nullopt);
+}
+
 TEST(RemoteRegionsTest, RangeStraddlingAdjacentRegionsIsInNeither) {
   const RemoteRegions regions = RegionsOf({{1000, 1000}, {2000, 1000}});
   EXPECT_EQ(regions.Find(1500, 1000), std::nullopt);

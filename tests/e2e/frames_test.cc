@@ -184,14 +184,17 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
   spec.net_devices = "lo";
   auto transport = transport::MakeTransport(spec).value();
   ASSERT_TRUE(transport->Register({destination.data(), destination.size()}).ok());
-  auto handshake = transport::HandshakeServer::Start("127.0.0.1", 0, [&] {
-                     return transport->LocalDescriptor();
-                   }).value();
   zmq::context_t context;
   zmq::socket_t pull(context, zmq::socket_type::pull);
   pull.set(zmq::sockopt::rcvtimeo, 20000);
   pull.bind("tcp://127.0.0.1:0");
   const std::string pull_endpoint = pull.get(zmq::sockopt::last_endpoint);
+  // The descriptor vouches for the registration below: this PULL socket is its endpoint.
+  auto handshake = transport::HandshakeServer::Start("127.0.0.1", 0, [&] {
+                     absl::StatusOr<v1::HandshakeDescriptor> d = transport->LocalDescriptor();
+                     if (d.ok()) d->set_cachepd_endpoint(pull_endpoint);
+                     return d;
+                   }).value();
   wire::Registration registration;
   registration.endpoint = "127.0.0.1";
   registration.port =

@@ -185,8 +185,8 @@ void HandshakeServer::Run() {
           answer(kOk, descriptor->SerializeAsString());
         }
       }
+      served_.fetch_add(1);  // before the reply: whoever got it may count it at once
       zmq::send_multipart(router, reply, zmq::send_flags::dontwait);
-      served_.fetch_add(1);
     } catch (const zmq::error_t&) {
       // A peer that vanished between request and reply: nothing to answer.
     }

@@ -1,0 +1,139 @@
+#include "control/sidecar/registration_gate.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "control/wire/dispatch.h"
+#include "control/wire/fence.h"
+#include "control/wire/preallocation.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+// The session a message names, if it names one: a registration's frame 2, a pre-allocation's
+// frame 1, a fence request's session frame. nullopt for what does not parse that far (the
+// state machine refuses it and says why).
+std::optional<std::string> SessionOf(const RegistrationGate::Message& message,
+                                     bool* is_registration) {
+  *is_registration = false;
+  if (wire::IsFenceRequest(message)) {
+    absl::StatusOr<wire::FenceRequest> fence = wire::ParseFenceRequest(message);
+    if (!fence.ok()) return std::nullopt;
+    return fence->session_id;
+  }
+  switch (wire::Classify(message)) {
+    case wire::MessageKind::kRegistration: {
+      absl::StatusOr<wire::ReplyRoute> route = wire::ParseRegistrationReplyRoute(message);
+      if (!route.ok()) return std::nullopt;
+      *is_registration = true;
+      return route->session_id;
+    }
+    case wire::MessageKind::kPreallocation: {
+      absl::StatusOr<wire::PreallocationRouteHeader> header =
+          wire::ParsePreallocationRouteHeader(message);
+      if (!header.ok()) return std::nullopt;
+      return header->session_id;
+    }
+    case wire::MessageKind::kDropped:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::Status CheckOwner(const wire::Registration& registration, uint64_t arena_bytes,
+                        const std::string& descriptor_endpoint,
+                        const transport::RemoteRegions& regions) {
+  const std::string claimed = wire::ReplyEndpoint(registration.endpoint, registration.port);
+  if (descriptor_endpoint != claimed) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "registration of decode session %s refused: it names CachePD endpoint %s, but the "
+        "session's own descriptor names %s; nothing of it is stored or written",
+        registration.session_id, claimed,
+        descriptor_endpoint.empty() ? "none" : descriptor_endpoint));
+  }
+  if (!regions.FindStartingAt(registration.arena_base, arena_bytes).has_value()) {
+    const bool inside = regions.Find(registration.arena_base, 1).has_value();
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "registration of decode session %s refused: its arena (base 0x%x, %d bytes) %s; "
+        "nothing of it is stored or written",
+        registration.session_id, registration.arena_base, arena_bytes,
+        inside ? "begins inside a region of the session's descriptor, not at its beginning"
+               : "is no region of the session's descriptor"));
+  }
+  return absl::OkStatus();
+}
+
+RegistrationGate::Check RegistrationGate::StartCheck(const std::string& session,
+                                                     Message registration, Pending& pending) {
+  pending.ticket = next_ticket_++;
+  pending.registration = registration;
+  return Check{pending.ticket, session, std::move(registration)};
+}
+
+RegistrationGate::Admission RegistrationGate::Admit(Message message) {
+  Admission out;
+  bool is_registration = false;
+  const std::optional<std::string> session = SessionOf(message, &is_registration);
+  if (!session) {
+    out.pass = std::move(message);
+    return out;
+  }
+  auto pending = pending_.find(*session);
+  if (pending != pending_.end()) {
+    if (held_ >= max_held_) {
+      out.refused = absl::ResourceExhaustedError(absl::StrFormat(
+          "message of decode session %s dropped: %d messages already wait for registrations "
+          "to be verified",
+          *session, held_));
+      return out;
+    }
+    pending->second.behind.push_back(std::move(message));
+    ++held_;
+    return out;
+  }
+  if (!is_registration) {
+    out.pass = std::move(message);
+    return out;
+  }
+  auto admitted = admitted_.find(*session);
+  if (admitted != admitted_.end() && admitted->second == message) {
+    out.pass = std::move(message);  // identical to the one verified: changes nothing (§3.2.2)
+    return out;
+  }
+  out.check = StartCheck(*session, std::move(message), pending_[*session]);
+  return out;
+}
+
+RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok) {
+  Release out;
+  auto it = pending_.begin();
+  while (it != pending_.end() && it->second.ticket != ticket) ++it;
+  if (it == pending_.end()) return out;
+  const std::string session = it->first;
+  Pending& pending = it->second;
+  if (ok) {
+    admitted_[session] = pending.registration;
+    out.pass.push_back(std::move(pending.registration));
+  }
+  while (!pending.behind.empty()) {
+    Message message = std::move(pending.behind.front());
+    pending.behind.pop_front();
+    --held_;
+    bool is_registration = false;
+    (void)SessionOf(message, &is_registration);
+    auto admitted = admitted_.find(session);
+    if (is_registration && (admitted == admitted_.end() || admitted->second != message)) {
+      out.next = StartCheck(session, std::move(message), pending);
+      return out;
+    }
+    out.pass.push_back(std::move(message));
+  }
+  pending_.erase(it);
+  return out;
+}
+
+void RegistrationGate::Forget(const std::string& session_id) { admitted_.erase(session_id); }
+
+}  // namespace kvrail::sidecar
