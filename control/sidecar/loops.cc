@@ -94,6 +94,7 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
     // A registration that does not parse is the state machine's to refuse (and answer, CACHEPD
     // §3.2.3): only a well-formed claim on a session needs its owner's word.
     absl::Status verdict;
+    std::string key_digest;
     absl::StatusOr<wire::Registration> registration = wire::ParseRegistration(
         check.registration, [](absl::string_view) { return absl::OkStatus(); });
     absl::StatusOr<layout::Contract> contract =
@@ -113,6 +114,7 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
       } else {
         verdict = CheckOwner(*registration, static_cast<uint64_t>(contract->ArenaBytes()),
                              (*descriptor)->cachepd_endpoint(), *regions);
+        key_digest = (*descriptor)->session_key_digest();
       }
     }
     Locked locked(*this);
@@ -121,7 +123,12 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
       ++stats.registrations_refused;
       spdlog::warn("prefill: {}", DescribeError(verdict));
     }
-    RegistrationGate::Release release = gate.Verified(check.ticket, verdict.ok());
+    RegistrationGate::Release release =
+        gate.Verified(check.ticket, verdict.ok(), verdict.ok() ? key_digest : std::string());
+    for (const absl::Status& refused : release.refused) {
+      ++stats.peer_messages_rejected;
+      spdlog::warn("prefill: peer message refused: {}", DescribeError(refused));
+    }
     const absl::Time now = absl::Now();
     for (const std::vector<std::string>& message : release.pass) HandleMessageLocked(message, now);
     if (release.next) {
@@ -172,11 +179,13 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
             now);
       }
     }
-    // Sessions no longer registered (dropped, replaced) are not remembered.
+    // Sessions no longer registered (dropped, replaced, refused) are not remembered.
     if (prefill) {
       for (auto it = session_reached.begin(); it != session_reached.end();) {
         it = prefill->Registration(it->first) == nullptr ? session_reached.erase(it) : ++it;
       }
+      gate.ForgetUnless(
+          [this](const std::string& session) { return prefill->Registration(session) != nullptr; });
     }
   }
   std::vector<transport::PeerId> forget;

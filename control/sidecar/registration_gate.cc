@@ -3,9 +3,11 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "control/sidecar/session_key.h"
 #include "control/wire/dispatch.h"
 #include "control/wire/fence.h"
 #include "control/wire/preallocation.h"
+#include "control/wire/proof.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -16,6 +18,11 @@ namespace {
 std::optional<std::string> SessionOf(const RegistrationGate::Message& message,
                                      bool* is_registration) {
   *is_registration = false;
+  if (wire::IsOwnerProof(message)) {
+    absl::StatusOr<wire::OwnerProof> proof = wire::ParseOwnerProof(message);
+    if (!proof.ok()) return std::nullopt;
+    return proof->session_id;
+  }
   if (wire::IsFenceRequest(message)) {
     absl::StatusOr<wire::FenceRequest> fence = wire::ParseFenceRequest(message);
     if (!fence.ok()) return std::nullopt;
@@ -72,6 +79,51 @@ RegistrationGate::Check RegistrationGate::StartCheck(const std::string& session,
   return Check{pending.ticket, session, std::move(registration)};
 }
 
+namespace {
+
+// The room a pre-allocation or fence request names (both checked to parse by SessionOf).
+uint64_t RoomOf(const RegistrationGate::Message& message) {
+  if (wire::IsFenceRequest(message)) return wire::ParseFenceRequest(message)->room;
+  return wire::ParsePreallocationRouteHeader(message)->room;
+}
+
+}  // namespace
+
+void RegistrationGate::Route(const std::string& session, Message message,
+                             std::optional<Message>& pass, absl::Status& refused) {
+  auto owner = admitted_.find(session);
+  const bool keyed = owner != admitted_.end() && !owner->second.key_digest.empty();
+  if (wire::IsOwnerProof(message)) {
+    // Consumed here: it goes no further. Without a digest to check it against it proves
+    // nothing, and is dropped.
+    if (!keyed) return;
+    wire::OwnerProof proof = *wire::ParseOwnerProof(message);
+    if (!SessionKey::Matches(proof.key, owner->second.key_digest)) {
+      owner->second.proven.reset();
+      refused = absl::PermissionDeniedError(absl::StrFormat(
+          "owner proof of room %d naming decode session %s refused: its key is not the one "
+          "whose digest the session's descriptor carries",
+          proof.room, session));
+      return;
+    }
+    owner->second.proven = proof.room;
+    return;
+  }
+  if (keyed) {
+    const uint64_t room = RoomOf(message);
+    const std::optional<uint64_t> proven = std::exchange(owner->second.proven, std::nullopt);
+    if (proven != room) {
+      refused = absl::PermissionDeniedError(absl::StrFormat(
+          "%s of room %d naming decode session %s refused: no owner proof of that room came "
+          "right before it, and the session's descriptor carries a key digest; nothing of it "
+          "is stored",
+          wire::IsFenceRequest(message) ? "fence request" : "pre-allocation", room, session));
+      return;
+    }
+  }
+  pass = std::move(message);
+}
+
 RegistrationGate::Admission RegistrationGate::Admit(Message message) {
   Admission out;
   bool is_registration = false;
@@ -94,11 +146,11 @@ RegistrationGate::Admission RegistrationGate::Admit(Message message) {
     return out;
   }
   if (!is_registration) {
-    out.pass = std::move(message);
+    Route(*session, std::move(message), out.pass, out.refused);
     return out;
   }
   auto admitted = admitted_.find(*session);
-  if (admitted != admitted_.end() && admitted->second == message) {
+  if (admitted != admitted_.end() && admitted->second.registration == message) {
     out.pass = std::move(message);  // identical to the one verified: changes nothing (§3.2.2)
     return out;
   }
@@ -106,7 +158,8 @@ RegistrationGate::Admission RegistrationGate::Admit(Message message) {
   return out;
 }
 
-RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok) {
+RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok,
+                                                     const std::string& key_digest) {
   Release out;
   auto it = pending_.begin();
   while (it != pending_.end() && it->second.ticket != ticket) ++it;
@@ -114,7 +167,7 @@ RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok) {
   const std::string session = it->first;
   Pending& pending = it->second;
   if (ok) {
-    admitted_[session] = pending.registration;
+    admitted_[session] = Owner{pending.registration, key_digest, std::nullopt};
     out.pass.push_back(std::move(pending.registration));
   }
   while (!pending.behind.empty()) {
@@ -124,16 +177,30 @@ RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok) {
     bool is_registration = false;
     (void)SessionOf(message, &is_registration);
     auto admitted = admitted_.find(session);
-    if (is_registration && (admitted == admitted_.end() || admitted->second != message)) {
-      out.next = StartCheck(session, std::move(message), pending);
-      return out;
+    if (is_registration) {
+      if (admitted == admitted_.end() || admitted->second.registration != message) {
+        out.next = StartCheck(session, std::move(message), pending);
+        return out;
+      }
+      out.pass.push_back(std::move(message));
+      continue;
     }
-    out.pass.push_back(std::move(message));
+    std::optional<Message> pass;
+    absl::Status refused;
+    Route(session, std::move(message), pass, refused);
+    if (pass) out.pass.push_back(*std::move(pass));
+    if (!refused.ok()) out.refused.push_back(std::move(refused));
   }
   pending_.erase(it);
   return out;
 }
 
 void RegistrationGate::Forget(const std::string& session_id) { admitted_.erase(session_id); }
+
+void RegistrationGate::ForgetUnless(const std::function<bool(const std::string&)>& keep) {
+  for (auto it = admitted_.begin(); it != admitted_.end();) {
+    it = keep(it->first) ? std::next(it) : admitted_.erase(it);
+  }
+}
 
 }  // namespace kvrail::sidecar

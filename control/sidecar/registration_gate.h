@@ -13,12 +13,19 @@
 // before the pre-allocations that rely on it (§1.3). Other sessions' messages pass meanwhile.
 // Messages held are bounded: past the bound a session's messages are refused.
 //
+// Pre-allocations and fence requests bound to their owner, too (control/wire/proof.h): when the
+// descriptor that admitted a session carries a key digest (a kvrail decode), a pre-allocation
+// or fence request naming that session passes only right after an owner proof of the same room
+// whose key matches the digest; the proofs themselves go no further. A session whose
+// descriptor has no digest (a peer that is not kvrail) keeps CachePD's rules.
+//
 // Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's lock guards it).
 #ifndef KVRAIL_CONTROL_SIDECAR_REGISTRATION_GATE_H_
 #define KVRAIL_CONTROL_SIDECAR_REGISTRATION_GATE_H_
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,7 +59,7 @@ class RegistrationGate {
   struct Admission {
     std::optional<Message> pass;  // hand this on now
     std::optional<Check> check;   // verify this registration, then call Verified
-    absl::Status refused;         // not OK: the message was dropped (the bound), and why
+    absl::Status refused;         // not OK: the message was dropped, and why
   };
 
   explicit RegistrationGate(size_t max_held = 4096) : max_held_(max_held) {}
@@ -60,18 +67,22 @@ class RegistrationGate {
   Admission Admit(Message message);
 
   // The check of `ticket` ended: `ok` hands on the registration and the messages held behind
-  // it; otherwise the registration is dropped and the messages behind it are handed on alone
-  // (a pre-allocation of a session that is not registered is answered Failed, §3.3). When
-  // another registration of the session was held behind, it is not handed on: `next` is its
-  // check, and what follows it stays held.
+  // it (`key_digest`: the descriptor's, empty for none); otherwise the registration is dropped
+  // and the messages behind it are handed on alone (a pre-allocation of a session that is not
+  // registered is answered Failed, §3.3). When another registration of the session was held
+  // behind, it is not handed on: `next` is its check, and what follows it stays held.
   struct Release {
     std::vector<Message> pass;
     std::optional<Check> next;
+    std::vector<absl::Status> refused;  // messages behind it that were dropped, and why
   };
-  Release Verified(uint64_t ticket, bool ok);
+  Release Verified(uint64_t ticket, bool ok, const std::string& key_digest = "");
 
   // The session was dropped: a later registration of it is checked again.
   void Forget(const std::string& session_id);
+  // Forgets the admitted sessions for which `keep` is false (the state machine no longer holds
+  // their registration: it refused it, or dropped it).
+  void ForgetUnless(const std::function<bool(const std::string&)>& keep);
 
   size_t held() const { return held_; }
   size_t admitted() const { return admitted_.size(); }
@@ -82,13 +93,22 @@ class RegistrationGate {
     Message registration;
     std::deque<Message> behind;
   };
+  struct Owner {
+    Message registration;            // the last registration admitted
+    std::string key_digest;          // the descriptor's; empty for a peer that is not kvrail
+    std::optional<uint64_t> proven;  // the room of the owner proof just received
+  };
   Check StartCheck(const std::string& session, Message registration, Pending& pending);
+  // A message of a session with nothing pending: handed on, consumed (an owner proof), or
+  // refused. Not a registration.
+  void Route(const std::string& session, Message message, std::optional<Message>& pass,
+             absl::Status& refused);
 
   size_t max_held_;
   size_t held_ = 0;
   uint64_t next_ticket_ = 1;
-  std::map<std::string, Pending> pending_;   // by session id
-  std::map<std::string, Message> admitted_;  // the last registration admitted, by session id
+  std::map<std::string, Pending> pending_;  // by session id
+  std::map<std::string, Owner> admitted_;   // by session id
 };
 
 }  // namespace kvrail::sidecar

@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "control/sidecar/session_key.h"
 #include "control/wire/fence.h"
 #include "control/wire/preallocation.h"
+#include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
@@ -131,6 +133,44 @@ TEST(RegistrationGateTest, HeldMessagesAreBounded) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(refused.message(), "10.0.0.2:9000")) << refused;
   EXPECT_EQ(gate.held(), 2u);
+}
+
+RegistrationGate::Message Proof(uint64_t room, const std::string& key) {
+  return wire::BuildOwnerProof({room, "10.0.0.2:9000", key}).value();
+}
+
+// A kvrail decode's session: its descriptor carries its key's digest, so its pre-allocations
+// and fence requests pass only right behind an owner proof of the same room.
+TEST(RegistrationGateTest, AKeyedSessionsPreallocationsNeedAnOwnerProofOfTheirRoom) {
+  const SessionKey key = SessionKey::Generate();
+  const SessionKey other = SessionKey::Generate();
+  RegistrationGate gate;
+  RegistrationGate::Admission first = gate.Admit(Frames(Victim()));
+  (void)gate.Admit(Proof(1, key.bytes()));
+  (void)gate.Admit(Prealloc(1, "10.0.0.2:9000"));
+  RegistrationGate::Release released = gate.Verified(first.check->ticket, true, key.Digest());
+  ASSERT_EQ(released.pass.size(), 2u);  // the registration and the proven pre-allocation
+  EXPECT_EQ(released.pass[1], Prealloc(1, "10.0.0.2:9000"));
+  EXPECT_TRUE(released.refused.empty());
+
+  // A forger who knows the session id but not the key.
+  RegistrationGate::Admission bare = gate.Admit(Prealloc(2, "10.0.0.2:9000"));
+  EXPECT_FALSE(bare.pass.has_value());
+  EXPECT_EQ(bare.refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(bare.refused.message(), "no owner proof of that room"))
+      << bare.refused;
+  RegistrationGate::Admission wrong = gate.Admit(Proof(2, other.bytes()));
+  EXPECT_TRUE(absl::StrContains(wrong.refused.message(), "its key is not the one"));
+  EXPECT_FALSE(gate.Admit(Prealloc(2, "10.0.0.2:9000")).pass.has_value());
+  // A proof of another room proves nothing for this one; a fence request needs one too.
+  EXPECT_FALSE(gate.Admit(Proof(3, key.bytes())).pass.has_value());  // consumed
+  EXPECT_FALSE(gate.Admit(Prealloc(4, "10.0.0.2:9000")).pass.has_value());
+  const RegistrationGate::Message fence = wire::BuildFenceRequest({5, "10.0.0.2:9000"}).value();
+  EXPECT_FALSE(gate.Admit(fence).pass.has_value());
+  (void)gate.Admit(Proof(5, key.bytes()));
+  EXPECT_TRUE(gate.Admit(fence).pass.has_value());
+  // One proof, one message.
+  EXPECT_FALSE(gate.Admit(fence).pass.has_value());
 }
 
 TEST(RegistrationGateTest, WhatNamesNoSessionPassesToTheStateMachine) {

@@ -10,6 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "control/wire/dispatch.h"
+#include "control/wire/fence.h"
+#include "control/wire/preallocation.h"
+#include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "engine/base/error.h"
 #include "engine/transport/factory.h"
@@ -117,6 +121,23 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
     const std::vector<session::OutboundMessage>& messages) {
   std::vector<std::pair<uint64_t, std::string>> lost;
   for (const session::OutboundMessage& m : messages) {
+    // A decode proves that its pre-allocations and fence requests are its own: an owner proof
+    // goes right before each, on the same route (control/wire/proof.h).
+    if (session_key) {
+      std::optional<uint64_t> room;
+      if (wire::IsFenceRequest(m.frames)) {
+        if (auto fence = wire::ParseFenceRequest(m.frames); fence.ok()) room = fence->room;
+      } else if (wire::Classify(m.frames) == wire::MessageKind::kPreallocation) {
+        if (auto header = wire::ParsePreallocationRouteHeader(m.frames); header.ok()) {
+          room = header->room;
+        }
+      }
+      if (room) {
+        absl::StatusOr<std::vector<std::string>> proof =
+            wire::BuildOwnerProof({*room, session_id, session_key->bytes()});
+        if (proof.ok()) (void)outbox->Send(m.endpoint, *proof);
+      }
+    }
     const absl::Status sent = outbox->Send(m.endpoint, m.frames);
     if (sent.ok()) continue;
     spdlog::warn("{}: sending to {} failed: {}", role_name, m.endpoint,
@@ -317,12 +338,17 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     // The descriptor names this rank's CachePD socket as its registrations do, so that nobody
     // else's registration can claim this session (control/sidecar/registration_gate.h).
     const std::string cachepd = wire::ReplyEndpoint(options.host, impl->inbox->port());
+    impl->session_key = SessionKey::Generate();
+    const std::string digest = impl->session_key->Digest();
     KVRAIL_ASSIGN_OR_RETURN(
         impl->handshake,
         transport::HandshakeServer::Start(
-            options.host, 0, [t, cachepd]() -> absl::StatusOr<v1::HandshakeDescriptor> {
+            options.host, 0, [t, cachepd, digest]() -> absl::StatusOr<v1::HandshakeDescriptor> {
               absl::StatusOr<v1::HandshakeDescriptor> descriptor = t->LocalDescriptor();
-              if (descriptor.ok()) descriptor->set_cachepd_endpoint(cachepd);
+              if (descriptor.ok()) {
+                descriptor->set_cachepd_endpoint(cachepd);
+                descriptor->set_session_key_digest(digest);
+              }
               return descriptor;
             }));
     impl->session_id = impl->handshake->session_id();

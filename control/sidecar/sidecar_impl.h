@@ -47,6 +47,7 @@
 #include "control/session/zmq_channel.h"
 #include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
+#include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar.h"
 #include "control/sidecar/strand_pool.h"
 #include "engine/memory/arena.h"
@@ -76,6 +77,7 @@ struct Sidecar::Impl {
   std::unique_ptr<transfer::PeerDirectory> directory;       // prefill
   std::unique_ptr<transfer::Scheduler> scheduler;           // prefill
   std::string session_id;
+  std::optional<SessionKey> session_key;  // decode: proves its CachePD messages its own
 
   // The attached arena: named shared memory, CUDA memory, or memory the transport allocated
   // (AttachArena.allocate_bytes; registered by Allocate, freed by Deregister). Written by

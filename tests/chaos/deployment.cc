@@ -12,6 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "control/layout/kv_shape.h"
 #include "engine/base/error.h"
 #include "engine/memory/pattern.h"
@@ -126,7 +128,13 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
   }
   KVRAIL_ASSIGN_OR_RETURN(
       rank.sidecar, process::Subprocess::Start(argv, {}, LogPath(absl::StrCat("chaos-", name))));
-  KVRAIL_RETURN_IF_ERROR(rank.sidecar->ReadUntil("sidecar ready", absl::Seconds(30)).status());
+  KVRAIL_ASSIGN_OR_RETURN(const std::string ready,
+                          rank.sidecar->ReadUntil("sidecar ready", absl::Seconds(30)));
+  // "sidecar ready engine=... cachepd=... session=..."
+  for (absl::string_view field : absl::StrSplit(ready, ' ')) {
+    if (absl::ConsumePrefix(&field, "cachepd=")) rank.cachepd_endpoint = std::string(field);
+    if (absl::ConsumePrefix(&field, "session=")) rank.session_id = std::string(field);
+  }
   return rank;
 }
 
@@ -262,6 +270,8 @@ absl::Status Deployment::RestartDecode(int d) {
   rank.sidecar.reset();
   KVRAIL_ASSIGN_OR_RETURN(Rank fresh, StartRank(rank.name, false));
   rank.sidecar = std::move(fresh.sidecar);
+  rank.cachepd_endpoint = fresh.cachepd_endpoint;
+  rank.session_id = fresh.session_id;
   return AttachRank(rank, false);
 }
 

@@ -45,6 +45,8 @@ struct Rank {
   std::optional<Arena> arena;
   std::string arena_name;
   std::string engine_endpoint;
+  std::string cachepd_endpoint;  // its CachePD PULL socket, tcp://host:port
+  std::string session_id;        // a decode's data-plane session (its handshake endpoint)
 };
 
 class Deployment {

@@ -1,0 +1,44 @@
+#include "control/wire/proof.h"
+
+#include "absl/strings/str_cat.h"
+#include "control/wire/ascii_uint.h"
+#include "control/wire/kvrail_frames.h"
+#include "control/wire/limits.h"
+#include "engine/base/error.h"
+
+namespace kvrail::wire {
+
+bool IsOwnerProof(absl::Span<const std::string> frames) {
+  return HasMagic(frames, kOwnerProofMagic);
+}
+
+absl::StatusOr<OwnerProof> ParseOwnerProof(absl::Span<const std::string> frames) {
+  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kOwnerProofMagic, "owner proof", 4));
+  OwnerProof proof;
+  KVRAIL_ASSIGN_OR_RETURN(proof.room,
+                          ParseCanonicalUint(frames[1], 0, kMaxRoom, "owner proof frame 1 (room)"));
+  if (frames[2].empty() || frames[2].size() > kMaxSessionIdBytes) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     absl::StrCat("owner proof frame 2 (session id) has ", frames[2].size(),
+                                  " bytes, requires 1 to ", kMaxSessionIdBytes));
+  }
+  if (frames[3].size() != kSessionKeyBytes) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     absl::StrCat("owner proof frame 3 (session key) has ", frames[3].size(),
+                                  " bytes, requires ", kSessionKeyBytes));
+  }
+  proof.session_id = frames[2];
+  proof.key = frames[3];
+  return proof;
+}
+
+absl::StatusOr<std::vector<std::string>> BuildOwnerProof(const OwnerProof& proof) {
+  std::vector<std::string> frames = {std::string(kOwnerProofMagic), FormatUint(proof.room),
+                                     proof.session_id, proof.key};
+  if (absl::Status valid = ParseOwnerProof(frames).status(); !valid.ok()) {
+    return AddContext(valid, "cannot build owner proof");
+  }
+  return frames;
+}
+
+}  // namespace kvrail::wire

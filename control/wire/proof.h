@@ -1,0 +1,50 @@
+// kvrail's proofs of who sent a CachePD message (docs/SECURITY.md), beside CachePD's own frames,
+// which stay byte for byte the same (kvrail_frames.h: a peer that is not kvrail drops these).
+//
+// A kvrail decode sidecar holds a random 32-byte session key; the descriptor its handshake
+// endpoint serves carries the key's digest (v1.HandshakeDescriptor.session_key_digest), so a
+// prefill that fetched the descriptor from the session's own endpoint can tell the key from any
+// other, while nobody learns the key from the digest.
+//
+//   owner proof, Decode → Prefill, right before each pre-allocation and fence request it sends,
+//   on the same PUSH route:
+//     0 kOwnerProofMagic | 1 room | 2 decode session id | 3 the session key (32 bytes)
+//
+// A prefill that admitted the session's registration with a digest takes a pre-allocation or a
+// fence request naming that session only right after an owner proof of the same room whose key
+// matches the digest: a third party that can reach the prefill's PULL socket, but not read the
+// decode's traffic, cannot write into the session's pages or abort its rooms. Room is canonical
+// decimal (CACHEPD §3.1).
+#ifndef KVRAIL_CONTROL_WIRE_PROOF_H_
+#define KVRAIL_CONTROL_WIRE_PROOF_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace kvrail::wire {
+
+inline constexpr absl::string_view kOwnerProofMagic = "\xffkvrail.owner.v1";
+inline constexpr size_t kSessionKeyBytes = 32;
+
+struct OwnerProof {
+  uint64_t room = 0;
+  std::string session_id;
+  std::string key;  // kSessionKeyBytes bytes
+};
+
+bool IsOwnerProof(absl::Span<const std::string> frames);
+
+// invalid-frame naming the frame and rule: not 4 frames, another magic, a room that is not
+// canonical decimal in [0, 2^63-1], a session id of 0 or more than 512 bytes, a key that is not
+// kSessionKeyBytes bytes.
+absl::StatusOr<OwnerProof> ParseOwnerProof(absl::Span<const std::string> frames);
+absl::StatusOr<std::vector<std::string>> BuildOwnerProof(const OwnerProof& proof);
+
+}  // namespace kvrail::wire
+
+#endif  // KVRAIL_CONTROL_WIRE_PROOF_H_

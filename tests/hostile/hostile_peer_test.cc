@@ -1,0 +1,197 @@
+// Attacks on a prefill sidecar by a process that can reach its sockets but is not the decode it
+// claims to be (issue: "Nobody in where they don't belong"). The deployment is real (bootstrap
+// server, a prefill and a decode sidecar); the attacker uses plain ZeroMQ and the public
+// handshake endpoint, as anyone on the host could.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "control/wire/preallocation.h"
+#include "control/wire/registration.h"
+#include "engine/transport/handshake/handshake.h"
+#include "tests/chaos/deployment.h"
+
+namespace kvrail::hostile {
+namespace {
+
+using chaos::Deployment;
+using chaos::DeploymentOptions;
+
+constexpr uint64_t kPage = uint64_t{2} << 20;  // one block of the deployment's contract
+
+class HostilePeerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeploymentOptions options;
+    options.pages = 32;
+    auto started = Deployment::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    d_ = *std::move(started);
+    pull_.set(zmq::sockopt::linger, 0);
+    pull_.set(zmq::sockopt::rcvtimeo, 0);
+    pull_.bind("tcp://127.0.0.1:0");
+    const std::string endpoint = pull_.get(zmq::sockopt::last_endpoint);
+    own_port_ = static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+    push_.set(zmq::sockopt::linger, 0);
+    push_.connect(d_->prefill().cachepd_endpoint);
+  }
+
+  // What anyone can learn: the victim's descriptor, from its public handshake endpoint.
+  v1::HandshakeDescriptor VictimDescriptor() {
+    absl::StatusOr<v1::HandshakeDescriptor> descriptor =
+        transport::FetchDescriptor(d_->decode(0).session_id, absl::Seconds(5));
+    EXPECT_TRUE(descriptor.ok()) << descriptor.status();
+    return descriptor.ok() ? *descriptor : v1::HandshakeDescriptor();
+  }
+
+  // A registration claiming the victim's session, answering to `endpoint`:`port`.
+  wire::Registration Forged(uint64_t arena_base, const std::string& endpoint, uint16_t port) {
+    wire::Registration r;
+    r.endpoint = endpoint;
+    r.port = port;
+    r.session_id = d_->decode(0).session_id;
+    r.arena_base = arena_base;
+    r.contract_wire = layout::SerializeContract(d_->contract()).value();
+    r.decode_tp_size = 1;
+    r.decode_tp_rank = 0;
+    return r;
+  }
+
+  void Send(const std::vector<std::string>& frames) {
+    std::vector<zmq::const_buffer> parts;
+    for (const std::string& f : frames) parts.push_back(zmq::buffer(f));
+    ASSERT_TRUE(zmq::send_multipart(push_, parts).has_value());
+  }
+
+  // The prefill's Ready for `room` over blocks [1, 1 + blocks), after a pre-allocation of it
+  // from the attacker naming the victim's session; then the victim's pages are watched.
+  uint64_t ForgedRoomChanges(uint64_t room, int64_t blocks) {
+    const layout::Manifest manifest = d_->Blocks(1, blocks);
+    Send(wire::BuildPreallocation(
+             {room, d_->decode(0).session_id, layout::SerializeManifest(manifest).value()})
+             .value());
+    const std::vector<uint8_t> before = d_->Snapshot(0);
+    EXPECT_TRUE(d_->Ready(room, manifest).ok());
+    absl::SleepFor(absl::Seconds(1));
+    return d_->Changed(0, before);
+  }
+
+  // No status came back to the attacker's socket.
+  bool AttackerHeardNothing() {
+    std::vector<zmq::message_t> got;
+    return !zmq::recv_multipart(pull_, std::back_inserter(got), zmq::recv_flags::dontwait);
+  }
+
+  v1::SidecarStats PrefillStats() { return d_->Stats(d_->prefill()).value(); }
+
+  // The port of the victim's CachePD socket, which its descriptor names.
+  static uint16_t VictimPort(const v1::HandshakeDescriptor& victim) {
+    const std::string& reply = victim.cachepd_endpoint();  // tcp://127.0.0.1:port
+    return static_cast<uint16_t>(std::stoi(reply.substr(reply.rfind(':') + 1)));
+  }
+
+  // Whether the prefill sidecar logged a line holding `text` (its log: chaos-prefill.log).
+  static bool PrefillLogHas(const std::string& text) {
+    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-prefill.log"));
+    std::string line;
+    while (std::getline(log, line)) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  // The victim's own rooms still land.
+  void ExpectTheVictimServed(uint64_t room) {
+    const absl::Status moved = d_->MoveRoom(0, room, d_->Blocks(1, 4));
+    EXPECT_TRUE(moved.ok()) << moved;
+  }
+
+  // Sends `forged`, then a pre-allocation of `room` and the prefill's Ready: the registration
+  // is refused with a log line holding `why`, nothing of the victim's pages changes, the
+  // attacker hears nothing, the victim's registration stays and its next room lands.
+  void ExpectForgedRegistrationRefused(const wire::Registration& forged, uint64_t room,
+                                       const std::string& why) {
+    const uint64_t refused_before = PrefillStats().registrations_refused();
+    Send(wire::BuildRegistration(forged).value());
+    EXPECT_EQ(ForgedRoomChanges(room, 4), 0u) << "bytes of the victim's pages changed";
+    EXPECT_TRUE(AttackerHeardNothing());
+    const v1::SidecarStats stats = PrefillStats();
+    EXPECT_EQ(stats.registrations_refused(), refused_before + 1);
+    EXPECT_EQ(stats.registrations(), 1u);  // the victim's own, untouched
+    EXPECT_TRUE(PrefillLogHas(why)) << why;
+    ASSERT_TRUE(d_->Abort(d_->prefill(), room, "the test gives the forged room up").ok());
+    ExpectTheVictimServed(room + 1);
+  }
+
+  std::unique_ptr<Deployment> d_;
+  zmq::context_t context_;
+  zmq::socket_t pull_{context_, zmq::socket_type::pull};
+  zmq::socket_t push_{context_, zmq::socket_type::push};
+  uint16_t own_port_ = 0;
+};
+
+// The issue's cross-tenant write: a registration naming the victim's session with an arena base
+// two pages into its region, and a pre-allocation for a room.
+TEST_F(HostilePeerTest, ARegistrationWithABaseInsideAnotherDecodesRegionWritesNothing) {
+  const v1::HandshakeDescriptor victim = VictimDescriptor();
+  ASSERT_GT(victim.regions_size(), 0);
+  ExpectForgedRegistrationRefused(
+      Forged(victim.regions(0).base() + 2 * kPage, "127.0.0.1", VictimPort(victim)), 501,
+      "begins inside a region of the session's descriptor");
+}
+
+// The victim's own base, but another reply endpoint: the descriptor names the victim's.
+TEST_F(HostilePeerTest, ARegistrationFromAnotherEndpointIsRefused) {
+  const v1::HandshakeDescriptor victim = VictimDescriptor();
+  ASSERT_GT(victim.regions_size(), 0);
+  ExpectForgedRegistrationRefused(Forged(victim.regions(0).base(), "127.0.0.1", own_port_), 601,
+                                  "but the session's own descriptor names");
+}
+
+// A registration identical to the victim's own (everything about it is public) passes, but the
+// pre-allocation that follows carries no owner proof: the victim's key is not public.
+TEST_F(HostilePeerTest, APreallocationWithoutTheSessionsKeyIsRefused) {
+  const v1::HandshakeDescriptor victim = VictimDescriptor();
+  ASSERT_GT(victim.regions_size(), 0);
+  Send(wire::BuildRegistration(Forged(victim.regions(0).base(), "127.0.0.1", VictimPort(victim)))
+           .value());
+  const uint64_t rejected_before = PrefillStats().peer_messages_rejected();
+  EXPECT_EQ(ForgedRoomChanges(701, 4), 0u);
+  EXPECT_GT(PrefillStats().peer_messages_rejected(), rejected_before);
+  EXPECT_TRUE(PrefillLogHas("pre-allocation of room 701 naming decode session"));
+  ASSERT_TRUE(d_->Abort(d_->prefill(), 701, "the test gives the forged room up").ok());
+  ExpectTheVictimServed(702);
+}
+
+// A replayed pre-allocation of the victim's live room (the issue: it aborted the room) is
+// refused; the room lands.
+TEST_F(HostilePeerTest, AReplayedPreallocationOfALiveRoomChangesNothing) {
+  const layout::Manifest manifest = d_->Blocks(1, 4);
+  ASSERT_TRUE(d_->Expect(0, 801, manifest).ok());
+  absl::SleepFor(absl::Milliseconds(200));  // the victim's pre-allocation is in
+  Send(wire::BuildPreallocation(
+           {801, d_->decode(0).session_id, layout::SerializeManifest(manifest).value()})
+           .value());
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(d_->Ready(801, manifest).ok());
+  absl::StatusOr<v1::RoomEvent> done = d_->Event(d_->decode(0), 801, absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(d_->Landed(0, manifest));
+  EXPECT_TRUE(PrefillLogHas("pre-allocation of room 801 naming decode session"));
+}
+
+}  // namespace
+}  // namespace kvrail::hostile
