@@ -127,6 +127,12 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: seconds a decode session's handshake endpoint may go unanswered "
                   "before its registration and rooms are dropped")
       ->capture_default_str();
+  static std::string sender_proofs = "auto";
+  sub->add_option("--sender-proofs", sender_proofs,
+                  "Decode: which prefill nodes must prove their statuses and fence answers: auto "
+                  "(kvrail nodes, as their bootstrap server says), required (all), off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "required", "off"}));
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();
@@ -142,6 +148,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.fence_timeout = absl::Seconds(fence_timeout);
     options.fence_wait = absl::Seconds(fence_wait);
     options.registration_ttl = absl::Seconds(registration_ttl);
+    options.sender_proofs = sender_proofs == "required" ? sidecar::SenderProofs::kRequired
+                            : sender_proofs == "off"    ? sidecar::SenderProofs::kOff
+                                                        : sidecar::SenderProofs::kAuto;
     BlockStopSignals();
     // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
     spdlog::set_default_logger(spdlog::stderr_logger_mt("kvrail-sidecar"));

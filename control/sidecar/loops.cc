@@ -10,6 +10,7 @@
 #include "control/layout/contract.h"
 #include "control/sidecar/liveness.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "engine/base/error.h"
 #include "engine/transport/bounds.h"
@@ -54,6 +55,20 @@ void Sidecar::Impl::InboxLoop() {
       continue;
     }
     if (!prefill) {
+      if (wire::IsSenderProof(**message)) {
+        if (absl::Status kept = senders->OnProof(**message); !kept.ok()) {
+          ++stats.peer_messages_rejected;
+          spdlog::warn("decode: sender proof dropped: {}", DescribeError(kept));
+        }
+        continue;
+      }
+      if (SenderProofRequiredLocked(**message)) {
+        if (absl::Status proven = senders->Check(**message); !proven.ok()) {
+          ++stats.peer_messages_rejected;
+          spdlog::warn("decode: peer message refused: {}", DescribeError(proven));
+          continue;
+        }
+      }
       HandleMessageLocked(**message, absl::Now());
       continue;
     }
@@ -69,6 +84,23 @@ void Sidecar::Impl::InboxLoop() {
       });
     }
   }
+}
+
+bool Sidecar::Impl::SenderProofRequiredLocked(const std::vector<std::string>& message) const {
+  switch (options.sender_proofs) {
+    case SenderProofs::kOff:
+      return false;
+    case SenderProofs::kRequired:
+      return true;
+    case SenderProofs::kAuto:
+      break;
+  }
+  const std::optional<std::pair<uint64_t, uint32_t>> id = RoomAndRank(message);
+  if (!id) return false;  // the state machine refuses it and says why
+  const std::optional<session::DecodeRoomView> room = decode->Find(id->first);
+  if (!room) return false;
+  auto node = nodes.find(room->bootstrap_address);
+  return node != nodes.end() && node->second->kvrail;
 }
 
 void Sidecar::Impl::HandleMessageLocked(const std::vector<std::string>& message, absl::Time now) {

@@ -107,6 +107,7 @@ void RegistrationGate::Route(const std::string& session, Message message,
       return;
     }
     owner->second.proven = proof.room;
+    owner->second.key = std::move(proof.key);
     return;
   }
   if (keyed) {
@@ -167,7 +168,11 @@ RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok,
   const std::string session = it->first;
   Pending& pending = it->second;
   if (ok) {
-    admitted_[session] = Owner{pending.registration, key_digest, std::nullopt};
+    absl::StatusOr<wire::ReplyRoute> route =
+        wire::ParseRegistrationReplyRoute(pending.registration);
+    admitted_[session] =
+        Owner{pending.registration, key_digest, std::nullopt,
+              route.ok() ? wire::ReplyEndpoint(route->endpoint, route->port) : std::string(), ""};
     out.pass.push_back(std::move(pending.registration));
   }
   while (!pending.behind.empty()) {
@@ -196,6 +201,13 @@ RegistrationGate::Release RegistrationGate::Verified(uint64_t ticket, bool ok,
 }
 
 void RegistrationGate::Forget(const std::string& session_id) { admitted_.erase(session_id); }
+
+std::optional<std::string> RegistrationGate::KeyFor(const std::string& reply_endpoint) const {
+  for (const auto& [session, owner] : admitted_) {
+    if (owner.reply_endpoint == reply_endpoint && !owner.key.empty()) return owner.key;
+  }
+  return std::nullopt;
+}
 
 void RegistrationGate::ForgetUnless(const std::function<bool(const std::string&)>& keep) {
   for (auto it = admitted_.begin(); it != admitted_.end();) {

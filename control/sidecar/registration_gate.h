@@ -84,6 +84,10 @@ class RegistrationGate {
   // their registration: it refused it, or dropped it).
   void ForgetUnless(const std::function<bool(const std::string&)>& keep);
 
+  // The session key of the keyed session whose registration answers to `reply_endpoint`, once
+  // one of its owner proofs matched: what the prefill's sender proofs to it are keyed with.
+  std::optional<std::string> KeyFor(const std::string& reply_endpoint) const;
+
   size_t held() const { return held_; }
   size_t admitted() const { return admitted_.size(); }
 
@@ -97,6 +101,8 @@ class RegistrationGate {
     Message registration;            // the last registration admitted
     std::string key_digest;          // the descriptor's; empty for a peer that is not kvrail
     std::optional<uint64_t> proven;  // the room of the owner proof just received
+    std::string reply_endpoint;      // where the registration's status frames go (§3.4)
+    std::string key;                 // the session key, once an owner proof matched
   };
   Check StartCheck(const std::string& session, Message registration, Pending& pending);
   // A message of a session with nothing pending: handed on, consumed (an owner proof), or

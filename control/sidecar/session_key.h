@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace kvrail::sidecar {
 
@@ -23,6 +24,13 @@ class SessionKey {
   static std::string DigestOf(absl::string_view key);
   // Whether `key` is the key behind `digest` (a 32-byte digest; in constant time).
   static bool Matches(absl::string_view key, absl::string_view digest);
+
+  // The sender proof's tag of a status message (control/wire/proof.h): BLAKE2b-256 keyed with
+  // `key` over the frames, each preceded by its length, so no two messages share a tag.
+  static std::string Tag(absl::string_view key, absl::Span<const std::string> frames);
+  // Whether `tag` is Tag(key, frames), in constant time.
+  static bool TagMatches(absl::string_view key, absl::Span<const std::string> frames,
+                         absl::string_view tag);
 
  private:
   explicit SessionKey(std::string bytes) : bytes_(std::move(bytes)) {}

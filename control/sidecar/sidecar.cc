@@ -123,6 +123,16 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
   for (const session::OutboundMessage& m : messages) {
     // A decode proves that its pre-allocations and fence requests are its own: an owner proof
     // goes right before each, on the same route (control/wire/proof.h).
+    // A prefill proves its statuses and fence answers to a session whose key it holds.
+    if (prefill) {
+      if (std::optional<std::string> key = gate.KeyFor(m.endpoint)) {
+        if (std::optional<std::pair<uint64_t, uint32_t>> id = RoomAndRank(m.frames)) {
+          absl::StatusOr<std::vector<std::string>> proof =
+              wire::BuildSenderProof({id->first, id->second, SessionKey::Tag(*key, m.frames)});
+          if (proof.ok()) (void)outbox->Send(m.endpoint, *proof);
+        }
+      }
+    }
     if (session_key) {
       std::optional<uint64_t> room;
       if (wire::IsFenceRequest(m.frames)) {
@@ -339,6 +349,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     // else's registration can claim this session (control/sidecar/registration_gate.h).
     const std::string cachepd = wire::ReplyEndpoint(options.host, impl->inbox->port());
     impl->session_key = SessionKey::Generate();
+    impl->senders.emplace(impl->session_key->bytes());
     const std::string digest = impl->session_key->Digest();
     KVRAIL_ASSIGN_OR_RETURN(
         impl->handshake,

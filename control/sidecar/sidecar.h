@@ -25,6 +25,14 @@ namespace kvrail::sidecar {
 
 enum class Role { kPrefill, kDecode };
 
+// Decode: from which prefill nodes a status or fence answer must come with a sender proof
+// (control/wire/proof.h, docs/SECURITY.md).
+enum class SenderProofs {
+  kAuto,      // from nodes whose bootstrap server says they are kvrail's (X-Kvrail-Node)
+  kRequired,  // from every node: a peer that is not kvrail cannot finish a room
+  kOff,       // from none: CachePD's rules alone
+};
+
 struct SidecarOptions {
   Role role = Role::kPrefill;
   // The engine API endpoint to bind ("ipc:///tmp/kvrail-p0.sock", "tcp://127.0.0.1:0").
@@ -68,6 +76,7 @@ struct SidecarOptions {
   // (a host cut off or gone; a probe every heartbeat interval) is dropped with its rooms, as one
   // whose endpoint refuses connections is at once.
   absl::Duration registration_ttl = absl::Seconds(60);
+  SenderProofs sender_proofs = SenderProofs::kAuto;
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
 };

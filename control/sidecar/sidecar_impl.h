@@ -47,6 +47,7 @@
 #include "control/session/zmq_channel.h"
 #include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
+#include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar.h"
 #include "control/sidecar/strand_pool.h"
@@ -104,6 +105,7 @@ struct Sidecar::Impl {
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
   RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
+  std::optional<SenderCheck> senders;  // decode: the sender proofs of prefill nodes
   // Prefill: when each registered session's handshake endpoint last accepted a probe (or was
   // first probed), for --registration-ttl.
   std::map<std::string, absl::Time> session_reached;
@@ -113,6 +115,7 @@ struct Sidecar::Impl {
   struct PrefillNode {
     plan::PrefillDescription description;
     plan::DecodeTargets targets;  // this decode rank's E_d, Z_d, T_d against the node
+    bool kvrail = false;          // its bootstrap server says its ranks prove their messages
     std::map<std::pair<int, int>, std::string> endpoints;  // (dp group, rank) -> tcp://
   };
   std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
@@ -197,6 +200,9 @@ struct Sidecar::Impl {
   void InboxLoop();
   // Needs mu: hands one CachePD message to the room state machine.
   void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now);
+  // Decode, needs mu: whether `message` (a status or fence answer) must come with a sender
+  // proof (SidecarOptions::sender_proofs).
+  bool SenderProofRequiredLocked(const std::vector<std::string>& message) const;
   // Checks a registration the gate holds against its session's descriptor, in that session's
   // strand, then lets the gate release what waited (registration_gate.h).
   void VerifyRegistration(RegistrationGate::Check check);

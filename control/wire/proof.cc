@@ -12,6 +12,36 @@ bool IsOwnerProof(absl::Span<const std::string> frames) {
   return HasMagic(frames, kOwnerProofMagic);
 }
 
+bool IsSenderProof(absl::Span<const std::string> frames) {
+  return HasMagic(frames, kSenderProofMagic);
+}
+
+absl::StatusOr<SenderProof> ParseSenderProof(absl::Span<const std::string> frames) {
+  KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kSenderProofMagic, "sender proof", 4));
+  SenderProof proof;
+  KVRAIL_ASSIGN_OR_RETURN(
+      proof.room, ParseCanonicalUint(frames[1], 0, kMaxRoom, "sender proof frame 1 (room)"));
+  KVRAIL_ASSIGN_OR_RETURN(const uint64_t rank,
+                          ParseCanonicalUint(frames[2], 0, 1023, "sender proof frame 2 (rank)"));
+  proof.prefill_rank = static_cast<uint32_t>(rank);
+  if (frames[3].size() != kTagBytes) {
+    return MakeError(ErrorCategory::kInvalidFrame,
+                     absl::StrCat("sender proof frame 3 (tag) has ", frames[3].size(),
+                                  " bytes, requires ", kTagBytes));
+  }
+  proof.tag = frames[3];
+  return proof;
+}
+
+absl::StatusOr<std::vector<std::string>> BuildSenderProof(const SenderProof& proof) {
+  std::vector<std::string> frames = {std::string(kSenderProofMagic), FormatUint(proof.room),
+                                     FormatUint(proof.prefill_rank), proof.tag};
+  if (absl::Status valid = ParseSenderProof(frames).status(); !valid.ok()) {
+    return AddContext(valid, "cannot build sender proof");
+  }
+  return frames;
+}
+
 absl::StatusOr<OwnerProof> ParseOwnerProof(absl::Span<const std::string> frames) {
   KVRAIL_RETURN_IF_ERROR(CheckShape(frames, kOwnerProofMagic, "owner proof", 4));
   OwnerProof proof;

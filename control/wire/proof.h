@@ -15,6 +15,15 @@
 // matches the digest: a third party that can reach the prefill's PULL socket, but not read the
 // decode's traffic, cannot write into the session's pages or abort its rooms. Room is canonical
 // decimal (CACHEPD §3.1).
+//
+//   sender proof, Prefill → Decode, right before each status frame (CACHEPD §3.4) it sends to a
+//   session whose key it holds (from that session's owner proofs), on the same route:
+//     0 kSenderProofMagic | 1 room | 2 prefill rank (the status's frame 2) | 3 tag (32 bytes)
+//
+// The tag is the session key's keyed digest of the status's own frames (SessionKey::Tag), so
+// only a holder of the key (the decode itself, or a prefill it sent proofs to) can make one,
+// and it vouches for that status alone: a decode that requires sender proofs from a prefill
+// node takes a Success or Failed from it only right after a proof whose tag matches.
 #ifndef KVRAIL_CONTROL_WIRE_PROOF_H_
 #define KVRAIL_CONTROL_WIRE_PROOF_H_
 
@@ -37,13 +46,28 @@ struct OwnerProof {
   std::string key;  // kSessionKeyBytes bytes
 };
 
+inline constexpr absl::string_view kSenderProofMagic = "\xffkvrail.sender.v1";
+inline constexpr size_t kTagBytes = 32;
+
+struct SenderProof {
+  uint64_t room = 0;
+  uint32_t prefill_rank = 0;
+  std::string tag;  // kTagBytes bytes
+};
+
 bool IsOwnerProof(absl::Span<const std::string> frames);
+bool IsSenderProof(absl::Span<const std::string> frames);
 
 // invalid-frame naming the frame and rule: not 4 frames, another magic, a room that is not
 // canonical decimal in [0, 2^63-1], a session id of 0 or more than 512 bytes, a key that is not
 // kSessionKeyBytes bytes.
 absl::StatusOr<OwnerProof> ParseOwnerProof(absl::Span<const std::string> frames);
 absl::StatusOr<std::vector<std::string>> BuildOwnerProof(const OwnerProof& proof);
+
+// invalid-frame naming the frame and rule: not 4 frames, another magic, a room or rank that is
+// not canonical decimal ([0, 2^63-1], [0, 1023]), a tag that is not kTagBytes bytes.
+absl::StatusOr<SenderProof> ParseSenderProof(absl::Span<const std::string> frames);
+absl::StatusOr<std::vector<std::string>> BuildSenderProof(const SenderProof& proof);
 
 }  // namespace kvrail::wire
 

@@ -19,6 +19,7 @@
 #include "control/layout/manifest.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
+#include "control/wire/status.h"
 #include "engine/transport/handshake/handshake.h"
 #include "tests/chaos/deployment.h"
 
@@ -35,6 +36,8 @@ class HostilePeerTest : public ::testing::Test {
   void SetUp() override {
     DeploymentOptions options;
     options.pages = 32;
+    // Every status and fence answer must come with a sender proof (the real ones do).
+    options.decode_args = {"--sender-proofs", "required"};
     auto started = Deployment::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     d_ = *std::move(started);
@@ -102,9 +105,10 @@ class HostilePeerTest : public ::testing::Test {
   }
 
   // Whether the prefill sidecar logged a line holding `text` (its log: chaos-prefill.log).
-  static bool PrefillLogHas(const std::string& text) {
+  static bool PrefillLogHas(const std::string& text) { return LogHas("prefill", text); }
+  static bool LogHas(const std::string& rank, const std::string& text) {
     const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-prefill.log"));
+    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-", rank, ".log"));
     std::string line;
     while (std::getline(log, line)) {
       if (line.find(text) != std::string::npos) return true;
@@ -191,6 +195,29 @@ TEST_F(HostilePeerTest, AReplayedPreallocationOfALiveRoomChangesNothing) {
   EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
   EXPECT_TRUE(d_->Landed(0, manifest));
   EXPECT_TRUE(PrefillLogHas("pre-allocation of room 801 naming decode session"));
+}
+
+// The forged Success: a 5-frame status sent straight to the decode's PULL socket for a
+// room it waits for. Refused (no sender proof); the room lands once the prefill really sends.
+TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
+  const layout::Manifest manifest = d_->Blocks(1, 4);
+  ASSERT_TRUE(d_->Expect(0, 901, manifest).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  zmq::socket_t to_decode(context_, zmq::socket_type::push);
+  to_decode.set(zmq::sockopt::linger, 0);
+  to_decode.connect(d_->decode(0).cachepd_endpoint);
+  const std::vector<std::string> forged = wire::BuildStatus({901, 5, 0, 7, std::nullopt}).value();
+  std::vector<zmq::const_buffer> parts;
+  for (const std::string& f : forged) parts.push_back(zmq::buffer(f));
+  ASSERT_TRUE(zmq::send_multipart(to_decode, parts).has_value());
+  absl::StatusOr<v1::RoomEvent> early = d_->Event(d_->decode(0), 901, absl::Seconds(1));
+  EXPECT_FALSE(early.ok()) << "the decode published " << early->DebugString();
+  EXPECT_TRUE(LogHas("decode0", "status of room 901 from prefill rank 0 refused"));
+  ASSERT_TRUE(d_->Ready(901, manifest).ok());
+  absl::StatusOr<v1::RoomEvent> done = d_->Event(d_->decode(0), 901, absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(d_->Landed(0, manifest));
 }
 
 }  // namespace
