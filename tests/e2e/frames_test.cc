@@ -19,7 +19,9 @@
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
 #include "control/plan/planner.h"
+#include "control/wire/dispatch.h"
 #include "control/wire/preallocation.h"
+#include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
 #include "engine/memory/arena.h"
@@ -126,6 +128,13 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   EXPECT_EQ(parsed->contract_wire, layout::SerializeContract(contract).value());
   EXPECT_NE(parsed->arena_base, 0u);
   EXPECT_EQ(parsed->decode_tp_size, 1u);
+  // kvrail's owner proof comes first (control/wire/proof.h): not a CachePD message, so a
+  // tokenspeed prefill drops it (§3.2.1).
+  const std::vector<std::string> proof_frames = Receive(pull);
+  EXPECT_EQ(wire::Classify(proof_frames), wire::MessageKind::kDropped);
+  auto proof = wire::ParseOwnerProof(proof_frames);
+  ASSERT_TRUE(proof.ok()) << proof.status();
+  EXPECT_EQ(proof->room, 5u);
   // CACHEPD §3.3: 3 frames, the room, the session and the canonical manifest.
   const std::vector<std::string> pre_frames = Receive(pull);
   auto pre = wire::ParsePreallocation(pre_frames);
