@@ -24,6 +24,22 @@ constexpr size_t kMaxCachedPlanners = 64;
 // An owned copy (spelled as a two-argument constructor: a one-argument one reads as a cast).
 std::string Owned(absl::string_view text) { return std::string(text.data(), text.size()); }
 
+// Whether two pre-allocations name the same blocks (null: a dummy's empty manifest).
+bool SameBlocks(const layout::Manifest* a, const layout::Manifest* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  if (a->prefix_len != b->prefix_len || a->prompt_len != b->prompt_len ||
+      a->groups.size() != b->groups.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a->groups.size(); ++i) {
+    if (a->groups[i].group_id != b->groups[i].group_id ||
+        a->groups[i].block_ids != b->groups[i].block_ids) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool SameRegistration(const DecodePeer& a, const DecodePeer& b) {
   const wire::Registration& x = a.registration;
   const wire::Registration& y = b.registration;
@@ -377,6 +393,19 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
   }
   Room empty;
   const Room& current = existing != rooms_.end() ? existing->second : empty;
+  // The same session pre-allocating the same blocks again (a resend, or a replay) changes
+  // nothing: ignored rather than the reference's "duplicate" error, which would abort a live
+  // room (docs/SECURITY.md). Other blocks stay a duplicate (§3.3 step 7).
+  for (const Destination& d : current.destinations) {
+    if (!options_.ignore_repeated_preallocations) break;
+    if (d.peer->registration.session_id == session_id &&
+        SameBlocks(d.manifest.get(), decoded->manifest ? &*decoded->manifest : nullptr)) {
+      out.rejected = absl::AlreadyExistsError(
+          absl::StrCat("pre-allocation of room ", room_id, " from ", session_id,
+                       " ignored: the session pre-allocated the same blocks already"));
+      return;
+    }
+  }
   absl::Status collected = Collect(current, *peer);
   if (!collected.ok()) {
     RejectPreallocation(room_id, session_id, collected, now, out);
@@ -718,7 +747,15 @@ PrefillOutput PrefillRooms::AbortBegunRooms(absl::string_view reason, absl::Time
 
 PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, absl::Time now) {
   PrefillOutput out;
-  AbortRoom(room_id, rooms_[room_id], Owned(reason), now, out);
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) {
+    // Nothing is made for a room nobody has named: a pre-allocation that comes later makes it
+    // afresh, and it fails at its unmatched-pre-allocation timeout unless the engine begins it.
+    out.rejected = absl::NotFoundError(
+        absl::StrCat("Abort of room ", room_id, ": no such room here; nothing to abort"));
+    return out;
+  }
+  AbortRoom(room_id, found->second, Owned(reason), now, out);
   return out;
 }
 

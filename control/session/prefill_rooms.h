@@ -67,6 +67,10 @@ struct PrefillOptions {
   // registration replaces the old one. When false, the reference's rule applies: the
   // registration is rejected as conflicting and the stored one is dropped (§3.2.2, §8).
   bool accept_restarted_peer = true;
+  // kvrail: a pre-allocation from a session that pre-allocated the same blocks of the room
+  // already is ignored, where the reference fails the room as a "duplicate" (§3.3 step 7): a
+  // resend or replay must not abort a live room. The sidecar sets it; other blocks stay an error.
+  bool ignore_repeated_preallocations = false;
   // The most rejected reply routes remembered (§3.2.3); the oldest is forgotten first.
   size_t max_remembered_rejections = 4096;
 };
@@ -237,9 +241,9 @@ class PrefillRooms {
 
   // `abort_room` (§1.5): the room fails with `reason` and every non-dummy destination that has
   // pre-allocated it is sent Failed; its destinations are dropped. A room whose transfer is in
-  // flight is fenced first (PrefillOutput::fences). An unknown room is recorded
-  // as failed so that its late pre-allocations are answered with Failed. Failing a failed room
-  // changes nothing (the first reason stays).
+  // flight is fenced first (PrefillOutput::fences). An unknown room makes no state (NotFound
+  // in `rejected`): an engine's aborts cannot grow the table. Failing a failed room changes
+  // nothing (the first reason stays).
   PrefillOutput Abort(uint64_t room, absl::string_view reason, absl::Time now);
 
   // The decode behind `session_id` is gone (its handshake endpoint refuses connections, say):

@@ -370,10 +370,38 @@ TEST(PrefillRoomsTest, AFenceRequestFromAnUnregisteredSessionOrMalformedIsOnlyRe
 
 TEST(PrefillRoomsTest, AFailedRoomKeepsItsFirstReason) {
   PrefillRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(9, kT0).ok());
   rooms.Abort(9, "first", kT0);
   PrefillOutput again = rooms.Abort(9, "second", kT0);
   EXPECT_TRUE(again.events.empty());
   EXPECT_EQ(rooms.Find(9)->failure_reason, "first");
+}
+
+// 20,000 engine Aborts of rooms nobody named (the issue) make no state.
+TEST(PrefillRoomsTest, AnAbortOfAnUnknownRoomMakesNoState) {
+  PrefillRooms rooms = MakeRooms();
+  for (uint64_t room = 1; room <= 20000; ++room) {
+    PrefillOutput out = rooms.Abort(room, "the client went away", kT0);
+    EXPECT_TRUE(out.events.empty());
+    EXPECT_EQ(out.rejected.code(), absl::StatusCode::kNotFound);
+  }
+  EXPECT_EQ(rooms.room_count(), 0u);
+}
+
+// kvrail (PrefillOptions::ignore_repeated_preallocations): the same session pre-allocating the
+// same blocks again is ignored; the room goes on.
+TEST(PrefillRoomsTest, ARepeatedPreallocationIsIgnoredWhenAskedTo) {
+  PrefillOptions options;
+  options.ignore_repeated_preallocations = true;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  const std::vector<std::string> frames =
+      PreallocationFrames(12, SessionOf(0), DecodeManifestWire());
+  rooms.OnMessage(frames, kT0);
+  PrefillOutput again = rooms.OnMessage(frames, kT0);
+  EXPECT_EQ(again.rejected.code(), absl::StatusCode::kAlreadyExists) << again.rejected;
+  EXPECT_TRUE(again.messages.empty());
+  EXPECT_NE(rooms.State(12), TransferPoll::kFailed);
 }
 
 TEST(PrefillRoomsTest, BeginRoomReportsARoomThatAlreadyFailed) {
