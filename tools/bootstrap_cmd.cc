@@ -46,14 +46,14 @@ std::string Quoted(absl::string_view text) {
 void LogRegistration(spdlog::logger& logger, const bootstrap::RegistrationEvent& event) {
   if (!event.status.ok()) {
     logger.warn("event=registration_refused http_status={} peer={} reason={}", event.http_status,
-                event.peer, Quoted(event.status.message()));
+                event.peer.ToString(), Quoted(event.status.message()));
     return;
   }
   const bootstrap::PrefillRegistration& r = *event.registration;
   const bootstrap::RegistrationOutcome& o = event.outcome;
   if (!o.recorded) {
     logger.info("event=registration_not_filed role={} engine_rank={} peer={}", Quoted(r.role),
-                r.engine_rank, event.peer);
+                r.engine_rank, event.peer.ToString());
     return;
   }
   const std::string replaced =
@@ -62,7 +62,7 @@ void LogRegistration(spdlog::logger& logger, const bootstrap::RegistrationEvent&
       "event=registered engine_rank={} dp_group={} rank_in_group={} rank_ip={} rank_port={} "
       "registered={}/{} peer={}{}",
       r.engine_rank, o.dp_group, o.rank_in_group, r.endpoint.rank_ip, r.endpoint.rank_port,
-      o.registered_ranks, o.world_size, event.peer, replaced);
+      o.registered_ranks, o.world_size, event.peer.ToString(), replaced);
 }
 
 }  // namespace
