@@ -17,7 +17,9 @@
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
 #include "control/bootstrap/registration.h"
+#include "control/bootstrap/token.h"
 #include "control/wire/python_int.h"
+#include "engine/base/error.h"
 
 namespace kvrail::bootstrap {
 namespace {
@@ -88,12 +90,28 @@ void AnswerGetRoute(const PrefillRegistry& registry, const httplib::Request& req
   Answer(res, 200, DumpPythonJson(body), kJson);
 }
 
+absl::Status Unauthorized(const httplib::Request& req) {
+  return Refuse(Refusal::kUnauthorized,
+                absl::StrCat("registration: PUT /route must carry the header 'Authorization: "
+                             "Bearer <token>' with the token this bootstrap server was started "
+                             "with (--token-file), and this one ",
+                             req.has_header(kAuthorizationHeader) ? "carries another"
+                                                                  : "has no Authorization header"));
+}
+
 void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& options,
                     const httplib::Request& req, httplib::Response& res) {
   RegistrationEvent event;
   event.peer = PeerAddress{req.remote_addr, req.remote_port};
-  absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(req.body);
-  if (parsed.ok()) {
+  const bool token_required = !options.token.empty();
+  if (token_required &&
+      !AuthorizationCarries(req.get_header_value(kAuthorizationHeader), options.token)) {
+    event.status = Unauthorized(req);
+    res.set_header("WWW-Authenticate", "Bearer");
+  } else if (absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(req.body);
+             !parsed.ok()) {
+    event.status = parsed.status();
+  } else {
     absl::StatusOr<RegistrationOutcome> outcome = registry.Register(*parsed);
     if (outcome.ok()) {
       event.outcome = *outcome;
@@ -101,8 +119,6 @@ void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& opt
     } else {
       event.status = outcome.status();
     }
-  } else {
-    event.status = parsed.status();
   }
   event.http_status = HttpStatusOf(event.status);
   if (event.status.ok()) {
@@ -266,6 +282,9 @@ BootstrapServer::BootstrapServer(BootstrapServerOptions options)
 BootstrapServer::~BootstrapServer() { Stop(); }
 
 absl::Status BootstrapServer::Start(const std::string& host, int port) {
+  if (!options_.token.empty()) {
+    KVRAIL_RETURN_IF_ERROR(ValidateToken(options_.token));
+  }
   return intake_.Start(host, port);
 }
 

@@ -20,6 +20,8 @@
 //
 // kvrail's own bounds and rules (docs/SECURITY.md); every body is one text/plain line naming
 // the input and the rule:
+//   PUT /route, a token configured and the request without "Authorization: Bearer <token>"
+//                                    401 (with "WWW-Authenticate: Bearer"); the body is not parsed
 //   a body over max_body_bytes       413, from its Content-Length before the body is read
 //   a head over 16 KiB               431
 //   framing that cannot be read (both Content-Length and Transfer-Encoding, a bad length)
@@ -30,7 +32,7 @@
 //                                    503 to the longest-open one still sending its request
 //                                    (closed to admit the new one), or to the new one when every
 //                                    open connection is being answered
-// They come from the intake (intake.h), which reads requests without tying up a worker,
+// The last five come from the intake (intake.h), which reads requests without tying up a worker,
 // so idle and slow connections cannot starve /health (§1.6). Every connection is closed after
 // one answer ("Connection: close").
 #ifndef KVRAIL_CONTROL_BOOTSTRAP_SERVER_H_
@@ -76,6 +78,9 @@ struct BootstrapServerOptions {
   // From a connection's accept to its request's last byte, head and body; and again for
   // writing the answer.
   std::chrono::milliseconds request_deadline{5000};
+  // When not empty, PUT /route must carry "Authorization: Bearer <token>" (token.h; the token
+  // must pass ValidateToken). Empty: nothing changes on the wire.
+  std::string token;
 };
 
 class BootstrapServer {
@@ -87,8 +92,8 @@ class BootstrapServer {
 
   // Binds host:port and serves on background threads until Stop(). Port 0 picks a free port;
   // port() then reports it. Connections are accepted from the moment Start returns. Fails
-  // (Unavailable) when the address cannot be bound, FailedPrecondition when started already.
-  // A server is started at most once.
+  // (Unavailable) when the address cannot be bound, FailedPrecondition when started already,
+  // InvalidArgument when the token is not one (token.h). A server is started at most once.
   absl::Status Start(const std::string& host, int port);
 
   // The bound port; 0 before Start succeeds.

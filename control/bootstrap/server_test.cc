@@ -706,6 +706,64 @@ TEST(BootstrapServerHardeningTest, UnreadableRequestsGetAOneLineBody) {
   }
 }
 
+TEST(BootstrapServerTokenTest, WithATokenEveryPutNeedsTheBearerHeader) {
+  std::mutex mu;
+  std::vector<RegistrationEvent> events;
+  BootstrapServerOptions options;
+  options.token = "s3cret-Token";
+  options.on_registration = [&](const RegistrationEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(e);
+  };
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const std::string body = Registration(0).dump();
+  auto put = [&](const char* authorization) {
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(10, 0);
+    httplib::Headers headers;
+    if (authorization != nullptr) headers.emplace("Authorization", authorization);
+    return client.Put("/route", headers, body, "application/json");
+  };
+  for (const char* wrong : {static_cast<const char*>(nullptr), "Bearer s3cret-Tokem",
+                            "Basic s3cret-Token", "Bearer s3cret-Token2"}) {
+    SCOPED_TRACE(wrong == nullptr ? "none" : wrong);
+    httplib::Result refused = put(wrong);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 401);
+    EXPECT_EQ(refused->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_EQ(refused->get_header_value("Content-Type"), "text/plain");
+    EXPECT_NE(refused->body.find("'Authorization: Bearer <token>'"), std::string::npos)
+        << refused->body;
+    EXPECT_EQ(refused->body.find("s3cret"), std::string::npos) << refused->body;
+    EXPECT_EQ(refused->body.find('\n'), std::string::npos);
+  }
+  EXPECT_TRUE(server.registry().Table().empty());
+  EXPECT_FALSE(server.registry().Describe().world_size.has_value());  // nothing was fixed
+  httplib::Result accepted = put("Bearer s3cret-Token");
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->status, 200);
+  EXPECT_EQ(accepted->body, "OK");
+  // Reading needs no token (decode ranks and heartbeats, CACHEPD §1.6, §2.2).
+  EXPECT_EQ(Send(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(
+      Send(server.port(), "GET", "/route", {{"engine_rank", "0"}, {"target_dp_group", "0"}}).status,
+      200);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].http_status, 401);
+  EXPECT_EQ(events[0].status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(events[0].peer.ip, "127.0.0.1");
+  EXPECT_TRUE(events[4].status.ok());
+}
+
+TEST(BootstrapServerTokenTest, AnInvalidTokenFailsToStart) {
+  BootstrapServerOptions options;
+  options.token = "has space";
+  BootstrapServer server(options);
+  EXPECT_EQ(server.Start("127.0.0.1", 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BootstrapServerLifecycleTest, ABusyPortFailsToStart) {
   BootstrapServer first;
   ASSERT_TRUE(first.Start("127.0.0.1", 0).ok());
