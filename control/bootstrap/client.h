@@ -46,9 +46,9 @@ class BootstrapClient {
 
   // PUT /route with `registration` (§2.1), with the bearer token when one is set. OK on 200.
   // Transport failures are retried; any other answer is the server's verdict and fails at once:
-  // FailedPrecondition for 409 (disagrees with the node's first registration), Unauthenticated
-  // for 401 (the token is missing or wrong), InvalidArgument otherwise (the reference answers
-  // 500 to every refusal).
+  // FailedPrecondition for 409 (disagrees with the node's first registration,
+  // or the rank is registered at another endpoint), Unauthenticated for 401 (the token is
+  // missing or wrong), InvalidArgument otherwise (the reference answers 500 to every refusal).
   absl::Status RegisterPrefillRank(const PrefillRegistration& registration) const;
 
   // GET /route?engine_rank=-1&target_dp_group=-1 (§2.2), parsed with ParsePrefillDescription

@@ -7,7 +7,7 @@
 // either server. Where the reference accepts a request only because it never checks it (a rank
 // outside the world, sizes that do not divide, a second registration that disagrees with the
 // first), kvrail refuses it with a 4xx instead; likewise what only kvrail checks at all (the
-// bootstrap token: docs/SECURITY.md).
+// bootstrap token, a registered rank's endpoint: docs/SECURITY.md).
 // Every refusal's body is one line naming the member and the rule.
 #ifndef KVRAIL_CONTROL_BOOTSTRAP_REFUSAL_H_
 #define KVRAIL_CONTROL_BOOTSTRAP_REFUSAL_H_

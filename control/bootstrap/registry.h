@@ -40,13 +40,20 @@ struct RegistrationOutcome {
   int dp_group = 0;
   int rank_in_group = 0;
   // The rank had registered a different endpoint, which this one replaced: a restarted rank
-  // (CACHEPD §11 item 1 argues for accepting the new route).
+  // (CACHEPD §11 item 1 argues for accepting the new route), from the rank's host or with the
+  // token.
   std::optional<RankEndpoint> replaced;
   int registered_ranks = 0;  // ranks in the table afterwards
   int world_size = 0;
 };
 
 using RouteTable = std::map<int, std::map<int, RankEndpoint>>;
+
+// Who sent a registration, for the rule that guards a registered rank's endpoint.
+struct Registrant {
+  std::string peer_ip;     // the connection's source address (PeerAddress::ip)
+  bool has_token = false;  // it carried the bootstrap token (token.h)
+};
 
 class PrefillRegistry {
  public:
@@ -57,10 +64,14 @@ class PrefillRegistry {
   //     first registration's (kConflict, 409; the reference keeps the first silently and files
   //     later ranks by their own sizes);
   //   * a "Prefill" rank is filed under table[engine_rank / (world / dp)][engine_rank % (world
-  //     / dp)]; registering again with the same endpoint changes nothing, with another endpoint
-  //     replaces it.
+  //     / dp)]. Registering again with the same endpoint changes nothing (§2.1). Another
+  //     endpoint replaces the registered one only when `from` comes from the registered
+  //     endpoint's own IP (the rank restarting on its host, CACHEPD §11 item 1) or carries the
+  //     token; otherwise it is kConflict (409) naming the rank and its registered endpoint, so
+  //     that no one else can redirect a rank's decode peers.
   // The first accepted registration of any role stores the sizes, layout and placement.
-  absl::StatusOr<RegistrationOutcome> Register(const ParsedRegistration& parsed);
+  absl::StatusOr<RegistrationOutcome> Register(const ParsedRegistration& parsed,
+                                               const Registrant& from = {});
 
   NodeDescription Describe() const;
 

@@ -112,7 +112,8 @@ void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& opt
              !parsed.ok()) {
     event.status = parsed.status();
   } else {
-    absl::StatusOr<RegistrationOutcome> outcome = registry.Register(*parsed);
+    const Registrant from{event.peer.ip, token_required};
+    absl::StatusOr<RegistrationOutcome> outcome = registry.Register(*parsed, from);
     if (outcome.ok()) {
       event.outcome = *outcome;
       event.registration = std::move(parsed->registration);

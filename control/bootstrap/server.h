@@ -22,6 +22,8 @@
 // the input and the rule:
 //   PUT /route, a token configured and the request without "Authorization: Bearer <token>"
 //                                    401 (with "WWW-Authenticate: Bearer"); the body is not parsed
+//   PUT /route, a registered rank with another endpoint, neither from the rank's registered IP
+//   nor with the token               409, naming the rank and its registered endpoint
 //   a body over max_body_bytes       413, from its Content-Length before the body is read
 //   a head over 16 KiB               431
 //   framing that cannot be read (both Content-Length and Transfer-Encoding, a bad length)

@@ -267,13 +267,32 @@ TEST_F(BootstrapServerTest, RegisteringTheSameEndpointAgainChangesNothing) {
   EXPECT_EQ(table[0].size(), 1u);
 }
 
-TEST_F(BootstrapServerTest, ARestartedRankReplacesItsEndpoint) {
-  ASSERT_EQ(Put(Registration(1)).status, 200);
-  json again = Registration(1);
+TEST_F(BootstrapServerTest, ARankRestartingOnItsHostReplacesItsEndpoint) {
+  json first = Registration(1);
+  first["rank_ip"] = "127.0.0.1";  // the host these requests come from
+  ASSERT_EQ(Put(first).status, 200);
+  json again = first;
   again["rank_port"] = "19001";  // a numeric string, as int() reads it (§2.1)
   ASSERT_EQ(Put(again).status, 200);
   EXPECT_EQ(Get("/route", {{"engine_rank", "1"}, {"target_dp_group", "0"}}).body,
-            R"({"rank_ip": "10.2.0.1", "rank_port": 19001})");
+            R"({"rank_ip": "127.0.0.1", "rank_port": 19001})");
+}
+
+TEST_F(BootstrapServerTest, AnotherEndpointForARegisteredRankFromElsewhereIs409NamingIt) {
+  ASSERT_EQ(Put(Registration(0)).status, 200);  // rank 0 at 10.2.0.0:18000
+  json hijack = Registration(0);
+  hijack["rank_ip"] = "10.9.9.9";
+  Reply reply = Put(hijack);
+  EXPECT_EQ(reply.status, 409);
+  EXPECT_EQ(reply.content_type, "text/plain");
+  EXPECT_NE(reply.body.find("rank 0 of dp group 0 is registered at 10.2.0.0:18000"),
+            std::string::npos)
+      << reply.body;
+  EXPECT_NE(reply.body.find("from 127.0.0.1"), std::string::npos) << reply.body;
+  EXPECT_EQ(reply.body.find('\n'), std::string::npos);
+  EXPECT_EQ(Get("/route", {{"engine_rank", "0"}, {"target_dp_group", "0"}}).body,
+            R"({"rank_ip": "10.2.0.0", "rank_port": 18000})");
+  EXPECT_EQ(Put(Registration(0)).status, 200);  // the same endpoint again is still fine (§2.1)
 }
 
 TEST_F(BootstrapServerTest, LayoutsAreComparedInCanonicalForm) {
@@ -755,6 +774,21 @@ TEST(BootstrapServerTokenTest, WithATokenEveryPutNeedsTheBearerHeader) {
   EXPECT_EQ(events[0].status.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(events[0].peer.ip, "127.0.0.1");
   EXPECT_TRUE(events[4].status.ok());
+}
+
+TEST(BootstrapServerTokenTest, TheTokenLetsARankMoveToAnotherHost) {
+  BootstrapServerOptions options;
+  options.token = "t";
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(10, 0);
+  const httplib::Headers token{{"Authorization", "Bearer t"}};
+  ASSERT_EQ(client.Put("/route", token, Registration(0).dump(), "application/json")->status, 200);
+  json moved = Registration(0);
+  moved["rank_ip"] = "10.7.7.7";
+  ASSERT_EQ(client.Put("/route", token, moved.dump(), "application/json")->status, 200);
+  EXPECT_EQ(server.registry().Lookup(0, 0)->rank_ip, "10.7.7.7");
 }
 
 TEST(BootstrapServerTokenTest, AnInvalidTokenFailsToStart) {
