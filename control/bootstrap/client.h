@@ -46,7 +46,7 @@ class BootstrapClient {
 
   // PUT /route with `registration` (§2.1), with the bearer token when one is set. OK on 200.
   // Transport failures are retried; any other answer is the server's verdict and fails at once:
-  // FailedPrecondition for 409 (disagrees with the node's first registration,
+  // FailedPrecondition for 409 (disagrees with the node's first registration or configuration,
   // or the rank is registered at another endpoint), Unauthenticated for 401 (the token is
   // missing or wrong), InvalidArgument otherwise (the reference answers 500 to every refusal).
   absl::Status RegisterPrefillRank(const PrefillRegistration& registration) const;

@@ -65,6 +65,14 @@ bool SameGroups(const std::vector<plan::ShardedGroup>& a,
                     });
 }
 
+absl::Status Unconfigured(absl::string_view member, absl::string_view got,
+                          absl::string_view configured, absl::string_view flag) {
+  return Refuse(Refusal::kConflict,
+                absl::StrCat("registration ", member, ": ", got, " differs from ", configured,
+                             ", which this bootstrap server was started with (", flag,
+                             "); every rank of the node must register it"));
+}
+
 // The 16 bytes of an IPv6 address, an IPv4 one as IPv4-mapped; nullopt for anything else.
 std::optional<std::array<unsigned char, 16>> AddressBytes(const std::string& ip) {
   std::array<unsigned char, 16> bytes{};
@@ -106,9 +114,27 @@ nlohmann::ordered_json NodeDescription::ToJson() const {
   return out;
 }
 
+PrefillRegistry::PrefillRegistry(ConfiguredNode configured) : configured_(std::move(configured)) {}
+
 absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegistration& parsed,
                                                               const Registrant& from) {
   const PrefillRegistration& r = parsed.registration;
+  if (configured_.world_size.has_value() && *configured_.world_size != r.world_size) {
+    return Unconfigured("world_size", absl::StrCat(r.world_size),
+                        absl::StrCat(*configured_.world_size), "--world-size");
+  }
+  if (configured_.dp_size.has_value() && *configured_.dp_size != r.dp_size) {
+    return Unconfigured("dp_size", absl::StrCat(r.dp_size), absl::StrCat(*configured_.dp_size),
+                        "--dp-size");
+  }
+  if (configured_.canonical_layout.has_value() &&
+      *configured_.canonical_layout != parsed.canonical_layout) {
+    return Unconfigured(
+        "cache_layout", "the contract",
+        absl::StrCat("the configured one (",
+                     LayoutDifference(*configured_.canonical_layout, parsed.canonical_layout), ")"),
+        "--cache-layout");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (node_.cache_layout.has_value()) {
     // §2.1 step 1: byte-for-byte comparison of the canonical forms.

@@ -49,6 +49,16 @@ struct RegistrationOutcome {
 
 using RouteTable = std::map<int, std::map<int, RankEndpoint>>;
 
+// What the operator fixed before any rank registered (`kvrail bootstrap --world-size --dp-size
+// --cache-layout`): a registration that disagrees is refused (kConflict, 409) and changes
+// nothing, so a stray first registration cannot set the node's shape and lock every real rank
+// out (docs/SECURITY.md). Unset members are fixed by the first accepted registration (§2.1).
+struct ConfiguredNode {
+  std::optional<int> world_size;
+  std::optional<int> dp_size;
+  std::optional<std::string> canonical_layout;  // CanonicalLayout()'s form
+};
+
 // Who sent a registration, for the rule that guards a registered rank's endpoint.
 struct Registrant {
   std::string peer_ip;     // the connection's source address (PeerAddress::ip)
@@ -57,7 +67,11 @@ struct Registrant {
 
 class PrefillRegistry {
  public:
+  explicit PrefillRegistry(ConfiguredNode configured = {});
+
   // Records `parsed` (ParseRegistration's result) as §2.1 does, all or nothing:
+  //   * its world_size, dp_size and canonical layout must equal the configured ones, if any
+  //     (kConflict, 409);
   //   * its canonical layout must equal byte for byte the one stored by the first accepted
   //     registration, if any ("incompatible layouts": a kReferenceRaises refusal, 500);
   //   * its world_size, dp_size, pp_size, stage placement and sharded groups must equal the
@@ -82,6 +96,7 @@ class PrefillRegistry {
   RouteTable Table() const;
 
  private:
+  const ConfiguredNode configured_;
   mutable std::mutex mu_;
   NodeDescription node_;      // guarded by mu_
   RouteTable table_;          // guarded by mu_

@@ -97,6 +97,36 @@ TEST(PrefillRegistryTest, AnotherEndpointNeedsTheRanksOwnHostOrTheToken) {
   EXPECT_TRUE(registry.Register(back).ok());  // the same endpoint needs nothing (§2.1)
 }
 
+TEST(PrefillRegistryTest, AConfiguredNodeRefusesOtherSizesAndLayoutsFromTheFirstRegistration) {
+  ConfiguredNode configured;
+  configured.world_size = 4;
+  configured.dp_size = 2;
+  configured.canonical_layout = Rank(0).canonical_layout;
+  PrefillRegistry registry(configured);
+  struct Case {
+    const char* name;
+    ParsedRegistration stray;
+    const char* names;
+  };
+  ParsedRegistration layout = Rank(0);
+  layout.canonical_layout += " ";
+  const Case cases[] = {
+      {"world", Rank(0, 8, 2), "world_size: 8 differs from 4"},
+      {"dp", Rank(0, 4, 4), "dp_size: 4 differs from 2"},
+      {"layout", layout, "--cache-layout"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::Status status = registry.Register(c.stray).status();
+    EXPECT_EQ(HttpStatusOf(status), 409);
+    EXPECT_NE(status.message().find(c.names), std::string::npos) << status;
+    EXPECT_FALSE(registry.Describe().world_size.has_value());  // the node is unchanged
+    EXPECT_TRUE(registry.Table().empty());
+  }
+  EXPECT_TRUE(registry.Register(Rank(0)).ok());
+  EXPECT_EQ(registry.Describe().world_size, 4);
+}
+
 TEST(PrefillRegistryTest, IsSafeUnderConcurrentUse) {
   PrefillRegistry registry;
   constexpr int kWorld = 64;

@@ -238,6 +238,7 @@ IntakeOptions IntakeOptionsOf(const BootstrapServerOptions& options) {
 
 BootstrapServer::BootstrapServer(BootstrapServerOptions options)
     : options_(std::move(options)),
+      registry_(options_.configured),
       http_(std::make_unique<HttpAnswerer>()),
       intake_(IntakeOptionsOf(options_),
               [this](const WholeRequest& request) { http_->Answer(request); }) {

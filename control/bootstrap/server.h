@@ -24,6 +24,8 @@
 //                                    401 (with "WWW-Authenticate: Bearer"); the body is not parsed
 //   PUT /route, a registered rank with another endpoint, neither from the rank's registered IP
 //   nor with the token               409, naming the rank and its registered endpoint
+//   PUT /route, world_size, dp_size or layout other than configured
+//                                    409, and the node is unchanged
 //   a body over max_body_bytes       413, from its Content-Length before the body is read
 //   a head over 16 KiB               431
 //   framing that cannot be read (both Content-Length and Transfer-Encoding, a bad length)
@@ -83,6 +85,8 @@ struct BootstrapServerOptions {
   // When not empty, PUT /route must carry "Authorization: Bearer <token>" (token.h; the token
   // must pass ValidateToken). Empty: nothing changes on the wire.
   std::string token;
+  // The node's sizes and layout, when fixed before any rank registers (registry.h).
+  ConfiguredNode configured;
 };
 
 class BootstrapServer {

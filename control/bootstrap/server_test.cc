@@ -798,6 +798,25 @@ TEST(BootstrapServerTokenTest, AnInvalidTokenFailsToStart) {
   EXPECT_EQ(server.Start("127.0.0.1", 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(BootstrapServerConfiguredTest, AStrayFirstRegistrationCannotFixTheNodesSizes) {
+  BootstrapServerOptions options;
+  options.configured.world_size = 4;
+  options.configured.dp_size = 2;
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  Reply stray = Send(server.port(), "PUT", "/route", {}, Registration(0, 8, 4).dump());
+  EXPECT_EQ(stray.status, 409);
+  EXPECT_NE(stray.body.find("world_size: 8 differs from 4"), std::string::npos) << stray.body;
+  EXPECT_NE(stray.body.find("--world-size"), std::string::npos) << stray.body;
+  EXPECT_EQ(
+      Send(server.port(), "GET", "/route", {{"engine_rank", "-1"}, {"target_dp_group", "-1"}}).body,
+      R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})");
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(Send(server.port(), "PUT", "/route", {}, Registration(rank).dump()).status, 200);
+  }
+  EXPECT_EQ(server.registry().Table().size(), 2u);
+}
+
 TEST(BootstrapServerLifecycleTest, ABusyPortFailsToStart) {
   BootstrapServer first;
   ASSERT_TRUE(first.Start("127.0.0.1", 0).ok());
