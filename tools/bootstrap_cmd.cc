@@ -6,16 +6,29 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "control/bootstrap/registration.h"
 #include "control/bootstrap/server.h"
+#include "control/bootstrap/token.h"
+#include "engine/base/error.h"
+#include "tools/peer_log_limiter.h"
 
 namespace kvrail::tools {
 namespace {
+
+using std::chrono::milliseconds;
 
 std::shared_ptr<spdlog::logger> MakeLogger() {
   auto logger = std::make_shared<spdlog::logger>("bootstrap",
@@ -42,18 +55,27 @@ std::string Quoted(absl::string_view text) {
   return out;
 }
 
-// One key=value line per PUT /route.
-void LogRegistration(spdlog::logger& logger, const bootstrap::RegistrationEvent& event) {
+std::string HeldBack(const PeerLogLimiter::Verdict& verdict) {
+  return verdict.held_back == 0 ? "" : absl::StrCat(" held_back=", verdict.held_back);
+}
+
+// One key=value line per accepted PUT /route; a refused one at most once per peer address per
+// interval (a peer can send as many as it likes).
+void LogRegistration(spdlog::logger& logger, PeerLogLimiter& limiter,
+                     const bootstrap::RegistrationEvent& event) {
   if (!event.status.ok()) {
-    logger.warn("event=registration_refused http_status={} peer={} reason={}", event.http_status,
-                event.peer, Quoted(event.status.message()));
+    const PeerLogLimiter::Verdict verdict =
+        limiter.Admit(event.peer.ip, PeerLogLimiter::Clock::now());
+    if (!verdict.log) return;
+    logger.warn("event=registration_refused http_status={} peer={} reason={}{}", event.http_status,
+                event.peer.ToString(), Quoted(event.status.message()), HeldBack(verdict));
     return;
   }
   const bootstrap::PrefillRegistration& r = *event.registration;
   const bootstrap::RegistrationOutcome& o = event.outcome;
   if (!o.recorded) {
     logger.info("event=registration_not_filed role={} engine_rank={} peer={}", Quoted(r.role),
-                r.engine_rank, event.peer);
+                r.engine_rank, event.peer.ToString());
     return;
   }
   const std::string replaced =
@@ -62,16 +84,63 @@ void LogRegistration(spdlog::logger& logger, const bootstrap::RegistrationEvent&
       "event=registered engine_rank={} dp_group={} rank_in_group={} rank_ip={} rank_port={} "
       "registered={}/{} peer={}{}",
       r.engine_rank, o.dp_group, o.rank_in_group, r.endpoint.rank_ip, r.endpoint.rank_port,
-      o.registered_ranks, o.world_size, event.peer, replaced);
+      o.registered_ranks, o.world_size, event.peer.ToString(), replaced);
+}
+
+// A request or connection the server refused before any handler saw it (intake.h).
+void LogRefusal(spdlog::logger& logger, PeerLogLimiter& limiter,
+                const bootstrap::RefusalEvent& event) {
+  const PeerLogLimiter::Verdict verdict =
+      limiter.Admit(event.peer.ip, PeerLogLimiter::Clock::now());
+  if (!verdict.log) return;
+  logger.warn("event=request_refused kind={} http_status={} peer={} reason={}{}",
+              std::string(bootstrap::RefusalKindName(event.kind)), event.http_status,
+              event.peer.ToString(), Quoted(event.reason), HeldBack(verdict));
+}
+
+std::chrono::milliseconds Milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot be read"));
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// The server's options from the command's: the bounds, the token, the configured node.
+absl::StatusOr<bootstrap::BootstrapServerOptions> ServerOptions(const BootstrapOptions& options) {
+  bootstrap::BootstrapServerOptions out;
+  out.max_connections = options.max_connections;
+  out.request_deadline = Milliseconds(options.request_deadline_seconds);
+  out.max_body_bytes = options.max_body_bytes;
+  if (!options.token_file.empty()) {
+    KVRAIL_ASSIGN_OR_RETURN(out.token, bootstrap::ReadTokenFile(options.token_file));
+  }
+  if (options.world_size > 0) out.configured.world_size = options.world_size;
+  if (options.dp_size > 0) out.configured.dp_size = options.dp_size;
+  if (!options.cache_layout_file.empty()) {
+    KVRAIL_ASSIGN_OR_RETURN(std::string wire,
+                            ReadFile(options.cache_layout_file, "--cache-layout"));
+    absl::StatusOr<std::string> canonical = bootstrap::CanonicalLayout(wire);
+    if (!canonical.ok()) {
+      return AddContext(canonical.status(),
+                        absl::StrCat("--cache-layout ", options.cache_layout_file));
+    }
+    out.configured.canonical_layout = *std::move(canonical);
+  }
+  return out;
 }
 
 }  // namespace
 
 int RunBootstrap(const BootstrapOptions& options) {
   // Block the stop signals before the server starts its threads, so every thread inherits the
-  // mask and the signal is taken here, by sigwait, and nowhere else. A shell starts background
-  // jobs with SIGINT ignored, and an ignored signal is discarded instead of waiting for sigwait:
-  // restore the default disposition (never run, since the signals stay blocked).
+  // mask and the signal is taken here, by sigtimedwait, and nowhere else. A shell starts background
+  // jobs with SIGINT ignored, and an ignored signal is discarded instead of waiting for
+  // sigtimedwait: restore the default disposition (never run, since the signals stay blocked).
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   sigset_t stop_signals;
@@ -81,26 +150,51 @@ int RunBootstrap(const BootstrapOptions& options) {
   sigset_t previous;
   pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
 
-  std::shared_ptr<spdlog::logger> logger = MakeLogger();
-  bootstrap::BootstrapServerOptions server_options;
-  server_options.on_registration = [logger](const bootstrap::RegistrationEvent& event) {
-    LogRegistration(*logger, event);
-  };
-  bootstrap::BootstrapServer server(server_options);
-  absl::Status started = server.Start(options.host, options.port);
-  if (!started.ok()) {
-    const std::string message(started.message());
+  auto fail = [&previous](const absl::Status& status) {
+    const std::string message(status.message());
     std::fprintf(stderr, "error: %s\n", message.c_str());
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     return 1;
-  }
-  logger->info("event=listening host={} port={}", options.host, server.port());
+  };
+  absl::StatusOr<bootstrap::BootstrapServerOptions> server_options = ServerOptions(options);
+  if (!server_options.ok()) return fail(server_options.status());
 
+  std::shared_ptr<spdlog::logger> logger = MakeLogger();
+  const milliseconds interval =
+      std::max(Milliseconds(options.log_interval_seconds), milliseconds(1));
+  auto limiter = std::make_shared<PeerLogLimiter>(interval);
+  server_options->on_registration = [logger, limiter](const bootstrap::RegistrationEvent& event) {
+    LogRegistration(*logger, *limiter, event);
+  };
+  server_options->on_refusal = [logger, limiter](const bootstrap::RefusalEvent& event) {
+    LogRefusal(*logger, *limiter, event);
+  };
+  const bool token = !server_options->token.empty();
+  bootstrap::BootstrapServer server(*std::move(server_options));
+  absl::Status started = server.Start(options.host, options.port);
+  if (!started.ok()) return fail(started);
+  logger->info("event=listening host={} port={} token={} max_connections={} request_deadline_ms={}",
+               options.host, server.port(), token ? "required" : "none", options.max_connections,
+               Milliseconds(options.request_deadline_seconds).count());
+
+  // Wait for a stop signal, and every log interval say what the limiter held back.
+  timespec wait{};
+  wait.tv_sec = static_cast<time_t>(interval.count() / 1000);
+  wait.tv_nsec = static_cast<long>((interval.count() % 1000) * 1000000);
   int signal_number = 0;
-  while (sigwait(&stop_signals, &signal_number) != 0) {
+  while (true) {
+    signal_number = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (signal_number == SIGINT || signal_number == SIGTERM) break;
+    for (const auto& [peer, count] : limiter->TakeHeldBack(PeerLogLimiter::Clock::now())) {
+      logger->warn("event=refusals_held_back peer={} count={}", peer, count);
+    }
   }
   logger->info("event=stopping signal={}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   server.Stop();
+  for (const auto& [peer, count] :
+       limiter->TakeHeldBack(PeerLogLimiter::Clock::now() + interval)) {  // all that is left
+    logger->warn("event=refusals_held_back peer={} count={}", peer, count);
+  }
   logger->info("event=stopped");
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return 0;
@@ -114,6 +208,43 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
       ->required()
       ->check(CLI::Range(0, 65535));
   command->add_option("--host", options.host, "Address to bind (default: every interface)");
+  command->add_option("--token-file", options.token_file,
+                      "File holding the token PUT /route must carry as 'Authorization: Bearer "
+                      "<token>' (default: none, as the reference)");
+  command
+      ->add_option("--world-size", options.world_size,
+                   "The node's world size (tp x dp x pp); registrations that differ are "
+                   "refused (default: the first registration's)")
+      ->check(CLI::Range(1, bootstrap::kMaxWorldSize));
+  command
+      ->add_option("--dp-size", options.dp_size,
+                   "The node's DP size; registrations that differ are refused (default: the "
+                   "first registration's)")
+      ->check(CLI::Range(1, bootstrap::kMaxWorldSize));
+  command->add_option("--cache-layout", options.cache_layout_file,
+                      "A contract file; registrations whose layout differs are refused "
+                      "(default: the first registration's)");
+  command
+      ->add_option("--max-connections", options.max_connections,
+                   "Open connections at most; past it the longest-open one still sending "
+                   "its request is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  command
+      ->add_option("--request-deadline", options.request_deadline_seconds,
+                   "Seconds from a connection's accept to its request's last byte")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
+  command
+      ->add_option("--max-body-bytes", options.max_body_bytes,
+                   "Largest request body; larger ones are refused 413 before they are read")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  command
+      ->add_option("--log-interval", options.log_interval_seconds,
+                   "Seconds: refusals are logged at most once per peer address per interval")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
   command->callback([&exit_code]() { exit_code = RunBootstrap(options); });
 }
 

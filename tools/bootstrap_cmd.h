@@ -1,5 +1,8 @@
 // `kvrail bootstrap`: the CachePD bootstrap server of one prefill node (CACHEPD §2), in the
-// foreground. It logs one line per registration to stderr and exits 0 on SIGINT or SIGTERM.
+// foreground. It logs one line per accepted registration to stderr, and refusals (refused
+// registrations, requests and connections the server closed) at most once per peer address per
+// log interval, with the count held back; it exits 0 on SIGINT or SIGTERM. docs/SECURITY.md
+// says what each bound and option guards against.
 #ifndef KVRAIL_TOOLS_BOOTSTRAP_CMD_H_
 #define KVRAIL_TOOLS_BOOTSTRAP_CMD_H_
 
@@ -16,10 +19,24 @@ struct BootstrapOptions {
   // address only (CACHEPD §11 item 3).
   std::string host = "0.0.0.0";
   int port = 0;  // 0: a free port, reported in the "event=listening" line
+  // A file holding the token PUT /route must carry as "Authorization: Bearer <token>"; empty:
+  // no token (the reference's wire, unchanged).
+  std::string token_file;
+  // The node's sizes and contract, fixed before any rank registers; 0 or empty: the first
+  // accepted registration fixes them (CACHEPD §2.1).
+  int world_size = 0;
+  int dp_size = 0;
+  std::string cache_layout_file;  // a contract (CACHEPD §4), compared in canonical form
+  // Server bounds (control/bootstrap/server.h).
+  size_t max_connections = 512;
+  double request_deadline_seconds = 5;
+  size_t max_body_bytes = size_t{1} << 20;
+  double log_interval_seconds = 10;  // refusals: one line per peer address per interval
 };
 
 // Serves until SIGINT or SIGTERM arrives. Returns the process exit code: 0 after a signal,
-// 1 when the address cannot be bound (after one "error: ..." line on stderr).
+// 1 when the address cannot be bound or a file option cannot be read (after one "error: ..."
+// line on stderr).
 // Blocks SIGINT and SIGTERM in the calling thread (and so in the server's threads) and waits
 // for them with sigwait; the caller must not rely on other handlers for them.
 int RunBootstrap(const BootstrapOptions& options);

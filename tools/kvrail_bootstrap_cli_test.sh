@@ -19,6 +19,7 @@ expect() {  # expect NAME CONDITION-COMMAND...
 start() {
   local log=$1
   shift
+  : >"$log"
   "$kvrail" bootstrap "$@" 2>"$log" &
   pid=$!
   port=""
@@ -86,6 +87,62 @@ expect sigint-exit test $? -eq 0
 
 "$kvrail" bootstrap --host 127.0.0.1 2>/dev/null
 expect port-required test $? -eq 2
+
+# Bounds: a body over --max-body-bytes is refused 413 and logged; refusals from one peer are
+# logged once per --log-interval, and the count held back is logged at the latest on exit.
+start "$tmp/limits.log" --port 0 --host 127.0.0.1 --max-body-bytes 1000 --log-interval 600
+url="http://127.0.0.1:$port"
+big=$(head -c 2000 /dev/zero | tr '\0' ' ' | curl -sS -o "$tmp/big.out" -w '%{http_code}' \
+  -X PUT --data-binary @- "$url/route")
+expect big-status test "$big" = 413
+expect big-names-limit grep -q "exceeds the 1000 bytes" "$tmp/big.out"
+for _ in 1 2 3 4; do
+  curl -sS -o /dev/null -X PUT --data-binary '[]' "$url/route"
+done
+expect limits-health test "$(curl -sS "$url/health")" = OK
+kill -TERM "$pid"
+wait "$pid"
+expect limits-exit test $? -eq 0
+expect log-413 grep -q \
+  "event=request_refused kind=body_too_large http_status=413 peer=127.0.0.1:" "$tmp/limits.log"
+expect log-one-line-per-peer test "$(grep -c 'refused' "$tmp/limits.log")" -eq 1
+expect log-held-back grep -q "event=refusals_held_back peer=127.0.0.1 count=4" "$tmp/limits.log"
+
+# --token-file: PUT /route needs the bearer token; GETs do not. --world-size and --dp-size fix
+# the node, so a stray registration with other sizes is refused and fixes nothing.
+printf 's3cret-token\n' >"$tmp/token"
+start "$tmp/token.log" --port 0 --host 127.0.0.1 --token-file "$tmp/token" --world-size 2 \
+  --dp-size 1
+url="http://127.0.0.1:$port"
+expect token-listening grep -q "event=listening .*token=required" "$tmp/token.log"
+none=$(curl -sS -o "$tmp/none.out" -w '%{http_code}' -X PUT --data-binary @"$tmp/put.json" \
+  "$url/route")
+expect token-missing test "$none" = 401
+expect token-missing-names-rule grep -q "Authorization: Bearer <token>" "$tmp/none.out"
+"$py" - "$tmp/put.json" >"$tmp/stray.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["world_size"] = 4
+print(json.dumps(d))
+PY
+stray=$(curl -sS -o "$tmp/stray.out" -w '%{http_code}' -X PUT \
+  -H 'Authorization: Bearer s3cret-token' --data-binary @"$tmp/stray.json" "$url/route")
+expect stray-status test "$stray" = 409
+expect stray-names-flag grep -q -- "--world-size" "$tmp/stray.out"
+ok=$(curl -sS -o /dev/null -w '%{http_code}' -X PUT -H 'Authorization: Bearer s3cret-token' \
+  --data-binary @"$tmp/put.json" "$url/route")
+expect token-ok test "$ok" = 200
+expect token-get test "$(curl -sS "$url/route?engine_rank=1&target_dp_group=0")" \
+  = '{"rank_ip": "127.0.0.1", "rank_port": 17001}'
+kill -TERM "$pid"
+wait "$pid"
+expect token-log grep -q "event=registration_refused http_status=401" "$tmp/token.log"
+expect token-log-registered grep -q "event=registered engine_rank=1" "$tmp/token.log"
+
+printf 'two words\n' >"$tmp/bad-token"
+"$kvrail" bootstrap --port 0 --host 127.0.0.1 --token-file "$tmp/bad-token" 2>"$tmp/bad-token.log"
+expect bad-token-exit test $? -eq 1
+expect bad-token-error grep -q "^error: token file $tmp/bad-token: " "$tmp/bad-token.log"
 
 [ "$fail" -eq 0 ] || { echo "--- server log"; cat "$log"; }
 exit $fail

@@ -10,6 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "control/bootstrap/token.h"
 #include "engine/base/error.h"
 
 namespace kvrail::bootstrap {
@@ -68,8 +69,13 @@ absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string&
       http.set_read_timeout(s, us);
       http.set_write_timeout(s, us);
     });
-    httplib::Result result = method == "PUT" ? http.Put(target.c_str(), body, "application/json")
-                                             : http.Get(target.c_str());
+    httplib::Headers headers;
+    if (method == "PUT" && !options_.bearer_token.empty()) {
+      headers.emplace(kAuthorizationHeader, BearerAuthorization(options_.bearer_token));
+    }
+    httplib::Result result = method == "PUT"
+                                 ? http.Put(target.c_str(), headers, body, "application/json")
+                                 : http.Get(target.c_str());
     if (!result) {
       ++transport_failures;
       last_was_timeout = IsTimeout(result.error());
@@ -104,8 +110,9 @@ absl::Status BootstrapClient::Refused(const std::string& method, const std::stri
                                       const Answer& answer) const {
   const std::string message = absl::StrCat("bootstrap ", address(), ": ", method, " ", target,
                                            ": answered ", answer.status, " ", Excerpt(answer.body));
-  return answer.status == 409 ? absl::FailedPreconditionError(message)
-                              : absl::InvalidArgumentError(message);
+  if (answer.status == 409) return absl::FailedPreconditionError(message);
+  if (answer.status == 401) return absl::UnauthenticatedError(message);
+  return absl::InvalidArgumentError(message);
 }
 
 absl::Status BootstrapClient::RegisterPrefillRank(const PrefillRegistration& registration) const {

@@ -31,6 +31,10 @@ struct BootstrapClientOptions {
   // One call's whole budget: every attempt, every wait, and the time spent waiting for a node
   // that is not ready yet. No call returns much later than this.
   std::chrono::milliseconds deadline{10000};
+  // When not empty, PUT /route carries "Authorization: Bearer <token>" (token.h), which a server
+  // started with that token requires (docs/SECURITY.md). GETs never carry it. Empty: nothing
+  // changes on the wire.
+  std::string bearer_token;
 };
 
 class BootstrapClient {
@@ -40,10 +44,11 @@ class BootstrapClient {
   // "host:port", as errors name the server.
   std::string address() const;
 
-  // PUT /route with `registration` (§2.1). OK on 200. Transport failures are retried; any
-  // other answer is the server's verdict and fails at once: FailedPrecondition for 409
-  // (disagrees with the node's first registration), InvalidArgument otherwise (the reference
-  // answers 500 to every refusal).
+  // PUT /route with `registration` (§2.1), with the bearer token when one is set. OK on 200.
+  // Transport failures are retried; any other answer is the server's verdict and fails at once:
+  // FailedPrecondition for 409 (disagrees with the node's first registration or configuration,
+  // or the rank is registered at another endpoint), Unauthenticated for 401 (the token is
+  // missing or wrong), InvalidArgument otherwise (the reference answers 500 to every refusal).
   absl::Status RegisterPrefillRank(const PrefillRegistration& registration) const;
 
   // GET /route?engine_rank=-1&target_dp_group=-1 (§2.2), parsed with ParsePrefillDescription

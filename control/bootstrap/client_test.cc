@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/server.h"
@@ -144,6 +145,41 @@ TEST_F(BootstrapClientTest, ARefusedRegistrationNamesTheServerStatusAndBody) {
   EXPECT_NE(range.message().find("answered 400"), std::string::npos) << range;
 }
 
+TEST(BootstrapClientTokenTest, RegistersWithTheBearerTokenWhenGivenOne) {
+  BootstrapServerOptions server_options;
+  server_options.token = "s3cret.Token";
+  BootstrapServer server(server_options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  absl::Status without =
+      BootstrapClient("127.0.0.1", server.port(), Quick()).RegisterPrefillRank(Rank(0));
+  EXPECT_EQ(without.code(), absl::StatusCode::kUnauthenticated) << without;
+  EXPECT_NE(without.message().find("answered 401"), std::string::npos) << without;
+  BootstrapClientOptions options = Quick();
+  options.bearer_token = "s3cret.Token";
+  BootstrapClient client("127.0.0.1", server.port(), options);
+  EXPECT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());
+  EXPECT_TRUE(client.Sync().ok());  // GETs need no token, and carrying one changes nothing
+  EXPECT_TRUE(client.Health().ok());
+}
+
+TEST(BootstrapClientTokenTest, SendsTheTokenOnlyWithPuts) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  ScriptedServer server([&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(absl::StrCat(req.method, " ", req.get_header_value("Authorization")));
+    res.set_content(req.method == "PUT" ? "OK" : R"({"rank_ip": "10.0.0.1", "rank_port": 1})",
+                    "text/plain");
+  });
+  BootstrapClientOptions options = Quick();
+  options.bearer_token = "abc";
+  BootstrapClient client("127.0.0.1", server.port(), options);
+  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());
+  ASSERT_TRUE(client.LookupRank(0, 0).ok());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"PUT Bearer abc", "GET "}));
+}
+
 TEST_F(BootstrapClientTest, SyncGivesUpAtTheDeadlineWhenNoRankRegisters) {
   BootstrapClientOptions options = Quick();
   options.deadline = milliseconds(200);
@@ -158,8 +194,8 @@ TEST_F(BootstrapClientTest, SyncGivesUpAtTheDeadlineWhenNoRankRegisters) {
 TEST_F(BootstrapClientTest, LookupOfARankThatNeverRegistersGivesUpNamingIt) {
   BootstrapClientOptions options = Quick();
   options.deadline = milliseconds(200);
+  ASSERT_TRUE(Client().RegisterPrefillRank(Rank(0)).ok());  // not the call under test
   BootstrapClient client("127.0.0.1", server_.port(), options);
-  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());
   absl::Status status = client.LookupRank(1, 0).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(status.message().find("prefill rank 1 of dp group 0 is not registered"),

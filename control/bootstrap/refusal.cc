@@ -17,6 +17,8 @@ int StatusFor(Refusal refusal) {
       return 400;
     case Refusal::kConflict:
       return 409;
+    case Refusal::kUnauthorized:
+      return 401;
     case Refusal::kReferenceRaises:
       break;
   }
@@ -26,8 +28,9 @@ int StatusFor(Refusal refusal) {
 }  // namespace
 
 absl::Status Refuse(Refusal refusal, absl::string_view message) {
-  absl::Status status = refusal == Refusal::kConflict ? absl::FailedPreconditionError(message)
-                                                      : absl::InvalidArgumentError(message);
+  absl::Status status = refusal == Refusal::kConflict       ? absl::FailedPreconditionError(message)
+                        : refusal == Refusal::kUnauthorized ? absl::UnauthenticatedError(message)
+                                                            : absl::InvalidArgumentError(message);
   status.SetPayload(kPayloadUrl, absl::Cord(std::to_string(StatusFor(refusal))));
   return status;
 }

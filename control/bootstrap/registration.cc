@@ -124,12 +124,13 @@ absl::StatusOr<int64_t> ReadSize(const json& body, const char* member) {
 // b != 0. Decided without dividing, so INT64_MIN // -1 cannot trap.
 bool FloorQuotientIsZero(int64_t a, int64_t b) { return b > 0 ? 0 <= a && a < b : b < a && a <= 0; }
 
-absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
-  const json* layout = Find(body, "cache_layout");
-  if (layout == nullptr || !layout->is_string()) {
-    return Raises("cache_layout", "must be a string (CachePD bootstrap layout must be a string)");
-  }
-  const std::string& wire = layout->get_ref<const std::string&>();
+struct LayoutWire {
+  layout::Contract contract;
+  std::string canonical;
+};
+
+// §2.1 step 1: an ASCII string that parses as a contract, and its canonical form.
+absl::StatusOr<LayoutWire> ReadLayoutWire(absl::string_view wire) {
   for (size_t i = 0; i < wire.size(); ++i) {
     if (static_cast<unsigned char>(wire[i]) >= 0x80) {
       return Raises("cache_layout", absl::StrCat("must be ASCII, byte ", i,
@@ -147,8 +148,17 @@ absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
     return Raises("cache_layout",
                   absl::StrCat("does not re-serialise: ", canonical.status().message()));
   }
-  out.registration.contract = *std::move(contract);
-  out.canonical_layout = *std::move(canonical);
+  return LayoutWire{*std::move(contract), *std::move(canonical)};
+}
+
+absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
+  const json* layout = Find(body, "cache_layout");
+  if (layout == nullptr || !layout->is_string()) {
+    return Raises("cache_layout", "must be a string (CachePD bootstrap layout must be a string)");
+  }
+  KVRAIL_ASSIGN_OR_RETURN(LayoutWire read, ReadLayoutWire(layout->get_ref<const std::string&>()));
+  out.registration.contract = std::move(read.contract);
+  out.canonical_layout = std::move(read.canonical);
   return absl::OkStatus();
 }
 
@@ -300,6 +310,11 @@ absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
   }
   KVRAIL_RETURN_IF_ERROR(ReadShardedGroups(body, out, *stage_tp));
   return parsed;
+}
+
+absl::StatusOr<std::string> CanonicalLayout(absl::string_view wire) {
+  KVRAIL_ASSIGN_OR_RETURN(LayoutWire read, ReadLayoutWire(wire));
+  return std::move(read.canonical);
 }
 
 absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration) {

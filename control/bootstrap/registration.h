@@ -81,6 +81,10 @@ struct ParsedRegistration {
 // member and the rule, in one line.
 absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view body);
 
+// The canonical wire (§4.2) of the contract `wire` holds, which must be ASCII and parse as a
+// contract (§2.1 step 1); the errors are ParseRegistration's for cache_layout.
+absl::StatusOr<std::string> CanonicalLayout(absl::string_view wire);
+
 // Writes the PUT /route body for `registration` (members in the order above; the pipeline
 // members only when set). Fails when the contract does not serialise (§4.2).
 absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration);

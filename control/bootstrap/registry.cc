@@ -1,6 +1,10 @@
 #include "control/bootstrap/registry.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -61,6 +65,34 @@ bool SameGroups(const std::vector<plan::ShardedGroup>& a,
                     });
 }
 
+absl::Status Unconfigured(absl::string_view member, absl::string_view got,
+                          absl::string_view configured, absl::string_view flag) {
+  return Refuse(Refusal::kConflict,
+                absl::StrCat("registration ", member, ": ", got, " differs from ", configured,
+                             ", which this bootstrap server was started with (", flag,
+                             "); every rank of the node must register it"));
+}
+
+// The 16 bytes of an IPv6 address, an IPv4 one as IPv4-mapped; nullopt for anything else.
+std::optional<std::array<unsigned char, 16>> AddressBytes(const std::string& ip) {
+  std::array<unsigned char, 16> bytes{};
+  in_addr v4{};
+  if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) {
+    bytes[10] = bytes[11] = 0xFF;
+    std::memcpy(bytes.data() + 12, &v4, 4);
+    return bytes;
+  }
+  if (::inet_pton(AF_INET6, ip.c_str(), bytes.data()) == 1) return bytes;
+  return std::nullopt;
+}
+
+// Whether the connection came from the host a rank registered (its rank_ip, an IP literal).
+bool FromHostOf(const std::string& peer_ip, const RankEndpoint& registered) {
+  const auto peer = AddressBytes(peer_ip);
+  const auto rank = AddressBytes(registered.rank_ip);
+  return peer.has_value() && rank.has_value() && *peer == *rank;
+}
+
 }  // namespace
 
 nlohmann::ordered_json NodeDescription::ToJson() const {
@@ -82,8 +114,27 @@ nlohmann::ordered_json NodeDescription::ToJson() const {
   return out;
 }
 
-absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegistration& parsed) {
+PrefillRegistry::PrefillRegistry(ConfiguredNode configured) : configured_(std::move(configured)) {}
+
+absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegistration& parsed,
+                                                              const Registrant& from) {
   const PrefillRegistration& r = parsed.registration;
+  if (configured_.world_size.has_value() && *configured_.world_size != r.world_size) {
+    return Unconfigured("world_size", absl::StrCat(r.world_size),
+                        absl::StrCat(*configured_.world_size), "--world-size");
+  }
+  if (configured_.dp_size.has_value() && *configured_.dp_size != r.dp_size) {
+    return Unconfigured("dp_size", absl::StrCat(r.dp_size), absl::StrCat(*configured_.dp_size),
+                        "--dp-size");
+  }
+  if (configured_.canonical_layout.has_value() &&
+      *configured_.canonical_layout != parsed.canonical_layout) {
+    return Unconfigured(
+        "cache_layout", "the contract",
+        absl::StrCat("the configured one (",
+                     LayoutDifference(*configured_.canonical_layout, parsed.canonical_layout), ")"),
+        "--cache-layout");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (node_.cache_layout.has_value()) {
     // §2.1 step 1: byte-for-byte comparison of the canonical forms.
@@ -116,10 +167,25 @@ absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegist
     outcome.recorded = true;
     outcome.dp_group = r.DpGroup();
     outcome.rank_in_group = r.RankInDpGroup();
-    auto [it, inserted] = table_[outcome.dp_group].emplace(outcome.rank_in_group, r.endpoint);
-    if (inserted) {
+    std::map<int, RankEndpoint>& group = table_[outcome.dp_group];
+    auto it = group.find(outcome.rank_in_group);
+    if (it == group.end()) {
+      group.emplace(outcome.rank_in_group, r.endpoint);
       ++registered_ranks_;
     } else if (it->second != r.endpoint) {
+      if (!from.has_token && !FromHostOf(from.peer_ip, it->second)) {
+        return Refuse(
+            Refusal::kConflict,
+            absl::StrCat("registration engine_rank ", r.engine_rank, ": rank ",
+                         outcome.rank_in_group, " of dp group ", outcome.dp_group,
+                         " is registered at ", it->second.rank_ip, ":", it->second.rank_port,
+                         "; another endpoint (", r.endpoint.rank_ip, ":", r.endpoint.rank_port,
+                         ") is accepted only from ", it->second.rank_ip,
+                         " (the rank restarting on its host) or with the bootstrap token, and "
+                         "this came from ",
+                         from.peer_ip.empty() ? std::string("an unknown address") : from.peer_ip,
+                         " without it"));
+      }
       outcome.replaced = it->second;
       it->second = r.endpoint;
     }

@@ -40,7 +40,8 @@ struct RegistrationOutcome {
   int dp_group = 0;
   int rank_in_group = 0;
   // The rank had registered a different endpoint, which this one replaced: a restarted rank
-  // (CACHEPD §11 item 1 argues for accepting the new route).
+  // (CACHEPD §11 item 1 argues for accepting the new route), from the rank's host or with the
+  // token.
   std::optional<RankEndpoint> replaced;
   int registered_ranks = 0;  // ranks in the table afterwards
   int world_size = 0;
@@ -48,19 +49,43 @@ struct RegistrationOutcome {
 
 using RouteTable = std::map<int, std::map<int, RankEndpoint>>;
 
+// What the operator fixed before any rank registered (`kvrail bootstrap --world-size --dp-size
+// --cache-layout`): a registration that disagrees is refused (kConflict, 409) and changes
+// nothing, so a stray first registration cannot set the node's shape and lock every real rank
+// out (docs/SECURITY.md). Unset members are fixed by the first accepted registration (§2.1).
+struct ConfiguredNode {
+  std::optional<int> world_size;
+  std::optional<int> dp_size;
+  std::optional<std::string> canonical_layout;  // CanonicalLayout()'s form
+};
+
+// Who sent a registration, for the rule that guards a registered rank's endpoint.
+struct Registrant {
+  std::string peer_ip;     // the connection's source address (PeerAddress::ip)
+  bool has_token = false;  // it carried the bootstrap token (token.h)
+};
+
 class PrefillRegistry {
  public:
+  explicit PrefillRegistry(ConfiguredNode configured = {});
+
   // Records `parsed` (ParseRegistration's result) as §2.1 does, all or nothing:
+  //   * its world_size, dp_size and canonical layout must equal the configured ones, if any
+  //     (kConflict, 409);
   //   * its canonical layout must equal byte for byte the one stored by the first accepted
   //     registration, if any ("incompatible layouts": a kReferenceRaises refusal, 500);
   //   * its world_size, dp_size, pp_size, stage placement and sharded groups must equal the
   //     first registration's (kConflict, 409; the reference keeps the first silently and files
   //     later ranks by their own sizes);
   //   * a "Prefill" rank is filed under table[engine_rank / (world / dp)][engine_rank % (world
-  //     / dp)]; registering again with the same endpoint changes nothing, with another endpoint
-  //     replaces it.
+  //     / dp)]. Registering again with the same endpoint changes nothing (§2.1). Another
+  //     endpoint replaces the registered one only when `from` comes from the registered
+  //     endpoint's own IP (the rank restarting on its host, CACHEPD §11 item 1) or carries the
+  //     token; otherwise it is kConflict (409) naming the rank and its registered endpoint, so
+  //     that no one else can redirect a rank's decode peers.
   // The first accepted registration of any role stores the sizes, layout and placement.
-  absl::StatusOr<RegistrationOutcome> Register(const ParsedRegistration& parsed);
+  absl::StatusOr<RegistrationOutcome> Register(const ParsedRegistration& parsed,
+                                               const Registrant& from = {});
 
   NodeDescription Describe() const;
 
@@ -71,6 +96,7 @@ class PrefillRegistry {
   RouteTable Table() const;
 
  private:
+  const ConfiguredNode configured_;
   mutable std::mutex mu_;
   NodeDescription node_;      // guarded by mu_
   RouteTable table_;          // guarded by mu_

@@ -49,7 +49,8 @@ TEST(PrefillRegistryTest, FilesRanksByDpGroupAndReportsReplacements) {
   EXPECT_FALSE(first->replaced.has_value());
   ParsedRegistration moved = Rank(3);
   moved.registration.endpoint.rank_port = 19003;
-  absl::StatusOr<RegistrationOutcome> second = registry.Register(moved);
+  absl::StatusOr<RegistrationOutcome> second =
+      registry.Register(moved, Registrant{"10.2.0.0"});  // from the rank's own host
   ASSERT_TRUE(second.ok());
   ASSERT_TRUE(second->replaced.has_value());
   EXPECT_EQ(second->replaced->rank_port, 18003);
@@ -69,6 +70,61 @@ TEST(PrefillRegistryTest, ARefusedRegistrationRecordsNothing) {
   EXPECT_NE(status.message().find("from byte"), std::string::npos) << status;
   EXPECT_EQ(HttpStatusOf(registry.Register(Rank(1, 8, 2)).status()), 409);
   EXPECT_EQ(registry.Table()[0].size(), 1u);
+}
+
+TEST(PrefillRegistryTest, AnotherEndpointNeedsTheRanksOwnHostOrTheToken) {
+  PrefillRegistry registry;
+  ASSERT_TRUE(registry.Register(Rank(1)).ok());  // 10.2.0.0:18001
+  ParsedRegistration moved = Rank(1);
+  moved.registration.endpoint = RankEndpoint{"10.9.9.9", 18001};
+  for (const Registrant& stranger :
+       {Registrant{}, Registrant{"10.9.9.9"}, Registrant{"10.2.0.1"}, Registrant{"not-an-ip"}}) {
+    absl::Status refused = registry.Register(moved, stranger).status();
+    EXPECT_EQ(HttpStatusOf(refused), 409) << stranger.peer_ip;
+    EXPECT_NE(refused.message().find("registered at 10.2.0.0:18001"), std::string::npos) << refused;
+  }
+  EXPECT_EQ(registry.Lookup(1, 0)->rank_ip, "10.2.0.0");
+  // The same host written as IPv4-mapped IPv6 is the same host.
+  EXPECT_TRUE(registry.Register(moved, Registrant{"::ffff:10.2.0.0"}).ok());
+  EXPECT_EQ(registry.Lookup(1, 0)->rank_ip, "10.9.9.9");
+  // With the token, from anywhere.
+  ParsedRegistration back = Rank(1);
+  absl::StatusOr<RegistrationOutcome> outcome =
+      registry.Register(back, Registrant{"192.0.2.7", /*has_token=*/true});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_TRUE(outcome->replaced.has_value());
+  EXPECT_EQ(outcome->replaced->rank_ip, "10.9.9.9");
+  EXPECT_TRUE(registry.Register(back).ok());  // the same endpoint needs nothing (§2.1)
+}
+
+TEST(PrefillRegistryTest, AConfiguredNodeRefusesOtherSizesAndLayoutsFromTheFirstRegistration) {
+  ConfiguredNode configured;
+  configured.world_size = 4;
+  configured.dp_size = 2;
+  configured.canonical_layout = Rank(0).canonical_layout;
+  PrefillRegistry registry(configured);
+  struct Case {
+    const char* name;
+    ParsedRegistration stray;
+    const char* names;
+  };
+  ParsedRegistration layout = Rank(0);
+  layout.canonical_layout += " ";
+  const Case cases[] = {
+      {"world", Rank(0, 8, 2), "world_size: 8 differs from 4"},
+      {"dp", Rank(0, 4, 4), "dp_size: 4 differs from 2"},
+      {"layout", layout, "--cache-layout"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::Status status = registry.Register(c.stray).status();
+    EXPECT_EQ(HttpStatusOf(status), 409);
+    EXPECT_NE(status.message().find(c.names), std::string::npos) << status;
+    EXPECT_FALSE(registry.Describe().world_size.has_value());  // the node is unchanged
+    EXPECT_TRUE(registry.Table().empty());
+  }
+  EXPECT_TRUE(registry.Register(Rank(0)).ok());
+  EXPECT_EQ(registry.Describe().world_size, 4);
 }
 
 TEST(PrefillRegistryTest, IsSafeUnderConcurrentUse) {

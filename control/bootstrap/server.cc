@@ -1,6 +1,7 @@
 #include "control/bootstrap/server.h"
 
 #include <httplib.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -16,7 +17,9 @@
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
 #include "control/bootstrap/registration.h"
+#include "control/bootstrap/token.h"
 #include "control/wire/python_int.h"
+#include "engine/base/error.h"
 
 namespace kvrail::bootstrap {
 namespace {
@@ -87,21 +90,36 @@ void AnswerGetRoute(const PrefillRegistry& registry, const httplib::Request& req
   Answer(res, 200, DumpPythonJson(body), kJson);
 }
 
+absl::Status Unauthorized(const httplib::Request& req) {
+  return Refuse(Refusal::kUnauthorized,
+                absl::StrCat("registration: PUT /route must carry the header 'Authorization: "
+                             "Bearer <token>' with the token this bootstrap server was started "
+                             "with (--token-file), and this one ",
+                             req.has_header(kAuthorizationHeader) ? "carries another"
+                                                                  : "has no Authorization header"));
+}
+
 void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& options,
                     const httplib::Request& req, httplib::Response& res) {
   RegistrationEvent event;
-  event.peer = absl::StrCat(req.remote_addr, ":", req.remote_port);
-  absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(req.body);
-  if (parsed.ok()) {
-    absl::StatusOr<RegistrationOutcome> outcome = registry.Register(*parsed);
+  event.peer = PeerAddress{req.remote_addr, req.remote_port};
+  const bool token_required = !options.token.empty();
+  if (token_required &&
+      !AuthorizationCarries(req.get_header_value(kAuthorizationHeader), options.token)) {
+    event.status = Unauthorized(req);
+    res.set_header("WWW-Authenticate", "Bearer");
+  } else if (absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(req.body);
+             !parsed.ok()) {
+    event.status = parsed.status();
+  } else {
+    const Registrant from{event.peer.ip, token_required};
+    absl::StatusOr<RegistrationOutcome> outcome = registry.Register(*parsed, from);
     if (outcome.ok()) {
       event.outcome = *outcome;
       event.registration = std::move(parsed->registration);
     } else {
       event.status = outcome.status();
     }
-  } else {
-    event.status = parsed.status();
   }
   event.http_status = HttpStatusOf(event.status);
   if (event.status.ok()) {
@@ -112,33 +130,122 @@ void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& opt
   if (options.on_registration) options.on_registration(event);
 }
 
+// What httplib refuses by itself (a request line or header it cannot parse, a target over
+// 8 KiB) comes with no body; give it the one line every refusal has.
+httplib::Server::HandlerResponse DescribeBareError(const httplib::Request&,
+                                                   httplib::Response& res) {
+  if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+  const std::string why =
+      res.status == 414 ? "request: the request target exceeds the 8192 bytes httplib reads"
+      : res.status == 400
+          ? "request: the request line or a header does not parse as HTTP/1.1 (RFC 9112 §3, §5)"
+          : absl::StrCat("request: refused with ", res.status);
+  Answer(res, res.status, why, kText);
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+constexpr absl::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// One whole request the intake read, as httplib reads a connection: reads come from its bytes
+// (then end of stream), writes go to the socket until the answer deadline.
+class WholeRequestStream final : public httplib::Stream {
+ public:
+  explicit WholeRequestStream(const WholeRequest& request) : request_(request) {}
+
+  bool is_readable() const override { return offset_ < request_.bytes.size(); }
+  bool is_writable() const override {
+    return std::chrono::steady_clock::now() < request_.answer_deadline;
+  }
+
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, request_.bytes.size() - offset_);
+    std::memcpy(ptr, request_.bytes.data() + offset_, n);
+    offset_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    // httplib answers "Expect: 100-continue" as its first write; the intake did already, to
+    // get the body.
+    const bool first = !written_;
+    written_ = true;
+    if (first && request_.continue_sent && absl::string_view(ptr, size) == kContinue) {
+      return static_cast<ssize_t>(size);
+    }
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::send(request_.fd, ptr + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+                              request_.answer_deadline - std::chrono::steady_clock::now())
+                              .count();
+        if (left <= 0) return -1;  // the peer does not read its answer: given up on
+        pollfd writable{request_.fd, POLLOUT, 0};
+        ::poll(&writable, 1, static_cast<int>(std::min<int64_t>(left, 60000)));
+        continue;
+      }
+      return -1;
+    }
+    return static_cast<ssize_t>(size);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = request_.peer.ip;
+    port = request_.peer.port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = request_.local.ip;
+    port = request_.local.port;
+  }
+  socket_t socket() const override { return request_.fd; }
+
+ private:
+  const WholeRequest& request_;
+  size_t offset_ = 0;
+  bool written_ = false;
+};
+
 }  // namespace
 
-BootstrapServer::BootstrapServer(BootstrapServerOptions options) : options_(std::move(options)) {}
-
-BootstrapServer::~BootstrapServer() { Stop(); }
-
-absl::Status BootstrapServer::Start(const std::string& host, int port) {
-  std::lock_guard<std::mutex> lock(lifecycle_mu_);
-  if (started_) return absl::FailedPreconditionError("bootstrap server: started already");
-  if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bootstrap server: port ", port, " is outside 0..65535"));
+// httplib's request parsing, routing and answer writing, over a request the intake read whole.
+class HttpAnswerer : public httplib::Server {
+ public:
+  void Answer(const WholeRequest& request) {
+    WholeRequestStream stream(request);
+    bool connection_closed = false;
+    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
   }
-  auto http = std::make_unique<httplib::Server>();
-  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind the same
-  // port and silently split the registrations between the two.
-  http->set_socket_options([this](socket_t sock) {
-    listen_fd_ = sock;
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  const size_t workers = std::max<size_t>(options_.worker_threads, 1);
-  http->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  http->set_payload_max_length(options_.max_body_bytes);
-  http->set_keep_alive_max_count(1);
-  http->set_keep_alive_timeout(options_.idle_timeout.count());
-  http->set_exception_handler(
+};
+
+namespace {
+
+IntakeOptions IntakeOptionsOf(const BootstrapServerOptions& options) {
+  IntakeOptions intake;
+  intake.limits.max_body_bytes = options.max_body_bytes;
+  intake.request_deadline = options.request_deadline;
+  intake.max_connections = options.max_connections;
+  intake.worker_threads = options.worker_threads;
+  intake.on_refusal = options.on_refusal;
+  return intake;
+}
+
+}  // namespace
+
+BootstrapServer::BootstrapServer(BootstrapServerOptions options)
+    : options_(std::move(options)),
+      registry_(options_.configured),
+      http_(std::make_unique<HttpAnswerer>()),
+      intake_(IntakeOptionsOf(options_),
+              [this](const WholeRequest& request) { http_->Answer(request); }) {
+  HttpAnswerer& http = *http_;
+  http.set_payload_max_length(options_.max_body_bytes);
+  http.set_error_handler(httplib::Server::HandlerWithResponse(DescribeBareError));
+  http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& error) {
         std::string what = "unknown exception";
         try {
@@ -150,22 +257,17 @@ absl::Status BootstrapServer::Start(const std::string& host, int port) {
         Answer(res, 500, absl::StrCat("internal error: ", what), kText);
       });
   // Everything but GET (HEAD included) and PUT /route is answered here, before httplib reads a
-  // body: httplib would otherwise wait for the body of a POST without Content-Length, and has
-  // no handler table at all for some methods aiohttp's "*" route takes.
-  http->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+  // body, as it has no handler table at all for some methods aiohttp's "*" route takes.
+  http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     const std::string& m = req.method;
     if (m == "GET" || (m == "HEAD" && req.path != kRoutePath) ||
         (m == "PUT" && req.path == kRoutePath)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     AnswerMethodNotAllowed(req, res);
-    // The body, if any, stays unread: close the connection rather than parse it as a request.
-    if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) {
-      res.set_header("Connection", "close");
-    }
     return httplib::Server::HandlerResponse::Handled;
   });
-  http->Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+  http.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == kRoutePath) {
       AnswerGetRoute(registry_, req, res);
     } else if (req.path == kHealthPath) {
@@ -174,39 +276,20 @@ absl::Status BootstrapServer::Start(const std::string& host, int port) {
       AnswerNotFound(res);
     }
   });
-  http->Put(kRoutePath, [this](const httplib::Request& req, httplib::Response& res) {
+  http.Put(kRoutePath, [this](const httplib::Request& req, httplib::Response& res) {
     AnswerPutRoute(registry_, options_, req, res);
   });
-
-  const int bound =
-      port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    const int error = errno;
-    return absl::UnavailableError(absl::StrCat("bootstrap server: cannot listen on ", host, ":",
-                                               port, " (", std::strerror(error), ")"));
-  }
-  // httplib listens with a backlog of 5; every rank of a node registers at once at start-up
-  // (§1.2), so widen it (listen() again on a listening socket only changes the backlog).
-  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
-  http_ = std::move(http);
-  port_ = bound;
-  started_ = true;
-  thread_ = std::thread([this] {
-    http_->listen_after_bind();
-    listen_returned_ = true;
-  });
-  // httplib's stop() is a no-op until the listen loop runs; wait for it so Stop() always works.
-  while (!http_->is_running() && !listen_returned_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return absl::OkStatus();
 }
 
-void BootstrapServer::Stop() {
-  std::lock_guard<std::mutex> lock(lifecycle_mu_);
-  if (!thread_.joinable()) return;
-  http_->stop();
-  thread_.join();
+BootstrapServer::~BootstrapServer() { Stop(); }
+
+absl::Status BootstrapServer::Start(const std::string& host, int port) {
+  if (!options_.token.empty()) {
+    KVRAIL_RETURN_IF_ERROR(ValidateToken(options_.token));
+  }
+  return intake_.Start(host, port);
 }
+
+void BootstrapServer::Stop() { intake_.Stop(); }
 
 }  // namespace kvrail::bootstrap

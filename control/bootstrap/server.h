@@ -17,33 +17,50 @@
 // JSON is written as Python's json.dumps writes it. A refused request gets the status of its
 // refusal (refusal.h: 500 where the reference raises, 400 or 409 for kvrail's own rules) and a
 // text/plain body of one line naming the member and the rule.
+//
+// kvrail's own bounds and rules (docs/SECURITY.md); every body is one text/plain line naming
+// the input and the rule:
+//   PUT /route, a token configured and the request without "Authorization: Bearer <token>"
+//                                    401 (with "WWW-Authenticate: Bearer"); the body is not parsed
+//   PUT /route, a registered rank with another endpoint, neither from the rank's registered IP
+//   nor with the token               409, naming the rank and its registered endpoint
+//   PUT /route, world_size, dp_size or layout other than configured
+//                                    409, and the node is unchanged
+//   a body over max_body_bytes       413, from its Content-Length before the body is read
+//   a head over 16 KiB               431
+//   framing that cannot be read (both Content-Length and Transfer-Encoding, a bad length)
+//                                    400
+//   a request not whole within request_deadline of its connection opening
+//                                    408, then the connection is closed
+//   a connection beyond max_connections
+//                                    503 to the longest-open one still sending its request
+//                                    (closed to admit the new one), or to the new one when every
+//                                    open connection is being answered
+// The last five come from the intake (intake.h), which reads requests without tying up a worker,
+// so idle and slow connections cannot starve /health (§1.6). Every connection is closed after
+// one answer ("Connection: close").
 #ifndef KVRAIL_CONTROL_BOOTSTRAP_SERVER_H_
 #define KVRAIL_CONTROL_BOOTSTRAP_SERVER_H_
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "control/bootstrap/intake.h"
 #include "control/bootstrap/registry.h"
 
-namespace httplib {
-class Server;
-}  // namespace httplib
-
 namespace kvrail::bootstrap {
+
+class HttpAnswerer;
 
 // One PUT /route, as the server answered it.
 struct RegistrationEvent {
   absl::Status status;  // OK when accepted; otherwise the refusal
   int http_status = 200;
-  std::string peer;  // "ip:port" of the connection the request came on
+  PeerAddress peer;  // the connection the request came on
   // Set when accepted: the registration and what it changed.
   std::optional<PrefillRegistration> registration;
   RegistrationOutcome outcome;
@@ -53,15 +70,23 @@ struct BootstrapServerOptions {
   // Called once per PUT /route, after the answer is decided, on a server thread, with no lock
   // held. Must be thread-safe. kvrail's library code never logs; `kvrail bootstrap` logs here.
   std::function<void(const RegistrationEvent&)> on_registration;
-  // Bodies above this size are answered 413 by the HTTP layer. A contract is at most 256 KiB.
+  // Called once per request refused, or connection closed, by the intake (intake.h: 408, 413,
+  // 431, 400, 503), on the intake thread with no lock held: must be quick and thread-safe.
+  std::function<void(const RefusalEvent&)> on_refusal;
+  // Bodies above this size are answered 413 before they are read. A contract is at most 256 KiB.
   size_t max_body_bytes = size_t{1} << 20;
-  // Threads answering requests. Every connection is closed after one answer (with
-  // "Connection: close"), so a decode's keep-alive heartbeat (§1.6) never pins a thread between
-  // beats; it reconnects, as HTTP clients do.
+  // Threads answering whole requests; reading them takes none (intake.h).
   size_t worker_threads = 16;
-  // How long an accepted connection may wait for its request. Stop() waits at most about this
-  // long for a connection that never sends one.
-  std::chrono::seconds idle_timeout{2};
+  // Open connections at most; past it the longest-open one still sending is closed (intake.h).
+  size_t max_connections = 512;
+  // From a connection's accept to its request's last byte, head and body; and again for
+  // writing the answer.
+  std::chrono::milliseconds request_deadline{5000};
+  // When not empty, PUT /route must carry "Authorization: Bearer <token>" (token.h; the token
+  // must pass ValidateToken). Empty: nothing changes on the wire.
+  std::string token;
+  // The node's sizes and layout, when fixed before any rank registers (registry.h).
+  ConfiguredNode configured;
 };
 
 class BootstrapServer {
@@ -71,31 +96,27 @@ class BootstrapServer {
   BootstrapServer(const BootstrapServer&) = delete;
   BootstrapServer& operator=(const BootstrapServer&) = delete;
 
-  // Binds host:port and serves on a background thread until Stop(). Port 0 picks a free port;
-  // port() then reports it. Connections are accepted (queued) from the moment Start returns.
-  // Fails (Unavailable) when the address cannot be bound, FailedPrecondition when started
-  // already. A server is started at most once.
+  // Binds host:port and serves on background threads until Stop(). Port 0 picks a free port;
+  // port() then reports it. Connections are accepted from the moment Start returns. Fails
+  // (Unavailable) when the address cannot be bound, FailedPrecondition when started already,
+  // InvalidArgument when the token is not one (token.h). A server is started at most once.
   absl::Status Start(const std::string& host, int port);
 
   // The bound port; 0 before Start succeeds.
-  int port() const { return port_.load(); }
+  int port() const { return intake_.port(); }
 
-  // Closes the listening socket, lets requests in progress finish, and joins every server
-  // thread. Idempotent; safe before Start.
+  // Closes the listening socket and the connections still sending their requests, lets the
+  // requests received whole be answered, and joins every server thread. Idempotent; safe before
+  // Start.
   void Stop();
 
   const PrefillRegistry& registry() const { return registry_; }
 
  private:
-  BootstrapServerOptions options_;
+  const BootstrapServerOptions options_;
   PrefillRegistry registry_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
-  std::atomic<int> port_{0};
-  int listen_fd_ = -1;  // set while Start binds
-  std::atomic<bool> listen_returned_{false};
-  std::mutex lifecycle_mu_;  // serialises Start and Stop
-  bool started_ = false;     // guarded by lifecycle_mu_
+  std::unique_ptr<HttpAnswerer> http_;  // answers each whole request as httplib would
+  RequestIntake intake_;
 };
 
 }  // namespace kvrail::bootstrap

@@ -8,9 +8,15 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -261,13 +267,32 @@ TEST_F(BootstrapServerTest, RegisteringTheSameEndpointAgainChangesNothing) {
   EXPECT_EQ(table[0].size(), 1u);
 }
 
-TEST_F(BootstrapServerTest, ARestartedRankReplacesItsEndpoint) {
-  ASSERT_EQ(Put(Registration(1)).status, 200);
-  json again = Registration(1);
+TEST_F(BootstrapServerTest, ARankRestartingOnItsHostReplacesItsEndpoint) {
+  json first = Registration(1);
+  first["rank_ip"] = "127.0.0.1";  // the host these requests come from
+  ASSERT_EQ(Put(first).status, 200);
+  json again = first;
   again["rank_port"] = "19001";  // a numeric string, as int() reads it (§2.1)
   ASSERT_EQ(Put(again).status, 200);
   EXPECT_EQ(Get("/route", {{"engine_rank", "1"}, {"target_dp_group", "0"}}).body,
-            R"({"rank_ip": "10.2.0.1", "rank_port": 19001})");
+            R"({"rank_ip": "127.0.0.1", "rank_port": 19001})");
+}
+
+TEST_F(BootstrapServerTest, AnotherEndpointForARegisteredRankFromElsewhereIs409NamingIt) {
+  ASSERT_EQ(Put(Registration(0)).status, 200);  // rank 0 at 10.2.0.0:18000
+  json hijack = Registration(0);
+  hijack["rank_ip"] = "10.9.9.9";
+  Reply reply = Put(hijack);
+  EXPECT_EQ(reply.status, 409);
+  EXPECT_EQ(reply.content_type, "text/plain");
+  EXPECT_NE(reply.body.find("rank 0 of dp group 0 is registered at 10.2.0.0:18000"),
+            std::string::npos)
+      << reply.body;
+  EXPECT_NE(reply.body.find("from 127.0.0.1"), std::string::npos) << reply.body;
+  EXPECT_EQ(reply.body.find('\n'), std::string::npos);
+  EXPECT_EQ(Get("/route", {{"engine_rank", "0"}, {"target_dp_group", "0"}}).body,
+            R"({"rank_ip": "10.2.0.0", "rank_port": 18000})");
+  EXPECT_EQ(Put(Registration(0)).status, 200);  // the same endpoint again is still fine (§2.1)
 }
 
 TEST_F(BootstrapServerTest, LayoutsAreComparedInCanonicalForm) {
@@ -471,6 +496,325 @@ TEST_F(BootstrapServerTest, ConcurrentRegistrationsAreAllFiled) {
   RouteTable table = server_.registry().Table();
   ASSERT_EQ(table.size(), 4u);
   for (const auto& [group, ranks] : table) EXPECT_EQ(ranks.size(), 32u) << group;
+}
+
+// A client that writes bytes by hand, as a hostile peer does.
+class RawConnection {
+ public:
+  explicit RawConnection(int port, const char* source_ip = nullptr) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (source_ip != nullptr) {
+      sockaddr_in source{};
+      source.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source_ip, &source.sin_addr);
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&source), sizeof(source));
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool connected() const { return connected_; }
+  int local_port() const {
+    sockaddr_in addr{};
+    socklen_t length = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &length);
+    return ntohs(addr.sin_port);
+  }
+  bool Send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // Reads until `until` appears, the server closes, or nothing arrives for `timeout`.
+  // Returns what arrived; closed() says whether the server closed.
+  std::string Read(std::chrono::seconds timeout, const std::string& until = "") {
+    timeval tv{static_cast<time_t>(timeout.count()), 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    std::string out;
+    char buffer[4096];
+    while (until.empty() || out.find(until) == std::string::npos) {
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+        closed_ = true;
+        break;
+      }
+      if (n < 0) break;  // timed out
+      out.append(buffer, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_ = false;
+};
+
+// Collects the intake's refusals.
+struct RefusalLog {
+  std::mutex mu;
+  std::vector<RefusalEvent> events;
+
+  std::function<void(const RefusalEvent&)> Callback() {
+    return [this](const RefusalEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    };
+  }
+  size_t Count(RefusalKind kind) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(events.begin(), events.end(),
+                         [kind](const RefusalEvent& e) { return e.kind == kind; });
+  }
+};
+
+Reply SendWithin5s(int port, const std::string& path) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(5, 0);
+  httplib::Result result = client.Get(path.c_str());
+  if (!result) return {0, "", httplib::to_string(result.error())};
+  return {result->status, result->get_header_value("Content-Type"), result->body};
+}
+
+// Issue 12: 300 idle connections, or 20 that trickle a header byte at a time and never finish,
+// held every worker and timed /health out for as long as they stayed open.
+TEST(BootstrapServerHardeningTest, IdleAndSlowConnectionsDoNotStarveHealthOrLookups) {
+  RefusalLog log;
+  BootstrapServerOptions options;
+  options.request_deadline = std::chrono::milliseconds(4000);
+  options.on_refusal = log.Callback();
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  ASSERT_EQ(Send(server.port(), "PUT", "/route", {}, Registration(1).dump()).status, 200);
+
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 300; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(server.port()));
+    ASSERT_TRUE(idle.back()->connected()) << i;
+  }
+  std::vector<std::unique_ptr<RawConnection>> slow;
+  for (int i = 0; i < 20; ++i) {
+    slow.push_back(std::make_unique<RawConnection>(server.port()));
+    ASSERT_TRUE(slow.back()->Send("GET /health HTTP/1.1\r\nX-Slow: "));
+  }
+  std::atomic<bool> stop_trickling{false};
+  std::thread trickle([&] {
+    while (!stop_trickling.load()) {
+      for (auto& c : slow) c->Send("a");  // fails quietly once the server has closed it
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+
+  Reply health = SendWithin5s(server.port(), "/health");
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(health.body, "OK");
+  Reply lookup = SendWithin5s(server.port(), "/route?engine_rank=1&target_dp_group=0");
+  EXPECT_EQ(lookup.status, 200) << lookup.body;
+  EXPECT_EQ(lookup.body, R"({"rank_ip": "10.2.0.1", "rank_port": 18001})");
+
+  // Every hostile connection is closed by the server at its deadline, the slow ones (which
+  // kept sending) with a 408 that names the rule.
+  for (auto& c : slow) {
+    const std::string answer = c->Read(std::chrono::seconds(30));
+    EXPECT_TRUE(c->closed());
+    EXPECT_EQ(answer.rfind("HTTP/1.1 408 Request Timeout\r\n", 0), 0u) << answer;
+    EXPECT_NE(answer.find("--request-deadline"), std::string::npos) << answer;
+  }
+  stop_trickling = true;
+  trickle.join();
+  for (auto& c : idle) {
+    c->Read(std::chrono::seconds(30));
+    EXPECT_TRUE(c->closed());
+  }
+  EXPECT_EQ(log.Count(RefusalKind::kDeadline), 320u);
+  EXPECT_EQ(SendWithin5s(server.port(), "/health").status, 200);
+}
+
+TEST(BootstrapServerHardeningTest, PastTheConnectionLimitTheLongestOpenIdleOneMakesRoom) {
+  RefusalLog log;
+  BootstrapServerOptions options;
+  options.max_connections = 8;
+  options.on_refusal = log.Callback();
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(server.port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  // A well-behaved request closes the longest-open idle connection to get in.
+  Reply health = SendWithin5s(server.port(), "/health");
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(health.body, "OK");
+  const std::string answer = idle[0]->Read(std::chrono::seconds(30));
+  EXPECT_TRUE(idle[0]->closed());
+  EXPECT_EQ(answer.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << answer;
+  EXPECT_NE(answer.find("--max-connections"), std::string::npos) << answer;
+  std::lock_guard<std::mutex> lock(log.mu);
+  ASSERT_FALSE(log.events.empty());
+  EXPECT_EQ(log.events[0].kind, RefusalKind::kConnectionLimit);
+  EXPECT_EQ(log.events[0].http_status, 503);
+  EXPECT_EQ(log.events[0].peer.ip, "127.0.0.1");
+  EXPECT_EQ(log.events[0].peer.port, idle[0]->local_port());
+}
+
+TEST(BootstrapServerHardeningTest, ABodyOverTheLimitIs413AndReported) {
+  RefusalLog log;
+  BootstrapServerOptions options;
+  options.on_refusal = log.Callback();
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  Reply reply = Send(server.port(), "PUT", "/route", {}, std::string(12 << 20, ' '));
+  EXPECT_EQ(reply.status, 413);
+  EXPECT_EQ(reply.content_type, "text/plain");
+  EXPECT_NE(reply.body.find("Content-Length 12582912 exceeds the 1048576 bytes"), std::string::npos)
+      << reply.body;
+  EXPECT_EQ(reply.body.find('\n'), std::string::npos);
+  ASSERT_EQ(log.Count(RefusalKind::kBodyTooLarge), 1u);
+  std::lock_guard<std::mutex> lock(log.mu);
+  EXPECT_EQ(log.events[0].http_status, 413);
+  EXPECT_EQ(log.events[0].peer.ip, "127.0.0.1");
+  EXPECT_EQ(log.events[0].reason, reply.body);
+}
+
+TEST(BootstrapServerHardeningTest, ChunkedAndExpectContinueRegistrationsAreRead) {
+  BootstrapServer server;
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const std::string body = Registration(2).dump();
+
+  RawConnection expect(server.port());
+  ASSERT_TRUE(expect.Send(absl::StrCat("PUT /route HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                                       body.size(), "\r\nExpect: 100-continue\r\n\r\n")));
+  EXPECT_EQ(expect.Read(std::chrono::seconds(10), "\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(expect.Send(body));
+  const std::string answer = expect.Read(std::chrono::seconds(10));
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;  // one 100, then the answer
+  EXPECT_EQ(answer.substr(answer.size() - 4), "\r\nOK");
+
+  RawConnection chunked(server.port());
+  ASSERT_TRUE(chunked.Send(
+      absl::StrCat("PUT /route HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+                   absl::Hex(body.size() / 2), "\r\n", body.substr(0, body.size() / 2), "\r\n",
+                   absl::Hex(body.size() - body.size() / 2), "\r\n", body.substr(body.size() / 2),
+                   "\r\n0\r\n\r\n")));
+  EXPECT_EQ(chunked.Read(std::chrono::seconds(10)).rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_EQ(server.registry().Table()[1].size(), 1u);
+}
+
+TEST(BootstrapServerHardeningTest, UnreadableRequestsGetAOneLineBody) {
+  BootstrapServer server;
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  for (const std::string& request :
+       {std::string("PUT /route HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n"
+                    "\r\n"),
+        std::string("NONSENSE\r\n\r\n")}) {
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.Send(request));
+    const std::string answer = c.Read(std::chrono::seconds(10));
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u) << answer;
+    const std::string body = answer.substr(answer.find("\r\n\r\n") + 4);
+    EXPECT_NE(body.find("request:"), std::string::npos) << answer;
+    EXPECT_EQ(body.find('\n'), std::string::npos) << answer;
+  }
+}
+
+TEST(BootstrapServerTokenTest, WithATokenEveryPutNeedsTheBearerHeader) {
+  std::mutex mu;
+  std::vector<RegistrationEvent> events;
+  BootstrapServerOptions options;
+  options.token = "s3cret-Token";
+  options.on_registration = [&](const RegistrationEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(e);
+  };
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const std::string body = Registration(0).dump();
+  auto put = [&](const char* authorization) {
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(10, 0);
+    httplib::Headers headers;
+    if (authorization != nullptr) headers.emplace("Authorization", authorization);
+    return client.Put("/route", headers, body, "application/json");
+  };
+  for (const char* wrong : {static_cast<const char*>(nullptr), "Bearer s3cret-Tokem",
+                            "Basic s3cret-Token", "Bearer s3cret-Token2"}) {
+    SCOPED_TRACE(wrong == nullptr ? "none" : wrong);
+    httplib::Result refused = put(wrong);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 401);
+    EXPECT_EQ(refused->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_EQ(refused->get_header_value("Content-Type"), "text/plain");
+    EXPECT_NE(refused->body.find("'Authorization: Bearer <token>'"), std::string::npos)
+        << refused->body;
+    EXPECT_EQ(refused->body.find("s3cret"), std::string::npos) << refused->body;
+    EXPECT_EQ(refused->body.find('\n'), std::string::npos);
+  }
+  EXPECT_TRUE(server.registry().Table().empty());
+  EXPECT_FALSE(server.registry().Describe().world_size.has_value());  // nothing was fixed
+  httplib::Result accepted = put("Bearer s3cret-Token");
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->status, 200);
+  EXPECT_EQ(accepted->body, "OK");
+  // Reading needs no token (decode ranks and heartbeats, CACHEPD §1.6, §2.2).
+  EXPECT_EQ(Send(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(
+      Send(server.port(), "GET", "/route", {{"engine_rank", "0"}, {"target_dp_group", "0"}}).status,
+      200);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].http_status, 401);
+  EXPECT_EQ(events[0].status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(events[0].peer.ip, "127.0.0.1");
+  EXPECT_TRUE(events[4].status.ok());
+}
+
+TEST(BootstrapServerTokenTest, TheTokenLetsARankMoveToAnotherHost) {
+  BootstrapServerOptions options;
+  options.token = "t";
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(10, 0);
+  const httplib::Headers token{{"Authorization", "Bearer t"}};
+  ASSERT_EQ(client.Put("/route", token, Registration(0).dump(), "application/json")->status, 200);
+  json moved = Registration(0);
+  moved["rank_ip"] = "10.7.7.7";
+  ASSERT_EQ(client.Put("/route", token, moved.dump(), "application/json")->status, 200);
+  EXPECT_EQ(server.registry().Lookup(0, 0)->rank_ip, "10.7.7.7");
+}
+
+TEST(BootstrapServerTokenTest, AnInvalidTokenFailsToStart) {
+  BootstrapServerOptions options;
+  options.token = "has space";
+  BootstrapServer server(options);
+  EXPECT_EQ(server.Start("127.0.0.1", 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BootstrapServerConfiguredTest, AStrayFirstRegistrationCannotFixTheNodesSizes) {
+  BootstrapServerOptions options;
+  options.configured.world_size = 4;
+  options.configured.dp_size = 2;
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  Reply stray = Send(server.port(), "PUT", "/route", {}, Registration(0, 8, 4).dump());
+  EXPECT_EQ(stray.status, 409);
+  EXPECT_NE(stray.body.find("world_size: 8 differs from 4"), std::string::npos) << stray.body;
+  EXPECT_NE(stray.body.find("--world-size"), std::string::npos) << stray.body;
+  EXPECT_EQ(
+      Send(server.port(), "GET", "/route", {{"engine_rank", "-1"}, {"target_dp_group", "-1"}}).body,
+      R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})");
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(Send(server.port(), "PUT", "/route", {}, Registration(rank).dump()).status, 200);
+  }
+  EXPECT_EQ(server.registry().Table().size(), 2u);
 }
 
 TEST(BootstrapServerLifecycleTest, ABusyPortFailsToStart) {
