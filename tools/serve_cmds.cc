@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "control/bootstrap/token.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
 #include "tools/demo/demo.h"
@@ -127,6 +128,11 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: seconds a decode session's handshake endpoint may go unanswered "
                   "before its registration and rooms are dropped")
       ->capture_default_str();
+  static std::string bootstrap_token_file;
+  sub->add_option("--bootstrap-token-file", bootstrap_token_file,
+                  "Prefill: a file holding the bearer token the bootstrap server was started "
+                  "with (its --token-file); sent with every PUT /route")
+      ->check(CLI::ExistingFile);
   static std::string sender_proofs = "auto";
   sub->add_option("--sender-proofs", sender_proofs,
                   "Decode: which prefill nodes must prove their statuses and fence answers: auto "
@@ -151,6 +157,14 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.sender_proofs = sender_proofs == "required" ? sidecar::SenderProofs::kRequired
                             : sender_proofs == "off"    ? sidecar::SenderProofs::kOff
                                                         : sidecar::SenderProofs::kAuto;
+    if (!bootstrap_token_file.empty()) {
+      absl::StatusOr<std::string> token = bootstrap::ReadTokenFile(bootstrap_token_file);
+      if (!token.ok()) {
+        exit_code = Report(token.status(), "sidecar");
+        return;
+      }
+      options.bootstrap_token = *std::move(token);
+    }
     BlockStopSignals();
     // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
     spdlog::set_default_logger(spdlog::stderr_logger_mt("kvrail-sidecar"));

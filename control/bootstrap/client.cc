@@ -89,7 +89,7 @@ absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string&
                     "cannot reach the server (httplib: ", httplib::to_string(result.error()), ")");
       if (transport_failures > retries) break;
     } else {
-      Answer answer{result->status, result->body};
+      Answer answer{result->status, result->body, result->has_header(kKvrailNodeHeader)};
       std::optional<std::string> why = not_ready ? not_ready(answer) : std::nullopt;
       if (!why.has_value()) return answer;
       last_was_timeout = true;
@@ -127,7 +127,7 @@ absl::Status BootstrapClient::RegisterPrefillRank(const PrefillRegistration& reg
   return absl::OkStatus();
 }
 
-absl::StatusOr<plan::PrefillDescription> BootstrapClient::Sync() const {
+absl::StatusOr<plan::PrefillDescription> BootstrapClient::Sync(bool* kvrail_node) const {
   const std::string target = "/route?engine_rank=-1&target_dp_group=-1";
   // §2.2: every member is null until the first registration.
   const NotReady not_ready = [](const Answer& answer) -> std::optional<std::string> {
@@ -145,6 +145,7 @@ absl::StatusOr<plan::PrefillDescription> BootstrapClient::Sync() const {
   };
   KVRAIL_ASSIGN_OR_RETURN(Answer answer, Call("GET", target, "", options_.retries, not_ready));
   if (answer.status != 200) return Refused("GET", target, answer);
+  if (kvrail_node != nullptr) *kvrail_node = answer.kvrail_node;
   absl::StatusOr<plan::PrefillDescription> description = plan::ParsePrefillDescription(answer.body);
   if (!description.ok()) {
     return AddContext(description.status(), absl::StrCat("bootstrap ", address(), ": GET ", target,

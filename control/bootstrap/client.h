@@ -37,6 +37,11 @@ struct BootstrapClientOptions {
   std::string bearer_token;
 };
 
+// A header kvrail's bootstrap server adds to its GET /route answers (bodies stay the
+// reference's, byte for byte): its node's prefill ranks are kvrail sidecars, which prove their
+// statuses to kvrail decodes (docs/SECURITY.md, "Success only from the real sender").
+inline constexpr char kKvrailNodeHeader[] = "X-Kvrail-Node";
+
 class BootstrapClient {
  public:
   BootstrapClient(std::string host, int port, BootstrapClientOptions options = {});
@@ -55,7 +60,9 @@ class BootstrapClient {
   // (§2.3, §10.2). An answer with null sizes or layout means no prefill rank has registered
   // yet: it is asked again, with backoff, until the deadline (then DeadlineExceeded). A
   // non-200 answer or a description that does not parse fails at once.
-  absl::StatusOr<plan::PrefillDescription> Sync() const;
+  // `kvrail_node` (optional) says whether the server is kvrail's (the answer carries
+  // kKvrailNodeHeader): its prefill ranks prove their statuses (control/wire/proof.h).
+  absl::StatusOr<plan::PrefillDescription> Sync(bool* kvrail_node = nullptr) const;
 
   // GET /route?engine_rank=<rank_in_group>&target_dp_group=<dp_group> (§1.3 D4): the control
   // endpoint of that prefill rank. A 500 is what both servers answer for a rank that has not
@@ -70,6 +77,7 @@ class BootstrapClient {
   struct Answer {
     int status = 0;
     std::string body;
+    bool kvrail_node = false;  // the answer carried kKvrailNodeHeader
   };
   // Returns why `answer` means "ask again later", or nullopt when it is final.
   using NotReady = std::function<std::optional<std::string>(const Answer&)>;

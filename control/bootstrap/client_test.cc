@@ -105,8 +105,10 @@ TEST_F(BootstrapClientTest, RegistersSyncsAndLooksUpRanks) {
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(client.RegisterPrefillRank(Rank(rank)).ok()) << rank;
   }
-  absl::StatusOr<plan::PrefillDescription> description = client.Sync();
+  bool kvrail_node = false;
+  absl::StatusOr<plan::PrefillDescription> description = client.Sync(&kvrail_node);
   ASSERT_TRUE(description.ok()) << description.status();
+  EXPECT_TRUE(kvrail_node);  // kvrail's server says so, beside the reference's bytes
   EXPECT_EQ(description->world_size, 4);
   EXPECT_EQ(description->dp_size, 2);
   EXPECT_EQ(description->stage_tp_size, 2);

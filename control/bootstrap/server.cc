@@ -14,6 +14,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "control/bootstrap/client.h"
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
 #include "control/bootstrap/registration.h"
@@ -78,6 +79,8 @@ void AnswerGetRoute(const PrefillRegistry& registry, const httplib::Request& req
   if (!rank.ok()) return AnswerRefusal(res, rank.status());
   absl::StatusOr<int64_t> group = QueryInt(dp_group, "target_dp_group");
   if (!group.ok()) return AnswerRefusal(res, group.status());
+  // Beside the reference's bytes: the node's ranks are kvrail sidecars (client.h).
+  res.set_header(kKvrailNodeHeader, "1");
   if (*rank == -1 && *group == -1) {
     Answer(res, 200, DumpPythonJson(registry.Describe().ToJson()), kJson);
     return;

@@ -227,7 +227,9 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
 
 absl::Status Sidecar::Impl::RegisterWithBootstrap() const {
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(options.bootstrap, "--bootstrap"));
-  bootstrap::BootstrapClient client(server.first, server.second);
+  bootstrap::BootstrapClientOptions client_options;
+  client_options.bearer_token = options.bootstrap_token;
+  bootstrap::BootstrapClient client(server.first, server.second, client_options);
   KVRAIL_RETURN_IF_ERROR(client.RegisterPrefillRank(*registration));
   bootstrap_registrations.fetch_add(1);
   return absl::OkStatus();

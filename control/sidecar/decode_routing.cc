@@ -49,8 +49,10 @@ absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeF
   }
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(address, "bootstrap address"));
   bootstrap::BootstrapClient client(server.first, server.second);
-  KVRAIL_ASSIGN_OR_RETURN(plan::PrefillDescription description, client.Sync());
+  bool kvrail = false;
+  KVRAIL_ASSIGN_OR_RETURN(plan::PrefillDescription description, client.Sync(&kvrail));
   auto node = std::make_shared<PrefillNode>();
+  node->kvrail = kvrail;
   if (description.pp_size > 1) {
     KVRAIL_ASSIGN_OR_RETURN(
         plan::PipelineRoute route,

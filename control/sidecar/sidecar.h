@@ -77,6 +77,9 @@ struct SidecarOptions {
   // whose endpoint refuses connections is at once.
   absl::Duration registration_ttl = absl::Seconds(60);
   SenderProofs sender_proofs = SenderProofs::kAuto;
+  // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
+  // server started with --token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
+  std::string bootstrap_token;
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
 };

@@ -68,6 +68,7 @@ absl::Status Deployment::StartAll() {
                                std::string("--port"), absl::StrCat(port)}) {
     argv.push_back(a);
   }
+  argv.insert(argv.end(), options_.bootstrap_args.begin(), options_.bootstrap_args.end());
   bootstrap_argv_ = argv;
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_,
                           process::Subprocess::Start(argv, {}, LogPath("chaos-bootstrap")));

@@ -29,6 +29,7 @@ struct DeploymentOptions {
   std::vector<std::string> prefill_args;           // extra sidecar flags
   std::map<std::string, std::string> prefill_env;  // added to the prefill sidecar's environment
   std::vector<std::string> decode_args;
+  std::vector<std::string> bootstrap_args;  // extra `kvrail bootstrap` flags
   // `ip netns exec` wrappers and addresses, for sidecars in network namespaces: empty runs on
   // the host's loopback.
   std::vector<std::string> prefill_prefix, decode_prefix;

@@ -3,6 +3,7 @@
 // server, a prefill and a decode sidecar); the attacker uses plain ZeroMQ and the public
 // handshake endpoint, as anyone on the host could.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -36,8 +37,8 @@ class HostilePeerTest : public ::testing::Test {
   void SetUp() override {
     DeploymentOptions options;
     options.pages = 32;
-    // Every status and fence answer must come with a sender proof (the real ones do).
-    options.decode_args = {"--sender-proofs", "required"};
+    // The decode's default, --sender-proofs auto: kvrail's bootstrap server says its node is
+    // kvrail's, so every status and fence answer from it must come with a sender proof.
     auto started = Deployment::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     d_ = *std::move(started);
@@ -218,6 +219,29 @@ TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
   EXPECT_TRUE(d_->Landed(0, manifest));
+}
+
+// A bootstrap server started with a token: the prefill sidecar given it registers (the
+// deployment's warm-up room lands), and a PUT /route without it is refused 401.
+TEST(BootstrapTokenTest, APrefillWithTheTokenRegistersAndAPutWithoutItIsRefused) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string token_file = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/bootstrap.token");
+  {
+    std::ofstream out(token_file);
+    out << "kvrail-test-token-0123456789\n";
+  }
+  DeploymentOptions options;
+  options.pages = 8;
+  options.bootstrap_args = {"--token-file", token_file};
+  options.prefill_args = {"--bootstrap-token-file", token_file};
+  auto started = Deployment::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::string& address = (*started)->bootstrap();
+  httplib::Client client(address.substr(0, address.rfind(':')),
+                         std::stoi(address.substr(address.rfind(':') + 1)));
+  httplib::Result put = client.Put("/route", "{}", "application/json");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 401) << put->body;
 }
 
 }  // namespace
