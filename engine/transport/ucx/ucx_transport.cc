@@ -297,7 +297,8 @@ struct Lane {
     Finish(op, result.ok() ? std::move(status) : std::move(result));
   }
 
-  // Keeps a finished op (or a job done with) for a later post, with its vectors' capacity.
+  // Keeps a finished op (or a job done with) for a later post, with its vectors' capacity up to
+  // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB).
   void Recycle(Op* op) {
     std::vector<AmHeader> headers = std::move(op->headers);
     std::vector<Write> writes = std::move(op->writes);
@@ -307,7 +308,7 @@ struct Lane {
     region_of.clear();
     *op = Op();
     if (headers.capacity() <= 4096) op->headers = std::move(headers);
-    if (writes.capacity() <= 4096) {
+    if (writes.capacity() <= 1024) {
       op->writes = std::move(writes);
       op->region_of = std::move(region_of);
     }
