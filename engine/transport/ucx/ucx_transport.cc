@@ -78,12 +78,16 @@ enum class OpKind {
   kBatch,    // PostWrites
   kFlush,    // Flush over puts (and Connect's wireup): ucp_ep_flush_nbx
   kAmFlush,  // Flush over active messages: done when the peer's FlushReply arrives
+  // Jobs that only the lane's queue carries, never delivered:
+  kConnect,  // Connect: the peer's endpoint on this lane; then the op is the wireup's kFlush
+  kClose,    // Disconnect, Close, a failed Connect: cancel the peer's ops here, close its endpoint
 };
 
-// One batch or flush. Freed once it is delivered and no UCX request still points at it.
-// Guarded by its lane's mutex.
+// One job of a lane's queue, and then (batches and flushes) one operation in UCX. Filled by the
+// posting thread under the lane's queue mutex; the lane's thread's alone once it is taken off
+// the queue. Freed, or recycled, once it is delivered and no UCX request still points at it.
 struct Op {
-  PeerState* peer = nullptr;  // kept alive by the transport until its endpoints are closed
+  PeerState* peer = nullptr;  // kept alive by the peer's close jobs until its endpoints close
   int lane = 0;
   OpKind kind = OpKind::kBatch;
   int requests = 0;  // UCX requests outstanding with this op as user data
@@ -95,51 +99,65 @@ struct Op {
   // Active-message headers: UCX reads each until its send completes. Reserved before the first
   // send (so none moves) and kept with its capacity when the op is recycled.
   std::vector<AmHeader> headers;
+  // A batch as PostWrites checked it: the source region (sent only while it is registered),
+  // its bytes, the writes and each one's index in the peer's descriptor regions (its rkey).
+  // The vectors keep their capacity when the op is recycled.
+  RegionId source = 0;
+  const std::byte* base = nullptr;
+  std::vector<Write> writes;
+  std::vector<int> region_of;
+  // kClose: the peer, alive until its endpoint on this lane has closed.
+  std::shared_ptr<PeerState> closing;
 };
 
-// What an endpoint's error handler needs: the peer and which of its lanes.
-struct LaneRef {
-  PeerState* peer = nullptr;
+// What one lane keeps of one peer. Only that lane's thread touches it once the peer's connect
+// job has been queued (the fields filled before are fixed). One cache line apart from the
+// peer's other lanes, which other threads write at once.
+struct alignas(64) PeerLane {
+  PeerState* peer = nullptr;  // with `lane`, the endpoint's error handler's argument
   int lane = 0;
+  uint64_t token = 0;  // the active-message path: this connection's name at the target
+  ucp_ep_h ep = nullptr;
+  bool peer_mode = false;         // the endpoint has peer-failure handling
+  std::vector<ucp_rkey_h> rkeys;  // [descriptor region index]
+  absl::Status error;             // first failure of a batch since the lane's last Flush
+  ucs_status_t failed = UCS_OK;   // set by UCX's error handler
+  std::deque<Op*> ops;            // undelivered batches and flushes, oldest first
+  uint64_t sent = 0;              // the active-message path: write messages sent so far,
+  uint64_t flushes = 0;           // and the last flush's number
 };
 
-// A connected peer. `regions` and `id` are written with the transport's mu_ and every lane's mutex
-// held; everything indexed by lane is guarded by that lane's mutex.
+// A connected (or connecting) peer. Everything but `closed` and `why` is fixed before its
+// first job is queued, or is its lanes' (see PeerLane).
 struct PeerState {
   PeerId id = 0;
   std::string name;  // for messages: "session <id>" (from the descriptor)
   RemoteRegions regions;
-  bool closed = false;          // ClosePeer ran (written with every lane's mutex held)
-  std::vector<ucp_ep_h> eps;    // per local lane
-  std::vector<bool> peer_mode;  // [lane]: the endpoint has peer-failure handling
-  std::vector<std::vector<ucp_rkey_h>> rkeys;  // [lane][descriptor region index]
-  std::vector<absl::Status> lane_errors;       // first failure since the lane's last Flush
-  std::vector<ucs_status_t> lane_failed;       // set by UCX's error handler
-  std::vector<std::deque<Op*>> ops;            // [lane]: undelivered, oldest first
-  std::vector<LaneRef> refs;                   // [lane]: the error handlers' argument
-  // The active-message path, per lane: the connection's name at the target, the write messages
-  // sent so far, and the last flush's number.
-  std::vector<uint64_t> tokens;
-  std::vector<uint64_t> sent;
-  std::vector<uint64_t> flushes;
-  PeerState(RemoteRegions r, int lanes) : regions(std::move(r)) {
-    eps.assign(lanes, nullptr);
-    peer_mode.assign(lanes, false);
-    lane_errors.assign(lanes, absl::OkStatus());
-    lane_failed.assign(lanes, UCS_OK);
-    ops.resize(lanes);
-    for (int lane = 0; lane < lanes; ++lane) refs.push_back({this, lane});
+  // What the connect jobs need of the descriptor: the peer's worker address for each local
+  // lane, and its regions' packed rkeys.
+  std::vector<std::string> remote_addresses;
+  std::vector<std::string> remote_keys;
+  std::shared_ptr<ConnectWait> connect_wait;
+  // ClosePeer ran: written holding every lane's worker mutex, so a lane's thread reads them
+  // holding its own. Its jobs still queued are cancelled, not sent.
+  bool closed = false;
+  const char* why = "";  // why it was closed, for the cancellations
+  std::vector<PeerLane> lanes;
+  PeerState(RemoteRegions r, int lane_count, size_t region_count) : regions(std::move(r)) {
+    lanes.resize(lane_count);
     std::random_device random;
-    for (int lane = 0; lane < lanes; ++lane) {
-      tokens.push_back((uint64_t{random()} << 32) ^ random() ^ (uint64_t(lane) << 56));
+    for (int lane = 0; lane < lane_count; ++lane) {
+      PeerLane& pl = lanes[lane];
+      pl.peer = this;
+      pl.lane = lane;
+      pl.token = (uint64_t{random()} << 32) ^ random() ^ (uint64_t(lane) << 56);
+      pl.rkeys.assign(region_count, nullptr);
     }
-    sent.assign(lanes, 0);
-    flushes.assign(lanes, 0);
   }
-  // With the lane's mutex held, once the lane's endpoint is closed (UCX wants an endpoint's
-  // rkeys gone before its worker, and puts still draining at close may use them).
+  // On the lane's thread, once the lane's endpoint is closed (UCX wants an endpoint's rkeys
+  // gone before its worker, and puts still draining at close may use them).
   void DestroyRkeys(int lane) {
-    for (ucp_rkey_h& rkey : rkeys[lane]) {
+    for (ucp_rkey_h& rkey : lanes[lane].rkeys) {
       if (rkey != nullptr) ucp_rkey_destroy(rkey);
       rkey = nullptr;
     }
@@ -163,7 +181,7 @@ struct Ready {
   absl::Status status;
 };
 
-// Connect's wait for the wireup of every lane: told by the lanes' completions.
+// Connect's wait for the wireup of every lane: told by the lanes' threads.
 struct ConnectWait {
   std::mutex mu;
   std::condition_variable changed;
@@ -177,85 +195,128 @@ struct ConnectWait {
   }
 };
 
-// One lane: a worker and the thread that progresses it.
+// One lane: a worker, the thread that alone calls into it, and the queue that feeds that thread.
 struct Lane {
   int index = 0;
   UcxTransport* transport = nullptr;
-  ucp_worker_h worker = nullptr;  // destroyed by ReleaseAll
+  ucp_worker_h worker = nullptr;  // made by Init; destroyed by the thread (or ReleaseAll)
   std::string address;            // ucp_worker_get_address bytes
   std::thread thread;
 
+  // Held by the lane's thread while it calls into the worker (its jobs, then a progress), never
+  // while it delivers completions or sleeps; posts, flushes and Connect never take it. The calls
+  // that change what the thread reads there (the regions, a peer's `closed`) take every lane's,
+  // so that when they return no lane still copies into a withdrawn region or sends for a closed
+  // peer. Taken before `mu`.
+  std::mutex worker_mu;
+
+  // The queue's mutex: held to push or take jobs, never across a UCX call or a wait.
   std::mutex mu;
   std::condition_variable changed;
   // Guarded by mu:
-  bool kick = false;         // new work: the thread should spin, not sleep
-  bool stop = false;         // Close: tear down and exit
-  std::vector<Ready> ready;  // swapped with the thread's own, so delivery never allocates
-  // Endpoint-close requests, each with the peer whose rkeys on this lane go when it finishes.
-  std::vector<std::pair<void*, std::shared_ptr<PeerState>>> closing;
-  // Finished ops kept for reuse (RecycleLocked), at most kSpareOps.
+  std::vector<Op*> jobs;  // oldest first; the thread takes them all at once
+  bool stop = false;      // Close: tear down and exit
+  // Ops for the next posts (a post over shared memory is a copy of a few microseconds, and a
+  // malloc and a free per post showed in perf); at most kSpareOps.
   static constexpr size_t kSpareOps = 256;
   std::vector<std::unique_ptr<Op>> spare;
-  // PostWrites' region index of each write (CheckWrites), kept for its capacity.
-  std::vector<int> region_of;
+
+  // The thread's own:
+  std::vector<Ready> ready;  // swapped with the delivery round's, so delivery never allocates
+  std::vector<std::unique_ptr<Op>> recycled;  // finished ops, handed to `spare` at the next take
+  // Endpoint-close requests, each with the peer whose rkeys on this lane go when it finishes.
+  std::vector<std::pair<void*, std::shared_ptr<PeerState>>> closing;
   // The active-message path: this lane's peers by token (for their flushes' answers), and what
   // it keeps for each writer that writes into it.
   std::unordered_map<uint64_t, PeerState*> outbound;
   std::unordered_map<uint64_t, Inbound> inbound;
 
-  // mu held. Moves `op`'s completion onto the ready list once; frees it when UCX is done too.
-  void FinishLocked(Op* op, absl::Status status) {
+  // mu held. An op for a post, from the spare ones when there is one.
+  Op* TakeOpLocked() {
+    if (spare.empty()) return new Op;
+    Op* op = spare.back().release();
+    spare.pop_back();
+    return op;
+  }
+
+  // mu held. Queues `op` as a job of `kind` for `peer` on this lane and wakes the thread.
+  void PushLocked(Op* op, PeerState& peer, OpKind kind, Completion done) {
+    op->peer = &peer;
+    op->lane = index;
+    op->kind = kind;
+    op->done = std::move(done);
+    op->home = this;
+    jobs.push_back(op);
+    changed.notify_one();
+  }
+
+  // mu held, on the thread. Takes every queued job into `taken` (empty) and gives the ops that
+  // finished since back to the spare ones.
+  void TakeJobsLocked(std::vector<Op*>& taken) {
+    taken.swap(jobs);
+    for (auto& op : recycled) {
+      if (spare.size() >= kSpareOps) break;
+      spare.push_back(std::move(op));
+    }
+    recycled.clear();  // deletes what did not fit
+  }
+
+  // On the thread, from here on. Moves `op`'s completion onto the ready list once; recycles it
+  // when UCX is done too.
+  void Finish(Op* op, absl::Status status) {
     if (!op->delivered) {
       op->delivered = true;
-      PeerState* peer = op->peer;
-      auto& ops = peer->ops[op->lane];
+      PeerLane& pl = op->peer->lanes[op->lane];
+      auto& ops = pl.ops;
       if (ops.front() == op) {
         ops.pop_front();  // the usual case: a lane's operations finish in order
       } else {
         ops.erase(std::find(ops.begin(), ops.end(), op));
       }
-      if (op->kind == OpKind::kBatch && !status.ok() && peer->lane_errors[op->lane].ok()) {
-        peer->lane_errors[op->lane] = status;
-      }
+      if (op->kind == OpKind::kBatch && !status.ok() && pl.error.ok()) pl.error = status;
       ready.push_back({std::move(op->done), std::move(status)});
     }
-    if (op->requests == 0) RecycleLocked(op);
+    if (op->requests == 0) Recycle(op);
   }
 
-  // mu held. Around the UCX calls that post `op`: UCX may call back inside them (an endpoint
-  // that fails while sending finishes the op), and the hold keeps the op alive until Release.
-  static void HoldLocked(Op* op) { ++op->requests; }
-  // mu held. Ends the hold. Returns false when `op` has been delivered meanwhile (and maybe
-  // recycled: the caller must not touch it again); true when it is still the caller's.
-  bool ReleaseLocked(Op* op) {
+  // Around the UCX calls that post `op`: UCX may call back inside them (an endpoint that fails
+  // while sending finishes the op), and the hold keeps the op alive until Release.
+  static void Hold(Op* op) { ++op->requests; }
+  // Ends the hold. Returns false when `op` has been delivered meanwhile (and maybe recycled:
+  // the caller must not touch it again); true when it is still the caller's.
+  bool Release(Op* op) {
     --op->requests;
     if (!op->delivered) return true;
-    if (op->requests == 0) RecycleLocked(op);
+    if (op->requests == 0) Recycle(op);
     return false;
   }
 
-  // mu held. A flush's outcome: the first failure of the batches before it, else `status`.
-  void FinishFlushLocked(Op* op, absl::Status status) {
-    absl::Status result = std::exchange(op->peer->lane_errors[op->lane], absl::OkStatus());
-    FinishLocked(op, result.ok() ? std::move(status) : std::move(result));
+  // A flush's outcome: the first failure of the batches before it, else `status`.
+  void FinishFlush(Op* op, absl::Status status) {
+    absl::Status result = std::exchange(op->peer->lanes[op->lane].error, absl::OkStatus());
+    Finish(op, result.ok() ? std::move(status) : std::move(result));
   }
 
-  // mu held. Keeps a finished op for the lane's next post (a post over shared memory is a copy
-  // of a few microseconds, and a malloc and a free per post showed in perf).
-  void RecycleLocked(Op* op) {
-    if (spare.size() >= kSpareOps) {
-      delete op;
-      return;
-    }
+  // Keeps a finished op (or a job done with) for a later post, with its vectors' capacity up to
+  // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB).
+  void Recycle(Op* op) {
     std::vector<AmHeader> headers = std::move(op->headers);
+    std::vector<Write> writes = std::move(op->writes);
+    std::vector<int> region_of = std::move(op->region_of);
     headers.clear();
+    writes.clear();
+    region_of.clear();
     *op = Op();
     if (headers.capacity() <= 4096) op->headers = std::move(headers);
-    spare.emplace_back(op);
+    if (writes.capacity() <= 1024) {
+      op->writes = std::move(writes);
+      op->region_of = std::move(region_of);
+    }
+    recycled.emplace_back(op);
   }
 
-  // mu held. Frees the close requests that finished, and their peers' rkeys on this lane.
-  void ReapClosedLocked() {
+  // Frees the close requests that finished, and their peers' rkeys on this lane.
+  void ReapClosed() {
     closing.erase(std::remove_if(closing.begin(), closing.end(),
                                  [this](std::pair<void*, std::shared_ptr<PeerState>>& entry) {
                                    if (ucp_request_check_status(entry.first) == UCS_INPROGRESS) {
@@ -266,31 +327,6 @@ struct Lane {
                                    return true;
                                  }),
                   closing.end());
-  }
-
-  void Kick() {
-    kick = true;
-    changed.notify_one();
-  }
-
-  // mu held. A batch or flush of `peer` on this lane, queued as undelivered; the thread is
-  // woken to deliver it.
-  Op* NewOpLocked(PeerState& peer, int lane, OpKind kind, Completion done) {
-    Op* op;
-    if (spare.empty()) {
-      op = new Op;
-    } else {
-      op = spare.back().release();
-      spare.pop_back();
-    }
-    op->peer = &peer;
-    op->lane = lane;
-    op->kind = kind;
-    op->done = std::move(done);
-    op->home = this;
-    peer.ops[lane].push_back(op);
-    Kick();
-    return op;
   }
 };
 
@@ -306,15 +342,19 @@ absl::Status FromUcs(ucs_status_t status, const std::string& context) {
 }
 
 }  // namespace
-// Every lane's mutex, taken in lane order and released in reverse: with the transport's mu_,
-// what a writer of the transport-wide state holds, so that a post needs only its own lane's.
+// Every lane's worker mutex, then every lane's queue mutex, each in lane order, released in
+// reverse: with the transport's mu_, what a writer of the transport-wide state holds. A post
+// reads that state holding only its lane's queue mutex, a lane's thread holding only its
+// worker mutex.
 class AllLanes {
  public:
   explicit AllLanes(const std::vector<std::unique_ptr<Lane>>& lanes) : lanes_(lanes) {
+    for (const auto& lane : lanes_) lane->worker_mu.lock();
     for (const auto& lane : lanes_) lane->mu.lock();
   }
   ~AllLanes() {
     for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) (*it)->mu.unlock();
+    for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) (*it)->worker_mu.unlock();
   }
   AllLanes(const AllLanes&) = delete;
   AllLanes& operator=(const AllLanes&) = delete;
@@ -332,9 +372,9 @@ using ucx_internal::FlushReply;
 using ucx_internal::FromUcs;
 using ucx_internal::Inbound;
 using ucx_internal::Lane;
-using ucx_internal::LaneRef;
 using ucx_internal::Op;
 using ucx_internal::OpKind;
+using ucx_internal::PeerLane;
 using ucx_internal::PeerState;
 using ucx_internal::Ready;
 using ucx_internal::RegionState;
@@ -351,8 +391,8 @@ extern "C" void __tsan_ignore_thread_end();
 // Under ThreadSanitizer those copies are ignored: the reader (the application, after a Flush
 // completed on the initiator) is ordered after them only through UCX's uninstrumented shared
 // memory or socket acknowledgements, which TSan cannot see, so every landed byte would be a
-// false race. Our own state touched in UCX callbacks is guarded by the lane's mutex, held around
-// this call.
+// false race. Our own state touched in UCX callbacks is the lane's thread's own, and the regions it
+// reads there are written only while every lane's worker mutex is held (the caller holds its own).
 unsigned ProgressWorker(void* worker) {
 #if defined(__SANITIZE_THREAD__)
   __tsan_ignore_thread_begin();
@@ -364,21 +404,20 @@ unsigned ProgressWorker(void* worker) {
   return events;
 }
 
-// Error handler for every endpoint: arg is its LaneRef. Runs in UCX calls on that lane's
-// worker, under the lane's mutex. UCX fails the endpoint's requests itself; flushes waiting for
+// Error handler for every endpoint: arg is its PeerLane. Runs in UCX calls on that lane's
+// worker, on the lane's thread. UCX fails the endpoint's requests itself; flushes waiting for
 // the peer's answer (the active-message path) would wait for ever, so they fail here.
 void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* ref = static_cast<LaneRef*>(arg);
-  PeerState& peer = *ref->peer;
-  if (peer.lane_failed[ref->lane] == UCS_OK) peer.lane_failed[ref->lane] = status;
+  PeerLane& pl = *static_cast<PeerLane*>(arg);
+  if (pl.failed == UCS_OK) pl.failed = status;
   std::vector<Op*> waiting;
-  for (Op* op : peer.ops[ref->lane]) {
+  for (Op* op : pl.ops) {
     if (op->kind == OpKind::kAmFlush) waiting.push_back(op);
   }
   for (Op* op : waiting) {
-    op->home->FinishFlushLocked(
+    op->home->FinishFlush(
         op, FromUcs(status, absl::StrFormat("flush to peer %d lane %d: the peer's endpoint failed",
-                                            peer.id, ref->lane)));
+                                            pl.peer->id, pl.lane)));
   }
 }
 
@@ -463,7 +502,7 @@ ucs_status_t OnFlushReplyAm(void* arg, const void* header, size_t header_length,
   auto found = lane.outbound.find(reply.token);
   if (found == lane.outbound.end()) return UCS_OK;  // disconnected since
   PeerState& peer = *found->second;
-  for (Op* op : peer.ops[lane.index]) {
+  for (Op* op : peer.lanes[lane.index].ops) {
     if (op->kind != OpKind::kAmFlush || op->seq != reply.seq) continue;
     absl::Status status;
     if (reply.refused != 0) {
@@ -472,7 +511,7 @@ ucs_status_t OnFlushReplyAm(void* arg, const void* header, size_t header_length,
           "region it has registered (deregistered since its descriptor was fetched?)",
           peer.id, lane.index, reply.refused_length, reply.refused_address));
     }
-    lane.FinishFlushLocked(op, std::move(status));
+    lane.FinishFlush(op, std::move(status));
     break;
   }
   return UCS_OK;
@@ -487,32 +526,35 @@ ucs_status_t OnByeAm(void* arg, const void* header, size_t header_length, void* 
   return UCS_OK;
 }
 
-// Every request's completion (puts, flushes, active messages), under the op's lane's mutex: a
+// Every request's completion (puts, flushes, active messages), on the op's lane's thread: a
 // batch completes when its last request does, a flush with its request or the peer's answer.
 void OnPutDone(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<Op*>(user_data);
   ucp_request_free(request);
   --op->requests;
   if (op->delivered) {
-    if (op->requests == 0) op->home->RecycleLocked(op);
+    if (op->requests == 0) op->home->Recycle(op);
     return;
   }
   switch (op->kind) {
     case OpKind::kFlush:
-      op->home->FinishFlushLocked(
+      op->home->FinishFlush(
           op, FromUcs(status, absl::StrFormat("flush to peer %d lane %d", op->peer->id, op->lane)));
       return;
     case OpKind::kAmFlush:
       // Its message left; the peer's answer completes it (OnFlushReplyAm), or the endpoint's
       // failure does (OnEndpointError).
       if (status != UCS_OK) {
-        op->home->FinishFlushLocked(
+        op->home->FinishFlush(
             op, absl::UnavailableError(absl::StrFormat("flush to peer %d lane %d: UCX: %s",
                                                        op->peer->id, op->lane, Ucs(status))));
       }
       return;
     case OpKind::kBatch:
       break;
+    case OpKind::kConnect:
+    case OpKind::kClose:
+      return;  // jobs only: never a request's user data
   }
   if (status != UCS_OK && op->status.ok()) {
     // Unavailable even when UCX says cancelled: it cancels when the endpoint failed, and the
@@ -520,7 +562,7 @@ void OnPutDone(void* request, ucs_status_t status, void* user_data) {
     op->status = absl::UnavailableError(absl::StrFormat("batch to peer %d lane %d: write: UCX: %s",
                                                         op->peer->id, op->lane, Ucs(status)));
   }
-  if (op->requests == 0) op->home->FinishLocked(op, op->status);
+  if (op->requests == 0) op->home->Finish(op, op->status);
 }
 
 // What a post and a flush give UCX with every request: OnPutDone, and the op.
@@ -539,17 +581,32 @@ absl::Status PostFailure(ucs_status_ptr_t request, const std::string& what) {
 }
 
 // A flush over puts (or Connect's wireup): ucp_ep_flush_nbx of `ep` completes `op`.
-void StartFlushLocked(Lane& lane, ucp_ep_h ep, Op* op, const std::string& what) {
+void StartFlush(Lane& lane, ucp_ep_h ep, Op* op, const std::string& what) {
   ucp_request_param_t param = RequestParam(op);
-  Lane::HoldLocked(op);
+  Lane::Hold(op);
   ucs_status_ptr_t request = ucp_ep_flush_nbx(ep, &param);
   if (UCS_PTR_IS_PTR(request)) ++op->requests;
-  if (!lane.ReleaseLocked(op)) return;
+  if (!lane.Release(op)) return;
   if (request == nullptr) {
-    lane.FinishFlushLocked(op, absl::OkStatus());
+    lane.FinishFlush(op, absl::OkStatus());
   } else if (UCS_PTR_IS_ERR(request)) {
-    lane.FinishFlushLocked(op, PostFailure(request, what));
+    lane.FinishFlush(op, PostFailure(request, what));
   }
+}
+
+// What a batch's and a flush's errors start with.
+std::string BatchContext(PeerId peer, int lane, RegionId source) {
+  return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
+}
+std::string FlushContext(PeerId peer, int lane) {
+  return absl::StrFormat("Flush of peer %d lane %d", peer, lane);
+}
+
+// A batch's or a flush's cancellation: Disconnect, Close, or a failed Connect (`why`).
+absl::Status Cancellation(const Op& op, const char* why) {
+  return absl::CancelledError(absl::StrFormat("%s to peer %d lane %d: %s before it completed",
+                                              op.kind == OpKind::kBatch ? "batch" : "flush",
+                                              op.peer->id, op.lane, why));
 }
 
 // Peer-failure handling over shared memory (off in UCX 1.13 by default): a peer whose process
@@ -711,7 +768,7 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
       settings.push_back({name.substr(std::string("UCX_TCP_").size()), value, {name}});
     }
     // connect(2) without blocking: a blocking one to an unreachable host would hold the lane's
-    // mutex, and so every other peer's posts on that lane, through the kernel's SYN retries.
+    // thread, and so every other peer's posts on that lane, through the kernel's SYN retries.
     settings.push_back({"CONN_NB", "y", {"UCX_TCP_CONN_NB"}});
   }
   if (options.keepalive_interval > absl::ZeroDuration()) {
@@ -759,7 +816,8 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
     lane->transport = this;
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // only under the lane's mutex
+    // Serialised: Init (this thread) sets it up, then only the lane's thread calls into it.
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     s = ucp_worker_create(context, &wp, &lane->worker);
     if (s != UCS_OK) {
       return FromUcs(s, absl::StrFormat("ucx: ucp_worker_create for lane %d", index));
@@ -906,7 +964,7 @@ absl::Status UcxTransport::Deregister(RegionId region) {
     return absl::NotFoundError(absl::StrFormat("Deregister: region %d is not registered", region));
   }
   {
-    AllLanes writing(lanes_);  // no post reads the region while it goes
+    AllLanes writing(lanes_);  // no post checks, no lane sends from or copies into it now
     it->second->Release(static_cast<ucp_context_h>(context_));
     regions_.erase(it);
     ++version_;
@@ -948,27 +1006,38 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   }
   KVRAIL_ASSIGN_OR_RETURN(RemoteRegions regions, RemoteRegions::FromDescriptor(peer));
   const int lanes = capabilities_.lanes;
-  auto state = std::make_shared<PeerState>(std::move(regions), lanes);
+  auto state = std::make_shared<PeerState>(std::move(regions), lanes, peer.regions_size());
   state->name = PeerName(peer);
-  state->rkeys.assign(lanes, std::vector<ucp_rkey_h>(peer.regions_size(), nullptr));
+  for (int index = 0; index < lanes; ++index) {
+    state->remote_addresses.push_back(peer.lanes(index % peer.lanes_size()).address());
+  }
+  for (int r = 0; r < peer.regions_size(); ++r) {
+    state->remote_keys.push_back(peer.regions(r).remote_key());
+  }
+  auto wait = std::make_shared<ConnectWait>();
+  wait->pending = lanes;
+  state->connect_wait = wait;
   {
+    // Every lane's thread creates the peer's endpoint and starts UCX's wireup on its own worker
+    // (IssueConnect); this thread only queues the jobs, then waits holding no lock (see the
+    // header). The id is taken now, before any lane can name the peer in a message; a Connect
+    // that fails leaves its id unused.
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::FailedPreconditionError("Connect: the transport is closed");
+    state->id = next_peer_++;
     connecting_.push_back(state);
-  }
-  // Each lane's endpoint and wireup start under that lane's mutex alone; then the wait holds no
-  // lock, while the lanes' threads progress the wireup (see the header).
-  auto wait = std::make_shared<ConnectWait>();
-  absl::Status failure;
-  for (int index = 0; index < lanes && failure.ok(); ++index) {
-    failure = StartLaneConnect(*lanes_[index], *state, peer, wait);
+    for (auto& lane : lanes_) {
+      std::lock_guard<std::mutex> queue(lane->mu);
+      lane->PushLocked(lane->TakeOpLocked(), *state, OpKind::kConnect, {});
+    }
   }
   bool timed_out = false;
-  if (failure.ok()) {
+  absl::Status failure;
+  {
     std::unique_lock<std::mutex> lock(wait->mu);
     timed_out = !wait->changed.wait_for(lock, absl::ToChronoNanoseconds(connect_timeout_),
                                         [&wait] { return wait->pending == 0; });
-    if (failure.ok() && !timed_out) failure = wait->failure;
+    if (!timed_out) failure = wait->failure;
   }
   std::lock_guard<std::mutex> lock(mu_);
   AllLanes writing(lanes_);
@@ -987,77 +1056,78 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
     ClosePeer(state, "connect failed");
     return failure;
   }
-  const PeerId id = next_peer_++;
-  state->id = id;
+  const PeerId id = state->id;
   peers_.emplace(id, std::move(state));
   return id;
 }
 
-absl::Status UcxTransport::StartLaneConnect(Lane& lane, PeerState& state,
-                                            const v1::HandshakeDescriptor& peer,
-                                            const std::shared_ptr<ConnectWait>& wait) {
+void UcxTransport::IssueConnect(Lane& lane, Op* op) {
+  PeerState& state = *op->peer;
   const int index = lane.index;
-  std::lock_guard<std::mutex> lane_lock(lane.mu);
-  if (state.closed || lane.stop) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("Connect to ", state.name, ": the transport was closed while connecting"));
+  PeerLane& pl = state.lanes[index];
+  std::shared_ptr<ConnectWait> wait = state.connect_wait;
+  // Ends the job without a wireup: Connect hears `status` from this lane.
+  const auto fail = [&](absl::Status status) {
+    lane.Recycle(op);
+    wait->Done(std::move(status));
+  };
+  if (state.closed) {
+    fail(absl::CancelledError(absl::StrFormat("Connect to %s: lane %d: %s before it was connected",
+                                              state.name, index, state.why)));
+    return;
   }
-  const int remote_lane = index % peer.lanes_size();
+  const int remote_lane = index % static_cast<int>(state.remote_addresses.size());
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.address = reinterpret_cast<const ucp_address_t*>(peer.lanes(remote_lane).address().data());
+  ep.address = reinterpret_cast<const ucp_address_t*>(state.remote_addresses[index].data());
   ep.err_handler.cb = OnEndpointError;
-  ep.err_handler.arg = &state.refs[index];
+  ep.err_handler.arg = &pl;
   // Peer-failure handling wherever UCX has it (tcp, and shared memory as Init configures it);
   // where it has none, the transport falls back, once, to no error handling.
   ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-  ucs_status_t s = ucp_ep_create(lane.worker, &ep, &state.eps[index]);
+  ucs_status_t s = ucp_ep_create(lane.worker, &ep, &pl.ep);
   if (s == UCS_ERR_UNREACHABLE && ep.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
     peer_errors_ = false;
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-    s = ucp_ep_create(lane.worker, &ep, &state.eps[index]);
+    s = ucp_ep_create(lane.worker, &ep, &pl.ep);
   }
   if (s != UCS_OK) {
-    state.eps[index] = nullptr;
-    return absl::UnavailableError(
+    pl.ep = nullptr;
+    fail(absl::UnavailableError(
         absl::StrFormat("Connect to %s: lane %d: ucp_ep_create to peer lane %d failed: %s",
-                        state.name, index, remote_lane, Ucs(s)));
+                        state.name, index, remote_lane, Ucs(s))));
+    return;
   }
-  state.peer_mode[index] = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-  for (int r = 0; r < peer.regions_size(); ++r) {
-    s = ucp_ep_rkey_unpack(state.eps[index], peer.regions(r).remote_key().data(),
-                           &state.rkeys[index][r]);
+  pl.peer_mode = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
+  for (size_t r = 0; r < state.remote_keys.size(); ++r) {
+    s = ucp_ep_rkey_unpack(pl.ep, state.remote_keys[r].data(), &pl.rkeys[r]);
     if (s != UCS_OK) {
-      state.rkeys[index][r] = nullptr;
-      return absl::InvalidArgumentError(absl::StrFormat(
+      pl.rkeys[r] = nullptr;
+      fail(absl::InvalidArgumentError(absl::StrFormat(
           "peer descriptor: region %d: remote key is not a UCX rkey this transport can use "
           "(ucp_ep_rkey_unpack: %s)",
-          r, Ucs(s)));
+          r, Ucs(s))));
+      return;
     }
   }
-  lane.outbound[state.tokens[index]] = &state;
-  // UCX's wireup finishes with a flush of the new endpoint, progressed by the lane's thread: an
+  lane.outbound[pl.token] = &state;
+  // UCX's wireup finishes with a flush of the new endpoint, progressed by this thread: an
   // unreachable peer is reported by Connect, and no wireup message is left pending when either
   // side's worker is destroyed (UCX 1.13 asserts on a pending wireup reply at
-  // ucp_worker_destroy).
-  {
-    std::lock_guard<std::mutex> lock(wait->mu);
-    ++wait->pending;
-  }
-  Op* op = lane.NewOpLocked(
-      state, index, OpKind::kFlush, [wait, index, name = state.name](absl::Status status) {
-        if (!status.ok()) {
-          status =
-              absl::Status(status.code(),
-                           absl::StrFormat("Connect to %s: lane %d: the peer's worker could not be "
-                                           "reached (wireup: %s)",
-                                           name, index, status.message()));
-        }
-        wait->Done(std::move(status));
-      });
-  StartFlushLocked(lane, state.eps[index], op, "ucp_ep_flush_nbx");
-  return absl::OkStatus();
+  // ucp_worker_destroy). The job becomes that flush.
+  op->kind = OpKind::kFlush;
+  op->done = [wait, index, name = state.name](absl::Status status) {
+    if (!status.ok()) {
+      status = absl::Status(
+          status.code(), absl::StrFormat("Connect to %s: lane %d: the peer's worker could not be "
+                                         "reached (wireup: %s)",
+                                         name, index, status.message()));
+    }
+    wait->Done(std::move(status));
+  };
+  pl.ops.push_back(op);
+  StartFlush(lane, pl.ep, op, "ucp_ep_flush_nbx");
 }
 
 absl::StatusOr<PeerState*> UcxTransport::FindPeerLocked(PeerId peer, int lane) const {
@@ -1077,8 +1147,9 @@ absl::StatusOr<UcxTransport::Started> UcxTransport::Start(
   if (absl::Status checked = CheckLane(lane, capabilities_.lanes); !checked.ok()) {
     return AddContext(checked, context());
   }
-  // Only this lane's mutex: writers of the peers and regions hold every lane's (AllLanes), so
-  // lanes post at once and nothing they share is written on the way.
+  // Only this lane's queue mutex: writers of the peers and regions hold every lane's
+  // (AllLanes), so lanes post at once and nothing they share is written on the way; and the
+  // lane's thread holds it only to take its jobs, never across a UCX call.
   Lane& home = *lanes_[lane];
   std::unique_lock<std::mutex> lock(home.mu);
   auto found = FindPeerLocked(peer, lane);
@@ -1089,125 +1160,159 @@ absl::StatusOr<UcxTransport::Started> UcxTransport::Start(
 absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
                                       absl::Span<const Write> writes, Completion done) {
   // Formatted only on the way to an error: posting is the hot path.
-  const auto context = [&] {
-    return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
-  };
+  const auto context = [&] { return BatchContext(peer, lane, source); };
   KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
   Lane& home = *started.home;
-  PeerState& state = *started.state;
   auto region = regions_.find(source);
   if (region == regions_.end()) {
     return absl::NotFoundError(
         absl::StrFormat("%s: source region %d is not registered", context(), source));
   }
-  if (absl::Status checked = CheckWrites(writes, region->second->length, state.regions,
-                                         capabilities_.max_write_bytes, &home.region_of);
+  // Checked here, so that a bad batch is refused at once; the lane's thread sends it as it is.
+  Op* op = home.TakeOpLocked();
+  if (absl::Status checked = CheckWrites(writes, region->second->length, started.state->regions,
+                                         capabilities_.max_write_bytes, &op->region_of);
       !checked.ok()) {
+    op->region_of.clear();
+    home.spare.emplace_back(op);
     return AddContext(checked, context());
   }
-  Op* op = home.NewOpLocked(state, lane, OpKind::kBatch, std::move(done));
-  if (state.lane_failed[lane] != UCS_OK) {
-    home.FinishLocked(op, FromUcs(state.lane_failed[lane],
-                                  absl::StrFormat("%s: the peer's endpoint failed", context())));
-    return absl::OkStatus();
+  op->source = source;
+  op->base = reinterpret_cast<const std::byte*>(region->second->base);
+  op->writes.assign(writes.begin(), writes.end());
+  home.PushLocked(op, *started.state, OpKind::kBatch, std::move(done));
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
+  const auto context = [&] { return FlushContext(peer, lane); };
+  KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
+  Lane& home = *started.home;
+  home.PushLocked(home.TakeOpLocked(), *started.state,
+                  am_writes_ ? OpKind::kAmFlush : OpKind::kFlush, std::move(done));
+  return absl::OkStatus();
+}
+
+void UcxTransport::Issue(Lane& lane, Op* op) {
+  switch (op->kind) {
+    case OpKind::kConnect:
+      IssueConnect(lane, op);
+      return;
+    case OpKind::kClose:
+      IssueClose(lane, op);
+      return;
+    case OpKind::kBatch:
+    case OpKind::kFlush:
+    case OpKind::kAmFlush:
+      break;
   }
-  const std::byte* base = reinterpret_cast<const std::byte*>(region->second->base);
-  Lane::HoldLocked(op);
+  PeerState& state = *op->peer;
+  PeerLane& pl = state.lanes[lane.index];
+  pl.ops.push_back(op);  // undelivered from here on
+  const bool batch = op->kind == OpKind::kBatch;
+  // A peer closed while this waited in the queue: cancelled, never sent (its close job is
+  // queued behind it).
+  if (state.closed) {
+    lane.Finish(op, Cancellation(*op, state.why));
+    return;
+  }
+  if (pl.failed != UCS_OK) {
+    const std::string context =
+        batch ? BatchContext(state.id, lane.index, op->source) : FlushContext(state.id, lane.index);
+    absl::Status failed =
+        FromUcs(pl.failed, absl::StrFormat("%s: the peer's endpoint failed", context));
+    if (batch) {
+      lane.Finish(op, std::move(failed));
+    } else {
+      lane.FinishFlush(op, std::move(failed));
+    }
+    return;
+  }
+  if (!batch) {
+    if (am_writes_) {
+      SendAmFlush(lane, pl, op);
+    } else {
+      StartFlush(lane, pl.ep, op, FlushContext(state.id, lane.index) + ": ucp_ep_flush_nbx");
+    }
+    return;
+  }
+  // Deregister withdrew the source while the batch waited: its bytes are not touched.
+  if (regions_.find(op->source) == regions_.end()) {
+    lane.Finish(op, absl::CancelledError(absl::StrFormat(
+                        "%s: the source region was deregistered before the batch was sent",
+                        BatchContext(state.id, lane.index, op->source))));
+    return;
+  }
+  Lane::Hold(op);
   if (am_writes_) {
-    PostAmWritesLocked(home, state, op, base, writes, context);
+    IssueAmWrites(lane, pl, op);
   } else {
     ucp_request_param_t param = RequestParam(op);
-    for (size_t i = 0; i < writes.size(); ++i) {
-      const Write& w = writes[i];
-      ucs_status_ptr_t request =
-          ucp_put_nbx(state.eps[lane], base + w.local_offset, w.length, w.remote_address,
-                      state.rkeys[lane][home.region_of[i]], &param);
+    const size_t count = op->writes.size();
+    for (size_t i = 0; i < count; ++i) {
+      const Write& w = op->writes[i];
+      ucs_status_ptr_t request = ucp_put_nbx(pl.ep, op->base + w.local_offset, w.length,
+                                             w.remote_address, pl.rkeys[op->region_of[i]], &param);
       if (request == nullptr) continue;
       if (UCS_PTR_IS_ERR(request)) {
-        op->status = PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_put_nbx",
-                                                          context(), i, writes.size()));
+        op->status = PostFailure(
+            request, absl::StrFormat("%s: write %d of %d: ucp_put_nbx",
+                                     BatchContext(state.id, lane.index, op->source), i, count));
         break;
       }
       ++op->requests;
     }
   }
-  if (home.ReleaseLocked(op) && op->requests == 0) home.FinishLocked(op, op->status);
-  return absl::OkStatus();
+  if (lane.Release(op) && op->requests == 0) lane.Finish(op, op->status);
 }
 
-void UcxTransport::PostAmWritesLocked(Lane& home, PeerState& state, Op* op, const std::byte* base,
-                                      absl::Span<const Write> writes,
-                                      absl::FunctionRef<std::string()> context) {
-  const int lane = home.index;
+void UcxTransport::IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
   const uint64_t slice = am_slice_bytes_;
   size_t messages = 0;
-  for (const Write& w : writes) messages += (w.length + slice - 1) / slice;
+  for (const Write& w : op->writes) messages += (w.length + slice - 1) / slice;
   op->headers.reserve(messages);  // UCX may read a header until its send completes: none moves
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // Eager: the target gets each message whole inside its progress and never has to ask for it
   // (a rendezvous would make the target send); reply: the target answers flushes through it.
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const Write& w = writes[i];
+  const size_t count = op->writes.size();
+  for (size_t i = 0; i < count; ++i) {
+    const Write& w = op->writes[i];
     for (uint64_t done = 0; done < w.length; done += slice) {
       const uint64_t length = std::min(slice, w.length - done);
       AmHeader& header = op->headers.emplace_back();
-      header.token = state.tokens[lane];
+      header.token = pl.token;
       header.a = w.remote_address + done;
       ucs_status_ptr_t request =
-          ucp_am_send_nbx(state.eps[lane], ucx_internal::kWriteAm, &header, sizeof(header),
-                          base + w.local_offset + done, length, &param);
+          ucp_am_send_nbx(pl.ep, ucx_internal::kWriteAm, &header, sizeof(header),
+                          op->base + w.local_offset + done, length, &param);
       if (UCS_PTR_IS_ERR(request)) {
-        op->status = PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
-                                                          context(), i, writes.size()));
+        op->status = PostFailure(
+            request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
+                                     BatchContext(pl.peer->id, lane.index, op->source), i, count));
         return;
       }
-      ++state.sent[lane];
+      ++pl.sent;
       if (request != nullptr) ++op->requests;
     }
   }
 }
 
-absl::Status UcxTransport::Flush(PeerId peer, int lane, Completion done) {
-  const auto context = [&] { return absl::StrFormat("Flush of peer %d lane %d", peer, lane); };
-  KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
-  Lane& home = *started.home;
-  PeerState& state = *started.state;
-  Op* op = home.NewOpLocked(state, lane, am_writes_ ? OpKind::kAmFlush : OpKind::kFlush,
-                            std::move(done));
-  if (state.lane_failed[lane] != UCS_OK) {
-    home.FinishFlushLocked(op,
-                           FromUcs(state.lane_failed[lane],
-                                   absl::StrFormat("%s: the peer's endpoint failed", context())));
-    return absl::OkStatus();
-  }
-  if (am_writes_) {
-    SendAmFlushLocked(state, op);
-  } else {
-    StartFlushLocked(home, state.eps[lane], op, context() + ": ucp_ep_flush_nbx");
-  }
-  return absl::OkStatus();
-}
-
-void UcxTransport::SendAmFlushLocked(PeerState& state, Op* op) {
-  const int lane = op->lane;
-  op->seq = ++state.flushes[lane];
-  op->headers.push_back({.token = state.tokens[lane], .a = state.sent[lane], .b = op->seq});
+void UcxTransport::SendAmFlush(Lane& lane, PeerLane& pl, Op* op) {
+  op->seq = ++pl.flushes;
+  op->headers.push_back({.token = pl.token, .a = pl.sent, .b = op->seq});
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  Lane& home = *op->home;
-  Lane::HoldLocked(op);
-  ucs_status_ptr_t request =
-      ucp_am_send_nbx(state.eps[lane], ucx_internal::kFlushAm, &op->headers.back(),
-                      sizeof(AmHeader), nullptr, 0, &param);
+  Lane::Hold(op);
+  ucs_status_ptr_t request = ucp_am_send_nbx(pl.ep, ucx_internal::kFlushAm, &op->headers.back(),
+                                             sizeof(AmHeader), nullptr, 0, &param);
   if (UCS_PTR_IS_PTR(request)) ++op->requests;
-  if (!home.ReleaseLocked(op)) return;
+  if (!lane.Release(op)) return;
   if (UCS_PTR_IS_ERR(request)) {
-    home.FinishFlushLocked(
-        op, PostFailure(request, absl::StrFormat("Flush of peer %d lane %d: ucp_am_send_nbx",
-                                                 state.id, lane)));
+    lane.FinishFlush(
+        op, PostFailure(request, FlushContext(pl.peer->id, lane.index) + ": ucp_am_send_nbx"));
   }
 }
 
@@ -1247,41 +1352,41 @@ int UcxTransport::OnWriteAm(void* arg, const void* header, size_t header_length,
 void UcxTransport::ClosePeer(const std::shared_ptr<PeerState>& peer, const char* why) {
   if (peer->closed) return;
   peer->closed = true;
-  for (auto& lane_ptr : lanes_) {
-    Lane& lane = *lane_ptr;
-    const int index = lane.index;
-    auto& ops = peer->ops[index];
-    while (!ops.empty()) {
-      Op* op = ops.front();
-      lane.FinishLocked(
-          op, absl::CancelledError(absl::StrFormat("%s to peer %d lane %d: %s before it completed",
-                                                   op->kind == OpKind::kBatch ? "batch" : "flush",
-                                                   peer->id, index, why)));
-    }
-    lane.outbound.erase(peer->tokens[index]);
-    if (peer->eps[index] == nullptr) {
-      peer->DestroyRkeys(index);
-      lane.Kick();
-      continue;
-    }
-    if (am_writes_ && peer->lane_failed[index] == UCS_OK) {
-      SendOwnedAm(peer->eps[index], ucx_internal::kByeAm,
-                  new AmHeader{.token = peer->tokens[index]});
-    }
-    // A force close (see "Fencing" in the header): UCX drops what it still queues for the peer
-    // and sends nothing more. UCX allows it only on endpoints with peer-failure handling; the
-    // others close flushing. The lane's rkeys go once its endpoint is closed.
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = peer->peer_mode[index] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(peer->eps[index], &param);
-    peer->eps[index] = nullptr;
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      lane.closing.emplace_back(request, peer);
-    } else {
-      peer->DestroyRkeys(index);
-    }
-    lane.Kick();
+  peer->why = why;
+  for (auto& lane : lanes_) {
+    if (lane->stop) continue;  // torn down already: it has no endpoint of any peer
+    Op* job = lane->TakeOpLocked();
+    job->closing = peer;
+    lane->PushLocked(job, *peer, OpKind::kClose, {});
+  }
+}
+
+void UcxTransport::IssueClose(Lane& lane, Op* job) {
+  std::shared_ptr<PeerState> peer = std::move(job->closing);
+  lane.Recycle(job);
+  const int index = lane.index;
+  PeerLane& pl = peer->lanes[index];
+  while (!pl.ops.empty()) lane.Finish(pl.ops.front(), Cancellation(*pl.ops.front(), peer->why));
+  lane.outbound.erase(pl.token);
+  if (pl.ep == nullptr) {
+    peer->DestroyRkeys(index);
+    return;
+  }
+  if (am_writes_ && pl.failed == UCS_OK) {
+    SendOwnedAm(pl.ep, ucx_internal::kByeAm, new AmHeader{.token = pl.token});
+  }
+  // A force close (see "Fencing" in the header): UCX drops what it still queues for the peer
+  // and sends nothing more. UCX allows it only on endpoints with peer-failure handling; the
+  // others close flushing. The lane's rkeys go once its endpoint is closed.
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = pl.peer_mode ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(pl.ep, &param);
+  pl.ep = nullptr;
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+    lane.closing.emplace_back(request, std::move(peer));
+  } else {
+    peer->DestroyRkeys(index);
   }
 }
 
@@ -1293,6 +1398,8 @@ absl::Status UcxTransport::Disconnect(PeerId peer) {
     return absl::NotFoundError(absl::StrFormat(
         "Disconnect: peer %d is not connected (never connected, or disconnected)", peer));
   }
+  // Every lane's worker mutex: no lane is sending for the peer while it is marked closed, and
+  // from then on each sends nothing more for it (see "Fencing" in the header).
   AllLanes writing(lanes_);
   std::shared_ptr<PeerState> state = std::move(it->second);
   peers_.erase(it);
@@ -1311,68 +1418,81 @@ void UcxTransport::RunLane(Lane& lane) {
   int idle = 0;
   constexpr int kDeliveriesPerProgress = 8;
   int unpolled = 0;               // delivery rounds since the last progress
-  std::vector<Ready> delivering;  // keeps its capacity from round to round
-  std::unique_lock<std::mutex> lock(lane.mu);
+  std::vector<Op*> jobs;          // keeps its capacity from round to round, as does
+  std::vector<Ready> delivering;  // this one
   while (true) {
-    if (lane.stop) {
-      // Endpoints closed by Close finish after a little progress; then let messages in flight
-      // (wireup, acknowledgements of peers' puts) drain before the worker goes.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!lane.closing.empty() && std::chrono::steady_clock::now() < deadline) {
-        ProgressWorker(lane.worker);
-        lane.ReapClosedLocked();
-      }
-      // Closes that did not finish (a flushing close to a peer that stopped answering) are
-      // released to UCX, which asserts at ucp_worker_destroy on a close request still held.
-      for (auto& [request, peer] : lane.closing) {
-        ucp_request_free(request);
-        peer->DestroyRkeys(lane.index);
-      }
-      lane.closing.clear();
-      for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
-        quiet = ProgressWorker(lane.worker) == 0 ? quiet + 1 : 0;
-      }
-      std::vector<Ready> ready;
-      ready.swap(lane.ready);
-      lock.unlock();
-      for (Ready& r : ready) r.done(std::move(r.status));
-      return;
-    }
-    // Completions delivered last round may have posted puts that finished at once (over shared
-    // memory a put is a copy, done before ucp_put_nbx returns): deliver those before polling
-    // UCX again, polling at least every kDeliveriesPerProgress rounds so that flushes, wireup
-    // and peers' messages still move. Polling once per post, perf put about 8 % of a lane's
-    // time in ucp_worker_progress at 64 KiB writes over shm.
+    bool stop = false;
     unsigned events = 0;
-    if (lane.ready.empty() || ++unpolled >= kDeliveriesPerProgress) {
-      unpolled = 0;
-      events = ProgressWorker(lane.worker);
+    size_t issued = 0;
+    {
+      std::lock_guard<std::mutex> working(lane.worker_mu);
+      {
+        std::lock_guard<std::mutex> queue(lane.mu);
+        lane.TakeJobsLocked(jobs);
+        stop = lane.stop;
+      }
+      // In the order they were queued: a lane's flush follows the batches it covers.
+      for (Op* job : jobs) Issue(lane, job);
+      issued = jobs.size();
+      jobs.clear();
+      if (stop) {
+        TearDown(lane);
+      } else {
+        // Completions delivered last round may have posted puts that finished at once (over
+        // shared memory a put is a copy, done before ucp_put_nbx returns): deliver those before
+        // polling UCX again, polling at least every kDeliveriesPerProgress rounds so that
+        // flushes, wireup and peers' messages still move. Polling once per post, perf put about
+        // 8 % of a lane's time in ucp_worker_progress at 64 KiB writes over shm.
+        if (lane.ready.empty() || ++unpolled >= kDeliveriesPerProgress) {
+          unpolled = 0;
+          events = ProgressWorker(lane.worker);
+        }
+        if (!lane.closing.empty()) lane.ReapClosed();
+      }
     }
-    if (!lane.closing.empty()) lane.ReapClosedLocked();
-    if (!lane.ready.empty()) {
+    // No lock held: a completion may post, flush, register, disconnect or close.
+    const bool delivered = !lane.ready.empty();
+    if (delivered) {
       delivering.swap(lane.ready);
-      lock.unlock();
       for (Ready& r : delivering) r.done(std::move(r.status));
-      delivering.clear();  // destroy the callables without the lock
-      lock.lock();
+      delivering.clear();  // destroys the callables
+    }
+    if (stop) return;
+    if (events > 0 || issued > 0 || delivered) {
       idle = 0;
       continue;
     }
-    if (events > 0 || std::exchange(lane.kick, false)) {
-      idle = 0;
-      continue;
-    }
-    // Back off when idle: spin a little, then sleep up to 1 ms; new work wakes us at once.
-    ++idle;
-    if (idle < 64) {
-      lock.unlock();
+    // Back off when idle: spin a little, then sleep up to 1 ms; a new job wakes us at once.
+    if (++idle < 64) {
       std::this_thread::yield();
-      lock.lock();
-    } else {
-      const auto nap = std::chrono::microseconds(std::min(1000, 10 * (idle - 63)));
-      lane.changed.wait_for(lock, nap, [&lane] { return lane.kick || lane.stop; });
+      continue;
     }
+    const auto nap = std::chrono::microseconds(std::min(1000, 10 * (idle - 63)));
+    std::unique_lock<std::mutex> queue(lane.mu);
+    lane.changed.wait_for(queue, nap, [&lane] { return !lane.jobs.empty() || lane.stop; });
   }
+}
+
+void UcxTransport::TearDown(Lane& lane) {
+  // Endpoints closed by Close finish after a little progress; then let messages in flight
+  // (wireup, acknowledgements of peers' puts) drain before the worker goes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!lane.closing.empty() && std::chrono::steady_clock::now() < deadline) {
+    ProgressWorker(lane.worker);
+    lane.ReapClosed();
+  }
+  // Closes that did not finish (a flushing close to a peer that stopped answering) are
+  // released to UCX, which asserts at ucp_worker_destroy on a close request still held.
+  for (auto& [request, peer] : lane.closing) {
+    ucp_request_free(request);
+    peer->DestroyRkeys(lane.index);
+  }
+  lane.closing.clear();
+  for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
+    quiet = ProgressWorker(lane.worker) == 0 ? quiet + 1 : 0;
+  }
+  ucp_worker_destroy(lane.worker);
+  lane.worker = nullptr;
 }
 
 void UcxTransport::ReleaseAll() {
@@ -1382,6 +1502,7 @@ void UcxTransport::ReleaseAll() {
   for (auto& [id, region] : regions_) region->Release(static_cast<ucp_context_h>(context_));
   regions_.clear();
   allocated_.clear();
+  // A lane whose thread never started (Create failed) still has its worker.
   for (auto& lane : lanes_) {
     if (lane->worker != nullptr) ucp_worker_destroy(lane->worker);
     lane->worker = nullptr;
@@ -1399,6 +1520,7 @@ void UcxTransport::Close() {
       // Their Connects wake up (their wireup is cancelled) and say the transport closed.
       for (auto& peer : connecting_) ClosePeer(peer, "the transport was closed");
     }
+    // Behind the close jobs: each lane's thread cancels and closes, then tears down.
     for (auto& lane : lanes_) {
       lane->stop = true;
       lane->changed.notify_all();

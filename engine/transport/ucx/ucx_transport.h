@@ -4,23 +4,46 @@
 // is a train of active messages and a Flush is a round trip through the peer (see "Writes over
 // tcp" below).
 //
-// Threading: each lane is a UCX worker (UCS_THREAD_MODE_SERIALIZED) with a mutex and a progress
-// thread of its own, so lanes post, copy and progress on different cores at once (over shared
-// memory a put is the initiator's memcpy). Every UCX call on a worker, ours and its thread's
-// ucp_worker_progress, runs under that lane's mutex, and so do UCX's callbacks (request
-// completions, endpoint errors, active messages), which copy peers' writes in and move finished
-// completions onto the lane's ready list; the lane's thread delivers them with no lock held.
-// Transport-wide state (regions, peers, closed) is written holding the transport's mutex and every
-// lane's, and read holding either: a post or a flush takes only its own lane's mutex, so lanes
-// never touch a lock another lane uses. Lock order: the transport's mutex, then lanes in index
-// order.
+// Threading: each lane is a UCX worker (UCS_THREAD_MODE_SERIALIZED) owned by one thread, fed by
+// a queue. Once Create has started the lane's thread, that thread alone calls into its worker:
+// ucp_put_nbx, ucp_am_send_nbx, ucp_ep_flush_nbx, ucp_ep_create, ucp_ep_rkey_unpack,
+// ucp_ep_close_nbx, ucp_worker_progress, request frees, rkey destroys, and at Close
+// ucp_worker_destroy; UCX's callbacks (request completions, endpoint errors, active messages)
+// run inside those calls on that thread, and everything a lane keeps of a peer (endpoint, rkeys,
+// undelivered operations, the active-message counters) is that thread's alone. PostWrites and
+// Flush check what they can at once (lane, peer, source region, bounds: the errors of
+// transport.h), then push a job (the batch's checked writes and source, or the flush) onto the
+// lane's queue and wake its thread; they never touch UCX. The thread takes every queued job in
+// one go, issues them in queue order (so a lane's flush follows the batches before it), polls
+// the worker, and then delivers the completions that finished with no lock held. Over shared
+// memory a put is a copy by the thread that issues it, so lanes still copy on different cores
+// at once; a completion that posts on its own lane queues the next job for its own thread.
 //
-// Connect holds no lock while it waits: it creates the peer's endpoint on each lane holding only
-// that lane's mutex, starts UCX's wireup there (a flush of the new endpoint), and waits for every
-// lane's wireup, up to UcxOptions::connect_timeout, holding nothing; the lanes' threads progress
-// the wireup meanwhile. Only then does it publish the peer, under the transport's mutex and every
-// lane's, for a moment. So one peer that never answers (stopped, unreachable) costs its own
-// Connect, never another peer's posts, flushes or Connect.
+// Locks, in the order they are taken: the transport's mutex (mu_); every lane's worker mutex,
+// in lane order; every lane's queue mutex, in lane order. A lane's queue mutex guards only its
+// queue and its spare ops, and is held for a push or a take, never across a UCX call or a wait.
+// A lane's worker mutex is held by its thread while it issues jobs and polls the worker, never
+// while it delivers completions or sleeps; no post, flush or Connect takes it. Transport-wide
+// state (regions, peers, closed) is written holding mu_ and every lane's mutexes of both kinds,
+// and read holding any one: a post reads it holding its lane's queue mutex, a lane's thread
+// (the regions, in UCX's active-message callback and before it sends a batch) holding its
+// worker mutex. So Register, Deregister and Disconnect wait at most for each lane's current
+// round of UCX calls, never for a completion or for a peer: when Deregister returns no lane is
+// copying into or sending from the region, and the jobs still queued with it as their source
+// are cancelled, not sent. The calls a completion may make (transport.h), running on a lane's
+// thread, only queue jobs or take these mutexes, which that thread is not holding then: none
+// deadlocks. (Connect is not one of them: on a lane's thread it would wait for that lane's
+// wireup, which only that thread progresses, until its timeout.) Register and Deregister call
+// ucp_mem_map and ucp_mem_unmap (the context's, not a worker's) under mu_.
+//
+// Connect holds no lock while it waits: it queues a connect job on every lane (holding mu_ and
+// one lane's queue mutex at a time), and each lane's thread creates the peer's endpoint on its
+// worker, unpacks the peer's rkeys and starts UCX's wireup there (a flush of the new endpoint,
+// which the thread then progresses). Connect waits for every lane's wireup, up to
+// UcxOptions::connect_timeout, holding nothing; only then does it publish the peer, under mu_
+// and every lane's mutexes, for a moment. So one peer that never answers (stopped,
+// unreachable) costs its own Connect, never another peer's posts, flushes or Connect. The
+// peer's id is taken when the jobs are queued: a failed Connect leaves its id unused.
 //
 // UCX 1.13 emulates puts into user memory over active messages (docs MACHINE-NOTES), so the
 // TARGET transport's progress threads must run for a write to land: they always do while the
@@ -58,9 +81,14 @@
 //   * Disconnect (and Close) deliver the peer's outstanding completions as kCancelled and close
 //     its endpoints with UCP_EP_CLOSE_FLAG_FORCE (a flushing close where an endpoint fell back to
 //     no error handling): writes still queued inside UCX are dropped and nothing more leaves this
-//     process for that peer. Writes UCX already handed over (to the kernel's socket buffers over
-//     tcp, into the peer's receive FIFO over shared memory) may still be copied by the peer after
-//     Disconnect returns; only a completed Flush, or the peer's death, says that none will.
+//     process for that peer. Disconnect marks the peer closed holding every lane's worker mutex
+//     and queues a close job on every lane; it does not wait for the lanes' threads (which may
+//     be running completions). From then on a lane's thread sends nothing for the peer: its
+//     batches and flushes still queued are cancelled, not sent, and its close job, queued behind
+//     them, force-closes the endpoint before the thread polls its worker again. Writes UCX already
+//     handed over (to the kernel's socket buffers over tcp, into the peer's receive FIFO over
+//     shared memory) may still be copied by the peer after Disconnect returns; only a completed
+//     Flush, or the peer's death, says that none will.
 //
 // Known limits (UCX, not this code):
 //   * Over shared memory a write into a region the peer has deregistered is not detected: UCX's
@@ -137,6 +165,7 @@ namespace ucx_internal {
 struct ConnectWait;
 struct Lane;
 struct Op;
+struct PeerLane;
 struct PeerState;
 struct RegionState;
 }  // namespace ucx_internal
@@ -176,29 +205,35 @@ class UcxTransport final : public Transport {
   UcxTransport(const UcxOptions& options);
   absl::Status Init(const UcxOptions& options);
 
-  // The lane's progress thread: progress, reap closed endpoints, deliver completions; at Close,
-  // tear the lane down and deliver what is left.
+  // The lane's thread: take the queued jobs and issue them, progress, reap closed endpoints
+  // (holding the lane's worker mutex), then deliver completions (holding nothing); at Close,
+  // tear the lane down, destroy its worker and deliver what is left.
   void RunLane(ucx_internal::Lane& lane);
   bool OnLaneThread() const;
-  // After every lane's thread has ended: unmaps the regions and destroys the workers.
+  // After every lane's thread has ended: unmaps the regions (and destroys a worker whose
+  // thread never started).
   void ReleaseAll();
-  // mu_ and every lane's mutex held: cancels `peer`'s operations and closes its endpoints on
-  // every lane. Once per peer; later calls do nothing.
+  // mu_ and every lane's mutexes held: marks `peer` closed and queues a close job on every
+  // lane. Once per peer; later calls do nothing.
   void ClosePeer(const std::shared_ptr<ucx_internal::PeerState>& peer, const char* why);
-  // Connect's first half, holding only `lane`'s mutex: the endpoint, its rkeys and the wireup
-  // flush whose completion tells `wait`. An error means the lane was not started.
-  absl::Status StartLaneConnect(ucx_internal::Lane& lane, ucx_internal::PeerState& state,
-                                const v1::HandshakeDescriptor& peer,
-                                const std::shared_ptr<ucx_internal::ConnectWait>& wait);
-  // The active-message write path (over tcp, see above): PostWrites' and Flush's sends.
-  void PostAmWritesLocked(ucx_internal::Lane& home, ucx_internal::PeerState& state,
-                          ucx_internal::Op* op, const std::byte* base,
-                          absl::Span<const Write> writes, absl::FunctionRef<std::string()> context);
-  void SendAmFlushLocked(ucx_internal::PeerState& state, ucx_internal::Op* op);
-  // Any lane's mutex held (a lane thread, in UCX's active-message callback): whether
+
+  // On `lane`'s thread, holding its worker mutex: the UCX calls of one job. A batch or flush
+  // of a closed peer is cancelled, and a batch whose source was deregistered too.
+  void Issue(ucx_internal::Lane& lane, ucx_internal::Op* op);
+  // A connect job: the peer's endpoint on this lane, its rkeys, and the wireup flush whose
+  // completion (or this job's failure) tells the peer's ConnectWait.
+  void IssueConnect(ucx_internal::Lane& lane, ucx_internal::Op* op);
+  // A close job: cancels the peer's operations on this lane and closes its endpoint.
+  void IssueClose(ucx_internal::Lane& lane, ucx_internal::Op* job);
+  // The active-message write path (over tcp, see above): a batch's and a flush's sends.
+  void IssueAmWrites(ucx_internal::Lane& lane, ucx_internal::PeerLane& pl, ucx_internal::Op* op);
+  void SendAmFlush(ucx_internal::Lane& lane, ucx_internal::PeerLane& pl, ucx_internal::Op* op);
+  // At Close, on the lane's thread: finishes the endpoints' closes, drains, destroys the worker.
+  void TearDown(ucx_internal::Lane& lane);
+  // On a lane's thread holding its worker mutex (in UCX's active-message callback): whether
   // [address, address + length) lies inside one registered region.
   bool RegisteredLocked(uint64_t address, uint64_t length) const;
-  // What a post and a flush start with: `done` is set, the lane exists, its mutex is held
+  // What a post and a flush start with: `done` is set, the lane exists, its queue mutex is held
   // (`lock`) and `peer` is connected. Errors carry context().
   struct Started {
     std::unique_lock<std::mutex> lock;
@@ -207,7 +242,7 @@ class UcxTransport final : public Transport {
   };
   absl::StatusOr<Started> Start(PeerId peer, int lane, const Completion& done,
                                 absl::FunctionRef<std::string()> context);
-  // mu_ or any lane's mutex held: the connected peer, or why not.
+  // mu_ or any lane's queue mutex held: the connected peer, or why not.
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
   // The target's side of an active-message write (a ucp_am_recv_callback_t; arg is the Lane):
@@ -218,13 +253,14 @@ class UcxTransport final : public Transport {
   Capabilities capabilities_;
 
   void* context_ = nullptr;  // ucp_context_h, destroyed by the destructor
-  // One per lane, fixed once Init returns; each guards itself (see ucx_internal::Lane).
+  // One per lane, fixed once Init returns; each guards itself (see ucx_internal::Lane and
+  // "Threading" above).
   std::vector<std::unique_ptr<ucx_internal::Lane>> lanes_;
   std::vector<std::thread::id> lane_threads_;  // written by Create before anyone can call back
 
   mutable std::mutex mu_;
-  // Written with mu_ and every lane's mutex held; read with either (a post holds only its
-  // lane's). allocated_ and next_* are mu_'s alone.
+  // Written with mu_ and every lane's mutexes held; read with any of them (a post holds only its
+  // lane's queue mutex, a lane's thread its worker mutex). allocated_ and next_* are mu_'s alone.
   bool closed_ = false;    // Close was called: no new work
   bool released_ = false;  // ReleaseAll ran: regions unmapped, workers destroyed
   uint64_t version_ = 1;

@@ -1,24 +1,198 @@
 // UCX-specific behaviour of UcxTransport; the shared contract is in ucx_conformance_test.
 #include "engine/transport/ucx/ucx_transport.h"
 
+#include <pthread.h>
+#include <ucp/api/ucp.h>
+
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/transport/transport.h"
 #include "gtest/gtest.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
+// Every call the backend makes into a worker, seen on its way to UCX: BUILD.bazel links this
+// test with -Wl,--wrap for each function below, so the backend's calls land in __wrap_<name>,
+// which records the calling thread and calls on (__real_<name>). A call counts as a stray
+// unless the thread making it is a lane's ("ucx-lane<i>", as RunLane names it) and is the one
+// thread that has called into that worker (or the worker of that endpoint) since it was made.
+namespace ucx_calls {
+
+struct Record {
+  std::mutex mu;
+  std::map<ucp_worker_h, std::thread::id> owner;  // the one thread calling into each worker
+  std::map<ucp_ep_h, ucp_worker_h> worker_of;     // endpoints made by ucp_ep_create
+  std::map<std::string, uint64_t> calls;          // by function
+  std::vector<std::string> strays;                // "ucp_put_nbx on thread 'main'"
+};
+
+Record& record() {
+  static Record* r = new Record;
+  return *r;
+}
+
+std::string ThreadName() {
+  char name[32] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+// `worker`: the worker called into, when the call names it or an endpoint made on it.
+void Note(const char* what, ucp_worker_h worker) {
+  const std::string thread = ThreadName();
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  ++r.calls[what];
+  bool stray = thread.rfind("ucx-lane", 0) != 0;
+  if (worker != nullptr) {
+    auto [it, added] = r.owner.emplace(worker, std::this_thread::get_id());
+    if (!added && it->second != std::this_thread::get_id()) stray = true;
+  }
+  if (stray) r.strays.push_back(absl::StrCat(what, " on thread '", thread, "'"));
+}
+
+void NoteEp(const char* what, ucp_ep_h ep) {
+  ucp_worker_h worker = nullptr;
+  {
+    Record& r = record();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (auto it = r.worker_of.find(ep); it != r.worker_of.end()) worker = it->second;
+  }
+  Note(what, worker);  // a reply endpoint of the target's is known by its thread only
+}
+
+// Forgets the counts so far (not the strays, which the whole binary reports).
+void ResetCalls() {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.calls.clear();
+}
+
+std::vector<std::string> Strays() {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.strays;
+}
+
+uint64_t Calls(const std::string& what) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.calls.find(what);
+  return it == r.calls.end() ? 0 : it->second;
+}
+
+}  // namespace ucx_calls
+
+extern "C" {
+ucs_status_ptr_t __real_ucp_put_nbx(ucp_ep_h, const void*, size_t, uint64_t, ucp_rkey_h,
+                                    const ucp_request_param_t*);
+ucs_status_ptr_t __real_ucp_am_send_nbx(ucp_ep_h, unsigned, const void*, size_t, const void*,
+                                        size_t, const ucp_request_param_t*);
+ucs_status_ptr_t __real_ucp_ep_flush_nbx(ucp_ep_h, const ucp_request_param_t*);
+ucs_status_t __real_ucp_ep_create(ucp_worker_h, const ucp_ep_params_t*, ucp_ep_h*);
+ucs_status_t __real_ucp_ep_rkey_unpack(ucp_ep_h, const void*, ucp_rkey_h*);
+ucs_status_ptr_t __real_ucp_ep_close_nbx(ucp_ep_h, const ucp_request_param_t*);
+unsigned __real_ucp_worker_progress(ucp_worker_h);
+void __real_ucp_worker_destroy(ucp_worker_h);
+void __real_ucp_request_free(void*);
+ucs_status_t __real_ucp_request_check_status(void*);
+void __real_ucp_rkey_destroy(ucp_rkey_h);
+
+ucs_status_ptr_t __wrap_ucp_put_nbx(ucp_ep_h ep, const void* buffer, size_t count,
+                                    uint64_t remote_addr, ucp_rkey_h rkey,
+                                    const ucp_request_param_t* param) {
+  ucx_calls::NoteEp("ucp_put_nbx", ep);
+  return __real_ucp_put_nbx(ep, buffer, count, remote_addr, rkey, param);
+}
+ucs_status_ptr_t __wrap_ucp_am_send_nbx(ucp_ep_h ep, unsigned id, const void* header,
+                                        size_t header_length, const void* buffer, size_t count,
+                                        const ucp_request_param_t* param) {
+  ucx_calls::NoteEp("ucp_am_send_nbx", ep);
+  return __real_ucp_am_send_nbx(ep, id, header, header_length, buffer, count, param);
+}
+ucs_status_ptr_t __wrap_ucp_ep_flush_nbx(ucp_ep_h ep, const ucp_request_param_t* param) {
+  ucx_calls::NoteEp("ucp_ep_flush_nbx", ep);
+  return __real_ucp_ep_flush_nbx(ep, param);
+}
+ucs_status_t __wrap_ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t* params,
+                                  ucp_ep_h* ep_p) {
+  ucx_calls::Note("ucp_ep_create", worker);
+  const ucs_status_t s = __real_ucp_ep_create(worker, params, ep_p);
+  if (s == UCS_OK) {
+    std::lock_guard<std::mutex> lock(ucx_calls::record().mu);
+    ucx_calls::record().worker_of[*ep_p] = worker;
+  }
+  return s;
+}
+ucs_status_t __wrap_ucp_ep_rkey_unpack(ucp_ep_h ep, const void* rkey_buffer, ucp_rkey_h* rkey_p) {
+  ucx_calls::NoteEp("ucp_ep_rkey_unpack", ep);
+  return __real_ucp_ep_rkey_unpack(ep, rkey_buffer, rkey_p);
+}
+ucs_status_ptr_t __wrap_ucp_ep_close_nbx(ucp_ep_h ep, const ucp_request_param_t* param) {
+  ucx_calls::NoteEp("ucp_ep_close_nbx", ep);
+  {
+    std::lock_guard<std::mutex> lock(ucx_calls::record().mu);
+    ucx_calls::record().worker_of.erase(ep);
+  }
+  return __real_ucp_ep_close_nbx(ep, param);
+}
+unsigned __wrap_ucp_worker_progress(ucp_worker_h worker) {
+  ucx_calls::Note("ucp_worker_progress", worker);
+  return __real_ucp_worker_progress(worker);
+}
+void __wrap_ucp_worker_destroy(ucp_worker_h worker) {
+  ucx_calls::Note("ucp_worker_destroy", worker);
+  {
+    std::lock_guard<std::mutex> lock(ucx_calls::record().mu);
+    ucx_calls::record().owner.erase(worker);  // its address may be a later worker's
+  }
+  __real_ucp_worker_destroy(worker);
+}
+void __wrap_ucp_request_free(void* request) {
+  ucx_calls::Note("ucp_request_free", nullptr);
+  __real_ucp_request_free(request);
+}
+ucs_status_t __wrap_ucp_request_check_status(void* request) {
+  ucx_calls::Note("ucp_request_check_status", nullptr);
+  return __real_ucp_request_check_status(request);
+}
+void __wrap_ucp_rkey_destroy(ucp_rkey_h rkey) {
+  ucx_calls::Note("ucp_rkey_destroy", nullptr);
+  __real_ucp_rkey_destroy(rkey);
+}
+}  // extern "C"
+
 namespace kvrail::transport {
 namespace {
+
+// Over the whole binary, every test included: no call into a worker from any thread but its
+// lane's.
+class NoStrayUcxCalls : public testing::Environment {
+ public:
+  void TearDown() override {
+    const std::vector<std::string> strays = ucx_calls::Strays();
+    if (strays.empty()) return;
+    ADD_FAILURE() << strays.size()
+                  << " UCX calls off their lane's thread, the first: " << strays.front();
+  }
+};
+testing::Environment* const no_stray_ucx_calls =
+    testing::AddGlobalTestEnvironment(new NoStrayUcxCalls);
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -50,6 +224,11 @@ class Waiter {
       return absl::DeadlineExceededError("completions never came");
     }
     return first_error_;
+  }
+  // How many of the callbacks handed out have been called.
+  int Completed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
   }
 
  private:
@@ -307,6 +486,219 @@ TEST(UcxTransportTest, DisconnectCancelsOutstandingWorkAndLaterWorkIsNotFound) {
     EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled)
         << static_cast<int>(code);
   }
+}
+
+// Opens once, at Open or at the latest when it goes (so a failed test never leaves a lane's
+// thread waiting in a completion).
+class Latch {
+ public:
+  ~Latch() { Open(); }
+  void Open() {
+    std::call_once(once_, [this] { open_.set_value(); });
+  }
+  // Ready once it opens; a copy of its own for each waiter, which may outlive the latch.
+  std::shared_future<void> Opened() const { return opened_; }
+
+ private:
+  std::once_flag once_;
+  std::promise<void> open_;
+  std::shared_future<void> opened_ = open_.get_future().share();
+};
+
+bool AllZero(const uint8_t* bytes, uint64_t length) {
+  return std::all_of(bytes, bytes + length, [](uint8_t b) { return b == 0; });
+}
+
+// Holds lane 0's thread inside a completion until `latch` opens: returns once it is inside.
+void HoldLane0(Link& link, const Latch& latch) {
+  auto entered = std::make_shared<std::promise<void>>();
+  std::future<void> inside = entered->get_future();
+  const std::vector<Write> first = {{0, link.base, 4096}};
+  ASSERT_TRUE(link.sender
+                  ->PostWrites(link.peer, 0, link.src, first,
+                               [entered, opened = latch.Opened()](absl::Status) {
+                                 entered->set_value();
+                                 opened.wait_for(std::chrono::seconds(60));
+                               })
+                  .ok());
+  ASSERT_EQ(inside.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+}
+
+// The lane's thread alone issues its writes: while it is held inside a completion, a post and a
+// flush on its lane (from this thread, and from lane 1's completion) return at once, and
+// nothing they carry leaves until the thread is free again; then all of it lands, in order.
+void PostsQueueWhileTheLanesThreadIsBusy(const UcxOptions& options) {
+  Link link(options, kMiB);
+  Fill(link.source, 5);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  Latch latch;
+  HoldLane0(link, latch);
+  if (testing::Test::HasFatalFailure()) return;
+  Waiter later;
+  const uint64_t half = kMiB / 2;
+  const std::vector<Write> second = {{half, base + half, half / 2}};
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sender->PostWrites(peer, 0, src, second, later.Callback()).ok());
+  ASSERT_TRUE(sender->Flush(peer, 0, later.Callback()).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // From another lane's thread too: lane 1's completion posts and flushes on lane 0.
+  std::promise<bool> from_lane1;
+  std::future<bool> lane1_posted = from_lane1.get_future();
+  const std::vector<Write> third = {{half + half / 2, base + half + half / 2, half / 2}};
+  Completion third_done = later.Callback();
+  Completion third_flushed = later.Callback();
+  ASSERT_TRUE(sender
+                  ->PostWrites(peer, 1, src, {{0, base + 4096, 4096}},
+                               [&from_lane1, &third, &third_done, &third_flushed,
+                                raw = sender.get(), to = peer, from = src](absl::Status) {
+                                 from_lane1.set_value(
+                                     raw->PostWrites(to, 0, from, third, third_done).ok() &&
+                                     raw->Flush(to, 0, third_flushed).ok());
+                               })
+                  .ok());
+  ASSERT_EQ(lane1_posted.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(lane1_posted.get());
+  // Given time to land, had anyone but lane 0's thread sent them: none did.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(later.Completed(), 0);
+  EXPECT_TRUE(AllZero(destination.data() + half, half));
+  latch.Open();
+  ASSERT_TRUE(later.Wait().ok());
+  EXPECT_EQ(std::memcmp(source.data() + half, destination.data() + half, half), 0);
+}
+
+TEST(UcxTransportTest, PostsQueueWhileTheLanesThreadIsBusyOverSharedMemory) {
+  PostsQueueWhileTheLanesThreadIsBusy(Sm());
+}
+
+TEST(UcxTransportTest, PostsQueueWhileTheLanesThreadIsBusyOverTcp) {
+  PostsQueueWhileTheLanesThreadIsBusy(Tcp());
+}
+
+// What waits in a lane's queue when its source is deregistered, or its peer disconnected, is
+// cancelled, never sent; neither call waits for the lane's thread.
+void QueuedWorkIsCancelledNotSent(const UcxOptions& options) {
+  Link link(options, kMiB);
+  Fill(link.source, 9);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  std::vector<uint8_t> other(kMiB);
+  Fill(other, 11);
+  const RegionId other_src = sender->Register({other.data(), other.size()}).value();
+  std::mutex mu;
+  std::vector<absl::Status> statuses;
+  Waiter all;
+  const auto record = [&](Completion done) {
+    return [&, done](absl::Status s) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        statuses.push_back(s);
+      }
+      done(s);
+    };
+  };
+  const uint64_t half = kMiB / 2;
+  {
+    Latch latch;
+    HoldLane0(link, latch);
+    if (testing::Test::HasFatalFailure()) return;
+    ASSERT_TRUE(
+        sender->PostWrites(peer, 0, other_src, {{0, base + half, 4096}}, record(all.Callback()))
+            .ok());
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(sender->Deregister(other_src).ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  }
+  EXPECT_EQ(all.Wait().code(), absl::StatusCode::kCancelled);
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kCancelled) << statuses[0];
+  EXPECT_NE(statuses[0].message().find("source region was deregistered"), std::string::npos)
+      << statuses[0];
+  {
+    Latch latch;
+    HoldLane0(link, latch);
+    if (testing::Test::HasFatalFailure()) return;
+    ASSERT_TRUE(sender
+                    ->PostWrites(peer, 0, src, {{half, base + half + 4096, half - 4096}},
+                                 record(all.Callback()))
+                    .ok());
+    ASSERT_TRUE(sender->Flush(peer, 0, record(all.Callback())).ok());
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(sender->Disconnect(peer).ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  }
+  all.Wait().IgnoreError();
+  ASSERT_EQ(statuses.size(), 3u);
+  for (const absl::Status& s : statuses) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  }
+  EXPECT_NE(statuses[1].message().find("disconnected"), std::string::npos) << statuses[1];
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_TRUE(AllZero(destination.data() + half, half));
+}
+
+TEST(UcxTransportTest, QueuedWorkIsCancelledNotSentOverSharedMemory) {
+  QueuedWorkIsCancelledNotSent(Sm());
+}
+
+TEST(UcxTransportTest, QueuedWorkIsCancelledNotSentOverTcp) { QueuedWorkIsCancelledNotSent(Tcp()); }
+
+// Connect, posts and flushes from this thread and from completions, Register, Deregister,
+// Disconnect and Close: every UCX call they lead to is made by the worker's own lane thread
+// (ucx_calls, above), none on the caller's.
+void NoUcxCallOnACallersThread(const UcxOptions& options, const char* write_call) {
+  const size_t strays_before = ucx_calls::Strays().size();
+  ucx_calls::ResetCalls();
+  {
+    Link link(options, 4 * kMiB);
+    Fill(link.source, 13);
+    auto& [source, destination, sender, receiver, src, peer, base] = link;
+    Waiter all;
+    for (int lane = 0; lane < 2; ++lane) {
+      const uint64_t at = lane * kMiB;
+      ASSERT_TRUE(
+          sender->PostWrites(peer, lane, src, {{at, base + at, kMiB}}, all.Callback()).ok());
+      // The completion posts and flushes on the other lane.
+      Completion posted = all.Callback();
+      Completion flushed = all.Callback();
+      const uint64_t next = (2 + lane) * kMiB;
+      ASSERT_TRUE(
+          sender
+              ->Flush(peer, lane,
+                      [raw = sender.get(), to = peer, from = src, at = base + next, lane, next,
+                       posted, flushed](absl::Status s) {
+                        EXPECT_TRUE(s.ok()) << s;
+                        EXPECT_TRUE(
+                            raw->PostWrites(to, 1 - lane, from, {{next, at, kMiB}}, posted).ok());
+                        EXPECT_TRUE(raw->Flush(to, 1 - lane, flushed).ok());
+                      })
+              .ok());
+    }
+    ASSERT_TRUE(all.Wait().ok());
+    EXPECT_EQ(std::memcmp(source.data(), destination.data(), source.size()), 0);
+    std::vector<uint8_t> more(4096);
+    const RegionId region = sender->Register({more.data(), more.size()}).value();
+    EXPECT_TRUE(sender->Deregister(region).ok());
+    EXPECT_TRUE(sender->Disconnect(peer).ok());
+    const PeerId again = sender->Connect(receiver->LocalDescriptor().value()).value();
+    Waiter last;
+    ASSERT_TRUE(sender->PostWrites(again, 0, src, {{0, base, 4096}}, last.Callback()).ok());
+    sender->Close();
+    last.Wait().IgnoreError();
+  }
+  const std::vector<std::string> strays = ucx_calls::Strays();
+  EXPECT_EQ(strays.size(), strays_before) << "the first: " << strays[strays_before];
+  for (const char* call : {write_call, "ucp_ep_create", "ucp_ep_rkey_unpack", "ucp_ep_flush_nbx",
+                           "ucp_ep_close_nbx", "ucp_worker_progress", "ucp_worker_destroy"}) {
+    EXPECT_GT(ucx_calls::Calls(call), 0u) << call << " was not seen: is it still wrapped?";
+  }
+}
+
+TEST(UcxTransportTest, NoUcxCallOnACallersThreadOverSharedMemory) {
+  NoUcxCallOnACallersThread(Sm(), "ucp_put_nbx");
+}
+
+TEST(UcxTransportTest, NoUcxCallOnACallersThreadOverTcp) {
+  NoUcxCallOnACallersThread(Tcp(), "ucp_am_send_nbx");
 }
 
 }  // namespace
