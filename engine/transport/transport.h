@@ -34,10 +34,11 @@
 //   * ucx: Flush is ucp_ep_flush_nbx: it completes once every earlier put has completed at the
 //     peer, OK or not. An error without that flush: the endpoint had failed (tcp's peer-failure
 //     handling), and UCX sends nothing more on a failed endpoint. Disconnect does NOT fence (b):
-//     endpoints close in flush mode, not UCP_EP_CLOSE_FLAG_FORCE, so puts UCX accepted keep
-//     going and land after Disconnect returned and its cancellations were delivered (seen over
-//     sm and tcp). Close does: it waits for those closes, up to 10 s per lane, before the
-//     workers go; past that bound a peer that was not progressing may still take them later.
+//     it force-closes the endpoints (UCP_EP_CLOSE_FLAG_FORCE) and cancels the peer's queued
+//     work, but writes UCX already handed over (to the kernel's socket buffers over tcp, into
+//     the peer's receive FIFO over shared memory) may still be copied by the peer after it
+//     returned (Capabilities::disconnect_fences is false; ucx_transport.h, "Fencing"). Close
+//     waits for those closes, up to 10 s per lane, before the workers go.
 //   * fault (engine/transport/fault): held calls never reach the inner transport and are
 //     cancelled by Disconnect and Close; forwarded ones fence as the inner backend does.
 // The conformance suite checks (a) OK and (b) on every backend (FlushOkMeansEveryEarlierWrite-
