@@ -139,6 +139,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "(kvrail nodes, as their bootstrap server says), required (all), off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "required", "off"}));
+  sub->add_option("--max-rooms", options.max_rooms,
+                  "Prefill: the most rooms tracked at once; pre-allocations past it are "
+                  "answered Failed (0: no bound)")
+      ->capture_default_str();
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();

@@ -391,6 +391,15 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
       return;
     }
   }
+  if (existing == rooms_.end() && options_.max_rooms > 0 && rooms_.size() >= options_.max_rooms) {
+    // Bounded: a decode that pre-allocates rooms its prefill never begins cannot grow the table.
+    ReplyFailed(room_id, session_id, out);
+    out.rejected = absl::ResourceExhaustedError(absl::StrCat(
+        "pre-allocation of room ", room_id, " from ", session_id, " refused: this prefill rank ",
+        "tracks ", rooms_.size(), " rooms already (PrefillOptions::max_rooms, --max-rooms); ",
+        "answered Failed, nothing of it is stored"));
+    return;
+  }
   Room empty;
   const Room& current = existing != rooms_.end() ? existing->second : empty;
   // The same session pre-allocating the same blocks again (a resend, or a replay) changes

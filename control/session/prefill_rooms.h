@@ -71,6 +71,9 @@ struct PrefillOptions {
   // already is ignored, where the reference fails the room as a "duplicate" (§3.3 step 7): a
   // resend or replay must not abort a live room. The sidecar sets it; other blocks stay an error.
   bool ignore_repeated_preallocations = false;
+  // The most rooms tracked at once; a pre-allocation that would make another is answered
+  // Failed and stores nothing. 0: no bound. Rooms the engine begins are not refused.
+  size_t max_rooms = 0;
   // The most rejected reply routes remembered (§3.2.3); the oldest is forgotten first.
   size_t max_remembered_rejections = 4096;
 };

@@ -388,6 +388,23 @@ TEST(PrefillRoomsTest, AnAbortOfAnUnknownRoomMakesNoState) {
   EXPECT_EQ(rooms.room_count(), 0u);
 }
 
+// The issue: 20,000 pre-allocations for rooms never made ready doubled the prefill's RSS.
+TEST(PrefillRoomsTest, PreallocationsPastTheRoomBoundAreAnsweredFailedAndStoreNothing) {
+  PrefillOptions options;
+  options.max_rooms = 100;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  for (uint64_t room = 1; room <= 20000; ++room) {
+    (void)rooms.OnMessage(PreallocationFrames(room, SessionOf(0), DecodeManifestWire()), kT0);
+  }
+  EXPECT_EQ(rooms.room_count(), 100u);
+  PrefillOutput refused =
+      rooms.OnMessage(PreallocationFrames(20001, SessionOf(0), DecodeManifestWire()), kT0);
+  EXPECT_EQ(refused.rejected.code(), absl::StatusCode::kResourceExhausted) << refused.rejected;
+  ASSERT_EQ(refused.messages.size(), 1u);  // Failed, to the decode
+  EXPECT_EQ(rooms.room_count(), 100u);
+}
+
 // kvrail (PrefillOptions::ignore_repeated_preallocations): the same session pre-allocating the
 // same blocks again is ignored; the room goes on.
 TEST(PrefillRoomsTest, ARepeatedPreallocationIsIgnoredWhenAskedTo) {

@@ -188,6 +188,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     prefill_options.timeouts = options.timeouts;
     prefill_options.max_room_bytes = options.max_room_bytes;
     prefill_options.ignore_repeated_preallocations = true;  // docs/SECURITY.md
+    prefill_options.max_rooms = options.max_rooms;
     KVRAIL_ASSIGN_OR_RETURN(session::PrefillRooms rooms,
                             session::PrefillRooms::Create(identity, prefill_options));
     // What this rank registers with the node's bootstrap server (CACHEPD §1.2, §2.1).

@@ -80,6 +80,8 @@ struct SidecarOptions {
   // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
   // server started with --token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
   std::string bootstrap_token;
+  // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
+  size_t max_rooms = 65536;
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
 };
