@@ -57,7 +57,7 @@ void EngineApiServer::Responder::operator()(v1::EngineReply reply) const {
 
 struct EngineApiServer::Sockets {
   zmq::socket_t router;
-  std::set<std::string> engines;  // identities that sent a request (server thread only)
+  std::set<std::string> engines;  // the one engine driving the sidecar, or none (server thread)
 };
 
 absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const std::string& endpoint,
@@ -114,6 +114,23 @@ void EngineApiServer::Publish(const v1::RoomEvent& event) {
     mailbox_->events.push_back(message.SerializeAsString());
   }
   mailbox_->Wake();
+}
+
+bool EngineApiServer::Admit(const std::string& identity, const v1::EngineRequest& request,
+                            v1::SidecarMessage& reply) {
+  std::set<std::string>& engines = sockets_->engines;  // the one engine, or none yet
+  if (engines.count(identity) > 0 || request.has_stats() || request.has_attach()) return true;
+  if (engines.empty()) {
+    engines.insert(identity);  // the first engine to ask drives this sidecar
+    engines_.store(1);
+    return true;
+  }
+  refused_.fetch_add(1);
+  reply.mutable_reply()->set_request_id(request.request_id());
+  reply.mutable_reply()->set_error(
+      "engine API: another engine drives this sidecar; a second one is refused (a restarted "
+      "engine takes over by attaching its arena again; Stats is open to any)");
+  return false;
 }
 
 void EngineApiServer::Deliver() {
@@ -183,9 +200,9 @@ void EngineApiServer::Run() {
           reply.mutable_reply()->set_error(
               "engine API: the request names no operation (attach, ready, expect, poll, abort, "
               "stats)");
+        } else if (!Admit(identity, request, reply)) {
+          // Another engine drives this sidecar: refused (see Admit).
         } else {
-          sockets_->engines.insert(identity);
-          engines_.store(sockets_->engines.size());
           if (deferrer_) {
             Responder later;
             later.mailbox_ = mailbox_;
@@ -196,6 +213,12 @@ void EngineApiServer::Run() {
           }
           *reply.mutable_reply() = handler_(request);
           reply.mutable_reply()->set_request_id(request.request_id());
+          // An accepted AttachArena from another identity is a restarted engine taking over.
+          if (request.has_attach() && reply.reply().error().empty() &&
+              (sockets_->engines.empty() || *sockets_->engines.begin() != identity)) {
+            sockets_->engines = {identity};
+            engines_.store(1);
+          }
         }
         const std::string bytes = reply.SerializeAsString();
         router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);

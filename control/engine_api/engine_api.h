@@ -64,12 +64,20 @@ class EngineApiServer {
   // The bound endpoint (with the real port for tcp port 0).
   const std::string& endpoint() const { return endpoint_; }
 
-  // Queues `event` for every engine that has sent a request and is still connected (an engine
-  // that went away is forgotten at the first event it cannot take). Thread-safe; never blocks.
+  // One engine per sidecar: the first to send a request (other than Stats) drives it; another
+  // identity's requests are refused, but for Stats (open to any, for monitoring) and
+  // AttachArena, which, once the handler accepts it (a restarted engine attaching its arena
+  // again), makes that identity the engine.
+  //
+  // Queues `event` for the engine, if it is still connected (an engine that went away is
+  // forgotten at the first event it cannot take). Thread-safe; never blocks.
   void Publish(const v1::RoomEvent& event);
 
-  // Engines known to be connected (identities that sent a request and were not found gone).
+  // The engine driving the sidecar: 1, or 0 before the first or once it was found gone.
   size_t engines() const { return engines_.load(); }
+
+  // Requests refused because another engine drives the sidecar.
+  uint64_t refused() const { return refused_.load(); }
 
   // Malformed requests answered with an error so far.
   uint64_t malformed() const { return malformed_.load(); }
@@ -80,8 +88,12 @@ class EngineApiServer {
   EngineApiServer() = default;
   void Run();
 
-  // Sends what the mailbox holds: events to every engine, replies to the engine that asked.
+  // Sends what the mailbox holds: events to the engine, replies to whoever asked.
   void Deliver();
+  // Server thread: whether `identity` may make `request` (one engine per sidecar); when not,
+  // `reply` says why.
+  bool Admit(const std::string& identity, const v1::EngineRequest& request,
+             v1::SidecarMessage& reply);
 
   Handler handler_;
   Deferrer deferrer_;
@@ -93,6 +105,7 @@ class EngineApiServer {
   std::shared_ptr<Mailbox> mailbox_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> malformed_{0};
+  std::atomic<uint64_t> refused_{0};
   std::atomic<size_t> engines_{0};
   std::thread thread_;
 };

@@ -218,12 +218,10 @@ TEST(EngineApiTest, DeferredRequestsLetOthersBeAnswered) {
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return !taken.empty(); }));
   }
-  // The deferred request is unanswered; another engine's request is answered meanwhile.
-  v1::EngineRequest poll;
-  poll.mutable_poll()->add_rooms(3);
-  auto polled = other->Call(poll);
-  ASSERT_TRUE(polled.ok()) << polled.status();
-  EXPECT_EQ(polled->states_size(), 1);
+  // The deferred request is unanswered; another client's Stats is answered meanwhile.
+  v1::EngineRequest stats;
+  stats.mutable_stats();
+  ASSERT_TRUE(other->Call(stats).ok());
   auto none = slow->NextMessage(absl::Milliseconds(50));
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
@@ -252,6 +250,54 @@ TEST(EngineApiTest, DeferredRequestsLetOthersBeAnswered) {
   (*server)->Stop();
   server->reset();
   taken[1](v1::EngineReply());  // after Stop and destruction: dropped, harmlessly
+}
+
+// One engine per sidecar (the issue: a second engine got every room event and could abort
+// rooms). A second identity is refused, but for Stats; its accepted AttachArena (a restarted
+// engine) makes it the engine, and events go to it alone.
+TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
+  auto handler = [](const v1::EngineRequest& request) {
+    v1::EngineReply reply;
+    if (request.has_attach() && request.attach().shm_name() != "/arena") {
+      reply.set_error("AttachArena: not this sidecar's arena");
+    }
+    return reply;
+  };
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", handler).value();
+  auto first = EngineApiClient::Connect(server->endpoint()).value();
+  auto second = EngineApiClient::Connect(server->endpoint()).value();
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(5);
+  ASSERT_TRUE(first->Call(abort).ok());
+  absl::StatusOr<v1::EngineReply> refused = second->Call(abort);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("another engine drives this sidecar"),
+            std::string::npos)
+      << refused.status();
+  v1::EngineRequest stats;
+  stats.mutable_stats();
+  EXPECT_TRUE(second->Call(stats).ok());
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name("/someone-elses");
+  EXPECT_FALSE(second->Call(attach).ok());
+  EXPECT_FALSE(second->Call(abort).ok());  // a refused attach takes nothing over
+  EXPECT_EQ(server->refused(), 2u);
+
+  v1::RoomEvent event;
+  event.set_room(1);
+  server->Publish(event);
+  EXPECT_TRUE(first->NextEvent(absl::Seconds(5)).has_value());
+  EXPECT_FALSE(second->NextEvent(absl::Milliseconds(200)).has_value());
+
+  attach.mutable_attach()->set_shm_name("/arena");
+  ASSERT_TRUE(second->Call(attach).ok());
+  EXPECT_TRUE(second->Call(abort).ok());
+  EXPECT_FALSE(first->Call(abort).ok());
+  event.set_room(2);
+  server->Publish(event);
+  EXPECT_TRUE(second->NextEvent(absl::Seconds(5)).has_value());
+  EXPECT_FALSE(first->NextEvent(absl::Milliseconds(200)).has_value());
+  EXPECT_EQ(server->engines(), 1u);
 }
 
 TEST(EngineApiTest, BindFailureNamesTheEndpoint) {

@@ -138,7 +138,7 @@ TEST_F(AttachArenaTest, OverSharedMemoryTheArenaIsUcxsOwnSegment) {
   EXPECT_EQ(arena->bytes()[0], 1);
 }
 
-// A request with a large manifest is parsed off the engine API's thread: another engine's Poll,
+// A request with a large manifest is parsed off the engine API's thread: another client's Stats,
 // sent after it, is answered first, and the large request still gets its own answer.
 TEST_F(AttachArenaTest, ALargeManifestDoesNotHoldUpTheEngineApi) {
   StartSidecar("tcp");
@@ -157,9 +157,9 @@ TEST_F(AttachArenaTest, ALargeManifestDoesNotHoldUpTheEngineApi) {
   ASSERT_GT(expect.expect().destination_manifest().size(), size_t{1} << 20);
   const uint64_t id = engine_->Send(expect).value();
   auto other = engine_api::EngineApiClient::Connect(sidecar_->engine_endpoint()).value();
-  v1::EngineRequest poll;
-  poll.mutable_poll()->add_rooms(5);
-  ASSERT_TRUE(other->Call(poll).ok());
+  v1::EngineRequest stats;  // open to any client, as a monitor would ask
+  stats.mutable_stats();
+  ASSERT_TRUE(other->Call(stats).ok());
   auto early = engine_->NextMessage(absl::ZeroDuration());
   ASSERT_TRUE(early.ok());
   EXPECT_FALSE(early->has_value()) << "the large Expect was answered before the Poll";
