@@ -2,11 +2,13 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -14,6 +16,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvrail::engine_api {
@@ -78,6 +81,14 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const st
     router.set(zmq::sockopt::router_mandatory, true);
     router.bind(endpoint);
     server->endpoint_ = router.get(zmq::sockopt::last_endpoint);
+    // An ipc socket is its owner's alone: no other user on the host can connect to it.
+    if (absl::StartsWith(server->endpoint_, "ipc://")) {
+      const std::string path = server->endpoint_.substr(6);
+      if (chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+        return absl::UnavailableError(
+            absl::StrCat("engine API: chmod 0600 ", path, " failed: ", std::strerror(errno)));
+      }
+    }
     server->sockets_->router = std::move(router);
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(

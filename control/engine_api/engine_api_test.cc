@@ -1,8 +1,11 @@
 #include "control/engine_api/engine_api.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -298,6 +301,18 @@ TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
   EXPECT_TRUE(second->NextEvent(absl::Seconds(5)).has_value());
   EXPECT_FALSE(first->NextEvent(absl::Milliseconds(200)).has_value());
   EXPECT_EQ(server->engines(), 1u);
+}
+
+TEST(EngineApiTest, AnIpcSocketIsItsOwnersAlone) {
+  // /tmp: a unix socket path has at most 107 bytes, which the test's own directory passes.
+  const std::string path = absl::StrCat("/tmp/kvrail-engine-api-mode-", getpid(), ".sock");
+  auto server = EngineApiServer::Start(absl::StrCat("ipc://", path), Echo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  server->reset();
+  unlink(path.c_str());
 }
 
 TEST(EngineApiTest, BindFailureNamesTheEndpoint) {
