@@ -23,7 +23,8 @@ struct DecodedRegistration {
 
 // Parses the 8 registration frames: frame errors are invalid-frame, contract errors are
 // invalid-contract ("registration frame 5 (contract): ..."), in §3.2's order, so the
-// nonzero-pointer check still comes after the contract.
+// nonzero-pointer check still comes after the contract. Last, the decode's arena [arena base,
+// arena base + the contract's ArenaBytes) must end by 2^64 (invalid-frame; kvrail's own rule).
 absl::StatusOr<DecodedRegistration> DecodeRegistration(absl::Span<const std::string> frames);
 
 // A pre-allocation whose manifest (frame 2) parsed; nullopt manifest marks a dummy target.

@@ -81,5 +81,28 @@ TEST(PeerMessagesTest, ContractErrorsComeBeforeThePointerCheck) {
   EXPECT_EQ(CategoryOf(decoded.status()), ErrorCategory::kInvalidContract);
 }
 
+// The arena the prefill writes into, [base, base + ArenaBytes), must be one an address can
+// hold: a base whose arena would pass 2^64 is refused, one that ends exactly there is not.
+TEST(PeerMessagesTest, AnArenaThatPassesTwoToTheSixtyFourIsRefused) {
+  const nlohmann::json vectors = LoadVectors("frames.json");
+  std::vector<std::string> frames = kvrail::testing::VectorFrames(vectors["registration"][0]);
+  absl::StatusOr<DecodedRegistration> decoded = DecodeRegistration(frames);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const uint64_t arena = static_cast<uint64_t>(decoded->contract.ArenaBytes());
+  auto with_base = [&frames](uint64_t base) {
+    std::vector<std::string> out = frames;
+    for (int i = 0; i < 8; ++i) out[4][i] = static_cast<char>(base >> (8 * i));
+    return DecodeRegistration(out);
+  };
+  EXPECT_TRUE(with_base(0 - arena).ok());
+  for (uint64_t base : {0 - arena + 1, ~uint64_t{0}}) {
+    absl::StatusOr<DecodedRegistration> refused = with_base(base);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(CategoryOf(refused.status()), ErrorCategory::kInvalidFrame);
+    EXPECT_NE(refused.status().message().find("passes 2^64"), absl::string_view::npos)
+        << refused.status();
+  }
+}
+
 }  // namespace
 }  // namespace kvrail::layout

@@ -20,6 +20,23 @@ constexpr std::array<std::pair<ErrorCategory, absl::string_view>, 5> kNames = {{
     {ErrorCategory::kUnsupportedLayout, "unsupported-layout"},
 }};
 
+// The message with every control character (below 0x20, and 0x7F) written as \xNN: errors
+// quote peers' text (ids, member names), and a quoted newline must not start a line of its own
+// in a log or an answer.
+std::string OneLine(absl::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(byte, absl::kZeroPad2));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::string_view CategoryName(ErrorCategory category) {
@@ -37,7 +54,7 @@ std::optional<ErrorCategory> CategoryFromName(absl::string_view name) {
 }
 
 absl::Status MakeError(ErrorCategory category, absl::string_view message) {
-  absl::Status status(absl::StatusCode::kInvalidArgument, message);
+  absl::Status status(absl::StatusCode::kInvalidArgument, OneLine(message));
   status.SetPayload(kCategoryPayload, absl::Cord(CategoryName(category)));
   return status;
 }
@@ -50,7 +67,7 @@ std::optional<ErrorCategory> CategoryOf(const absl::Status& status) {
 
 absl::Status AddContext(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
-  absl::Status out(status.code(), absl::StrCat(context, ": ", status.message()));
+  absl::Status out(status.code(), OneLine(absl::StrCat(context, ": ", status.message())));
   status.ForEachPayload(
       [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
   return out;

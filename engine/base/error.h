@@ -31,14 +31,16 @@ absl::string_view CategoryName(ErrorCategory category);
 // Parses a name produced by CategoryName. Returns nullopt for anything else.
 std::optional<ErrorCategory> CategoryFromName(absl::string_view name);
 
-// Returns an InvalidArgument status with `message` that carries `category`.
+// Returns an InvalidArgument status with `message` that carries `category`. The message is
+// kept on one line: a control character in it (a newline in a peer's id, say) is written as
+// \xNN.
 absl::Status MakeError(ErrorCategory category, absl::string_view message);
 
 // The category carried by `status`, or nullopt for OK and for statuses made elsewhere.
 std::optional<ErrorCategory> CategoryOf(const absl::Status& status);
 
-// Returns `status` with "<context>: " put in front of its message; code and category are kept.
-// OK stays OK.
+// Returns `status` with "<context>: " put in front of its message, on one line as MakeError
+// keeps it; code and category are kept. OK stays OK.
 absl::Status AddContext(const absl::Status& status, absl::string_view context);
 
 // One line as tools print it: "<category>: <message>" ("error" when there is no category).

@@ -21,6 +21,16 @@ TEST(ErrorTest, AddContextKeepsCategoryAndCode) {
   EXPECT_TRUE(AddContext(absl::OkStatus(), "x").ok());
 }
 
+// A peer's id with a newline in it (found by tests/fuzz:bootstrap_fuzz in a stage list) must not
+// break a log line or a one-line answer in two.
+TEST(ErrorTest, MessagesStayOnOneLine) {
+  absl::Status status = MakeError(ErrorCategory::kUnsupportedLayout, "field 'a\nb\x7f\x01' é");
+  EXPECT_EQ(status.message(), "field 'a\\x0ab\\x7f\\x01' é");
+  status = AddContext(status, "stage\r\n");
+  EXPECT_EQ(status.message(), "stage\\x0d\\x0a: field 'a\\x0ab\\x7f\\x01' é");
+  EXPECT_EQ(CategoryOf(status), ErrorCategory::kUnsupportedLayout);
+}
+
 TEST(ErrorTest, ForeignStatusHasNoCategory) {
   EXPECT_FALSE(CategoryOf(absl::InternalError("x")).has_value());
   EXPECT_EQ(DescribeError(absl::InternalError("x")), "error: x");

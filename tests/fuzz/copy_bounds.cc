@@ -1,0 +1,93 @@
+#include "tests/fuzz/copy_bounds.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "tests/fuzz/check.h"
+
+namespace kvrail::fuzz {
+
+void CheckCopiesInArenas(const CopyList& copies, uint64_t source_bytes, uint64_t destination_base,
+                         uint64_t destination_bytes, absl::string_view what) {
+  // 128-bit sums: nothing here may wrap while it is being checked.
+  using Wide = unsigned __int128;
+  const Wide address_space = Wide{std::numeric_limits<uint64_t>::max()} + 1;
+  Check(Wide{destination_base} + destination_bytes <= address_space || copies.empty(), [&] {
+    return absl::StrCat(what, ": copies into an arena at 0x", absl::Hex(destination_base), " of ",
+                        destination_bytes, " bytes, which passes 2^64");
+  });
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const Copy& c = copies[i];
+    const char* broken = nullptr;
+    if (c.length == 0) {
+      broken = "moves no byte";
+    } else if (Wide{c.src_offset} + c.length > source_bytes) {
+      broken = "reads outside the prefill arena";
+    } else if (Wide{c.dst_offset} + c.length > destination_bytes) {
+      broken = "writes outside the decode arena";
+    }
+    Check(broken == nullptr, [&] {
+      return absl::StrCat(what, ": copy ", i, " of ", copies.size(), " {src ", c.src_offset,
+                          ", dst ", c.dst_offset, ", ", c.length, " bytes} ", broken, " (prefill ",
+                          source_bytes, " bytes, decode ", destination_bytes, " bytes)");
+    });
+  }
+}
+
+absl::Status ExpandAndCheck(const plan::CopyPlan& plan, const layout::Manifest& src,
+                            const layout::Manifest& dst, uint64_t source_bytes,
+                            uint64_t destination_base, uint64_t destination_bytes,
+                            CopyList& copies) {
+  copies.clear();
+  const absl::Status expanded = plan.ExpandCoalesced(src, dst, copies);
+  if (!expanded.ok()) {
+    Check(copies.empty(), "ExpandCoalesced failed and still appended copies");
+    return expanded;
+  }
+  CheckCopiesInArenas(copies, source_bytes, destination_base, destination_bytes, "ExpandCoalesced");
+  CopyList plain;
+  Check(plan.Expand(src, dst, plain).ok(), "Expand fails where ExpandCoalesced succeeds");
+  plan::Coalesce(plain);
+  Check(plain == copies, "Expand + Coalesce differs from ExpandCoalesced");
+  absl::StatusOr<plan::CopyCursor> cursor = plan.Begin(src, dst, /*coalesce=*/true);
+  Check(cursor.ok(), "Begin fails where ExpandCoalesced succeeds");
+  CopyList streamed;
+  Copy batch[7];  // small and odd, so that runs cross batch ends
+  size_t n = 0;
+  while ((n = cursor->Next(batch, 7)) > 0) {
+    for (size_t i = 0; i < n; ++i) streamed.push_back(batch[i]);
+  }
+  Check(cursor->done(), "a cursor that returned 0 copies is not done");
+  Check(streamed == copies, "the coalescing cursor differs from ExpandCoalesced");
+  return expanded;
+}
+
+void CheckTransfer(const session::TransferWork& work, const layout::Contract& prefill) {
+  Check(work.source_manifest != nullptr, "a transfer without a source manifest");
+  CopyList copies;
+  uint64_t total = 0;
+  for (const session::TransferDestination& d : work.destinations) {
+    Check(d.peer != nullptr && d.peer->copy_plan != nullptr && d.manifest != nullptr,
+          "a transfer destination without its registration, copy plan or manifest");
+    const absl::Status expanded =
+        ExpandAndCheck(*d.peer->copy_plan, *work.source_manifest, *d.manifest,
+                       static_cast<uint64_t>(prefill.ArenaBytes()), d.peer->registration.arena_base,
+                       static_cast<uint64_t>(d.peer->contract.ArenaBytes()), copies);
+    Check(expanded.ok(), [&] {
+      return absl::StrCat("a room the rooms layer accepted does not expand: ", expanded.ToString());
+    });
+    uint64_t bytes = 0;
+    for (const Copy& c : copies) bytes += c.length;
+    Check(bytes == d.bytes, [&] {
+      return absl::StrCat("the copies move ", bytes,
+                          " bytes, the rooms layer "
+                          "planned ",
+                          d.bytes);
+    });
+    total += bytes;
+  }
+  Check(total == work.total_bytes, "a transfer's total bytes differ from its destinations' sum");
+}
+
+}  // namespace kvrail::fuzz
