@@ -133,10 +133,12 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
         registration.ok() ? layout::ParseContract(registration->contract_wire)
                           : absl::StatusOr<layout::Contract>(registration.status());
     if (contract.ok()) {
-      absl::StatusOr<std::shared_ptr<const v1::HandshakeDescriptor>> descriptor =
-          descriptors->Refresh(check.session_id);
+      // Fetched for this check alone, not cached: the data plane fetches its own when a room
+      // first moves, so a decode that died meanwhile is found dead then, not written to.
+      absl::StatusOr<v1::HandshakeDescriptor> descriptor =
+          transport::FetchDescriptor(check.session_id, options.handshake_timeout);
       absl::StatusOr<transport::RemoteRegions> regions =
-          descriptor.ok() ? transport::RemoteRegions::FromDescriptor(**descriptor)
+          descriptor.ok() ? transport::RemoteRegions::FromDescriptor(*descriptor)
                           : absl::StatusOr<transport::RemoteRegions>(descriptor.status());
       if (!regions.ok()) {
         verdict = absl::UnavailableError(
@@ -145,8 +147,8 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
                          DescribeError(regions.status())));
       } else {
         verdict = CheckOwner(*registration, static_cast<uint64_t>(contract->ArenaBytes()),
-                             (*descriptor)->cachepd_endpoint(), *regions);
-        key_digest = (*descriptor)->session_key_digest();
+                             descriptor->cachepd_endpoint(), *regions);
+        key_digest = descriptor->session_key_digest();
       }
     }
     Locked locked(*this);
