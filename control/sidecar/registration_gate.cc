@@ -79,16 +79,6 @@ RegistrationGate::Check RegistrationGate::StartCheck(const std::string& session,
   return Check{pending.ticket, session, std::move(registration)};
 }
 
-namespace {
-
-// The room a pre-allocation or fence request names (both checked to parse by SessionOf).
-uint64_t RoomOf(const RegistrationGate::Message& message) {
-  if (wire::IsFenceRequest(message)) return wire::ParseFenceRequest(message)->room;
-  return wire::ParsePreallocationRouteHeader(message)->room;
-}
-
-}  // namespace
-
 void RegistrationGate::Route(const std::string& session, Message message,
                              std::optional<Message>& pass, absl::Status& refused) {
   auto owner = admitted_.find(session);
@@ -111,7 +101,7 @@ void RegistrationGate::Route(const std::string& session, Message message,
     return;
   }
   if (keyed) {
-    const uint64_t room = RoomOf(message);
+    const uint64_t room = wire::ProvenRoomOf(message).value_or(0);
     const std::optional<uint64_t> proven = std::exchange(owner->second.proven, std::nullopt);
     if (proven != room) {
       refused = absl::PermissionDeniedError(absl::StrFormat(

@@ -10,9 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/sidecar/sidecar_impl.h"
-#include "control/wire/dispatch.h"
-#include "control/wire/fence.h"
-#include "control/wire/preallocation.h"
 #include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "engine/base/error.h"
@@ -134,15 +131,7 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
       }
     }
     if (session_key) {
-      std::optional<uint64_t> room;
-      if (wire::IsFenceRequest(m.frames)) {
-        if (auto fence = wire::ParseFenceRequest(m.frames); fence.ok()) room = fence->room;
-      } else if (wire::Classify(m.frames) == wire::MessageKind::kPreallocation) {
-        if (auto header = wire::ParsePreallocationRouteHeader(m.frames); header.ok()) {
-          room = header->room;
-        }
-      }
-      if (room) {
+      if (const std::optional<uint64_t> room = wire::ProvenRoomOf(m.frames)) {
         absl::StatusOr<std::vector<std::string>> proof =
             wire::BuildOwnerProof({*room, session_id, session_key->bytes()});
         if (proof.ok()) (void)outbox->Send(m.endpoint, *proof);

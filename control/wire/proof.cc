@@ -2,8 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/wire/ascii_uint.h"
+#include "control/wire/dispatch.h"
+#include "control/wire/fence.h"
 #include "control/wire/kvrail_frames.h"
 #include "control/wire/limits.h"
+#include "control/wire/preallocation.h"
 #include "engine/base/error.h"
 
 namespace kvrail::wire {
@@ -14,6 +17,18 @@ bool IsOwnerProof(absl::Span<const std::string> frames) {
 
 bool IsSenderProof(absl::Span<const std::string> frames) {
   return HasMagic(frames, kSenderProofMagic);
+}
+
+std::optional<uint64_t> ProvenRoomOf(absl::Span<const std::string> frames) {
+  if (IsFenceRequest(frames)) {
+    absl::StatusOr<FenceRequest> fence = ParseFenceRequest(frames);
+    if (fence.ok()) return fence->room;
+    return std::nullopt;
+  }
+  if (Classify(frames) != MessageKind::kPreallocation) return std::nullopt;
+  absl::StatusOr<PreallocationRouteHeader> header = ParsePreallocationRouteHeader(frames);
+  if (header.ok()) return header->room;
+  return std::nullopt;
 }
 
 absl::StatusOr<SenderProof> ParseSenderProof(absl::Span<const std::string> frames) {

@@ -28,6 +28,7 @@
 #define KVRAIL_CONTROL_WIRE_PROOF_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,10 @@ bool IsSenderProof(absl::Span<const std::string> frames);
 // kSessionKeyBytes bytes.
 absl::StatusOr<OwnerProof> ParseOwnerProof(absl::Span<const std::string> frames);
 absl::StatusOr<std::vector<std::string>> BuildOwnerProof(const OwnerProof& proof);
+
+// The room of a message an owner proof must precede (a pre-allocation or a fence request whose
+// room frame parses), or nullopt for any other message.
+std::optional<uint64_t> ProvenRoomOf(absl::Span<const std::string> frames);
 
 // invalid-frame naming the frame and rule: not 4 frames, another magic, a room or rank that is
 // not canonical decimal ([0, 2^63-1], [0, 1023]), a tag that is not kTagBytes bytes.

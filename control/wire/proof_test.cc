@@ -7,6 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "control/wire/dispatch.h"
+#include "control/wire/fence.h"
+#include "control/wire/preallocation.h"
 
 namespace kvrail::wire {
 namespace {
@@ -47,6 +49,14 @@ TEST(OwnerProofTest, EachRuleIsRefusedNamingItsFrame) {
     const absl::Status status = ParseOwnerProof(f).status();
     EXPECT_TRUE(absl::StrContains(status.message(), c.refusal)) << status;
   }
+}
+
+TEST(OwnerProofTest, ProvenRoomOfNamesThePreallocationsAndFenceRequestsRoom) {
+  EXPECT_EQ(ProvenRoomOf(BuildPreallocation({7, "s:1", ""}).value()), 7u);
+  EXPECT_EQ(ProvenRoomOf(BuildFenceRequest({9, "s:1"}).value()), 9u);
+  EXPECT_EQ(ProvenRoomOf(BuildOwnerProof({1, "s:1", std::string(kSessionKeyBytes, 'k')}).value()),
+            std::nullopt);
+  EXPECT_EQ(ProvenRoomOf({"None"}), std::nullopt);  // a registration's frame 0
 }
 
 }  // namespace
