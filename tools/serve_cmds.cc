@@ -143,6 +143,14 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: the most rooms tracked at once; pre-allocations past it are "
                   "answered Failed (0: no bound)")
       ->capture_default_str();
+  sub->add_option("--max-rooms-per-session", options.max_rooms_per_session,
+                  "Prefill: the most rooms one decode session may pre-allocate at once; more are "
+                  "answered Failed (0: no bound)")
+      ->capture_default_str();
+  sub->add_option("--max-registrations", options.max_registrations,
+                  "Prefill: the most decode sessions registered at once; new ones past it are "
+                  "rejected (0: no bound)")
+      ->capture_default_str();
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();

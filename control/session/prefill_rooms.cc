@@ -113,6 +113,13 @@ absl::StatusOr<PrefillRooms> PrefillRooms::Create(PrefillIdentity identity,
                                                    " is outside 0..",
                                                    identity.prefill_tp_size - 1));
   }
+  // The rank every status and fence answer carries (CACHEPD §3.4; §10.1 for a pipeline's
+  // global ranks): one a decode could not parse would make every room of this rank time out.
+  if (identity.status_rank > static_cast<int>(wire::kMaxPrefillRank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill status rank ", identity.status_rank, " is outside 0..",
+                     wire::kMaxPrefillRank, " (CACHEPD §3.4: a status's frame 2)"));
+  }
   return PrefillRooms(std::move(identity), options);
 }
 
@@ -212,6 +219,15 @@ void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Ti
   std::shared_ptr<const DecodePeer> peer = *std::move(admitted);
   auto stored = registrations_.find(route->session_id);
   if (stored == registrations_.end()) {
+    if (options_.max_registrations > 0 && registrations_.size() >= options_.max_registrations) {
+      RejectRegistration(*route,
+                         absl::ResourceExhaustedError(absl::StrCat(
+                             "registration of a new Decode session refused: this prefill rank ",
+                             "holds ", registrations_.size(), " registrations already ",
+                             "(PrefillOptions::max_registrations, --max-registrations)")),
+                         now, out);
+      return;
+    }
     AcceptRegistration(std::move(peer));
     return;
   }
@@ -415,6 +431,17 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
       return;
     }
   }
+  if (options_.max_rooms_per_session > 0 &&
+      RoomsOfSession(session_id) >= options_.max_rooms_per_session) {
+    // Bounded per session too: one decode filling max_rooms would lock every other one out.
+    ReplyFailed(room_id, session_id, out);
+    out.rejected = absl::ResourceExhaustedError(absl::StrCat(
+        "pre-allocation of room ", room_id, " from ", session_id, " refused: the session holds ",
+        "pre-allocations in ", RoomsOfSession(session_id), " rooms already ",
+        "(PrefillOptions::max_rooms_per_session, --max-rooms-per-session); answered Failed, ",
+        "nothing of it is stored"));
+    return;
+  }
   absl::Status collected = Collect(current, *peer);
   if (!collected.ok()) {
     RejectPreallocation(room_id, session_id, collected, now, out);
@@ -427,11 +454,29 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
   if (decoded->manifest.has_value()) {
     destination.manifest = std::make_shared<const layout::Manifest>(*std::move(decoded->manifest));
   }
-  room.destinations.push_back(std::move(destination));
+  AddDestination(room, std::move(destination));
   if (room.destinations.size() == peer->expected_decode_ranks.size()) {
     SetState(room_id, room, TransferPoll::kBootstrapped, out);
     MaybeStartTransfer(room_id, room, now, out);
   }
+}
+
+void PrefillRooms::AddDestination(Room& room, Destination destination) {
+  ++session_rooms_[destination.peer->registration.session_id];
+  room.destinations.push_back(std::move(destination));
+}
+
+void PrefillRooms::DropDestinations(Room& room) {
+  for (const Destination& d : room.destinations) {
+    auto count = session_rooms_.find(d.peer->registration.session_id);
+    if (count != session_rooms_.end() && --count->second == 0) session_rooms_.erase(count);
+  }
+  room.destinations.clear();
+}
+
+size_t PrefillRooms::RoomsOfSession(const std::string& session_id) const {
+  auto count = session_rooms_.find(session_id);
+  return count == session_rooms_.end() ? 0 : count->second;
 }
 
 // §3.3 step 7.
@@ -544,7 +589,7 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, a
                  std::nullopt, out);
     }
   }
-  room.destinations.clear();
+  DropDestinations(room);
   room.ready.reset();
   if (!room.begun) room.forget_at = now + options_.timeouts.failed_room_ttl;
   SetState(room_id, room, TransferPoll::kFailed, out);
@@ -564,7 +609,7 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
   room.transfer_started = true;
   if (work->destinations.empty()) {
     // A dummy rank: nothing to copy and nobody to tell (§1.4).
-    room.destinations.clear();
+    DropDestinations(room);
     SetState(room_id, room, TransferPoll::kSuccess, out);
     return;
   }
@@ -693,7 +738,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
     SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kSuccess, room.ready->bootstrap_token,
                room.ready->spec_candidate_ids, out);
   }
-  room.destinations.clear();
+  DropDestinations(room);
   room.ready.reset();
   SetState(room_id, room, TransferPoll::kSuccess, out);
   return out;
@@ -780,9 +825,11 @@ void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
     tombstone.failure_reason = std::move(room.failure_reason);
     tombstone.fence_unproven = room.fence_unproven;
     tombstone.forget_at = now + options_.timeouts.failed_room_ttl;
+    DropDestinations(room);
     room = std::move(tombstone);
     return;
   }
+  DropDestinations(room);
   rooms_.erase(found);
 }
 
@@ -804,7 +851,10 @@ PrefillOutput PrefillRooms::Tick(absl::Time now) {
       unmatched.push_back(id);
     }
   }
-  for (uint64_t id : forget) rooms_.erase(id);
+  for (uint64_t id : forget) {
+    DropDestinations(rooms_[id]);
+    rooms_.erase(id);
+  }
   std::sort(bootstrap_expired.begin(), bootstrap_expired.end());
   std::sort(unmatched.begin(), unmatched.end());
   for (uint64_t id : bootstrap_expired) {

@@ -74,6 +74,13 @@ struct PrefillOptions {
   // The most rooms tracked at once; a pre-allocation that would make another is answered
   // Failed and stores nothing. 0: no bound. Rooms the engine begins are not refused.
   size_t max_rooms = 0;
+  // The most rooms one decode session may hold pre-allocations in at once; a pre-allocation
+  // past it is answered Failed and stores nothing, so one decode cannot fill max_rooms and
+  // lock the others out. 0: no bound.
+  size_t max_rooms_per_session = 0;
+  // The most decode sessions registered at once; a registration of a new session past it is
+  // rejected (§3.2.3) and stores nothing. Sessions re-registering are not refused. 0: no bound.
+  size_t max_registrations = 0;
   // The most rejected reply routes remembered (§3.2.3); the oldest is forgotten first.
   size_t max_remembered_rejections = 4096;
 };
@@ -277,6 +284,7 @@ class PrefillRooms {
   std::optional<PrefillRoomView> Find(uint64_t room) const;
   // Tracked rooms, remembered failed rooms included.
   size_t room_count() const { return rooms_.size(); }
+  size_t registration_count() const { return registrations_.size(); }
 
   // The stored registration of `session_id`, or null.
   std::shared_ptr<const DecodePeer> Registration(absl::string_view session_id) const;
@@ -325,6 +333,10 @@ class PrefillRooms {
 
   PrefillRooms(PrefillIdentity identity, PrefillOptions options);
 
+  void AddDestination(Room& room, Destination destination);
+  void DropDestinations(Room& room);
+  size_t RoomsOfSession(const std::string& session_id) const;
+
   void OnRegistration(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
   void OnPreallocation(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
   void OnFenceRequest(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
@@ -359,6 +371,9 @@ class PrefillRooms {
   PrefillIdentity identity_;
   PrefillOptions options_;
   absl::flat_hash_map<uint64_t, Room> rooms_;
+  // Rooms holding a pre-allocation of each session (max_rooms_per_session); kept by
+  // AddDestination and DropDestinations, the only code that changes a room's destinations.
+  absl::flat_hash_map<std::string, size_t> session_rooms_;
   absl::flat_hash_map<std::string, std::shared_ptr<const DecodePeer>> registrations_;
   absl::flat_hash_map<std::string, wire::ReplyRoute> rejected_;
   std::deque<std::string> rejected_order_;                   // oldest first, for the bound

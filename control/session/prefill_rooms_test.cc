@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
 #include "control/wire/status.h"
@@ -100,6 +101,16 @@ TEST(PrefillRoomsTest, CreateChecksTheRank) {
   identity.prefill_tp_size = 0;
   identity.prefill_tp_rank = 0;
   EXPECT_EQ(PrefillRooms::Create(identity).status().code(), absl::StatusCode::kInvalidArgument);
+  // A pipeline's global rank (stage-major, CACHEPD §10.1) past what a status can carry.
+  identity.prefill_tp_size = 2;
+  identity.prefill_tp_rank = 1;
+  identity.status_rank = 1024;
+  absl::Status refused = PrefillRooms::Create(identity).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "status rank 1024 is outside 0..1023"))
+      << refused;
+  identity.status_rank = 1023;
+  EXPECT_TRUE(PrefillRooms::Create(identity).ok());
 }
 
 TEST(PrefillRoomsTest, CompletedPreallocationsMakeTheRoomBootstrapped) {
@@ -403,6 +414,52 @@ TEST(PrefillRoomsTest, PreallocationsPastTheRoomBoundAreAnsweredFailedAndStoreNo
   EXPECT_EQ(refused.rejected.code(), absl::StatusCode::kResourceExhausted) << refused.rejected;
   ASSERT_EQ(refused.messages.size(), 1u);  // Failed, to the decode
   EXPECT_EQ(rooms.room_count(), 100u);
+}
+
+// Sessions are bounded too (max_registrations): registrations of new sessions past it are
+// rejected and store nothing; a registered session registering again is not refused.
+TEST(PrefillRoomsTest, RegistrationsOfNewSessionsPastTheBoundAreRejected) {
+  PrefillOptions options;
+  options.max_registrations = 2;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<std::string> frames = RegistrationFrames(0);
+    frames[3] = absl::StrCat("10.9.", i / 250, ".", i % 250, ":15000");  // a new session id
+    PrefillOutput out = rooms.OnMessage(frames, kT0);
+    EXPECT_EQ(out.rejected.code(), absl::StatusCode::kResourceExhausted) << out.rejected;
+    if (i == 0) EXPECT_THAT(std::string(out.rejected.message()), HasSubstr("--max-registrations"));
+  }
+  EXPECT_EQ(rooms.registration_count(), 2u);
+  EXPECT_TRUE(rooms.OnMessage(RegistrationFrames(1), kT0).rejected.ok());
+  EXPECT_TRUE(Preallocate(rooms, 5, 0).rejected.ok());
+}
+
+// One decode session filling the room table cannot lock out another (max_rooms_per_session),
+// and a session that reached its bound gets rooms again once its rooms end.
+TEST(PrefillRoomsTest, OneSessionsPreallocationsCannotLockOutAnother) {
+  PrefillOptions options;
+  options.max_rooms = 100;
+  options.max_rooms_per_session = 10;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  for (uint64_t room = 1; room <= 20000; ++room) (void)Preallocate(rooms, room, 0);
+  EXPECT_EQ(rooms.room_count(), 10u);
+  PrefillOutput refused = Preallocate(rooms, 20001, 0);
+  EXPECT_EQ(refused.rejected.code(), absl::StatusCode::kResourceExhausted) << refused.rejected;
+  EXPECT_THAT(std::string(refused.rejected.message()), HasSubstr("--max-rooms-per-session"));
+  ASSERT_EQ(refused.messages.size(), 1u);  // Failed, to that decode
+  EXPECT_EQ(ParsedStatus(refused.messages[0]).status, static_cast<int>(TransferPoll::kFailed));
+  // The other session is served: its pre-allocation completes room 1.
+  PrefillOutput other = Preallocate(rooms, 1, 1);
+  EXPECT_TRUE(other.rejected.ok()) << other.rejected;
+  EXPECT_EQ(rooms.State(1), TransferPoll::kBootstrapped);
+  // Room 2 ends (the engine aborts it): session 0 may pre-allocate one more room.
+  EXPECT_TRUE(rooms.BeginRoom(2, kT0).ok());
+  (void)rooms.Abort(2, "the engine gave up", kT0);
+  rooms.Free(2, kT0);
+  EXPECT_TRUE(Preallocate(rooms, 30000, 0).rejected.ok());
+  EXPECT_EQ(Preallocate(rooms, 30001, 0).rejected.code(), absl::StatusCode::kResourceExhausted);
 }
 
 // kvrail (PrefillOptions::ignore_repeated_preallocations): the same session pre-allocating the

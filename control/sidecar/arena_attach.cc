@@ -53,6 +53,9 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
   absl::StatusOr<layout::Contract> parsed = layout::ParseContract(attach.contract());
   if (!parsed.ok()) return AddContext(parsed.status(), "AttachArena: contract");
   KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateContract(*parsed), "AttachArena: contract"));
+  // Every page of every field inside the arena the contract sizes: the copies of a room are
+  // then inside the arena whatever a peer's manifest names (bounds before bytes).
+  KVRAIL_RETURN_IF_ERROR(AddContext(layout::CheckArenaFits(*parsed), "AttachArena: contract"));
   absl::Status status = AttachArenaMemory(attach, *parsed);
   if (status.ok()) status = StartRooms(attach, *parsed);
   // Registered once the rooms can take a decode's registration: its first message may follow
@@ -189,6 +192,8 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     prefill_options.max_room_bytes = options.max_room_bytes;
     prefill_options.ignore_repeated_preallocations = true;  // docs/SECURITY.md
     prefill_options.max_rooms = options.max_rooms;
+    prefill_options.max_rooms_per_session = options.max_rooms_per_session;
+    prefill_options.max_registrations = options.max_registrations;
     KVRAIL_ASSIGN_OR_RETURN(session::PrefillRooms rooms,
                             session::PrefillRooms::Create(identity, prefill_options));
     // What this rank registers with the node's bootstrap server (CACHEPD §1.2, §2.1).

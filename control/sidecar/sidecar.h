@@ -82,6 +82,11 @@ struct SidecarOptions {
   std::string bootstrap_token;
   // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
   size_t max_rooms = 65536;
+  // Prefill: the most rooms one decode session may hold pre-allocations in at once
+  // (PrefillOptions::max_rooms_per_session), so that one decode cannot fill max_rooms.
+  size_t max_rooms_per_session = 8192;
+  // Prefill: the most decode sessions registered at once (PrefillOptions::max_registrations).
+  size_t max_registrations = 4096;
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
 };

@@ -101,6 +101,23 @@ TEST_F(AttachArenaTest, ARefusedAttachLeavesNothingBehindAndTheEngineMayTryAgain
   EXPECT_TRUE(absl::StrContains(Refusal(Attach("", "", 2 * bytes_)), "attached already"));
 }
 
+// A contract that validates but places pages past the arena it sizes (CACHEPD §4.6): the
+// reference's own test contracts do. A peer's manifest could then name a page whose bytes lie
+// outside the arena, so the attach is refused, naming the field, and nothing is attached.
+TEST_F(AttachArenaTest, AContractWhosePagesLieOutsideItsArenaIsRefusedNamingTheField) {
+  StartSidecar("tcp");
+  layout::Contract beyond = contract_;
+  beyond.plan.planes.back().arena_offset_bytes += 2 * beyond.plan.lcm_block_bytes;  // 2 blocks on
+  ASSERT_TRUE(layout::ValidateContract(beyond).ok());
+  ASSERT_FALSE(layout::CheckArenaFits(beyond).ok());
+  v1::EngineRequest request = Attach("", "", bytes_);
+  request.mutable_attach()->set_contract(layout::SerializeContract(beyond).value());
+  const std::string refusal = Refusal(request);
+  EXPECT_TRUE(absl::StrContains(refusal, "AttachArena: contract")) << refusal;
+  EXPECT_TRUE(absl::StrContains(refusal, "but the arena holds")) << refusal;
+  EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");  // nothing was left attached
+}
+
 // An engine that restarted attaches the same arena again: accepted (its earlier rooms fail).
 TEST_F(AttachArenaTest, TheSameArenaAttachedAgainIsAReattach) {
   StartSidecar("tcp");
