@@ -116,9 +116,9 @@ absl::StatusOr<PrefillRooms> PrefillRooms::Create(PrefillIdentity identity,
   // The rank every status and fence answer carries (CACHEPD §3.4; §10.1 for a pipeline's
   // global ranks): one a decode could not parse would make every room of this rank time out.
   if (identity.status_rank > static_cast<int>(wire::kMaxPrefillRank)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prefill status rank ", identity.status_rank, " is outside 0..",
-                     wire::kMaxPrefillRank, " (CACHEPD §3.4: a status's frame 2)"));
+    return absl::InvalidArgumentError(absl::StrCat("prefill status rank ", identity.status_rank,
+                                                   " is outside 0..", wire::kMaxPrefillRank,
+                                                   " (CACHEPD §3.4: a status's frame 2)"));
   }
   return PrefillRooms(std::move(identity), options);
 }
