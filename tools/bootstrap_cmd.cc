@@ -22,12 +22,13 @@
 #include "control/bootstrap/registration.h"
 #include "control/bootstrap/server.h"
 #include "control/bootstrap/token.h"
+#include "control/session/peer_log_limiter.h"
 #include "engine/base/error.h"
-#include "tools/peer_log_limiter.h"
 
 namespace kvrail::tools {
 namespace {
 
+using session::PeerLogLimiter;
 using std::chrono::milliseconds;
 
 std::shared_ptr<spdlog::logger> MakeLogger() {

@@ -363,6 +363,14 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
   }
   const uint64_t room_id = header->room;
   const std::string& session_id = header->session_id;
+  if (options_.unknown_sessions_change_nothing && !registrations_.contains(session_id)) {
+    ReplyFailed(room_id, session_id, out);
+    out.rejected = absl::FailedPreconditionError(
+        absl::StrCat("pre-allocation of room ", room_id, " from ", session_id,
+                     " ignored: CachePD request references an unregistered Decode session; no "
+                     "room changes and nothing is stored"));
+    return;
+  }
 
   absl::StatusOr<layout::DecodedPreallocation> decoded = layout::DecodePreallocation(frames);
   if (!decoded.ok()) {

@@ -71,6 +71,12 @@ struct PrefillOptions {
   // already is ignored, where the reference fails the room as a "duplicate" (§3.3 step 7): a
   // resend or replay must not abort a live room. The sidecar sets it; other blocks stay an error.
   bool ignore_repeated_preallocations = false;
+  // kvrail: a pre-allocation naming a Decode session that is not registered changes no room and
+  // stores nothing (it is answered Failed only where the reference would answer it, a session
+  // whose registration was rejected), where the reference fails the room it names (§3.3): any
+  // process that reaches the socket could otherwise abort any room, and grow the room table
+  // with Failed rooms. The sidecar sets it (docs/SECURITY.md).
+  bool unknown_sessions_change_nothing = false;
   // The most rooms tracked at once; a pre-allocation that would make another is answered
   // Failed and stores nothing. 0: no bound. Rooms the engine begins are not refused.
   size_t max_rooms = 0;

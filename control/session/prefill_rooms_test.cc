@@ -416,6 +416,27 @@ TEST(PrefillRoomsTest, PreallocationsPastTheRoomBoundAreAnsweredFailedAndStoreNo
   EXPECT_EQ(rooms.room_count(), 100u);
 }
 
+// kvrail (unknown_sessions_change_nothing): a pre-allocation naming a session nobody registered
+// cannot abort a room the engine began, nor leave a Failed room behind for each room id named.
+TEST(PrefillRoomsTest, PreallocationsOfUnknownSessionsChangeNoRoom) {
+  PrefillOptions options;
+  options.unknown_sessions_change_nothing = true;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(3, kT0).ok());
+  for (uint64_t room = 3; room < 2003; ++room) {
+    PrefillOutput out =
+        rooms.OnMessage(PreallocationFrames(room, "10.66.0.1:1", DecodeManifestWire()), kT0);
+    EXPECT_EQ(out.rejected.code(), absl::StatusCode::kFailedPrecondition) << out.rejected;
+    EXPECT_TRUE(out.events.empty());
+  }
+  EXPECT_EQ(rooms.room_count(), 1u);
+  EXPECT_NE(rooms.State(3), TransferPoll::kFailed);
+  Preallocate(rooms, 3, 0);
+  Preallocate(rooms, 3, 1);
+  EXPECT_EQ(rooms.State(3), TransferPoll::kBootstrapped);
+}
+
 // Sessions are bounded too (max_registrations): registrations of new sessions past it are
 // rejected and store nothing; a registered session registering again is not refused.
 TEST(PrefillRoomsTest, RegistrationsOfNewSessionsPastTheBoundAreRejected) {

@@ -112,10 +112,19 @@ absl::StatusOr<std::unique_ptr<ZmqInbox>> ZmqInbox::Bind(std::shared_ptr<ZmqCont
         absl::StrCat("inbox bound to an unreadable endpoint \"", inbox->endpoint_, "\""));
   }
   inbox->port_ = static_cast<uint16_t>(bound_port);
+  if (options.on_connection_cut) {
+    absl::StatusOr<std::unique_ptr<InboxWatch>> watch =
+        InboxWatch::Start(inbox->context_->impl().context.handle(), inbox->socket_->socket.handle(),
+                          inbox->port_, options.max_frame_bytes, options.on_connection_cut);
+    if (!watch.ok()) return watch.status();
+    inbox->watch_ = *std::move(watch);
+  }
   return inbox;
 }
 
-absl::StatusOr<std::optional<std::vector<std::string>>> ZmqInbox::Receive(absl::Duration timeout) {
+absl::StatusOr<std::optional<std::vector<std::string>>> ZmqInbox::Receive(absl::Duration timeout,
+                                                                          std::string* peer_host) {
+  if (peer_host != nullptr) peer_host->clear();
   std::lock_guard<std::mutex> lock(mu_);
   if (socket_ == nullptr) return absl::FailedPreconditionError("the inbox is closed");
   zmq::socket_t& socket = socket_->socket;
@@ -137,6 +146,10 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ZmqInbox::Receive(absl::
         return absl::InternalError("a multipart message ended early");
       }
       more = part.more();
+      if (count == 0 && peer_host != nullptr) {
+        const char* address = zmq_msg_gets(part.handle(), "Peer-Address");
+        if (address != nullptr) *peer_host = address;
+      }
       ++count;
       if (count <= options_.max_frames) frames.push_back(part.to_string());
     }
@@ -152,6 +165,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ZmqInbox::Receive(absl::
 
 void ZmqInbox::Close() {
   std::lock_guard<std::mutex> lock(mu_);
+  watch_.reset();  // first: the socket's own close is no peer's cut
   socket_.reset();
 }
 

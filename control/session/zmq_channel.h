@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "control/session/inbox_watch.h"
 
 namespace kvrail::session {
 
@@ -48,6 +49,10 @@ struct InboxOptions {
   int64_t max_frame_bytes = int64_t{4} << 20;
   // A message with more frames is read whole and dropped (a registration has 8, §3.2).
   size_t max_frames = 16;
+  // When set, called (on a thread of the inbox's own) for each peer connection ZeroMQ cuts
+  // rather than the peer closing it: a frame over max_frame_bytes or a ZMTP error, which
+  // ZeroMQ otherwise drops in silence (inbox_watch.h). It must not block, nor call the inbox.
+  OnConnectionCut on_connection_cut;
 };
 
 // The PULL socket a rank binds (CACHEPD §1.1, §1.2).
@@ -74,7 +79,10 @@ class ZmqInbox {
   // the wait). Fails with InvalidArgument when a message was dropped for having more than
   // max_frames frames (the inbox stays usable: log it and call again), and with
   // FailedPrecondition after Close, or Unavailable when the context is being terminated.
-  absl::StatusOr<std::optional<std::vector<std::string>>> Receive(absl::Duration timeout);
+  // When `peer_host` is given it is set to the sending peer's IP address (ZeroMQ's
+  // "Peer-Address" property), also for a message that was dropped; empty if unknown.
+  absl::StatusOr<std::optional<std::vector<std::string>>> Receive(absl::Duration timeout,
+                                                                  std::string* peer_host = nullptr);
 
   // Closes the socket, discarding what is queued; later Receives fail. Idempotent.
   void Close();
@@ -87,7 +95,8 @@ class ZmqInbox {
   std::shared_ptr<ZmqContext> context_;  // declared first: outlives the socket
   InboxOptions options_;
   std::mutex mu_;
-  std::unique_ptr<Socket> socket_;  // guarded by mu_; null once closed
+  std::unique_ptr<Socket> socket_;     // guarded by mu_; null once closed
+  std::unique_ptr<InboxWatch> watch_;  // guarded by mu_; stopped before the socket closes
   std::string endpoint_;
   uint16_t port_ = 0;
 };

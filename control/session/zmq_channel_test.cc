@@ -8,8 +8,10 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -225,6 +227,41 @@ TEST(ZmqChannelTest, PeerSendingAnOversizedFrameIsCutOffAndOthersStillArrive) {
       inbox->Receive(absl::Milliseconds(200));
   ASSERT_TRUE(more.ok());
   EXPECT_FALSE(more->has_value()) << "the oversized frame was delivered";
+}
+
+// ZeroMQ drops such a peer in silence; the inbox's watch says so, once, naming the peer. A
+// peer that closes its own socket is not reported.
+TEST(ZmqChannelTest, AnOversizedFramesCutIsReportedAndAPeerClosingItsSocketIsNot) {
+  auto context = ZmqContext::Create();
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> cuts;
+  InboxOptions inbox_options;
+  inbox_options.max_frame_bytes = 1 << 20;
+  inbox_options.on_connection_cut = [&](const std::string& peer, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    cuts.emplace_back(peer, why);
+  };
+  std::unique_ptr<ZmqInbox> inbox = BindLocal(context, inbox_options);
+  {
+    ZmqOutbox polite(context);
+    ASSERT_TRUE(polite.Send(inbox->endpoint(), {"hello"}).ok());
+    EXPECT_THAT(MustReceive(*inbox), ElementsAre("hello"));
+  }  // closes its socket: the peer goes away by itself
+  ZmqOutbox big_sender(context);
+  ASSERT_TRUE(big_sender.Send(inbox->endpoint(), {std::string(8 << 20, 'x')}).ok());
+  const absl::Time deadline = absl::Now() + kArrival;
+  while (absl::Now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!cuts.empty()) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // room for a wrong second report to come
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(cuts.size(), 1u);
+  EXPECT_THAT(cuts[0].first, testing::StartsWith("127.0.0.1:"));
+  EXPECT_THAT(cuts[0].second, HasSubstr("a frame over 1048576 bytes (ZMQ_MAXMSGSIZE)"));
 }
 
 TEST(ZmqChannelTest, ConcurrentSendersKeepEachSendersOrder) {

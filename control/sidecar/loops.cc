@@ -34,14 +34,13 @@ bool Healthy(const std::string& address) {
 
 void Sidecar::Impl::InboxLoop() {
   while (!stop.load()) {
+    std::string host;
     absl::StatusOr<std::optional<std::vector<std::string>>> message =
-        inbox->Receive(absl::Milliseconds(100));
+        inbox->Receive(absl::Milliseconds(100), &host);
     if (!message.ok()) {
       if (message.status().code() == absl::StatusCode::kInvalidArgument) {
         Locked locked(*this);
-        ++stats.peer_messages_rejected;
-        spdlog::warn("{}: peer message dropped: {}", role_name,
-                     std::string(message.status().message()));
+        RefuseLocked(host, absl::StrCat("peer message dropped: ", message.status().message()));
         continue;
       }
       return;
@@ -50,34 +49,30 @@ void Sidecar::Impl::InboxLoop() {
     Locked locked(*this);
     ++stats.peer_messages;
     if (!attached) {
-      ++stats.peer_messages_rejected;
-      spdlog::warn("{}: peer message before the engine attached its arena: dropped", role_name);
+      RefuseLocked(host, "peer message before the engine attached its arena: dropped");
       continue;
     }
     if (!prefill) {
       if (wire::IsSenderProof(**message)) {
         if (absl::Status kept = senders->OnProof(**message); !kept.ok()) {
-          ++stats.peer_messages_rejected;
-          spdlog::warn("decode: sender proof dropped: {}", DescribeError(kept));
+          RefuseLocked(host, "sender proof dropped: " + DescribeError(kept));
         }
         continue;
       }
       if (SenderProofRequiredLocked(**message)) {
         if (absl::Status proven = senders->Check(**message); !proven.ok()) {
-          ++stats.peer_messages_rejected;
-          spdlog::warn("decode: peer message refused: {}", DescribeError(proven));
+          RefuseLocked(host, "peer message refused: " + DescribeError(proven));
           continue;
         }
       }
-      HandleMessageLocked(**message, absl::Now());
+      HandleMessageLocked(**message, absl::Now(), host);
       continue;
     }
     RegistrationGate::Admission admission = gate.Admit(**std::move(message));
     if (!admission.refused.ok()) {
-      ++stats.peer_messages_rejected;
-      spdlog::warn("prefill: peer message refused: {}", DescribeError(admission.refused));
+      RefuseLocked(host, "peer message refused: " + DescribeError(admission.refused));
     }
-    if (admission.pass) HandleMessageLocked(*admission.pass, absl::Now());
+    if (admission.pass) HandleMessageLocked(*admission.pass, absl::Now(), host);
     if (admission.check) {
       Defer([this, check = *std::move(admission.check)]() mutable {
         VerifyRegistration(std::move(check));
@@ -103,7 +98,21 @@ bool Sidecar::Impl::SenderProofRequiredLocked(const std::vector<std::string>& me
   return node != nodes.end() && node->second->kvrail;
 }
 
-void Sidecar::Impl::HandleMessageLocked(const std::vector<std::string>& message, absl::Time now) {
+void Sidecar::Impl::RefuseLocked(const std::string& host, const std::string& line) {
+  ++stats.peer_messages_rejected;
+  const std::string peer = host.empty() ? "an unknown peer" : host;
+  const session::PeerLogLimiter::Verdict verdict =
+      peer_log.Admit(peer, session::PeerLogLimiter::Clock::now());
+  if (!verdict.log) return;
+  spdlog::warn("{}: {} (from {}){}", role_name, line, peer,
+               verdict.held_back == 0
+                   ? ""
+                   : absl::StrCat("; ", verdict.held_back, " more refusals from ", peer,
+                                  " held back in the last 10 s"));
+}
+
+void Sidecar::Impl::HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
+                                        const std::string& host) {
   absl::Status rejected;
   if (prefill) {
     session::PrefillOutput out = prefill->OnMessage(message, now);
@@ -114,10 +123,7 @@ void Sidecar::Impl::HandleMessageLocked(const std::vector<std::string>& message,
     rejected = out.rejected;
     ApplyLocked(std::move(out));
   }
-  if (!rejected.ok()) {
-    ++stats.peer_messages_rejected;
-    spdlog::warn("{}: peer message refused: {}", role_name, DescribeError(rejected));
-  }
+  if (!rejected.ok()) RefuseLocked(host, "peer message refused: " + DescribeError(rejected));
 }
 
 void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
@@ -159,12 +165,15 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
     }
     RegistrationGate::Release release =
         gate.Verified(check.ticket, verdict.ok(), verdict.ok() ? key_digest : std::string());
+    // Held messages: the peer that sent them is not kept; the session they name stands in.
+    const std::string host = check.session_id.substr(0, check.session_id.rfind(':'));
     for (const absl::Status& refused : release.refused) {
-      ++stats.peer_messages_rejected;
-      spdlog::warn("prefill: peer message refused: {}", DescribeError(refused));
+      RefuseLocked(host, "peer message refused: " + DescribeError(refused));
     }
     const absl::Time now = absl::Now();
-    for (const std::vector<std::string>& message : release.pass) HandleMessageLocked(message, now);
+    for (const std::vector<std::string>& message : release.pass) {
+      HandleMessageLocked(message, now, host);
+    }
     if (release.next) {
       Defer([this, next = *std::move(release.next)]() mutable {
         VerifyRegistration(std::move(next));
@@ -314,6 +323,13 @@ void Sidecar::Impl::TickerLoop() {
   const absl::Duration interval = session::EffectiveHeartbeatInterval(options.timeouts);
   while (!stop.load()) {
     absl::SleepFor(absl::Milliseconds(50));
+    // What the limiter held back goes out once its peer's interval has passed: never silent.
+    for (const auto& [peer, count] : peer_log.TakeHeldBack(session::PeerLogLimiter::Clock::now())) {
+      spdlog::warn(
+          "{}: {} more refusals of messages or connections from {} held back in the "
+          "last 10 s",
+          role_name, count, peer);
+    }
     std::vector<std::string> probe;
     std::vector<std::string> peers;  // sessions (prefill) or PULL endpoints (decode) to probe
     bool probe_own_bootstrap = false;

@@ -320,7 +320,22 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   impl->options = options;
   impl->role_name = options.role == Role::kPrefill ? "prefill" : "decode";
   impl->zmq = session::ZmqContext::Create();
-  KVRAIL_ASSIGN_OR_RETURN(impl->inbox, session::ZmqInbox::Bind(impl->zmq, options.host, 0));
+  session::InboxOptions inbox_options;
+  inbox_options.on_connection_cut = [impl = impl.get()](const std::string& peer,
+                                                        const std::string& why) {
+    impl->connections_cut.fetch_add(1);
+    const std::string host = peer.substr(0, peer.rfind(':'));  // a reconnect changes the port
+    const session::PeerLogLimiter::Verdict verdict =
+        impl->peer_log.Admit(host, session::PeerLogLimiter::Clock::now());
+    if (!verdict.log) return;
+    spdlog::warn("{}: CachePD connection from {} {}; nothing of it was taken{}", impl->role_name,
+                 peer, why,
+                 verdict.held_back == 0 ? ""
+                                        : absl::StrCat(" (", verdict.held_back, " more from ", host,
+                                                       " held back in the last 10 s)"));
+  };
+  KVRAIL_ASSIGN_OR_RETURN(impl->inbox,
+                          session::ZmqInbox::Bind(impl->zmq, options.host, 0, inbox_options));
   // Deep queues: at 1000 rooms in flight the default 1000 messages per peer overflowed
   // (bench/control).
   session::OutboxOptions outbox_options;
@@ -412,6 +427,7 @@ SidecarStats Sidecar::Impl::Stats() {
   {
     Locked locked(*this);
     out = stats;
+    out.peer_messages_rejected += connections_cut.load();
     if (prefill) {
       out.rooms = prefill->room_count();
       out.registrations = prefill->Registrations().size();

@@ -43,6 +43,7 @@
 #include "control/plan/pipeline.h"
 #include "control/plan/prefill_description.h"
 #include "control/session/decode_rooms.h"
+#include "control/session/peer_log_limiter.h"
 #include "control/session/prefill_rooms.h"
 #include "control/session/zmq_channel.h"
 #include "control/sidecar/registration_gate.h"
@@ -69,6 +70,11 @@ struct Sidecar::Impl {
   std::string role_name;
 
   std::shared_ptr<session::ZmqContext> zmq;
+  // What peers can make this sidecar log as often as they like goes through this: one line per
+  // peer host per 10 s, with a count of those held back. Declared before the inbox, whose
+  // watch thread uses it until the inbox closes.
+  session::PeerLogLimiter peer_log{std::chrono::seconds(10)};
+  std::atomic<uint64_t> connections_cut{0};  // peer connections ZeroMQ cut (inbox_watch.h)
   std::unique_ptr<session::ZmqInbox> inbox;
   std::unique_ptr<session::ZmqOutbox> outbox;
   std::unique_ptr<engine_api::EngineApiServer> api;
@@ -199,7 +205,12 @@ struct Sidecar::Impl {
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();
   // Needs mu: hands one CachePD message to the room state machine.
-  void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now);
+  // `host` sent the message (the inbox's Peer-Address; empty if unknown): refusals are logged
+  // at most once per host per 10 s.
+  void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
+                           const std::string& host);
+  // Needs mu. Counts a refused peer message and logs `line` through peer_log.
+  void RefuseLocked(const std::string& host, const std::string& line);
   // Decode, needs mu: whether `message` (a status or fence answer) must come with a sender
   // proof (SidecarOptions::sender_proofs).
   bool SenderProofRequiredLocked(const std::vector<std::string>& message) const;

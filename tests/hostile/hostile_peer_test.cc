@@ -117,6 +117,16 @@ class HostilePeerTest : public ::testing::Test {
     return false;
   }
 
+  // How many lines of the prefill sidecar's log hold `text`.
+  static int CountPrefillLines(const std::string& text) {
+    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-prefill.log"));
+    std::string line;
+    int count = 0;
+    while (std::getline(log, line)) count += line.find(text) != std::string::npos ? 1 : 0;
+    return count;
+  }
+
   // The victim's own rooms still land.
   void ExpectTheVictimServed(uint64_t room) {
     const absl::Status moved = d_->MoveRoom(0, room, d_->Blocks(1, 4));
@@ -219,6 +229,53 @@ TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
   EXPECT_TRUE(d_->Landed(0, manifest));
+}
+
+// The 64 MiB frame, "dropped without a log line": ZeroMQ still cuts the connection
+// (ZMQ_MAXMSGSIZE), and now the prefill says so, naming the peer; nothing of it is taken and the
+// victim is served.
+TEST_F(HostilePeerTest, AnOversizedFrameIsLoggedOnceAndChangesNothing) {
+  const v1::SidecarStats before = PrefillStats();
+  zmq::socket_t big(context_, zmq::socket_type::push);
+  big.set(zmq::sockopt::linger, 0);
+  big.connect(d_->prefill().cachepd_endpoint);
+  const std::string frame(64 << 20, 'k');
+  ASSERT_TRUE(big.send(zmq::buffer(frame), zmq::send_flags::none).has_value());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline && CountPrefillLines("cut by ZeroMQ") == 0) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes (ZMQ_MAXMSGSIZE)"), 1);
+  const v1::SidecarStats after = PrefillStats();
+  EXPECT_EQ(after.registrations(), before.registrations());
+  EXPECT_EQ(after.rooms(), before.rooms());
+  EXPECT_GT(after.peer_messages_rejected(), before.peer_messages_rejected());
+  ExpectTheVictimServed(1101);
+}
+
+// A flood of refused messages from one host makes one line per 10 s, then one line with the
+// count held back: never silent, never a line per message.
+TEST_F(HostilePeerTest, AFloodOfRefusedMessagesIsLoggedOncePerIntervalWithACount) {
+  const uint64_t rejected_before = PrefillStats().peer_messages_rejected();
+  for (uint64_t room = 0; room < 2000; ++room) {
+    Send(wire::BuildPreallocation(
+             {5000 + room, "10.66.0.1:1", layout::SerializeManifest(d_->Blocks(1, 1)).value()})
+             .value());
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline &&
+         PrefillStats().peer_messages_rejected() < rejected_before + 2000) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GE(PrefillStats().peer_messages_rejected(), rejected_before + 2000);
+  EXPECT_LE(CountPrefillLines("10.66.0.1:1"), 2);
+  const absl::Time summary = absl::Now() + absl::Seconds(15);
+  while (absl::Now() < summary && CountPrefillLines("held back in the last 10 s") == 0) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GE(CountPrefillLines("held back in the last 10 s"), 1);
+  EXPECT_EQ(PrefillStats().rooms(), 0u);
+  ExpectTheVictimServed(1201);
 }
 
 // A bootstrap server started with a token: the prefill sidecar given it registers (the

@@ -1,10 +1,10 @@
-#include "tools/peer_log_limiter.h"
+#include "control/session/peer_log_limiter.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace kvrail::tools {
+namespace kvrail::session {
 namespace {
 
 using Clock = PeerLogLimiter::Clock;
@@ -53,4 +53,4 @@ TEST(PeerLogLimiterTest, AFloodFromManyAddressesSharesOneEntry) {
 }
 
 }  // namespace
-}  // namespace kvrail::tools
+}  // namespace kvrail::session

@@ -1,6 +1,6 @@
-#include "tools/peer_log_limiter.h"
+#include "control/session/peer_log_limiter.h"
 
-namespace kvrail::tools {
+namespace kvrail::session {
 
 PeerLogLimiter::Verdict PeerLogLimiter::Admit(const std::string& peer, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -44,4 +44,4 @@ std::vector<std::pair<std::string, uint64_t>> PeerLogLimiter::TakeHeldBack(Clock
   return out;
 }
 
-}  // namespace kvrail::tools
+}  // namespace kvrail::session

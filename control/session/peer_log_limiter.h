@@ -2,8 +2,8 @@
 // as often as it likes (refused requests, closed connections: docs/SECURITY.md). The lines held
 // back are counted, and the count goes out with the peer's next line, or from TakeHeldBack once
 // the interval has passed. Thread-safe.
-#ifndef KVRAIL_TOOLS_PEER_LOG_LIMITER_H_
-#define KVRAIL_TOOLS_PEER_LOG_LIMITER_H_
+#ifndef KVRAIL_CONTROL_SESSION_PEER_LOG_LIMITER_H_
+#define KVRAIL_CONTROL_SESSION_PEER_LOG_LIMITER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvrail::tools {
+namespace kvrail::session {
 
 class PeerLogLimiter {
  public:
@@ -50,6 +50,6 @@ class PeerLogLimiter {
   std::map<std::string, Entry> peers_;  // guarded by mu_
 };
 
-}  // namespace kvrail::tools
+}  // namespace kvrail::session
 
-#endif  // KVRAIL_TOOLS_PEER_LOG_LIMITER_H_
+#endif  // KVRAIL_CONTROL_SESSION_PEER_LOG_LIMITER_H_
