@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,11 +17,20 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvrail::engine_api {
 namespace {
+
+// Compares in time independent of where the strings differ (the engine token is a secret).
+bool SameToken(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 zmq::context_t& Context() {
   static zmq::context_t* context = new zmq::context_t(1);
@@ -68,6 +78,13 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const st
                                                                         Deferrer deferrer) {
   if (!handler) return absl::InvalidArgumentError("engine API server: the handler is empty");
   std::unique_ptr<EngineApiServer> server(new EngineApiServer);
+  unsigned char random[16];
+  if (getrandom(random, sizeof(random), 0) != static_cast<ssize_t>(sizeof(random))) {
+    return absl::InternalError(
+        absl::StrCat("engine API: getrandom for the engine token failed: ", std::strerror(errno)));
+  }
+  server->engine_token_ = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(random), sizeof(random)));
   server->handler_ = std::move(handler);
   server->deferrer_ = std::move(deferrer);
   server->sockets_ = std::make_unique<Sockets>();
@@ -127,10 +144,39 @@ void EngineApiServer::Publish(const v1::RoomEvent& event) {
   mailbox_->Wake();
 }
 
+bool EngineApiServer::EngineConnected() {
+  std::set<std::string>& engines = sockets_->engines;
+  if (engines.empty()) return false;
+  const std::string empty = v1::SidecarMessage().SerializeAsString();
+  try {
+    sockets_->router.send(zmq::buffer(*engines.begin()),
+                          zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    sockets_->router.send(zmq::buffer(empty), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EHOSTUNREACH) return true;  // a full queue (EAGAIN): still there
+    engines.clear();
+    engines_.store(0);
+    return false;
+  }
+  return true;
+}
+
 bool EngineApiServer::Admit(const std::string& identity, const v1::EngineRequest& request,
                             v1::SidecarMessage& reply) {
   std::set<std::string>& engines = sockets_->engines;  // the one engine, or none yet
-  if (engines.count(identity) > 0 || request.has_stats() || request.has_attach()) return true;
+  if (engines.count(identity) > 0 || request.has_stats()) return true;
+  if (request.has_attach()) {
+    const std::string& token = request.attach().engine_token();
+    const bool holds_token = SameToken(token, engine_token_);
+    if (engines.empty() || holds_token || !EngineConnected()) return true;
+    refused_.fetch_add(1);
+    reply.mutable_reply()->set_request_id(request.request_id());
+    reply.mutable_reply()->set_error(
+        "engine API: AttachArena refused: another engine drives this sidecar and is still "
+        "connected; a client takes over from it only with the engine token of an accepted "
+        "AttachArena's reply (AttachArena.engine_token)");
+    return false;
+  }
   if (engines.empty()) {
     engines.insert(identity);  // the first engine to ask drives this sidecar
     engines_.store(1);
@@ -225,10 +271,12 @@ void EngineApiServer::Run() {
           *reply.mutable_reply() = handler_(request);
           reply.mutable_reply()->set_request_id(request.request_id());
           // An accepted AttachArena from another identity is a restarted engine taking over.
-          if (request.has_attach() && reply.reply().error().empty() &&
-              (sockets_->engines.empty() || *sockets_->engines.begin() != identity)) {
-            sockets_->engines = {identity};
-            engines_.store(1);
+          if (request.has_attach() && reply.reply().error().empty()) {
+            reply.mutable_reply()->set_engine_token(engine_token_);
+            if (sockets_->engines.empty() || *sockets_->engines.begin() != identity) {
+              sockets_->engines = {identity};
+              engines_.store(1);
+            }
           }
         }
         const std::string bytes = reply.SerializeAsString();

@@ -67,7 +67,10 @@ class EngineApiServer {
   // One engine per sidecar: the first to send a request (other than Stats) drives it; another
   // identity's requests are refused, but for Stats (open to any, for monitoring) and
   // AttachArena, which, once the handler accepts it (a restarted engine attaching its arena
-  // again), makes that identity the engine.
+  // again), makes that identity the engine. While the engine is still connected (a message
+  // sent to it is routable), such an AttachArena must carry the engine token that every
+  // accepted AttachArena's reply carries, so that another process that reaches the socket
+  // cannot take the sidecar over.
   //
   // Queues `event` for the engine, if it is still connected (an engine that went away is
   // forgotten at the first event it cannot take). Thread-safe; never blocks.
@@ -94,10 +97,14 @@ class EngineApiServer {
   // `reply` says why.
   bool Admit(const std::string& identity, const v1::EngineRequest& request,
              v1::SidecarMessage& reply);
+  // Server thread: whether the engine can still be sent to (an empty message, which clients
+  // ignore); forgets it when not.
+  bool EngineConnected();
 
   Handler handler_;
   Deferrer deferrer_;
   std::string endpoint_;
+  std::string engine_token_;  // 32 hex digits from getrandom(2), made at Start
   struct Sockets;
   std::unique_ptr<Sockets> sockets_;
   // Shared with the Responders, which may outlive the server (a deferred answer finishing

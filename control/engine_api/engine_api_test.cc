@@ -256,9 +256,11 @@ TEST(EngineApiTest, DeferredRequestsLetOthersBeAnswered) {
 }
 
 // One engine per sidecar (the issue: a second engine got every room event and could abort
-// rooms). A second identity is refused, but for Stats; its accepted AttachArena (a restarted
-// engine) makes it the engine, and events go to it alone.
-TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
+// rooms). A second identity is refused, but for Stats; while the first is connected, its
+// AttachArena is refused too unless it carries the engine token of the first's attach reply;
+// with it (a restarted engine that kept its token), it becomes the engine, and events go to it
+// alone.
+TEST(EngineApiTest, ASecondEngineIsRefusedUnlessItPresentsTheFirstsToken) {
   auto handler = [](const v1::EngineRequest& request) {
     v1::EngineReply reply;
     if (request.has_attach() && request.attach().shm_name() != "/arena") {
@@ -269,6 +271,13 @@ TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
   auto server = EngineApiServer::Start("tcp://127.0.0.1:0", handler).value();
   auto first = EngineApiClient::Connect(server->endpoint()).value();
   auto second = EngineApiClient::Connect(server->endpoint()).value();
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name("/arena");
+  absl::StatusOr<v1::EngineReply> attached = first->Call(attach);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  const std::string token = attached->engine_token();
+  EXPECT_EQ(token.size(), 32u);
+  EXPECT_EQ(first->Call(attach)->engine_token(), token);  // the engine itself needs none
   v1::EngineRequest abort;
   abort.mutable_abort()->set_room(5);
   ASSERT_TRUE(first->Call(abort).ok());
@@ -280,11 +289,14 @@ TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
   v1::EngineRequest stats;
   stats.mutable_stats();
   EXPECT_TRUE(second->Call(stats).ok());
-  v1::EngineRequest attach;
-  attach.mutable_attach()->set_shm_name("/someone-elses");
-  EXPECT_FALSE(second->Call(attach).ok());
-  EXPECT_FALSE(second->Call(abort).ok());  // a refused attach takes nothing over
-  EXPECT_EQ(server->refused(), 2u);
+  refused = second->Call(attach);  // the right arena, but no token
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("only with the engine token"), std::string::npos)
+      << refused.status();
+  attach.mutable_attach()->set_engine_token(std::string(32, '0'));
+  EXPECT_FALSE(second->Call(attach).ok());  // a wrong one
+  EXPECT_FALSE(second->Call(abort).ok());   // a refused attach takes nothing over
+  EXPECT_EQ(server->refused(), 4u);
 
   v1::RoomEvent event;
   event.set_room(1);
@@ -292,7 +304,7 @@ TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
   EXPECT_TRUE(first->NextEvent(absl::Seconds(5)).has_value());
   EXPECT_FALSE(second->NextEvent(absl::Milliseconds(200)).has_value());
 
-  attach.mutable_attach()->set_shm_name("/arena");
+  attach.mutable_attach()->set_engine_token(token);
   ASSERT_TRUE(second->Call(attach).ok());
   EXPECT_TRUE(second->Call(abort).ok());
   EXPECT_FALSE(first->Call(abort).ok());
@@ -301,6 +313,29 @@ TEST(EngineApiTest, ASecondEngineIsRefusedUntilItsAttachIsAccepted) {
   EXPECT_TRUE(second->NextEvent(absl::Seconds(5)).has_value());
   EXPECT_FALSE(first->NextEvent(absl::Milliseconds(200)).has_value());
   EXPECT_EQ(server->engines(), 1u);
+}
+
+// An engine that died without its token: once its connection is gone, a new client's
+// AttachArena takes over without one.
+TEST(EngineApiTest, OnceTheEnginesConnectionIsGoneAnAttachNeedsNoToken) {
+  auto handler = [](const v1::EngineRequest&) { return v1::EngineReply(); };
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", handler).value();
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name("/arena");
+  {
+    auto dead = EngineApiClient::Connect(server->endpoint()).value();
+    ASSERT_TRUE(dead->Call(attach).ok());
+  }  // its socket closes
+  auto restarted = EngineApiClient::Connect(server->endpoint()).value();
+  absl::StatusOr<v1::EngineReply> taken = restarted->Call(attach);
+  for (int attempt = 0; attempt < 100 && !taken.ok(); ++attempt) {
+    absl::SleepFor(absl::Milliseconds(50));  // until the server sees the old connection closed
+    taken = restarted->Call(attach);
+  }
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(5);
+  EXPECT_TRUE(restarted->Call(abort).ok());
 }
 
 TEST(EngineApiTest, AnIpcSocketIsItsOwnersAlone) {

@@ -120,6 +120,7 @@ class SidecarClient:
         self._socket.connect(endpoint)
         self._ids = itertools.count(1)
         self._events = collections.deque()
+        self.engine_token = ""  # set by an accepted attach
 
     def close(self):
         self._socket.close()
@@ -132,15 +133,17 @@ class SidecarClient:
 
     # Requests -------------------------------------------------------------------------------
 
-    def attach_shm(self, shm_name, contract):
+    def attach_shm(self, shm_name, contract, engine_token=""):
         """Shares the engine's KV arena, a POSIX shared-memory object, and its CachePD contract
-        (wire JSON, str or bytes)."""
+        (wire JSON, str or bytes). `engine_token` (the `engine_token` attribute after an accepted
+        attach) lets a restarted engine take over while the old one is still connected."""
         request = engine_pb2.EngineRequest()
         request.attach.shm_name = shm_name
         request.attach.contract = _text(contract)
-        return self._call(request)
+        request.attach.engine_token = engine_token
+        return self._attach(request)
 
-    def attach_allocated(self, nbytes, contract):
+    def attach_allocated(self, nbytes, contract, engine_token=""):
         """Asks the sidecar to allocate the KV arena itself, `nbytes` zero-filled bytes (at least
         what the contract describes), where its data plane's peers write fastest; returns it
         mapped here as a SidecarArena. The memory is the sidecar's: it frees it when it stops.
@@ -149,17 +152,19 @@ class SidecarClient:
         request = engine_pb2.EngineRequest()
         request.attach.allocate_bytes = nbytes
         request.attach.contract = _text(contract)
-        reply = self._call(request)
+        request.attach.engine_token = engine_token
+        reply = self._attach(request)
         return SidecarArena(reply.arena_path, reply.arena_offset, nbytes, reply.arena_placement)
 
-    def attach_cuda(self, ipc_handle, nbytes, device, contract):
+    def attach_cuda(self, ipc_handle, nbytes, device, contract, engine_token=""):
         """Shares a device allocation by its cudaIpcMemHandle_t bytes."""
         request = engine_pb2.EngineRequest()
         request.attach.cuda_ipc_handle = bytes(ipc_handle)
         request.attach.cuda_bytes = nbytes
         request.attach.cuda_device = device
         request.attach.contract = _text(contract)
-        return self._call(request)
+        request.attach.engine_token = engine_token
+        return self._attach(request)
 
     def ready(self, room, source_manifest, bootstrap_token=-1, speculative_ids=()):
         """Prefill: the room's cache is computed; send it to its decode ranks."""
@@ -210,6 +215,12 @@ class SidecarClient:
         return self._events.popleft()
 
     # Internals ------------------------------------------------------------------------------
+
+    def _attach(self, request):
+        reply = self._call(request)
+        # The sidecar's engine token: what a client presents to take over from this one.
+        self.engine_token = reply.engine_token
+        return reply
 
     def _call(self, request):
         request.request_id = next(self._ids)

@@ -152,7 +152,12 @@ absl::Status Deployment::AttachRank(Rank& rank, bool prefill) {
   attach.mutable_attach()->set_shm_name(rank.arena_name);
   KVRAIL_ASSIGN_OR_RETURN(*attach.mutable_attach()->mutable_contract(),
                           layout::SerializeContract(contract_));
-  return rank.engine->Call(attach, absl::Seconds(30)).status();
+  // A restarted engine that kept its token takes over at once, even while the sidecar still
+  // counts the old engine's connection as open.
+  attach.mutable_attach()->set_engine_token(rank.engine_token);
+  KVRAIL_ASSIGN_OR_RETURN(v1::EngineReply reply, rank.engine->Call(attach, absl::Seconds(30)));
+  rank.engine_token = reply.engine_token();
+  return absl::OkStatus();
 }
 
 layout::Manifest Deployment::Blocks(int64_t first, int64_t blocks) const {

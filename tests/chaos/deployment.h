@@ -48,6 +48,7 @@ struct Rank {
   std::string engine_endpoint;
   std::string cachepd_endpoint;  // its CachePD PULL socket, tcp://host:port
   std::string session_id;        // a decode's data-plane session (its handshake endpoint)
+  std::string engine_token;      // from the sidecar's first AttachArena reply: for a takeover
 };
 
 class Deployment {

@@ -49,11 +49,22 @@ class EngineClientTest(unittest.TestCase):
 
     def test_1_attach_then_requests(self):
         self.client.attach_shm(self.shm, CONTRACT)
+        token = self.client.engine_token
+        self.assertEqual(len(token), 32)
         # Another arena is refused, naming the rule; the same one again is a restarted
         # engine's reattach.
         with self.assertRaisesRegex(SidecarError, "attached already"):
             self.client.attach_allocated(2 << 20, CONTRACT)
         self.client.attach_shm(self.shm, CONTRACT)
+        # Another client takes over from a connected engine only with its token.
+        other = SidecarClient(self.endpoint, timeout=10.0)
+        try:
+            with self.assertRaisesRegex(SidecarError, "only with the engine token"):
+                other.attach_shm(self.shm, CONTRACT)
+            other.attach_shm(self.shm, CONTRACT, engine_token=token)
+        finally:
+            other.close()
+        self.client.attach_shm(self.shm, CONTRACT, engine_token=token)  # and back
 
     def test_2_unknown_rooms_poll_failed_with_a_reason(self):
         states = self.client.poll([41, 42])
