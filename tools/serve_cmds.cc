@@ -68,7 +68,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   static std::string role;
   static double bootstrap_timeout = 120, waiting_timeout = 300, heartbeat = 5,
                 transfer_deadline = 60, handshake_timeout = 5, connect_timeout = 5,
-                fence_timeout = 5, fence_wait = 10, registration_ttl = 60;
+                fence_timeout = 5, fence_wait = 10, registration_ttl = 60, preallocation_wait = 120;
   static int heartbeat_failures = 2;
   CLI::App* sub = app.add_subcommand(
       "sidecar", "Serve one engine rank: engine API, CachePD control plane, UCX data plane");
@@ -102,6 +102,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--bootstrap-timeout", bootstrap_timeout, "Seconds (CACHEPD §7.4)")
       ->capture_default_str();
   sub->add_option("--waiting-timeout", waiting_timeout, "Seconds (CACHEPD §7.4)")
+      ->capture_default_str();
+  sub->add_option("--preallocation-wait", preallocation_wait,
+                  "Prefill: seconds a pre-allocation waits for the engine to begin its room "
+                  "before the room fails")
       ->capture_default_str();
   sub->add_option("--heartbeat-interval", heartbeat, "Seconds, at least 2 (CACHEPD §1.6)")
       ->capture_default_str();
@@ -158,6 +162,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.role = role == "prefill" ? sidecar::Role::kPrefill : sidecar::Role::kDecode;
     options.timeouts.bootstrap_timeout = absl::Seconds(bootstrap_timeout);
     options.timeouts.waiting_timeout = absl::Seconds(waiting_timeout);
+    options.timeouts.unmatched_preallocation_timeout = absl::Seconds(preallocation_wait);
     options.timeouts.heartbeat_interval = absl::Seconds(heartbeat);
     options.timeouts.heartbeat_max_failures = heartbeat_failures;
     options.transfer_deadline = absl::Seconds(transfer_deadline);

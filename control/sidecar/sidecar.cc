@@ -310,7 +310,8 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
        {std::pair<const char*, absl::Duration>{"--handshake-timeout", options.handshake_timeout},
         {"--connect-timeout", options.connect_timeout},
         {"--fence-timeout", options.fence_timeout},
-        {"--fence-wait", options.fence_wait}}) {
+        {"--fence-wait", options.fence_wait},
+        {"--preallocation-wait", options.timeouts.unmatched_preallocation_timeout}}) {
     if (value <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " ", absl::FormatDuration(value), " must be positive"));

@@ -68,6 +68,18 @@ class AttachArenaTest : public ::testing::Test {
   std::unique_ptr<engine_api::EngineApiClient> engine_;
 };
 
+TEST(SidecarOptionsTest, ANonPositiveWaitIsRefusedNamingItsFlag) {
+  SidecarOptions options;
+  options.role = Role::kDecode;
+  options.engine_endpoint = "tcp://127.0.0.1:0";
+  options.timeouts.unmatched_preallocation_timeout = absl::ZeroDuration();
+  auto started = Sidecar::Start(options);
+  ASSERT_FALSE(started.ok());
+  EXPECT_TRUE(
+      absl::StrContains(started.status().message(), "--preallocation-wait 0 must be positive"))
+      << started.status();
+}
+
 TEST_F(AttachArenaTest, AnAttachNamingNoArenaIsRefusedNamingTheThreeFields) {
   StartSidecar("tcp");
   EXPECT_TRUE(absl::StrContains(
