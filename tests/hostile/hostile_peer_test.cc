@@ -2,9 +2,14 @@
 // claims to be (issue: "Nobody in where they don't belong"). The deployment is real (bootstrap
 // server, a prefill and a decode sidecar); the attacker uses plain ZeroMQ and the public
 // handshake endpoint, as anyone on the host could.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -16,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/wire/preallocation.h"
@@ -115,6 +121,16 @@ class HostilePeerTest : public ::testing::Test {
       if (line.find(text) != std::string::npos) return true;
     }
     return false;
+  }
+
+  // The resident set of process `pid`, in KiB (VmRSS of /proc/<pid>/status).
+  static int64_t RssKib(pid_t pid) {
+    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+    }
+    return -1;
   }
 
   // How many lines of the prefill sidecar's log hold `text`.
@@ -276,6 +292,128 @@ TEST_F(HostilePeerTest, AFloodOfRefusedMessagesIsLoggedOncePerIntervalWithACount
   EXPECT_GE(CountPrefillLines("held back in the last 10 s"), 1);
   EXPECT_EQ(PrefillStats().rooms(), 0u);
   ExpectTheVictimServed(1201);
+}
+
+// The issue: "20,000 pre-allocations for rooms never made ready doubled the prefill's RSS".
+// Pre-allocations naming the victim's keyed session without its owner proof, and naming
+// sessions nobody registered: none is stored, and the prefill's memory stays where it was.
+TEST_F(HostilePeerTest, TwentyThousandPreallocationsGrowNothing) {
+  const std::string manifest = layout::SerializeManifest(d_->Blocks(1, 4)).value();
+  // Two rounds: the first warms the prefill's buffers and allocator up; the second must leave
+  // it where the first did.
+  std::vector<int64_t> rss = {RssKib(d_->prefill().sidecar->pid())};
+  for (int round = 0; round < 2; ++round) {
+    const v1::SidecarStats before = PrefillStats();
+    for (uint64_t room = 0; room < 20000; ++room) {
+      const std::string session = room % 2 == 0 ? d_->decode(0).session_id : "10.66.0.2:1";
+      Send(wire::BuildPreallocation({70000 + round * 20000 + room, session, manifest}).value());
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline &&
+           PrefillStats().peer_messages_rejected() < before.peer_messages_rejected() + 20000) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    const v1::SidecarStats after = PrefillStats();
+    EXPECT_GE(after.peer_messages_rejected(), before.peer_messages_rejected() + 20000);
+    EXPECT_EQ(after.rooms(), before.rooms());
+    EXPECT_EQ(after.registrations(), before.registrations());
+    EXPECT_EQ(after.registrations_held(), 0u);
+    rss.push_back(RssKib(d_->prefill().sidecar->pid()));
+  }
+  std::printf(
+      "prefill RSS %lld -> %lld -> %lld KiB over two rounds of 20000 refused "
+      "pre-allocations\n",
+      static_cast<long long>(rss[0]), static_cast<long long>(rss[1]),
+      static_cast<long long>(rss[2]));
+  EXPECT_LT(rss[2], rss[1] + rss[1] / 20) << "the second round grew the prefill by 5%";
+  ExpectTheVictimServed(1301);
+}
+
+// The issue: "20,000 engine Aborts of unknown rooms created state for each". And a second
+// client of the prefill's engine API (the issue: it "received every room event (tokens
+// included) and could abort rooms"): refused, hears no event, aborts nothing.
+TEST_F(HostilePeerTest, UnknownAbortsMakeNoStateAndASecondEngineIsShutOut) {
+  for (uint64_t room = 0; room < 20000; ++room) {
+    (void)d_->Abort(d_->prefill(), 90000 + room, "never begun");
+  }
+  EXPECT_EQ(PrefillStats().rooms(), 0u);
+  auto intruder = engine_api::EngineApiClient::Connect(d_->prefill().engine_endpoint).value();
+  const layout::Manifest manifest = d_->Blocks(1, 4);
+  ASSERT_TRUE(d_->Expect(0, 1401, manifest).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(1401);
+  abort.mutable_abort()->set_reason("an intruder");
+  absl::StatusOr<v1::EngineReply> refused = intruder->Call(abort);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("another engine drives this sidecar"),
+            std::string::npos)
+      << refused.status();
+  v1::EngineRequest attach;
+  attach.mutable_attach()->set_shm_name(d_->prefill().arena_name);
+  attach.mutable_attach()->set_contract(layout::SerializeContract(d_->contract()).value());
+  EXPECT_FALSE(intruder->Call(attach).ok()) << "took the sidecar over without the engine token";
+  ASSERT_TRUE(d_->Ready(1401, manifest).ok());
+  absl::StatusOr<v1::RoomEvent> done = d_->Event(d_->decode(0), 1401, absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(d_->Landed(0, manifest));
+  EXPECT_FALSE(intruder->NextEvent(absl::Milliseconds(500)).has_value())
+      << "the intruder heard a room event";
+}
+
+// The issue: "300 idle connections or 20 slowloris connections made /health time out for the
+// whole attack", and every decode then declared the node dead. Against the real bootstrap
+// process of a working deployment: /health answers all along, the decode's heartbeats keep the
+// node alive (its rooms land), and the attackers are cut at the request deadline.
+TEST_F(HostilePeerTest, IdleAndSlowConnectionsToTheBootstrapStarveNothing) {
+  const std::string& address = d_->bootstrap();
+  const std::string host = address.substr(0, address.rfind(':'));
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  auto connect_raw = [&] {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, host.c_str(), &to.sin_addr);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    return fd;
+  };
+  std::vector<int> idle, slow;
+  for (int i = 0; i < 300; ++i) idle.push_back(connect_raw());
+  for (int i = 0; i < 20; ++i) {
+    slow.push_back(connect_raw());
+    const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\n";
+    EXPECT_EQ(send(slow.back(), head.data(), head.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(head.size()));
+  }
+  httplib::Client client(host, port);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(2);
+  int answered = 0, asked = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(12);  // past the 5 s request deadline
+  uint64_t room = 1501;
+  while (absl::Now() < until) {
+    for (int fd : slow) (void)send(fd, "X", 1, MSG_NOSIGNAL);  // a header byte now and then
+    ++asked;
+    httplib::Result health = client.Get("/health");
+    if (health && health->status == 200) ++answered;
+    ExpectTheVictimServed(room++);
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_EQ(answered, asked) << "/health went unanswered during the attack";
+  // The slow ones were cut at the deadline: the server closed them (a read sees the end, or the
+  // 408 it sent first).
+  int cut = 0;
+  for (int fd : slow) {
+    char buffer[512];
+    timeval wait{2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    if (recv(fd, buffer, sizeof(buffer), 0) >= 0) ++cut;
+  }
+  EXPECT_EQ(cut, 20);
+  for (int fd : idle) close(fd);
+  for (int fd : slow) close(fd);
 }
 
 // A bootstrap server started with a token: the prefill sidecar given it registers (the
