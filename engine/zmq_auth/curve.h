@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/zmq_auth/allowed_keys.h"
 #include "engine/zmq_auth/key_file.h"
+#include "engine/zmq_auth/zap_handler.h"
 
 namespace kvrail::zmq_auth {
 
@@ -21,6 +22,20 @@ namespace kvrail::zmq_auth {
 struct CurveKeys {
   KeyFile own;
   std::shared_ptr<const AllowedKeys> allowed;
+};
+
+// A server endpoint with CURVE on, in a ZeroMQ context of its own (the handshake endpoint,
+// the engine API): its keypair, and its context's ZAP handler's options (whom it serves).
+struct CurveServerKeys {
+  KeyFile own;
+  ZapOptions zap;
+};
+
+// A client socket with CURVE on: its keypair, and the public key (Z85) of the one server it
+// may talk to.
+struct CurveClientKeys {
+  KeyFile own;
+  std::string server_public_key;
 };
 
 // Sets ZMQ_CURVE_SERVER with `own`'s keys (and ZAP domain "kvrail") on `socket`, before it
