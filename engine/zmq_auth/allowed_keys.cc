@@ -63,6 +63,13 @@ const KeyIdentity* AllowedKeys::Find(absl::string_view public_key) const {
   return it == by_key_.end() ? nullptr : &it->second;
 }
 
+std::optional<std::string> AllowedKeys::PublicKeyOf(const KeyIdentity& identity) const {
+  for (const auto& [key, listed] : by_key_) {
+    if (listed == identity) return key;
+  }
+  return std::nullopt;
+}
+
 const KeyIdentity* AllowedKeys::FindBinary(absl::string_view key_bytes) const {
   if (key_bytes.size() != 32) return nullptr;
   char z85[kZ85KeyChars + 1];

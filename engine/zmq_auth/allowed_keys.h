@@ -4,6 +4,7 @@
 #define KVRAIL_ENGINE_ZMQ_AUTH_ALLOWED_KEYS_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ class AllowedKeys {
   const KeyIdentity* Find(absl::string_view public_key) const;
   // The identity bound to a 32-byte binary key (a ZAP request's CURVE credential), or nullptr.
   const KeyIdentity* FindBinary(absl::string_view key_bytes) const;
+
+  // The public key (Z85) listed for `identity` (names are unique), or nullopt.
+  std::optional<std::string> PublicKeyOf(const KeyIdentity& identity) const;
 
   size_t size() const { return by_key_.size(); }
 
