@@ -10,6 +10,7 @@
 #include "tools/bench_cmd.h"
 #include "tools/bootstrap_cmd.h"
 #include "tools/inspect.h"
+#include "tools/keygen_cmd.h"
 #include "tools/plan_cmd.h"
 #include "tools/serve_cmds.h"
 
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   AddPlan(app, exit_code);
   kvrail::tools::AddBootstrap(app, exit_code);
   kvrail::tools::AddSidecar(app, exit_code);
+  kvrail::tools::AddKeygen(app, exit_code);
   kvrail::tools::AddEngineSim(app, exit_code);
   kvrail::tools::AddDemo(app, exit_code);
   kvrail::tools::AddBench(app, exit_code);

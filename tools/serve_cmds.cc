@@ -12,13 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "control/bootstrap/token.h"
+#include "control/session/peer_log_limiter.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
+#include "engine/zmq_auth/allowed_keys.h"
 #include "tools/demo/demo.h"
 #include "tools/engine_sim/engine_sim.h"
 
 namespace kvrail::tools {
 namespace {
+
+using session::PeerLogLimiter;
 
 int Report(const absl::Status& status, const char* what) {
   if (status.ok()) return 0;
@@ -143,6 +147,14 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "(kvrail nodes, as their bootstrap server says), required (all), off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "required", "off"}));
+  static std::string curve_key, curve_allowed;
+  sub->add_option("--curve-key", curve_key,
+                  "CURVE on every socket: this sidecar's own .key (kvrail keygen; its role and "
+                  "rank must be this sidecar's). With --curve-allowed; neither: no security")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--curve-allowed", curve_allowed,
+                  "CURVE: a directory of the *.pub keys this sidecar accepts")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("--max-rooms", options.max_rooms,
                   "Prefill: the most rooms tracked at once; pre-allocations past it are "
                   "answered Failed (0: no bound)")
@@ -181,6 +193,34 @@ void AddSidecar(CLI::App& app, int& exit_code) {
         return;
       }
       options.bootstrap_token = *std::move(token);
+    }
+    if (curve_key.empty() != curve_allowed.empty()) {
+      exit_code = Report(absl::InvalidArgumentError(
+                             "--curve-key and --curve-allowed go together: give both or neither"),
+                         "sidecar");
+      return;
+    }
+    if (!curve_key.empty()) {
+      absl::StatusOr<zmq_auth::KeyFile> own = zmq_auth::ReadSecretKeyFile(curve_key);
+      absl::StatusOr<zmq_auth::AllowedKeys> allowed =
+          own.ok() ? zmq_auth::AllowedKeys::LoadDirectory(curve_allowed)
+                   : absl::StatusOr<zmq_auth::AllowedKeys>(own.status());
+      if (!allowed.ok()) {
+        exit_code = Report(allowed.status(), "sidecar");
+        return;
+      }
+      options.curve = std::make_shared<const zmq_auth::CurveKeys>(zmq_auth::CurveKeys{
+          *std::move(own), std::make_shared<const zmq_auth::AllowedKeys>(*std::move(allowed))});
+      // A peer can make the ZAP handlers refuse as often as it likes: one line per peer
+      // address per 10 s, with the count held back.
+      static PeerLogLimiter limiter(std::chrono::seconds(10));
+      options.on_auth_refusal = [](const std::string& address, const std::string& reason) {
+        const PeerLogLimiter::Verdict verdict =
+            limiter.Admit(address, PeerLogLimiter::Clock::now());
+        if (!verdict.log) return;
+        spdlog::warn("event=curve_refused peer={} reason=\"{}\" held_back={}", address, reason,
+                     verdict.held_back);
+      };
     }
     BlockStopSignals();
     // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
@@ -225,8 +265,31 @@ void AddEngineSim(CLI::App& app, int& exit_code) {
   sub->add_option("--decode-tokens", options.decode_tokens, "Tokens per room's toy decode")
       ->capture_default_str();
   AddShapeFlags(sub, options.shape);
+  static std::string curve_key, curve_server_key;
+  sub->add_option("--curve-key", curve_key,
+                  "CURVE to a tcp engine API: this engine's .key (role engine, its sidecar's "
+                  "rank). With --curve-server-key")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--curve-server-key", curve_server_key, "CURVE: the sidecar's .pub")
+      ->check(CLI::ExistingFile);
   sub->callback([&exit_code] {
     options.prefill = role == "prefill";
+    if (curve_key.empty() != curve_server_key.empty()) {
+      exit_code = Report(absl::InvalidArgumentError("--curve-key and --curve-server-key go "
+                                                    "together: give both or neither"),
+                         "engine-sim");
+      return;
+    }
+    if (!curve_key.empty()) {
+      absl::StatusOr<zmq_auth::KeyFile> own = zmq_auth::ReadSecretKeyFile(curve_key);
+      absl::StatusOr<zmq_auth::KeyFile> server =
+          own.ok() ? zmq_auth::ReadPublicKeyFile(curve_server_key) : own;
+      if (!server.ok()) {
+        exit_code = Report(server.status(), "engine-sim");
+        return;
+      }
+      options.curve = zmq_auth::CurveClientKeys{*std::move(own), server->public_key};
+    }
     exit_code = Report(sim::RunEngineSim(options), "engine-sim");
   });
 }

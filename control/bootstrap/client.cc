@@ -182,7 +182,12 @@ absl::StatusOr<RankEndpoint> BootstrapClient::LookupRank(int rank_in_group, int 
       port->get<int64_t>() > 65535) {
     return bad("has no rank_port integer in 1..65535");
   }
-  return RankEndpoint{ip->get<std::string>(), static_cast<int>(port->get<int64_t>())};
+  RankEndpoint endpoint{ip->get<std::string>(), static_cast<int>(port->get<int64_t>())};
+  if (auto key = body.find("curve_public_key"); key != body.end()) {
+    if (!key->is_string()) return bad("has a curve_public_key that is not a string");
+    endpoint.curve_public_key = key->get<std::string>();
+  }
+  return endpoint;
 }
 
 absl::Status BootstrapClient::Health() const {

@@ -13,6 +13,7 @@
 #include "control/bootstrap/refusal.h"
 #include "control/wire/python_int.h"
 #include "engine/base/error.h"
+#include "engine/zmq_auth/key_file.h"
 
 namespace kvrail::bootstrap {
 namespace {
@@ -238,7 +239,8 @@ absl::Status ReadShardedGroups(const json& body, PrefillRegistration& out, int s
 }  // namespace
 
 bool operator==(const RankEndpoint& a, const RankEndpoint& b) {
-  return a.rank_ip == b.rank_ip && a.rank_port == b.rank_port;
+  return a.rank_ip == b.rank_ip && a.rank_port == b.rank_port &&
+         a.curve_public_key == b.curve_public_key;
 }
 
 absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
@@ -309,6 +311,14 @@ absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
         "CACHEPD §2.1, §10.2");
   }
   KVRAIL_RETURN_IF_ERROR(ReadShardedGroups(body, out, *stage_tp));
+  if (const json* key = Find(body, "curve_public_key"); key != nullptr) {
+    if (!key->is_string() ||
+        !zmq_auth::CheckZ85Key(key->get_ref<const std::string&>(), "curve_public_key").ok()) {
+      return BadRequest("curve_public_key", "must be a 32-byte CURVE key in Z85 (40 characters)",
+                        "docs/SECURITY.md");
+    }
+    out.endpoint.curve_public_key = key->get<std::string>();
+  }
   return parsed;
 }
 
@@ -337,6 +347,9 @@ absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& reg
       groups.push_back({{"group_id", g.group_id}, {"owners", g.owners}});
     }
     body["cache_sharded_groups"] = std::move(groups);
+  }
+  if (!registration.endpoint.curve_public_key.empty()) {
+    body["curve_public_key"] = registration.endpoint.curve_public_key;
   }
   return DumpPythonJson(body);
 }

@@ -5,7 +5,8 @@
 //    "rank_port": 18001, "engine_rank": 1, "cache_layout": "<contract wire>",
 //    "pp_size": 2,                                   // optional, default 1 (§10.1, §10.2)
 //    "cache_fields_by_stage": [["layer.0.k"], ...],  // optional; required when pp_size > 1
-//    "cache_sharded_groups": [{"group_id": "history", "owners": 2}]}  // kvrail, optional
+//    "cache_sharded_groups": [{"group_id": "history", "owners": 2}],  // kvrail, optional
+//    "curve_public_key": "<Z85>"}  // kvrail with CURVE on, optional (docs/SECURITY.md)
 //
 // A Python prefill sends only the first seven members. The pipeline members follow the
 // reference's later bootstrap (every rank of every stage sends the same wire contract and the
@@ -37,6 +38,10 @@ inline constexpr int kMaxWorldSize = 1 << 20;
 struct RankEndpoint {
   std::string rank_ip;
   int rank_port = 0;
+  // The rank's CURVE public key (Z85) when it runs with CURVE on: what a decode's PUSH socket
+  // to it must name as the server key (docs/SECURITY.md, "Authentication (CURVE)"). Empty
+  // otherwise, and then absent from every body, as the reference's are.
+  std::string curve_public_key;
 };
 
 bool operator==(const RankEndpoint& a, const RankEndpoint& b);
@@ -76,8 +81,9 @@ struct ParsedRegistration {
 // cache_layout is a string of ASCII that parses as a contract; those failures are refusals of
 // kind kReferenceRaises (500). Then kvrail's own rules, kBadRequest (400): sizes are positive
 // integers with world_size a multiple of dp_size * pp_size, a prefill's engine_rank lies in
-// [0, world_size), rank_port in 1..65535, rank_ip a non-empty string without spaces, and the
-// pipeline and sharding members are well-formed and fit the contract. Every error names the
+// [0, world_size), rank_port in 1..65535, rank_ip a non-empty string without spaces, the
+// pipeline and sharding members are well-formed and fit the contract, and curve_public_key,
+// when present, is a Z85 CURVE key. Every error names the
 // member and the rule, in one line.
 absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view body);
 

@@ -62,6 +62,27 @@ TEST(RegistrationTest, RoundTripsThroughSerialize) {
   EXPECT_EQ(again->canonical_layout, ReferenceLayout());
 }
 
+TEST(RegistrationTest, ACurvePublicKeyRoundTripsAndABodyWithoutOneHasNone) {
+  const std::string key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";  // ZMQ RFC 32's example
+  json with_key = Body();
+  with_key["curve_public_key"] = key;
+  absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(with_key.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->registration.endpoint.curve_public_key, key);
+  absl::StatusOr<std::string> body = SerializeRegistration(parsed->registration);
+  ASSERT_TRUE(body.ok());
+  EXPECT_NE(body->find("\"curve_public_key\": \"" + key), std::string::npos) << *body;
+
+  ParsedRegistration plain = *ParseRegistration(Body().dump());
+  EXPECT_TRUE(plain.registration.endpoint.curve_public_key.empty());
+  EXPECT_EQ(SerializeRegistration(plain.registration)->find("curve"), std::string::npos);
+
+  with_key["curve_public_key"] = "short";
+  absl::StatusOr<ParsedRegistration> bad = ParseRegistration(with_key.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("curve_public_key"), std::string::npos);
+}
+
 TEST(RegistrationTest, RefusalsCarryTheirHttpStatus) {
   json body = Body();
   body.erase("rank_ip");

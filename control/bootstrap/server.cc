@@ -90,6 +90,8 @@ void AnswerGetRoute(const PrefillRegistry& registry, const httplib::Request& req
   nlohmann::ordered_json body;
   body["rank_ip"] = endpoint->rank_ip;
   body["rank_port"] = endpoint->rank_port;
+  // Only for a rank that registered one: a tokenspeed-shaped node's answer stays the reference's.
+  if (!endpoint->curve_public_key.empty()) body["curve_public_key"] = endpoint->curve_public_key;
   Answer(res, 200, DumpPythonJson(body), kJson);
 }
 

@@ -69,13 +69,17 @@ void EngineApiServer::Responder::operator()(v1::EngineReply reply) const {
 }
 
 struct EngineApiServer::Sockets {
+  // With CURVE on: a context of its own and its ZAP handler, declared before the router so
+  // that the router closes, then the handler stops, before the context terminates.
+  std::unique_ptr<zmq::context_t> context;
+  std::unique_ptr<zmq_auth::ZapHandler> zap;
   zmq::socket_t router;
   std::set<std::string> engines;  // the one engine driving the sidecar, or none (server thread)
 };
 
-absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const std::string& endpoint,
-                                                                        Handler handler,
-                                                                        Deferrer deferrer) {
+absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
+    const std::string& endpoint, Handler handler, Deferrer deferrer,
+    std::optional<zmq_auth::CurveServerKeys> curve) {
   if (!handler) return absl::InvalidArgumentError("engine API server: the handler is empty");
   std::unique_ptr<EngineApiServer> server(new EngineApiServer);
   unsigned char random[16];
@@ -88,9 +92,23 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(const st
   server->handler_ = std::move(handler);
   server->deferrer_ = std::move(deferrer);
   server->sockets_ = std::make_unique<Sockets>();
+  zmq::context_t* context = &Context();
+  if (curve) {
+    server->sockets_->context = std::make_unique<zmq::context_t>(1);
+    context = server->sockets_->context.get();
+    absl::StatusOr<std::unique_ptr<zmq_auth::ZapHandler>> zap =
+        zmq_auth::ZapHandler::Start(context->handle(), std::move(curve->zap));
+    if (!zap.ok()) return zap.status();
+    server->sockets_->zap = *std::move(zap);
+  }
   try {
-    zmq::socket_t router(Context(), zmq::socket_type::router);
+    zmq::socket_t router(*context, zmq::socket_type::router);
     router.set(zmq::sockopt::linger, 0);
+    if (curve) {
+      if (absl::Status ok = zmq_auth::MakeCurveServer(router.handle(), curve->own); !ok.ok()) {
+        return ok;
+      }
+    }
     router.set(zmq::sockopt::maxmsgsize, kMaxRequestBytes);
     router.set(zmq::sockopt::sndhwm, 100000);
     // Sending to an engine that went away fails (EHOSTUNREACH) instead of vanishing: its
@@ -130,7 +148,10 @@ void EngineApiServer::Stop() {
     mailbox_->Wake();
   }
   if (thread_.joinable()) thread_.join();
-  if (sockets_ != nullptr) sockets_->router.close();
+  if (sockets_ != nullptr) {
+    sockets_->router.close();
+    sockets_->zap.reset();
+  }
 }
 
 void EngineApiServer::Publish(const v1::RoomEvent& event) {
@@ -294,7 +315,7 @@ struct EngineApiClient::Sockets {
 };
 
 absl::StatusOr<std::unique_ptr<EngineApiClient>> EngineApiClient::Connect(
-    const std::string& endpoint) {
+    const std::string& endpoint, const zmq_auth::CurveClientKeys* curve) {
   std::unique_ptr<EngineApiClient> client(new EngineApiClient);
   client->sockets_ = std::make_unique<Sockets>();
   client->endpoint_ = endpoint;
@@ -302,6 +323,11 @@ absl::StatusOr<std::unique_ptr<EngineApiClient>> EngineApiClient::Connect(
     zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
     dealer.set(zmq::sockopt::rcvhwm, 100000);
+    if (curve != nullptr) {
+      absl::Status ok =
+          zmq_auth::MakeCurveClient(dealer.handle(), curve->own, curve->server_public_key);
+      if (!ok.ok()) return ok;
+    }
     dealer.connect(endpoint);
     client->sockets_->dealer = std::move(dealer);
   } catch (const zmq::error_t& e) {

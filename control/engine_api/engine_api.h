@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/zmq_auth/curve.h"
 #include "proto/kvrail/v1/engine.pb.h"
 
 namespace kvrail::engine_api {
@@ -53,10 +54,12 @@ class EngineApiServer {
   using Deferrer = std::function<bool(const v1::EngineRequest&, const Responder&)>;
 
   // Binds `endpoint` ("ipc:///tmp/kvrail-p0.sock", "tcp://127.0.0.1:0") and starts serving.
-  // Unavailable naming the endpoint when the bind fails.
-  static absl::StatusOr<std::unique_ptr<EngineApiServer>> Start(const std::string& endpoint,
-                                                                Handler handler,
-                                                                Deferrer deferrer = nullptr);
+  // Unavailable naming the endpoint when the bind fails. With `curve` (docs/SECURITY.md: for
+  // tcp, an ipc socket is its owner's already), the socket is a CURVE server in a ZeroMQ
+  // context of its own, which admits only the engine keys `curve->zap` admits.
+  static absl::StatusOr<std::unique_ptr<EngineApiServer>> Start(
+      const std::string& endpoint, Handler handler, Deferrer deferrer = nullptr,
+      std::optional<zmq_auth::CurveServerKeys> curve = std::nullopt);
   ~EngineApiServer();  // Stop()
   EngineApiServer(const EngineApiServer&) = delete;
   EngineApiServer& operator=(const EngineApiServer&) = delete;
@@ -120,7 +123,10 @@ class EngineApiServer {
 // A single-threaded client: one DEALER socket to a sidecar.
 class EngineApiClient {
  public:
-  static absl::StatusOr<std::unique_ptr<EngineApiClient>> Connect(const std::string& endpoint);
+  // With `curve`, a CURVE client of the sidecar's public key (its engine key and the
+  // sidecar's .pub: `kvrail engine-sim --curve-key --curve-server-key`).
+  static absl::StatusOr<std::unique_ptr<EngineApiClient>> Connect(
+      const std::string& endpoint, const zmq_auth::CurveClientKeys* curve = nullptr);
   ~EngineApiClient();
   EngineApiClient(const EngineApiClient&) = delete;
   EngineApiClient& operator=(const EngineApiClient&) = delete;

@@ -356,5 +356,43 @@ TEST(EngineApiTest, BindFailureNamesTheEndpoint) {
   EXPECT_NE(server.status().message().find("256.0.0.1"), std::string::npos);
 }
 
+// --- CURVE on tcp (docs/SECURITY.md, "Authentication (CURVE)") ----------------------------
+
+TEST(EngineApiCurveTest, OnlyTheEngineKeyOfTheSidecarsRankIsServed) {
+  auto key = [](zmq_auth::KeyRole role, int rank) {
+    return *zmq_auth::GenerateKeyFile({role, rank, ""});
+  };
+  const zmq_auth::KeyFile sidecar = key(zmq_auth::KeyRole::kPrefill, 2);
+  const zmq_auth::KeyFile engine = key(zmq_auth::KeyRole::kEngine, 2);
+  const zmq_auth::KeyFile other_engine = key(zmq_auth::KeyRole::kEngine, 1);
+  zmq_auth::CurveServerKeys curve{sidecar, {}};
+  curve.zap.allowed = std::make_shared<const zmq_auth::AllowedKeys>(
+      *zmq_auth::AllowedKeys::FromKeys({engine, other_engine}));
+  curve.zap.admit = [](const zmq_auth::KeyIdentity& identity) {
+    return identity.role == zmq_auth::KeyRole::kEngine && identity.rank == 2
+               ? absl::OkStatus()
+               : absl::PermissionDeniedError("not the engine of rank 2");
+  };
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo, nullptr, curve);
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(7);
+
+  const zmq_auth::CurveClientKeys mine{engine, sidecar.public_key};
+  auto client = EngineApiClient::Connect((*server)->endpoint(), &mine);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE((*client)->Call(poll).ok());
+
+  const zmq_auth::CurveClientKeys another_rank{other_engine, sidecar.public_key};
+  auto refused = EngineApiClient::Connect((*server)->endpoint(), &another_rank);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ((*refused)->Call(poll, absl::Milliseconds(500)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto plain = EngineApiClient::Connect((*server)->endpoint());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->Call(poll, absl::Milliseconds(500)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 }  // namespace
 }  // namespace kvrail::engine_api

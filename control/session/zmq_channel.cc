@@ -9,11 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "engine/zmq_auth/curve.h"
 
 namespace kvrail::session {
 
 struct ZmqContext::Impl {
   zmq::context_t context{1};
+  // Declared after the context: stopped (its socket closed) before the context terminates.
+  std::unique_ptr<zmq_auth::ZapHandler> zap;
 };
 
 struct ZmqInbox::Socket {
@@ -75,6 +78,15 @@ std::shared_ptr<ZmqContext> ZmqContext::Create() {
   return std::shared_ptr<ZmqContext>(new ZmqContext());
 }
 
+absl::StatusOr<std::shared_ptr<ZmqContext>> ZmqContext::CreateWithZap(zmq_auth::ZapOptions zap) {
+  std::shared_ptr<ZmqContext> context(new ZmqContext());
+  absl::StatusOr<std::unique_ptr<zmq_auth::ZapHandler>> handler =
+      zmq_auth::ZapHandler::Start(context->impl().context.handle(), std::move(zap));
+  if (!handler.ok()) return handler.status();
+  context->impl().zap = *std::move(handler);
+  return context;
+}
+
 // --- inbox --------------------------------------------------------------------------------
 
 ZmqInbox::ZmqInbox(std::shared_ptr<ZmqContext> context, InboxOptions options)
@@ -98,6 +110,17 @@ absl::StatusOr<std::unique_ptr<ZmqInbox>> ZmqInbox::Bind(std::shared_ptr<ZmqCont
     socket->socket.set(zmq::sockopt::linger, 0);
     socket->socket.set(zmq::sockopt::rcvhwm, options.receive_hwm);
     socket->socket.set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
+    if (options.curve_server != nullptr) {
+      if (inbox->context_->impl().zap == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "inbox ", address, ": CURVE needs a ZAP handler on its context (CreateWithZap)"));
+      }
+      if (absl::Status curve =
+              zmq_auth::MakeCurveServer(socket->socket.handle(), *options.curve_server);
+          !curve.ok()) {
+        return curve;
+      }
+    }
     socket->socket.bind(address);
     inbox->endpoint_ = socket->socket.get(zmq::sockopt::last_endpoint);
     inbox->socket_ = std::move(socket);
@@ -123,7 +146,9 @@ absl::StatusOr<std::unique_ptr<ZmqInbox>> ZmqInbox::Bind(std::shared_ptr<ZmqCont
 }
 
 absl::StatusOr<std::optional<std::vector<std::string>>> ZmqInbox::Receive(absl::Duration timeout,
+                                                                          std::string* user_id,
                                                                           std::string* peer_host) {
+  if (user_id != nullptr) user_id->clear();
   if (peer_host != nullptr) peer_host->clear();
   std::lock_guard<std::mutex> lock(mu_);
   if (socket_ == nullptr) return absl::FailedPreconditionError("the inbox is closed");
@@ -146,6 +171,10 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ZmqInbox::Receive(absl::
         return absl::InternalError("a multipart message ended early");
       }
       more = part.more();
+      if (count == 0 && user_id != nullptr) {
+        // Every part of a message came on one connection: the first one's User-Id is its.
+        *user_id = zmq_auth::UserIdOf(part.handle()).value_or("");
+      }
       if (count == 0 && peer_host != nullptr) {
         const char* address = zmq_msg_gets(part.handle(), "Peer-Address");
         if (address != nullptr) *peer_host = address;
@@ -184,9 +213,23 @@ std::shared_ptr<ZmqOutbox::Peer> ZmqOutbox::PeerFor(const std::string& endpoint,
     found->second->last_used = absl::Now();
     return found->second;
   }
+  std::string server_key;
+  if (options_.curve_client != nullptr) {
+    auto key = server_keys_.find(endpoint);
+    if (key == server_keys_.end()) {
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "peer ", endpoint, ": CURVE is on and no server public key is known for it"));
+      return nullptr;
+    }
+    server_key = key->second;
+  }
   try {
     auto peer = std::make_shared<Peer>();
     peer->socket = zmq::socket_t(context_->impl().context, zmq::socket_type::push);
+    if (options_.curve_client != nullptr) {
+      error = zmq_auth::MakeCurveClient(peer->socket.handle(), *options_.curve_client, server_key);
+      if (!error.ok()) return nullptr;
+    }
     peer->socket.set(zmq::sockopt::linger, 0);
     peer->socket.set(zmq::sockopt::sndhwm, options_.send_hwm);
     peer->socket.set(zmq::sockopt::immediate, options_.immediate);
@@ -250,6 +293,19 @@ absl::Status ZmqOutbox::Send(absl::string_view endpoint_view,
       absl::StrCat("peer ", endpoint, " is unreachable or its queue is full (send high-water mark ",
                    options_.send_hwm, options_.immediate ? ", immediate" : "", "): message of ",
                    frames.size(), " frames not sent"));
+}
+
+void ZmqOutbox::SetServerKey(const std::string& endpoint, const std::string& public_key) {
+  if (options_.curve_client == nullptr) return;
+  std::shared_ptr<Peer> dropped;  // closed once the lock is released
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [key, inserted] = server_keys_.try_emplace(endpoint, public_key);
+  if (inserted || key->second == public_key) return;
+  key->second = public_key;
+  auto found = peers_.find(endpoint);
+  if (found == peers_.end()) return;
+  dropped = std::move(found->second);
+  peers_.erase(found);
 }
 
 void ZmqOutbox::Forget(absl::string_view endpoint) {

@@ -21,6 +21,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "control/session/inbox_watch.h"
+#include "engine/zmq_auth/key_file.h"
+#include "engine/zmq_auth/zap_handler.h"
 
 namespace kvrail::session {
 
@@ -29,6 +31,9 @@ namespace kvrail::session {
 class ZmqContext {
  public:
   static std::shared_ptr<ZmqContext> Create();
+  // With CURVE on (docs/SECURITY.md): the context's ZAP handler (zmq_auth/zap_handler.h),
+  // started before any inbox binds and stopped before the context terminates.
+  static absl::StatusOr<std::shared_ptr<ZmqContext>> CreateWithZap(zmq_auth::ZapOptions zap);
   ~ZmqContext();
   ZmqContext(const ZmqContext&) = delete;
   ZmqContext& operator=(const ZmqContext&) = delete;
@@ -53,6 +58,9 @@ struct InboxOptions {
   // rather than the peer closing it: a frame over max_frame_bytes or a ZMTP error, which
   // ZeroMQ otherwise drops in silence (inbox_watch.h). It must not block, nor call the inbox.
   OnConnectionCut on_connection_cut;
+  // CURVE on: the inbox is a CURVE server with this keypair, and its context must have a ZAP
+  // handler (ZmqContext::CreateWithZap). Null: no security, nothing changes on the wire.
+  std::shared_ptr<const zmq_auth::KeyFile> curve_server;
 };
 
 // The PULL socket a rank binds (CACHEPD §1.1, §1.2).
@@ -79,9 +87,12 @@ class ZmqInbox {
   // the wait). Fails with InvalidArgument when a message was dropped for having more than
   // max_frames frames (the inbox stays usable: log it and call again), and with
   // FailedPrecondition after Close, or Unavailable when the context is being terminated.
-  // When `peer_host` is given it is set to the sending peer's IP address (ZeroMQ's
-  // "Peer-Address" property), also for a message that was dropped; empty if unknown.
+  // `user_id` (optional) gets the message's authenticated User-Id with CURVE on ("decode:3:
+  // decode-3", zmq_auth/key_file.h), and is cleared otherwise. `peer_host` (optional) gets the
+  // sending peer's IP address (ZeroMQ's "Peer-Address" property), also for a message that was
+  // dropped; empty if unknown.
   absl::StatusOr<std::optional<std::vector<std::string>>> Receive(absl::Duration timeout,
+                                                                  std::string* user_id = nullptr,
                                                                   std::string* peer_host = nullptr);
 
   // Closes the socket, discarding what is queued; later Receives fail. Idempotent.
@@ -114,6 +125,9 @@ struct OutboxOptions {
   bool immediate = false;
   // How soon a lost connection is retried (ZMQ_RECONNECT_IVL).
   absl::Duration reconnect_interval = absl::Milliseconds(100);
+  // CURVE on: every PUSH socket is a CURVE client with this keypair, of the server key given
+  // for its endpoint with SetServerKey. Null: no security, nothing changes on the wire.
+  std::shared_ptr<const zmq_auth::KeyFile> curve_client;
 };
 
 // PUSH sockets, one per peer endpoint, connected on first use and cached (CACHEPD §1.1), each
@@ -135,7 +149,13 @@ class ZmqOutbox {
   // "tcp://host:port"; Unavailable when the peer's queue is full or, with `immediate`, the peer
   // is not connected (the message names the endpoint and the high-water mark); Unavailable
   // too when the context is being terminated.
+  // With CURVE on, also FailedPrecondition when no server key was given for `endpoint`.
   absl::Status Send(absl::string_view endpoint, absl::Span<const std::string> frames);
+
+  // CURVE on: the public key (Z85) of the PULL socket at `endpoint`, for the sockets made to
+  // it from now on. A different key than before closes the cached socket (the peer restarted
+  // with another key). Ignored with CURVE off.
+  void SetServerKey(const std::string& endpoint, const std::string& public_key);
 
   // Closes the socket cached for `endpoint`, dropping what it still queues. The next Send to
   // it connects afresh.
@@ -157,6 +177,7 @@ class ZmqOutbox {
   OutboxOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // guarded by mu_
+  std::map<std::string, std::string> server_keys_;      // guarded by mu_; CURVE on only
 };
 
 }  // namespace kvrail::session

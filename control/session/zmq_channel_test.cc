@@ -17,6 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/zmq_auth/allowed_keys.h"
+#include "engine/zmq_auth/key_file.h"
 
 namespace kvrail::session {
 namespace {
@@ -357,6 +359,99 @@ TEST(ZmqChannelTest, InboxReceivesOnOneThreadWhileAnotherCloses) {
   inbox->Close();
   receiver.join();
   EXPECT_TRUE(got_message.load());
+}
+
+// --- CURVE (docs/SECURITY.md, "Authentication (CURVE)") ------------------------------------
+
+std::shared_ptr<const zmq_auth::KeyFile> Key(zmq_auth::KeyRole role, int rank) {
+  absl::StatusOr<zmq_auth::KeyFile> key = zmq_auth::GenerateKeyFile({role, rank, ""});
+  EXPECT_TRUE(key.ok()) << key.status();
+  return std::make_shared<const zmq_auth::KeyFile>(*key);
+}
+
+// A prefill's CURVE inbox that accepts decode 3's key, and outboxes to it.
+class ZmqChannelCurveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = Key(zmq_auth::KeyRole::kPrefill, 1);
+    decode3_ = Key(zmq_auth::KeyRole::kDecode, 3);
+    zmq_auth::ZapOptions zap;
+    zap.allowed = std::make_shared<const zmq_auth::AllowedKeys>(
+        *zmq_auth::AllowedKeys::FromKeys({*decode3_}));
+    absl::StatusOr<std::shared_ptr<ZmqContext>> context = ZmqContext::CreateWithZap(zap);
+    ASSERT_TRUE(context.ok()) << context.status();
+    InboxOptions options;
+    options.curve_server = server_;
+    inbox_ = BindLocal(*context, options);
+    ASSERT_NE(inbox_, nullptr);
+    client_context_ = ZmqContext::Create();
+  }
+
+  std::unique_ptr<ZmqOutbox> Outbox(std::shared_ptr<const zmq_auth::KeyFile> key) {
+    OutboxOptions options;
+    options.curve_client = std::move(key);
+    auto outbox = std::make_unique<ZmqOutbox>(client_context_, options);
+    outbox->SetServerKey(inbox_->endpoint(), server_->public_key);
+    return outbox;
+  }
+
+  std::shared_ptr<const zmq_auth::KeyFile> server_;
+  std::shared_ptr<const zmq_auth::KeyFile> decode3_;
+  std::unique_ptr<ZmqInbox> inbox_;
+  std::shared_ptr<ZmqContext> client_context_;
+};
+
+TEST_F(ZmqChannelCurveTest, AnAllowedKeysMessageArrivesWithItsUserId) {
+  std::unique_ptr<ZmqOutbox> outbox = Outbox(decode3_);
+  ASSERT_TRUE(outbox->Send(inbox_->endpoint(), {"None", "x"}).ok());
+  std::string user_id;
+  absl::StatusOr<std::optional<std::vector<std::string>>> got = inbox_->Receive(kArrival, &user_id);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_THAT(**got, ElementsAre("None", "x"));
+  EXPECT_EQ(user_id, "decode:3:decode-3");
+}
+
+TEST_F(ZmqChannelCurveTest, AnUnknownKeyAndAPlainPeerDeliverNothing) {
+  std::unique_ptr<ZmqOutbox> stranger = Outbox(Key(zmq_auth::KeyRole::kDecode, 3));
+  ASSERT_TRUE(stranger->Send(inbox_->endpoint(), {"forged"}).ok());  // queued, never delivered
+  ZmqOutbox plain(client_context_);
+  ASSERT_TRUE(plain.Send(inbox_->endpoint(), {"plain"}).ok());
+  absl::StatusOr<std::optional<std::vector<std::string>>> got =
+      inbox_->Receive(absl::Milliseconds(500));
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());
+  // The allowed peer is still heard.
+  std::unique_ptr<ZmqOutbox> real = Outbox(decode3_);
+  ASSERT_TRUE(real->Send(inbox_->endpoint(), {"real"}).ok());
+  EXPECT_THAT(MustReceive(*inbox_), ElementsAre("real"));
+}
+
+TEST_F(ZmqChannelCurveTest, ASendWithoutTheServersKeyFailsNamingTheEndpoint) {
+  OutboxOptions options;
+  options.curve_client = decode3_;
+  ZmqOutbox outbox(client_context_, options);
+  absl::Status sent = outbox.Send(inbox_->endpoint(), {"x"});
+  EXPECT_EQ(sent.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(sent.message()), HasSubstr(inbox_->endpoint()));
+}
+
+TEST_F(ZmqChannelCurveTest, ACurveInboxNeedsAZapHandlerOnItsContext) {
+  InboxOptions options;
+  options.curve_server = server_;
+  absl::StatusOr<std::unique_ptr<ZmqInbox>> inbox =
+      ZmqInbox::Bind(ZmqContext::Create(), "127.0.0.1", 0, options);
+  EXPECT_EQ(inbox.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ZmqChannelTest, WithoutCurveAMessageHasNoUserId) {
+  auto context = ZmqContext::Create();
+  std::unique_ptr<ZmqInbox> inbox = BindLocal(context);
+  ZmqOutbox outbox(context);
+  ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"a"}).ok());
+  std::string user_id = "stale";
+  absl::StatusOr<std::optional<std::vector<std::string>>> got = inbox->Receive(kArrival, &user_id);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ(user_id, "");
 }
 
 }  // namespace

@@ -203,6 +203,8 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     r.dp_size = options.dp_size;
     r.endpoint.rank_ip = options.host;
     r.endpoint.rank_port = inbox->port();
+    // CURVE on: decode ranks learn this rank's server key from the bootstrap server.
+    if (options.curve) r.endpoint.curve_public_key = options.curve->own.public_key;
     // Ranks of a DP group are numbered stage-major (control/plan/pipeline.h).
     r.engine_rank = options.dp_rank * options.tp_size * options.pp_size + identity.status_rank;
     r.contract = parsed;

@@ -82,6 +82,22 @@ absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& addres
   bootstrap::BootstrapClient client(server.first, server.second);
   KVRAIL_ASSIGN_OR_RETURN(bootstrap::RankEndpoint endpoint, client.LookupRank(rank, dp_group));
   const std::string tcp = absl::StrCat("tcp://", endpoint.rank_ip, ":", endpoint.rank_port);
+  if (options.curve) {
+    // The node's bootstrap server relays the rank's key; it is taken only when this decode
+    // lists it as that very prefill rank's (docs/SECURITY.md, "Authentication (CURVE)").
+    const zmq_auth::KeyIdentity* key = options.curve->allowed->Find(endpoint.curve_public_key);
+    if (key == nullptr || key->role != zmq_auth::KeyRole::kPrefill || key->rank != rank) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "prefill rank ", rank, " of DP group ", dp_group, " at ", tcp, " registered ",
+          endpoint.curve_public_key.empty()
+              ? std::string("no CURVE key")
+              : absl::StrCat("CURVE key ", endpoint.curve_public_key,
+                             key == nullptr ? ", which is not in --curve-allowed"
+                                            : absl::StrCat(", which is ", UserId(*key))),
+          ": CURVE is on and only an allowed prefill key of that rank is taken"));
+    }
+    outbox->SetServerKey(tcp, endpoint.curve_public_key);
+  }
   Locked locked(*this);
   node.endpoints[{dp_group, rank}] = tcp;
   return tcp;

@@ -32,11 +32,22 @@ bool Healthy(const std::string& address) {
 
 }  // namespace
 
+bool Sidecar::Impl::KeyAllowsLocked(const std::string& user_id,
+                                    const std::vector<std::string>& message,
+                                    const std::string& host) {
+  const absl::Status allowed =
+      prefill ? keys.CheckAtPrefill(user_id, message) : KeyBinding::CheckAtDecode(user_id, message);
+  if (allowed.ok()) return true;
+  RefuseLocked(host, "peer message refused: " + DescribeError(allowed));
+  return false;
+}
+
 void Sidecar::Impl::InboxLoop() {
+  std::string user_id;
   while (!stop.load()) {
     std::string host;
     absl::StatusOr<std::optional<std::vector<std::string>>> message =
-        inbox->Receive(absl::Milliseconds(100), &host);
+        inbox->Receive(absl::Milliseconds(100), &user_id, &host);
     if (!message.ok()) {
       if (message.status().code() == absl::StatusCode::kInvalidArgument) {
         Locked locked(*this);
@@ -52,6 +63,9 @@ void Sidecar::Impl::InboxLoop() {
       RefuseLocked(host, "peer message before the engine attached its arena: dropped");
       continue;
     }
+    // CURVE on: the sending key's role and rank must match what the message claims, before
+    // anything of it is stored (key_binding.h).
+    if (options.curve && !KeyAllowsLocked(user_id, **message, host)) continue;
     if (!prefill) {
       if (wire::IsSenderProof(**message)) {
         if (absl::Status kept = senders->OnProof(**message); !kept.ok()) {
@@ -74,6 +88,11 @@ void Sidecar::Impl::InboxLoop() {
     }
     if (admission.pass) HandleMessageLocked(*admission.pass, absl::Now(), host);
     if (admission.check) {
+      if (options.curve) {
+        if (absl::StatusOr<zmq_auth::KeyIdentity> key = KeyOf(user_id); key.ok()) {
+          keys.Claim(admission.check->ticket, admission.check->session_id, *key);
+        }
+      }
       Defer([this, check = *std::move(admission.check)]() mutable {
         VerifyRegistration(std::move(check));
       });
@@ -138,11 +157,25 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
     absl::StatusOr<layout::Contract> contract =
         registration.ok() ? layout::ParseContract(registration->contract_wire)
                           : absl::StatusOr<layout::Contract>(registration.status());
-    if (contract.ok()) {
+    // CURVE on: the session's handshake endpoint must hold the key that sent the registration,
+    // so a registration of another decode's session fails here (its endpoint never answers).
+    std::optional<zmq_auth::CurveClientKeys> curve_keys;
+    if (options.curve) {
+      Locked locked(*this);
+      const zmq_auth::KeyIdentity* claimant = keys.Claimant(check.ticket);
+      std::optional<std::string> server_key =
+          claimant ? options.curve->allowed->PublicKeyOf(*claimant) : std::nullopt;
+      if (server_key) curve_keys = ClientKeys(*server_key);
+    }
+    if (contract.ok() && options.curve && !curve_keys) {
+      verdict = absl::PermissionDeniedError(
+          absl::StrCat("registration of decode session ", check.session_id,
+                       " refused: CURVE is on and no allowed key sent it"));
+    } else if (contract.ok()) {
       // Fetched for this check alone, not cached: the data plane fetches its own when a room
       // first moves, so a decode that died meanwhile is found dead then, not written to.
-      absl::StatusOr<v1::HandshakeDescriptor> descriptor =
-          transport::FetchDescriptor(check.session_id, options.handshake_timeout);
+      absl::StatusOr<v1::HandshakeDescriptor> descriptor = transport::FetchDescriptor(
+          check.session_id, options.handshake_timeout, curve_keys ? &*curve_keys : nullptr);
       absl::StatusOr<transport::RemoteRegions> regions =
           descriptor.ok() ? transport::RemoteRegions::FromDescriptor(*descriptor)
                           : absl::StatusOr<transport::RemoteRegions>(descriptor.status());
@@ -162,6 +195,17 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
       ++stats.peer_messages_rejected;
       ++stats.registrations_refused;
       spdlog::warn("prefill: {}", DescribeError(verdict));
+    }
+    if (options.curve) {
+      keys.Verified(check.ticket, verdict.ok());
+      if (verdict.ok() && curve_keys && registration.ok()) {
+        // Statuses to the registration's reply endpoint and the data plane's descriptor
+        // fetches go to the key that was just verified.
+        outbox->SetServerKey(wire::ReplyEndpoint(registration->endpoint, registration->port),
+                             curve_keys->server_public_key);
+        std::lock_guard<std::mutex> lock(server_keys_mu);
+        session_server_keys[check.session_id] = curve_keys->server_public_key;
+      }
     }
     RegistrationGate::Release release =
         gate.Verified(check.ticket, verdict.ok(), verdict.ok() ? key_digest : std::string());
@@ -254,6 +298,7 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
   std::optional<std::string> endpoint = prefill->DropSession(session, reason, now, out);
   session_reached.erase(session);
   gate.Forget(session);
+  keys.Forget(session);
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
   ApplyLocked(std::move(out));

@@ -10,12 +10,8 @@
 #include "control/wire/proof.h"
 
 namespace kvrail::sidecar {
-namespace {
 
-// The session a message names, if it names one: a registration's frame 2, a pre-allocation's
-// frame 1, a fence request's session frame. nullopt for what does not parse that far (the
-// state machine refuses it and says why).
-std::optional<std::string> SessionOf(const RegistrationGate::Message& message,
+std::optional<std::string> SessionOf(const std::vector<std::string>& message,
                                      bool* is_registration) {
   *is_registration = false;
   if (wire::IsOwnerProof(message)) {
@@ -46,8 +42,6 @@ std::optional<std::string> SessionOf(const RegistrationGate::Message& message,
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 absl::Status CheckOwner(const wire::Registration& registration, uint64_t arena_bytes,
                         const std::string& descriptor_endpoint,

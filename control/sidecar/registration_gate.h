@@ -44,6 +44,13 @@ absl::Status CheckOwner(const wire::Registration& registration, uint64_t arena_b
                         const std::string& descriptor_endpoint,
                         const transport::RemoteRegions& regions);
 
+// The session a message names, if it names one: a registration's frame 2, a pre-allocation's
+// frame 1, an owner proof's or fence request's session frame; `is_registration` says whether
+// it is a registration. nullopt for what does not parse that far (the state machine refuses
+// it and says why).
+std::optional<std::string> SessionOf(const std::vector<std::string>& message,
+                                     bool* is_registration);
+
 class RegistrationGate {
  public:
   using Message = std::vector<std::string>;

@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,6 +24,49 @@ namespace {
 
 bool Terminal(TransferPoll state) {
   return state == TransferPoll::kSuccess || state == TransferPoll::kFailed;
+}
+
+// The rank a sidecar's own key must carry (zmq_auth::KeyIdentity): what its frames carry.
+int KeyRank(const SidecarOptions& options) {
+  return options.role == Role::kPrefill
+             ? options.pp_rank * options.tp_size + options.tp_rank  // the status rank
+             : options.tp_rank;                                     // frame 7
+}
+
+absl::Status CheckOwnKey(const SidecarOptions& options) {
+  const zmq_auth::KeyIdentity& own = options.curve->own.identity;
+  const zmq_auth::KeyRole role =
+      options.role == Role::kPrefill ? zmq_auth::KeyRole::kPrefill : zmq_auth::KeyRole::kDecode;
+  if (own.role != role || own.rank != KeyRank(options) || options.curve->own.secret_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--curve-key holds the key of ", zmq_auth::UserId(own), ", but this sidecar is ",
+        zmq_auth::RoleName(role), " rank ", KeyRank(options),
+        options.role == Role::kPrefill ? " (pp_rank * tp_size + tp_rank)" : " (tp_rank)"));
+  }
+  if (options.curve->allowed == nullptr) {
+    return absl::InvalidArgumentError("--curve-key needs --curve-allowed");
+  }
+  return absl::OkStatus();
+}
+
+// The ZAP options of a context whose CURVE servers take keys of `role` (and `rank`, unless -1).
+zmq_auth::ZapOptions ZapFor(const SidecarOptions& options, zmq_auth::KeyRole role, int rank,
+                            const std::string& socket) {
+  zmq_auth::ZapOptions zap;
+  zap.allowed = options.curve->allowed;
+  zap.admit = [role, rank, socket](const zmq_auth::KeyIdentity& key) {
+    if (key.role == role && (rank < 0 || key.rank == rank)) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("the ", socket, " takes only ", zmq_auth::RoleName(role), " keys",
+                     rank < 0 ? std::string() : absl::StrCat(" of rank ", rank)));
+  };
+  zap.on_refusal = options.on_auth_refusal;
+  if (!zap.on_refusal) {
+    zap.on_refusal = [socket](const std::string& address, const std::string& reason) {
+      spdlog::warn("event=curve_refused socket={} peer={} reason=\"{}\"", socket, address, reason);
+    };
+  }
+  return zap;
 }
 
 }  // namespace
@@ -320,7 +364,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->role_name = options.role == Role::kPrefill ? "prefill" : "decode";
-  impl->zmq = session::ZmqContext::Create();
+  const bool curve = options.curve != nullptr;
   session::InboxOptions inbox_options;
   inbox_options.on_connection_cut = [impl = impl.get()](const std::string& peer,
                                                         const std::string& why) {
@@ -335,12 +379,25 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
                                         : absl::StrCat(" (", verdict.held_back, " more from ", host,
                                                        " held back in the last 10 s)"));
   };
-  KVRAIL_ASSIGN_OR_RETURN(impl->inbox,
-                          session::ZmqInbox::Bind(impl->zmq, options.host, 0, inbox_options));
   // Deep queues: at 1000 rooms in flight the default 1000 messages per peer overflowed
   // (bench/control).
   session::OutboxOptions outbox_options;
   outbox_options.send_hwm = 100000;
+  if (curve) {
+    KVRAIL_RETURN_IF_ERROR(CheckOwnKey(options));
+    // A prefill's CachePD socket hears decodes; a decode's hears prefills.
+    const zmq_auth::KeyRole peers =
+        options.role == Role::kPrefill ? zmq_auth::KeyRole::kDecode : zmq_auth::KeyRole::kPrefill;
+    KVRAIL_ASSIGN_OR_RETURN(impl->zmq, session::ZmqContext::CreateWithZap(
+                                           ZapFor(options, peers, -1, "CachePD socket")));
+    auto own = std::make_shared<const zmq_auth::KeyFile>(options.curve->own);
+    inbox_options.curve_server = own;
+    outbox_options.curve_client = own;
+  } else {
+    impl->zmq = session::ZmqContext::Create();
+  }
+  KVRAIL_ASSIGN_OR_RETURN(impl->inbox,
+                          session::ZmqInbox::Bind(impl->zmq, options.host, 0, inbox_options));
   impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
   transport::TransportSpec spec;
   spec.lanes = options.lanes;
@@ -359,17 +416,43 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     KVRAIL_ASSIGN_OR_RETURN(
         impl->handshake,
         transport::HandshakeServer::Start(
-            options.host, 0, [t, cachepd, digest]() -> absl::StatusOr<v1::HandshakeDescriptor> {
+            options.host, 0,
+            [t, cachepd, digest]() -> absl::StatusOr<v1::HandshakeDescriptor> {
               absl::StatusOr<v1::HandshakeDescriptor> descriptor = t->LocalDescriptor();
               if (descriptor.ok()) {
                 descriptor->set_cachepd_endpoint(cachepd);
                 descriptor->set_session_key_digest(digest);
               }
               return descriptor;
-            }));
+            },
+            "",
+            curve ? std::optional<zmq_auth::CurveServerKeys>(
+                        {options.curve->own,
+                         ZapFor(options, zmq_auth::KeyRole::kPrefill, -1, "handshake endpoint")})
+                  : std::nullopt));
     impl->session_id = impl->handshake->session_id();
   } else {
-    impl->descriptors = std::make_unique<transport::DescriptorCache>(options.handshake_timeout);
+    transport::DescriptorCache::Fetcher fetcher;
+    if (curve) {
+      // The session's handshake endpoint must hold the key of its verified owner.
+      fetcher = [raw = impl.get()](absl::string_view session) {
+        std::string server_key;
+        {
+          std::lock_guard<std::mutex> lock(raw->server_keys_mu);
+          auto it = raw->session_server_keys.find(std::string(session));
+          if (it != raw->session_server_keys.end()) server_key = it->second;
+        }
+        if (server_key.empty()) {
+          return absl::StatusOr<v1::HandshakeDescriptor>(absl::FailedPreconditionError(
+              absl::StrCat("handshake with session ", session,
+                           ": CURVE is on and no verified registration names its key")));
+        }
+        const zmq_auth::CurveClientKeys keys = raw->ClientKeys(server_key);
+        return transport::FetchDescriptor(session, raw->options.handshake_timeout, &keys);
+      };
+    }
+    impl->descriptors =
+        std::make_unique<transport::DescriptorCache>(options.handshake_timeout, fetcher);
     impl->directory =
         std::make_unique<transfer::PeerDirectory>(impl->transport.get(), impl->descriptors.get());
     transfer::SchedulerOptions scheduler_options;
@@ -378,6 +461,13 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         std::make_unique<transfer::Scheduler>(impl->transport.get(), scheduler_options);
   }
   Impl* raw = impl.get();
+  // An ipc socket is its owner's alone already (0600): CURVE guards the engine API on tcp.
+  std::optional<zmq_auth::CurveServerKeys> api_curve;
+  if (curve && absl::StartsWith(options.engine_endpoint, "tcp://")) {
+    api_curve = zmq_auth::CurveServerKeys{
+        options.curve->own,
+        ZapFor(options, zmq_auth::KeyRole::kEngine, KeyRank(options), "engine API")};
+  }
   KVRAIL_ASSIGN_OR_RETURN(
       impl->api, engine_api::EngineApiServer::Start(
                      options.engine_endpoint,
@@ -385,13 +475,15 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
                      [raw](const v1::EngineRequest& request,
                            const engine_api::EngineApiServer::Responder& respond) {
                        return raw->TakeSlow(request, respond);
-                     }));
+                     },
+                     std::move(api_curve)));
   impl->inbox_thread = std::thread([raw] { raw->InboxLoop(); });
   impl->ticker_thread = std::thread([raw] { raw->TickerLoop(); });
   spdlog::info(
-      "{} sidecar rank {}/{}: engine API {}, CachePD {}{}", impl->role_name, options.tp_rank,
+      "{} sidecar rank {}/{}: engine API {}, CachePD {}{}{}", impl->role_name, options.tp_rank,
       options.tp_size, impl->api->endpoint(), impl->inbox->endpoint(),
-      impl->session_id.empty() ? "" : absl::StrCat(", data-plane session ", impl->session_id));
+      impl->session_id.empty() ? "" : absl::StrCat(", data-plane session ", impl->session_id),
+      curve ? absl::StrCat(", CURVE as ", zmq_auth::UserId(options.curve->own.identity)) : "");
   return std::unique_ptr<Sidecar>(new Sidecar(std::move(impl)));
 }
 

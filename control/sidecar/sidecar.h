@@ -14,12 +14,14 @@
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "control/session/timeouts.h"
+#include "engine/zmq_auth/curve.h"
 
 namespace kvrail::sidecar {
 
@@ -80,6 +82,14 @@ struct SidecarOptions {
   // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
   // server started with --token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
   std::string bootstrap_token;
+  // CURVE on every ZeroMQ socket (docs/SECURITY.md, "Authentication (CURVE)"): this
+  // sidecar's own keypair, whose role and rank must be this sidecar's (a prefill's rank is its
+  // status rank, pp_rank * tp_size + tp_rank; a decode's its tp_rank), and the keys it
+  // accepts. Null: no security, nothing changes on the wire.
+  std::shared_ptr<const zmq_auth::CurveKeys> curve;
+  // Each connection a ZAP handler refused (peer address, reason), from the handlers' threads;
+  // the caller rate-limits its log. Empty: each is logged.
+  std::function<void(const std::string& address, const std::string& reason)> on_auth_refusal;
   // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
   size_t max_rooms = 65536;
   // Prefill: the most rooms one decode session may hold pre-allocations in at once

@@ -46,6 +46,7 @@
 #include "control/session/peer_log_limiter.h"
 #include "control/session/prefill_rooms.h"
 #include "control/session/zmq_channel.h"
+#include "control/sidecar/key_binding.h"
 #include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
 #include "control/sidecar/sender_check.h"
@@ -111,6 +112,7 @@ struct Sidecar::Impl {
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
   RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
+  KeyBinding keys;          // CURVE on: which key may send what (key_binding.h)
   std::optional<SenderCheck> senders;  // decode: the sender proofs of prefill nodes
   // Prefill: when each registered session's handshake endpoint last accepted a probe (or was
   // first probed), for --registration-ttl.
@@ -126,6 +128,19 @@ struct Sidecar::Impl {
   };
   std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
   SidecarStats stats;
+
+  // Prefill, CURVE on: the public key of each session's verified owner, which its handshake
+  // endpoint must hold (the data plane's descriptor fetches read it outside mu).
+  std::mutex server_keys_mu;
+  std::map<std::string, std::string> session_server_keys;  // guarded by server_keys_mu
+  // CURVE on: the client keys to reach a server holding `public_key`.
+  zmq_auth::CurveClientKeys ClientKeys(const std::string& public_key) const {
+    return {options.curve->own, public_key};
+  }
+  // Needs mu, CURVE on: whether the key `user_id` names may send `message` (key_binding.h);
+  // a refused one is logged and counted.
+  bool KeyAllowsLocked(const std::string& user_id, const std::vector<std::string>& message,
+                       const std::string& host);
 
   std::atomic<bool> stop{false};
   std::thread inbox_thread;

@@ -91,7 +91,9 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     (void)Arena::UnlinkShared(options.arena);  // a name left by a crashed run
     KVRAIL_ASSIGN_OR_RETURN(own_arena, Arena::CreateShared(options.arena, arena_bytes));
   }
-  KVRAIL_ASSIGN_OR_RETURN(auto sidecar, engine_api::EngineApiClient::Connect(options.sidecar));
+  KVRAIL_ASSIGN_OR_RETURN(auto sidecar,
+                          engine_api::EngineApiClient::Connect(
+                              options.sidecar, options.curve ? &*options.curve : nullptr));
   v1::EngineRequest attach;
   if (engine_arena) {
     attach.mutable_attach()->set_shm_name(options.arena);

@@ -22,10 +22,12 @@
 #ifndef KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_
 #define KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "control/layout/kv_shape.h"
+#include "engine/zmq_auth/curve.h"
 
 namespace kvrail::sim {
 
@@ -41,6 +43,8 @@ struct EngineSimOptions {
   int tp_rank = 0;
   layout::KvShape shape;
   int decode_tokens = 8;  // tokens the toy decode step generates per room
+  // CURVE to a tcp engine API (docs/SECURITY.md): this engine's keys and its sidecar's key.
+  std::optional<zmq_auth::CurveClientKeys> curve;
 };
 
 // Runs until stdin closes and every room is done. Errors (arena, attach) are returned.

@@ -95,11 +95,16 @@ absl::StatusOr<SessionAddress> ParseSessionId(absl::string_view session_id) {
 }
 
 struct HandshakeServer::Sockets {
+  // With CURVE on: a context of its own and its ZAP handler, declared before the router so
+  // that the router closes, then the handler stops, before the context terminates.
+  std::unique_ptr<zmq::context_t> context;
+  std::unique_ptr<zmq_auth::ZapHandler> zap;
   zmq::socket_t router;
 };
 
 absl::StatusOr<std::unique_ptr<HandshakeServer>> HandshakeServer::Start(
-    std::string bind_host, int port, Source source, std::string advertise_host) {
+    std::string bind_host, int port, Source source, std::string advertise_host,
+    std::optional<zmq_auth::CurveServerKeys> curve) {
   if (!source)
     return absl::InvalidArgumentError("handshake server: the descriptor source is empty");
   if (port < 0 || port > 65535) {
@@ -118,9 +123,17 @@ absl::StatusOr<std::unique_ptr<HandshakeServer>> HandshakeServer::Start(
   server->source_ = std::move(source);
   server->sockets_ = std::make_unique<Sockets>();
   const std::string endpoint = absl::StrFormat("tcp://%s:%d", bind_host, port);
+  zmq::context_t* context = &Context();
+  if (curve) {
+    server->sockets_->context = std::make_unique<zmq::context_t>(1);
+    context = server->sockets_->context.get();
+    KVRAIL_ASSIGN_OR_RETURN(server->sockets_->zap,
+                            zmq_auth::ZapHandler::Start(context->handle(), std::move(curve->zap)));
+  }
   try {
-    zmq::socket_t router(Context(), zmq::socket_type::router);
+    zmq::socket_t router(*context, zmq::socket_type::router);
     router.set(zmq::sockopt::linger, 0);
+    if (curve) KVRAIL_RETURN_IF_ERROR(zmq_auth::MakeCurveServer(router.handle(), curve->own));
     router.set(zmq::sockopt::maxmsgsize, kMaxHandshakeRequestBytes);
     router.set(zmq::sockopt::router_mandatory, 0);
     router.bind(endpoint);
@@ -147,7 +160,10 @@ HandshakeServer::~HandshakeServer() { Stop(); }
 void HandshakeServer::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
-  if (sockets_ != nullptr) sockets_->router.close();
+  if (sockets_ != nullptr) {
+    sockets_->router.close();
+    sockets_->zap.reset();
+  }
 }
 
 void HandshakeServer::Run() {
@@ -194,7 +210,8 @@ void HandshakeServer::Run() {
 }
 
 absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(absl::string_view session_id,
-                                                        absl::Duration timeout) {
+                                                        absl::Duration timeout,
+                                                        const zmq_auth::CurveClientKeys* curve) {
   KVRAIL_ASSIGN_OR_RETURN(const SessionAddress address, ParseSessionId(session_id));
   const std::string context = absl::StrCat("handshake with session ", session_id);
   const std::string endpoint = absl::StrFormat("tcp://%s:%d", address.host, address.port);
@@ -203,6 +220,11 @@ absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(absl::string_view sessio
     dealer.set(zmq::sockopt::linger, 0);
     dealer.set(zmq::sockopt::maxmsgsize, kMaxDescriptorBytes);
     dealer.set(zmq::sockopt::immediate, 1);
+    if (curve != nullptr) {
+      KVRAIL_RETURN_IF_ERROR(AddContext(
+          zmq_auth::MakeCurveClient(dealer.handle(), curve->own, curve->server_public_key),
+          context));
+    }
     dealer.connect(endpoint);
     const std::vector<zmq::const_buffer> request = {
         zmq::buffer(kHandshakeMagic.data(), kHandshakeMagic.size()),

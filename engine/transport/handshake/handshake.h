@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/zmq_auth/curve.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
 namespace kvrail::transport {
@@ -59,10 +61,12 @@ class HandshakeServer {
   // Binds tcp://<bind_host>:<port> (port 0: an ephemeral port) and starts serving. The session
   // id is "<advertise_host>:<bound port>" (advertise_host defaults to bind_host; it must be
   // given when bind_host is "0.0.0.0" or "*"). Unavailable naming the endpoint when the bind
-  // fails; InvalidArgument for a bad host or port.
-  static absl::StatusOr<std::unique_ptr<HandshakeServer>> Start(std::string bind_host, int port,
-                                                                Source source,
-                                                                std::string advertise_host = "");
+  // fails; InvalidArgument for a bad host or port. With `curve` (docs/SECURITY.md), the
+  // endpoint is a CURVE server in a ZeroMQ context of its own, whose ZAP handler admits only
+  // the keys `curve->zap` admits; without, nothing changes on the wire.
+  static absl::StatusOr<std::unique_ptr<HandshakeServer>> Start(
+      std::string bind_host, int port, Source source, std::string advertise_host = "",
+      std::optional<zmq_auth::CurveServerKeys> curve = std::nullopt);
 
   ~HandshakeServer();  // Stop()
   HandshakeServer(const HandshakeServer&) = delete;
@@ -94,8 +98,11 @@ class HandshakeServer {
 // when no answer came (nothing listens there, or the peer is gone); FailedPrecondition with the
 // server's words when it answered with an error (another session id, no transport yet);
 // DataLoss for a reply that is not a valid descriptor. Every message names the session id.
-absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(absl::string_view session_id,
-                                                        absl::Duration timeout);
+// With `curve`, the request goes only to the server holding `curve->server_public_key`'s
+// secret (another server never answers: DeadlineExceeded).
+absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(
+    absl::string_view session_id, absl::Duration timeout,
+    const zmq_auth::CurveClientKeys* curve = nullptr);
 
 // The prefill side's cache of peers' descriptors, one per session id. Thread-safe.
 class DescriptorCache {

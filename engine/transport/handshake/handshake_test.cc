@@ -224,4 +224,41 @@ TEST(DescriptorCacheTest, DefaultFetcherTalksToARealServer) {
 }
 
 }  // namespace
+// --- CURVE (docs/SECURITY.md, "Authentication (CURVE)") ------------------------------------
+
+zmq_auth::KeyFile CurveKey(zmq_auth::KeyRole role, int rank) {
+  absl::StatusOr<zmq_auth::KeyFile> key = zmq_auth::GenerateKeyFile({role, rank, ""});
+  EXPECT_TRUE(key.ok()) << key.status();
+  return *key;
+}
+
+TEST(HandshakeCurveTest, OnlyAnAllowedClientOfTheRightServerKeyGetsTheDescriptor) {
+  const zmq_auth::KeyFile decode = CurveKey(zmq_auth::KeyRole::kDecode, 0);
+  const zmq_auth::KeyFile prefill = CurveKey(zmq_auth::KeyRole::kPrefill, 1);
+  zmq_auth::CurveServerKeys curve{decode, {}};
+  curve.zap.allowed =
+      std::make_shared<const zmq_auth::AllowedKeys>(*zmq_auth::AllowedKeys::FromKeys({prefill}));
+  auto server = HandshakeServer::Start(
+      "127.0.0.1", 0, [] { return Descriptor(7); }, "", curve);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string session = (*server)->session_id();
+
+  const zmq_auth::CurveClientKeys allowed{prefill, decode.public_key};
+  auto fetched = FetchDescriptor(session, absl::Seconds(5), &allowed);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_EQ(fetched->version(), 7u);
+
+  // Not listed, a server key that is not the server's, no CURVE at all: no answer.
+  const zmq_auth::CurveClientKeys stranger{CurveKey(zmq_auth::KeyRole::kPrefill, 1),
+                                           decode.public_key};
+  EXPECT_EQ(FetchDescriptor(session, absl::Milliseconds(500), &stranger).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  const zmq_auth::CurveClientKeys wrong_server{prefill, prefill.public_key};
+  EXPECT_EQ(FetchDescriptor(session, absl::Milliseconds(500), &wrong_server).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(FetchDescriptor(session, absl::Milliseconds(500)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*server)->requests_served(), 1u);
+}
+
 }  // namespace kvrail::transport
