@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/wire/digest.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
@@ -219,6 +220,45 @@ TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
   EXPECT_TRUE(d_->Landed(0, manifest));
+}
+
+// --verify-digest on both sides (docs/SECURITY.md, "Digests"), over tcp: a room lands with
+// its digest checked, and neither a forged Success nor a forged digest (which would fail the
+// room) is taken without a sender proof.
+TEST(DigestDeploymentTest, ARoomLandsCheckedAndAForgedSuccessOrDigestIsRefused) {
+  DeploymentOptions options;
+  options.pages = 16;
+  options.prefill_args = {"--verify-digest"};
+  options.decode_args = {"--verify-digest"};
+  auto started = Deployment::Start(options);  // its warm-up room is checked too
+  ASSERT_TRUE(started.ok()) << started.status();
+  Deployment& d = **started;
+  const layout::Manifest manifest = d.Blocks(2, 6);
+  ASSERT_TRUE(d.Expect(0, 1001, manifest).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  zmq::context_t context;
+  zmq::socket_t to_decode(context, zmq::socket_type::push);
+  to_decode.set(zmq::sockopt::linger, 0);
+  to_decode.connect(d.decode(0).cachepd_endpoint);
+  for (const std::vector<std::string>& forged :
+       {wire::BuildRoomDigest({1001, 0, 12345}).value(),
+        wire::BuildStatus({1001, 5, 0, 7, std::nullopt}).value()}) {
+    std::vector<zmq::const_buffer> parts;
+    for (const std::string& f : forged) parts.push_back(zmq::buffer(f));
+    ASSERT_TRUE(zmq::send_multipart(to_decode, parts).has_value());
+  }
+  absl::StatusOr<v1::RoomEvent> early = d.Event(d.decode(0), 1001, absl::Seconds(1));
+  EXPECT_FALSE(early.ok()) << "the decode published " << early->DebugString();
+  ASSERT_TRUE(d.Ready(1001, manifest).ok());
+  absl::StatusOr<v1::RoomEvent> done = d.Event(d.decode(0), 1001, absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(d.Landed(0, manifest));
+  const v1::SidecarStats decode = d.Stats(d.decode(0)).value();
+  EXPECT_EQ(decode.room_digests(), 2u);  // the warm-up room's and this one's
+  EXPECT_EQ(decode.room_digests_failed(), 0u);
+  EXPECT_GE(decode.peer_messages_rejected(), 2u);  // the forged digest and Success
+  EXPECT_EQ(d.Stats(d.prefill()).value().room_digests(), 2u);
 }
 
 // A bootstrap server started with a token: the prefill sidecar given it registers (the
