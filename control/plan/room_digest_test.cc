@@ -49,7 +49,8 @@ TEST(RoomDigestTest, CoalescedUncoalescedShuffledAndSlicedCopiesOfTheSameBytesAg
   std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
   CopyList sliced;  // every copy cut in four, as the scheduler's slices or lanes would
   for (const Copy& c : Uncoalesced()) {
-    for (uint64_t s = 0; s < 4; ++s) sliced.push_back({c.src_offset + s * 64, c.dst_offset + s * 64, 64});
+    for (uint64_t s = 0; s < 4; ++s)
+      sliced.push_back({c.src_offset + s * 64, c.dst_offset + s * 64, 64});
   }
   EXPECT_EQ(Digest(coalesced, DigestSide::kDestination, dst), reference);
   EXPECT_EQ(Digest(whole, DigestSide::kDestination, dst), reference);
