@@ -1,6 +1,11 @@
 #include "control/plan/room_digest.h"
 
 #include <xxhash.h>
+#if defined(__x86_64__)
+// Debian's libxxhash picks AVX2 or AVX-512 at run time only through these entry points; the
+// plain ones are its SSE2 build. Including the header makes XXH3_64bits_update dispatch.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <memory>
