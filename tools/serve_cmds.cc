@@ -155,6 +155,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--curve-allowed", curve_allowed,
                   "CURVE: a directory of the *.pub keys this sidecar accepts")
       ->check(CLI::ExistingDirectory);
+  sub->add_flag("--verify-digest", options.verify_digest,
+                "Prefill: send kvrail decodes an XXH3-64 digest of each room's bytes before "
+                "Success. Decode: check it against the bytes that landed, and refuse Success "
+                "without one from kvrail nodes. Host arenas only (docs/SECURITY.md, Digests)");
   sub->add_option("--max-rooms", options.max_rooms,
                   "Prefill: the most rooms tracked at once; pre-allocations past it are "
                   "answered Failed (0: no bound)")
@@ -321,6 +325,8 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_option("--pages", options.shape.pages,
                   "KV pages per rank (default: enough for --concurrency longest prompts)");
   sub->add_flag("--json", options.json, "Print the summary as JSON");
+  sub->add_flag("--verify-digest", options.verify_digest,
+                "Run every sidecar with --verify-digest (room digests checked before Success)");
   AddShapeFlags(sub, options.shape);
   sub->callback([&exit_code] {
     options.kvrail = SelfPath();

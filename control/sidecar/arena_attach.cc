@@ -134,6 +134,14 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
     host_arena = *std::move(arena);
     local = {host_arena->data(), host_arena->size(), false};
   } else if (!attach.cuda_ipc_handle().empty()) {
+    if (options.verify_digest) {
+      // A room digest reads the arena's bytes on the host; device memory would need a copy back
+      // or a hash on the GPU, neither of which kvrail has.
+      return absl::FailedPreconditionError(
+          "AttachArena: --verify-digest hashes the arena on the host, and cuda_ipc_handle names "
+          "GPU memory: attach a host arena (shm_name or allocate_bytes) or start the sidecar "
+          "without --verify-digest");
+    }
     absl::StatusOr<CudaArena> arena =
         ImportCudaIpc(attach.cuda_ipc_handle(), attach.cuda_bytes(), attach.cuda_device());
     if (!arena.ok()) return AddContext(arena.status(), "AttachArena: CUDA IPC handle");

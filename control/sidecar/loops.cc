@@ -10,6 +10,7 @@
 #include "control/layout/contract.h"
 #include "control/sidecar/liveness.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "control/wire/digest.h"
 #include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "engine/base/error.h"
@@ -79,6 +80,11 @@ void Sidecar::Impl::InboxLoop() {
           continue;
         }
       }
+      if (wire::IsRoomDigest(**message)) {
+        KeepDigestLocked(**message, host);
+        continue;
+      }
+      if (options.verify_digest && TakeForDigestLocked(**message)) continue;
       HandleMessageLocked(**message, absl::Now(), host);
       continue;
     }

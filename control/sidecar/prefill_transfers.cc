@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "control/plan/room_digest.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
 
@@ -25,6 +26,10 @@ struct PreparedTransfer {
   std::string session;
   transfer::RoomTransfer request;
   absl::Status error;  // the preparation's, if it failed
+  // --verify-digest, to a kvrail session: the room digest of the bytes it is sent, for the
+  // message before its Success (SendLocked), keyed by the registration's reply endpoint.
+  std::optional<uint64_t> digest;
+  std::string reply_endpoint;
 };
 
 // A room's destinations being prepared, each in its own session's strand.
@@ -103,6 +108,9 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
       ActLocked(std::move(actions));  // failed meanwhile, or nothing to move
       return;
     }
+    for (const PreparedTransfer& p : preparation->destinations) {
+      if (p.digest) sent_digests[{preparation->room, p.reply_endpoint}] = *p.digest;
+    }
     for (size_t i = 0; i < ids->size(); ++i) {
       transfer::RoomTransfer& request = preparation->destinations[i].request;
       request.transfer_id = (*ids)[i];
@@ -142,9 +150,11 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
                        remote_base, arena_length, finish, owner = destination.peer] {
           // Skipped when the room already failed: its preparation is moot.
           std::optional<TransferPhase> phase;
+          bool digest = false;  // --verify-digest, and the session is kvrail's (it has a key)
           {
             Locked locked(*this);
             phase = transfers.Phase(preparation->room);
+            digest = options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
           }
           if (phase.has_value() && *phase != TransferPhase::kFailing) {
             absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
@@ -175,6 +185,21 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
               slot.request.remote_length = arena_length;  // this arena alone, not every region
               slot.error = copy_plan->ExpandCoalesced(*source_manifest, *destination_manifest,
                                                       slot.request.copies);
+              // The engine's Ready says the source bytes are final, so hashing them here, before
+              // the writes, gives what hashing them after the flush would; the writes wait for
+              // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
+              if (slot.error.ok() && digest) {
+                plan::CopyList sorted = slot.request.copies;  // the writes keep their order
+                absl::StatusOr<uint64_t> sum = plan::RoomDigest(
+                    sorted, plan::DigestSide::kSource,
+                    absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
+                if (sum.ok()) {
+                  slot.digest = *sum;
+                  slot.reply_endpoint = owner->reply_endpoint;
+                } else {
+                  slot.error = AddContext(sum.status(), "--verify-digest");
+                }
+              }
             }
           }
           if (preparation->remaining.fetch_sub(1) == 1) finish();

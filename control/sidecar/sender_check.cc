@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "control/sidecar/session_key.h"
+#include "control/wire/digest.h"
 #include "control/wire/fence.h"
 #include "control/wire/proof.h"
 #include "control/wire/status.h"
@@ -13,6 +14,11 @@ std::optional<std::pair<uint64_t, uint32_t>> RoomAndRank(absl::Span<const std::s
     absl::StatusOr<wire::FencedAnswer> answer = wire::ParseFencedAnswer(message);
     if (!answer.ok()) return std::nullopt;
     return std::make_pair(answer->room, answer->prefill_rank);
+  }
+  if (wire::IsRoomDigest(message)) {
+    absl::StatusOr<wire::RoomDigestMessage> digest = wire::ParseRoomDigest(message);
+    if (!digest.ok()) return std::nullopt;
+    return std::make_pair(digest->room, digest->prefill_rank);
   }
   absl::StatusOr<wire::StatusMessage> status = wire::ParseStatusLenient(message);
   if (!status.ok()) return std::nullopt;
@@ -40,7 +46,9 @@ absl::Status SenderCheck::Check(absl::Span<const std::string> message) {
         "a message that names no room and prefill rank cannot be proven: dropped");
   }
   auto kept = tags_.find(*id);
-  const char* what = wire::IsFencedAnswer(message) ? "fence answer" : "status";
+  const char* what = wire::IsFencedAnswer(message) ? "fence answer"
+                     : wire::IsRoomDigest(message) ? "room digest"
+                                                   : "status";
   if (kept == tags_.end()) {
     return absl::PermissionDeniedError(absl::StrFormat(
         "%s of room %d from prefill rank %d refused: no sender proof came right before it, and "

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "control/sidecar/session_key.h"
+#include "control/wire/digest.h"
 #include "control/wire/fence.h"
 #include "control/wire/proof.h"
 #include "control/wire/status.h"
@@ -51,6 +52,36 @@ TEST(SenderCheckTest, AForgedSuccessOrAProofForAnotherMessageIsRefused) {
   EXPECT_FALSE(check.Check(fenced).ok());
   ASSERT_TRUE(check.OnProof(ProofOf(key.bytes(), fenced, 9, 0)).ok());
   EXPECT_TRUE(check.Check(fenced).ok());
+}
+
+// --verify-digest: a prefill sends proof, digest, proof, Success. Each proof vouches for the
+// message right after it, so the sequence passes and a forged digest (which would fail a room
+// it does not own) does not.
+TEST(SenderCheckTest, ADigestAndItsSuccessEachPassRightAfterTheirOwnProof) {
+  const SessionKey key = SessionKey::Generate();
+  SenderCheck check(key.bytes());
+  const auto digest = wire::BuildRoomDigest({7, 1, 0xfeedULL}).value();
+  const auto status = Success(7, 1);
+  ASSERT_TRUE(check.OnProof(ProofOf(key.bytes(), digest, 7, 1)).ok());
+  EXPECT_TRUE(check.Check(digest).ok());
+  ASSERT_TRUE(check.OnProof(ProofOf(key.bytes(), status, 7, 1)).ok());
+  EXPECT_TRUE(check.Check(status).ok());
+  EXPECT_EQ(check.kept(), 0u);
+}
+
+TEST(SenderCheckTest, AForgedDigestIsRefusedNamingIt) {
+  const SessionKey key = SessionKey::Generate();
+  SenderCheck check(key.bytes());
+  const auto digest = wire::BuildRoomDigest({7, 1, 0xfeedULL}).value();
+  const absl::Status refused = check.Check(digest);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(refused.message(),
+                                "room digest of room 7 from prefill rank 1 refused: no sender "
+                                "proof came right before it"))
+      << refused;
+  // A proof of the real Success does not vouch for a digest put in front of it.
+  ASSERT_TRUE(check.OnProof(ProofOf(key.bytes(), Success(7, 1), 7, 1)).ok());
+  EXPECT_TRUE(absl::StrContains(check.Check(digest).message(), "does not match"));
 }
 
 TEST(SenderCheckTest, KeptProofsAreBounded) {

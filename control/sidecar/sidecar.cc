@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/sidecar/sidecar_impl.h"
+#include "control/wire/digest.h"
 #include "control/wire/proof.h"
 #include "control/wire/registration.h"
+#include "control/wire/status.h"
 #include "engine/base/error.h"
 #include "engine/transport/factory.h"
 
@@ -154,6 +156,7 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
     ++stats.rooms_failed;
     spdlog::warn("{} room {} failed: {}", role_name, event.room, event.reason);
   }
+  ForgetDigestsLocked(event.room);
   if (prefill) prefill->Free(event.room, absl::Now());
   if (decode) decode->Free(event.room);
 }
@@ -161,19 +164,40 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
 std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
     const std::vector<session::OutboundMessage>& messages) {
   std::vector<std::pair<uint64_t, std::string>> lost;
-  for (const session::OutboundMessage& m : messages) {
-    // A decode proves that its pre-allocations and fence requests are its own: an owner proof
-    // goes right before each, on the same route (control/wire/proof.h).
-    // A prefill proves its statuses and fence answers to a session whose key it holds.
-    if (prefill) {
-      if (std::optional<std::string> key = gate.KeyFor(m.endpoint)) {
-        if (std::optional<std::pair<uint64_t, uint32_t>> id = RoomAndRank(m.frames)) {
-          absl::StatusOr<std::vector<std::string>> proof =
-              wire::BuildSenderProof({id->first, id->second, SessionKey::Tag(*key, m.frames)});
-          if (proof.ok()) (void)outbox->Send(m.endpoint, *proof);
-        }
+  // A prefill proves its statuses, room digests and fence answers to a session whose key it
+  // holds: a sender proof right before each, on the same route (control/wire/proof.h).
+  const auto prove = [this](const std::string& endpoint, const std::vector<std::string>& frames) {
+    if (std::optional<std::string> key = gate.KeyFor(endpoint)) {
+      if (std::optional<std::pair<uint64_t, uint32_t>> id = RoomAndRank(frames)) {
+        absl::StatusOr<std::vector<std::string>> proof =
+            wire::BuildSenderProof({id->first, id->second, SessionKey::Tag(*key, frames)});
+        if (proof.ok()) (void)outbox->Send(endpoint, *proof);
       }
     }
+  };
+  for (const session::OutboundMessage& m : messages) {
+    if (prefill) {
+      // --verify-digest: the room digest of what this rank wrote to that session goes right
+      // before its Success (control/wire/digest.h), proven as the Success is.
+      absl::StatusOr<wire::StatusMessage> status =
+          sent_digests.empty() ? absl::StatusOr<wire::StatusMessage>(absl::NotFoundError(""))
+                               : wire::ParseStatus(m.frames);
+      if (status.ok() && status->status == static_cast<int>(TransferPoll::kSuccess)) {
+        auto digest = sent_digests.find({status->room, m.endpoint});
+        if (digest != sent_digests.end()) {
+          absl::StatusOr<std::vector<std::string>> frames =
+              wire::BuildRoomDigest({status->room, status->prefill_rank, digest->second});
+          sent_digests.erase(digest);
+          if (frames.ok()) {
+            prove(m.endpoint, *frames);
+            if (outbox->Send(m.endpoint, *frames).ok()) ++stats.room_digests;
+          }
+        }
+      }
+      prove(m.endpoint, m.frames);
+    }
+    // A decode proves that its pre-allocations and fence requests are its own: an owner proof
+    // goes right before each, on the same route (control/wire/proof.h).
     if (session_key) {
       if (const std::optional<uint64_t> room = wire::ProvenRoomOf(m.frames)) {
         absl::StatusOr<std::vector<std::string>> proof =
@@ -268,6 +292,8 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
       out->set_engines(s.engines);
       out->set_registrations_refused(s.registrations_refused);
       out->set_registrations_held(s.registrations_held);
+      out->set_room_digests(s.room_digests);
+      out->set_room_digests_failed(s.room_digests_failed);
       break;
     }
     case v1::EngineRequest::kAbort: {

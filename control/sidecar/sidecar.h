@@ -79,6 +79,14 @@ struct SidecarOptions {
   // whose endpoint refuses connections is at once.
   absl::Duration registration_ttl = absl::Seconds(60);
   SenderProofs sender_proofs = SenderProofs::kAuto;
+  // --verify-digest (docs/SECURITY.md, "Digests"): an integrity check of every room's bytes,
+  // against bugs and misrouted writes, not attackers. A prefill sends each kvrail decode session
+  // the room digest of what it wrote there (control/plan/room_digest.h) right before Success; a
+  // decode hashes what landed and fails the room on a mismatch. A decode also fails a room whose
+  // Success comes without a digest from a node whose statuses need sender proofs (`sender_proofs`:
+  // a kvrail node); other nodes keep CachePD's rule. Refused for CUDA arenas (AttachArena): the
+  // digest reads the arena on the host.
+  bool verify_digest = false;
   // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
   // server started with --token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
   std::string bootstrap_token;
@@ -129,6 +137,10 @@ struct SidecarStats {
   // messages waiting for a registration's verification now.
   uint64_t registrations_refused = 0;
   uint64_t registrations_held = 0;
+  // --verify-digest. Prefill: room digests sent. Decode: Successes whose digest matched the
+  // landed bytes, and rooms failed because it did not (or none came from a kvrail node).
+  uint64_t room_digests = 0;
+  uint64_t room_digests_failed = 0;
 };
 
 class Sidecar {

@@ -7,6 +7,9 @@
 //                         transfers of a room (RoomTransfers owns their lifecycle)
 //   decode_routing.cc     Expect and Abort on a decode: bootstrap lookups and routes
 //   loops.cc              the CachePD inbox and the ticker (timeouts, heartbeats, fences)
+//   room_digests.cc       --verify-digest on a decode: the digests prefill ranks sent, and the
+//                         check of the landed bytes before a Success counts (the prefill's
+//                         side is in prefill_transfers.cc and SendLocked)
 //
 // The lock: `mu` guards the room state (the pure state machines and the tables beside them).
 // Nothing under it calls into engine/ (scheduler, peer directory, transport) or makes an HTTP
@@ -40,6 +43,7 @@
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/plan/copy_plan.h"
 #include "control/plan/pipeline.h"
 #include "control/plan/prefill_description.h"
 #include "control/session/decode_rooms.h"
@@ -125,8 +129,16 @@ struct Sidecar::Impl {
     plan::DecodeTargets targets;  // this decode rank's E_d, Z_d, T_d against the node
     bool kvrail = false;          // its bootstrap server says its ranks prove their messages
     std::map<std::pair<int, int>, std::string> endpoints;  // (dp group, rank) -> tcp://
+    // --verify-digest: per prefill rank, where its copies land here (plan::LandingPlan).
+    std::map<int, std::shared_ptr<const plan::CopyPlan>> landing_plans;
   };
   std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
+  // --verify-digest. Prefill: per (room, reply endpoint), the digest of what the room wrote to
+  // that kvrail session, sent right before its Success. Decode: per (room, prefill rank), the
+  // digest that rank sent, until its Success comes; and each room's destination manifest.
+  std::map<std::pair<uint64_t, std::string>, uint64_t> sent_digests;
+  std::map<std::pair<uint64_t, uint32_t>, uint64_t> received_digests;
+  std::map<uint64_t, std::shared_ptr<const layout::Manifest>> room_manifests;
   SidecarStats stats;
 
   // Prefill, CURVE on: the public key of each session's verified owner, which its handshake
@@ -216,6 +228,21 @@ struct Sidecar::Impl {
   absl::StatusOr<std::string> EndpointFor(const std::string& address, PrefillNode& node,
                                           int dp_group, int rank);
   void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest);
+
+  // --- room_digests.cc ----------------------------------------------------------------------
+  // Decode, needs mu: keeps a room digest (control/wire/digest.h) for its room's Success.
+  void KeepDigestLocked(const std::vector<std::string>& message, const std::string& host);
+  // Decode, needs mu, --verify-digest: takes a Success that must wait for its digest check (the
+  // check runs in a strand, and the Success is handled once it passed), or fails the room whose
+  // kvrail prefill rank sent none. False: handle `message` as CachePD does.
+  bool TakeForDigestLocked(const std::vector<std::string>& message);
+  // Hashes what prefill rank `rank` wrote for `room` here (off mu), compares with `sent`, then
+  // handles `success` or fails the room naming both digests.
+  void CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank, uint64_t sent,
+                   std::shared_ptr<const layout::Manifest> manifest,
+                   std::shared_ptr<PrefillNode> node);
+  // Forgets what --verify-digest kept for a room that ended.
+  void ForgetDigestsLocked(uint64_t room);
 
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();

@@ -31,9 +31,10 @@ layout::Contract SmallContract() {
 
 class AttachArenaTest : public ::testing::Test {
  protected:
-  void StartSidecar(const std::string& tls) {
+  void StartSidecar(const std::string& tls, bool verify_digest = false) {
     SidecarOptions options;
     options.role = Role::kDecode;
+    options.verify_digest = verify_digest;
     options.engine_endpoint = "tcp://127.0.0.1:0";
     options.tls = tls;
     options.lanes = 1;
@@ -85,6 +86,16 @@ TEST_F(AttachArenaTest, AnAttachNamingNoArenaIsRefusedNamingTheThreeFields) {
   EXPECT_TRUE(absl::StrContains(
       Refusal(Attach("", "", 0)),
       "AttachArena: give exactly one of shm_name, cuda_ipc_handle or allocate_bytes; got none"));
+}
+
+// A room digest reads the arena on the host; GPU memory is refused before it is imported.
+TEST_F(AttachArenaTest, ACudaArenaIsRefusedWithVerifyDigestNamingTheFlag) {
+  StartSidecar("tcp", /*verify_digest=*/true);
+  const std::string refusal = Refusal(Attach("", std::string(64, '\x01'), 0));
+  EXPECT_TRUE(absl::StrContains(refusal,
+                                "AttachArena: --verify-digest hashes the arena on the host, and "
+                                "cuda_ipc_handle names GPU memory"))
+      << refusal;
 }
 
 TEST_F(AttachArenaTest, AnAttachNamingTwoArenasIsRefusedNamingThem) {

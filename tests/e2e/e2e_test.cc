@@ -18,16 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tests/e2e/sidecar_peer.h"
 #include "tools/demo/cluster.h"
 #include "tools/process/subprocess.h"
 
 namespace kvrail {
 namespace {
 
-std::string Kvrail() {
-  char resolved[PATH_MAX];
-  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
-}
+using e2e::Kvrail;
 
 layout::KvShape SmallShape() {
   layout::KvShape shape;
@@ -65,20 +63,28 @@ TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
 
 INSTANTIATE_TEST_SUITE_P(
     Routes, DemoRouteTest,
-    ::testing::Values(Route{"p2_d2", {"--prefill-tp", "2", "--decode-tp", "2"}, "ucx-shm"},
-                      Route{"p2_d1_sidecar_arenas",
-                            {"--prefill-tp", "2", "--decode-tp", "1", "--arena", "sidecar"},
-                            "ucx-shm"},
-                      Route{"p1_d2_engine_arenas",
-                            {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
-                            "posix-shm"},
-                      Route{"mla_p4_d2_dummies",
-                            {"--prefill-tp", "4", "--decode-tp", "2", "--latent"},
-                            "ucx-shm"},
-                      Route{"two_stages_p2_d1",
-                            {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"},
-                            "ucx-shm"},
-                      Route{"tcp_p2_d1", {"--transport", "tcp"}, "memfd"}),
+    ::testing::Values(
+        Route{"p2_d2", {"--prefill-tp", "2", "--decode-tp", "2"}, "ucx-shm"},
+        Route{"p2_d1_sidecar_arenas",
+              {"--prefill-tp", "2", "--decode-tp", "1", "--arena", "sidecar"},
+              "ucx-shm"},
+        Route{"p1_d2_engine_arenas",
+              {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
+              "posix-shm"},
+        Route{
+            "mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}, "ucx-shm"},
+        Route{
+            "two_stages_p2_d1", {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"}, "ucx-shm"},
+        Route{"tcp_p2_d1", {"--transport", "tcp"}, "memfd"},
+        // --verify-digest: a decode fails any kvrail rank's Success that comes
+        // without a matching digest, so no failure means every digest matched.
+        Route{"digests_two_stages_p2_d2",
+              {"--prefill-tp", "2", "--decode-tp", "2", "--pp", "2", "--verify-digest"},
+              "ucx-shm"},
+        Route{"digests_tcp_p4_d2_engine_arenas",
+              {"--prefill-tp", "4", "--decode-tp", "2", "--transport", "tcp", "--arena", "engine",
+               "--verify-digest"},
+              "posix-shm"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- failures ---------------------------------------------------------------------------------

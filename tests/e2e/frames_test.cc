@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "engine/memory/pattern.h"
 #include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
+#include "tests/e2e/sidecar_peer.h"
 #include "tools/process/subprocess.h"
 
 namespace kvrail {
@@ -35,31 +35,10 @@ namespace {
 
 using process::Subprocess;
 
-std::string Kvrail() {
-  char resolved[PATH_MAX];
-  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
-}
-
-layout::Contract SmallContract() {
-  layout::KvShape shape;
-  shape.layers = 2;
-  shape.pages = 16;
-  return layout::BuildKvContract(shape, 1).value();
-}
-
-layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks) {
-  const int64_t prompt = static_cast<int64_t>(blocks.size()) * 16;
-  const std::vector<std::vector<int64_t>> table = {std::move(blocks)};
-  return layout::BuildManifest(contract, table, 0, prompt).value();
-}
-
-std::vector<std::string> Receive(zmq::socket_t& pull) {
-  std::vector<zmq::message_t> parts;
-  std::vector<std::string> frames;
-  if (!zmq::recv_multipart(pull, std::back_inserter(parts))) return frames;
-  for (auto& part : parts) frames.push_back(part.to_string());
-  return frames;
-}
+using e2e::Kvrail;
+using e2e::Receive;
+using e2e::RoomManifest;
+using e2e::SmallContract;
 
 // Attaches `arena_name` with `contract` through the engine API, as an engine does.
 void Attach(engine_api::EngineApiClient& engine, const std::string& arena_name,
@@ -71,18 +50,7 @@ void Attach(engine_api::EngineApiClient& engine, const std::string& arena_name,
   ASSERT_TRUE(reply.ok()) << reply.status();
 }
 
-struct Bootstrap {
-  Bootstrap() {
-    port = process::FreeLocalPort().value();
-    server = Subprocess::Start(
-                 {Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", absl::StrCat(port)})
-                 .value();
-    address = absl::StrCat("127.0.0.1:", port);
-  }
-  int port;
-  std::string address;
-  std::unique_ptr<Subprocess> server;
-};
+using e2e::Bootstrap;
 
 TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly) {
   Bootstrap bootstrap;
@@ -90,16 +58,7 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   // The fake prefill rank: a PULL socket, registered with the bootstrap server.
   zmq::context_t context;
   zmq::socket_t pull(context, zmq::socket_type::pull);
-  pull.set(zmq::sockopt::rcvtimeo, 20000);
-  pull.bind("tcp://127.0.0.1:0");
-  const std::string pull_endpoint = pull.get(zmq::sockopt::last_endpoint);
-  bootstrap::PrefillRegistration registration;
-  registration.endpoint.rank_ip = "127.0.0.1";
-  registration.endpoint.rank_port = std::stoi(pull_endpoint.substr(pull_endpoint.rfind(':') + 1));
-  registration.contract = contract;
-  ASSERT_TRUE(bootstrap::BootstrapClient("127.0.0.1", bootstrap.port)
-                  .RegisterPrefillRank(registration)
-                  .ok());
+  ASSERT_TRUE(e2e::RegisterFakePrefillRank(bootstrap, pull, contract));
   // The real decode sidecar, driven through its engine API.
   const std::string api =
       absl::StrCat("ipc:///tmp/kvrail-frames-", process::ProcessTag(), "-d.sock");

@@ -111,6 +111,7 @@ absl::Status RunDemo(DemoOptions options) {
   cluster_options.arena = options.arena;
   cluster_options.shape = shape;
   cluster_options.decode_tokens = options.decode_tokens;
+  if (options.verify_digest) cluster_options.sidecar_args.push_back("--verify-digest");
   KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(cluster_options));
   const int prefills = cluster->prefill_ranks();
   // Where the arenas live, as the engine-sims said ("ucx-shm", or "memfd,ucx-shm" if mixed).

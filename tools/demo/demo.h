@@ -31,6 +31,8 @@ struct DemoOptions {
   layout::KvShape shape;  // pages: per rank; 0 = enough for `concurrency` longest prompts
   int decode_tokens = 8;
   bool json = false;  // print the summary as JSON instead of a table
+  // Every sidecar runs with --verify-digest (docs/SECURITY.md, "Digests"): to measure its cost.
+  bool verify_digest = false;
 };
 
 absl::Status RunDemo(DemoOptions options);

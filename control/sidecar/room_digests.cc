@@ -1,0 +1,131 @@
+// --verify-digest on a decode (sidecar_impl.h; docs/SECURITY.md, "Digests"): a prefill rank's
+// room digest is kept until its Success comes; the Success then waits while the bytes that
+// landed are hashed in a strand (a 1 GiB room is tens of milliseconds of hashing, never under
+// mu), and counts only if the digests agree. A mismatch fails the room as any decode-local
+// failure does: its pages are held and fenced through the prefill ranks that have not reported
+// (DecodeRooms::Fail), so the rank whose bytes were wrong is asked to fence too.
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "control/plan/landing_copies.h"
+#include "control/plan/room_digest.h"
+#include "control/sidecar/sidecar_impl.h"
+#include "control/wire/digest.h"
+#include "control/wire/status.h"
+#include "engine/base/error.h"
+
+namespace kvrail::sidecar {
+
+void Sidecar::Impl::KeepDigestLocked(const std::vector<std::string>& message,
+                                     const std::string& host) {
+  absl::StatusOr<wire::RoomDigestMessage> digest = wire::ParseRoomDigest(message);
+  if (!digest.ok()) {
+    RefuseLocked(host, "room digest dropped: " + DescribeError(digest.status()));
+    return;
+  }
+  // Kept only for rooms this decode tracks, until they end (ForgetDigestsLocked): a peer's
+  // digests cannot grow the table past the rooms in flight times their prefill ranks.
+  if (!options.verify_digest || !decode->Find(digest->room)) return;
+  received_digests[{digest->room, digest->prefill_rank}] = digest->digest;
+}
+
+bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message) {
+  absl::StatusOr<wire::StatusMessage> status = wire::ParseStatusLenient(message);
+  if (!status.ok() || status->status != static_cast<int>(session::TransferPoll::kSuccess)) {
+    return false;
+  }
+  const uint64_t room = status->room;
+  const uint32_t rank = status->prefill_rank;
+  const std::optional<session::DecodeRoomView> view = decode->Find(room);
+  if (!view || view->state == session::TransferPoll::kFailed) return false;
+  const absl::Time now = absl::Now();
+  auto kept = received_digests.find({room, rank});
+  if (kept == received_digests.end()) {
+    // Nodes that are not kvrail's (those whose statuses need no sender proof) send no digest:
+    // CachePD's rule, any Success counts.
+    if (!SenderProofRequiredLocked(message)) return false;
+    ApplyLocked(decode->Fail(
+        room,
+        absl::StrFormat("--verify-digest: prefill rank %d sent Success without a room digest, and "
+                        "its node is kvrail's (start its sidecars with --verify-digest too)",
+                        rank),
+        now));
+    ++stats.room_digests_failed;
+    return true;
+  }
+  const uint64_t sent = kept->second;
+  received_digests.erase(kept);
+  auto manifest = room_manifests.find(room);
+  auto node = nodes.find(view->bootstrap_address);
+  if (manifest == room_manifests.end() || node == nodes.end()) {
+    ApplyLocked(decode->Fail(
+        room,
+        absl::StrFormat("--verify-digest: the bytes prefill rank %d wrote cannot be checked: the "
+                        "room's %s is no longer known here",
+                        rank, manifest == room_manifests.end() ? "manifest" : "prefill node"),
+        now));
+    return true;
+  }
+  strands.Post(
+      absl::StrCat("digest ", room), [this, message, room, rank, sent, manifest = manifest->second,
+                                      node = node->second]() mutable {
+        CheckLanded(std::move(message), room, rank, sent, std::move(manifest), std::move(node));
+      });
+  return true;
+}
+
+void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
+                                uint64_t sent, std::shared_ptr<const layout::Manifest> manifest,
+                                std::shared_ptr<PrefillNode> node) {
+  std::shared_ptr<const plan::CopyPlan> landing;
+  {
+    Locked locked(*this);
+    auto cached = node->landing_plans.find(static_cast<int>(rank));
+    if (cached != node->landing_plans.end()) landing = cached->second;
+  }
+  absl::StatusOr<uint64_t> landed = [&]() -> absl::StatusOr<uint64_t> {
+    if (landing == nullptr) {
+      KVRAIL_ASSIGN_OR_RETURN(plan::CopyPlan bound,
+                              plan::LandingPlan(node->description, options.tp_size, options.tp_rank,
+                                                contract, static_cast<int>(rank)));
+      landing = std::make_shared<const plan::CopyPlan>(std::move(bound));
+      Locked locked(*this);
+      node->landing_plans.emplace(static_cast<int>(rank), landing);
+    }
+    plan::CopyList copies;
+    KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies));
+    return plan::RoomDigest(
+        copies, plan::DigestSide::kDestination,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
+  }();
+  Locked locked(*this);
+  if (!decode) return;  // the arena went away meanwhile
+  const absl::Time now = absl::Now();
+  if (landed.ok() && *landed == sent) {
+    ++stats.room_digests;
+    HandleMessageLocked(success, now, /*host=*/"");  // checked already; its sender not kept
+    return;
+  }
+  const std::string reason = landed.ok()
+                                 ? absl::StrFormat(
+                                       "--verify-digest: prefill rank %d sent %s, the landed bytes "
+                                       "hash to %s",
+                                       rank, plan::FormatDigest(sent), plan::FormatDigest(*landed))
+                                 : absl::StrFormat(
+                                       "--verify-digest: the bytes prefill rank %d wrote cannot be "
+                                       "checked: %s",
+                                       rank, DescribeError(landed.status()));
+  ++stats.room_digests_failed;
+  ApplyLocked(decode->Fail(room, reason, now));
+}
+
+void Sidecar::Impl::ForgetDigestsLocked(uint64_t room) {
+  room_manifests.erase(room);
+  received_digests.erase(received_digests.lower_bound({room, 0}),
+                         received_digests.lower_bound({room + 1, 0}));
+  sent_digests.erase(sent_digests.lower_bound({room, std::string()}),
+                     sent_digests.lower_bound({room + 1, std::string()}));
+}
+
+}  // namespace kvrail::sidecar

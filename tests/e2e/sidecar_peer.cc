@@ -1,0 +1,62 @@
+#include "tests/e2e/sidecar_peer.h"
+
+#include <climits>
+#include <cstdlib>
+#include <utility>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "control/bootstrap/client.h"
+#include "control/layout/kv_shape.h"
+
+namespace kvrail::e2e {
+
+std::string Kvrail() {
+  char resolved[PATH_MAX];
+  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
+}
+
+layout::Contract SmallContract() {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.pages = 16;
+  return layout::BuildKvContract(shape, 1).value();
+}
+
+layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks) {
+  const int64_t prompt = static_cast<int64_t>(blocks.size()) * 16;
+  const std::vector<std::vector<int64_t>> table = {std::move(blocks)};
+  return layout::BuildManifest(contract, table, 0, prompt).value();
+}
+
+Bootstrap::Bootstrap() {
+  port = process::FreeLocalPort().value();
+  server = process::Subprocess::Start(
+               {Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", absl::StrCat(port)})
+               .value();
+  address = absl::StrCat("127.0.0.1:", port);
+}
+
+bool RegisterFakePrefillRank(const Bootstrap& bootstrap, zmq::socket_t& pull,
+                             const layout::Contract& contract) {
+  pull.set(zmq::sockopt::rcvtimeo, 20000);
+  pull.bind("tcp://127.0.0.1:0");
+  const std::string pull_endpoint = pull.get(zmq::sockopt::last_endpoint);
+  bootstrap::PrefillRegistration registration;
+  registration.endpoint.rank_ip = "127.0.0.1";
+  registration.endpoint.rank_port = std::stoi(pull_endpoint.substr(pull_endpoint.rfind(':') + 1));
+  registration.contract = contract;
+  return bootstrap::BootstrapClient("127.0.0.1", bootstrap.port)
+      .RegisterPrefillRank(registration)
+      .ok();
+}
+
+std::vector<std::string> Receive(zmq::socket_t& pull) {
+  std::vector<zmq::message_t> parts;
+  std::vector<std::string> frames;
+  if (!zmq::recv_multipart(pull, std::back_inserter(parts))) return frames;
+  for (auto& part : parts) frames.push_back(part.to_string());
+  return frames;
+}
+
+}  // namespace kvrail::e2e

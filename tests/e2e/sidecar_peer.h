@@ -1,0 +1,45 @@
+// What the fake peers of tests/e2e share when they face a real sidecar process: the kvrail
+// binary, the small contract both sides attach, a room's manifest, and one multipart receive.
+#ifndef KVRAIL_TESTS_E2E_SIDECAR_PEER_H_
+#define KVRAIL_TESTS_E2E_SIDECAR_PEER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "tools/process/subprocess.h"
+
+namespace kvrail::e2e {
+
+// The kvrail binary in the test's runfiles, by absolute path.
+std::string Kvrail();
+
+// Two layers of k and v, 16 pages, TP 1.
+layout::Contract SmallContract();
+
+// The manifest of a room over `blocks` (16 tokens each, no prefix).
+layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks);
+
+// `kvrail bootstrap` on a free local port, for the test's life.
+struct Bootstrap {
+  Bootstrap();
+  int port;
+  std::string address;  // 127.0.0.1:port
+  std::unique_ptr<process::Subprocess> server;
+};
+
+// A fake prefill rank's PULL socket: bound on loopback (20 s receive timeout) and registered
+// with `bootstrap` as the node's only rank, with `contract`. False when the registration failed.
+bool RegisterFakePrefillRank(const Bootstrap& bootstrap, zmq::socket_t& pull,
+                             const layout::Contract& contract);
+
+// One multipart message from `pull`, or nothing once its receive timeout passes.
+std::vector<std::string> Receive(zmq::socket_t& pull);
+
+}  // namespace kvrail::e2e
+
+#endif  // KVRAIL_TESTS_E2E_SIDECAR_PEER_H_
