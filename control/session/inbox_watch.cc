@@ -61,8 +61,12 @@ absl::StatusOr<std::unique_ptr<InboxWatch>> InboxWatch::Start(void* context, voi
   watch->on_cut_ = std::move(on_cut);
   const std::string address = absl::StrCat("inproc://kvrail-inbox-watch-", port, "-",
                                            reinterpret_cast<uintptr_t>(watch.get()));
-  if (zmq_socket_monitor(socket, address.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) !=
-      0) {
+  // Handshakes that broke the protocol (garbage, another security mechanism), not those whose
+  // connection merely closed (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: a liveness probe's connect
+  // and close looks so), nor a key that ZAP refused (the ZAP handler logs that).
+  const int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  if (zmq_socket_monitor(socket, address.c_str(), events) != 0) {
     return absl::InternalError(
         absl::StrCat("cannot monitor the inbox on port ", port, ": ", zmq_strerror(zmq_errno())));
   }
@@ -86,6 +90,12 @@ InboxWatch::~InboxWatch() {
 
 void InboxWatch::Run(void* monitor) {
   std::map<int, Connection> connections;  // by ZeroMQ's descriptor
+  // Handshakes ZeroMQ reported failed whose connection's close has not come yet. The event
+  // names no descriptor, but ZeroMQ closes that connection right after it: the next close is
+  // taken as its, whether or not the peer has hung up by then (a peer whose mechanism does not
+  // match often has).
+  int failed_handshakes = 0;
+  int refused_by_zap = 0;  // likewise, for keys ZAP refused: their close is not reported
   const int linger = 0;
   zmq_setsockopt(monitor, ZMQ_LINGER, &linger, sizeof(linger));
   const int timeout_ms = 100;
@@ -134,9 +144,33 @@ void InboxWatch::Run(void* monitor) {
         continue;
       }
       connections[fd] = Connection{copy, AddressText(peer)};
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      ++failed_handshakes;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      ++refused_by_zap;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      const bool handshake_failed = failed_handshakes > 0;
+      if (handshake_failed) --failed_handshakes;
+      const bool zap_refused = !handshake_failed && refused_by_zap > 0;
+      if (zap_refused) --refused_by_zap;
       auto found = connections.find(fd);
-      if (found == connections.end()) continue;
+      if (zap_refused) {
+        if (found != connections.end()) {
+          close(found->second.copy);
+          connections.erase(found);
+        }
+        continue;
+      }
+      if (found == connections.end()) {
+        // ZeroMQ closed it before its accept was read here (a handshake that failed at once):
+        // its address is gone with it, but the refusal is still said.
+        if (handshake_failed && !stop_.load()) {
+          on_cut_("an unknown peer",
+                  "cut by ZeroMQ: its handshake broke the protocol (a ZMTP error, or a security "
+                  "mechanism other than this socket's)");
+        }
+        continue;
+      }
       char byte = 0;
       const ssize_t peeked = recv(found->second.copy, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       const bool peer_closed =
@@ -144,11 +178,15 @@ void InboxWatch::Run(void* monitor) {
       close(found->second.copy);
       const std::string peer = std::move(found->second.peer);
       connections.erase(found);
-      if (peer_closed || stop_.load()) continue;
+      if ((peer_closed && !handshake_failed) || stop_.load()) continue;
       // Bytes still unread make an oversized frame likely, but their absence proves nothing
       // (the sender may not have written the rest yet), so the reason names every cause.
-      on_cut_(peer, absl::StrCat("cut by ZeroMQ: a frame over ", max_frame_bytes_,
-                                 " bytes (ZMQ_MAXMSGSIZE), a ZMTP error or a failed handshake"));
+      on_cut_(peer, handshake_failed
+                        ? std::string("cut by ZeroMQ: its handshake broke the protocol (a ZMTP "
+                                      "error, or a security mechanism other than this socket's)")
+                        : absl::StrCat("cut by ZeroMQ: a frame over ", max_frame_bytes_,
+                                       " bytes (ZMQ_MAXMSGSIZE), a ZMTP error or a failed "
+                                       "handshake"));
     }
   }
   for (auto& [fd, connection] : connections) close(connection.copy);

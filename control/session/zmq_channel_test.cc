@@ -382,6 +382,10 @@ class ZmqChannelCurveTest : public ::testing::Test {
     ASSERT_TRUE(context.ok()) << context.status();
     InboxOptions options;
     options.curve_server = server_;
+    options.on_connection_cut = [this](const std::string& peer, const std::string& why) {
+      std::lock_guard<std::mutex> lock(cuts_mu_);
+      cuts_.push_back(peer + ": " + why);
+    };
     inbox_ = BindLocal(*context, options);
     ASSERT_NE(inbox_, nullptr);
     client_context_ = ZmqContext::Create();
@@ -395,6 +399,13 @@ class ZmqChannelCurveTest : public ::testing::Test {
     return outbox;
   }
 
+  std::vector<std::string> Cuts() {
+    std::lock_guard<std::mutex> lock(cuts_mu_);
+    return cuts_;
+  }
+
+  std::mutex cuts_mu_;
+  std::vector<std::string> cuts_;  // the inbox watch's reports
   std::shared_ptr<const zmq_auth::KeyFile> server_;
   std::shared_ptr<const zmq_auth::KeyFile> decode3_;
   std::unique_ptr<ZmqInbox> inbox_;
@@ -424,6 +435,13 @@ TEST_F(ZmqChannelCurveTest, AnUnknownKeyAndAPlainPeerDeliverNothing) {
   std::unique_ptr<ZmqOutbox> real = Outbox(decode3_);
   ASSERT_TRUE(real->Send(inbox_->endpoint(), {"real"}).ok());
   EXPECT_THAT(MustReceive(*inbox_), ElementsAre("real"));
+  // The plain peer's failed handshakes were said (it retries every 100 ms); the stranger's
+  // refusals are ZAP's to say, not the watch's.
+  const std::vector<std::string> cuts = Cuts();
+  EXPECT_FALSE(cuts.empty());
+  for (const std::string& cut : cuts) {
+    EXPECT_THAT(cut, HasSubstr("its handshake broke the protocol")) << cut;
+  }
 }
 
 TEST_F(ZmqChannelCurveTest, ASendWithoutTheServersKeyFailsNamingTheEndpoint) {

@@ -395,7 +395,9 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   inbox_options.on_connection_cut = [impl = impl.get()](const std::string& peer,
                                                         const std::string& why) {
     impl->connections_cut.fetch_add(1);
-    const std::string host = peer.substr(0, peer.rfind(':'));  // a reconnect changes the port
+    // Keyed by host (a reconnect changes the port), apart from the host's message refusals,
+    // so that neither kind of line hides the other.
+    const std::string host = peer.substr(0, peer.rfind(':')) + " (connections)";
     const session::PeerLogLimiter::Verdict verdict =
         impl->peer_log.Admit(host, session::PeerLogLimiter::Clock::now());
     if (!verdict.log) return;

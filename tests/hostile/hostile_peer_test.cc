@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -135,6 +136,14 @@ class HostilePeerTest : public ::testing::Test {
     return -1;
   }
 
+  static std::string DumpLog(const std::string& rank) {
+    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-", rank, ".log"));
+    std::stringstream text;
+    text << log.rdbuf();
+    return text.str();
+  }
+
   // How many lines of the prefill sidecar's log hold `text`.
   static int CountPrefillLines(const std::string& text) {
     const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
@@ -203,7 +212,8 @@ TEST_F(HostilePeerTest, APreallocationWithoutTheSessionsKeyIsRefused) {
   const uint64_t rejected_before = PrefillStats().peer_messages_rejected();
   EXPECT_EQ(ForgedRoomChanges(701, 4), 0u);
   EXPECT_GT(PrefillStats().peer_messages_rejected(), rejected_before);
-  EXPECT_TRUE(PrefillLogHas("pre-allocation of room 701 naming decode session"));
+  EXPECT_TRUE(PrefillLogHas("pre-allocation of room 701 naming decode session"))
+      << DumpLog("prefill");
   ASSERT_TRUE(d_->Abort(d_->prefill(), 701, "the test gives the forged room up").ok());
   ExpectTheVictimServed(702);
 }
@@ -254,16 +264,20 @@ TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
 // victim is served.
 TEST_F(HostilePeerTest, AnOversizedFrameIsLoggedOnceAndChangesNothing) {
   const v1::SidecarStats before = PrefillStats();
+  // (The log holds the earlier tests' deployments too: count this test's line only.)
+  const int earlier = CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes");
   zmq::socket_t big(context_, zmq::socket_type::push);
   big.set(zmq::sockopt::linger, 0);
   big.connect(d_->prefill().cachepd_endpoint);
   const std::string frame(64 << 20, 'k');
   ASSERT_TRUE(big.send(zmq::buffer(frame), zmq::send_flags::none).has_value());
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline && CountPrefillLines("cut by ZeroMQ") == 0) {
+  while (absl::Now() < deadline &&
+         CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes") == earlier) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  EXPECT_EQ(CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes (ZMQ_MAXMSGSIZE)"), 1);
+  EXPECT_EQ(CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes (ZMQ_MAXMSGSIZE)"),
+            earlier + 1);
   const v1::SidecarStats after = PrefillStats();
   EXPECT_EQ(after.registrations(), before.registrations());
   EXPECT_EQ(after.rooms(), before.rooms());
@@ -275,6 +289,7 @@ TEST_F(HostilePeerTest, AnOversizedFrameIsLoggedOnceAndChangesNothing) {
 // count held back: never silent, never a line per message.
 TEST_F(HostilePeerTest, AFloodOfRefusedMessagesIsLoggedOncePerIntervalWithACount) {
   const uint64_t rejected_before = PrefillStats().peer_messages_rejected();
+  const int held_before = CountPrefillLines("held back in the last 10 s");  // earlier tests'
   for (uint64_t room = 0; room < 2000; ++room) {
     Send(wire::BuildPreallocation(
              {5000 + room, "10.66.0.1:1", layout::SerializeManifest(d_->Blocks(1, 1)).value()})
@@ -288,10 +303,10 @@ TEST_F(HostilePeerTest, AFloodOfRefusedMessagesIsLoggedOncePerIntervalWithACount
   EXPECT_GE(PrefillStats().peer_messages_rejected(), rejected_before + 2000);
   EXPECT_LE(CountPrefillLines("10.66.0.1:1"), 2);
   const absl::Time summary = absl::Now() + absl::Seconds(15);
-  while (absl::Now() < summary && CountPrefillLines("held back in the last 10 s") == 0) {
+  while (absl::Now() < summary && CountPrefillLines("held back in the last 10 s") == held_before) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  EXPECT_GE(CountPrefillLines("held back in the last 10 s"), 1);
+  EXPECT_GT(CountPrefillLines("held back in the last 10 s"), held_before);
   EXPECT_EQ(PrefillStats().rooms(), 0u);
   ExpectTheVictimServed(1201);
 }
@@ -328,8 +343,12 @@ TEST_F(HostilePeerTest, TwentyThousandPreallocationsGrowNothing) {
               figures.c_str());
   // Past the first round, memory must stop growing: the last round ends within 5% of the
   // largest the earlier rounds reached.
+#if !defined(__SANITIZE_ADDRESS__)
+  // (Under ASan every free goes to its quarantine, 256 MiB by default, first: RSS grows until
+  // that is full whatever the code does, so only the tables are checked there.)
   const int64_t earlier = *std::max_element(rss.begin() + 1, rss.end() - 1);
   EXPECT_LT(rss.back(), earlier + earlier / 20) << "the prefill kept growing: " << figures;
+#endif
   ExpectTheVictimServed(1301);
 }
 
