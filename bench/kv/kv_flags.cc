@@ -38,7 +38,7 @@ KvBenchOptions QuickKvSweep() {
   o.tp_pairs = {{1, 1}, {2, 1}};
   o.tokens = {4096};
   o.transports = {"tcp", "shm"};
-  o.rooms = 3;
+  o.rooms = 6;
   return o;
 }
 

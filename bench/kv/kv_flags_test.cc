@@ -16,7 +16,7 @@ TEST(KvFlagsTest, QuickIsTheIssuesSubset) {
   EXPECT_EQ(o.tp_pairs, (std::vector<TpPair>{{1, 1}, {2, 1}}));
   EXPECT_EQ(o.tokens, std::vector<int64_t>{4096});
   EXPECT_EQ(o.transports, (std::vector<std::string>{"tcp", "shm"}));
-  EXPECT_EQ(o.rooms, 3);
+  EXPECT_EQ(o.rooms, 6);
 }
 
 TEST(KvFlagsTest, FullAddsTp8AndNetns) {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
+#include <system_error>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -219,6 +221,12 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     result.cases.push_back(row);
   }
   bar.Show(cases.size(), "done");
+  // The sidecars' logs matter when a case fails (the error names the directory); a directory
+  // this run made is removed once every case has passed.
+  if (settings.log_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(log_dir, ignored);
+  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

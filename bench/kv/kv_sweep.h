@@ -23,7 +23,8 @@ struct KvSweepSettings {
   // of a room live in this machine's memory.
   uint64_t max_room_bytes = uint64_t{4} << 30;
   std::FILE* progress = nullptr;  // a bar on it when it is a terminal
-  std::string log_dir;            // the sidecars' logs; empty: a fresh /tmp directory
+  // The sidecars' logs; empty: a fresh /tmp directory, removed when the whole sweep passed.
+  std::string log_dir;
 };
 
 // The contiguous layout of `bytes` per room of `pages` pages: one layer, one replicated field

@@ -5,9 +5,9 @@
     /usr/bin/python3 bench/kv/plot_kv.py kv.json -o kv.png
 
 (`kvrail bench kv --plot kv.png` runs this script itself.) In each panel: one solid line per
-(shape, prefill TP:decode TP) of the model-shaped rooms, the contiguous room of the same bytes
-dashed black (the efficiency's denominator), and single-thread memcpy on the same machine
-dotted grey (the limit one copy per byte can reach).
+(shape, prefill TP:decode TP) of the model-shaped rooms; dashed black, the contiguous rooms of
+the same bytes (the efficiency's denominator), one line per room size in bytes per token; and
+dotted grey, single-thread memcpy on the same machine (the limit one copy per byte can reach).
 """
 
 import argparse
@@ -52,15 +52,18 @@ def plot(cases, memcpy_gbps, output, title):
         series = {}
         for c in mine:
             if c["mode"] == "contiguous":
-                key = ("contiguous", "")
+                # One baseline per room size: the rooms of one bytes-per-token share it.
+                key = ("contiguous", c["bytes"] // c["tokens"])
             else:
                 key = (c["shape"], f'{c["prefill_tp"]}:{c["decode_tp"]}')
             series.setdefault(key, {})[c["tokens"]] = c["gbps"]
+        markers = iter("sDv^<>phx+")
         for (shape, tp), points in series.items():
             x = sorted(points)
             y = [points[t] for t in x]
             if shape == "contiguous":
-                ax.plot(x, y, "k--", marker="s", label="contiguous room, same bytes")
+                ax.plot(x, y, "k--", marker=next(markers, "s"), alpha=0.7,
+                        label=f"contiguous room, {tp / 1024:g} KiB/token")
             else:
                 ax.plot(x, y, "o-", label=f"{shape} {tp}")
         if memcpy_gbps:
