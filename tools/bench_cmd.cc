@@ -167,6 +167,7 @@ struct KvFlags {
   std::string plot;
   bool quiet = false;
   double max_room_gib = 4;
+  double max_arena_gib = 12;
 };
 
 int RunKv(const KvFlags& flags) {
@@ -180,7 +181,12 @@ int RunKv(const KvFlags& flags) {
     return Fail(absl::InvalidArgumentError("--max-room-gib: more than 0 and at most 1024"),
                 kExitUsage);
   }
+  if (!(flags.max_arena_gib > 0) || flags.max_arena_gib > 4096) {
+    return Fail(absl::InvalidArgumentError("--max-arena-gib: more than 0 and at most 4096"),
+                kExitUsage);
+  }
   bench::KvSweepSettings settings;
+  settings.max_arena_bytes = static_cast<uint64_t>(flags.max_arena_gib * (uint64_t{1} << 30));
   settings.kvrail = SelfExe();
   settings.max_room_bytes = static_cast<uint64_t>(flags.max_room_gib * (uint64_t{1} << 30));
   settings.progress = flags.quiet ? nullptr : stderr;
@@ -224,6 +230,10 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
       ->capture_default_str();
   kv->add_option("--max-room-gib", flags.max_room_gib,
                  "Skip cases whose room passes this many GiB on a side")
+      ->capture_default_str();
+  kv->add_option("--max-arena-gib", flags.max_arena_gib,
+                 "Run a case beside its contiguous baseline (rooms alternating) while their four "
+                 "arenas fit in this many GiB; past it, the baseline runs after the case")
       ->capture_default_str();
   kv->add_flag("--json", flags.json,
                "Print {\"cases\": [{\"shape\", \"prefill_tp\", \"decode_tp\", \"tokens\", "

@@ -97,9 +97,11 @@ class FirstByteWatch {
   std::thread thread_;
 };
 
-class CaseRun {
+}  // namespace
+
+class KvCaseRunner::Impl {
  public:
-  explicit CaseRun(const KvCaseSpec& spec) : spec_(spec) {}
+  explicit Impl(KvCaseSpec spec) : spec_(std::move(spec)) {}
 
   absl::Status Start() {
     for (int tp : {spec_.prefill_tp, spec_.decode_tp}) {
@@ -316,7 +318,7 @@ class CaseRun {
     return absl::OkStatus();
   }
 
-  const KvCaseSpec& spec_;
+  const KvCaseSpec spec_;
   int64_t pages_ = 0;
   layout::Contract prefill_contract_, decode_contract_;
   layout::Manifest src_, dst_;
@@ -327,23 +329,25 @@ class CaseRun {
   std::vector<Rank> prefill_, decode_;
 };
 
-}  // namespace
-
-absl::StatusOr<KvCaseFigures> RunKvCase(const KvCaseSpec& spec) {
-  if (spec.rooms < 1 || spec.sample_every < 1 || spec.tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bench kv: rooms ", spec.rooms, ", sample_every ", spec.sample_every,
-                     " and tokens ", spec.tokens, " must each be >= 1"));
+absl::StatusOr<std::unique_ptr<KvCaseRunner>> KvCaseRunner::Start(const KvCaseSpec& spec) {
+  if (spec.sample_every < 1 || spec.tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("bench kv: sample_every ", spec.sample_every,
+                                                   " and tokens ", spec.tokens,
+                                                   " must each be >= 1"));
   }
-  CaseRun run(spec);
-  KVRAIL_RETURN_IF_ERROR(run.Start());
-  KvCaseFigures figures;
-  figures.uncoalesced_copies = run.uncoalesced();
-  for (int i = 0; i < spec.rooms; ++i) {
-    KVRAIL_ASSIGN_OR_RETURN(KvRoomFigures room, run.Room(static_cast<uint64_t>(i + 1), i == 0));
-    figures.rooms.push_back(room);
-  }
-  return figures;
+  std::unique_ptr<KvCaseRunner> runner(new KvCaseRunner());
+  runner->impl_ = std::make_unique<Impl>(spec);
+  KVRAIL_RETURN_IF_ERROR(runner->impl_->Start());
+  return runner;
 }
+
+KvCaseRunner::~KvCaseRunner() = default;
+
+absl::StatusOr<KvRoomFigures> KvCaseRunner::NextRoom() {
+  ++rooms_run_;
+  return impl_->Room(rooms_run_, rooms_run_ == 1);
+}
+
+uint64_t KvCaseRunner::uncoalesced_copies() const { return impl_->uncoalesced(); }
 
 }  // namespace kvrail::bench

@@ -20,6 +20,7 @@
 #define KVRAIL_BENCH_KV_KV_ENGINE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,6 @@ struct KvCaseSpec {
   int decode_tp = 1;
   int64_t tokens = 0;
   std::string transport = "tcp";  // tcp or shm
-  int rooms = 1;
   int sample_every = 16;
   // The sidecars' stderr goes to <log_dir>/<process>.log (tools/demo Cluster).
   std::string log_dir;
@@ -50,18 +50,38 @@ struct KvRoomFigures {
   uint64_t bytes_checked = 0;      // decode bytes compared with the pattern
 };
 
+// A case's rooms, as its runner measured them.
 struct KvCaseFigures {
   std::vector<KvRoomFigures> rooms;  // in order; rooms[0] ran on a fresh connection
-  // Copies per room before coalescing, from the planner (control/plan CopyPlan::CountCopies)
-  // on the bench's side, for the report only: the sidecars report only the coalesced count.
-  uint64_t uncoalesced_copies = 0;
+  uint64_t uncoalesced_copies = 0;   // KvCaseRunner::uncoalesced_copies
 };
 
-// Runs `spec`: starts its cluster, runs spec.rooms rooms, checks them, stops the cluster.
-// InvalidArgument when the shape does not split over a TP size; the cluster's error when a
-// process cannot start; Internal naming the room and side when a room fails, is refused or
-// lands wrong bytes (DataLoss from the check); DeadlineExceeded when a room stalls 60 s.
-absl::StatusOr<KvCaseFigures> RunKvCase(const KvCaseSpec& spec);
+// One case's cluster and engines, started and attached, its prefill arenas filled; it runs
+// rooms one at a time. Stopping it (its destruction) stops the cluster.
+class KvCaseRunner {
+ public:
+  // InvalidArgument when the shape does not split over a TP size or a count is not positive;
+  // the cluster's error when a process cannot start or an attach fails.
+  static absl::StatusOr<std::unique_ptr<KvCaseRunner>> Start(const KvCaseSpec& spec);
+  ~KvCaseRunner();
+  KvCaseRunner(const KvCaseRunner&) = delete;
+  KvCaseRunner& operator=(const KvCaseRunner&) = delete;
+
+  // Runs the next room (the first: on a fresh connection, checked whole) and checks it.
+  // Internal naming the room and rank when it fails or is refused; DataLoss from the check
+  // when it landed wrong bytes; DeadlineExceeded when it stalls 60 s.
+  absl::StatusOr<KvRoomFigures> NextRoom();
+
+  // Copies per room before coalescing, from the planner (control/plan CopyPlan::CountCopies)
+  // on the bench's side, for the report only: the sidecars report only the coalesced count.
+  uint64_t uncoalesced_copies() const;
+
+ private:
+  class Impl;
+  KvCaseRunner() = default;
+  std::unique_ptr<Impl> impl_;
+  uint64_t rooms_run_ = 0;
+};
 
 }  // namespace kvrail::bench
 

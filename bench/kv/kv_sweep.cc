@@ -7,9 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <system_error>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -94,6 +92,44 @@ class ProgressBar {
   bool shown_ = false;
 };
 
+// Runs `rooms` rooms of `model` and of its contiguous `base`: with `beside`, both clusters at
+// once and their rooms alternating, so that the baseline meets the machine (this one is shared
+// and its load changes by the second) as the case does; otherwise one after the other, to hold
+// half the memory.
+absl::StatusOr<std::pair<KvCaseFigures, KvCaseFigures>> RunBesideBaseline(const KvCaseSpec& model,
+                                                                          const KvCaseSpec& base,
+                                                                          int rooms, bool beside) {
+  std::pair<KvCaseFigures, KvCaseFigures> figures;
+  auto start = [](const KvCaseSpec& spec, const char* what, std::unique_ptr<KvCaseRunner>& out,
+                  KvCaseFigures& into) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<KvCaseRunner>> runner = KvCaseRunner::Start(spec);
+    if (!runner.ok()) return AddContext(runner.status(), what);
+    out = *std::move(runner);
+    into.uncoalesced_copies = out->uncoalesced_copies();
+    return absl::OkStatus();
+  };
+  auto room = [](KvCaseRunner& runner, const char* what, KvCaseFigures& into) -> absl::Status {
+    absl::StatusOr<KvRoomFigures> figures = runner.NextRoom();
+    if (!figures.ok()) return AddContext(figures.status(), what);
+    into.rooms.push_back(*figures);
+    return absl::OkStatus();
+  };
+  constexpr char kBase[] = "contiguous baseline";
+  std::unique_ptr<KvCaseRunner> model_run, base_run;
+  KVRAIL_RETURN_IF_ERROR(start(model, "model", model_run, figures.first));
+  if (beside) KVRAIL_RETURN_IF_ERROR(start(base, kBase, base_run, figures.second));
+  for (int i = 0; i < rooms; ++i) {
+    KVRAIL_RETURN_IF_ERROR(room(*model_run, "model", figures.first));
+    if (beside) KVRAIL_RETURN_IF_ERROR(room(*base_run, kBase, figures.second));
+  }
+  if (!beside) {
+    model_run.reset();  // its cluster and arenas go before the baseline's come
+    KVRAIL_RETURN_IF_ERROR(start(base, kBase, base_run, figures.second));
+    for (int i = 0; i < rooms; ++i) KVRAIL_RETURN_IF_ERROR(room(*base_run, kBase, figures.second));
+  }
+  return figures;
+}
+
 }  // namespace
 
 absl::StatusOr<layout::KvShape> ContiguousShape(uint64_t bytes, int64_t pages) {
@@ -166,8 +202,6 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     MemcpyLimit limit(uint64_t{256} << 20);
     result.memcpy_gbps = limit.Gbps(uint64_t{4} << 20, uint64_t{256} << 20, absl::Seconds(0.2));
   }
-  // Baselines by (transport, bytes per room, pages per room).
-  std::map<std::tuple<std::string, uint64_t, int64_t>, double> baselines;
   ProgressBar bar(settings.progress, cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     const PlannedCase& c = cases[i];
@@ -181,43 +215,48 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     spec.decode_tp = c.tp.decode;
     spec.tokens = c.tokens;
     spec.transport = c.transport;
-    spec.rooms = options.rooms;
     spec.sample_every = options.sample_every;
     spec.log_dir = log_dir;
-    absl::StatusOr<KvCaseFigures> figures = RunKvCase(spec);
+    // What the decode ranks hold of a room together: every byte of it once, and a replicated
+    // latent once per decode rank.
+    const uint64_t bytes =
+        static_cast<uint64_t>(KvRoomBytes(c.preset.shape, c.tp.decode, c.tokens));
+    KvCaseSpec base = spec;
+    KVRAIL_ASSIGN_OR_RETURN(base.shape,
+                            ContiguousShape(bytes, KvRoomPages(c.preset.shape, c.tokens)));
+    base.prefill_tp = 1;
+    base.decode_tp = 1;
+    const bool beside = 4 * bytes <= settings.max_arena_bytes;
+    if (!beside) {
+      result.notes.push_back(absl::StrFormat(
+          "%s: its contiguous baseline ran after it, not room by room beside it (4 arenas of %d "
+          "bytes pass the %d-byte bound)",
+          label, bytes, settings.max_arena_bytes));
+    }
+    absl::StatusOr<std::pair<KvCaseFigures, KvCaseFigures>> figures =
+        RunBesideBaseline(spec, base, options.rooms, beside);
     if (!figures.ok()) {
       return AddContext(figures.status(), absl::StrCat(label, " (logs: ", log_dir, ")"));
     }
-    KvCaseResult row = Summarise(*figures);
+    KvCaseResult row = Summarise(figures->first);
+    if (row.bytes != bytes) {
+      return absl::InternalError(absl::StrFormat(
+          "%s: the prefill sidecars reported %d bytes per room; the layout holds %d", label,
+          row.bytes, bytes));
+    }
     row.shape = c.preset.name;
     row.prefill_tp = c.tp.prefill;
     row.decode_tp = c.tp.decode;
     row.tokens = c.tokens;
     row.transport = c.transport;
-    const int64_t pages = KvRoomPages(c.preset.shape, c.tokens);
-    const auto key = std::make_tuple(c.transport, row.bytes, pages);
-    if (baselines.find(key) == baselines.end()) {
-      bar.Show(i, absl::StrCat(label, " (contiguous baseline)"));
-      KvCaseSpec base = spec;
-      KVRAIL_ASSIGN_OR_RETURN(base.shape, ContiguousShape(row.bytes, pages));
-      base.prefill_tp = 1;
-      base.decode_tp = 1;
-      absl::StatusOr<KvCaseFigures> base_figures = RunKvCase(base);
-      if (!base_figures.ok()) {
-        return AddContext(base_figures.status(),
-                          absl::StrCat(label, ": contiguous baseline (logs: ", log_dir, ")"));
-      }
-      KvCaseResult base_row = Summarise(*base_figures);
-      base_row.shape = "contiguous";
-      base_row.tokens = c.tokens;
-      base_row.transport = c.transport;
-      base_row.mode = "contiguous";
-      base_row.efficiency = base_row.gbps > 0 ? 1.0 : 0;
-      baselines[key] = base_row.gbps;
-      result.cases.push_back(base_row);
-    }
-    const double base_gbps = baselines[key];
-    row.efficiency = base_gbps > 0 ? row.gbps / base_gbps : 0;
+    KvCaseResult base_row = Summarise(figures->second);
+    base_row.shape = "contiguous";
+    base_row.tokens = c.tokens;
+    base_row.transport = c.transport;
+    base_row.mode = "contiguous";
+    base_row.efficiency = base_row.gbps > 0 ? 1.0 : 0;
+    row.efficiency = base_row.gbps > 0 ? row.gbps / base_row.gbps : 0;
+    result.cases.push_back(base_row);
     result.cases.push_back(row);
   }
   bar.Show(cases.size(), "done");
