@@ -14,8 +14,9 @@
 // rank 0 (field layer.0.*, block 1, offset 0: the decode arena is zero there until the write
 // lands) from just before the Ready calls, every few microseconds, and stamps when they turn
 // non-zero (the pattern's 8 bytes are all zero with probability 2^-64). The first room of a
-// case runs on a fresh connection (new sidecars: registration and data-plane handshake happen
-// for it); later rooms on a warm one.
+// case runs on a fresh connection: new sidecars, whose registration (CachePD) completes before
+// the timing starts, but whatever the prefill sets up on its first transfer to a new peer falls
+// inside it; later rooms run on a warm one.
 #ifndef KVRAIL_BENCH_KV_KV_ENGINE_H_
 #define KVRAIL_BENCH_KV_KV_ENGINE_H_
 

@@ -6,8 +6,9 @@
 
 (`kvrail bench kv --plot kv.png` runs this script itself.) In each panel: one solid line per
 (shape, prefill TP:decode TP) of the model-shaped rooms; dashed black, the contiguous rooms of
-the same bytes (the efficiency's denominator), one line per room size in bytes per token; and
-dotted grey, single-thread memcpy on the same machine (the limit one copy per byte can reach).
+the same bytes (the efficiency's denominators), one line per room size in bytes per token, each
+point the mean of the baselines of the cases of that size; and dotted grey, single-thread
+memcpy on the same machine (the limit one copy per byte can reach).
 """
 
 import argparse
@@ -56,11 +57,12 @@ def plot(cases, memcpy_gbps, output, title):
                 key = ("contiguous", c["bytes"] // c["tokens"])
             else:
                 key = (c["shape"], f'{c["prefill_tp"]}:{c["decode_tp"]}')
-            series.setdefault(key, {})[c["tokens"]] = c["gbps"]
+            series.setdefault(key, {}).setdefault(c["tokens"], []).append(c["gbps"])
         markers = iter("sDv^<>phx+")
         for (shape, tp), points in series.items():
             x = sorted(points)
-            y = [points[t] for t in x]
+            # Each case has its own baseline: a contiguous point is the mean of those.
+            y = [sum(points[t]) / len(points[t]) for t in x]
             if shape == "contiguous":
                 ax.plot(x, y, "k--", marker=next(markers, "s"), alpha=0.7,
                         label=f"contiguous room, {tp / 1024:g} KiB/token")
