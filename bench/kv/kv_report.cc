@@ -39,9 +39,10 @@ ordered_json CaseJson(const KvCaseResult& c) {
 std::string Ms(double ms) { return ms < 0 ? "-" : absl::StrFormat("%.2f", ms); }
 
 std::string Bytes(uint64_t bytes) {
-  if (bytes >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", bytes / 1073741824.0);
-  if (bytes >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", bytes / 1048576.0);
-  return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / 1073741824.0);
+  if (bytes >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / 1048576.0);
+  return absl::StrFormat("%.1f KiB", b / 1024.0);
 }
 
 }  // namespace

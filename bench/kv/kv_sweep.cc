@@ -36,7 +36,8 @@ std::string Label(const std::string& shape, int prefill_tp, int decode_tp, int64
 // Nearest-rank percentile of `values` (not empty), q in (0, 1].
 double Percentile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
-  const size_t rank = static_cast<size_t>(std::max(1.0, std::ceil(q * values.size())));
+  const size_t rank =
+      static_cast<size_t>(std::max(1.0, std::ceil(q * static_cast<double>(values.size()))));
   return values[std::min(rank, values.size()) - 1];
 }
 
