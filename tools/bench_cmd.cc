@@ -13,6 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/control/control_bench.h"
+#include "bench/kv/kv_flags.h"
+#include "bench/kv/kv_plot.h"
+#include "bench/kv/kv_report.h"
+#include "bench/kv/kv_sweep.h"
 #include "bench/raw/raw_bench.h"
 #include "bench/raw/raw_flags.h"
 #include "bench/raw/raw_report.h"
@@ -156,7 +160,91 @@ int RunTarget(const TargetFlags& flags) {
   return 0;
 }
 
+struct KvFlags {
+  bench::KvFlagText text;
+  bool json = false;
+  bool csv = false;
+  std::string plot;
+  bool quiet = false;
+  double max_room_gib = 4;
+  double max_arena_gib = 12;
+};
+
+int RunKv(const KvFlags& flags) {
+  absl::StatusOr<bench::KvBenchOptions> options = bench::ParseKvFlags(flags.text);
+  if (!options.ok()) return Fail(options.status(), kExitUsage);
+  if (flags.json && flags.csv) {
+    return Fail(absl::InvalidArgumentError("--json and --csv: give one format for stdout"),
+                kExitUsage);
+  }
+  if (!(flags.max_room_gib > 0) || flags.max_room_gib > 1024) {
+    return Fail(absl::InvalidArgumentError("--max-room-gib: more than 0 and at most 1024"),
+                kExitUsage);
+  }
+  if (!(flags.max_arena_gib > 0) || flags.max_arena_gib > 4096) {
+    return Fail(absl::InvalidArgumentError("--max-arena-gib: more than 0 and at most 4096"),
+                kExitUsage);
+  }
+  bench::KvSweepSettings settings;
+  settings.max_arena_bytes = static_cast<uint64_t>(flags.max_arena_gib * (uint64_t{1} << 30));
+  settings.kvrail = SelfExe();
+  settings.max_room_bytes = static_cast<uint64_t>(flags.max_room_gib * (uint64_t{1} << 30));
+  settings.progress = flags.quiet ? nullptr : stderr;
+  signal(SIGPIPE, SIG_IGN);  // a sidecar that dies must be an error, not our death
+  absl::StatusOr<bench::KvSweepResult> result = bench::RunKvSweep(*options, settings);
+  if (!result.ok()) return Fail(result.status(), kExitFailed);
+  const std::string out = flags.json  ? bench::KvSweepToJson(*result) + "\n"
+                          : flags.csv ? bench::KvSweepToCsv(*result)
+                                      : bench::KvSweepToTable(*result);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+  if (!flags.plot.empty()) {
+    const absl::Status plotted = bench::PlotKvSweep(*result, flags.plot);
+    if (!plotted.ok()) return Fail(plotted, kExitFailed);
+    if (!flags.quiet) std::fprintf(stderr, "bench kv: wrote %s\n", flags.plot.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
+
+// `kvrail bench kv`: model-shaped rooms through the real sidecars (bench/kv).
+void AddBenchKv(CLI::App* bench, int& exit_code) {
+  static KvFlags flags;
+  CLI::App* kv = bench->add_subcommand(
+      "kv",
+      "Model-shaped rooms (Llama-3-8B/70B-like, DeepSeek-V3-like MLA) through a bootstrap and "
+      "prefill and decode sidecars as processes: GB/s, room latency, first byte, efficiency "
+      "against a contiguous room of the same bytes");
+  kv->add_flag("--quick", flags.text.quick,
+               "The representative subset: llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm");
+  kv->add_flag("--full", flags.text.full, "The default sweep plus TP 8:2 and 2:8, and netns");
+  kv->add_option("--presets", flags.text.presets,
+                 "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla");
+  kv->add_option("--tp", flags.text.tp, "Comma list of <prefill TP>:<decode TP>, e.g. 1:1,2:1");
+  kv->add_option("--tokens", flags.text.tokens, "Comma list of prompt lengths, e.g. 1k,4k,32k");
+  kv->add_option("--transport", flags.text.transports, "Comma list of tcp, shm, netns");
+  kv->add_option("--rooms", flags.text.rooms, "Rooms per case, the first on a fresh connection");
+  kv->add_option("--sample-every", flags.text.sample_every,
+                 "After a case's first room (checked whole), check every Nth page of each room")
+      ->capture_default_str();
+  kv->add_option("--max-room-gib", flags.max_room_gib,
+                 "Skip cases whose room passes this many GiB on a side")
+      ->capture_default_str();
+  kv->add_option("--max-arena-gib", flags.max_arena_gib,
+                 "Run a case beside its contiguous baseline (rooms alternating) while their four "
+                 "arenas fit in this many GiB; past it, the baseline runs after the case")
+      ->capture_default_str();
+  kv->add_flag("--json", flags.json,
+               "Print {\"cases\": [{\"shape\", \"prefill_tp\", \"decode_tp\", \"tokens\", "
+               "\"transport\", \"mode\", \"bytes\", \"copies\", \"coalesced_copies\", "
+               "\"gbps\", \"p50_ms\", \"p99_ms\", \"first_byte_ms\", \"efficiency\", ...}]}");
+  kv->add_flag("--csv", flags.csv, "Print the cases as CSV");
+  kv->add_option("--plot", flags.plot,
+                 "Also draw GB/s against prompt length per transport into this image (.png)");
+  kv->add_flag("--quiet", flags.quiet, "No progress bar on stderr");
+  kv->callback([&exit_code]() { exit_code = RunKv(flags); });
+}
 
 // `kvrail bench control`: rooms/s and latency of the whole control path (bench/control).
 void AddBenchControl(CLI::App* bench, int& exit_code) {
@@ -232,6 +320,7 @@ void AddBench(CLI::App& app, int& exit_code) {
   target->callback([&exit_code]() { exit_code = RunTarget(target_flags); });
 
   AddBenchControl(bench, exit_code);
+  AddBenchKv(bench, exit_code);
 }
 
 }  // namespace kvrail::tools

@@ -1,6 +1,8 @@
 // `kvrail bench`: transfer benchmarks (docs/ARCHITECTURE.md, "Processes"). `bench raw` measures
 // raw write bandwidth beside ucx_perftest (bench/raw/raw_bench.h); `bench raw-target` is its
-// target process, started by `bench raw` itself and hidden from help.
+// target process, started by `bench raw` itself and hidden from help. `bench control` measures
+// the control path (bench/control); `bench kv` model-shaped rooms through real sidecars
+// (bench/kv/kv_sweep.h).
 #ifndef KVRAIL_TOOLS_BENCH_CMD_H_
 #define KVRAIL_TOOLS_BENCH_CMD_H_
 

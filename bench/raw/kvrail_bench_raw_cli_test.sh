@@ -4,12 +4,7 @@
 # with exit 2.
 set -u
 kvrail="tools/kvrail"
-fail=0
-expect() {  # expect NAME CONDITION-COMMAND...
-  local name=$1
-  shift
-  if ! "$@"; then echo "FAIL $name"; fail=1; fi
-}
+source tests/support/cli_checks.sh  # expect
 check_rows() {  # check_rows TRANSPORT JSON
   python3 - "$1" "$2" <<'PY'
 import json, sys

@@ -6,6 +6,7 @@ set -euo pipefail
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export MPLCONFIGDIR="$dir/mpl"
+source tests/support/cli_checks.sh  # refused
 plot() { /usr/bin/python3 bench/raw/plot_raw.py "$@"; }
 
 plot bench/raw/testdata/raw_rows.json -o "$dir/raw.png" | grep -q "wrote $dir/raw.png"
@@ -13,16 +14,6 @@ plot bench/raw/testdata/raw_rows.json -o "$dir/raw.png" | grep -q "wrote $dir/ra
   { echo "not a PNG: $dir/raw.png"; exit 1; }
 plot - -o "$dir/stdin.svg" <bench/raw/testdata/raw_rows.json >/dev/null
 grep -q "<svg" "$dir/stdin.svg"
-
-refused() {  # refused <expected message> <input text>
-  printf '%s' "$2" >"$dir/bad.json"
-  if plot "$dir/bad.json" -o "$dir/bad.png" 2>"$dir/err"; then
-    echo "accepted: $2"
-    exit 1
-  fi
-  grep -qF "$1" "$dir/err" || { echo "expected '$1', got: $(cat "$dir/err")"; exit 1; }
-  [[ ! -e "$dir/bad.png" ]] || { echo "wrote an image for: $2"; exit 1; }
-}
 refused "$dir/bad.json: not JSON" "nope"
 refused 'expected {"rows": [...]}' '[1, 2]'
 refused "no rows to plot" '{"rows": []}'

@@ -81,6 +81,7 @@ absl::Status Cluster::StartAll() {
     sidecar.engine_endpoint = LineField(*ready, "engine");
     sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
     (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
+    if (!o.engine_sims) return absl::OkStatus();
     std::vector<std::string> sim = {o.kvrail,          "engine-sim",
                                     "--role",          role,
                                     "--sidecar",       endpoint,

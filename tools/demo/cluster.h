@@ -36,6 +36,9 @@ struct ClusterOptions {
   std::vector<std::string> sidecar_args;
   // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
   std::string log_dir;
+  // False: the bootstrap and the sidecars only, for a caller that drives the sidecars' engine
+  // API itself (`kvrail bench kv`); the engine-sim options above are then unused.
+  bool engine_sims = true;
 };
 
 // One process of the cluster and its role.

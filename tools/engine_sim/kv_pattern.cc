@@ -86,7 +86,12 @@ absl::StatusOr<RankLayout> RankLayout::Create(layout::Contract contract, int tp_
 }
 
 absl::Status RankLayout::Walk(Mode mode, const layout::Manifest& manifest, uint64_t room,
-                              uint8_t* arena, size_t arena_bytes, uint64_t* digest) const {
+                              uint8_t* arena, size_t arena_bytes, uint64_t* digest, int64_t every,
+                              int64_t first) const {
+  if (every < 1 || first < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sample: every %d must be >= 1 and first %d >= 0", every, first));
+  }
   std::vector<uint8_t> expected;
   uint64_t h = 0x84222325cbf29ce4ull;
   for (const FieldRuns& runs : fields_) {
@@ -95,7 +100,8 @@ absl::Status RankLayout::Walk(Mode mode, const layout::Manifest& manifest, uint6
     }
     const std::vector<int64_t>& blocks = manifest.groups[runs.group_index].block_ids;
     expected.resize(static_cast<size_t>(runs.run_bytes));
-    for (size_t position = 0; position < blocks.size(); ++position) {
+    for (size_t position = static_cast<size_t>(first); position < blocks.size();
+         position += static_cast<size_t>(every)) {
       KVRAIL_ASSIGN_OR_RETURN(const int64_t page,
                               layout::PageOffset(contract_, *runs.field, blocks[position]));
       for (int64_t o = 0; o < runs.outer; ++o) {
@@ -156,6 +162,13 @@ absl::Status RankLayout::Check(const layout::Manifest& manifest, uint64_t room,
                                absl::Span<const uint8_t> arena) const {
   return Walk(Mode::kCheck, manifest, room, const_cast<uint8_t*>(arena.data()), arena.size(),
               nullptr);
+}
+
+absl::Status RankLayout::CheckSample(const layout::Manifest& manifest, uint64_t room,
+                                     absl::Span<const uint8_t> arena, int64_t every,
+                                     int64_t first) const {
+  return Walk(Mode::kCheck, manifest, room, const_cast<uint8_t*>(arena.data()), arena.size(),
+              nullptr, every, first);
 }
 
 uint64_t RankLayout::Digest(const layout::Manifest& manifest, uint64_t room,

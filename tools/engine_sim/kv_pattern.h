@@ -35,6 +35,11 @@ class RankLayout {
   // the first wrong byte (field, position, block, offset).
   absl::Status Check(const layout::Manifest& manifest, uint64_t room,
                      absl::Span<const uint8_t> arena) const;
+  // Check on a sample: manifest positions first, first + every, first + 2 * every, ... of
+  // every field (every >= 1; every = 1 and first = 0 is Check). For a benchmark that checks
+  // each room without paying for every byte of each.
+  absl::Status CheckSample(const layout::Manifest& manifest, uint64_t room,
+                           absl::Span<const uint8_t> arena, int64_t every, int64_t first) const;
   // A 64-bit digest of the room's pages as this rank holds them, in a fixed order; with
   // `arena` empty, the digest of the pattern itself (what a correct arena would give).
   uint64_t Digest(const layout::Manifest& manifest, uint64_t room,
@@ -52,7 +57,8 @@ class RankLayout {
   };
   enum class Mode { kFill, kCheck, kDigest };
   absl::Status Walk(Mode mode, const layout::Manifest& manifest, uint64_t room, uint8_t* arena,
-                    size_t arena_bytes, uint64_t* digest) const;
+                    size_t arena_bytes, uint64_t* digest, int64_t every = 1,
+                    int64_t first = 0) const;
 
   layout::Contract contract_;
   std::vector<FieldRuns> fields_;

@@ -66,15 +66,32 @@ TEST(KvPatternTest, HeadSlicedPrefillTp1ToDecodeTp2) { RoundTrip(1, 2, false); }
 TEST(KvPatternTest, EqualTp) { RoundTrip(2, 2, false); }
 TEST(KvPatternTest, ReplicatedLatentWithDummyRanks) { RoundTrip(4, 2, true); }
 
-TEST(KvPatternTest, CheckNamesTheFirstWrongByte) {
+// One layer of four pages on rank 0 of TP 1, `blocks` filled with room 5's pattern.
+struct FilledRoom {
+  layout::Contract contract;
+  RankLayout rank;
+  layout::Manifest m;
+  std::vector<uint8_t> arena;
+};
+
+FilledRoom FillOneLayer(std::vector<int64_t> blocks) {
   layout::KvShape shape;
   shape.layers = 1;
   shape.pages = 4;
   const layout::Contract contract = layout::BuildKvContract(shape, 1).value();
-  const RankLayout rank = RankLayout::Create(contract, 1, 0).value();
-  const layout::Manifest m = Room(contract, {2, 3}, shape.page_tokens);
-  std::vector<uint8_t> arena(contract.ArenaBytes(), 0);
-  ASSERT_TRUE(rank.Fill(m, 5, absl::MakeSpan(arena)).ok());
+  FilledRoom room{contract, RankLayout::Create(contract, 1, 0).value(),
+                  Room(contract, std::move(blocks), shape.page_tokens),
+                  std::vector<uint8_t>(contract.ArenaBytes(), 0)};
+  EXPECT_TRUE(room.rank.Fill(room.m, 5, absl::MakeSpan(room.arena)).ok());
+  return room;
+}
+
+TEST(KvPatternTest, CheckNamesTheFirstWrongByte) {
+  FilledRoom room = FillOneLayer({2, 3});
+  const layout::Contract& contract = room.contract;
+  const RankLayout& rank = room.rank;
+  const layout::Manifest& m = room.m;
+  std::vector<uint8_t>& arena = room.arena;
   ASSERT_TRUE(rank.Check(m, 5, arena).ok());
   const int64_t page = layout::PageOffset(contract, contract.plan.fields[1], 3).value();
   arena[page + 300] ^= 0xff;
@@ -83,6 +100,21 @@ TEST(KvPatternTest, CheckNamesTheFirstWrongByte) {
   EXPECT_NE(checked.message().find("layer.0.v"), std::string::npos) << checked;
   EXPECT_NE(checked.message().find("block 3"), std::string::npos) << checked;
   EXPECT_NE(rank.Digest(m, 5, arena), rank.Digest(m, 5, {}));
+}
+
+TEST(KvPatternTest, CheckSampleSeesOnlyItsPositions) {
+  FilledRoom room = FillOneLayer({1, 2, 3, 4});
+  const layout::Contract& contract = room.contract;
+  const RankLayout& rank = room.rank;
+  const layout::Manifest& m = room.m;
+  std::vector<uint8_t>& arena = room.arena;
+  // Position 1 (block 2) is wrong: a sample of positions 0 and 2 passes, one with 1 fails.
+  arena[layout::PageOffset(contract, contract.plan.fields[0], 2).value()] ^= 0xff;
+  EXPECT_TRUE(rank.CheckSample(m, 5, arena, 2, 0).ok());
+  const absl::Status checked = rank.CheckSample(m, 5, arena, 2, 1);
+  ASSERT_EQ(checked.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(checked.message().find("block 2"), std::string::npos) << checked;
+  EXPECT_EQ(rank.CheckSample(m, 5, arena, 0, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(KvPatternTest, ToyDecodeIsDeterministicAndDependsOnTheDigest) {

@@ -1,0 +1,66 @@
+// The flags of `kvrail bench kv` and the sweep they select: which presets, TP pairs, prompt
+// lengths and transports, and how many rooms per case. Each parser names its flag and the rule
+// a bad value broke, in one line.
+#ifndef KVRAIL_BENCH_KV_KV_FLAGS_H_
+#define KVRAIL_BENCH_KV_KV_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kvrail::bench {
+
+struct TpPair {
+  int prefill = 1;
+  int decode = 1;
+};
+bool operator==(const TpPair& a, const TpPair& b);
+
+// What the command line says, as given (empty: the sweep's default).
+struct KvFlagText {
+  std::string presets;
+  std::string tp;
+  std::string tokens;
+  std::string transports;
+  int rooms = 0;  // 0: the sweep's default
+  int sample_every = 16;
+  bool quick = false;
+  bool full = false;
+};
+
+struct KvBenchOptions {
+  std::vector<std::string> presets;
+  std::vector<TpPair> tp_pairs;
+  std::vector<int64_t> tokens;
+  std::vector<std::string> transports;  // "tcp", "shm", "netns"
+  int rooms = 0;                        // per case, the first on a fresh connection
+  // After a case's first room (checked whole), every room checks manifest positions
+  // room % sample_every, + sample_every, ... of every field.
+  int sample_every = 16;
+};
+
+// The sweeps: --quick (llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm, 6 rooms), the default
+// (three presets, 1:1 2:1 1:2 4:2 2:4, 1k to 32k tokens, tcp and shm, 5 rooms), and --full
+// (the default plus 8:2 and 2:8, and netns).
+KvBenchOptions QuickKvSweep();
+KvBenchOptions DefaultKvSweep();
+KvBenchOptions FullKvSweep();
+
+// "1:1,2:1": TP sizes 1 to 8 on each side.
+absl::StatusOr<std::vector<TpPair>> ParseTpPairs(absl::string_view text);
+// "1k,4k,32768": 16 to 131072 tokens each (k = 1024).
+absl::StatusOr<std::vector<int64_t>> ParseTokens(absl::string_view text);
+// "tcp,shm,netns".
+absl::StatusOr<std::vector<std::string>> ParseKvTransports(absl::string_view text);
+// "llama3-8b,deepseek-v3-mla": names of KvPresets().
+absl::StatusOr<std::vector<std::string>> ParsePresets(absl::string_view text);
+
+// The sweep `text` selects: --quick or --full (not both), each list overriding the sweep's own.
+absl::StatusOr<KvBenchOptions> ParseKvFlags(const KvFlagText& text);
+
+}  // namespace kvrail::bench
+
+#endif  // KVRAIL_BENCH_KV_KV_FLAGS_H_

@@ -1,0 +1,100 @@
+#include "bench/kv/kv_report.h"
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace kvrail::bench {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+ordered_json Measured(double value) {
+  return value < 0 ? ordered_json(nullptr) : ordered_json(value);
+}
+
+ordered_json CaseJson(const KvCaseResult& c) {
+  return {{"shape", c.shape},
+          {"prefill_tp", c.prefill_tp},
+          {"decode_tp", c.decode_tp},
+          {"tokens", c.tokens},
+          {"transport", c.transport},
+          {"mode", c.mode},
+          {"bytes", c.bytes},
+          {"copies", c.copies},
+          {"coalesced_copies", c.coalesced_copies},
+          {"gbps", c.gbps},
+          {"p50_ms", c.p50_ms},
+          {"p99_ms", c.p99_ms},
+          {"first_byte_ms", Measured(c.first_byte_ms)},
+          {"first_byte_warm_ms", Measured(c.first_byte_warm_ms)},
+          {"efficiency", c.efficiency},
+          {"rooms", c.rooms},
+          {"bytes_checked", c.bytes_checked}};
+}
+
+std::string Ms(double ms) { return ms < 0 ? "-" : absl::StrFormat("%.2f", ms); }
+
+std::string Bytes(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / 1073741824.0);
+  if (bytes >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / 1048576.0);
+  return absl::StrFormat("%.1f KiB", b / 1024.0);
+}
+
+}  // namespace
+
+std::string KvSweepToJson(const KvSweepResult& result) {
+  ordered_json cases = ordered_json::array();
+  for (const KvCaseResult& c : result.cases) cases.push_back(CaseJson(c));
+  ordered_json doc = {{"cases", std::move(cases)},
+                      {"memcpy_gbps", result.memcpy_gbps},
+                      {"seconds", result.seconds},
+                      {"notes", result.notes}};
+  return doc.dump();
+}
+
+std::string KvSweepToCsv(const KvSweepResult& result) {
+  std::vector<std::string> keys;
+  const ordered_json header = CaseJson(KvCaseResult{});  // items() only views its json
+  for (const auto& item : header.items()) keys.push_back(item.key());
+  std::string out = absl::StrCat(absl::StrJoin(keys, ","), "\n");
+  for (const KvCaseResult& c : result.cases) {
+    std::vector<std::string> cells;
+    const ordered_json row = CaseJson(c);
+    for (const auto& item : row.items()) {
+      // Our strings hold no comma or quote: presets, transports and modes are fixed words.
+      cells.push_back(item.value().is_null()     ? ""
+                      : item.value().is_string() ? item.value().get<std::string>()
+                                                 : item.value().dump());
+    }
+    absl::StrAppend(&out, absl::StrJoin(cells, ","), "\n");
+  }
+  return out;
+}
+
+std::string KvSweepToTable(const KvSweepResult& result) {
+  std::string out =
+      absl::StrFormat("%-16s %5s %6s %-5s %-10s %10s %8s %9s %8s %9s %9s %9s %9s %6s\n", "shape",
+                      "tp", "tokens", "tport", "mode", "bytes", "copies", "coalesced", "GB/s",
+                      "p50_ms", "p99_ms", "1st_fresh", "1st_warm", "eff");
+  for (const KvCaseResult& c : result.cases) {
+    absl::StrAppendFormat(
+        &out, "%-16s %5s %6d %-5s %-10s %10s %8d %9d %8.2f %9.2f %9.2f %9s %9s %6.2f\n", c.shape,
+        absl::StrCat(c.prefill_tp, ":", c.decode_tp), c.tokens, c.transport, c.mode, Bytes(c.bytes),
+        c.copies, c.coalesced_copies, c.gbps, c.p50_ms, c.p99_ms, Ms(c.first_byte_ms),
+        Ms(c.first_byte_warm_ms), c.efficiency);
+  }
+  absl::StrAppendFormat(&out,
+                        "GB/s: bytes / the data plane's seconds, warm rooms; eff: GB/s / the "
+                        "contiguous room's of the same bytes and transport; single-thread "
+                        "memcpy here: %.2f GB/s; sweep %.1f s\n",
+                        result.memcpy_gbps, result.seconds);
+  for (const std::string& note : result.notes) absl::StrAppend(&out, "note: ", note, "\n");
+  return out;
+}
+
+}  // namespace kvrail::bench

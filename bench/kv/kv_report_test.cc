@@ -1,0 +1,77 @@
+#include "bench/kv/kv_report.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kvrail::bench {
+namespace {
+
+KvSweepResult TwoRows() {
+  KvSweepResult r;
+  KvCaseResult base;
+  base.shape = "contiguous";
+  base.tokens = 4096;
+  base.transport = "tcp";
+  base.mode = "contiguous";
+  base.bytes = 1 << 29;
+  base.copies = 1;
+  base.coalesced_copies = 1;
+  base.gbps = 4;
+  base.efficiency = 1;
+  base.first_byte_ms = 2;
+  KvCaseResult model = base;
+  model.shape = "llama3-8b";
+  model.prefill_tp = 2;
+  model.mode = "model";
+  model.copies = 16384;
+  model.coalesced_copies = 64;
+  model.gbps = 3;
+  model.efficiency = 0.75;
+  model.first_byte_warm_ms = -1;  // never seen
+  r.cases = {base, model};
+  r.memcpy_gbps = 9.5;
+  r.notes = {"netns: skipped: why"};
+  return r;
+}
+
+TEST(KvReportTest, JsonHasTheIssuesKeysPerCase) {
+  const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(TwoRows()));
+  ASSERT_EQ(doc["cases"].size(), 2u);
+  for (const char* key :
+       {"shape", "prefill_tp", "decode_tp", "tokens", "transport", "mode", "bytes", "copies",
+        "coalesced_copies", "gbps", "p50_ms", "p99_ms", "first_byte_ms", "efficiency"}) {
+    EXPECT_TRUE(doc["cases"][1].contains(key)) << key;
+  }
+  EXPECT_EQ(doc["cases"][1]["shape"], "llama3-8b");
+  EXPECT_EQ(doc["cases"][1]["prefill_tp"], 2);
+  EXPECT_EQ(doc["cases"][1]["copies"], 16384);
+  EXPECT_DOUBLE_EQ(doc["cases"][1]["efficiency"].get<double>(), 0.75);
+  EXPECT_TRUE(doc["cases"][1]["first_byte_warm_ms"].is_null());
+  EXPECT_EQ(doc["notes"][0], "netns: skipped: why");
+  EXPECT_DOUBLE_EQ(doc["memcpy_gbps"].get<double>(), 9.5);
+}
+
+TEST(KvReportTest, CsvHasAHeaderAndOneLinePerCase) {
+  const std::string csv = KvSweepToCsv(TwoRows());
+  ASSERT_EQ(csv.rfind("shape,prefill_tp,decode_tp,tokens,transport,mode,bytes,copies,", 0), 0u)
+      << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
+  EXPECT_NE(csv.find("\nllama3-8b,2,1,4096,tcp,model,536870912,16384,64,3"), std::string::npos)
+      << csv;
+  // The missing warm first byte is an empty cell.
+  EXPECT_NE(csv.find(",2.0,,0.75,"), std::string::npos) << csv;
+}
+
+TEST(KvReportTest, TableShowsEveryCaseAndTheNotes) {
+  const std::string table = KvSweepToTable(TwoRows());
+  EXPECT_NE(table.find("llama3-8b"), std::string::npos) << table;
+  EXPECT_NE(table.find("contiguous"), std::string::npos) << table;
+  EXPECT_NE(table.find("512.0 MiB"), std::string::npos) << table;
+  EXPECT_NE(table.find("note: netns: skipped: why"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace kvrail::bench

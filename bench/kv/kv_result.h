@@ -1,0 +1,45 @@
+// One row of `kvrail bench kv`'s report: a case's figures, and the notes of the whole sweep
+// (what was skipped, and why). Rates are decimal: GB/s is 1e9 bytes per second.
+#ifndef KVRAIL_BENCH_KV_KV_RESULT_H_
+#define KVRAIL_BENCH_KV_KV_RESULT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvrail::bench {
+
+struct KvCaseResult {
+  std::string shape;  // the preset, or "contiguous" for a baseline
+  int prefill_tp = 1;
+  int decode_tp = 1;
+  int64_t tokens = 0;
+  std::string transport;
+  // "model": the preset's rooms; "contiguous": the baseline, one copy of the same bytes per
+  // room, 1:1, through the same path (the efficiency's denominator).
+  std::string mode = "model";
+  int rooms = 0;
+  uint64_t bytes = 0;             // per room, all prefill ranks together
+  uint64_t copies = 0;            // per room before coalescing (the planner, bench side)
+  uint64_t coalesced_copies = 0;  // per room, as the sidecars report (RoomEvent.copies)
+  // Over the warm rooms (all rooms but the first, or the one room when there is one): bytes
+  // over the data plane's seconds (the slowest prefill rank's RoomEvent.seconds per room).
+  double gbps = 0;
+  double p50_ms = 0;  // room latency: the Ready calls to the last decode RoomEvent
+  double p99_ms = 0;
+  double first_byte_ms = -1;       // the first room (fresh connection); -1: not seen
+  double first_byte_warm_ms = -1;  // median over the warm rooms; -1: none
+  double efficiency = 0;           // gbps / the contiguous baseline's gbps
+  uint64_t bytes_checked = 0;      // over all rooms, compared with the pattern
+};
+
+struct KvSweepResult {
+  std::vector<KvCaseResult> cases;
+  std::vector<std::string> notes;  // skipped cases and layouts, one line each
+  double memcpy_gbps = 0;          // single-thread memcpy on this machine, the plot's limit line
+  double seconds = 0;              // the whole sweep
+};
+
+}  // namespace kvrail::bench
+
+#endif  // KVRAIL_BENCH_KV_KV_RESULT_H_

@@ -1,0 +1,275 @@
+#include "bench/kv/kv_sweep.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/kv/kv_engine.h"
+#include "bench/kv/kv_presets.h"
+#include "bench/raw/memcpy_limit.h"
+#include "engine/base/error.h"
+
+namespace kvrail::bench {
+namespace {
+
+struct PlannedCase {
+  KvPreset preset;
+  TpPair tp;
+  int64_t tokens = 0;
+  std::string transport;
+};
+
+std::string Label(const std::string& shape, int prefill_tp, int decode_tp, int64_t tokens,
+                  const std::string& transport) {
+  return absl::StrCat(shape, " ", prefill_tp, ":", decode_tp, " ", tokens, " tokens ", transport);
+}
+
+// Nearest-rank percentile of `values` (not empty), q in (0, 1].
+double Percentile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const size_t rank =
+      static_cast<size_t>(std::max(1.0, std::ceil(q * static_cast<double>(values.size()))));
+  return values[std::min(rank, values.size()) - 1];
+}
+
+// The figures of one case's rooms; the first ran on a fresh connection and counts only for
+// first_byte_ms (and when it is the only room).
+KvCaseResult Summarise(const KvCaseFigures& figures) {
+  KvCaseResult r;
+  r.rooms = static_cast<int>(figures.rooms.size());
+  r.copies = figures.uncoalesced_copies;
+  const size_t from = figures.rooms.size() > 1 ? 1 : 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  std::vector<double> latencies, first_bytes;
+  for (size_t i = from; i < figures.rooms.size(); ++i) {
+    const KvRoomFigures& room = figures.rooms[i];
+    bytes += room.bytes;
+    seconds += room.data_plane_seconds;
+    latencies.push_back(room.latency_seconds * 1e3);
+    if (i > 0 && room.first_byte_seconds >= 0) first_bytes.push_back(room.first_byte_seconds);
+  }
+  for (const KvRoomFigures& room : figures.rooms) r.bytes_checked += room.bytes_checked;
+  const KvRoomFigures& first = figures.rooms.front();
+  r.bytes = first.bytes;
+  r.coalesced_copies = first.coalesced_copies;
+  r.gbps = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+  r.p50_ms = Percentile(latencies, 0.50);
+  r.p99_ms = Percentile(latencies, 0.99);
+  r.first_byte_ms = first.first_byte_seconds >= 0 ? first.first_byte_seconds * 1e3 : -1;
+  if (!first_bytes.empty()) r.first_byte_warm_ms = Percentile(first_bytes, 0.5) * 1e3;
+  return r;
+}
+
+class ProgressBar {
+ public:
+  ProgressBar(std::FILE* out, size_t total)
+      : out_(out != nullptr && isatty(fileno(out)) ? out : nullptr), total_(total) {}
+  ~ProgressBar() {
+    if (out_ != nullptr && shown_) std::fputs("\n", out_);
+  }
+  void Show(size_t done, const std::string& what) {
+    if (out_ == nullptr) return;
+    constexpr size_t kWidth = 30;
+    const size_t filled = total_ == 0 ? kWidth : done * kWidth / total_;
+    std::fprintf(out_, "\r\033[K[%s%s] %zu/%zu %s", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, '.').c_str(), done, total_, what.c_str());
+    std::fflush(out_);
+    shown_ = true;
+  }
+
+ private:
+  std::FILE* out_;
+  size_t total_;
+  bool shown_ = false;
+};
+
+// Runs `rooms` rooms of `model` and of its contiguous `base`: with `beside`, both clusters at
+// once and their rooms alternating, so that the baseline meets the machine (this one is shared
+// and its load changes by the second) as the case does; otherwise one after the other, to hold
+// half the memory.
+absl::StatusOr<std::pair<KvCaseFigures, KvCaseFigures>> RunBesideBaseline(const KvCaseSpec& model,
+                                                                          const KvCaseSpec& base,
+                                                                          int rooms, bool beside) {
+  std::pair<KvCaseFigures, KvCaseFigures> figures;
+  auto start = [](const KvCaseSpec& spec, const char* what, std::unique_ptr<KvCaseRunner>& out,
+                  KvCaseFigures& into) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<KvCaseRunner>> runner = KvCaseRunner::Start(spec);
+    if (!runner.ok()) return AddContext(runner.status(), what);
+    out = *std::move(runner);
+    into.uncoalesced_copies = out->uncoalesced_copies();
+    return absl::OkStatus();
+  };
+  auto room = [](KvCaseRunner& runner, const char* what, KvCaseFigures& into) -> absl::Status {
+    absl::StatusOr<KvRoomFigures> figures = runner.NextRoom();
+    if (!figures.ok()) return AddContext(figures.status(), what);
+    into.rooms.push_back(*figures);
+    return absl::OkStatus();
+  };
+  constexpr char kBase[] = "contiguous baseline";
+  std::unique_ptr<KvCaseRunner> model_run, base_run;
+  KVRAIL_RETURN_IF_ERROR(start(model, "model", model_run, figures.first));
+  if (beside) KVRAIL_RETURN_IF_ERROR(start(base, kBase, base_run, figures.second));
+  for (int i = 0; i < rooms; ++i) {
+    KVRAIL_RETURN_IF_ERROR(room(*model_run, "model", figures.first));
+    if (beside) KVRAIL_RETURN_IF_ERROR(room(*base_run, kBase, figures.second));
+  }
+  if (!beside) {
+    model_run.reset();  // its cluster and arenas go before the baseline's come
+    KVRAIL_RETURN_IF_ERROR(start(base, kBase, base_run, figures.second));
+    for (int i = 0; i < rooms; ++i) KVRAIL_RETURN_IF_ERROR(room(*base_run, kBase, figures.second));
+  }
+  return figures;
+}
+
+}  // namespace
+
+absl::StatusOr<layout::KvShape> ContiguousShape(uint64_t bytes, int64_t pages) {
+  layout::KvShape shape;
+  shape.layers = 1;
+  shape.latent = true;
+  shape.dtype = layout::DType::kBfloat16;
+  shape.page_tokens = 16;
+  shape.prefix_granularity = 16;
+  const uint64_t unit = static_cast<uint64_t>(pages) * 16 * 2;  // a latent dim on every page
+  if (pages < 1 || bytes == 0 || bytes % unit != 0 || bytes / unit > (uint64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bench kv: no contiguous layout of %d bytes in %d pages of 16 bf16 rows", bytes, pages));
+  }
+  shape.latent_dim = static_cast<int>(bytes / unit);
+  return shape;
+}
+
+absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
+                                         const KvSweepSettings& settings) {
+  const auto started = std::chrono::steady_clock::now();
+  KvSweepResult result;
+  std::vector<PlannedCase> cases;
+  for (const std::string& transport : options.transports) {
+    if (transport == "netns") {
+      result.notes.push_back(
+          "netns: skipped: bench kv runs its sidecars in this network namespace only (tools/demo "
+          "Cluster has no two-namespace mode yet); use bench raw --transport netns for the wire");
+      continue;
+    }
+    for (const std::string& name : options.presets) {
+      KVRAIL_ASSIGN_OR_RETURN(const KvPreset preset, FindKvPreset(name));
+      for (int64_t tokens : options.tokens) {
+        for (const TpPair& tp : options.tp_pairs) {
+          const std::string label = Label(name, tp.prefill, tp.decode, tokens, transport);
+          if (!KvShapeSplits(preset.shape, tp.prefill) || !KvShapeSplits(preset.shape, tp.decode)) {
+            result.notes.push_back(absl::StrCat(label, ": skipped: ", preset.shape.kv_heads,
+                                                " KV heads do not split over that TP"));
+            continue;
+          }
+          const uint64_t bytes =
+              static_cast<uint64_t>(std::max(KvRoomBytes(preset.shape, tp.prefill, tokens),
+                                             KvRoomBytes(preset.shape, tp.decode, tokens)));
+          if (bytes > settings.max_room_bytes) {
+            result.notes.push_back(absl::StrFormat(
+                "%s: skipped: a room holds %d bytes on a side, over the %d-byte bound (both "
+                "arenas live in this machine's memory)",
+                label, bytes, settings.max_room_bytes));
+            continue;
+          }
+          cases.push_back({preset, tp, tokens, transport});
+        }
+      }
+    }
+  }
+  for (const MissingKvPreset& missing : MissingKvPresets()) {
+    result.notes.push_back(absl::StrCat(missing.name, ": not measured: ", missing.reason));
+  }
+
+  std::string log_dir = settings.log_dir;
+  if (log_dir.empty()) {
+    char dir[] = "/tmp/kvrail-bench-kv-XXXXXX";
+    if (mkdtemp(dir) == nullptr) {
+      return absl::InternalError("bench kv: mkdtemp /tmp/kvrail-bench-kv-XXXXXX failed");
+    }
+    log_dir = dir;
+  }
+  {
+    // The limit line of the plot: what one core copies, 4 MiB at a time over 256 MiB.
+    MemcpyLimit limit(uint64_t{256} << 20);
+    result.memcpy_gbps = limit.Gbps(uint64_t{4} << 20, uint64_t{256} << 20, absl::Seconds(0.2));
+  }
+  ProgressBar bar(settings.progress, cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const PlannedCase& c = cases[i];
+    const std::string label =
+        Label(c.preset.name, c.tp.prefill, c.tp.decode, c.tokens, c.transport);
+    bar.Show(i, label);
+    KvCaseSpec spec;
+    spec.kvrail = settings.kvrail;
+    spec.shape = c.preset.shape;
+    spec.prefill_tp = c.tp.prefill;
+    spec.decode_tp = c.tp.decode;
+    spec.tokens = c.tokens;
+    spec.transport = c.transport;
+    spec.sample_every = options.sample_every;
+    spec.log_dir = log_dir;
+    // What the decode ranks hold of a room together: every byte of it once, and a replicated
+    // latent once per decode rank.
+    const uint64_t bytes =
+        static_cast<uint64_t>(KvRoomBytes(c.preset.shape, c.tp.decode, c.tokens));
+    KvCaseSpec base = spec;
+    KVRAIL_ASSIGN_OR_RETURN(base.shape,
+                            ContiguousShape(bytes, KvRoomPages(c.preset.shape, c.tokens)));
+    base.prefill_tp = 1;
+    base.decode_tp = 1;
+    const bool beside = 4 * bytes <= settings.max_arena_bytes;
+    if (!beside) {
+      result.notes.push_back(absl::StrFormat(
+          "%s: its contiguous baseline ran after it, not room by room beside it (4 arenas of %d "
+          "bytes pass the %d-byte bound)",
+          label, bytes, settings.max_arena_bytes));
+    }
+    absl::StatusOr<std::pair<KvCaseFigures, KvCaseFigures>> figures =
+        RunBesideBaseline(spec, base, options.rooms, beside);
+    if (!figures.ok()) {
+      return AddContext(figures.status(), absl::StrCat(label, " (logs: ", log_dir, ")"));
+    }
+    KvCaseResult row = Summarise(figures->first);
+    if (row.bytes != bytes) {
+      return absl::InternalError(absl::StrFormat(
+          "%s: the prefill sidecars reported %d bytes per room; the layout holds %d", label,
+          row.bytes, bytes));
+    }
+    row.shape = c.preset.name;
+    row.prefill_tp = c.tp.prefill;
+    row.decode_tp = c.tp.decode;
+    row.tokens = c.tokens;
+    row.transport = c.transport;
+    KvCaseResult base_row = Summarise(figures->second);
+    base_row.shape = "contiguous";
+    base_row.tokens = c.tokens;
+    base_row.transport = c.transport;
+    base_row.mode = "contiguous";
+    base_row.efficiency = base_row.gbps > 0 ? 1.0 : 0;
+    row.efficiency = base_row.gbps > 0 ? row.gbps / base_row.gbps : 0;
+    result.cases.push_back(base_row);
+    result.cases.push_back(row);
+  }
+  bar.Show(cases.size(), "done");
+  // The sidecars' logs matter when a case fails (the error names the directory); a directory
+  // this run made is removed once every case has passed.
+  if (settings.log_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(log_dir, ignored);
+  }
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace kvrail::bench

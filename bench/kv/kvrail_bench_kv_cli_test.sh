@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `kvrail bench kv` end to end with one tiny case (llama3-8b, 1:1, 1k tokens, tcp, 2 rooms): the
+# JSON shape of the issue, positive figures and a contiguous baseline (behaviour, never
+# timings), CSV and --plot beside it, and one-line flag errors with exit 2.
+set -u
+kvrail="tools/kvrail"
+source tests/support/cli_checks.sh  # expect
+check_cases() {  # check_cases JSON
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+doc = json.loads(sys.argv[1])
+cases = doc["cases"]
+assert [c["mode"] for c in cases] == ["contiguous", "model"], cases
+for c in cases:
+    for key in ("shape", "prefill_tp", "decode_tp", "tokens", "transport", "mode", "bytes",
+                "copies", "coalesced_copies", "gbps", "p50_ms", "p99_ms", "first_byte_ms",
+                "efficiency"):
+        assert key in c, key
+    assert c["transport"] == "tcp" and c["tokens"] == 1024, c
+    assert c["rooms"] == 2 and c["gbps"] > 0 and c["efficiency"] > 0, c
+    assert c["p99_ms"] >= c["p50_ms"] > 0, c
+    assert c["bytes_checked"] > 0, c
+base, model = cases
+# 1k tokens of 32 layers x (K, V) x 8 heads x 128 dims x bf16: 128 MiB, in both rooms.
+assert model["shape"] == "llama3-8b" and model["bytes"] == 128 << 20, model
+assert base["bytes"] == model["bytes"] and base["coalesced_copies"] == 1, base
+# 64 pages x 64 fields before coalescing; a field's pages are contiguous on both sides.
+assert model["copies"] == 64 * 64 and model["coalesced_copies"] == 64, model
+assert any("hybrid-swa-state" in n for n in doc["notes"]), doc["notes"]
+PY
+}
+
+tiny=(bench kv --presets llama3-8b --tp 1:1 --tokens 1k --transport tcp --quiet)
+out=$("$kvrail" "${tiny[@]}" --rooms 2 --json)
+expect json-exit test $? -eq 0
+expect json-cases check_cases "$out"
+
+png="${TEST_TMPDIR:-/tmp}/kv.png"
+# --max-arena-gib below the four 128 MiB arenas: the baseline runs after the case (said in a note,
+# which CSV leaves out), with the same rows.
+csv=$(MPLCONFIGDIR="${TEST_TMPDIR:-/tmp}/mpl" "$kvrail" "${tiny[@]}" --csv --rooms 1 --plot "$png" \
+  --max-arena-gib 0.25)
+expect csv-exit test $? -eq 0
+expect csv-header grep -q "^shape,prefill_tp,decode_tp,tokens,transport,mode,bytes," <<<"$csv"
+expect csv-rows test "$(wc -l <<<"$csv")" -eq 3
+# --plot runs the plot_kv.py compiled into the binary.
+expect plot-png test "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a"
+
+err=$("$kvrail" bench kv --tp 2-1 2>&1 >/dev/null)
+expect bad-tp-exit test $? -eq 2
+expect bad-tp-message grep -q '^error: --tp: "2-1": expected <prefill TP>:<decode TP>' <<<"$err"
+expect bad-tp-one-line test "$(wc -l <<<"$err")" -eq 1
+
+err=$("$kvrail" bench kv --presets hybrid-swa-state 2>&1 >/dev/null)
+expect missing-preset-exit test $? -eq 2
+expect missing-preset-message grep -q "not available: .*cache groups" <<<"$err"
+
+err=$("$kvrail" bench kv --quick --full 2>&1 >/dev/null)
+expect two-sweeps-exit test $? -eq 2
+
+[[ $fail -eq 0 ]] && echo "kvrail_bench_kv_cli_test: ok"
+exit $fail
