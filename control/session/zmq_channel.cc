@@ -312,6 +312,9 @@ void ZmqOutbox::Forget(absl::string_view endpoint) {
   std::shared_ptr<Peer> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Its server key goes too (it would otherwise stay for every endpoint ever keyed): a later
+    // Send there needs SetServerKey again.
+    server_keys_.erase(std::string(endpoint.data(), endpoint.size()));
     auto found = peers_.find(std::string(endpoint.data(), endpoint.size()));
     if (found == peers_.end()) return;
     dropped = std::move(found->second);

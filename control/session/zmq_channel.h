@@ -157,8 +157,8 @@ class ZmqOutbox {
   // with another key). Ignored with CURVE off.
   void SetServerKey(const std::string& endpoint, const std::string& public_key);
 
-  // Closes the socket cached for `endpoint`, dropping what it still queues. The next Send to
-  // it connects afresh.
+  // Closes the socket cached for `endpoint`, dropping what it still queues, and forgets its
+  // server key. The next Send to it connects afresh (with CURVE on, after a SetServerKey).
   void Forget(absl::string_view endpoint);
 
   // Endpoints whose cached socket no Send has used since `since` (for the owner to Forget

@@ -453,6 +453,18 @@ TEST_F(ZmqChannelCurveTest, ASendWithoutTheServersKeyFailsNamingTheEndpoint) {
   EXPECT_THAT(std::string(sent.message()), HasSubstr(inbox_->endpoint()));
 }
 
+// Keys do not pile up for endpoints an owner forgot (decodes that restarted on new ports).
+TEST_F(ZmqChannelCurveTest, ForgettingAnEndpointForgetsItsServerKey) {
+  std::unique_ptr<ZmqOutbox> outbox = Outbox(decode3_);
+  ASSERT_TRUE(outbox->Send(inbox_->endpoint(), {"first"}).ok());
+  EXPECT_THAT(MustReceive(*inbox_), ElementsAre("first"));
+  outbox->Forget(inbox_->endpoint());
+  EXPECT_EQ(outbox->Send(inbox_->endpoint(), {"x"}).code(), absl::StatusCode::kFailedPrecondition);
+  outbox->SetServerKey(inbox_->endpoint(), server_->public_key);
+  ASSERT_TRUE(outbox->Send(inbox_->endpoint(), {"again"}).ok());
+  EXPECT_THAT(MustReceive(*inbox_), ElementsAre("again"));
+}
+
 TEST_F(ZmqChannelCurveTest, ACurveInboxNeedsAZapHandlerOnItsContext) {
   InboxOptions options;
   options.curve_server = server_;

@@ -305,6 +305,10 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
   session_reached.erase(session);
   gate.Forget(session);
   keys.Forget(session);
+  {
+    std::lock_guard<std::mutex> lock(server_keys_mu);
+    session_server_keys.erase(session);  // restarted decodes must leave no key behind
+  }
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
   ApplyLocked(std::move(out));
