@@ -14,8 +14,12 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/wire/preallocation.h"
@@ -24,6 +28,7 @@
 #include "engine/transport/handshake/handshake.h"
 #include "engine/zmq_auth/key_file.h"
 #include "tests/chaos/deployment.h"
+#include "tools/process/subprocess.h"
 
 namespace kvrail::hostile {
 namespace {
@@ -79,6 +84,8 @@ class CurveTest : public ::testing::Test {
     Keygen("decode", 0);
     Keygen("decode", 3);
     Keygen("decode", 5, /*allowed=*/false);  // made, never listed
+    Keygen("engine", 0);
+    Keygen("engine", 1);
   }
 
   void SetUp() override {
@@ -194,6 +201,43 @@ TEST_F(CurveTest, TheHandshakeEndpointServesNoPlainClient) {
   absl::StatusOr<v1::HandshakeDescriptor> descriptor =
       transport::FetchDescriptor(d_->decode(0).session_id, absl::Seconds(2));
   EXPECT_FALSE(descriptor.ok()) << "a plain client read the descriptor";
+}
+
+// The engine API on tcp with CURVE on: only the engine key of the sidecar's own rank, holding
+// the sidecar's public key, is served; a plain client and another rank's engine key get no
+// answer at all (their handshakes never complete).
+TEST(CurveEngineApiTest, OnlyTheSidecarsOwnEngineKeyIsServed) {
+  const std::string keys = TestDir() + "/keys";
+  absl::StatusOr<std::unique_ptr<process::Subprocess>> sidecar = process::Subprocess::Start(
+      {"tools/kvrail", "sidecar", "--role", "decode", "--engine-endpoint", "tcp://127.0.0.1:0",
+       "--host", "127.0.0.1", "--tls", "tcp", "--curve-key", keys + "/decode-0.key",
+       "--curve-allowed", TestDir() + "/allowed"},
+      {}, OutputsDir() + "/curve-engine-sidecar.log");
+  ASSERT_TRUE(sidecar.ok()) << sidecar.status();
+  absl::StatusOr<std::string> ready = (*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  std::string endpoint;
+  for (absl::string_view field : absl::StrSplit(*ready, ' ')) {
+    if (absl::ConsumePrefix(&field, "engine=")) endpoint = std::string(field);
+  }
+  ASSERT_TRUE(absl::StartsWith(endpoint, "tcp://")) << *ready;
+  const std::string server = Key("decode-0").public_key;
+  v1::EngineRequest stats;
+  stats.mutable_stats();
+  auto call = [&](const zmq_auth::CurveClientKeys* curve) {
+    auto client = engine_api::EngineApiClient::Connect(endpoint, curve);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? (*client)->Call(stats, absl::Seconds(2)).status()
+                       : absl::InternalError("no client");
+  };
+  const zmq_auth::CurveClientKeys engine0{Key("engine-0"), server};
+  EXPECT_TRUE(call(&engine0).ok());
+  EXPECT_EQ(call(nullptr).code(), absl::StatusCode::kDeadlineExceeded);
+  const zmq_auth::CurveClientKeys engine1{Key("engine-1"), server};
+  EXPECT_EQ(call(&engine1).code(), absl::StatusCode::kDeadlineExceeded);
+  const zmq_auth::CurveClientKeys wrong_server{Key("engine-0"), Key("prefill-0").public_key};
+  EXPECT_EQ(call(&wrong_server).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(call(&engine0).ok());  // and the engine is still served
 }
 
 }  // namespace
