@@ -435,13 +435,10 @@ TEST_F(ZmqChannelCurveTest, AnUnknownKeyAndAPlainPeerDeliverNothing) {
   std::unique_ptr<ZmqOutbox> real = Outbox(decode3_);
   ASSERT_TRUE(real->Send(inbox_->endpoint(), {"real"}).ok());
   EXPECT_THAT(MustReceive(*inbox_), ElementsAre("real"));
-  // The plain peer's failed handshakes were said (it retries every 100 ms); the stranger's
-  // refusals are ZAP's to say, not the watch's.
-  const std::vector<std::string> cuts = Cuts();
-  EXPECT_FALSE(cuts.empty());
-  for (const std::string& cut : cuts) {
-    EXPECT_THAT(cut, HasSubstr("its handshake broke the protocol")) << cut;
-  }
+  // What the watch said of the plain peer's failed handshakes is a cut, never a message. (Not
+  // that it said something: ZeroMQ reports the protocol error only when it sees the mismatch
+  // before the peer hangs up, a race; the stranger's refusals are ZAP's to say.)
+  for (const std::string& cut : Cuts()) EXPECT_THAT(cut, HasSubstr("cut by ZeroMQ")) << cut;
 }
 
 TEST_F(ZmqChannelCurveTest, ASendWithoutTheServersKeyFailsNamingTheEndpoint) {
