@@ -172,12 +172,9 @@ TEST_F(CurveTest, APeerWithoutAKeyDeliversNothing) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->registrations(), 1u);  // the real decode's alone
   EXPECT_GE(stats->peer_messages_rejected(), rejected_before);
-  // The handshakes that failed were cut by ZeroMQ, and the sidecars said so (where ZeroMQ
-  // reported the protocol error: a plain peer that sees the mismatch first and hangs up leaves
-  // only a closed connection, like any peer that goes away).
-  EXPECT_GE(CountLines("prefill", "its handshake broke the protocol") +
-                CountLines("decode0", "its handshake broke the protocol"),
-            1);
+  // (Whether the sidecars log the plain peer's failed handshakes depends on a race in ZeroMQ:
+  // it reports the protocol error only when it sees the mismatch before the peer hangs up.
+  // docs/SECURITY.md, "Authentication (CURVE)".)
 }
 
 // Keys that are allowed, but not for what they claim: a decode's key speaking to a decode (its
