@@ -229,11 +229,18 @@ TEST(EngineApiTest, DeferredRequestsLetOthersBeAnswered) {
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
 
-  std::thread answer([&] {
+  // The copy is taken under the lock: the server thread appends to `taken` under it, and what
+  // orders that append after this answer (the next Send) goes through ZeroMQ, which TSan does
+  // not see.
+  EngineApiServer::Responder first = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return taken[0];
+  }();
+  std::thread answer([first] {
     v1::EngineReply reply;
     reply.set_error("Abort room 99: answered late");
-    taken[0](reply);
-    taken[0](v1::EngineReply());  // a second answer is ignored
+    first(reply);
+    first(v1::EngineReply());  // a second answer is ignored
   });
   answer.join();
   std::optional<v1::SidecarMessage> got = slow->NextMessage(absl::Seconds(5)).value();
@@ -339,8 +346,11 @@ TEST(EngineApiTest, OnceTheEnginesConnectionIsGoneAnAttachNeedsNoToken) {
 }
 
 TEST(EngineApiTest, AnIpcSocketIsItsOwnersAlone) {
-  // /tmp: a unix socket path has at most 107 bytes, which the test's own directory passes.
-  const std::string path = absl::StrCat("/tmp/kvrail-engine-api-mode-", getpid(), ".sock");
+  // /tmp: a unix socket path has at most 107 bytes, which the test's own directory passes. A
+  // directory of its own: sandboxed runs share /tmp and may share a pid (each its own namespace).
+  char dir[] = "/tmp/kvrail-engine-api-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = absl::StrCat(dir, "/engine.sock");
   auto server = EngineApiServer::Start(absl::StrCat("ipc://", path), Echo);
   ASSERT_TRUE(server.ok()) << server.status();
   struct stat st {};
@@ -348,6 +358,7 @@ TEST(EngineApiTest, AnIpcSocketIsItsOwnersAlone) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   server->reset();
   unlink(path.c_str());
+  rmdir(dir);
 }
 
 TEST(EngineApiTest, BindFailureNamesTheEndpoint) {

@@ -496,15 +496,24 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         options.curve->own,
         ZapFor(options, zmq_auth::KeyRole::kEngine, KeyRank(options), "engine API")};
   }
-  KVRAIL_ASSIGN_OR_RETURN(
-      impl->api, engine_api::EngineApiServer::Start(
-                     options.engine_endpoint,
-                     [raw](const v1::EngineRequest& request) { return raw->Handle(request); },
-                     [raw](const v1::EngineRequest& request,
-                           const engine_api::EngineApiServer::Responder& respond) {
-                       return raw->TakeSlow(request, respond);
-                     },
-                     std::move(api_curve)));
+  KVRAIL_ASSIGN_OR_RETURN(impl->api,
+                          engine_api::EngineApiServer::Start(
+                              options.engine_endpoint,
+                              [raw](const v1::EngineRequest& request) {
+                                raw->WaitForApi();
+                                return raw->Handle(request);
+                              },
+                              [raw](const v1::EngineRequest& request,
+                                    const engine_api::EngineApiServer::Responder& respond) {
+                                raw->WaitForApi();
+                                return raw->TakeSlow(request, respond);
+                              },
+                              std::move(api_curve)));
+  {
+    std::lock_guard<std::mutex> lock(impl->api_mu);
+    impl->api_ready = true;
+  }
+  impl->api_assigned.notify_all();
   impl->inbox_thread = std::thread([raw] { raw->InboxLoop(); });
   impl->ticker_thread = std::thread([raw] { raw->TickerLoop(); });
   spdlog::info(

@@ -24,6 +24,7 @@
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -83,6 +84,15 @@ struct Sidecar::Impl {
   std::unique_ptr<session::ZmqInbox> inbox;
   std::unique_ptr<session::ZmqOutbox> outbox;
   std::unique_ptr<engine_api::EngineApiServer> api;
+  // The engine API's thread serves from inside EngineApiServer::Start, before `api` is
+  // assigned; its handlers wait here until it is (they read `api`: Stats, Publish).
+  std::mutex api_mu;
+  std::condition_variable api_assigned;
+  bool api_ready = false;  // guarded by api_mu
+  void WaitForApi() {
+    std::unique_lock<std::mutex> lock(api_mu);
+    api_assigned.wait(lock, [this] { return api_ready; });
+  }
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::HandshakeServer> handshake;    // decode
   std::unique_ptr<transport::DescriptorCache> descriptors;  // prefill

@@ -109,6 +109,9 @@ class CurveTest : public ::testing::Test {
                      const std::string& server) {
     zmq::socket_t push(context_, zmq::socket_type::push);
     push.set(zmq::sockopt::linger, 0);
+    // A peer whose handshake the server refuses may have no connection to queue on: ZeroMQ
+    // tears it down and reconnects, and a blocking send would wait for ever.
+    push.set(zmq::sockopt::sndtimeo, 2000);
     if (!key.empty()) {
       const absl::Status made =
           zmq_auth::MakeCurveClient(push.handle(), Key(key), Key(server).public_key);
@@ -118,10 +121,12 @@ class CurveTest : public ::testing::Test {
     return push;
   }
 
+  // Queues `frames` when the socket has a connection to queue on within 2 s. Whether a refused
+  // peer's send is queued is ZeroMQ's race; either way nothing may reach the sidecar.
   static void Send(zmq::socket_t& push, const std::vector<std::string>& frames) {
     std::vector<zmq::const_buffer> parts;
     for (const std::string& f : frames) parts.push_back(zmq::buffer(f));
-    ASSERT_TRUE(zmq::send_multipart(push, parts).has_value());
+    (void)zmq::send_multipart(push, parts);
   }
 
   // A forged Success for `room` claiming prefill rank `rank`, sent by `key` (or a plain peer)
