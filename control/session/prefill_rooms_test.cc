@@ -449,7 +449,9 @@ TEST(PrefillRoomsTest, RegistrationsOfNewSessionsPastTheBoundAreRejected) {
     frames[3] = absl::StrCat("10.9.", i / 250, ".", i % 250, ":15000");  // a new session id
     PrefillOutput out = rooms.OnMessage(frames, kT0);
     EXPECT_EQ(out.rejected.code(), absl::StatusCode::kResourceExhausted) << out.rejected;
-    if (i == 0) EXPECT_THAT(std::string(out.rejected.message()), HasSubstr("--max-registrations"));
+    if (i == 0) {
+      EXPECT_THAT(std::string(out.rejected.message()), HasSubstr("--max-registrations"));
+    }
   }
   EXPECT_EQ(rooms.registration_count(), 2u);
   EXPECT_TRUE(rooms.OnMessage(RegistrationFrames(1), kT0).rejected.ok());
