@@ -219,6 +219,16 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
   kv->add_flag("--quick", flags.text.quick,
                "The representative subset: llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm");
   kv->add_flag("--full", flags.text.full, "The default sweep plus TP 8:2 and 2:8, and netns");
+  kv->add_flag("--naive", flags.text.naive,
+               "Also run each case with one write per row per page per field, never merged (the "
+               "prefill sidecars' --naive-copies, as per-row connectors write), beside it: rows "
+               "of mode naive, and each case's gain over it (x_naive)");
+  kv->add_flag("--digest", flags.text.digest,
+               "Also run each case with --verify-digest on every sidecar (room digests hashed and "
+               "checked before Success), beside it: rows of mode digest, whose cost they show");
+  kv->add_flag("--unpopulated", flags.text.unpopulated,
+               "Also run each case with --no-populate-arena on every sidecar, beside it: rows "
+               "of mode unpopulated, whose first room shows what populating at attach saves");
   kv->add_option("--presets", flags.text.presets,
                  "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla");
   kv->add_option("--tp", flags.text.tp, "Comma list of <prefill TP>:<decode TP>, e.g. 1:1,2:1");

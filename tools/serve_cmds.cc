@@ -159,6 +159,13 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                 "Prefill: send kvrail decodes an XXH3-64 digest of each room's bytes before "
                 "Success. Decode: check it against the bytes that landed, and refuse Success "
                 "without one from kvrail nodes. Host arenas only (docs/SECURITY.md, Digests)");
+  sub->add_flag("--populate-arena,!--no-populate-arena", options.populate_arena,
+                "Make every page of an arena this sidecar allocates resident at attach, so no "
+                "room pays their first touch (the attach's log line says what it cost)")
+      ->capture_default_str();
+  sub->add_flag("--naive-copies", options.naive_copies,
+                "Prefill, for measurement: post one write per row per page per field, never "
+                "merged (kvrail bench kv --naive measures what merging gains)");
   sub->add_option("--max-rooms", options.max_rooms,
                   "Prefill: the most rooms tracked at once; pre-allocations past it are "
                   "answered Failed (0: no bound)")

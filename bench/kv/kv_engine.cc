@@ -131,6 +131,7 @@ class KvCaseRunner::Impl {
     options.transport = spec_.transport;
     options.log_dir = spec_.log_dir;
     options.engine_sims = false;
+    options.sidecar_args = spec_.sidecar_args;
     KVRAIL_ASSIGN_OR_RETURN(cluster_, demo::Cluster::Start(options));
     KVRAIL_ASSIGN_OR_RETURN(const std::string prefill_wire,
                             layout::SerializeContract(prefill_contract_));

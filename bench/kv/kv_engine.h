@@ -38,6 +38,8 @@ struct KvCaseSpec {
   int64_t tokens = 0;
   std::string transport = "tcp";  // tcp or shm
   int sample_every = 16;
+  // Passed to every sidecar (e.g. {"--naive-copies"}).
+  std::vector<std::string> sidecar_args;
   // The sidecars' stderr goes to <log_dir>/<process>.log (tools/demo Cluster).
   std::string log_dir;
 };

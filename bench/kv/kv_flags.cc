@@ -151,6 +151,9 @@ absl::StatusOr<KvBenchOptions> ParseKvFlags(const KvFlagText& text) {
         "--sample-every: between 1 (every byte of every room) and 4096");
   }
   o.sample_every = text.sample_every;
+  o.naive = text.naive;
+  o.digest = text.digest;
+  o.unpopulated = text.unpopulated;
   return o;
 }
 

@@ -29,6 +29,9 @@ struct KvFlagText {
   int sample_every = 16;
   bool quick = false;
   bool full = false;
+  bool naive = false;
+  bool digest = false;
+  bool unpopulated = false;
 };
 
 struct KvBenchOptions {
@@ -40,6 +43,15 @@ struct KvBenchOptions {
   // After a case's first room (checked whole), every room checks manifest positions
   // room % sample_every, + sample_every, ... of every field.
   int sample_every = 16;
+  // Each case also runs with the prefill sidecars' --naive-copies (one write per row per page
+  // per field, never merged), beside it: a row of mode "naive", and the case's gain over it.
+  bool naive = false;
+  // Each case also runs with --verify-digest on every sidecar (docs/SECURITY.md, "Digests"),
+  // beside it: a row of mode "digest", whose p50 and GB/s against the case's are its cost.
+  bool digest = false;
+  // Each case also runs with --no-populate-arena on every sidecar, beside it: a row of mode
+  // "unpopulated", whose first room's GB/s against the case's is what populating saves.
+  bool unpopulated = false;
 };
 
 // The sweeps: --quick (llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm, 6 rooms), the default

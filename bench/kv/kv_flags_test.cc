@@ -43,6 +43,14 @@ TEST(KvFlagsTest, ListsOverrideTheSweep) {
   EXPECT_EQ(o.tokens, (std::vector<int64_t>{1024, 32768}));
   EXPECT_EQ(o.transports, std::vector<std::string>{"tcp"});
   EXPECT_EQ(o.rooms, 2);
+  EXPECT_FALSE(o.naive);
+  text.naive = true;
+  EXPECT_TRUE(ParseKvFlags(text).value().naive);
+  EXPECT_FALSE(ParseKvFlags(text).value().digest);
+  text.digest = true;
+  EXPECT_TRUE(ParseKvFlags(text).value().digest);
+  text.unpopulated = true;
+  EXPECT_TRUE(ParseKvFlags(text).value().unpopulated);
 }
 
 // Each refusal names the flag and the rule, in one line.

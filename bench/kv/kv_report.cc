@@ -27,11 +27,13 @@ ordered_json CaseJson(const KvCaseResult& c) {
           {"copies", c.copies},
           {"coalesced_copies", c.coalesced_copies},
           {"gbps", c.gbps},
+          {"first_room_gbps", Measured(c.first_room_gbps)},
           {"p50_ms", c.p50_ms},
           {"p99_ms", c.p99_ms},
           {"first_byte_ms", Measured(c.first_byte_ms)},
           {"first_byte_warm_ms", Measured(c.first_byte_warm_ms)},
           {"efficiency", c.efficiency},
+          {"naive_gain", Measured(c.naive_gain)},
           {"rooms", c.rooms},
           {"bytes_checked", c.bytes_checked}};
 }
@@ -77,20 +79,24 @@ std::string KvSweepToCsv(const KvSweepResult& result) {
 }
 
 std::string KvSweepToTable(const KvSweepResult& result) {
-  std::string out =
-      absl::StrFormat("%-16s %5s %6s %-5s %-10s %10s %8s %9s %8s %9s %9s %9s %9s %6s\n", "shape",
-                      "tp", "tokens", "tport", "mode", "bytes", "copies", "coalesced", "GB/s",
-                      "p50_ms", "p99_ms", "1st_fresh", "1st_warm", "eff");
+  std::string out = absl::StrFormat(
+      "%-16s %5s %6s %-5s %-10s %10s %8s %9s %8s %8s %9s %9s %9s %9s %6s %7s\n", "shape", "tp",
+      "tokens", "tport", "mode", "bytes", "copies", "coalesced", "GB/s", "GB/s_1st", "p50_ms",
+      "p99_ms", "1st_fresh", "1st_warm", "eff", "x_naive");
   for (const KvCaseResult& c : result.cases) {
     absl::StrAppendFormat(
-        &out, "%-16s %5s %6d %-5s %-10s %10s %8d %9d %8.2f %9.2f %9.2f %9s %9s %6.2f\n", c.shape,
-        absl::StrCat(c.prefill_tp, ":", c.decode_tp), c.tokens, c.transport, c.mode, Bytes(c.bytes),
-        c.copies, c.coalesced_copies, c.gbps, c.p50_ms, c.p99_ms, Ms(c.first_byte_ms),
-        Ms(c.first_byte_warm_ms), c.efficiency);
+        &out, "%-16s %5s %6d %-5s %-10s %10s %8d %9d %8.2f %8s %9.2f %9.2f %9s %9s %6.2f %7s\n",
+        c.shape, absl::StrCat(c.prefill_tp, ":", c.decode_tp), c.tokens, c.transport, c.mode,
+        Bytes(c.bytes), c.copies, c.coalesced_copies, c.gbps,
+        c.first_room_gbps < 0 ? "-" : absl::StrFormat("%.2f", c.first_room_gbps), c.p50_ms,
+        c.p99_ms, Ms(c.first_byte_ms), Ms(c.first_byte_warm_ms), c.efficiency,
+        c.naive_gain < 0 ? "-" : absl::StrFormat("%.2f", c.naive_gain));
   }
   absl::StrAppendFormat(&out,
-                        "GB/s: bytes / the data plane's seconds, warm rooms; eff: GB/s / the "
-                        "contiguous room's of the same bytes and transport; single-thread "
+                        "GB/s: bytes / the data plane's seconds, warm rooms; GB/s_1st: the first "
+                        "room's (fresh connection, pages no room wrote); eff: GB/s / the "
+                        "contiguous room's of the same bytes and transport; x_naive: GB/s / the "
+                        "naive row's (--naive: one write per row, never merged); single-thread "
                         "memcpy here: %.2f GB/s; sweep %.1f s\n",
                         result.memcpy_gbps, result.seconds);
   for (const std::string& note : result.notes) absl::StrAppend(&out, "note: ", note, "\n");

@@ -65,6 +65,27 @@ TEST(KvReportTest, CsvHasAHeaderAndOneLinePerCase) {
   EXPECT_NE(csv.find(",2.0,,0.75,"), std::string::npos) << csv;
 }
 
+// --naive: a naive row beside the model's, whose gain over it is in the JSON and the table.
+TEST(KvReportTest, TheNaiveRowAndTheGainOverItAreReported) {
+  KvSweepResult r = TwoRows();
+  KvCaseResult naive = r.cases[1];
+  naive.mode = "naive";
+  naive.coalesced_copies = naive.copies;
+  naive.gbps = 0.5;
+  r.cases[1].naive_gain = 6;
+  r.cases.insert(r.cases.begin() + 1, naive);
+  const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(r));
+  ASSERT_EQ(doc["cases"].size(), 3u);
+  EXPECT_EQ(doc["cases"][1]["mode"], "naive");
+  EXPECT_EQ(doc["cases"][1]["coalesced_copies"], 16384);
+  EXPECT_TRUE(doc["cases"][1]["naive_gain"].is_null());
+  EXPECT_DOUBLE_EQ(doc["cases"][2]["naive_gain"].get<double>(), 6);
+  EXPECT_TRUE(doc["cases"][0]["naive_gain"].is_null());
+  const std::string table = KvSweepToTable(r);
+  EXPECT_NE(table.find("x_naive"), std::string::npos) << table;
+  EXPECT_NE(table.find(" 6.00\n"), std::string::npos) << table;
+}
+
 TEST(KvReportTest, TableShowsEveryCaseAndTheNotes) {
   const std::string table = KvSweepToTable(TwoRows());
   EXPECT_NE(table.find("llama3-8b"), std::string::npos) << table;

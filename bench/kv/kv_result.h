@@ -16,7 +16,10 @@ struct KvCaseResult {
   int64_t tokens = 0;
   std::string transport;
   // "model": the preset's rooms; "contiguous": the baseline, one copy of the same bytes per
-  // room, 1:1, through the same path (the efficiency's denominator).
+  // room, 1:1, through the same path (the efficiency's denominator); "naive": the preset's
+  // rooms with one write per row per page per field, never merged (--naive); "digest": the
+  // preset's rooms with --verify-digest on every sidecar (--digest); "unpopulated": with
+  // --no-populate-arena on every sidecar (--unpopulated).
   std::string mode = "model";
   int rooms = 0;
   uint64_t bytes = 0;             // per room, all prefill ranks together
@@ -25,11 +28,15 @@ struct KvCaseResult {
   // Over the warm rooms (all rooms but the first, or the one room when there is one): bytes
   // over the data plane's seconds (the slowest prefill rank's RoomEvent.seconds per room).
   double gbps = 0;
+  // The first room's GB/s: a fresh connection, and decode pages no room wrote before (the
+  // sidecars populate their arenas at attach unless --no-populate-arena); -1 with one room.
+  double first_room_gbps = -1;
   double p50_ms = 0;  // room latency: the Ready calls to the last decode RoomEvent
   double p99_ms = 0;
   double first_byte_ms = -1;       // the first room (fresh connection); -1: not seen
   double first_byte_warm_ms = -1;  // median over the warm rooms; -1: none
   double efficiency = 0;           // gbps / the contiguous baseline's gbps
+  double naive_gain = -1;          // model rows: gbps / the naive row's gbps; -1: not measured
   uint64_t bytes_checked = 0;      // over all rooms, compared with the pattern
 };
 

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -63,6 +65,9 @@ KvCaseResult Summarise(const KvCaseFigures& figures) {
   r.bytes = first.bytes;
   r.coalesced_copies = first.coalesced_copies;
   r.gbps = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+  if (figures.rooms.size() > 1 && first.data_plane_seconds > 0) {
+    r.first_room_gbps = static_cast<double>(first.bytes) / first.data_plane_seconds / 1e9;
+  }
   r.p50_ms = Percentile(latencies, 0.50);
   r.p99_ms = Percentile(latencies, 0.99);
   r.first_byte_ms = first.first_byte_seconds >= 0 ? first.first_byte_seconds * 1e3 : -1;
@@ -93,40 +98,39 @@ class ProgressBar {
   bool shown_ = false;
 };
 
-// Runs `rooms` rooms of `model` and of its contiguous `base`: with `beside`, both clusters at
-// once and their rooms alternating, so that the baseline meets the machine (this one is shared
-// and its load changes by the second) as the case does; otherwise one after the other, to hold
-// half the memory.
-absl::StatusOr<std::pair<KvCaseFigures, KvCaseFigures>> RunBesideBaseline(const KvCaseSpec& model,
-                                                                          const KvCaseSpec& base,
-                                                                          int rooms, bool beside) {
-  std::pair<KvCaseFigures, KvCaseFigures> figures;
-  auto start = [](const KvCaseSpec& spec, const char* what, std::unique_ptr<KvCaseRunner>& out,
-                  KvCaseFigures& into) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<KvCaseRunner>> runner = KvCaseRunner::Start(spec);
-    if (!runner.ok()) return AddContext(runner.status(), what);
-    out = *std::move(runner);
-    into.uncoalesced_copies = out->uncoalesced_copies();
+// Runs `rooms` rooms of each case of `specs` (the model's, its contiguous baseline, and its
+// --naive, --digest and --unpopulated variants), named by `names`: with `beside`, every cluster at
+// once and their rooms in turn, so that each meets the machine (this one is shared and its load
+// changes by the second) as the others do; otherwise one after the other, to hold less memory.
+absl::StatusOr<std::vector<KvCaseFigures>> RunBeside(const std::vector<KvCaseSpec>& specs,
+                                                     const std::vector<std::string>& names,
+                                                     int rooms, bool beside) {
+  std::vector<KvCaseFigures> figures(specs.size());
+  std::vector<std::unique_ptr<KvCaseRunner>> runners(specs.size());
+  auto start = [&](size_t i) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<KvCaseRunner>> runner = KvCaseRunner::Start(specs[i]);
+    if (!runner.ok()) return AddContext(runner.status(), names[i]);
+    runners[i] = *std::move(runner);
+    figures[i].uncoalesced_copies = runners[i]->uncoalesced_copies();
     return absl::OkStatus();
   };
-  auto room = [](KvCaseRunner& runner, const char* what, KvCaseFigures& into) -> absl::Status {
-    absl::StatusOr<KvRoomFigures> figures = runner.NextRoom();
-    if (!figures.ok()) return AddContext(figures.status(), what);
-    into.rooms.push_back(*figures);
+  auto room = [&](size_t i) -> absl::Status {
+    absl::StatusOr<KvRoomFigures> room = runners[i]->NextRoom();
+    if (!room.ok()) return AddContext(room.status(), names[i]);
+    figures[i].rooms.push_back(*room);
     return absl::OkStatus();
   };
-  constexpr char kBase[] = "contiguous baseline";
-  std::unique_ptr<KvCaseRunner> model_run, base_run;
-  KVRAIL_RETURN_IF_ERROR(start(model, "model", model_run, figures.first));
-  if (beside) KVRAIL_RETURN_IF_ERROR(start(base, kBase, base_run, figures.second));
-  for (int i = 0; i < rooms; ++i) {
-    KVRAIL_RETURN_IF_ERROR(room(*model_run, "model", figures.first));
-    if (beside) KVRAIL_RETURN_IF_ERROR(room(*base_run, kBase, figures.second));
+  if (beside) {
+    for (size_t i = 0; i < specs.size(); ++i) KVRAIL_RETURN_IF_ERROR(start(i));
+    for (int r = 0; r < rooms; ++r) {
+      for (size_t i = 0; i < specs.size(); ++i) KVRAIL_RETURN_IF_ERROR(room(i));
+    }
+    return figures;
   }
-  if (!beside) {
-    model_run.reset();  // its cluster and arenas go before the baseline's come
-    KVRAIL_RETURN_IF_ERROR(start(base, kBase, base_run, figures.second));
-    for (int i = 0; i < rooms; ++i) KVRAIL_RETURN_IF_ERROR(room(*base_run, kBase, figures.second));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    KVRAIL_RETURN_IF_ERROR(start(i));
+    for (int r = 0; r < rooms; ++r) KVRAIL_RETURN_IF_ERROR(room(i));
+    runners[i].reset();  // its cluster and arenas go before the next one's come
   }
   return figures;
 }
@@ -227,19 +231,36 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
                             ContiguousShape(bytes, KvRoomPages(c.preset.shape, c.tokens)));
     base.prefill_tp = 1;
     base.decode_tp = 1;
-    const bool beside = 4 * bytes <= settings.max_arena_bytes;
+    std::vector<KvCaseSpec> specs = {spec, base};
+    std::vector<std::string> names = {"model", "contiguous baseline"};
+    // The variants: the model's rooms again, through sidecars with other flags.
+    std::vector<std::string> variants;
+    if (options.naive) variants.push_back("naive");
+    if (options.digest) variants.push_back("digest");
+    if (options.unpopulated) variants.push_back("unpopulated");
+    for (const std::string& mode : variants) {
+      KvCaseSpec variant = spec;
+      variant.sidecar_args.push_back(mode == "naive"    ? "--naive-copies"
+                                     : mode == "digest" ? "--verify-digest"
+                                                        : "--no-populate-arena");
+      specs.push_back(variant);
+      names.push_back(mode);
+    }
+    // Each case holds a prefill and a decode arena of about `bytes`.
+    const uint64_t arenas = 2 * specs.size();
+    const bool beside = arenas * bytes <= settings.max_arena_bytes;
     if (!beside) {
       result.notes.push_back(absl::StrFormat(
-          "%s: its contiguous baseline ran after it, not room by room beside it (4 arenas of %d "
-          "bytes pass the %d-byte bound)",
-          label, bytes, settings.max_arena_bytes));
+          "%s: its contiguous baseline%s ran after it, not room by room beside it (%d arenas of "
+          "%d bytes pass the %d-byte bound)",
+          label, variants.empty() ? "" : " and variants", arenas, bytes, settings.max_arena_bytes));
     }
-    absl::StatusOr<std::pair<KvCaseFigures, KvCaseFigures>> figures =
-        RunBesideBaseline(spec, base, options.rooms, beside);
+    absl::StatusOr<std::vector<KvCaseFigures>> figures =
+        RunBeside(specs, names, options.rooms, beside);
     if (!figures.ok()) {
       return AddContext(figures.status(), absl::StrCat(label, " (logs: ", log_dir, ")"));
     }
-    KvCaseResult row = Summarise(figures->first);
+    KvCaseResult row = Summarise((*figures)[0]);
     if (row.bytes != bytes) {
       return absl::InternalError(absl::StrFormat(
           "%s: the prefill sidecars reported %d bytes per room; the layout holds %d", label,
@@ -250,7 +271,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     row.decode_tp = c.tp.decode;
     row.tokens = c.tokens;
     row.transport = c.transport;
-    KvCaseResult base_row = Summarise(figures->second);
+    KvCaseResult base_row = Summarise((*figures)[1]);
     base_row.shape = "contiguous";
     base_row.tokens = c.tokens;
     base_row.transport = c.transport;
@@ -258,6 +279,18 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     base_row.efficiency = base_row.gbps > 0 ? 1.0 : 0;
     row.efficiency = base_row.gbps > 0 ? row.gbps / base_row.gbps : 0;
     result.cases.push_back(base_row);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      KvCaseResult variant = Summarise((*figures)[2 + v]);
+      variant.shape = row.shape;
+      variant.prefill_tp = row.prefill_tp;
+      variant.decode_tp = row.decode_tp;
+      variant.tokens = row.tokens;
+      variant.transport = row.transport;
+      variant.mode = variants[v];
+      variant.efficiency = base_row.gbps > 0 ? variant.gbps / base_row.gbps : 0;
+      if (variants[v] == "naive" && variant.gbps > 0) row.naive_gain = row.gbps / variant.gbps;
+      result.cases.push_back(variant);
+    }
     result.cases.push_back(row);
   }
   bar.Show(cases.size(), "done");

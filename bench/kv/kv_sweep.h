@@ -2,7 +2,8 @@
 // options through a KvCaseRunner (kv_engine.h), each beside its contiguous baseline: rooms of
 // the same bytes as a single copy, 1:1, through the same sidecars, transport and path, in a
 // second cluster whose rooms alternate with the case's (the machine is shared, and its load
-// changes by the second). A case's efficiency is its GB/s over its baseline's.
+// changes by the second). A case's efficiency is its GB/s over its baseline's. With --naive and
+// --digest, more clusters run the case with --naive-copies or --verify-digest beside both.
 #ifndef KVRAIL_BENCH_KV_KV_SWEEP_H_
 #define KVRAIL_BENCH_KV_KV_SWEEP_H_
 
@@ -22,8 +23,8 @@ struct KvSweepSettings {
   // A case whose room would pass this many bytes (per side) is skipped with a note: both arenas
   // of a room live in this machine's memory.
   uint64_t max_room_bytes = uint64_t{4} << 30;
-  // A case runs beside its baseline (4 arenas of a room's bytes at once) while they fit in
-  // this; otherwise the baseline runs after the case, and a note says so.
+  // A case runs beside its baseline (4 arenas of a room's bytes at once, 2 more per variant)
+  // while they fit in this; otherwise the baseline runs after the case, and a note says so.
   uint64_t max_arena_bytes = uint64_t{12} << 30;
   std::FILE* progress = nullptr;  // a bar on it when it is a terminal
   // The sidecars' logs; empty: a fresh /tmp directory, removed when the whole sweep passed.

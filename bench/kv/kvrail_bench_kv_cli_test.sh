@@ -58,5 +58,32 @@ expect missing-preset-message grep -q "not available: .*cache groups" <<<"$err"
 err=$("$kvrail" bench kv --quick --full 2>&1 >/dev/null)
 expect two-sweeps-exit test $? -eq 2
 
+# --naive, --digest and --unpopulated: the same rooms again with one write per row per page per
+# field (the prefill sidecars' --naive-copies), with --verify-digest on every sidecar, and with
+# --no-populate-arena on every sidecar, each checked as the others, beside them.
+check_variants() {  # check_variants JSON
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+cases = json.loads(sys.argv[1])["cases"]
+assert [c["mode"] for c in cases] == ["contiguous", "naive", "digest", "unpopulated", "model"], cases
+base, naive, digest, unpopulated, model = cases
+for c in cases:
+    assert c["bytes_checked"] > 0 and c["first_room_gbps"] > 0, c
+assert unpopulated["coalesced_copies"] == model["coalesced_copies"], unpopulated
+assert naive["bytes"] == model["bytes"] and naive["bytes_checked"] > 0, naive
+assert (naive["prefill_tp"], naive["decode_tp"]) == (1, 1), naive
+# Never merged: the sidecars posted as many copies as the planner expands.
+assert naive["coalesced_copies"] == naive["copies"] == model["copies"], naive
+assert model["coalesced_copies"] < naive["coalesced_copies"], model
+assert model["naive_gain"] > 0 and naive["naive_gain"] is None, model
+assert digest["bytes"] == model["bytes"] and digest["bytes_checked"] > 0, digest
+assert digest["coalesced_copies"] == model["coalesced_copies"] and digest["gbps"] > 0, digest
+PY
+}
+out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --transport tcp --quiet \
+  --rooms 2 --naive --digest --unpopulated --json)
+expect variants-exit test $? -eq 0
+expect variants-cases check_variants "$out"
+
 [[ $fail -eq 0 ]] && echo "kvrail_bench_kv_cli_test: ok"
 exit $fail

@@ -7,8 +7,9 @@
 (`kvrail bench kv --plot kv.png` runs this script itself.) In each panel: one solid line per
 (shape, prefill TP:decode TP) of the model-shaped rooms; dashed black, the contiguous rooms of
 the same bytes (the efficiency's denominators), one line per room size in bytes per token, each
-point the mean of the baselines of the cases of that size; and dotted grey, single-thread
-memcpy on the same machine (the limit one copy per byte can reach).
+point the mean of the baselines of the cases of that size; dotted, the naive rows (--naive: one
+write per row per page per field, never merged); and dotted grey, single-thread memcpy on the
+same machine (the limit one copy per byte can reach).
 """
 
 import argparse
@@ -55,6 +56,8 @@ def plot(cases, memcpy_gbps, output, title):
             if c["mode"] == "contiguous":
                 # One baseline per room size: the rooms of one bytes-per-token share it.
                 key = ("contiguous", c["bytes"] // c["tokens"])
+            elif c["mode"] == "naive":
+                key = (f'{c["shape"]} naive', f'{c["prefill_tp"]}:{c["decode_tp"]}')
             else:
                 key = (c["shape"], f'{c["prefill_tp"]}:{c["decode_tp"]}')
             series.setdefault(key, {}).setdefault(c["tokens"], []).append(c["gbps"])
@@ -66,6 +69,8 @@ def plot(cases, memcpy_gbps, output, title):
             if shape == "contiguous":
                 ax.plot(x, y, "k--", marker=next(markers, "s"), alpha=0.7,
                         label=f"contiguous room, {tp / 1024:g} KiB/token")
+            elif shape.endswith(" naive"):
+                ax.plot(x, y, "o:", alpha=0.8, label=f"{shape} {tp} (a write per row)")
             else:
                 ax.plot(x, y, "o-", label=f"{shape} {tp}")
         if memcpy_gbps:

@@ -11,6 +11,7 @@
 #include "control/bootstrap/client.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
+#include "engine/memory/populate.h"
 
 namespace kvrail::sidecar {
 
@@ -71,9 +72,12 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
     reply.set_arena_path(absl::StrCat("/proc/", getpid(), "/fd/", allocated->fd));
     reply.set_arena_offset(allocated->fd_offset);
     reply.set_arena_placement(allocated->placement);
-    spdlog::info("{} rank {}: arena allocated bytes={} placement={} path={} offset={}", role_name,
-                 options.tp_rank, arena_bytes, allocated->placement, reply.arena_path(),
-                 allocated->fd_offset);
+    spdlog::info(
+        "{} rank {}: arena allocated bytes={} placement={} path={} offset={} populated_ms={}",
+        role_name, options.tp_rank, arena_bytes, allocated->placement, reply.arena_path(),
+        allocated->fd_offset,
+        options.populate_arena ? absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(populate_time))
+                               : std::string("off"));
   } else {
     spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank, arena_bytes);
   }
@@ -164,6 +168,12 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
     allocated = *std::move(shared);
     region = allocated->region;
     local = {allocated->base, allocated->length, false};
+    if (options.populate_arena) {
+      const absl::Time started = absl::Now();
+      KVRAIL_RETURN_IF_ERROR(AddContext(PopulatePages(local.base, local.length),
+                                        "AttachArena: populating the allocated arena"));
+      populate_time = absl::Now() - started;
+    }
   }
   if (needed > local.length) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -145,66 +145,74 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     auto copy_plan = peer.copy_plan;
     const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
     const uint64_t arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
-    strands.Post(
-        slot.session, [this, preparation, &slot, source_manifest, destination_manifest, copy_plan,
-                       remote_base, arena_length, finish, owner = destination.peer] {
-          // Skipped when the room already failed: its preparation is moot.
-          std::optional<TransferPhase> phase;
-          bool digest = false;  // --verify-digest, and the session is kvrail's (it has a key)
-          {
-            Locked locked(*this);
-            phase = transfers.Phase(preparation->room);
-            digest = options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
+    strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
+                                copy_plan, remote_base, arena_length, finish,
+                                owner = destination.peer] {
+      // Skipped when the room already failed: its preparation is moot.
+      std::optional<TransferPhase> phase;
+      bool digest = false;  // --verify-digest, and the session is kvrail's (it has a key)
+      {
+        Locked locked(*this);
+        phase = transfers.Phase(preparation->room);
+        digest = options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
+      }
+      if (phase.has_value() && *phase != TransferPhase::kFailing) {
+        absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
+        // The session's descriptor must vouch for the registration (registration_gate.h: its
+        // CachePD endpoint, a region beginning at B_dst that holds the arena), as it did when
+        // the registration was admitted. A cached link that does not belongs to an earlier
+        // process at the same address (a restarted decode that got its old port back): fetch
+        // and connect afresh, once.
+        const auto vouched = [&] {
+          return CheckOwner(owner->registration, arena_length, link->cachepd_endpoint,
+                            *link->regions);
+        };
+        if (link.ok() && !vouched().ok()) {
+          DropPeer(slot.session, "");
+          link = directory->Get(slot.session);
+          if (link.ok()) {
+            if (absl::Status owned = vouched(); !owned.ok()) link = owned;
           }
-          if (phase.has_value() && *phase != TransferPhase::kFailing) {
-            absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
-            // The session's descriptor must vouch for the registration (registration_gate.h: its
-            // CachePD endpoint, a region beginning at B_dst that holds the arena), as it did when
-            // the registration was admitted. A cached link that does not belongs to an earlier
-            // process at the same address (a restarted decode that got its old port back): fetch
-            // and connect afresh, once.
-            const auto vouched = [&] {
-              return CheckOwner(owner->registration, arena_length, link->cachepd_endpoint,
-                                *link->regions);
-            };
-            if (link.ok() && !vouched().ok()) {
-              DropPeer(slot.session, "");
-              link = directory->Get(slot.session);
-              if (link.ok()) {
-                if (absl::Status owned = vouched(); !owned.ok()) link = owned;
-              }
-            }
-            if (!link.ok()) {
-              slot.error = link.status();
+        }
+        if (!link.ok()) {
+          slot.error = link.status();
+        } else {
+          slot.request.peer = link->peer;
+          slot.request.source = region;
+          slot.request.source_length = arena_bytes;
+          slot.request.remote = link->regions;
+          slot.request.remote_base = remote_base;
+          slot.request.remote_length = arena_length;  // this arena alone, not every region
+          slot.error =
+              ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, slot.request.copies);
+          // The engine's Ready says the source bytes are final, so hashing them here, before
+          // the writes, gives what hashing them after the flush would; the writes wait for
+          // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
+          if (slot.error.ok() && digest) {
+            plan::CopyList sorted = slot.request.copies;  // the writes keep their order
+            absl::StatusOr<uint64_t> sum = plan::RoomDigest(
+                sorted, plan::DigestSide::kSource,
+                absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
+            if (sum.ok()) {
+              slot.digest = *sum;
+              slot.reply_endpoint = owner->reply_endpoint;
             } else {
-              slot.request.peer = link->peer;
-              slot.request.source = region;
-              slot.request.source_length = arena_bytes;
-              slot.request.remote = link->regions;
-              slot.request.remote_base = remote_base;
-              slot.request.remote_length = arena_length;  // this arena alone, not every region
-              slot.error = copy_plan->ExpandCoalesced(*source_manifest, *destination_manifest,
-                                                      slot.request.copies);
-              // The engine's Ready says the source bytes are final, so hashing them here, before
-              // the writes, gives what hashing them after the flush would; the writes wait for
-              // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
-              if (slot.error.ok() && digest) {
-                plan::CopyList sorted = slot.request.copies;  // the writes keep their order
-                absl::StatusOr<uint64_t> sum = plan::RoomDigest(
-                    sorted, plan::DigestSide::kSource,
-                    absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
-                if (sum.ok()) {
-                  slot.digest = *sum;
-                  slot.reply_endpoint = owner->reply_endpoint;
-                } else {
-                  slot.error = AddContext(sum.status(), "--verify-digest");
-                }
-              }
+              slot.error = AddContext(sum.status(), "--verify-digest");
             }
           }
-          if (preparation->remaining.fetch_sub(1) == 1) finish();
-        });
+        }
+      }
+      if (preparation->remaining.fetch_sub(1) == 1) finish();
+    });
   }
+}
+
+absl::Status Sidecar::Impl::ExpandRoom(const plan::CopyPlan& plan, const layout::Manifest& source,
+                                       const layout::Manifest& destination,
+                                       plan::CopyList& copies) const {
+  // --naive-copies posts the planner's copies unmerged, for measurement only.
+  return options.naive_copies ? plan.Expand(source, destination, copies)
+                              : plan.ExpandCoalesced(source, destination, copies);
 }
 
 void Sidecar::Impl::FenceLocked(uint64_t room) {

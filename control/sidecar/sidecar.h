@@ -87,6 +87,16 @@ struct SidecarOptions {
   // a kvrail node); other nodes keep CachePD's rule. Refused for CUDA arenas (AttachArena): the
   // digest reads the arena on the host.
   bool verify_digest = false;
+  // Prefill, for measurement only (`kvrail bench kv --naive`): a room's copies are posted as
+  // the planner expands them, one write per row per page per field, never merged, as connectors
+  // that write per token row do. The bytes and the checks are the same; only the write count
+  // grows. Never the default.
+  bool naive_copies = false;
+  // An arena this sidecar allocates (AttachArena.allocate_bytes) has every page made resident
+  // at attach (engine/memory/populate.h), so that no room pays the first touch of its pages
+  // inside its transfer (measured: BENCHMARKS.md, "Pages populated at attach"). The attach's
+  // log line says what it cost.
+  bool populate_arena = true;
   // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
   // server started with --token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
   std::string bootstrap_token;

@@ -84,6 +84,7 @@ struct Sidecar::Impl {
   std::unique_ptr<session::ZmqInbox> inbox;
   std::unique_ptr<session::ZmqOutbox> outbox;
   std::unique_ptr<engine_api::EngineApiServer> api;
+  absl::Duration populate_time;  // the allocated arena's PopulatePages, at attach
   // The engine API's thread serves from inside EngineApiServer::Start, before `api` is
   // assigned; its handlers wait here until it is (they read `api`: Stats, Publish).
   std::mutex api_mu;
@@ -223,6 +224,10 @@ struct Sidecar::Impl {
   void BeginTransferLocked(session::TransferWork work);
   // Fences a room that failed with its transfer in flight (PrefillRooms' fences).
   void FenceLocked(uint64_t room);
+  // A room's copies to one destination, appended to `copies`: coalesced, or with
+  // --naive-copies as the planner expands them.
+  absl::Status ExpandRoom(const plan::CopyPlan& plan, const layout::Manifest& source,
+                          const layout::Manifest& destination, plan::CopyList& copies) const;
   // Does what RoomTransfers asked: cancels (deferred) and reports a room that ended.
   void ActLocked(TransferActions actions);
   void OnTransferOutcome(const transfer::RoomOutcome& outcome);
