@@ -53,10 +53,9 @@ absl::Status PopulatePages(void* base, size_t length) {
   }
   // A kernel before 5.14: one write per page, of the byte already there (the atomic keeps the
   // compiler from dropping it; nothing else writes these pages yet).
+  const uintptr_t first = reinterpret_cast<uintptr_t>(base);
   for (uintptr_t p = begin; p < end; p += page) {
-    auto* byte = reinterpret_cast<std::atomic<uint8_t>*>(p < reinterpret_cast<uintptr_t>(base)
-                                                             ? reinterpret_cast<uintptr_t>(base)
-                                                             : p);
+    auto* byte = reinterpret_cast<std::atomic<uint8_t>*>(p < first ? first : p);
     byte->store(byte->load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
   return absl::OkStatus();
