@@ -229,6 +229,10 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
   kv->add_flag("--unpopulated", flags.text.unpopulated,
                "Also run each case with --no-populate-arena on every sidecar, beside it: rows "
                "of mode unpopulated, whose first room shows what populating at attach saves");
+  kv->add_flag("--layerwise", flags.text.layerwise,
+               "each case also streams its rooms layer by layer (LayersReady) behind a simulated "
+               "forward pass: a row of mode layerwise, with the transfer time left exposed after "
+               "the last layer");
   kv->add_option("--presets", flags.text.presets,
                  "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla");
   kv->add_option("--tp", flags.text.tp, "Comma list of <prefill TP>:<decode TP>, e.g. 1:1,2:1");

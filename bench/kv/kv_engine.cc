@@ -37,6 +37,11 @@ double Since(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double>(end - start).count();
 }
 
+// Sleeps until `offset` after `start` (at once when that has passed).
+void SleepUntil(Clock::time_point start, absl::Duration offset) {
+  std::this_thread::sleep_until(start + absl::ToChronoNanoseconds(offset));
+}
+
 // One engine rank: its client, its arena (the sidecar's, mapped here) and its pattern.
 struct Rank {
   std::string name;  // "prefill rank 0"
@@ -177,14 +182,35 @@ class KvCaseRunner::Impl {
 
     const Clock::time_point start = Clock::now();
     FirstByteWatch watch(decode_[0].arena->bytes().data() + first_byte_offset_, start);
+    const bool layerwise = spec_.layer_step > 0;
+    if (layerwise) {
+      // The forward pass: layer after layer of simulated compute, each step's layers said final
+      // as it ends (the first call names the source blocks).
+      const int64_t layers = spec_.shape.layers;
+      for (int64_t done = spec_.layer_step; done < layers; done += spec_.layer_step) {
+        SleepUntil(start, spec_.layer_compute * done);
+        for (Rank& p : prefill_) {
+          v1::EngineRequest request;
+          request.mutable_layers_ready()->set_room(room);
+          request.mutable_layers_ready()->set_layers(done);
+          if (done == spec_.layer_step) {
+            request.mutable_layers_ready()->set_source_manifest(src_wire_);
+          }
+          KVRAIL_RETURN_IF_ERROR(p.client->Send(std::move(request)).status());
+        }
+      }
+      SleepUntil(start, spec_.layer_compute * layers);
+    }
+    const Clock::time_point ready_at = Clock::now();
     for (Rank& p : prefill_) {
       v1::EngineRequest ready;
       ready.mutable_ready()->set_room(room);
-      ready.mutable_ready()->set_source_manifest(src_wire_);
+      if (!layerwise) ready.mutable_ready()->set_source_manifest(src_wire_);
       ready.mutable_ready()->set_bootstrap_token(static_cast<int64_t>(room));
       KVRAIL_RETURN_IF_ERROR(p.client->Send(std::move(ready)).status());
     }
     absl::Status landed = AwaitDecodeEvents(room, start, figures);
+    if (layerwise) figures.exposed_seconds = figures.latency_seconds - Since(start, ready_at);
     figures.first_byte_seconds = watch.Finish();
     KVRAIL_RETURN_IF_ERROR(landed);
     KVRAIL_RETURN_IF_ERROR(AwaitPrefillEvents(room, figures));
@@ -298,8 +324,9 @@ class KvCaseRunner::Impl {
         }
         if (message->has_reply()) {
           if (!message->reply().error().empty()) {
-            return absl::InternalError(absl::StrCat("bench kv: room ", room, ": ", p.name,
-                                                    " refused Ready: ", message->reply().error()));
+            return absl::InternalError(
+                absl::StrCat("bench kv: room ", room, ": ", p.name,
+                             " refused a request: ", message->reply().error()));
           }
           continue;
         }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "control/layout/kv_shape.h"
 
 namespace kvrail::bench {
@@ -38,6 +39,12 @@ struct KvCaseSpec {
   int64_t tokens = 0;
   std::string transport = "tcp";  // tcp or shm
   int sample_every = 16;
+  // Layer-wise streaming (CACHEPD §6.11, engine API LayersReady): 0 runs the default mode (one
+  // Ready per room). N > 0: the bench engine simulates a forward pass of `layer_compute` per
+  // layer and, after every N layers, tells each prefill rank that they are final
+  // (LayersReady); the room's Ready follows its last layer's compute.
+  int layer_step = 0;
+  absl::Duration layer_compute = absl::ZeroDuration();
   // Passed to every sidecar (e.g. {"--naive-copies"}).
   std::vector<std::string> sidecar_args;
   // The sidecars' stderr goes to <log_dir>/<process>.log (tools/demo Cluster).
@@ -51,6 +58,9 @@ struct KvRoomFigures {
   double latency_seconds = 0;      // first Ready call to the last decode RoomEvent
   double first_byte_seconds = -1;  // first Ready call to the first byte landed; -1: not seen
   uint64_t bytes_checked = 0;      // decode bytes compared with the pattern
+  // Layer-wise rooms: the Ready calls (after the last layer's compute) to the last decode
+  // RoomEvent, the transfer time the overlap left exposed. -1 in the default mode.
+  double exposed_seconds = -1;
 };
 
 // A case's rooms, as its runner measured them.

@@ -32,6 +32,7 @@ struct KvFlagText {
   bool naive = false;
   bool digest = false;
   bool unpopulated = false;
+  bool layerwise = false;
 };
 
 struct KvBenchOptions {
@@ -52,6 +53,11 @@ struct KvBenchOptions {
   // Each case also runs with --no-populate-arena on every sidecar, beside it: a row of mode
   // "unpopulated", whose first room's GB/s against the case's is what populating saves.
   bool unpopulated = false;
+  // Each case also runs layer-wise (engine API LayersReady, CACHEPD §6.11) after its model
+  // rooms: a simulated forward pass whose compute per layer equals one layer's share of the
+  // model rooms' measured transfer time, a LayersReady per layer, then the Ready. A row of mode
+  // "layerwise" gives the transfer time still exposed after the last layer against that share.
+  bool layerwise = false;
 };
 
 // The sweeps: --quick (llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm, 6 rooms), the default

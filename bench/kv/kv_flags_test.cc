@@ -51,6 +51,8 @@ TEST(KvFlagsTest, ListsOverrideTheSweep) {
   EXPECT_TRUE(ParseKvFlags(text).value().digest);
   text.unpopulated = true;
   EXPECT_TRUE(ParseKvFlags(text).value().unpopulated);
+  text.layerwise = true;
+  EXPECT_TRUE(ParseKvFlags(text).value().layerwise);
 }
 
 // Each refusal names the flag and the rule, in one line.

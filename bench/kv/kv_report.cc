@@ -34,6 +34,9 @@ ordered_json CaseJson(const KvCaseResult& c) {
           {"first_byte_warm_ms", Measured(c.first_byte_warm_ms)},
           {"efficiency", c.efficiency},
           {"naive_gain", Measured(c.naive_gain)},
+          {"exposed_ms", Measured(c.exposed_ms)},
+          {"layer_share_ms", Measured(c.layer_share_ms)},
+          {"exposed_ratio", Measured(c.exposed_ratio)},
           {"rooms", c.rooms},
           {"bytes_checked", c.bytes_checked}};
 }
@@ -99,6 +102,15 @@ std::string KvSweepToTable(const KvSweepResult& result) {
                         "naive row's (--naive: one write per row, never merged); single-thread "
                         "memcpy here: %.2f GB/s; sweep %.1f s\n",
                         result.memcpy_gbps, result.seconds);
+  for (const KvCaseResult& c : result.cases) {
+    if (c.mode != "layerwise") continue;
+    absl::StrAppendFormat(
+        &out,
+        "layerwise %s %d:%d %d tokens %s: %.2f ms exposed after the last layer, one layer's "
+        "share %.2f ms (the simulated compute per layer): %.2fx, target <= 1.5 %s\n",
+        c.shape, c.prefill_tp, c.decode_tp, c.tokens, c.transport, c.exposed_ms, c.layer_share_ms,
+        c.exposed_ratio, c.exposed_ratio >= 0 && c.exposed_ratio <= 1.5 ? "met" : "MISSED");
+  }
   for (const std::string& note : result.notes) absl::StrAppend(&out, "note: ", note, "\n");
   return out;
 }

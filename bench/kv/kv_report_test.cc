@@ -86,6 +86,25 @@ TEST(KvReportTest, TheNaiveRowAndTheGainOverItAreReported) {
   EXPECT_NE(table.find(" 6.00\n"), std::string::npos) << table;
 }
 
+// --layerwise: the exposed time, one layer's share and their ratio, against the 1.5 target.
+TEST(KvReportTest, TheLayerwiseRowReportsItsExposedTimeAgainstTheTarget) {
+  KvSweepResult r = TwoRows();
+  KvCaseResult layered = r.cases[1];
+  layered.mode = "layerwise";
+  layered.exposed_ms = 3;
+  layered.layer_share_ms = 2;
+  layered.exposed_ratio = 1.5;
+  r.cases.push_back(layered);
+  const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(r));
+  EXPECT_DOUBLE_EQ(doc["cases"][2]["exposed_ratio"].get<double>(), 1.5);
+  EXPECT_TRUE(doc["cases"][1]["exposed_ms"].is_null());
+  const std::string table = KvSweepToTable(r);
+  EXPECT_NE(table.find("3.00 ms exposed after the last layer, one layer's share 2.00 ms"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("1.50x, target <= 1.5 met"), std::string::npos) << table;
+}
+
 TEST(KvReportTest, TableShowsEveryCaseAndTheNotes) {
   const std::string table = KvSweepToTable(TwoRows());
   EXPECT_NE(table.find("llama3-8b"), std::string::npos) << table;

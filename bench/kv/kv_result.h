@@ -19,7 +19,8 @@ struct KvCaseResult {
   // room, 1:1, through the same path (the efficiency's denominator); "naive": the preset's
   // rooms with one write per row per page per field, never merged (--naive); "digest": the
   // preset's rooms with --verify-digest on every sidecar (--digest); "unpopulated": with
-  // --no-populate-arena on every sidecar (--unpopulated).
+  // --no-populate-arena on every sidecar (--unpopulated); "layerwise": the preset's rooms
+  // streamed layer by layer behind a simulated forward pass (--layerwise).
   std::string mode = "model";
   int rooms = 0;
   uint64_t bytes = 0;             // per room, all prefill ranks together
@@ -38,6 +39,13 @@ struct KvCaseResult {
   double efficiency = 0;           // gbps / the contiguous baseline's gbps
   double naive_gain = -1;          // model rows: gbps / the naive row's gbps; -1: not measured
   uint64_t bytes_checked = 0;      // over all rooms, compared with the pattern
+  // Layerwise rows (-1 otherwise): the median over warm rooms of the time from the Ready (after
+  // the last layer's compute) to the last decode event, one layer's share of the model rooms'
+  // transfer time (their mean data-plane seconds / layers, also the simulated compute per
+  // layer), and the first over the second (the target: <= 1.5).
+  double exposed_ms = -1;
+  double layer_share_ms = -1;
+  double exposed_ratio = -1;
 };
 
 struct KvSweepResult {

@@ -291,6 +291,39 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       if (variants[v] == "naive" && variant.gbps > 0) row.naive_gain = row.gbps / variant.gbps;
       result.cases.push_back(variant);
     }
+    if (options.layerwise) {
+      // After the model's rooms: the same rooms streamed layer by layer, behind a simulated
+      // forward pass whose compute per layer is one layer's share of their transfer time.
+      const double share = row.bytes > 0 && row.gbps > 0
+                               ? static_cast<double>(row.bytes) / (row.gbps * 1e9) /
+                                     static_cast<double>(c.preset.shape.layers)
+                               : 0;
+      KvCaseSpec layered = spec;
+      layered.layer_step = 1;
+      layered.layer_compute = absl::Seconds(share);
+      absl::StatusOr<std::vector<KvCaseFigures>> streamed =
+          RunBeside({layered}, {"layerwise"}, options.rooms, false);
+      if (!streamed.ok()) {
+        return AddContext(streamed.status(), absl::StrCat(label, " (logs: ", log_dir, ")"));
+      }
+      KvCaseResult lw = Summarise((*streamed)[0]);
+      lw.shape = row.shape;
+      lw.prefill_tp = row.prefill_tp;
+      lw.decode_tp = row.decode_tp;
+      lw.tokens = row.tokens;
+      lw.transport = row.transport;
+      lw.mode = "layerwise";
+      lw.efficiency = base_row.gbps > 0 ? lw.gbps / base_row.gbps : 0;
+      std::vector<double> exposed;
+      const std::vector<KvRoomFigures>& rooms = (*streamed)[0].rooms;
+      for (size_t r = rooms.size() > 1 ? 1 : 0; r < rooms.size(); ++r) {
+        exposed.push_back(rooms[r].exposed_seconds * 1e3);
+      }
+      lw.exposed_ms = Percentile(exposed, 0.5);
+      lw.layer_share_ms = share * 1e3;
+      lw.exposed_ratio = share > 0 ? lw.exposed_ms / lw.layer_share_ms : -1;
+      result.cases.push_back(lw);
+    }
     result.cases.push_back(row);
   }
   bar.Show(cases.size(), "done");

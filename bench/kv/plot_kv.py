@@ -58,6 +58,8 @@ def plot(cases, memcpy_gbps, output, title):
                 key = ("contiguous", c["bytes"] // c["tokens"])
             elif c["mode"] == "naive":
                 key = (f'{c["shape"]} naive', f'{c["prefill_tp"]}:{c["decode_tp"]}')
+            elif c["mode"] != "model":
+                continue  # digest, unpopulated, layerwise: the table and JSON carry them
             else:
                 key = (c["shape"], f'{c["prefill_tp"]}:{c["decode_tp"]}')
             series.setdefault(key, {}).setdefault(c["tokens"], []).append(c["gbps"])

@@ -129,6 +129,13 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
       }
     }
   }
+  for (const std::string& field : plan.fragment_fields_) {
+    absl::StatusOr<int64_t> layer = FieldLayer(field);
+    plan.fragment_layers_.push_back(layer.ok() ? *layer : -1);
+    if (!layer.ok() && plan.layered_.ok()) {
+      plan.layered_ = absl::FailedPreconditionError(layer.status().message());
+    }
+  }
   for (const Fragment& fragment : fragments) {
     if (src.FindGroupSpec(fragment.group_id) == nullptr) {
       return BindError(absl::StrCat("fragment names unknown group '", fragment.group_id, "'"));
@@ -213,6 +220,21 @@ absl::Status CopyPlan::ExpandInto(const layout::Manifest& src, const layout::Man
   const size_t most = static_cast<size_t>(CountCopies(src));
   const size_t written = cursor.Next(out.Extend(most), most);
   out.Truncate(base + written);
+  return absl::OkStatus();
+}
+
+absl::Status CopyPlan::ExpandLayers(const layout::Manifest& src, const layout::Manifest& dst,
+                                    LayerRange layers, bool coalesce, CopyList& out) const {
+  KVRAIL_RETURN_IF_ERROR(layered_);
+  KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
+  std::vector<char> mask(fragments_.size(), 0);
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    mask[f] = fragment_layers_[f] >= layers.begin && fragment_layers_[f] < layers.end ? 1 : 0;
+  }
+  CopyCursor cursor(this, &src, &dst, coalesce, &mask);
+  const size_t base = out.size();
+  const size_t most = static_cast<size_t>(CountCopies(src));
+  out.Truncate(base + cursor.Next(out.Extend(most), most));
   return absl::OkStatus();
 }
 

@@ -117,6 +117,23 @@ class CopyPlan {
                            absl::Span<const std::string> field_ids, const layout::Manifest& dst,
                            CopyList& out) const;
 
+  // Layer-wise streaming of a whole prompt (CACHEPD §6.11 producer steps, as one chunk): the
+  // copies ExpandCoalesced (or Expand, without `coalesce`) would append, restricted to the
+  // fragments of fields "layer.<N>.*" with layers.begin <= N < layers.end, in the same order.
+  // Requires layered() (FailedPrecondition otherwise, naming the field). Owner filters apply as
+  // in Expand.
+  struct LayerRange {
+    int64_t begin = 0;
+    int64_t end = INT64_MAX;
+  };
+  absl::Status ExpandLayers(const layout::Manifest& src, const layout::Manifest& dst,
+                            LayerRange layers, bool coalesce, CopyList& out) const;
+  // OK when every fragment's field is "layer.<N>.<suffix>" (§6.11); else the error that names
+  // the first one that is not: such a contract has no producer steps to stream.
+  absl::Status layered() const { return layered_; }
+  // The layer N of fragment `index` (fragments() order); -1 for a field not of that form.
+  int64_t fragment_layer(size_t index) const { return fragment_layers_[index]; }
+
   // The number of copies Expand would append (before coalescing) for these manifests.
   int64_t CountCopies(const layout::Manifest& src) const;
 
@@ -139,8 +156,9 @@ class CopyPlan {
   std::vector<BoundFragment> fragments_;                  // sorted by group_index, stable
   std::vector<std::pair<int64_t, int64_t>> group_pages_;  // page_count per group: src, dst
   std::vector<layout::GroupSpec> group_specs_;
-  std::vector<std::string> fragment_fields_;  // the field of each bound fragment  // the slot rules
-                                              // of §5.2, for owner filters
+  std::vector<std::string> fragment_fields_;  // the field of each bound fragment
+  std::vector<int64_t> fragment_layers_;      // its layer N (§6.11), or -1
+  absl::Status layered_;                      // why fragment_layers_ holds a -1, if it does
   size_t group_count_ = 0;
   bool whole_field_ = false;
 };

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "control/layout/contract.h"
@@ -193,6 +196,67 @@ TEST(CopyCursorTest, BatchesConcatenateToTheExpandedList) {
       }
     }
   }
+}
+
+bool ByOffsets(const Copy& a, const Copy& b) {
+  return std::tie(a.src_offset, a.dst_offset, a.length) <
+         std::tie(b.src_offset, b.dst_offset, b.length);
+}
+
+// Layer-wise streaming: the room's copies cut at any layer boundary are exactly the room's
+// copies, each part only of its layers; a contract with a field that is not layer.<N>.* has
+// no layers to stream.
+TEST(CopyPlanTest, LayerRangesPartitionTheRoom) {
+  const nlohmann::json vectors = LoadVectors("descriptors.json");
+  int layered = 0;
+  for (const auto& c : vectors["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const DescriptorCase d = Load(c);
+    const CopyPlan plan = *CopyPlan::Bind(d.src, d.dst, d.fragments);
+    if (!plan.layered().ok()) {
+      CopyList none;
+      EXPECT_EQ(plan.ExpandLayers(d.src_room, d.dst_room, {0, 1}, true, none).code(),
+                absl::StatusCode::kFailedPrecondition);
+      EXPECT_TRUE(none.empty());
+      continue;
+    }
+    ++layered;
+    int64_t top = 0;
+    for (size_t f = 0; f < plan.fragments().size(); ++f) {
+      top = std::max(top, plan.fragment_layer(f) + 1);
+    }
+    CopyList all;
+    ASSERT_TRUE(plan.Expand(d.src_room, d.dst_room, all).ok());
+    std::vector<Copy> want(all.begin(), all.end());
+    std::sort(want.begin(), want.end(), ByOffsets);
+    for (int64_t cut : {int64_t{0}, int64_t{1}, top / 2, top}) {
+      CopyList parts;
+      ASSERT_TRUE(plan.ExpandLayers(d.src_room, d.dst_room, {0, cut}, false, parts).ok());
+      ASSERT_TRUE(plan.ExpandLayers(d.src_room, d.dst_room, {cut, INT64_MAX}, false, parts).ok());
+      std::vector<Copy> got(parts.begin(), parts.end());
+      std::sort(got.begin(), got.end(), ByOffsets);
+      EXPECT_TRUE(got == want) << "cut at layer " << cut;
+    }
+    // One layer at a time, coalesced: the same bytes land as from the whole room.
+    uint64_t src_size = 0, dst_size = 0;  // the vectors' arenas are not all ArenaBytes() long
+    for (const Copy& copy : want) {
+      src_size = std::max(src_size, copy.src_offset + copy.length);
+      dst_size = std::max(dst_size, copy.dst_offset + copy.length);
+    }
+    std::string source(src_size, '\0');
+    for (uint64_t i = 0; i < src_size; ++i) source[i] = static_cast<char>(i * 131 + 7);
+    std::string whole(dst_size, '\x5a'), layer_by_layer = whole;
+    CopyList merged;
+    ASSERT_TRUE(plan.ExpandCoalesced(d.src_room, d.dst_room, merged).ok());
+    Apply(merged, source, whole);
+    for (int64_t layer = 0; layer < top; ++layer) {
+      CopyList one;
+      ASSERT_TRUE(plan.ExpandLayers(d.src_room, d.dst_room, {layer, layer + 1}, true, one).ok());
+      Apply(one, source, layer_by_layer);
+    }
+    EXPECT_TRUE(whole == layer_by_layer);
+  }
+  EXPECT_GE(layered, 1);
 }
 
 TEST(CopyPlanTest, BadRoomsAppendNothing) {

@@ -67,6 +67,19 @@ absl::StatusOr<std::vector<GroupSelection>> SelectChunkBlocks(
   return out;
 }
 
+absl::StatusOr<int64_t> FieldLayer(absl::string_view field_id) {
+  std::vector<absl::string_view> parts = absl::StrSplit(field_id, absl::MaxSplits('.', 2));
+  int64_t layer = -1;
+  if (parts.size() != 3 || parts[0] != "layer" || parts[2].empty() ||
+      !absl::SimpleAtoi(parts[1], &layer) || layer < 0 ||
+      parts[1].find_first_not_of("0123456789") != absl::string_view::npos) {
+    return MakeError(ErrorCategory::kUnsupportedLayout,
+                     absl::StrCat("producer schedule: field id '", field_id,
+                                  "' is not of the form layer.<N>.<suffix> (CACHEPD §6.11)"));
+  }
+  return layer;
+}
+
 absl::StatusOr<std::vector<std::vector<std::string>>> FieldsByProducerStep(
     absl::Span<const std::string> field_ids, int num_target_layers) {
   if (num_target_layers < 0) {
@@ -76,15 +89,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> FieldsByProducerStep(
   std::vector<std::vector<std::string>> steps(num_target_layers);
   std::vector<std::string> draft;
   for (const std::string& id : field_ids) {
-    std::vector<absl::string_view> parts = absl::StrSplit(id, absl::MaxSplits('.', 2));
-    int64_t layer = -1;
-    if (parts.size() != 3 || parts[0] != "layer" || parts[2].empty() ||
-        !absl::SimpleAtoi(parts[1], &layer) || layer < 0 ||
-        parts[1].find_first_not_of("0123456789") != absl::string_view::npos) {
-      return MakeError(ErrorCategory::kUnsupportedLayout,
-                       absl::StrCat("producer schedule: field id '", id,
-                                    "' is not of the form layer.<N>.<suffix> (CACHEPD §6.11)"));
-    }
+    KVRAIL_ASSIGN_OR_RETURN(const int64_t layer, FieldLayer(id));
     if (layer < num_target_layers) {
       steps[layer].push_back(id);
     } else {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "control/layout/contract.h"
 
@@ -33,6 +34,10 @@ struct GroupSelection {
 absl::StatusOr<std::vector<GroupSelection>> SelectChunkBlocks(
     const layout::Contract& contract, absl::Span<const std::vector<int64_t>> block_tables,
     int64_t prefix_len, int64_t prompt_len, int64_t chunk_start, int64_t chunk_end);
+
+// The N of a field id "layer.<N>.<suffix>" (§6.11: N a decimal without sign, suffix
+// non-empty), or an unsupported-layout error naming the field.
+absl::StatusOr<int64_t> FieldLayer(absl::string_view field_id);
 
 // build_cache_fields_by_producer_step (§6.11): step i < num_target_layers holds the fields
 // "layer.i.*"; fields of draft layers (N >= num_target_layers) form one extra final step.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "control/layout/peer_messages.h"
+#include "control/plan/layerwise.h"
 #include "control/plan/route.h"
 #include "control/wire/dispatch.h"
 #include "control/wire/fence.h"
@@ -61,9 +62,14 @@ std::string RankList(absl::Span<const int> ranks) {
 
 // The bytes `plan` copies for a room whose source manifest is `src`: every row of every bound
 // fragment for each block position the plan sends.
-uint64_t PlannedBytes(const plan::CopyPlan& plan, const layout::Manifest& src) {
+uint64_t PlannedBytes(const plan::CopyPlan& plan, const layout::Manifest& src,
+                      plan::CopyPlan::LayerRange layers = {}) {
   uint64_t total = 0;
-  for (const plan::BoundFragment& f : plan.fragments()) {
+  const bool every_layer = layers.begin <= 0 && layers.end == INT64_MAX;
+  for (size_t index = 0; index < plan.fragments().size(); ++index) {
+    const plan::BoundFragment& f = plan.fragments()[index];
+    const int64_t layer = plan.fragment_layer(index);
+    if (!every_layer && (layer < layers.begin || layer >= layers.end)) continue;
     if (f.group_index < 0 || static_cast<size_t>(f.group_index) >= src.groups.size()) continue;
     const size_t blocks = src.groups[f.group_index].block_ids.size();
     uint64_t positions = 0;
@@ -71,6 +77,31 @@ uint64_t PlannedBytes(const plan::CopyPlan& plan, const layout::Manifest& src) {
     total += positions * static_cast<uint64_t>(f.rows) * static_cast<uint64_t>(f.bytes_per_row);
   }
   return total;
+}
+
+// A Failed event again, for an engine call about a room that already failed.
+PrefillOutput FailedAgain(uint64_t room, const std::string& reason) {
+  PrefillOutput out;
+  RoomEvent event;
+  event.room = room;
+  event.state = TransferPoll::kFailed;
+  event.reason = reason;
+  out.events.push_back(std::move(event));
+  return out;
+}
+
+bool SameManifest(const layout::Manifest& a, const layout::Manifest& b) {
+  if (a.prefix_len != b.prefix_len || a.prompt_len != b.prompt_len ||
+      a.groups.size() != b.groups.size()) {
+    return false;
+  }
+  for (size_t g = 0; g < a.groups.size(); ++g) {
+    if (a.groups[g].group_id != b.groups[g].group_id ||
+        a.groups[g].block_ids != b.groups[g].block_ids) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // A destination's manifest must describe the same prompt window and the same block count per
@@ -605,31 +636,40 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, a
 
 void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now,
                                       PrefillOutput& out) {
-  if (!room.ready.has_value() || room.transfer_started ||
-      room.state != TransferPoll::kBootstrapped) {
-    return;
-  }
-  absl::StatusOr<TransferWork> work = BuildTransfer(room_id, room, now);
+  if (room.transfer_started || room.state != TransferPoll::kBootstrapped) return;
+  const bool final = room.ready.has_value();
+  if (!final && room.layers_final <= room.layers_sent) return;  // no new layer is final
+  const layout::Manifest* source = room.layer_source.get();
+  if (final && room.ready->source_manifest.has_value()) source = &*room.ready->source_manifest;
+  const plan::CopyPlan::LayerRange layers{room.layers_sent, final ? INT64_MAX : room.layers_final};
+  absl::StatusOr<TransferWork> work = BuildTransfer(room_id, room, source, layers, now);
   if (!work.ok()) {
     AbortRoom(room_id, room, Owned(work.status().message()), now, out);
     return;
   }
-  room.transfer_started = true;
+  room.layers_sent = layers.end;
   if (work->destinations.empty()) {
-    // A dummy rank: nothing to copy and nobody to tell (§1.4).
+    // A dummy rank: nothing to copy and nobody to tell (§1.4), whatever its layers.
+    if (!final) return;
+    room.transfer_started = true;
     DropDestinations(room);
     SetState(room_id, room, TransferPoll::kSuccess, out);
     return;
   }
+  room.transfer_started = final;
   room.transfer_in_flight = true;
   out.transfers.push_back(*std::move(work));
 }
 
 absl::StatusOr<TransferWork> PrefillRooms::BuildTransfer(uint64_t room_id, const Room& room,
+                                                         const layout::Manifest* source,
+                                                         plan::CopyPlan::LayerRange layers,
                                                          absl::Time now) const {
   TransferWork work;
   work.room = room_id;
-  const RoomReady& ready = *room.ready;
+  work.layers = layers;
+  work.final = layers.end == INT64_MAX;
+  uint64_t room_bytes = 0;  // every layer's, for the cap
   for (const Destination& d : room.destinations) {
     if (d.peer->dummy) continue;
     const std::string& session_id = d.peer->registration.session_id;
@@ -638,29 +678,34 @@ absl::StatusOr<TransferWork> PrefillRooms::BuildTransfer(uint64_t room_id, const
           "CachePD transfer failed: Decode session ", session_id,
           " is quarantined after a failed transfer (CACHEPD §7.4 FAILED_SESSION_TTL)"));
     }
-    if (!ready.source_manifest.has_value()) {
+    if (source == nullptr) {
       return absl::FailedPreconditionError(
           "CachePD transfer failed: the engine gave no source manifest for a room with data "
           "destinations");
     }
     if (work.source_manifest == nullptr) {
-      absl::Status valid = layout::ValidateManifest(*ready.source_manifest, identity_.contract);
+      absl::Status valid = layout::ValidateManifest(*source, identity_.contract);
       if (!valid.ok()) {
         return AddContext(valid, "CachePD transfer failed: source manifest");
       }
-      work.source_manifest = std::make_shared<const layout::Manifest>(*ready.source_manifest);
+      work.source_manifest = room.layer_source != nullptr && source == room.layer_source.get()
+                                 ? room.layer_source
+                                 : std::make_shared<const layout::Manifest>(*source);
     }
     KVRAIL_RETURN_IF_ERROR(AddContext(CheckPairs(*work.source_manifest, *d.manifest, session_id),
                                       "CachePD transfer failed"));
-    TransferDestination destination{d.peer, d.manifest,
-                                    PlannedBytes(*d.peer->copy_plan, *work.source_manifest)};
+    TransferDestination destination{
+        d.peer, d.manifest, PlannedBytes(*d.peer->copy_plan, *work.source_manifest, layers)};
+    room_bytes += layers.begin <= 0 && work.final
+                      ? destination.bytes
+                      : PlannedBytes(*d.peer->copy_plan, *work.source_manifest);
     work.total_bytes += destination.bytes;
     work.destinations.push_back(std::move(destination));
   }
-  if (options_.max_room_bytes > 0 && work.total_bytes > options_.max_room_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("room ", room_id, " would copy ", work.total_bytes,
-                     " bytes, over the per-room cap of ", options_.max_room_bytes, " bytes"));
+  if (options_.max_room_bytes > 0 && room_bytes > options_.max_room_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("room ", room_id, " would copy ", room_bytes,
+                                                     " bytes, over the per-room cap of ",
+                                                     options_.max_room_bytes, " bytes"));
   }
   return work;
 }
@@ -711,16 +756,58 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
   if (room.ready.has_value() || room.transfer_started) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " is already ready"));
   }
+  if (room.state == TransferPoll::kFailed) return FailedAgain(room_id, room.failure_reason);
   PrefillOutput out;
-  if (room.state == TransferPoll::kFailed) {
-    RoomEvent event;
-    event.room = room_id;
-    event.state = TransferPoll::kFailed;
-    event.reason = room.failure_reason;
-    out.events.push_back(std::move(event));
-    return out;
+  if (room.layer_source != nullptr && ready.source_manifest.has_value() &&
+      !SameManifest(*ready.source_manifest, *room.layer_source)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "room ", room_id, ": the source manifest differs from the one its LayersReady gave"));
   }
   room.ready = std::move(ready);
+  MaybeStartTransfer(room_id, room, now, out);
+  return out;
+}
+
+absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
+    uint64_t room_id, std::optional<layout::Manifest> source_manifest, int64_t layers,
+    absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.begun) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
+  }
+  Room& room = found->second;
+  if (room.ready.has_value() || room.transfer_started) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("room ", room_id, " is already ready: its layers were all sent"));
+  }
+  for (const layout::FieldLayout& field : identity_.contract.plan.fields) {
+    absl::StatusOr<int64_t> layer = plan::FieldLayer(field.field_id);
+    if (!layer.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "room ", room_id,
+          ": this rank's contract cannot stream by layer: ", layer.status().message()));
+    }
+  }
+  if (layers < 1 || layers < room.layers_final) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, ": layers ", layers,
+                     " must be >= 1 and never below an earlier call's (", room.layers_final, ")"));
+  }
+  if (room.layer_source != nullptr && source_manifest.has_value() &&
+      !SameManifest(*source_manifest, *room.layer_source)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "room ", room_id, ": the source manifest differs from the one its first LayersReady gave"));
+  }
+  if (room.layer_source == nullptr && !source_manifest.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, ": the first LayersReady must give the source manifest"));
+  }
+  if (room.state == TransferPoll::kFailed) return FailedAgain(room_id, room.failure_reason);
+  PrefillOutput out;
+  if (room.layer_source == nullptr) {
+    room.layer_source = std::make_shared<const layout::Manifest>(*std::move(source_manifest));
+  }
+  room.layers_final = layers;
   MaybeStartTransfer(room_id, room, now, out);
   return out;
 }
@@ -734,6 +821,10 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
         absl::StrCat("room ", room_id, " has no transfer in flight"));
   }
   Room& room = found->second;
+  if (!room.transfer_started) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("room ", room_id, " has not handed out its final transfer"));
+  }
   PrefillOutput out;
   if (room.fencing) {  // aborted meanwhile; everything landed, so it is fenced
     FinishFence(room_id, room, now, out);
@@ -913,6 +1004,8 @@ std::optional<PrefillRoomView> PrefillRooms::Find(uint64_t room_id) const {
   view.ready = room.ready.has_value() || room.transfer_started;
   view.transfer_in_flight = room.transfer_in_flight;
   view.fencing = room.fencing;
+  view.layers_final = room.layers_final;
+  view.layers_sent = room.layers_sent;
   return view;
 }
 

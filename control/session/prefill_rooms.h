@@ -125,7 +125,13 @@ struct TransferWork {
   std::shared_ptr<const layout::Manifest> source_manifest;
   // In the order the pre-allocations arrived (CACHEPD §6.9 "Issuing the descriptors").
   std::vector<TransferDestination> destinations;
-  uint64_t total_bytes = 0;
+  uint64_t total_bytes = 0;  // of this work's layers
+  // Layer-wise streaming (CACHEPD §6.11, LayersReady): only the fields "layer.<N>.*" with N in
+  // `layers` (plan::CopyPlan::ExpandLayers); the default range is every field. `final`: the
+  // room's last work (its Ready's); the room is done once this and every earlier work of it
+  // have landed, and only then is OnTransferDone called.
+  plan::CopyPlan::LayerRange layers;
+  bool final = true;
 };
 
 // What the engine says when a room's cache is final (the default, non-layerwise mode: one final
@@ -169,7 +175,9 @@ struct PrefillRoomView {
   bool begun = false;
   bool ready = false;
   bool transfer_in_flight = false;
-  bool fencing = false;  // failed; its Failed waits for the transfer's fence
+  bool fencing = false;      // failed; its Failed waits for the transfer's fence
+  int64_t layers_final = 0;  // LayersReady: the layers final so far
+  int64_t layers_sent = 0;   // the layers handed out as TransferWork
 };
 
 class PrefillRooms {
@@ -233,9 +241,27 @@ class PrefillRooms {
   // (FailedPrecondition), or a token below -1 (InvalidArgument).
   absl::StatusOr<PrefillOutput> Ready(uint64_t room, RoomReady ready, absl::Time now);
 
+  // Layer-wise streaming (CACHEPD §6.11, the whole prompt as one chunk): the fields
+  // "layer.<N>.*" with N < `layers` of the room are final. When the room is Bootstrapped the
+  // output holds a TransferWork (final = false) for the layers not handed out before;
+  // otherwise the call that completes its pre-allocations hands back one for every layer
+  // final by then. The room's Ready later sends the rest (final = true) and its Success goes
+  // out, as in the default mode, only once everything has landed. The first call's
+  // `source_manifest` is the room's; a later one (or the Ready's) may leave it out, or must
+  // equal it. Checked as Ready checks the work, failing the room when broken. A room that
+  // already failed reports a Failed event again and starts nothing.
+  // Fails, changing nothing, for a room never begun (NotFound), one already Ready
+  // (FailedPrecondition), a contract with a field not of the form layer.<N>.<suffix>
+  // (FailedPrecondition), `layers` < 1 or below an earlier call's, or a source manifest that
+  // differs from the first (InvalidArgument).
+  absl::StatusOr<PrefillOutput> LayersReady(uint64_t room,
+                                            std::optional<layout::Manifest> source_manifest,
+                                            int64_t layers, absl::Time now);
+
   // --- transfer layer ---------------------------------------------------------------------
 
-  // Every copy of the room's TransferWork landed (flushed, "Success means landed"). A room that
+  // Every copy of the room's TransferWork landed (flushed, "Success means landed"); with
+  // layer-wise streaming, every copy of all its works, the final one included. A room that
   // failed meanwhile (fences) is fenced by this and fails now. Otherwise it becomes Success and
   // each destination is sent Success with this rank, the token and the speculative ids (§1.4,
   // §3.4); the destinations are dropped. Fails, changing nothing, when the room has no transfer in
@@ -318,7 +344,12 @@ class PrefillRooms {
     // Set on a Failed room nobody holds (never begun, or freed): forgotten at this time.
     std::optional<absl::Time> forget_at;
     std::optional<RoomReady> ready;
-    bool transfer_started = false;
+    // LayersReady: the layers the engine said are final, those handed out as work, and the
+    // source manifest its first call gave.
+    int64_t layers_final = 0;
+    int64_t layers_sent = 0;
+    std::shared_ptr<const layout::Manifest> layer_source;
+    bool transfer_started = false;  // the final work (the Ready's) was handed out
     bool transfer_in_flight = false;
     bool fencing = false;         // failed while in flight: the Failed waits for the fence
     bool fence_unproven = false;  // its fence could not prove that no write lands any more
@@ -371,6 +402,8 @@ class PrefillRooms {
                  PrefillOutput& out);
   void MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
   absl::StatusOr<TransferWork> BuildTransfer(uint64_t room_id, const Room& room,
+                                             const layout::Manifest* source,
+                                             plan::CopyPlan::LayerRange layers,
                                              absl::Time now) const;
   bool Quarantined(absl::string_view session_id, absl::Time now) const;
 

@@ -858,5 +858,132 @@ TEST(PrefillRoomsTest, AnUnprovenFenceIsAnsweredUnproven) {
   EXPECT_FALSE(wire::ParseFencedAnswer(again.messages[0].frames)->proven);
 }
 
+// --- layer-wise streaming (CACHEPD §6.11) ----------------------------------------------------
+
+// A begun room holding both pre-allocations.
+void Bootstrap(PrefillRooms& rooms, uint64_t room) {
+  ASSERT_TRUE(rooms.BeginRoom(room, kT0).ok());
+  Preallocate(rooms, room, 0);
+  Preallocate(rooms, room, 1);
+  ASSERT_EQ(rooms.State(room), TransferPoll::kBootstrapped);
+}
+
+// The test contract's fields: layer.0.k and layer.0.latent (history), layer.1.conv (state).
+TEST(PrefillRoomsTest, LayersStreamAsTheyBecomeFinalAndTheReadySendsTheRest) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  Bootstrap(rooms, 42);
+  absl::StatusOr<PrefillOutput> first = rooms.LayersReady(42, SourceManifest(), 1, kT0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->transfers.size(), 1u);
+  const TransferWork& layer0 = first->transfers[0];
+  EXPECT_FALSE(layer0.final);
+  EXPECT_EQ(layer0.layers.begin, 0);
+  EXPECT_EQ(layer0.layers.end, 1);
+  EXPECT_EQ(layer0.destinations.size(), 2u);
+  EXPECT_GT(layer0.total_bytes, 0u);
+  EXPECT_LT(layer0.total_bytes, 228u);
+  EXPECT_TRUE(first->messages.empty());
+  EXPECT_TRUE(rooms.Find(42)->transfer_in_flight);
+  // The same layers again: nothing new is final.
+  absl::StatusOr<PrefillOutput> again = rooms.LayersReady(42, std::nullopt, 1, kT0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->transfers.empty());
+  // Not done before the final work: no Success can go out early.
+  EXPECT_EQ(rooms.OnTransferDone(42, kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  RoomReady ready = ReadyWith(7);
+  ready.source_manifest.reset();  // the LayersReady's stands
+  absl::StatusOr<PrefillOutput> rest = rooms.Ready(42, std::move(ready), kT0);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->transfers.size(), 1u);
+  EXPECT_TRUE(rest->transfers[0].final);
+  EXPECT_EQ(rest->transfers[0].layers.begin, 1);
+  EXPECT_EQ(layer0.total_bytes + rest->transfers[0].total_bytes, 228u);
+  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->messages.size(), 2u);
+  EXPECT_EQ(ParsedStatus(done->messages[0]).status, 5);
+  EXPECT_EQ(ParsedStatus(done->messages[0]).bootstrap_token, 7);
+}
+
+TEST(PrefillRoomsTest, LayersFinalBeforeThePreallocationsAreSentWhenTheyComplete) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(8, kT0).ok());
+  absl::StatusOr<PrefillOutput> early = rooms.LayersReady(8, SourceManifest(), 1, kT0);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_TRUE(early->transfers.empty());
+  EXPECT_EQ(rooms.Find(8)->layers_final, 1);
+  EXPECT_TRUE(Preallocate(rooms, 8, 0).transfers.empty());
+  PrefillOutput last = Preallocate(rooms, 8, 1);
+  ASSERT_EQ(last.transfers.size(), 1u);
+  EXPECT_FALSE(last.transfers[0].final);
+  EXPECT_EQ(last.transfers[0].layers.end, 1);
+  EXPECT_EQ(rooms.Find(8)->layers_sent, 1);
+}
+
+TEST(PrefillRoomsTest, LayersReadyRefusesBadCallsAndChangesNothing) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  EXPECT_EQ(rooms.LayersReady(5, SourceManifest(), 1, kT0).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(rooms.BeginRoom(5, kT0).ok());
+  EXPECT_EQ(rooms.LayersReady(5, std::nullopt, 1, kT0).status().code(),
+            absl::StatusCode::kInvalidArgument);  // the first call names the source blocks
+  EXPECT_EQ(rooms.LayersReady(5, SourceManifest(), 0, kT0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(rooms.LayersReady(5, SourceManifest(), 2, kT0).ok());
+  absl::StatusOr<PrefillOutput> lower = rooms.LayersReady(5, std::nullopt, 1, kT0);
+  EXPECT_EQ(lower.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(lower.status().message()), HasSubstr("never below"));
+  layout::Manifest other = SourceManifest();
+  other.groups[0].block_ids[0] += 1;
+  EXPECT_EQ(rooms.LayersReady(5, other, 2, kT0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  RoomReady differs = ReadyWith(1);
+  differs.source_manifest = other;
+  EXPECT_EQ(rooms.Ready(5, differs, kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rooms.Find(5)->layers_final, 2);
+  ASSERT_TRUE(rooms.Ready(5, ReadyWith(1), kT0).ok());
+  EXPECT_EQ(rooms.LayersReady(5, std::nullopt, 3, kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A contract with a field that is not layer.<N>.* has no layers to stream.
+  PrefillIdentity identity;
+  identity.prefill_tp_size = 2;
+  identity.contract = PrefillContract();
+  for (layout::FieldLayout& field : identity.contract.plan.fields) {
+    if (field.field_id == "layer.0.latent") field.field_id = "latent";
+  }
+  PrefillRooms unlayered = *PrefillRooms::Create(identity);
+  ASSERT_TRUE(unlayered.BeginRoom(6, kT0).ok());
+  absl::StatusOr<PrefillOutput> refused = unlayered.LayersReady(6, SourceManifest(), 1, kT0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'latent'"));
+}
+
+// Failed means fenced between layers too: an abort while a layer's work is in flight waits for
+// its fence.
+TEST(PrefillRoomsTest, AnAbortBetweenLayersWaitsForTheFenceOfTheLayersInFlight) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  Bootstrap(rooms, 42);
+  ASSERT_EQ(rooms.LayersReady(42, SourceManifest(), 1, kT0)->transfers.size(), 1u);
+  PrefillOutput aborted = rooms.Abort(42, "the engine aborted", kT0);
+  EXPECT_THAT(aborted.fences, ElementsAre(42u));
+  EXPECT_TRUE(aborted.messages.empty());
+  EXPECT_NE(rooms.State(42), TransferPoll::kFailed);
+  PrefillOutput fenced = rooms.OnTransferFailed(42, "", "cancelled", kT0);
+  ASSERT_EQ(fenced.messages.size(), 2u);
+  EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
+  EXPECT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
+  // Later layers of a failed room start nothing.
+  absl::StatusOr<PrefillOutput> late = rooms.LayersReady(42, std::nullopt, 2, kT0);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->transfers.empty());
+  EXPECT_THAT(States(*late), ElementsAre(TransferPoll::kFailed));
+}
+
 }  // namespace
 }  // namespace kvrail::session

@@ -72,6 +72,30 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   return absl::OkStatus();
 }
 
+absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
+  const std::string context = absl::StrCat("LayersReady room ", layers.room());
+  if (options.role != Role::kPrefill) {
+    return absl::FailedPreconditionError(context + ": this is a decode sidecar");
+  }
+  std::optional<layout::Manifest> source;
+  if (!layers.source_manifest().empty()) {
+    absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(layers.source_manifest());
+    if (!manifest.ok()) return AddContext(manifest.status(), context + ": source manifest");
+    source = *std::move(manifest);
+  }
+  Locked locked(*this);
+  if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+  const absl::Time now = absl::Now();
+  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(layers.room(), now);
+  if (!begun.ok()) return AddContext(begun.status(), context);
+  ApplyLocked(*std::move(begun));  // as for Ready: only a terminal state is news
+  absl::StatusOr<session::PrefillOutput> out =
+      prefill->LayersReady(layers.room(), std::move(source), layers.layers(), now);
+  if (!out.ok()) return AddContext(out.status(), context);
+  ApplyLocked(*std::move(out));
+  return absl::OkStatus();
+}
+
 // Needs mu. Failed means fenced: a room with a transfer in flight (or being prepared) fails
 // only once no write of it can land any more (FenceLocked, then the outcomes).
 void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
@@ -81,7 +105,7 @@ void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
 void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   auto preparation = std::make_shared<Preparation>();
   preparation->room = work.room;
-  preparation->generation = transfers.Begin(work.room, work.total_bytes, absl::Now());
+  preparation->generation = transfers.Begin(work.room, work.total_bytes, work.final, absl::Now());
   for (const session::TransferDestination& destination : work.destinations) {
     if (destination.peer->dummy || destination.peer->copy_plan == nullptr) continue;
     preparation->destinations.emplace_back();
@@ -127,7 +151,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         }
       }
       Locked locked(*this);
-      ActLocked(transfers.Submitted(preparation->room, preparation->generation));
+      ActLocked(transfers.Submitted(preparation->room));
     });
   };
   if (preparation->destinations.empty()) {
@@ -143,18 +167,22 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     auto source_manifest = work.source_manifest;
     auto destination_manifest = destination.manifest;
     auto copy_plan = peer.copy_plan;
+    const plan::CopyPlan::LayerRange layers = work.layers;
+    const bool final = work.final;
     const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
     const uint64_t arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
     strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
-                                copy_plan, remote_base, arena_length, finish,
+                                copy_plan, layers, final, remote_base, arena_length, finish,
                                 owner = destination.peer] {
       // Skipped when the room already failed: its preparation is moot.
       std::optional<TransferPhase> phase;
-      bool digest = false;  // --verify-digest, and the session is kvrail's (it has a key)
+      // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
+      // over the whole room (the decode checks every byte the room landed).
+      bool digest = false;
       {
         Locked locked(*this);
         phase = transfers.Phase(preparation->room);
-        digest = options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
+        digest = final && options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
       }
       if (phase.has_value() && *phase != TransferPhase::kFailing) {
         absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
@@ -183,16 +211,24 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
           slot.request.remote = link->regions;
           slot.request.remote_base = remote_base;
           slot.request.remote_length = arena_length;  // this arena alone, not every region
-          slot.error =
-              ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, slot.request.copies);
+          slot.error = ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, layers,
+                                  slot.request.copies);
           // The engine's Ready says the source bytes are final, so hashing them here, before
           // the writes, gives what hashing them after the flush would; the writes wait for
           // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
           if (slot.error.ok() && digest) {
             plan::CopyList sorted = slot.request.copies;  // the writes keep their order
-            absl::StatusOr<uint64_t> sum = plan::RoomDigest(
-                sorted, plan::DigestSide::kSource,
-                absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
+            if (layers.begin > 0) {  // earlier works sent the first layers: hash them all
+              sorted.clear();
+              slot.error =
+                  ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, {}, sorted);
+            }
+            absl::StatusOr<uint64_t> sum =
+                slot.error.ok() ? plan::RoomDigest(sorted, plan::DigestSide::kSource,
+                                                   absl::MakeConstSpan(
+                                                       reinterpret_cast<const uint8_t*>(arena_base),
+                                                       arena_bytes))
+                                : absl::StatusOr<uint64_t>(slot.error);
             if (sum.ok()) {
               slot.digest = *sum;
               slot.reply_endpoint = owner->reply_endpoint;
@@ -209,7 +245,11 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
 
 absl::Status Sidecar::Impl::ExpandRoom(const plan::CopyPlan& plan, const layout::Manifest& source,
                                        const layout::Manifest& destination,
+                                       plan::CopyPlan::LayerRange layers,
                                        plan::CopyList& copies) const {
+  if (layers.begin > 0 || layers.end != INT64_MAX) {  // layer-wise streaming (CACHEPD §6.11)
+    return plan.ExpandLayers(source, destination, layers, !options.naive_copies, copies);
+  }
   // --naive-copies posts the planner's copies unmerged, for measurement only.
   return options.naive_copies ? plan.Expand(source, destination, copies)
                               : plan.ExpandCoalesced(source, destination, copies);

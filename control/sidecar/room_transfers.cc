@@ -5,14 +5,15 @@
 
 namespace kvrail::sidecar {
 
-uint64_t RoomTransfers::Begin(uint64_t room_id, uint64_t bytes, absl::Time now) {
-  Room& room = rooms_[room_id];
-  for (uint64_t id : room.ids) owners_.erase(id);
-  room = Room();
-  room.generation = next_generation_++;
-  room.bytes = bytes;
-  room.started = now;
-  return room.generation;
+uint64_t RoomTransfers::Begin(uint64_t room_id, uint64_t bytes, bool final, absl::Time now) {
+  auto [found, fresh] = rooms_.try_emplace(room_id);
+  Room& room = found->second;
+  if (fresh) room.started = now;
+  const uint64_t generation = next_generation_++;
+  room.preparing.insert(generation);
+  room.final = room.final || final;
+  room.bytes += bytes;
+  return generation;
 }
 
 std::optional<std::vector<uint64_t>> RoomTransfers::Prepared(
@@ -20,28 +21,30 @@ std::optional<std::vector<uint64_t>> RoomTransfers::Prepared(
     uint64_t copies, absl::Time now, TransferActions& actions) {
   actions.room = room_id;
   auto found = rooms_.find(room_id);
-  if (found == rooms_.end() || found->second.generation != generation) return std::nullopt;
+  if (found == rooms_.end() || found->second.preparing.erase(generation) == 0) return std::nullopt;
   Room& room = found->second;
-  room.copies = copies;
+  room.copies += copies;
   if (room.phase == TransferPhase::kFailing || sessions.empty()) {
-    // Failed while it was prepared (nothing was submitted), or nothing to move: it ends here.
-    EndLocked(room_id, room, now, actions);
+    // Failed while it was prepared (nothing of this work was submitted), or nothing to move.
+    EndIfDone(room_id, room, now, actions);
     return std::nullopt;
   }
   room.phase = TransferPhase::kPosting;
+  std::vector<uint64_t> ids;
   for (const std::string& session : sessions) {
     const uint64_t id = next_transfer_id_++;
+    ids.push_back(id);
     room.ids.push_back(id);
     owners_[id] = Owner{room_id, session};
   }
-  return room.ids;
+  return ids;
 }
 
-TransferActions RoomTransfers::Submitted(uint64_t room_id, uint64_t generation) {
+TransferActions RoomTransfers::Submitted(uint64_t room_id) {
   TransferActions actions;
   actions.room = room_id;
   auto found = rooms_.find(room_id);
-  if (found == rooms_.end() || found->second.generation != generation) return actions;
+  if (found == rooms_.end()) return actions;
   if (found->second.phase == TransferPhase::kFailing) actions.cancel = found->second.ids;
   return actions;
 }
@@ -59,7 +62,7 @@ TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::s
     room.blame = std::move(blame);
   }
   if (room.ids.empty()) {
-    EndLocked(room_id, room, now, actions);  // preparing: it will submit nothing
+    EndLocked(room_id, room, now, actions);  // what is being prepared will submit nothing
     return actions;
   }
   actions.cancel = room.ids;
@@ -86,8 +89,16 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
     room.blame = blame;
     actions.cancel = room.ids;  // the siblings stop too
   }
-  if (room.ids.empty()) EndLocked(room_id, room, now, actions);
+  EndIfDone(room_id, room, now, actions);
   return actions;
+}
+
+void RoomTransfers::EndIfDone(uint64_t room_id, Room& room, absl::Time now,
+                              TransferActions& actions) {
+  if (!room.ids.empty()) return;
+  if (room.phase == TransferPhase::kFailing || (room.final && room.preparing.empty())) {
+    EndLocked(room_id, room, now, actions);
+  }
 }
 
 void RoomTransfers::EndLocked(uint64_t room_id, Room& room, absl::Time now,

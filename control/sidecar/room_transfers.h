@@ -5,11 +5,14 @@
 //       |                                          |
 //       +--(abort, a failed destination)-----------+--> failing --(every transfer fenced)--> fenced
 //
-// A room's transfers are its writes to each decode destination (one scheduler transfer each).
-// A room ends (landed or fenced) only when no transfer of it can write any more: nothing was
-// submitted, or every submitted transfer has reported its outcome (the scheduler reports a
-// failure only once fenced). A generation per preparation makes late work harmless: a
-// preparation that finishes after its room failed submits nothing.
+// A room's transfers are its writes to each decode destination (one scheduler transfer each),
+// for each of its works: one in the default mode; with layer-wise streaming (CACHEPD §6.11) one
+// per LayersReady that made new layers final, then the final one (its Ready's). A room ends
+// (landed or fenced) only when no transfer of it can write any more: nothing was submitted, or
+// every submitted transfer has reported its outcome (the scheduler reports a failure only once
+// fenced); it lands only once its final work and every earlier one have landed. A generation
+// per preparation makes late work harmless: a preparation that finishes after its room failed
+// submits nothing.
 //
 // Not thread-safe, and never calls out: the sidecar's lock guards it, and the caller does what
 // each call returns (submit, cancel) after releasing that lock.
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,15 +55,16 @@ struct TransferActions {
 
 class RoomTransfers {
  public:
-  // A room's transfer starts being prepared (descriptor fetch, connect, copy expansion).
-  // Returns the preparation's generation. A room already tracked is replaced (it cannot be:
-  // the room state machine starts each room's transfer once).
-  uint64_t Begin(uint64_t room, uint64_t bytes, absl::Time now);
+  // One work of a room starts being prepared (descriptor fetch, connect, copy expansion):
+  // `bytes` of it, `final` when it is the room's last. Returns the preparation's generation. A
+  // room already tracked gains the work (layer-wise streaming).
+  uint64_t Begin(uint64_t room, uint64_t bytes, bool final, absl::Time now);
 
   // The preparation of `generation` is done, with one transfer per destination, in `sessions`
   // order. Returns the transfer ids to submit (kPosting), or nullopt: the room failed meanwhile
-  // and nothing was submitted, so it ended now (`actions.ended`), or the generation is stale
-  // (nothing to do).
+  // and nothing was submitted (it ended now, `actions.ended`, unless transfers of its other
+  // works are still in flight), there was nothing to move (it ended now if that was all that
+  // was left), or the generation is stale (nothing to do).
   std::optional<std::vector<uint64_t>> Prepared(uint64_t room, uint64_t generation,
                                                 const std::vector<std::string>& sessions,
                                                 uint64_t copies, absl::Time now,
@@ -67,7 +72,7 @@ class RoomTransfers {
 
   // After the ids from Prepared were submitted: the ones to cancel, if the room failed while
   // they were being submitted.
-  TransferActions Submitted(uint64_t room, uint64_t generation);
+  TransferActions Submitted(uint64_t room);
 
   // The room fails (an abort, a failed preparation or submission). `blame` names the session
   // at fault, empty when nobody is. Its first reason stays. Ends it at once when nothing of it
@@ -89,7 +94,8 @@ class RoomTransfers {
 
  private:
   struct Room {
-    uint64_t generation = 0;
+    std::set<uint64_t> preparing;  // generations of works being prepared
+    bool final = false;            // the last work has begun
     TransferPhase phase = TransferPhase::kPreparing;
     std::vector<uint64_t> ids;  // submitted (or being submitted), not yet reported
     std::string reason;         // kFailing: the first failure
@@ -105,6 +111,9 @@ class RoomTransfers {
   };
 
   void EndLocked(uint64_t room_id, Room& room, absl::Time now, TransferActions& actions);
+  // Ends the room when nothing of it can write any more and nothing is left to send: failing
+  // with no transfer in flight, or every work begun, prepared and landed.
+  void EndIfDone(uint64_t room_id, Room& room, absl::Time now, TransferActions& actions);
 
   std::map<uint64_t, Room> rooms_;
   std::map<uint64_t, Owner> owners_;  // transfer id -> room and destination session

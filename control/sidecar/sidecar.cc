@@ -263,6 +263,9 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
     case v1::EngineRequest::kReady:
       status = Ready(request.ready());
       break;
+    case v1::EngineRequest::kLayersReady:
+      status = LayersReady(request.layers_ready());
+      break;
     case v1::EngineRequest::kExpect:
       status = Expect(request.expect());
       break;
@@ -322,13 +325,37 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
   // manifest takes about a second to parse and check.
   constexpr size_t kInlineManifestBytes = 64 << 10;
   size_t manifest_bytes = 0;
-  if (request.kind_case() == v1::EngineRequest::kReady) {
-    manifest_bytes = request.ready().source_manifest().size();
-  } else if (request.kind_case() == v1::EngineRequest::kExpect) {
-    manifest_bytes = request.expect().destination_manifest().size();
+  std::optional<uint64_t> room;
+  switch (request.kind_case()) {
+    case v1::EngineRequest::kReady:
+      manifest_bytes = request.ready().source_manifest().size();
+      room = request.ready().room();
+      break;
+    case v1::EngineRequest::kLayersReady:
+      manifest_bytes = request.layers_ready().source_manifest().size();
+      room = request.layers_ready().room();
+      break;
+    case v1::EngineRequest::kExpect:
+      manifest_bytes = request.expect().destination_manifest().size();
+      room = request.expect().room();
+      break;
+    case v1::EngineRequest::kAbort:
+      room = request.abort().room();
+      break;
+    default:
+      return false;
   }
-  if (manifest_bytes < kInlineManifestBytes) return false;
-  parser.Post("manifests", [this, request, respond] { respond(Handle(request)); });
+  {
+    std::lock_guard<std::mutex> lock(deferred_mu);
+    const bool behind = deferred_rooms.count(*room) > 0;  // earlier requests of it wait there
+    if (manifest_bytes < kInlineManifestBytes && !behind) return false;
+    ++deferred_rooms[*room];
+  }
+  parser.Post("manifests", [this, request, respond, room = *room] {
+    respond(Handle(request));
+    std::lock_guard<std::mutex> lock(deferred_mu);
+    if (--deferred_rooms[room] == 0) deferred_rooms.erase(room);
+  });
   return true;
 }
 

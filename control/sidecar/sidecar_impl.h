@@ -173,6 +173,12 @@ struct Sidecar::Impl {
   // thread, which meanwhile answers the engine's other requests (TakeSlow). One thread: they
   // are applied in the order they came.
   StrandPool parser{1, "kvrail-parse"};
+  // Rooms with requests deferred to `parser`, and how many of each: a later request of such a
+  // room follows them there, so that each room's requests apply in the engine's order (a
+  // LayersReady with a large manifest before its Ready, an Expect before its Abort). Holds
+  // only requests in the parser's queue.
+  std::mutex deferred_mu;
+  std::map<uint64_t, int> deferred_rooms;
 
   // Holds `mu`; what was deferred under it runs once it is released, in order, on this thread.
   class Locked {
@@ -219,15 +225,18 @@ struct Sidecar::Impl {
 
   // --- prefill_transfers.cc -----------------------------------------------------------------
   absl::Status Ready(const v1::Ready& ready);
+  absl::Status LayersReady(const v1::LayersReady& layers);
   void AbortPrefill(uint64_t room, const std::string& reason);
   // A room's transfer may start: prepare each destination in its session's strand.
   void BeginTransferLocked(session::TransferWork work);
   // Fences a room that failed with its transfer in flight (PrefillRooms' fences).
   void FenceLocked(uint64_t room);
-  // A room's copies to one destination, appended to `copies`: coalesced, or with
+  // A room's copies to one destination, of the fields of `layers` (layer-wise streaming;
+  // the default range is every field), appended to `copies`: coalesced, or with
   // --naive-copies as the planner expands them.
   absl::Status ExpandRoom(const plan::CopyPlan& plan, const layout::Manifest& source,
-                          const layout::Manifest& destination, plan::CopyList& copies) const;
+                          const layout::Manifest& destination, plan::CopyPlan::LayerRange layers,
+                          plan::CopyList& copies) const;
   // Does what RoomTransfers asked: cancels (deferred) and reports a room that ended.
   void ActLocked(TransferActions actions);
   void OnTransferOutcome(const transfer::RoomOutcome& outcome);
