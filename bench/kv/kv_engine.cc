@@ -133,7 +133,11 @@ class KvCaseRunner::Impl {
     options.kvrail = spec_.kvrail;
     options.prefill_tp = spec_.prefill_tp;
     options.decode_tp = spec_.decode_tp;
-    options.transport = spec_.transport;
+    options.transport = spec_.transport == "netns" ? "tcp" : spec_.transport;
+    if (spec_.transport == "netns") {
+      options.prefill_node = spec_.prefill_node;
+      options.decode_node = spec_.decode_node;
+    }
     options.log_dir = spec_.log_dir;
     options.engine_sims = false;
     options.sidecar_args = spec_.sidecar_args;

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "control/layout/kv_shape.h"
+#include "tools/demo/cluster.h"
 
 namespace kvrail::bench {
 
@@ -37,7 +38,9 @@ struct KvCaseSpec {
   int prefill_tp = 1;
   int decode_tp = 1;
   int64_t tokens = 0;
-  std::string transport = "tcp";  // tcp or shm
+  std::string transport = "tcp";  // tcp, shm, or netns (tcp between two network namespaces)
+  // netns: where each node runs (tools/demo Cluster); unused otherwise.
+  demo::NodeHost prefill_node, decode_node;
   int sample_every = 16;
   // Layer-wise streaming (CACHEPD §6.11, engine API LayersReady): 0 runs the default mode (one
   // Ready per room). N > 0: the bench engine simulates a forward pass of `layer_compute` per

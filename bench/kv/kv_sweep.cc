@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "bench/kv/kv_engine.h"
 #include "bench/kv/kv_presets.h"
 #include "bench/raw/memcpy_limit.h"
+#include "bench/raw/netns.h"
 #include "engine/base/error.h"
 
 namespace kvrail::bench {
@@ -158,12 +160,17 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
   const auto started = std::chrono::steady_clock::now();
   KvSweepResult result;
   std::vector<PlannedCase> cases;
+  // netns: two hosts on this machine (bench/raw/netns.h), the prefill node in one network
+  // namespace and the decode node in the other, joined by a veth pair; made once for the sweep.
+  std::optional<NetnsPair> hosts;
   for (const std::string& transport : options.transports) {
     if (transport == "netns") {
-      result.notes.push_back(
-          "netns: skipped: bench kv runs its sidecars in this network namespace only (tools/demo "
-          "Cluster has no two-namespace mode yet); use bench raw --transport netns for the wire");
-      continue;
+      absl::StatusOr<NetnsPair> pair = NetnsPair::Create();
+      if (!pair.ok()) {
+        result.notes.push_back(absl::StrCat("netns: skipped: ", pair.status().message()));
+        continue;
+      }
+      hosts.emplace(*std::move(pair));
     }
     for (const std::string& name : options.presets) {
       KVRAIL_ASSIGN_OR_RETURN(const KvPreset preset, FindKvPreset(name));
@@ -220,6 +227,14 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     spec.decode_tp = c.tp.decode;
     spec.tokens = c.tokens;
     spec.transport = c.transport;
+    if (c.transport == "netns") {
+      for (auto [node, host] : {std::pair{&spec.prefill_node, &hosts->initiator()},
+                                std::pair{&spec.decode_node, &hosts->target()}}) {
+        node->prefix = NetnsPair::ExecPrefix(host->netns);
+        node->host = host->address;
+        node->net_devices = host->device;
+      }
+    }
     spec.sample_every = options.sample_every;
     spec.log_dir = log_dir;
     // What the decode ranks hold of a room together: every byte of it once, and a replicated

@@ -85,5 +85,25 @@ out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --transport t
 expect variants-exit test $? -eq 0
 expect variants-cases check_variants "$out"
 
+# --layerwise: the model's rooms again, streamed layer by layer (LayersReady) behind a
+# simulated forward pass, checked as the others, with the exposed time and one layer's share.
+check_layerwise() {  # check_layerwise JSON
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+cases = json.loads(sys.argv[1])["cases"]
+assert [c["mode"] for c in cases] == ["contiguous", "layerwise", "model"], cases
+base, layered, model = cases
+assert layered["bytes"] == model["bytes"] and layered["bytes_checked"] > 0, layered
+assert layered["coalesced_copies"] >= model["coalesced_copies"], layered
+assert layered["exposed_ms"] >= 0 and layered["layer_share_ms"] > 0, layered
+assert layered["exposed_ratio"] >= 0, layered
+assert model["exposed_ms"] is None and base["exposed_ms"] is None, model
+PY
+}
+out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --transport tcp --quiet \
+  --rooms 2 --layerwise --json)
+expect layerwise-exit test $? -eq 0
+expect layerwise-cases check_layerwise "$out"
+
 [[ $fail -eq 0 ]] && echo "kvrail_bench_kv_cli_test: ok"
 exit $fail

@@ -175,6 +175,16 @@ class SidecarClient:
         request.ready.speculative_ids.extend(speculative_ids)
         return self._call(request)
 
+    def layers_ready(self, room, layers, source_manifest=""):
+        """Prefill, layer-wise streaming: the room's fields layer.<N>.* with N < layers are
+        final; send them now. The room's first call gives the source manifest; its ready()
+        follows the last layer (docs/ENGINE-API.md, "Layer-wise streaming")."""
+        request = engine_pb2.EngineRequest()
+        request.layers_ready.room = room
+        request.layers_ready.layers = layers
+        request.layers_ready.source_manifest = _text(source_manifest)
+        return self._call(request)
+
     def expect(self, room, bootstrap_address, destination_manifest, dp_group=0):
         """Decode: pages are allocated; fetch the room from the prefill node behind
         bootstrap_address ("host:port")."""

@@ -45,10 +45,13 @@ absl::Status Cluster::StartAll() {
   dir_ = absl::StrCat("/tmp/", tag_);
   (void)mkdir(dir_.c_str(), 0700);
   KVRAIL_ASSIGN_OR_RETURN(const int port, process::FreeLocalPort());
-  bootstrap_ = absl::StrCat("127.0.0.1:", port);
-  KVRAIL_ASSIGN_OR_RETURN(
-      bootstrap_member_, Spawn("bootstrap", {o.kvrail, "bootstrap", "--host", "127.0.0.1", "--port",
-                                             absl::StrCat(port)}));
+  bootstrap_ = absl::StrCat(o.prefill_node.host, ":", port);
+  std::vector<std::string> bootstrap = o.prefill_node.prefix;
+  for (const std::string& a : {o.kvrail, std::string("bootstrap"), std::string("--host"),
+                               o.prefill_node.host, std::string("--port"), absl::StrCat(port)}) {
+    bootstrap.push_back(a);
+  }
+  KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
   const std::string tls = o.transport == "shm" ? "sm" : "tcp";
   std::vector<std::string> shape = {"--layers",      absl::StrCat(o.shape.layers),
                                     "--kv-heads",    absl::StrCat(o.shape.kv_heads),
@@ -62,10 +65,19 @@ absl::Status Cluster::StartAll() {
     const int tp = prefill ? o.prefill_tp : o.decode_tp;
     const int global = prefill ? stage * o.prefill_tp + rank : rank;
     const std::string endpoint = absl::StrCat("ipc://", dir_, "/", role, global, ".sock");
-    std::vector<std::string> argv = {
-        o.kvrail, "sidecar",   "--role",         role,        "--engine-endpoint",
-        endpoint, "--tp-size", absl::StrCat(tp), "--tp-rank", absl::StrCat(rank),
-        "--tls",  tls};
+    const NodeHost& node = prefill ? o.prefill_node : o.decode_node;
+    std::vector<std::string> argv = node.prefix;
+    for (const std::string& a :
+         {o.kvrail, std::string("sidecar"), std::string("--role"), role,
+          std::string("--engine-endpoint"), endpoint, std::string("--tp-size"), absl::StrCat(tp),
+          std::string("--tp-rank"), absl::StrCat(rank), std::string("--tls"), tls,
+          std::string("--host"), node.host}) {
+      argv.push_back(a);
+    }
+    if (!node.net_devices.empty()) {
+      argv.push_back("--net-devices");
+      argv.push_back(node.net_devices);
+    }
     if (prefill) {
       for (const std::string& a :
            {std::string("--bootstrap"), bootstrap_, std::string("--pp-size"),

@@ -21,6 +21,15 @@
 
 namespace kvrail::demo {
 
+// One node's host: the argv prefix that runs its processes there (`ip netns exec <ns>`, or
+// none), the address they bind and are reached at, and their UCX tcp device (empty: UCX's
+// choice).
+struct NodeHost {
+  std::vector<std::string> prefix;
+  std::string host = "127.0.0.1";
+  std::string net_devices;
+};
+
 struct ClusterOptions {
   std::string kvrail;  // the kvrail binary
   int prefill_tp = 2;
@@ -36,6 +45,10 @@ struct ClusterOptions {
   std::vector<std::string> sidecar_args;
   // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
   std::string log_dir;
+  // Where the prefill node (its bootstrap and sidecars) and the decode node run: by default
+  // both on this host's loopback; `bench kv --transport netns` puts each in a network
+  // namespace of its own.
+  NodeHost prefill_node, decode_node;
   // False: the bootstrap and the sidecars only, for a caller that drives the sidecars' engine
   // API itself (`kvrail bench kv`); the engine-sim options above are then unused.
   bool engine_sims = true;
