@@ -120,11 +120,14 @@ class KvCaseRunner::Impl {
     shape.pages = pages_;
     KVRAIL_ASSIGN_OR_RETURN(prefill_contract_, layout::BuildKvContract(shape, spec_.prefill_tp));
     KVRAIL_ASSIGN_OR_RETURN(decode_contract_, layout::BuildKvContract(shape, spec_.decode_tp));
+    // Every group's block table is pages 1..pages; each group keeps the slots its rules say
+    // (a sliding window its last tokens, a state group one snapshot, CACHEPD §5.2).
     std::vector<int64_t> blocks;
     for (int64_t i = 1; i <= pages_; ++i) blocks.push_back(i);
-    const std::vector<std::vector<int64_t>> table = {blocks};
-    KVRAIL_ASSIGN_OR_RETURN(src_, layout::BuildManifest(prefill_contract_, table, 0, spec_.tokens));
-    KVRAIL_ASSIGN_OR_RETURN(dst_, layout::BuildManifest(decode_contract_, table, 0, spec_.tokens));
+    const std::vector<std::vector<int64_t>> tables(prefill_contract_.group_specs.size(), blocks);
+    KVRAIL_ASSIGN_OR_RETURN(src_,
+                            layout::BuildManifest(prefill_contract_, tables, 0, spec_.tokens));
+    KVRAIL_ASSIGN_OR_RETURN(dst_, layout::BuildManifest(decode_contract_, tables, 0, spec_.tokens));
     KVRAIL_ASSIGN_OR_RETURN(src_wire_, layout::SerializeManifest(src_));
     KVRAIL_ASSIGN_OR_RETURN(dst_wire_, layout::SerializeManifest(dst_));
     KVRAIL_RETURN_IF_ERROR(CountUncoalesced());
@@ -161,13 +164,16 @@ class KvCaseRunner::Impl {
                                                 decode_contract_, decode_wire, spec_.decode_tp, d));
       decode_.push_back(std::move(rank));
     }
-    // The first copy's destination on decode rank 0: its first field (field_id order, as
-    // whole-field copies and fragments go, CACHEPD §6.9), block 1.
-    const layout::FieldLayout* first = &decode_contract_.plan.fields.front();
+    // The first copy's destination on decode rank 0: the first group's first field (field_id
+    // order, as whole-field copies and fragments go, CACHEPD §6.9), at the group's first block.
+    const std::string& group = decode_contract_.group_specs.front().group_id;
+    const layout::FieldLayout* first = nullptr;
     for (const layout::FieldLayout& f : decode_contract_.plan.fields) {
-      if (f.field_id < first->field_id) first = &f;
+      if (f.group_id == group && (first == nullptr || f.field_id < first->field_id)) first = &f;
     }
-    KVRAIL_ASSIGN_OR_RETURN(first_byte_offset_, layout::PageOffset(decode_contract_, *first, 1));
+    KVRAIL_ASSIGN_OR_RETURN(
+        first_byte_offset_,
+        layout::PageOffset(decode_contract_, *first, dst_.groups.front().block_ids.front()));
     return absl::OkStatus();
   }
 
@@ -228,11 +234,17 @@ class KvCaseRunner::Impl {
       if (!checked.ok()) {
         return AddContext(checked, absl::StrCat("bench kv: room ", room, " on ", d.name));
       }
+      // What the check compared: each group's sampled manifest positions of its fields.
       const int64_t every = whole_check ? 1 : spec_.sample_every;
       const int64_t first = whole_check ? 0 : static_cast<int64_t>(room % every);
-      const int64_t positions = first < pages_ ? (pages_ - first + every - 1) / every : 0;
-      figures.bytes_checked += static_cast<uint64_t>(
-          positions * (d.arena->bytes().size() / static_cast<uint64_t>(pages_ + 1)));
+      for (const layout::FieldLayout& f : decode_contract_.plan.fields) {
+        int64_t n = 0;
+        for (const layout::ManifestGroup& g : dst_.groups) {
+          if (g.group_id == f.group_id) n = static_cast<int64_t>(g.block_ids.size());
+        }
+        const int64_t positions = first < n ? (n - first + every - 1) / every : 0;
+        figures.bytes_checked += static_cast<uint64_t>(positions * f.page_stride_bytes);
+      }
     }
     return figures;
   }

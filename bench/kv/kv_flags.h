@@ -61,7 +61,7 @@ struct KvBenchOptions {
 };
 
 // The sweeps: --quick (llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm, 6 rooms), the default
-// (three presets, 1:1 2:1 1:2 4:2 2:4, 1k to 32k tokens, tcp and shm, 5 rooms), and --full
+// (four presets, 1:1 2:1 1:2 4:2 2:4, 1k to 32k tokens, tcp and shm, 5 rooms), and --full
 // (the default plus 8:2 and 2:8, and netns).
 KvBenchOptions QuickKvSweep();
 KvBenchOptions DefaultKvSweep();

@@ -26,7 +26,7 @@ TEST(KvFlagsTest, FullAddsTp8AndNetns) {
   EXPECT_EQ(o.tp_pairs.size(), 7u);
   EXPECT_EQ(o.tp_pairs.back(), (TpPair{2, 8}));
   EXPECT_EQ(o.transports.back(), "netns");
-  EXPECT_EQ(o.presets.size(), 3u);
+  EXPECT_EQ(o.presets.size(), 4u);
 }
 
 TEST(KvFlagsTest, ListsOverrideTheSweep) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "control/layout/manifest.h"
 
 namespace kvrail::bench {
 namespace {
@@ -14,6 +15,14 @@ layout::KvShape Gqa(int layers, int kv_heads, int head_dim) {
   shape.dtype = layout::DType::kBfloat16;
   shape.page_tokens = 16;
   shape.prefix_granularity = 16;
+  return shape;
+}
+
+// Even layers: sliding-window attention; odd layers: one recurrent state per room.
+layout::KvShape Hybrid(int layers, int kv_heads, int head_dim, int window, int state_dim) {
+  layout::KvShape shape = Gqa(layers, kv_heads, head_dim);
+  shape.sliding_window_tokens = window;
+  shape.state_dim = state_dim;
   return shape;
 }
 
@@ -36,18 +45,14 @@ const std::vector<KvPreset>& KvPresets() {
       {"deepseek-v3-mla",
        "DeepSeek-V3-like MLA: 61 layers, one 576-dim latent (512 + 64 rope), bf16, replicated",
        Mla(61, 576)},
+      // Two cache groups with other rules (CACHEPD §5.2): the window keeps the last 4096
+      // tokens of a longer prompt, and the state group sends one snapshot per room.
+      {"hybrid-swa-state",
+       "hybrid: 32 layers, even ones sliding-window attention (8 KV heads x 128, 4096-token "
+       "window), odd ones a recurrent state (8 heads x 64 x 128), bf16, 16-token pages",
+       Hybrid(32, 8, 128, 4096, 64)},
   };
   return *presets;
-}
-
-const std::vector<MissingKvPreset>& MissingKvPresets() {
-  static const std::vector<MissingKvPreset>* missing = new std::vector<MissingKvPreset>{
-      {"hybrid-swa-state",
-       "a sliding-window plus state layout needs several cache groups (a sliding-window group "
-       "and a state group with checkpoint geometry), and layout::BuildKvContract builds one "
-       "full-history group only"},
-  };
-  return *missing;
 }
 
 absl::StatusOr<KvPreset> FindKvPreset(absl::string_view name) {
@@ -55,12 +60,6 @@ absl::StatusOr<KvPreset> FindKvPreset(absl::string_view name) {
   for (const KvPreset& preset : KvPresets()) {
     if (preset.name == name) return preset;
     names.push_back(preset.name);
-  }
-  for (const MissingKvPreset& missing : MissingKvPresets()) {
-    if (missing.name == name) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--presets: \"", name, "\" is not available: ", missing.reason));
-    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--presets: \"", name, "\": expected one of ", absl::StrJoin(names, ", ")));
@@ -75,8 +74,17 @@ bool KvShapeSplits(const layout::KvShape& shape, int tp) {
 }
 
 int64_t KvRoomBytes(const layout::KvShape& shape, int tp, int64_t tokens) {
-  const int64_t fields = int64_t{shape.layers} * (shape.latent ? 1 : 2);
-  return KvRoomPages(shape, tokens) * fields * layout::FieldPageBytes(shape, tp) * tp;
+  layout::KvShape room = shape;
+  room.pages = KvRoomPages(shape, tokens);
+  absl::StatusOr<layout::Contract> contract = layout::BuildKvContract(room, tp);
+  if (!contract.ok()) return 0;
+  // Each field: the pages of its group's slots for the prompt (§5.2), on every rank.
+  int64_t bytes = 0;
+  for (const layout::FieldLayout& field : contract->plan.fields) {
+    const layout::GroupSpec* spec = contract->FindGroupSpec(field.group_id);
+    bytes += layout::LogicalSlots(*spec, 0, tokens).size() * field.page_stride_bytes;
+  }
+  return bytes * tp;
 }
 
 }  // namespace kvrail::bench

@@ -21,18 +21,10 @@ struct KvPreset {
   layout::KvShape shape;    // pages: set per case (KvPresetContract)
 };
 
-// llama3-8b, llama3-70b, deepseek-v3-mla, in that order.
+// llama3-8b, llama3-70b, deepseek-v3-mla, hybrid-swa-state, in that order.
 const std::vector<KvPreset>& KvPresets();
 
-// A layout the issue asks for that the contract builder cannot express yet, and why.
-struct MissingKvPreset {
-  std::string name;
-  std::string reason;
-};
-const std::vector<MissingKvPreset>& MissingKvPresets();
-
-// The preset called `name`. InvalidArgument listing the presets (and saying why a missing one
-// is missing) otherwise.
+// The preset called `name`. InvalidArgument listing the presets otherwise.
 absl::StatusOr<KvPreset> FindKvPreset(absl::string_view name);
 
 // Pages one room of `tokens` tokens fills: ceil(tokens / page_tokens).
@@ -43,7 +35,9 @@ int64_t KvRoomPages(const layout::KvShape& shape, int64_t tokens);
 bool KvShapeSplits(const layout::KvShape& shape, int tp);
 
 // Bytes one room of `tokens` tokens holds on all `tp` ranks of a side together (the latent
-// counted on every rank that holds it).
+// counted on every rank that holds it): each field's pages of its group's slots (a sliding
+// window keeps its last tokens, a state group one snapshot). 0 when the shape does not split
+// over `tp`.
 int64_t KvRoomBytes(const layout::KvShape& shape, int tp, int64_t tokens);
 
 }  // namespace kvrail::bench

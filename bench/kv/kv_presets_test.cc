@@ -38,14 +38,26 @@ TEST(KvPresetsTest, MlaIsOneReplicatedLatentPerLayer) {
   EXPECT_TRUE(KvShapeSplits(preset.shape, 8));
 }
 
-TEST(KvPresetsTest, UnknownAndMissingPresetsAreRefusedWithTheReason) {
+// The window keeps the last 4096 tokens of a longer prompt; the state sends one snapshot.
+TEST(KvPresetsTest, TheHybridSendsItsWindowAndOneStateSnapshot) {
+  const KvPreset preset = FindKvPreset("hybrid-swa-state").value();
+  // Per token: 16 attention layers x (K + V) x 8 heads x 128 dims x 2 bytes = 64 KiB; per room:
+  // 16 states of 8 x 64 x 128 x 2 bytes = 128 KiB each.
+  const int64_t state = 16 * 8 * 64 * 128 * 2;
+  EXPECT_EQ(KvRoomBytes(preset.shape, 1, 4096), int64_t{4096} * 64 * 1024 + state);
+  EXPECT_EQ(KvRoomBytes(preset.shape, 2, 4096), KvRoomBytes(preset.shape, 1, 4096));
+  // At 8k tokens the window holds 4096 tokens: 256 pages, or 257 when it starts mid-page.
+  const int64_t long_room = KvRoomBytes(preset.shape, 1, 8192) - state;
+  EXPECT_GE(long_room, int64_t{4096} * 64 * 1024);
+  EXPECT_LE(long_room, int64_t{4112} * 64 * 1024);
+}
+
+TEST(KvPresetsTest, UnknownPresetsAreRefusedNamingTheKnownOnes) {
   const absl::Status unknown = FindKvPreset("gpt-9").status();
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(unknown.message().find("llama3-8b, llama3-70b, deepseek-v3-mla"), std::string::npos)
+  EXPECT_NE(unknown.message().find("llama3-8b, llama3-70b, deepseek-v3-mla, hybrid-swa-state"),
+            std::string::npos)
       << unknown;
-  const absl::Status missing = FindKvPreset("hybrid-swa-state").status();
-  EXPECT_NE(missing.message().find("not available"), std::string::npos) << missing;
-  EXPECT_EQ(MissingKvPresets().size(), 1u);
 }
 
 }  // namespace

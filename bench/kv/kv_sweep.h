@@ -31,9 +31,10 @@ struct KvSweepSettings {
   std::string log_dir;
 };
 
-// The contiguous layout of `bytes` per room of `pages` pages: one layer, one replicated field
-// whose pages follow each other in the arena, so the room's copies coalesce into one.
-// InvalidArgument when `bytes` is not a whole number of 32-byte units per page.
+// The contiguous layout of `bytes` per room of `pages` pages (fewer, shape.pages, when `bytes`
+// does not split into 32-byte units over that many): one layer, one replicated field whose
+// pages follow each other in the arena, so the room's copies coalesce into one.
+// InvalidArgument when `bytes` is not a whole number of 32-byte units.
 absl::StatusOr<layout::KvShape> ContiguousShape(uint64_t bytes, int64_t pages);
 
 // Runs the sweep. Skipped cases (a TP the heads do not split over, netns, too many bytes) are

@@ -26,7 +26,6 @@ assert model["shape"] == "llama3-8b" and model["bytes"] == 128 << 20, model
 assert base["bytes"] == model["bytes"] and base["coalesced_copies"] == 1, base
 # 64 pages x 64 fields before coalescing; a field's pages are contiguous on both sides.
 assert model["copies"] == 64 * 64 and model["coalesced_copies"] == 64, model
-assert any("hybrid-swa-state" in n for n in doc["notes"]), doc["notes"]
 PY
 }
 
@@ -51,9 +50,9 @@ expect bad-tp-exit test $? -eq 2
 expect bad-tp-message grep -q '^error: --tp: "2-1": expected <prefill TP>:<decode TP>' <<<"$err"
 expect bad-tp-one-line test "$(wc -l <<<"$err")" -eq 1
 
-err=$("$kvrail" bench kv --presets hybrid-swa-state 2>&1 >/dev/null)
-expect missing-preset-exit test $? -eq 2
-expect missing-preset-message grep -q "not available: .*cache groups" <<<"$err"
+err=$("$kvrail" bench kv --presets gpt-9 2>&1 >/dev/null)
+expect unknown-preset-exit test $? -eq 2
+expect unknown-preset-message grep -q '^error: --presets: "gpt-9": expected one of' <<<"$err"
 
 err=$("$kvrail" bench kv --quick --full 2>&1 >/dev/null)
 expect two-sweeps-exit test $? -eq 2

@@ -1,6 +1,10 @@
 #include "control/layout/kv_shape.h"
 
+#include <algorithm>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +14,8 @@ namespace kvrail::layout {
 namespace {
 
 constexpr char kGroup[] = "full_attention";
+constexpr char kSlidingGroup[] = "sliding_window";
+constexpr char kStateGroup[] = "state";
 
 }  // namespace
 
@@ -42,56 +48,107 @@ absl::StatusOr<Contract> BuildKvContract(const KvShape& shape, int tp_size) {
                                        shape.kv_heads, tp_size));
     }
   }
-  const int64_t page_bytes = FieldPageBytes(shape, tp_size);
-  const int suffixes = shape.latent ? 1 : 2;
-  const int64_t fields = int64_t{shape.layers} * suffixes;
-  // (pages + 1) * page_bytes * fields must stay below 2^52 (kMaxContractInteger).
-  if (page_bytes > kMaxContractInteger / (shape.pages + 1) / fields) {
+  if (shape.latent && (shape.sliding_window_tokens > 0 || shape.state_dim > 0)) {
     return MakeError(ErrorCategory::kInvalidContract,
-                     absl::StrFormat("kv shape: %d fields of %d pages of %d bytes pass the "
-                                     "contract's 2^52 integer limit",
-                                     fields, shape.pages + 1, page_bytes));
+                     "kv shape: sliding_window_tokens and state_dim do not apply to a latent");
+  }
+  if (shape.sliding_window_tokens < 0 || shape.state_dim < 0) {
+    return MakeError(ErrorCategory::kInvalidContract,
+                     "kv shape: sliding_window_tokens and state_dim must be >= 0");
+  }
+  // Every field, layer by layer (planes sort as zero-padded layer numbers, §4.6).
+  struct Field {
+    const char* group;
+    std::string suffix;
+    std::vector<int64_t> dims;
+    int64_t page_bytes;
+    std::optional<Partition> partition;
+  };
+  const char* attention = shape.sliding_window_tokens > 0 ? kSlidingGroup : kGroup;
+  const int64_t heads = shape.latent ? 1 : shape.kv_heads / tp_size;
+  std::vector<std::pair<int, Field>> fields;
+  for (int layer = 0; layer < shape.layers; ++layer) {
+    if (shape.latent) {
+      fields.push_back({layer,
+                        {kGroup,
+                         "latent",
+                         {shape.page_tokens, shape.latent_dim},
+                         FieldPageBytes(shape, tp_size),
+                         std::nullopt}});
+    } else if (shape.state_dim > 0 && layer % 2 == 1) {
+      fields.push_back({layer,
+                        {kStateGroup,
+                         "state",
+                         {heads, shape.state_dim, shape.head_dim},
+                         heads * shape.state_dim * shape.head_dim * DTypeSize(shape.dtype),
+                         Partition{0, shape.kv_heads, {}}}});
+    } else {
+      for (const char* suffix : {"k", "v"}) {
+        fields.push_back({layer,
+                          {attention,
+                           suffix,
+                           {shape.page_tokens, heads, shape.head_dim},
+                           FieldPageBytes(shape, tp_size),
+                           Partition{1, shape.kv_heads, {}}}});
+      }
+    }
+  }
+  // (pages + 1) * lcm_block_bytes must stay below 2^52 (kMaxContractInteger).
+  int64_t lcm_block_bytes = 0;
+  for (const auto& [layer, f] : fields) {
+    if (f.page_bytes > kMaxContractInteger / (shape.pages + 1) - lcm_block_bytes) {
+      return MakeError(ErrorCategory::kInvalidContract,
+                       absl::StrFormat("kv shape: %d fields of %d pages pass the contract's 2^52 "
+                                       "integer limit",
+                                       fields.size(), shape.pages + 1));
+    }
+    lcm_block_bytes += f.page_bytes;
   }
   Contract contract;
   CachePlan& plan = contract.plan;
   plan.prefix_granularity = shape.prefix_granularity;
   plan.num_lcm_blocks = shape.pages;
-  plan.lcm_block_bytes = page_bytes * fields;
-  plan.groups.push_back({kGroup, 1, shape.pages + 1});
-  // Planes back to back in plane_id order (§4.6): ids sort as zero-padded layer numbers.
-  std::vector<std::string> plane_ids;
+  plan.lcm_block_bytes = lcm_block_bytes;
   int64_t offset = 0;
-  for (int layer = 0; layer < shape.layers; ++layer) {
-    for (int s = 0; s < suffixes; ++s) {
-      const char* suffix = shape.latent ? "latent" : (s == 0 ? "k" : "v");
-      const std::string plane_id = absl::StrFormat("unit.%05d.%s", layer, suffix);
-      const std::string field_id = absl::StrFormat("layer.%d.%s", layer, suffix);
-      plan.planes.push_back({plane_id, page_bytes, offset});
-      offset += page_bytes * (shape.pages + 1);
-      FieldLayout field;
-      field.group_id = kGroup;
-      field.field_id = field_id;
-      field.plane_id = plane_id;
-      field.shape = shape.latent ? std::vector<int64_t>{shape.page_tokens, shape.latent_dim}
-                                 : std::vector<int64_t>{shape.page_tokens, shape.kv_heads / tp_size,
-                                                        shape.head_dim};
-      field.dtype = shape.dtype;
-      field.field_offset_bytes = 0;
-      field.page_stride_bytes = page_bytes;
-      plan.fields.push_back(field);
-      if (!shape.latent) {
-        contract.transfer_schema.push_back({field_id, Partition{1, shape.kv_heads, {}}});
+  std::vector<std::string> groups;
+  for (const auto& [layer, f] : fields) {
+    const std::string plane_id = absl::StrFormat("unit.%05d.%s", layer, f.suffix);
+    const std::string field_id = absl::StrFormat("layer.%d.%s", layer, f.suffix);
+    plan.planes.push_back({plane_id, f.page_bytes, offset});
+    offset += f.page_bytes * (shape.pages + 1);
+    FieldLayout field;
+    field.group_id = f.group;
+    field.field_id = field_id;
+    field.plane_id = plane_id;
+    field.shape = f.dims;
+    field.dtype = shape.dtype;
+    field.field_offset_bytes = 0;
+    field.page_stride_bytes = f.page_bytes;
+    plan.fields.push_back(field);
+    if (f.partition.has_value()) contract.transfer_schema.push_back({field_id, *f.partition});
+    if (std::find(groups.begin(), groups.end(), f.group) == groups.end()) groups.push_back(f.group);
+  }
+  for (const char* group : {kGroup, kSlidingGroup, kStateGroup}) {
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) continue;
+    plan.groups.push_back({group, 1, shape.pages + 1});
+    GroupSpec spec;
+    spec.group_id = group;
+    if (absl::string_view(group) == kStateGroup) {
+      spec.family = "state";
+      spec.transfer_policy = TransferPolicy::kLatestSnapshot;
+      spec.checkpoint_granularity = shape.page_tokens;
+    } else {
+      spec.rows_per_page = shape.page_tokens;
+      spec.entry_stride_tokens = 1;
+      spec.family = "history";
+      spec.transfer_policy = TransferPolicy::kFullSuffix;
+      if (absl::string_view(group) == kSlidingGroup) {
+        spec.retention = Retention::kSlidingWindow;
+        spec.sliding_window_tokens = shape.sliding_window_tokens;
       }
     }
+    contract.group_specs.push_back(spec);
   }
-  GroupSpec spec;
-  spec.group_id = kGroup;
-  spec.retention = Retention::kFullHistory;
-  spec.rows_per_page = shape.page_tokens;
-  spec.entry_stride_tokens = 1;
-  spec.family = "history";
-  spec.transfer_policy = TransferPolicy::kFullSuffix;
-  contract.group_specs.push_back(spec);
   KVRAIL_RETURN_IF_ERROR(ValidateContract(contract));
   KVRAIL_RETURN_IF_ERROR(CheckArenaFits(contract));
   return contract;

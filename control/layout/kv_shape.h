@@ -27,12 +27,21 @@ struct KvShape {
   int64_t prefix_granularity = 16;
   // Usable pages per rank (num_lcm_blocks); the arena holds one more, the null page.
   int64_t pages = 64;
+  // Hybrid layouts (CACHEPD §5.2 retention and transfer policies; 0 = off, not with latent).
+  // sliding_window_tokens > 0: the attention layers' k and v live in group "sliding_window",
+  // which keeps that many tokens. state_dim > 0: every odd layer holds one recurrent state
+  // instead of k and v: field "layer.<N>.state" of shape [kv_heads, state_dim, head_dim] in
+  // group "state" (latest snapshot, a checkpoint every page_tokens tokens), heads partitioned
+  // on axis 0 across TP ranks.
+  int sliding_window_tokens = 0;
+  int state_dim = 0;
 };
 
 // The contract of one rank of a deployment with attention TP `tp_size`: group "full_attention"
-// (full history, rows_per_page = page_tokens), planes "unit.<layer>.<suffix>", fields
-// "layer.<layer>.<suffix>". InvalidArgument naming the member when a count is not positive,
-// kv_heads is not a multiple of tp_size, or the arena would pass 2^52 bytes.
+// (full history, rows_per_page = page_tokens), or for a hybrid "sliding_window" and "state" (in
+// that order, those it uses), planes "unit.<layer>.<suffix>", fields "layer.<layer>.<suffix>".
+// InvalidArgument naming the member when a count is not positive, kv_heads is not a multiple
+// of tp_size, a hybrid is asked of a latent, or the arena would pass 2^52 bytes.
 absl::StatusOr<Contract> BuildKvContract(const KvShape& shape, int tp_size);
 
 // Bytes of one page of one field on a rank of TP `tp_size` (the shape's per-page payload).
