@@ -72,7 +72,16 @@ struct FlushReply {
 };
 
 // Active-message ids on every lane's worker.
-enum AmId : unsigned { kWriteAm = 1, kFlushAm = 2, kFlushReplyAm = 3, kByeAm = 4 };
+// kWritesAm: several small writes in one message (a staged relayout, docs/ARCHITECTURE.md
+// "Small rows over tcp"): the header's `a` is their count n; the payload holds n PackedWrites,
+// then each write's bytes in that order.
+enum AmId : unsigned { kWriteAm = 1, kFlushAm = 2, kFlushReplyAm = 3, kByeAm = 4, kWritesAm = 5 };
+
+// One write of a kWritesAm message: where its bytes go at the target, and how many.
+struct PackedWrite {
+  uint64_t address = 0;
+  uint64_t length = 0;
+};
 
 enum class OpKind {
   kBatch,    // PostWrites
@@ -99,6 +108,10 @@ struct Op {
   // Active-message headers: UCX reads each until its send completes. Reserved before the first
   // send (so none moves) and kept with its capacity when the op is recycled.
   std::vector<AmHeader> headers;
+  // kWritesAm messages: their entries and the gather list UCX reads each payload from (entries
+  // first, then the writes' source bytes), kept like `headers` until the sends complete.
+  std::vector<PackedWrite> packed;
+  std::vector<ucp_dt_iov_t> gather;
   // A batch as PostWrites checked it: the source region (sent only while it is registered),
   // its bytes, the writes and each one's index in the peer's descriptor regions (its rkey).
   // The vectors keep their capacity when the op is recycled.
@@ -174,6 +187,14 @@ struct Inbound {
   // Flushes that arrived before all of their writes (count, number): answered once handled
   // reaches the count.
   std::vector<std::pair<uint64_t, uint64_t>> waiting;
+
+  // A write refused: the first since the last answer is the one the answer names.
+  void Refuse(uint64_t address, uint64_t length) {
+    if (refused) return;
+    refused = true;
+    refused_address = address;
+    refused_length = length;
+  }
 };
 
 struct Ready {
@@ -301,13 +322,21 @@ struct Lane {
   // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB).
   void Recycle(Op* op) {
     std::vector<AmHeader> headers = std::move(op->headers);
+    std::vector<PackedWrite> packed = std::move(op->packed);
+    std::vector<ucp_dt_iov_t> gather = std::move(op->gather);
     std::vector<Write> writes = std::move(op->writes);
     std::vector<int> region_of = std::move(op->region_of);
     headers.clear();
+    packed.clear();
+    gather.clear();
     writes.clear();
     region_of.clear();
     *op = Op();
     if (headers.capacity() <= 4096) op->headers = std::move(headers);
+    if (packed.capacity() <= 4096 && gather.capacity() <= 8192) {
+      op->packed = std::move(packed);
+      op->gather = std::move(gather);
+    }
     if (writes.capacity() <= 1024) {
       op->writes = std::move(writes);
       op->region_of = std::move(region_of);
@@ -481,6 +510,14 @@ ucp_ep_h ReplyEndpoint(const ucp_am_recv_param_t* param) {
 
 // The target's side of a flush: answered at once when every write it counts has been handled,
 // or once they are.
+// After a write message: the flushes that waited for it (and the ones before) are answered.
+void AnswerHandledFlushes(const ucp_am_recv_param_t* param, uint64_t token, Inbound& in) {
+  if (in.waiting.empty()) return;
+  if (ucp_ep_h reply_ep = ReplyEndpoint(param); reply_ep != nullptr) {
+    AnswerWaitingFlushes(reply_ep, token, in);
+  }
+}
+
 ucs_status_t OnFlushAm(void* arg, const void* header, size_t header_length, void* /*data*/,
                        size_t /*length*/, const ucp_am_recv_param_t* param) {
   ucp_ep_h reply_ep = ReplyEndpoint(param);
@@ -830,6 +867,12 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
             const ucp_am_recv_param_t* param) {
            return static_cast<ucs_status_t>(
                OnWriteAm(arg, header, header_length, data, length, param));
+         }},
+        {ucx_internal::kWritesAm,
+         [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+            const ucp_am_recv_param_t* param) {
+           return static_cast<ucs_status_t>(
+               OnWritesAm(arg, header, header_length, data, length, param));
          }},
         {ucx_internal::kFlushAm, OnFlushAm},
         {ucx_internal::kFlushReplyAm, OnFlushReplyAm},
@@ -1268,34 +1311,88 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
 
 void UcxTransport::IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
   const uint64_t slice = am_slice_bytes_;
-  size_t messages = 0;
-  for (const Write& w : op->writes) messages += (w.length + slice - 1) / slice;
-  op->headers.reserve(messages);  // UCX may read a header until its send completes: none moves
+  // Writes this small share messages (kWritesAm): a head-sliced room's rows of a KiB or two
+  // would otherwise cost a message, a handler call and a flush count each.
+  const uint64_t packable = slice / 8;
+  size_t messages = 0, small = 0;
+  for (const Write& w : op->writes) {
+    if (w.length <= packable) {
+      ++small;
+    } else {
+      messages += (w.length + slice - 1) / slice;
+    }
+  }
+  // UCX reads headers, entries and gather lists until each send completes: none may move.
+  op->headers.reserve(messages + small);
+  op->packed.reserve(small);
+  op->gather.reserve(2 * small);
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // Eager: the target gets each message whole inside its progress and never has to ask for it
   // (a rendezvous would make the target send); reply: the target answers flushes through it.
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  ucp_request_param_t gathered = param;
+  gathered.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+  gathered.datatype = ucp_dt_make_iov();
+  const auto send = [&](unsigned id, const AmHeader& header, const void* data, size_t length,
+                        const ucp_request_param_t& how, size_t index) {
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(pl.ep, id, &header, sizeof(header), data, length, &how);
+    if (UCS_PTR_IS_ERR(request)) {
+      op->status =
+          PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
+                                               BatchContext(pl.peer->id, lane.index, op->source),
+                                               index, op->writes.size()));
+      return false;
+    }
+    ++pl.sent;
+    if (request != nullptr) ++op->requests;
+    return true;
+  };
   const size_t count = op->writes.size();
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count;) {
     const Write& w = op->writes[i];
+    // A run of small writes that fits one message, entries and bytes together.
+    size_t end = i;
+    uint64_t bytes = 0;
+    while (end < count && op->writes[end].length <= packable &&
+           (end - i + 1) * sizeof(ucx_internal::PackedWrite) + bytes + op->writes[end].length <=
+               slice) {
+      bytes += op->writes[end].length;
+      ++end;
+    }
+    if (end - i >= 2) {
+      const size_t first_entry = op->packed.size();
+      const size_t first_iov = op->gather.size();
+      op->gather.push_back({nullptr, (end - i) * sizeof(ucx_internal::PackedWrite)});
+      for (size_t k = i; k < end; ++k) {
+        const Write& small_write = op->writes[k];
+        op->packed.push_back({small_write.remote_address, small_write.length});
+        op->gather.push_back(
+            {const_cast<std::byte*>(op->base + small_write.local_offset), small_write.length});
+      }
+      op->gather[first_iov].buffer = &op->packed[first_entry];
+      AmHeader& header = op->headers.emplace_back();
+      header.token = pl.token;
+      header.a = end - i;
+      if (!send(ucx_internal::kWritesAm, header, &op->gather[first_iov], end - i + 1, gathered,
+                i)) {
+        return;
+      }
+      i = end;
+      continue;
+    }
     for (uint64_t done = 0; done < w.length; done += slice) {
       const uint64_t length = std::min(slice, w.length - done);
       AmHeader& header = op->headers.emplace_back();
       header.token = pl.token;
       header.a = w.remote_address + done;
-      ucs_status_ptr_t request =
-          ucp_am_send_nbx(pl.ep, ucx_internal::kWriteAm, &header, sizeof(header),
-                          op->base + w.local_offset + done, length, &param);
-      if (UCS_PTR_IS_ERR(request)) {
-        op->status = PostFailure(
-            request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
-                                     BatchContext(pl.peer->id, lane.index, op->source), i, count));
+      if (!send(ucx_internal::kWriteAm, header, op->base + w.local_offset + done, length, param,
+                i)) {
         return;
       }
-      ++pl.sent;
-      if (request != nullptr) ++op->requests;
     }
+    ++i;
   }
 }
 
@@ -1336,16 +1433,54 @@ int UcxTransport::OnWriteAm(void* arg, const void* header, size_t header_length,
   const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
   if (whole && lane.transport->RegisteredLocked(write.a, length)) {
     std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(write.a)), data, length);
-  } else if (!in.refused) {
-    in.refused = true;
-    in.refused_address = write.a;
-    in.refused_length = length;
+  } else {
+    in.Refuse(write.a, length);
   }
-  if (!in.waiting.empty()) {
-    if (ucp_ep_h reply_ep = ReplyEndpoint(param); reply_ep != nullptr) {
-      AnswerWaitingFlushes(reply_ep, write.token, in);
+  AnswerHandledFlushes(param, write.token, in);
+  return UCS_OK;
+}
+
+int UcxTransport::OnWritesAm(void* arg, const void* header, size_t header_length, void* data,
+                             size_t length, const void* param_ptr) {
+  const auto* param = static_cast<const ucp_am_recv_param_t*>(param_ptr);
+  AmHeader writes;
+  if (!ReadHeader(header, header_length, &writes)) return UCS_OK;
+  Lane& lane = *static_cast<Lane*>(arg);
+  Inbound& in = lane.inbound[writes.token];
+  ++in.handled;
+  // The entries, then the bytes: the message must hold exactly what its entries say.
+  const uint64_t n = writes.a;
+  const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+  if (!whole || n == 0 || n > length / sizeof(ucx_internal::PackedWrite)) {
+    in.Refuse(0, length);
+  } else {
+    const auto* bytes = static_cast<const std::byte*>(data);
+    const uint64_t payload = length - n * sizeof(ucx_internal::PackedWrite);
+    uint64_t total = 0;
+    for (uint64_t k = 0; k < n && total <= payload; ++k) {
+      ucx_internal::PackedWrite entry;
+      std::memcpy(&entry, bytes + k * sizeof(ucx_internal::PackedWrite), sizeof(entry));
+      total += std::min(entry.length, payload + 1);
+    }
+    if (total != payload) {
+      in.Refuse(0, length);
+    } else {
+      // Bounds before bytes, each write on its own, as for kWriteAm.
+      uint64_t offset = n * sizeof(ucx_internal::PackedWrite);
+      for (uint64_t k = 0; k < n; ++k) {
+        ucx_internal::PackedWrite entry;
+        std::memcpy(&entry, bytes + k * sizeof(ucx_internal::PackedWrite), sizeof(entry));
+        if (lane.transport->RegisteredLocked(entry.address, entry.length)) {
+          std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(entry.address)),
+                      bytes + offset, entry.length);
+        } else {
+          in.Refuse(entry.address, entry.length);
+        }
+        offset += entry.length;
+      }
     }
   }
+  AnswerHandledFlushes(param, writes.token, in);
   return UCS_OK;
 }
 

@@ -57,12 +57,14 @@
 // avoids that. So over tcp this backend never uses UCX's puts: a write is sent as eager active
 // messages of at most one tcp segment, each naming its destination, which the target's lane
 // thread checks against the regions it has registered and copies in (a write outside them is
-// refused, and the next Flush says so); a Flush sends the number of messages the lane sent and
-// completes when the target answers that it has handled that many. The target sends nothing but
-// those answers, and a failed answer is only a failed request: a writer that dies mid-room costs
-// the target nothing. Shared memory keeps UCX's puts: an acknowledgement goes into the writer's
-// receive FIFO, which stays mapped in the target when the writer dies, so sending one never fails
-// (at worst it waits for room).
+// refused, and the next Flush says so); consecutive small writes of a batch (up to 1/8 of a
+// segment each) share one message, a table of their destinations and lengths then their bytes,
+// which the target checks and copies one by one; a Flush sends the number of messages the lane
+// sent and completes when the target answers that it has handled that many. The target sends
+// nothing but those answers, and a failed answer is only a failed request: a writer that dies
+// mid-room costs the target nothing. Shared memory keeps UCX's puts: an acknowledgement goes into
+// the writer's receive FIFO, which stays mapped in the target when the writer dies, so sending one
+// never fails (at worst it waits for room).
 //
 // Peer failure: endpoints ask UCX for peer-failure handling (UCP_ERR_HANDLING_MODE_PEER) on tcp
 // and on shared memory (UCX 1.13 offers it there only with UCX_MM_ERROR_HANDLING=y in the
@@ -249,6 +251,8 @@ class UcxTransport final : public Transport {
   // checks it against the registered regions and copies it in.
   static int /*ucs_status_t*/ OnWriteAm(void* arg, const void* header, size_t header_length,
                                         void* data, size_t length, const void* param);
+  static int /*ucs_status_t*/ OnWritesAm(void* arg, const void* header, size_t header_length,
+                                         void* data, size_t length, const void* param);
 
   Capabilities capabilities_;
 

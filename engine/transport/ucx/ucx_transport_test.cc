@@ -488,6 +488,51 @@ TEST(UcxTransportTest, DisconnectCancelsOutstandingWorkAndLaterWorkIsNotFound) {
   }
 }
 
+// Over tcp small writes share messages (kWritesAm); the target still checks each one: a message
+// mixing writes into a region it still holds with writes into one it has deregistered lands
+// the first and refuses the others, and the next Flush names a refused write.
+TEST(UcxTransportTest, APackedMessageRefusesEachWriteOutsideTheTargetsRegions) {
+  std::vector<uint8_t> source(64 * 1024), kept(64 * 1024), dropped(64 * 1024);
+  Fill(source, 3);
+  auto sender = UcxTransport::Create(Tcp()).value();
+  auto receiver = UcxTransport::Create(Tcp()).value();
+  const RegionId src = sender->Register({source.data(), source.size()}).value();
+  ASSERT_TRUE(receiver->Register({kept.data(), kept.size()}).ok());
+  const RegionId gone = receiver->Register({dropped.data(), dropped.size()}).value();
+  const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
+  ASSERT_TRUE(receiver->Deregister(gone).ok());  // the sender's descriptor still names it
+  const uint64_t kept_base = reinterpret_cast<uintptr_t>(kept.data());
+  const uint64_t dropped_base = reinterpret_cast<uintptr_t>(dropped.data());
+  std::vector<Write> writes;
+  for (uint64_t i = 0; i < 32; ++i) {
+    writes.push_back({i * 1024, kept_base + i * 1024, 1024});
+    writes.push_back({i * 1024, dropped_base + i * 1024, 1024});
+  }
+  Waiter waiter;
+  std::mutex mu;
+  absl::Status flushed;
+  ASSERT_TRUE(sender->PostWrites(peer, 0, src, writes, waiter.Callback()).ok());
+  Completion flush = waiter.Callback();
+  ASSERT_TRUE(sender
+                  ->Flush(peer, 0,
+                          [&, flush](absl::Status status) {
+                            {
+                              std::lock_guard<std::mutex> lock(mu);
+                              flushed = status;
+                            }
+                            flush(status);
+                          })
+                  .ok());
+  (void)waiter.Wait();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(flushed.code(), absl::StatusCode::kUnavailable) << flushed;
+  EXPECT_NE(flushed.message().find("the peer refused a write of 1024 bytes at 0x"),
+            std::string::npos)
+      << flushed;
+  EXPECT_EQ(std::memcmp(kept.data(), source.data(), 32 * 1024), 0);
+  EXPECT_TRUE(std::all_of(dropped.begin(), dropped.end(), [](uint8_t b) { return b == 0; }));
+}
+
 // Opens once, at Open or at the latest when it goes (so a failed test never leaves a lane's
 // thread waiting in a completion).
 class Latch {
