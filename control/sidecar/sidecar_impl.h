@@ -271,6 +271,16 @@ struct Sidecar::Impl {
 
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();
+  // One message the inbox read (or dropped), kept with its sender for HandleInboxMessageLocked.
+  struct InboxMessage {
+    absl::Status dropped;  // not OK: the inbox dropped it (too many frames), nothing to handle
+    std::vector<std::string> frames;
+    std::string user_id;  // CURVE on: the sending key's User-Id
+    std::string host;     // the sending peer's address; empty if unknown
+  };
+  // Needs mu: checks one message from the inbox (attached, CURVE binding, sender proofs, the
+  // registration gate) and hands it to the room state machine.
+  void HandleInboxMessageLocked(InboxMessage& in);
   // Needs mu: hands one CachePD message to the room state machine.
   // `host` sent the message (the inbox's Peer-Address; empty if unknown): refusals are logged
   // at most once per host per 10 s.
