@@ -48,6 +48,11 @@ struct EngineApiServer::Mailbox {
     const uint64_t one = 1;
     (void)!write(wake_fd, &one, sizeof(one));
   }
+  // Needs mu: whether a message queued now must Wake the server thread. Only the first into an
+  // empty mailbox must: the server reads the eventfd before it takes everything queued, so
+  // whatever joins a mailbox already woken for is taken with it (one write(2) and one wakeup
+  // per batch rather than per event).
+  bool EmptyLocked() const { return events.empty() && replies.empty(); }
   int wake_fd = -1;  // eventfd
   std::mutex mu;
   bool closed = false;                                      // Stop ran: drop what comes
@@ -60,12 +65,14 @@ void EngineApiServer::Responder::operator()(v1::EngineReply reply) const {
   v1::SidecarMessage message;
   *message.mutable_reply() = std::move(reply);
   message.mutable_reply()->set_request_id(request_id_);
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mailbox_->mu);
     if (mailbox_->closed) return;
+    wake = mailbox_->EmptyLocked();
     mailbox_->replies.emplace_back(identity_, message.SerializeAsString());
   }
-  mailbox_->Wake();
+  if (wake) mailbox_->Wake();
 }
 
 struct EngineApiServer::Sockets {
@@ -157,12 +164,14 @@ void EngineApiServer::Stop() {
 void EngineApiServer::Publish(const v1::RoomEvent& event) {
   v1::SidecarMessage message;
   *message.mutable_event() = event;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mailbox_->mu);
     if (mailbox_->closed) return;
+    wake = mailbox_->EmptyLocked();
     mailbox_->events.push_back(message.SerializeAsString());
   }
-  mailbox_->Wake();
+  if (wake) mailbox_->Wake();
 }
 
 bool EngineApiServer::EngineConnected() {

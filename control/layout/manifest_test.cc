@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -149,6 +150,27 @@ TEST(ManifestTest, RandomValidManifestsRoundTrip) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*SerializeManifest(*back), wire);
   }
+}
+
+// SerializeManifest writes the canonical bytes directly: they are what the ordered_json DOM of
+// the manifest dumps as (CACHEPD §4.2), escapes included.
+TEST(ManifestTest, SerializedBytesAreTheDomDump) {
+  Manifest manifest;
+  manifest.groups = {{"full", {1, 2, 9223372036854775807}},
+                     {"gr\xC3\xA9 \"q\" back\\slash/tab\t\x7F", {}},
+                     {"\xF0\x9F\x98\x80", {7}}};
+  manifest.prefix_len = 16;
+  manifest.prompt_len = 4096;
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const ManifestGroup& g : manifest.groups) {
+    groups.push_back({{"group_id", g.group_id}, {"block_ids", g.block_ids}});
+  }
+  const nlohmann::ordered_json root = {{"groups", std::move(groups)},
+                                       {"prefix_len", manifest.prefix_len},
+                                       {"prompt_len", manifest.prompt_len}};
+  EXPECT_EQ(*SerializeManifest(manifest), root.dump(-1, ' ', /*ensure_ascii=*/true));
+  manifest.groups[0].group_id = "bad \xC3";  // not UTF-8: refused, as the DOM's dump refuses it
+  EXPECT_EQ(CategoryOf(SerializeManifest(manifest).status()), ErrorCategory::kInvalidManifest);
 }
 
 }  // namespace

@@ -31,6 +31,13 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
       room_manifests[expect.room()] = std::make_shared<const layout::Manifest>(*manifest);
     }
     ApplyLocked(*std::move(out));
+    // A node already looked up needs no HTTP: the room is routed and pre-allocated here, not
+    // in the address's strand (a thread hop and a wakeup per room fewer).
+    if (std::optional<session::RoomRoute> route =
+            CachedRouteLocked(expect.room(), expect.bootstrap_address())) {
+      RouteLocked(expect.room(), *std::move(route), *manifest);
+      return absl::OkStatus();
+    }
   }
   strands.Post(expect.bootstrap_address(),
                [this, room = expect.room(), address = expect.bootstrap_address(),
@@ -123,13 +130,35 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
   }();
   Locked locked(*this);
   if (!decode) return;  // the arena went away meanwhile
-  const absl::Time now = absl::Now();
   if (!routed.ok()) {
-    ApplyLocked(decode->Fail(
-        room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())), now));
+    ApplyLocked(
+        decode->Fail(room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())),
+                     absl::Now()));
     return;
   }
-  absl::StatusOr<session::DecodeOutput> out = decode->OnRoute(room, *std::move(routed), now);
+  RouteLocked(room, *std::move(routed), manifest);
+}
+
+std::optional<session::RoomRoute> Sidecar::Impl::CachedRouteLocked(uint64_t room,
+                                                                   const std::string& address) {
+  auto found = nodes.find(address);
+  if (found == nodes.end()) return std::nullopt;
+  const PrefillNode& node = *found->second;
+  session::RoomRoute route;
+  route.dp_group = static_cast<int>(room % static_cast<uint64_t>(node.description.dp_size));
+  route.targets = node.targets;
+  for (int rank : route.targets.target_tp_ranks) {
+    auto endpoint = node.endpoints.find({route.dp_group, rank});
+    if (endpoint == node.endpoints.end()) return std::nullopt;
+    route.endpoints.push_back({rank, endpoint->second});
+  }
+  return route;
+}
+
+void Sidecar::Impl::RouteLocked(uint64_t room, session::RoomRoute route,
+                                const layout::Manifest& manifest) {
+  const absl::Time now = absl::Now();
+  absl::StatusOr<session::DecodeOutput> out = decode->OnRoute(room, std::move(route), now);
   if (!out.ok()) {
     ApplyLocked(decode->Fail(room, DescribeError(out.status()), now));
     return;

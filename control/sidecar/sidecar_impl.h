@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -123,7 +124,9 @@ struct Sidecar::Impl {
   std::optional<session::PrefillRooms> prefill;
   std::optional<session::DecodeRooms> decode;
   // Terminal states whose events were published, for Poll (bounded, oldest first out).
-  std::map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
+  // A hash map: a room's insert and its eviction touch a few cache lines, where a std::map of
+  // remembered_rooms (65,536) nodes cost a tree walk of cache misses per room.
+  absl::flat_hash_map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
   RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
@@ -251,7 +254,14 @@ struct Sidecar::Impl {
   absl::StatusOr<std::shared_ptr<PrefillNode>> NodeFor(const std::string& address);
   absl::StatusOr<std::string> EndpointFor(const std::string& address, PrefillNode& node,
                                           int dp_group, int rank);
+  // In `address`'s strand: looks the node and its ranks up (HTTP, the first time), then
+  // RouteLocked.
   void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest);
+  // Needs mu: the room's route when its node and every rank endpoint it needs were looked up
+  // already (nothing to fetch); nullopt otherwise.
+  std::optional<session::RoomRoute> CachedRouteLocked(uint64_t room, const std::string& address);
+  // Needs mu: routes the room and sends its pre-allocations (or fails it).
+  void RouteLocked(uint64_t room, session::RoomRoute route, const layout::Manifest& manifest);
 
   // --- room_digests.cc ----------------------------------------------------------------------
   // Decode, needs mu: keeps a room digest (control/wire/digest.h) for its room's Success.
@@ -270,6 +280,16 @@ struct Sidecar::Impl {
 
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();
+  // One message the inbox read (or dropped), kept with its sender for HandleInboxMessageLocked.
+  struct InboxMessage {
+    absl::Status dropped;  // not OK: the inbox dropped it (too many frames), nothing to handle
+    std::vector<std::string> frames;
+    std::string user_id;  // CURVE on: the sending key's User-Id
+    std::string host;     // the sending peer's address; empty if unknown
+  };
+  // Needs mu: checks one message from the inbox (attached, CURVE binding, sender proofs, the
+  // registration gate) and hands it to the room state machine.
+  void HandleInboxMessageLocked(InboxMessage& in);
   // Needs mu: hands one CachePD message to the room state machine.
   // `host` sent the message (the inbox's Peer-Address; empty if unknown): refusals are logged
   // at most once per host per 10 s.

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -65,6 +66,38 @@ TEST(StrandPoolTest, ABlockedKeyDoesNotDelayOthers) {
     cv.notify_all();
   }
   pool.Stop();
+}
+
+// A thread runs its strand's next job itself, but not ahead of a strand waiting for a thread:
+// a peer that always has more jobs does not starve another peer of a one-thread pool.
+TEST(StrandPoolTest, ABusyStrandTakesTurnsWithOneWaiting) {
+  StrandPool pool(1, "test");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool other_posted = false;
+  std::atomic<int> busy_jobs{0};
+  std::atomic<int> busy_jobs_before_other{-1};
+  std::function<void()> busy = [&] {
+    if (busy_jobs.fetch_add(1) == 0) {  // the first waits until "other" is queued
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return other_posted; });
+    }
+    if (busy_jobs.load() < 1000) pool.Post("busy", busy);
+  };
+  pool.Post("busy", busy);
+  pool.Post("other", [&] { busy_jobs_before_other.store(busy_jobs.load()); });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    other_posted = true;
+  }
+  cv.notify_all();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (busy_jobs.load() < 1000 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  pool.Stop();
+  EXPECT_EQ(busy_jobs.load(), 1000);
+  EXPECT_EQ(busy_jobs_before_other.load(), 1) << "the waiting strand ran only after the busy one";
 }
 
 TEST(StrandPoolTest, JobsPostedAfterStopAreDropped) {
