@@ -133,11 +133,18 @@ struct alignas(64) PeerLane {
   ucp_ep_h ep = nullptr;
   bool peer_mode = false;         // the endpoint has peer-failure handling
   std::vector<ucp_rkey_h> rkeys;  // [descriptor region index]
-  absl::Status error;             // first failure of a batch since the lane's last Flush
-  ucs_status_t failed = UCS_OK;   // set by UCX's error handler
-  std::deque<Op*> ops;            // undelivered batches and flushes, oldest first
-  uint64_t sent = 0;              // the active-message path: write messages sent so far,
-  uint64_t flushes = 0;           // and the last flush's number
+  // [descriptor region index]: whether UCX maps that region into this process (ucp_rkey_ptr:
+  // the peer's own shared-memory segment, from its Allocate), and if so the offset from a
+  // remote address in it to the local one. Learnt at the region's first write; gone with the
+  // rkeys.
+  enum class Mapping : uint8_t { kUnknown, kMapped, kNotMapped };
+  std::vector<Mapping> mapping;
+  std::vector<intptr_t> mapped_delta;
+  absl::Status error;            // first failure of a batch since the lane's last Flush
+  ucs_status_t failed = UCS_OK;  // set by UCX's error handler
+  std::deque<Op*> ops;           // undelivered batches and flushes, oldest first
+  uint64_t sent = 0;             // the active-message path: write messages sent so far,
+  uint64_t flushes = 0;          // and the last flush's number
 };
 
 // A connected (or connecting) peer. Everything but `closed` and `why` is fixed before its
@@ -174,6 +181,8 @@ struct PeerState {
       if (rkey != nullptr) ucp_rkey_destroy(rkey);
       rkey = nullptr;
     }
+    lanes[lane].mapping.clear();  // the mappings went with the rkeys
+    lanes[lane].mapped_delta.clear();
   }
 };
 
@@ -1292,8 +1301,17 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
   } else {
     ucp_request_param_t param = RequestParam(op);
     const size_t count = op->writes.size();
+    bool stored = false;
     for (size_t i = 0; i < count; ++i) {
       const Write& w = op->writes[i];
+      // Into a region UCX maps here, a write is a plain store on this thread, as UCX's own put
+      // into such memory would be, without a UCX call per write (a head-sliced room's rows are
+      // a KiB each).
+      if (std::byte* to = MappedAddress(pl, op->region_of[i], w.remote_address)) {
+        std::memcpy(to, op->base + w.local_offset, w.length);
+        stored = true;
+        continue;
+      }
       ucs_status_ptr_t request = ucp_put_nbx(pl.ep, op->base + w.local_offset, w.length,
                                              w.remote_address, pl.rkeys[op->region_of[i]], &param);
       if (request == nullptr) continue;
@@ -1305,8 +1323,29 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
       }
       ++op->requests;
     }
+    // The stores are visible to the peer before anything this lane does next (a flush's answer,
+    // the caller's status message) can be.
+    if (stored) std::atomic_thread_fence(std::memory_order_release);
   }
   if (lane.Release(op) && op->requests == 0) lane.Finish(op, op->status);
+}
+
+std::byte* UcxTransport::MappedAddress(PeerLane& pl, int region, uint64_t address) {
+  if (pl.mapping.size() != pl.rkeys.size()) {
+    pl.mapping.assign(pl.rkeys.size(), PeerLane::Mapping::kUnknown);
+    pl.mapped_delta.assign(pl.rkeys.size(), 0);
+  }
+  if (pl.mapping[region] == PeerLane::Mapping::kUnknown) {
+    void* local = nullptr;
+    const bool mapped =
+        pl.rkeys[region] != nullptr && ucp_rkey_ptr(pl.rkeys[region], address, &local) == UCS_OK;
+    pl.mapping[region] = mapped ? PeerLane::Mapping::kMapped : PeerLane::Mapping::kNotMapped;
+    if (mapped) {
+      pl.mapped_delta[region] = reinterpret_cast<intptr_t>(local) - static_cast<intptr_t>(address);
+    }
+  }
+  if (pl.mapping[region] != PeerLane::Mapping::kMapped) return nullptr;
+  return reinterpret_cast<std::byte*>(static_cast<intptr_t>(address) + pl.mapped_delta[region]);
 }
 
 void UcxTransport::IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {

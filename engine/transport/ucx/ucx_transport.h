@@ -107,6 +107,7 @@
 #define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -249,6 +250,9 @@ class UcxTransport final : public Transport {
 
   // The target's side of an active-message write (a ucp_am_recv_callback_t; arg is the Lane):
   // checks it against the registered regions and copies it in.
+  // Where `address` (inside the peer's descriptor region `region`) is mapped in this process, or
+  // nullptr when UCX does not map that region here. On the lane's thread.
+  static std::byte* MappedAddress(ucx_internal::PeerLane& pl, int region, uint64_t address);
   static int /*ucs_status_t*/ OnWriteAm(void* arg, const void* header, size_t header_length,
                                         void* data, size_t length, const void* param);
   static int /*ucs_status_t*/ OnWritesAm(void* arg, const void* header, size_t header_length,
