@@ -13,10 +13,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -397,59 +395,6 @@ TEST_P(TransportConformanceTest, RegisterRejectsEmptyAndOverlappingRegions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(transport->Register({bytes.data(), 1024}).ok());  // adjacent is fine
   EXPECT_TRUE(transport->Register({bytes.data() + 5120, 16}).ok());
-}
-
-// A head-sliced room's shape: thousands of small writes of every size from 1 byte to 2 KiB,
-// scattered over the destination in shuffled order, interleaved with a few large ones, over
-// every lane. Every byte lands where it belongs and no other byte changes (a backend that packs
-// small writes into one message must unpack them exactly).
-TEST_P(TransportConformanceTest, ManySmallScatteredWritesLandExactly) {
-  constexpr uint64_t kBytes = 8 * kMiB;
-  Pair pair(GetParam(), kBytes, kBytes);
-  const int lanes = pair.sender->capabilities().lanes;
-  std::mt19937_64 random(23);
-  // Cut the destination into pieces: mostly 1..2048 bytes, a few of 256 KiB, some left
-  // unwritten; each piece comes from a random source offset.
-  std::vector<Write> writes;
-  std::vector<std::pair<uint64_t, uint64_t>> skipped;
-  for (uint64_t at = 0; at < kBytes;) {
-    const uint64_t length =
-        std::min(kBytes - at, random() % 64 == 0 ? uint64_t{256} << 10 : 1 + random() % 2048);
-    if (random() % 16 == 0) {
-      skipped.emplace_back(at, length);
-    } else {
-      writes.push_back({random() % (kBytes - length + 1), pair.destination_base() + at, length});
-    }
-    at += length;
-  }
-  std::shuffle(writes.begin(), writes.end(), random);
-  constexpr size_t kPerBatch = 512;
-  const int batches = static_cast<int>((writes.size() + kPerBatch - 1) / kPerBatch);
-  Recorder recorder(batches + lanes);
-  for (int b = 0; b < batches; ++b) {
-    const size_t first = kPerBatch * b;
-    const auto batch =
-        absl::MakeConstSpan(writes).subspan(first, std::min(kPerBatch, writes.size() - first));
-    ASSERT_TRUE(
-        pair.sender
-            ->PostWrites(pair.peer, b % lanes, pair.source_region, batch, recorder.Callback(b))
-            .ok());
-  }
-  for (int lane = 0; lane < lanes; ++lane) {
-    ASSERT_TRUE(pair.sender->Flush(pair.peer, lane, recorder.Callback(batches + lane)).ok());
-  }
-  ASSERT_TRUE(recorder.WaitAll());
-  for (int op = 0; op < batches + lanes; ++op) ASSERT_TRUE(recorder.status(op).ok()) << op;
-  for (const Write& w : writes) {
-    ASSERT_EQ(std::memcmp(&pair.destination[w.remote_address - pair.destination_base()],
-                          &pair.source[w.local_offset], w.length),
-              0)
-        << "write of " << w.length << " bytes to offset "
-        << w.remote_address - pair.destination_base();
-  }
-  for (const auto& [at, length] : skipped) {
-    for (uint64_t i = at; i < at + length; ++i) ASSERT_EQ(pair.destination[i], 0) << i;
-  }
 }
 
 TEST_P(TransportConformanceTest, WriteIntoDeregisteredRemoteRegionFailsUnavailable) {

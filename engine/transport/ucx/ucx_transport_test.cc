@@ -542,6 +542,53 @@ TEST(UcxTransportTest, DisconnectCancelsOutstandingWorkAndLaterWorkIsNotFound) {
   }
 }
 
+// A head-sliced room's shape over tcp, where small writes share messages (kWritesAm): thousands
+// of writes of every size from 1 byte to 2 KiB, scattered over the destination in shuffled order
+// among a few large ones, over both lanes; every byte lands where it belongs, no other changes.
+// (Over shared memory this runs as WritesIntoAPeersSharedSegmentAreStoresThatLandExactly. On
+// every backend, in the conformance suite, it made a later shared-memory close test crash inside
+// UCX's worker teardown one run in two or four, with this stop's transport code and the one
+// before it alike: ucp_worker_destroy -> uct_mm_ep_pending_purge -> ucp_mem_rereg_mds. Not
+// understood yet, so it is not there.)
+TEST(UcxTransportTest, ManySmallScatteredWritesLandExactlyOverTcp) {
+  constexpr uint64_t kBytes = 8 * kMiB;
+  Link link(Tcp(), kBytes);
+  Fill(link.source, 23);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  std::mt19937_64 random(23);
+  std::vector<Write> writes;
+  std::vector<std::pair<uint64_t, uint64_t>> skipped;
+  for (uint64_t at = 0; at < kBytes;) {
+    const uint64_t length =
+        std::min(kBytes - at, random() % 64 == 0 ? uint64_t{256} << 10 : 1 + random() % 2048);
+    if (random() % 16 == 0) {
+      skipped.emplace_back(at, length);
+    } else {
+      writes.push_back({random() % (kBytes - length + 1), base + at, length});
+    }
+    at += length;
+  }
+  std::shuffle(writes.begin(), writes.end(), random);
+  Waiter waiter;
+  for (size_t first = 0; first < writes.size(); first += 512) {
+    const auto batch =
+        absl::MakeConstSpan(writes).subspan(first, std::min<size_t>(512, writes.size() - first));
+    ASSERT_TRUE(sender->PostWrites(peer, (first / 512) % 2, src, batch, waiter.Callback()).ok());
+  }
+  for (int lane = 0; lane < 2; ++lane) {
+    ASSERT_TRUE(sender->Flush(peer, lane, waiter.Callback()).ok());
+  }
+  ASSERT_TRUE(waiter.Wait().ok());
+  for (const Write& w : writes) {
+    ASSERT_EQ(std::memcmp(&destination[w.remote_address - base], &source[w.local_offset], w.length),
+              0)
+        << w.length << " bytes at " << w.remote_address - base;
+  }
+  for (const auto& [at, length] : skipped) {
+    for (uint64_t i = at; i < at + length; ++i) ASSERT_EQ(destination[i], 0) << i;
+  }
+}
+
 // Over tcp small writes share messages (kWritesAm); the target still checks each one: a message
 // mixing writes into a region it still holds with writes into one it has deregistered lands
 // the first and refuses the others, and the next Flush names a refused write.
