@@ -299,6 +299,56 @@ TEST(UcxTransportTest, AllocateUsesUcxSharedMemoryWhenASharedMemoryTransportIsLo
   EXPECT_TRUE((*transport)->Deregister(shared->region).ok());
 }
 
+// A head-sliced room's shape: the destination [base, base + bytes) cut into pieces, mostly of 1 to
+// 2048 bytes with a few of 256 KiB, each from a random source offset, in shuffled order; about
+// one piece in 16 is left out (`skipped`, to stay zero).
+struct Scattered {
+  std::vector<Write> writes;
+  std::vector<std::pair<uint64_t, uint64_t>> skipped;  // destination offset, length
+};
+Scattered ScatteredWrites(uint64_t bytes, uint64_t base, uint64_t seed) {
+  Scattered out;
+  std::mt19937_64 random(seed);
+  for (uint64_t at = 0; at < bytes;) {
+    const uint64_t length =
+        std::min(bytes - at, random() % 64 == 0 ? uint64_t{256} << 10 : 1 + random() % 2048);
+    if (random() % 16 == 0) {
+      out.skipped.emplace_back(at, length);
+    } else {
+      out.writes.push_back({random() % (bytes - length + 1), base + at, length});
+    }
+    at += length;
+  }
+  std::shuffle(out.writes.begin(), out.writes.end(), random);
+  return out;
+}
+
+// Posts `scattered` over both lanes of `peer`, 512 writes a batch, flushes both and checks that
+// every write landed exactly and every skipped byte is still zero.
+void PostAndCheck(UcxTransport& sender, PeerId peer, RegionId src,
+                  const std::vector<uint8_t>& source, const uint8_t* destination, uint64_t base,
+                  const Scattered& scattered) {
+  const std::vector<Write>& writes = scattered.writes;
+  Waiter waiter;
+  for (size_t first = 0; first < writes.size(); first += 512) {
+    const auto batch =
+        absl::MakeConstSpan(writes).subspan(first, std::min<size_t>(512, writes.size() - first));
+    ASSERT_TRUE(sender.PostWrites(peer, (first / 512) % 2, src, batch, waiter.Callback()).ok());
+  }
+  for (int lane = 0; lane < 2; ++lane) {
+    ASSERT_TRUE(sender.Flush(peer, lane, waiter.Callback()).ok());
+  }
+  ASSERT_TRUE(waiter.Wait().ok());
+  for (const Write& w : writes) {
+    ASSERT_EQ(
+        std::memcmp(destination + (w.remote_address - base), &source[w.local_offset], w.length), 0)
+        << w.length << " bytes at " << w.remote_address - base;
+  }
+  for (const auto& [at, length] : scattered.skipped) {
+    for (uint64_t i = at; i < at + length; ++i) ASSERT_EQ(destination[i], 0) << i;
+  }
+}
+
 // Into a peer's UCX shared-memory segment (its Allocate) writes are plain stores on the lane's
 // thread (ucp_rkey_ptr): thousands of small scattered rows and a few large writes land exactly,
 // nothing else changes, and the flush reports them landed.
@@ -315,38 +365,8 @@ TEST(UcxTransportTest, WritesIntoAPeersSharedSegmentAreStoresThatLandExactly) {
   std::memset(destination, 0, kBytes);
   const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
   const uint64_t base = reinterpret_cast<uintptr_t>(shared.base);
-  std::vector<Write> writes;
-  std::vector<std::pair<uint64_t, uint64_t>> skipped;
-  std::mt19937_64 random(5);
-  for (uint64_t at = 0; at < kBytes;) {
-    const uint64_t length =
-        std::min(kBytes - at, random() % 32 == 0 ? uint64_t{512} << 10 : 1 + random() % 2048);
-    if (random() % 8 == 0) {
-      skipped.emplace_back(at, length);
-    } else {
-      writes.push_back({random() % (kBytes - length + 1), base + at, length});
-    }
-    at += length;
-  }
-  std::shuffle(writes.begin(), writes.end(), random);
-  Waiter waiter;
   ucx_calls::ResetCalls();
-  for (size_t first = 0; first < writes.size(); first += 256) {
-    const auto batch =
-        absl::MakeConstSpan(writes).subspan(first, std::min<size_t>(256, writes.size() - first));
-    ASSERT_TRUE(sender->PostWrites(peer, (first / 256) % 2, src, batch, waiter.Callback()).ok());
-  }
-  for (int lane = 0; lane < 2; ++lane)
-    ASSERT_TRUE(sender->Flush(peer, lane, waiter.Callback()).ok());
-  ASSERT_TRUE(waiter.Wait().ok());
-  for (const Write& w : writes) {
-    ASSERT_EQ(
-        std::memcmp(destination + (w.remote_address - base), &source[w.local_offset], w.length), 0)
-        << w.length << " bytes at " << w.remote_address - base;
-  }
-  for (const auto& [at, length] : skipped) {
-    for (uint64_t i = at; i < at + length; ++i) ASSERT_EQ(destination[i], 0) << i;
-  }
+  PostAndCheck(*sender, peer, src, source, destination, base, ScatteredWrites(kBytes, base, 5));
   EXPECT_EQ(ucx_calls::Calls("ucp_put_nbx"), 0u) << "a write went through UCX's put";
   sender->Close();
   EXPECT_TRUE(receiver->Deregister(shared.region).ok());
@@ -555,38 +575,8 @@ TEST(UcxTransportTest, ManySmallScatteredWritesLandExactlyOverTcp) {
   Link link(Tcp(), kBytes);
   Fill(link.source, 23);
   auto& [source, destination, sender, receiver, src, peer, base] = link;
-  std::mt19937_64 random(23);
-  std::vector<Write> writes;
-  std::vector<std::pair<uint64_t, uint64_t>> skipped;
-  for (uint64_t at = 0; at < kBytes;) {
-    const uint64_t length =
-        std::min(kBytes - at, random() % 64 == 0 ? uint64_t{256} << 10 : 1 + random() % 2048);
-    if (random() % 16 == 0) {
-      skipped.emplace_back(at, length);
-    } else {
-      writes.push_back({random() % (kBytes - length + 1), base + at, length});
-    }
-    at += length;
-  }
-  std::shuffle(writes.begin(), writes.end(), random);
-  Waiter waiter;
-  for (size_t first = 0; first < writes.size(); first += 512) {
-    const auto batch =
-        absl::MakeConstSpan(writes).subspan(first, std::min<size_t>(512, writes.size() - first));
-    ASSERT_TRUE(sender->PostWrites(peer, (first / 512) % 2, src, batch, waiter.Callback()).ok());
-  }
-  for (int lane = 0; lane < 2; ++lane) {
-    ASSERT_TRUE(sender->Flush(peer, lane, waiter.Callback()).ok());
-  }
-  ASSERT_TRUE(waiter.Wait().ok());
-  for (const Write& w : writes) {
-    ASSERT_EQ(std::memcmp(&destination[w.remote_address - base], &source[w.local_offset], w.length),
-              0)
-        << w.length << " bytes at " << w.remote_address - base;
-  }
-  for (const auto& [at, length] : skipped) {
-    for (uint64_t i = at; i < at + length; ++i) ASSERT_EQ(destination[i], 0) << i;
-  }
+  PostAndCheck(*sender, peer, src, source, destination.data(), base,
+               ScatteredWrites(kBytes, base, 23));
 }
 
 // Over tcp small writes share messages (kWritesAm); the target still checks each one: a message
