@@ -636,7 +636,9 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, a
 
 void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now,
                                       PrefillOutput& out) {
-  if (room.transfer_started || room.state != TransferPoll::kBootstrapped) return;
+  // A fencing room (failed with a layer's work in flight) sends nothing more: its Failed waits
+  // only for the fence.
+  if (room.transfer_started || room.fencing || room.state != TransferPoll::kBootstrapped) return;
   const bool final = room.ready.has_value();
   if (!final && room.layers_final <= room.layers_sent) return;  // no new layer is final
   const layout::Manifest* source = room.layer_source.get();

@@ -974,6 +974,13 @@ TEST(PrefillRoomsTest, AnAbortBetweenLayersWaitsForTheFenceOfTheLayersInFlight) 
   EXPECT_THAT(aborted.fences, ElementsAre(42u));
   EXPECT_TRUE(aborted.messages.empty());
   EXPECT_NE(rooms.State(42), TransferPoll::kFailed);
+  // While it is fenced, neither more layers nor the Ready start anything.
+  absl::StatusOr<PrefillOutput> more = rooms.LayersReady(42, std::nullopt, 2, kT0);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_TRUE(more->transfers.empty());
+  absl::StatusOr<PrefillOutput> ready = rooms.Ready(42, ReadyWith(1), kT0);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(ready->transfers.empty());
   PrefillOutput fenced = rooms.OnTransferFailed(42, "", "cancelled", kT0);
   ASSERT_EQ(fenced.messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
