@@ -256,6 +256,11 @@ absl::Status Sidecar::Impl::RegisterWithBootstrap() const {
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(options.bootstrap, "--bootstrap"));
   bootstrap::BootstrapClientOptions client_options;
   client_options.bearer_token = options.bootstrap_token;
+  // A prefill sidecar is often started beside its node's bootstrap server, which may still be
+  // starting (in another network namespace, `ip netns exec` first): retry a refused or reset
+  // connection for up to about 5.5 s (backoff 0.1 s doubling to 1 s), inside the client's 10 s
+  // deadline, instead of giving up after 0.7 s.
+  client_options.retries = 8;
   bootstrap::BootstrapClient client(server.first, server.second, client_options);
   KVRAIL_RETURN_IF_ERROR(client.RegisterPrefillRank(*registration));
   bootstrap_registrations.fetch_add(1);
