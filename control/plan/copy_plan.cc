@@ -153,8 +153,14 @@ bool CopyPlan::SendsPosition(const BoundFragment& fragment, const layout::Manife
 }
 
 int64_t CopyPlan::CountCopies(const layout::Manifest& src) const {
+  return CountMasked(src, nullptr);
+}
+
+int64_t CopyPlan::CountMasked(const layout::Manifest& src, const std::vector<char>* mask) const {
   int64_t count = 0;
-  for (const BoundFragment& b : fragments_) {
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    const BoundFragment& b = fragments_[f];
+    if (mask != nullptr && (*mask)[f] == 0) continue;
     if (b.group_index >= static_cast<int>(src.groups.size())) continue;
     const size_t blocks = src.groups[b.group_index].block_ids.size();
     if (b.owner.owners <= 1) {
@@ -215,12 +221,16 @@ absl::StatusOr<CopyCursor> CopyPlan::Begin(const layout::Manifest& src, const la
 absl::Status CopyPlan::ExpandInto(const layout::Manifest& src, const layout::Manifest& dst,
                                   CopyList& out, bool coalesce) const {
   KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
-  CopyCursor cursor(this, &src, &dst, coalesce);
-  const size_t base = out.size();
-  const size_t most = static_cast<size_t>(CountCopies(src));
-  const size_t written = cursor.Next(out.Extend(most), most);
-  out.Truncate(base + written);
+  Drain(src, dst, coalesce, nullptr, out);
   return absl::OkStatus();
+}
+
+void CopyPlan::Drain(const layout::Manifest& src, const layout::Manifest& dst, bool coalesce,
+                     const std::vector<char>* mask, CopyList& out) const {
+  CopyCursor cursor(this, &src, &dst, coalesce, mask);
+  const size_t base = out.size();
+  const size_t most = static_cast<size_t>(CountMasked(src, mask));
+  out.Truncate(base + cursor.Next(out.Extend(most), most));
 }
 
 absl::Status CopyPlan::ExpandLayers(const layout::Manifest& src, const layout::Manifest& dst,
@@ -231,10 +241,7 @@ absl::Status CopyPlan::ExpandLayers(const layout::Manifest& src, const layout::M
   for (size_t f = 0; f < fragments_.size(); ++f) {
     mask[f] = fragment_layers_[f] >= layers.begin && fragment_layers_[f] < layers.end ? 1 : 0;
   }
-  CopyCursor cursor(this, &src, &dst, coalesce, &mask);
-  const size_t base = out.size();
-  const size_t most = static_cast<size_t>(CountCopies(src));
-  out.Truncate(base + cursor.Next(out.Extend(most), most));
+  Drain(src, dst, coalesce, &mask, out);
   return absl::OkStatus();
 }
 
@@ -279,10 +286,7 @@ absl::Status CopyPlan::ExpandChunk(absl::Span<const GroupSelection> selection,
         std::find(field_ids.begin(), field_ids.end(), fragment_fields_[f]) != field_ids.end();
     mask[f] = selected ? 1 : 0;
   }
-  CopyCursor cursor(this, &src_chunk, &dst_chunk, /*coalesce=*/true, &mask);
-  const size_t base = out.size();
-  const size_t most = static_cast<size_t>(CountCopies(src_chunk));
-  out.Truncate(base + cursor.Next(out.Extend(most), most));
+  Drain(src_chunk, dst_chunk, /*coalesce=*/true, &mask, out);
   return absl::OkStatus();
 }
 

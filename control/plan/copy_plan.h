@@ -152,6 +152,12 @@ class CopyPlan {
   absl::Status CheckRoom(const layout::Manifest& src, const layout::Manifest& dst) const;
   absl::Status ExpandInto(const layout::Manifest& src, const layout::Manifest& dst, CopyList& out,
                           bool coalesce) const;
+  // CountCopies over the fragments `mask` selects (every fragment when null).
+  int64_t CountMasked(const layout::Manifest& src, const std::vector<char>* mask) const;
+  // Appends to `out` what a cursor over (src, dst) yields through `mask`: at most the masked
+  // count, reserved once.
+  void Drain(const layout::Manifest& src, const layout::Manifest& dst, bool coalesce,
+             const std::vector<char>* mask, CopyList& out) const;
 
   std::vector<BoundFragment> fragments_;                  // sorted by group_index, stable
   std::vector<std::pair<int64_t, int64_t>> group_pages_;  // page_count per group: src, dst

@@ -9,17 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory/resident_pages.h"
+
 namespace kvrail {
 namespace {
 
-size_t ResidentPages(void* base, size_t length) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> resident((length + page - 1) / page);
-  EXPECT_EQ(mincore(base, length, resident.data()), 0);
-  size_t count = 0;
-  for (unsigned char r : resident) count += r & 1;
-  return count;
-}
+using ::kvrail::testing::ResidentPages;
 
 // A fresh shared mapping holds no page until one is written; populated, it holds every page,
 // and its bytes are unchanged.

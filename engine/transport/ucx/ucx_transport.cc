@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
+#include "engine/memory/prefault.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/shared_region.h"
 
@@ -133,18 +134,11 @@ struct alignas(64) PeerLane {
   ucp_ep_h ep = nullptr;
   bool peer_mode = false;         // the endpoint has peer-failure handling
   std::vector<ucp_rkey_h> rkeys;  // [descriptor region index]
-  // [descriptor region index]: whether UCX maps that region into this process (ucp_rkey_ptr:
-  // the peer's own shared-memory segment, from its Allocate), and if so the offset from a
-  // remote address in it to the local one. Learnt at the region's first write; gone with the
-  // rkeys.
-  enum class Mapping : uint8_t { kUnknown, kMapped, kNotMapped };
-  std::vector<Mapping> mapping;
-  std::vector<intptr_t> mapped_delta;
-  absl::Status error;            // first failure of a batch since the lane's last Flush
-  ucs_status_t failed = UCS_OK;  // set by UCX's error handler
-  std::deque<Op*> ops;           // undelivered batches and flushes, oldest first
-  uint64_t sent = 0;             // the active-message path: write messages sent so far,
-  uint64_t flushes = 0;          // and the last flush's number
+  absl::Status error;             // first failure of a batch since the lane's last Flush
+  ucs_status_t failed = UCS_OK;   // set by UCX's error handler
+  std::deque<Op*> ops;            // undelivered batches and flushes, oldest first
+  uint64_t sent = 0;              // the active-message path: write messages sent so far,
+  uint64_t flushes = 0;           // and the last flush's number
 };
 
 // A connected (or connecting) peer. Everything but `closed` and `why` is fixed before its
@@ -157,6 +151,20 @@ struct PeerState {
   // lane, and its regions' packed rkeys.
   std::vector<std::string> remote_addresses;
   std::vector<std::string> remote_keys;
+  std::vector<uint64_t> remote_bases;  // [descriptor region index]
+  std::vector<uint64_t> remote_lengths;
+  // [descriptor region index]: whether UCX maps that region into this process (ucp_rkey_ptr:
+  // the peer's own shared-memory segment, from its Allocate), and if so the offset from a
+  // remote address in it to the local one. One mapping for every lane: lane 0's, learnt by its
+  // connect job before Connect returns (so fixed before any post), so that the lanes share one
+  // set of page-table entries: a page that lane 0 wrote in one room and lane 1 writes in the
+  // next faults once, not once per lane. Lane 0's rkeys, which hold the mapping, go only after
+  // ClosePeer, when no lane stores for the peer any more.
+  std::vector<char> mapped;
+  std::vector<intptr_t> mapped_delta;
+  // For each mapped region: its page-table entries made a chunk at a time ahead of the first
+  // stores there (engine/memory/prefault.h), by whichever lane stores first.
+  std::vector<std::unique_ptr<Prefaulter>> prefault;
   std::shared_ptr<ConnectWait> connect_wait;
   // ClosePeer ran: written holding every lane's worker mutex, so a lane's thread reads them
   // holding its own. Its jobs still queued are cancelled, not sent.
@@ -181,8 +189,6 @@ struct PeerState {
       if (rkey != nullptr) ucp_rkey_destroy(rkey);
       rkey = nullptr;
     }
-    lanes[lane].mapping.clear();  // the mappings went with the rkeys
-    lanes[lane].mapped_delta.clear();
   }
 };
 
@@ -1065,7 +1071,12 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   }
   for (int r = 0; r < peer.regions_size(); ++r) {
     state->remote_keys.push_back(peer.regions(r).remote_key());
+    state->remote_bases.push_back(peer.regions(r).base());
+    state->remote_lengths.push_back(peer.regions(r).length());
   }
+  state->mapped.assign(peer.regions_size(), 0);
+  state->mapped_delta.assign(peer.regions_size(), 0);
+  state->prefault.resize(peer.regions_size());
   auto wait = std::make_shared<ConnectWait>();
   wait->pending = lanes;
   state->connect_wait = wait;
@@ -1163,6 +1174,7 @@ void UcxTransport::IssueConnect(Lane& lane, Op* op) {
       return;
     }
   }
+  if (index == 0) MapRegions(state);
   lane.outbound[pl.token] = &state;
   // UCX's wireup finishes with a flush of the new endpoint, progressed by this thread: an
   // unreachable peer is reported by Connect, and no wireup message is left pending when either
@@ -1307,7 +1319,8 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
       // Into a region UCX maps here, a write is a plain store on this thread, as UCX's own put
       // into such memory would be, without a UCX call per write (a head-sliced room's rows are
       // a KiB each).
-      if (std::byte* to = MappedAddress(pl, op->region_of[i], w.remote_address)) {
+      if (std::byte* to = MappedAddress(state, op->region_of[i], w.remote_address)) {
+        state.prefault[op->region_of[i]]->Before(to, w.length);
         std::memcpy(to, op->base + w.local_offset, w.length);
         stored = true;
         continue;
@@ -1330,22 +1343,22 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
   if (lane.Release(op) && op->requests == 0) lane.Finish(op, op->status);
 }
 
-std::byte* UcxTransport::MappedAddress(PeerLane& pl, int region, uint64_t address) {
-  if (pl.mapping.size() != pl.rkeys.size()) {
-    pl.mapping.assign(pl.rkeys.size(), PeerLane::Mapping::kUnknown);
-    pl.mapped_delta.assign(pl.rkeys.size(), 0);
-  }
-  if (pl.mapping[region] == PeerLane::Mapping::kUnknown) {
+void UcxTransport::MapRegions(PeerState& state) {
+  const PeerLane& pl = state.lanes[0];
+  for (size_t r = 0; r < pl.rkeys.size(); ++r) {
     void* local = nullptr;
-    const bool mapped =
-        pl.rkeys[region] != nullptr && ucp_rkey_ptr(pl.rkeys[region], address, &local) == UCS_OK;
-    pl.mapping[region] = mapped ? PeerLane::Mapping::kMapped : PeerLane::Mapping::kNotMapped;
-    if (mapped) {
-      pl.mapped_delta[region] = reinterpret_cast<intptr_t>(local) - static_cast<intptr_t>(address);
-    }
+    const uint64_t base = state.remote_bases[r];
+    if (pl.rkeys[r] == nullptr || ucp_rkey_ptr(pl.rkeys[r], base, &local) != UCS_OK) continue;
+    state.mapped[r] = 1;
+    state.mapped_delta[r] = reinterpret_cast<intptr_t>(local) - static_cast<intptr_t>(base);
+    state.prefault[r] =
+        std::make_unique<Prefaulter>(static_cast<std::byte*>(local), state.remote_lengths[r]);
   }
-  if (pl.mapping[region] != PeerLane::Mapping::kMapped) return nullptr;
-  return reinterpret_cast<std::byte*>(static_cast<intptr_t>(address) + pl.mapped_delta[region]);
+}
+
+std::byte* UcxTransport::MappedAddress(const PeerState& state, int region, uint64_t address) {
+  if (state.mapped[region] == 0) return nullptr;
+  return reinterpret_cast<std::byte*>(static_cast<intptr_t>(address) + state.mapped_delta[region]);
 }
 
 void UcxTransport::IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {

@@ -248,11 +248,15 @@ class UcxTransport final : public Transport {
   // mu_ or any lane's queue mutex held: the connected peer, or why not.
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
+  // The regions of `state` that UCX maps into this process, through lane 0's rkeys (on lane 0's
+  // thread, in its connect job).
+  static void MapRegions(ucx_internal::PeerState& state);
+  // Where a write to `address` of region `region` of the peer lands in this process, if UCX
+  // maps that region here (a plain store then writes it); else null.
+  static std::byte* MappedAddress(const ucx_internal::PeerState& state, int region,
+                                  uint64_t address);
   // The target's side of an active-message write (a ucp_am_recv_callback_t; arg is the Lane):
   // checks it against the registered regions and copies it in.
-  // Where `address` (inside the peer's descriptor region `region`) is mapped in this process, or
-  // nullptr when UCX does not map that region here. On the lane's thread.
-  static std::byte* MappedAddress(ucx_internal::PeerLane& pl, int region, uint64_t address);
   static int /*ucs_status_t*/ OnWriteAm(void* arg, const void* header, size_t header_length,
                                         void* data, size_t length, const void* param);
   static int /*ucs_status_t*/ OnWritesAm(void* arg, const void* header, size_t header_length,
