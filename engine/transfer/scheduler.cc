@@ -528,6 +528,69 @@ Scheduler::~Scheduler() {
   // Completions of writes still inside the transport hold only weak references to the core.
 }
 
+namespace {
+
+// The payload bytes of a room whose copies all lie inside their bounds (the source region;
+// one of the peer's regions; the destination's arena when it has a length), or InvalidArgument
+// naming the first copy that does not. First the room's envelope, in one pass without a lookup
+// per copy (a head-sliced room is half a million copies): when the lowest and highest offsets
+// on each side lie inside, so does every copy. Only a room whose envelope does not is checked
+// copy by copy, to name the copy.
+absl::StatusOr<uint64_t> CheckedBytes(const RoomTransfer& request, const std::string& context) {
+  uint64_t src_high = 0, dst_low = UINT64_MAX, dst_high = 0, bytes = 0;
+  bool wraps = false;
+  for (const Copy& c : request.copies) {
+    const uint64_t src_end = c.src_offset + c.length;
+    const uint64_t dst_end = c.dst_offset + c.length;
+    wraps |= (c.length == 0) | (src_end < c.src_offset) | (dst_end < c.dst_offset);
+    src_high = std::max(src_high, src_end);
+    dst_low = std::min(dst_low, c.dst_offset);
+    dst_high = std::max(dst_high, dst_end);
+    bytes += c.length;
+  }
+  if (request.copies.empty()) return 0;
+  const uint64_t address = request.remote_base + dst_low;
+  if (!wraps && src_high <= request.source_length && address >= request.remote_base &&
+      (request.remote_length == 0 || dst_high <= request.remote_length) &&
+      request.remote->Find(address, dst_high - dst_low).has_value()) {
+    return bytes;
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < request.copies.size(); ++i) {
+    const Copy& c = request.copies[i];
+    if (c.length == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: copy %d of %d has length 0", context, i, request.copies.size()));
+    }
+    if (!transport::RangeInside(c.src_offset, c.length, 0, request.source_length)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d: source [%u, +%u) lies outside the source region's %u bytes; "
+          "nothing was written",
+          context, i, request.copies.size(), c.src_offset, c.length, request.source_length));
+    }
+    const uint64_t address = request.remote_base + c.dst_offset;
+    if (address < request.remote_base || !request.remote->Find(address, c.length).has_value()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d: destination base 0x%x + offset %u, %u bytes, lies inside none of "
+          "the peer's %d registered regions; nothing was written",
+          context, i, request.copies.size(), request.remote_base, c.dst_offset, c.length,
+          request.remote->size()));
+    }
+    if (request.remote_length > 0 &&
+        !transport::RangeInside(c.dst_offset, c.length, 0, request.remote_length)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d: destination offset %u, %u bytes, lies outside the destination's "
+          "arena of %u bytes at 0x%x; nothing was written",
+          context, i, request.copies.size(), c.dst_offset, c.length, request.remote_length,
+          request.remote_base));
+    }
+    total += c.length;
+  }
+  return total;
+}
+
+}  // namespace
+
 absl::Status Scheduler::Submit(RoomTransfer request) {
   const std::string context = absl::StrCat("transfer ", request.transfer_id);
   if (!request.done) return absl::InvalidArgumentError(context + ": the completion is empty");
@@ -540,41 +603,12 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
     return status;
   };
   // Bounds before bytes: the whole room, before anything is posted.
-  uint64_t total = 0;
-  for (size_t i = 0; i < request.copies.size(); ++i) {
-    const Copy& c = request.copies[i];
-    if (c.length == 0) {
-      return reject(absl::InvalidArgumentError(
-          absl::StrFormat("%s: copy %d of %d has length 0", context, i, request.copies.size())));
-    }
-    if (!transport::RangeInside(c.src_offset, c.length, 0, request.source_length)) {
-      return reject(absl::InvalidArgumentError(absl::StrFormat(
-          "%s: copy %d of %d: source [%u, +%u) lies outside the source region's %u bytes; "
-          "nothing was written",
-          context, i, request.copies.size(), c.src_offset, c.length, request.source_length)));
-    }
-    const uint64_t address = request.remote_base + c.dst_offset;
-    if (address < request.remote_base || !request.remote->Find(address, c.length).has_value()) {
-      return reject(absl::InvalidArgumentError(absl::StrFormat(
-          "%s: copy %d of %d: destination base 0x%x + offset %u, %u bytes, lies inside none of "
-          "the peer's %d registered regions; nothing was written",
-          context, i, request.copies.size(), request.remote_base, c.dst_offset, c.length,
-          request.remote->size())));
-    }
-    if (request.remote_length > 0 &&
-        !transport::RangeInside(c.dst_offset, c.length, 0, request.remote_length)) {
-      return reject(absl::InvalidArgumentError(absl::StrFormat(
-          "%s: copy %d of %d: destination offset %u, %u bytes, lies outside the destination's "
-          "arena of %u bytes at 0x%x; nothing was written",
-          context, i, request.copies.size(), c.dst_offset, c.length, request.remote_length,
-          request.remote_base)));
-    }
-    total += c.length;
-  }
+  absl::StatusOr<uint64_t> total = CheckedBytes(request, context);
+  if (!total.ok()) return reject(total.status());
   auto room = std::make_shared<Room>();
   room->started = absl::Now();
   room->lane_used.assign(core_->lanes, false);
-  room->stats.bytes = total;
+  room->stats.bytes = *total;
   room->stats.copies = request.copies.size();
   room->request = std::move(request);
   const uint64_t id = room->request.transfer_id;

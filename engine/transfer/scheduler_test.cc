@@ -229,15 +229,20 @@ class Outcomes {
 
 // A sender and a receiver loopback transport, a patterned source and a zeroed destination.
 struct Fixture {
-  explicit Fixture(uint64_t bytes, LoopbackOptions options = {})
+  // `registered`: the (offset, length) ranges of the destination the receiver registers, each
+  // a region of its own; empty: the whole destination, one region.
+  explicit Fixture(uint64_t bytes, LoopbackOptions options = {},
+                   std::vector<std::pair<uint64_t, uint64_t>> registered = {})
       : source(bytes), destination(bytes, 0) {
     FillPattern(absl::MakeSpan(source), 5);
     sender = LoopbackTransport::Create(options).value();
     receiver = LoopbackTransport::Create(options).value();
     watch = std::make_unique<WatchingTransport>(sender.get());
     source_region = sender->Register({source.data(), source.size()}).value();
-    const auto descriptor = receiver->Register({destination.data(), destination.size()});
-    EXPECT_TRUE(descriptor.ok());
+    if (registered.empty()) registered.emplace_back(0, bytes);
+    for (const auto& [offset, length] : registered) {
+      EXPECT_TRUE(receiver->Register({destination.data() + offset, length}).ok());
+    }
     const v1::HandshakeDescriptor d = receiver->LocalDescriptor().value();
     peer = sender->Connect(d).value();
     regions = std::make_shared<const transport::RemoteRegions>(
@@ -423,6 +428,31 @@ TEST(SchedulerTest, RejectsBadSourceRangesZeroLengthsAndOverflowingOffsets) {
   RoomTransfer no_remote = f.Room(3, {{0, 0, 16}}, outcomes.Callback());
   no_remote.remote = nullptr;
   EXPECT_EQ(scheduler.Submit(std::move(no_remote)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The bounds check passes a room by its envelope in one pass, and checks copy by copy only a
+// room whose envelope is not inside one region: then it still accepts copies that each lie in
+// a region (two regions with a gap between them), and names the one bad copy of many.
+TEST(SchedulerTest, ChecksEachCopyWhereTheEnvelopeSpansTwoRegions) {
+  Fixture f(1 * kMiB, {}, {{0, 512 * kKiB}, {768 * kKiB, 256 * kKiB}});
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  CopyList both;
+  for (uint64_t i = 0; i < 64; ++i) both.push_back({i * 1024, i * 2048, 1024});
+  for (uint64_t i = 0; i < 64; ++i) both.push_back({(64 + i) * 1024, 768 * kKiB + i * 2048, 1024});
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, both, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  EXPECT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
+  ExpectExactly(f, both);
+  CopyList gap;
+  for (uint64_t i = 0; i < 100000; ++i) gap.push_back({(i % 512) * 1024, (i % 256) * 2048, 1024});
+  gap[77777] = {0, 600 * kKiB, 1024};  // inside the gap between the regions
+  const absl::Status status = scheduler.Submit(f.Room(2, gap, outcomes.Callback()));
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("copy 77777 of 100000"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("lies inside none of the peer's 2 registered regions"),
+            std::string::npos)
+      << status;
 }
 
 TEST(SchedulerTest, DuplicateTransferIdInFlightIsRejected) {
