@@ -211,6 +211,11 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
           slot.request.remote = link->regions;
           slot.request.remote_base = remote_base;
           slot.request.remote_length = arena_length;  // this arena alone, not every region
+          // A list some earlier room used: its pages are there already (copy_list_pool.h).
+          slot.request.copies = copy_lists->Take();
+          slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
+            pool->Give(std::move(spent));
+          };
           slot.error = ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, layers,
                                   slot.request.copies);
           // The engine's Ready says the source bytes are final, so hashing them here, before

@@ -61,6 +61,7 @@
 #include "control/sidecar/strand_pool.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/cuda_arena.h"
+#include "engine/transfer/copy_list_pool.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
 #include "engine/transport/handshake/handshake.h"
@@ -100,6 +101,9 @@ struct Sidecar::Impl {
   std::unique_ptr<transport::DescriptorCache> descriptors;  // prefill
   std::unique_ptr<transfer::PeerDirectory> directory;       // prefill
   std::unique_ptr<transfer::Scheduler> scheduler;           // prefill
+  // Rooms' copy lists, reused (copy_list_pool.h); shared with the lists' recycle callbacks.
+  std::shared_ptr<transfer::CopyListPool> copy_lists =
+      std::make_shared<transfer::CopyListPool>();  // prefill
   std::string session_id;
   std::optional<SessionKey> session_key;  // decode: proves its CachePD messages its own
 

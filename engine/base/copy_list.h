@@ -35,6 +35,8 @@ class CopyList {
   CopyList& operator=(CopyList&&) noexcept = default;
 
   size_t size() const { return size_; }
+  // Copies it holds room for without growing.
+  size_t capacity() const { return capacity_; }
   bool empty() const { return size_ == 0; }
   const Copy* begin() const { return data_.get(); }
   const Copy* end() const { return data_.get() + size_; }

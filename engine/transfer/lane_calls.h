@@ -31,7 +31,9 @@ struct LaneCalls {
 // with `lock` released while the calls are made, one lane at a time, in order. `hooks`:
 //   bool Keep(const Call&)                       lock held; false drops the call (Undo)
 //   void Undo(int lane, const Call&)             lock held; takes back what queuing counted
-//   void Taking(const Call&), Taken(const Call&) lock held, around the unlocked stretch
+//   void Taking(const Call&), Taken(Call&)       lock held, around the unlocked stretch; Taken
+//                                                comes after Failed and may take what the
+//                                                call holds
 //   absl::Status Issue(int lane, const Call&)    lock released; the transport call
 //   void Failed(int lane, Call&, absl::Status)   lock held, after Undo, for a refused call
 template <typename Call, typename Hooks>
@@ -63,13 +65,13 @@ void SendLaneCalls(std::unique_lock<std::mutex>& lock, std::vector<LaneCalls<Cal
         lc.results.resize(calls.size());
         for (size_t i = 0; i < calls.size(); ++i) lc.results[i] = hooks.Issue(index, calls[i]);
         lock.lock();
-        for (const Call& call : calls) hooks.Taken(call);
         for (size_t i = 0; i < calls.size(); ++i) {
           if (lc.results[i].ok()) continue;
           --lc.live;
           hooks.Undo(index, calls[i]);
           hooks.Failed(index, calls[i], std::move(lc.results[i]));
         }
+        for (Call& call : calls) hooks.Taken(call);
         calls.clear();
         lc.results.clear();
       }

@@ -72,6 +72,10 @@ struct PeerQueue {
   std::vector<uint64_t> lane_inflight;
   std::vector<LaneCalls<Call>> calls;          // per lane (lane_calls.h)
   std::deque<std::shared_ptr<Room>> runnable;  // FIFO: rooms with slices still to post
+  // Batches' write vectors whose calls were made, kept with their capacity for the next
+  // batches (no allocation per batch once warm); at most kSpareBatches.
+  static constexpr size_t kSpareBatches = 64;
+  std::vector<std::vector<Write>> spare_batches;
 };
 
 }  // namespace
@@ -96,8 +100,14 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   std::map<uint64_t, std::shared_ptr<Room>> rooms;  // in flight, by transfer id
   std::map<PeerId, std::unique_ptr<PeerQueue>> peers;
   std::multimap<absl::Time, std::weak_ptr<Room>> deadlines;
-  std::deque<RoomOutcome> ready;
-  std::deque<RoomDone> ready_done;
+  // Outcomes to deliver, with what goes back to the caller with them.
+  struct Delivery {
+    RoomOutcome outcome;
+    RoomDone done;
+    CopyList copies;
+    std::function<void(CopyList)> recycle;
+  };
+  std::deque<Delivery> ready;
   SchedulerStats stats;
   std::thread delivery;
 
@@ -140,9 +150,11 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     } else {
       ++stats.rooms_failed;
     }
-    ready.push_back(std::move(outcome));
-    ready_done.push_back(std::move(room.request.done));
-    room.request.copies = CopyList();  // free the copies now, not at the last completion
+    // The copies go now, not at the room's last completion: back to the caller, or freed, by
+    // the delivery thread, outside every lock (a large list's free unmaps it).
+    ready.push_back({std::move(outcome), std::move(room.request.done),
+                     std::move(room.request.copies), std::move(room.request.recycle)});
+    room.request.copies = CopyList();
     wake.notify_all();
   }
 
@@ -224,7 +236,6 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
 
   // Posts as much of `peer`'s queued work as the in-flight bound allows (needs q.mu).
   void PumpLocked(PeerId peer, PeerQueue& q) {
-    std::vector<Write> batch;
     while (!q.runnable.empty()) {
       std::shared_ptr<Room> room = q.runnable.front();
       if (!room->HasWork()) {
@@ -238,7 +249,13 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       if (lane < 0) return;  // every lane is full: a completion pumps again
       const uint64_t budget = q.lane_inflight[lane] == 0 ? std::max(inflight_cap, first_len)
                                                          : inflight_cap - q.lane_inflight[lane];
-      batch.clear();
+      std::vector<Write> batch;
+      if (!q.spare_batches.empty()) {
+        batch = std::move(q.spare_batches.back());
+        q.spare_batches.pop_back();
+      } else {
+        batch.reserve(std::min<size_t>(batch_cap, copies.size() - room->next_copy));
+      }
       uint64_t bytes = 0;
       size_t copy = room->next_copy;
       uint64_t offset = room->next_offset;
@@ -266,7 +283,6 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       writes_posted.fetch_add(batch.size(), std::memory_order_relaxed);
       batches_posted.fetch_add(1, std::memory_order_relaxed);
       q.calls[lane].queued.push_back(Call{false, room, std::move(batch), bytes});
-      batch = std::vector<Write>();
       if (copy == copies.size()) {
         room->all_posted = true;
         q.runnable.pop_front();
@@ -330,7 +346,11 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       bool Keep(const Call& call) { return !call.room->finished; }
       void Undo(int lane, const Call& call) { core.UndoLocked(q, lane, call); }
       void Taking(const Call&) {}
-      void Taken(const Call&) {}
+      void Taken(Call& call) {
+        if (call.flush || q.spare_batches.size() >= PeerQueue::kSpareBatches) return;
+        call.writes.clear();
+        q.spare_batches.push_back(std::move(call.writes));
+      }
       absl::Status Issue(int lane, const Call& call) { return core.Issue(peer, q, lane, call); }
       void Failed(int /*lane*/, Call& call, absl::Status status) {
         Room& room = *call.room;
@@ -453,12 +473,12 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     std::unique_lock<std::mutex> lock(mu);
     while (true) {
       while (!ready.empty()) {
-        RoomOutcome outcome = std::move(ready.front());
-        RoomDone done = std::move(ready_done.front());
+        Delivery delivery = std::move(ready.front());
         ready.pop_front();
-        ready_done.pop_front();
         lock.unlock();
-        if (done) done(outcome);
+        if (delivery.recycle) delivery.recycle(std::move(delivery.copies));
+        delivery.copies = CopyList();
+        if (delivery.done) delivery.done(delivery.outcome);
         lock.lock();
       }
       const absl::Time now = absl::Now();

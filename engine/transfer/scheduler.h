@@ -110,6 +110,9 @@ struct RoomTransfer {
   CopyList copies;
   absl::Time deadline = absl::InfiniteFuture();
   RoomDone done;
+  // When set, receives `copies` back (with their storage) once the room needs them no more,
+  // just before `done`, on the delivery thread (a CopyListPool's Give); else they are freed.
+  std::function<void(CopyList)> recycle;
 };
 
 struct SchedulerStats {
