@@ -58,6 +58,7 @@ class CopyCursor {
 
  private:
   friend class CopyPlan;
+  friend class CopyStream;
   CopyCursor(const CopyPlan* plan, const layout::Manifest* src, const layout::Manifest* dst,
              bool coalesce, const std::vector<char>* fragment_mask = nullptr);
   void EnterFragment();
@@ -149,6 +150,7 @@ class CopyPlan {
 
  private:
   friend class CopyCursor;
+  friend class CopyStream;
   absl::Status CheckRoom(const layout::Manifest& src, const layout::Manifest& dst) const;
   absl::Status ExpandInto(const layout::Manifest& src, const layout::Manifest& dst, CopyList& out,
                           bool coalesce) const;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "control/plan/copy_stream.h"
 #include "control/plan/room_digest.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
@@ -116,18 +117,16 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     Locked locked(*this);
     const absl::Time now = absl::Now();
     std::vector<std::string> sessions;
-    uint64_t copies = 0;
     for (const PreparedTransfer& p : preparation->destinations) {
       if (!p.error.ok()) {
         ActLocked(transfers.Fail(preparation->room, DescribeError(p.error), p.session, now));
         return;
       }
       sessions.push_back(p.session);
-      copies += p.request.copies.size();
     }
     TransferActions actions;
-    std::optional<std::vector<uint64_t>> ids = transfers.Prepared(
-        preparation->room, preparation->generation, sessions, copies, now, actions);
+    std::optional<std::vector<uint64_t>> ids =
+        transfers.Prepared(preparation->room, preparation->generation, sessions, now, actions);
     if (!ids) {
       ActLocked(std::move(actions));  // failed meanwhile, or nothing to move
       return;
@@ -216,8 +215,20 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
           slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
             pool->Give(std::move(spent));
           };
-          slot.error = ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, layers,
-                                  slot.request.copies);
+          if (!digest) {
+            // Streamed: the scheduler pulls the copies a chunk at a time as it posts, so the
+            // first writes go out before the room's last copy is computed (copy_stream.h).
+            absl::StatusOr<std::unique_ptr<CopySource>> stream = plan::StreamRoom(
+                copy_plan, source_manifest, destination_manifest, layers, !options.naive_copies);
+            if (stream.ok()) {
+              slot.request.stream = *std::move(stream);
+            } else {
+              slot.error = stream.status();
+            }
+          } else {
+            slot.error = ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, layers,
+                                    slot.request.copies);
+          }
           // The engine's Ready says the source bytes are final, so hashing them here, before
           // the writes, gives what hashing them after the flush would; the writes wait for
           // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
@@ -307,7 +318,7 @@ void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
         outcome.transfer_id, session, outcome.status.ToString());
   }
   ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
-                              outcome.fence_proven));
+                              outcome.fence_proven, outcome.stats.copies));
 }
 
 void Sidecar::Impl::DropPeer(const std::string& session, const std::string& reply_endpoint) {

@@ -17,13 +17,12 @@ uint64_t RoomTransfers::Begin(uint64_t room_id, uint64_t bytes, bool final, absl
 }
 
 std::optional<std::vector<uint64_t>> RoomTransfers::Prepared(
-    uint64_t room_id, uint64_t generation, const std::vector<std::string>& sessions,
-    uint64_t copies, absl::Time now, TransferActions& actions) {
+    uint64_t room_id, uint64_t generation, const std::vector<std::string>& sessions, absl::Time now,
+    TransferActions& actions) {
   actions.room = room_id;
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || found->second.preparing.erase(generation) == 0) return std::nullopt;
   Room& room = found->second;
-  room.copies += copies;
   if (room.phase == TransferPhase::kFailing || sessions.empty()) {
     // Failed while it was prepared (nothing of this work was submitted), or nothing to move.
     EndIfDone(room_id, room, now, actions);
@@ -70,8 +69,8 @@ TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::s
 }
 
 TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status& status,
-                                       const std::string& blame, absl::Time now,
-                                       bool fence_proven) {
+                                       const std::string& blame, absl::Time now, bool fence_proven,
+                                       uint64_t copies) {
   TransferActions actions;
   auto owner = owners_.find(transfer_id);
   if (owner == owners_.end()) return actions;
@@ -83,6 +82,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   Room& room = found->second;
   room.ids.erase(std::remove(room.ids.begin(), room.ids.end(), transfer_id), room.ids.end());
   room.fence_proven = room.fence_proven && fence_proven;
+  room.copies += copies;
   if (!status.ok() && room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
     room.reason = status.ToString();

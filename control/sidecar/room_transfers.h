@@ -67,8 +67,7 @@ class RoomTransfers {
   // was left), or the generation is stale (nothing to do).
   std::optional<std::vector<uint64_t>> Prepared(uint64_t room, uint64_t generation,
                                                 const std::vector<std::string>& sessions,
-                                                uint64_t copies, absl::Time now,
-                                                TransferActions& actions);
+                                                absl::Time now, TransferActions& actions);
 
   // After the ids from Prepared were submitted: the ones to cancel, if the room failed while
   // they were being submitted.
@@ -82,8 +81,10 @@ class RoomTransfers {
   // A submitted transfer's outcome (fenced when it failed). A failure fails the room; the room
   // ends with the last outcome. `blame` is the session to blame if the failure is the
   // transport's (the caller decides: not for a cancel).
+  // `copies`: the copies it posted (RoomStats::copies), added to the room's.
   TransferActions Outcome(uint64_t transfer_id, const absl::Status& status,
-                          const std::string& blame, absl::Time now, bool fence_proven = true);
+                          const std::string& blame, absl::Time now, bool fence_proven = true,
+                          uint64_t copies = 0);
 
   // The session of a transfer in flight, or empty.
   std::string SessionOf(uint64_t transfer_id) const;

@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/base/copy_list.h"
+#include "engine/base/copy_source.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
 
@@ -108,6 +109,11 @@ struct RoomTransfer {
   uint64_t remote_length = 0;
   // src_offset into the source region, dst_offset from remote_base; coalesced or not.
   CopyList copies;
+  // Instead of `copies` (which must then be empty): the copies produced on demand, pulled a
+  // chunk at a time as the room posts (engine/base/copy_source.h). Submit checks the source's
+  // envelope as it checks a list's copies; every copy pulled is checked against the envelope
+  // before it is posted, and a source that breaks it fails the room (Internal).
+  std::unique_ptr<CopySource> stream;
   absl::Time deadline = absl::InfiniteFuture();
   RoomDone done;
   // When set, receives `copies` back (with their storage) once the room needs them no more,
@@ -134,8 +140,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Checks and queues a room. InvalidArgument when `done` is empty, `remote` is null, or a
-  // copy breaks the bounds (naming the copy and the range), AlreadyExists for a transfer id in
+  // Checks and queues a room. InvalidArgument when `done` is empty, `remote` is null, both
+  // `copies` and `stream` are given, or a copy (or a stream's envelope, or the first chunk of
+  // it) breaks the bounds (naming the copy and the range), AlreadyExists for a transfer id in
   // flight, FailedPrecondition after shutdown. A room with no copies completes OK.
   absl::Status Submit(RoomTransfer room);
 

@@ -455,6 +455,138 @@ TEST(SchedulerTest, ChecksEachCopyWhereTheEnvelopeSpansTwoRegions) {
       << status;
 }
 
+// A copy source over a fixed list, handing out at most `chunk` copies a call, with the
+// envelope it is given (the tight one of its copies by default).
+class ListSource : public CopySource {
+ public:
+  explicit ListSource(CopyList copies, size_t chunk = 1000)
+      : copies_(std::move(copies)), chunk_(chunk) {
+    envelope_.src_begin = envelope_.dst_begin = UINT64_MAX;
+    for (const Copy& c : copies_) {
+      envelope_.src_begin = std::min(envelope_.src_begin, c.src_offset);
+      envelope_.src_end = std::max(envelope_.src_end, c.src_offset + c.length);
+      envelope_.dst_begin = std::min(envelope_.dst_begin, c.dst_offset);
+      envelope_.dst_end = std::max(envelope_.dst_end, c.dst_offset + c.length);
+      envelope_.bytes += c.length;
+      ++envelope_.copies;
+    }
+  }
+  CopyEnvelope& mutable_envelope() { return envelope_; }
+  CopyEnvelope envelope() const override { return envelope_; }
+  size_t Next(Copy* out, size_t capacity) override {
+    const size_t n = std::min({capacity, chunk_, copies_.size() - next_});
+    std::copy(copies_.begin() + next_, copies_.begin() + next_ + n, out);
+    next_ += n;
+    return n;
+  }
+
+ private:
+  CopyList copies_;
+  size_t chunk_;
+  size_t next_ = 0;
+  CopyEnvelope envelope_;
+};
+
+RoomTransfer Streamed(Fixture& f, uint64_t id, std::unique_ptr<CopySource> source, RoomDone done) {
+  RoomTransfer room = f.Room(id, {}, std::move(done));
+  room.stream = std::move(source);
+  return room;
+}
+
+// A streamed room lands exactly as its list would, pulled a chunk at a time (more chunks than
+// one of the scheduler's), and reports every copy.
+TEST(SchedulerTest, AStreamedRoomLandsExactly) {
+  Fixture f(8 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const CopyList copies = Scattered(8 * kMiB, 512);  // 8,192 copies
+  ASSERT_TRUE(
+      scheduler
+          .Submit(Streamed(f, 1, std::make_unique<ListSource>(copies, 777), outcomes.Callback()))
+          .ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const RoomOutcome outcome = outcomes.Get(1);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.stats.copies, copies.size());
+  EXPECT_EQ(outcome.stats.bytes, 4 * kMiB);
+  ExpectExactly(f, copies);
+  // An empty source completes OK.
+  ASSERT_TRUE(
+      scheduler
+          .Submit(Streamed(f, 2, std::make_unique<ListSource>(CopyList()), outcomes.Callback()))
+          .ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  EXPECT_TRUE(outcomes.Get(2).status.ok());
+}
+
+// Bounds before bytes for a stream: an envelope outside the source, the peer's regions or the
+// destination's arena, or a first chunk outside its envelope, rejects the room before any
+// write; a list and a source together are refused.
+TEST(SchedulerTest, AStreamsEnvelopeIsCheckedBeforeAnyWrite) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const CopyList copies = {{0, 0, 4096}, {4096, 8192, 4096}};
+  const auto source = [&](auto edit) {
+    auto s = std::make_unique<ListSource>(copies);
+    edit(s->mutable_envelope());
+    return s;
+  };
+  struct Case {
+    std::unique_ptr<CopySource> source;
+    uint64_t remote_length;
+    std::string reason;
+  };
+  std::vector<Case> cases;
+  cases.push_back({source([](CopyEnvelope& e) { e.src_end = 2 * kMiB; }), 0, "source range"});
+  cases.push_back({source([](CopyEnvelope& e) { e.dst_end = 2 * kMiB; }), 0, "none of the peer"});
+  cases.push_back({source([](CopyEnvelope&) {}), 8192, "destination's arena of 8192"});
+  cases.push_back({source([](CopyEnvelope& e) { e.dst_end = 4096; }), 0, "copy 1 of its source"});
+  for (Case& c : cases) {
+    RoomTransfer room = Streamed(f, 1, std::move(c.source), outcomes.Callback());
+    room.remote_length = c.remote_length;
+    const absl::Status status = scheduler.Submit(std::move(room));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(c.reason), std::string::npos) << status;
+    EXPECT_NE(status.message().find("nothing was written"), std::string::npos) << status;
+  }
+  RoomTransfer both = Streamed(f, 1, std::make_unique<ListSource>(copies), outcomes.Callback());
+  both.copies = copies;
+  EXPECT_EQ(scheduler.Submit(std::move(both)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.watch->batches(), 0u);
+  EXPECT_TRUE(
+      std::all_of(f.destination.begin(), f.destination.end(), [](uint8_t b) { return b == 0; }));
+}
+
+// A source that breaks its envelope after the first chunk, or ends short of its bytes, fails
+// the room (Internal), fenced like any failure; the copy outside the envelope is never posted.
+TEST(SchedulerTest, AStreamThatBreaksItsEnvelopeFailsTheRoomWithoutPostingTheCopy) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  CopyList copies;
+  for (uint64_t i = 0; i < 6000; ++i) copies.push_back({(i % 128) * 4096, (i % 64) * 4096, 64});
+  copies[5000] = {0, 512 * kKiB, 64};  // in the region, outside the envelope given below
+  auto breaking = std::make_unique<ListSource>(copies);
+  breaking->mutable_envelope().dst_end = 256 * kKiB;
+  ASSERT_TRUE(scheduler.Submit(Streamed(f, 1, std::move(breaking), outcomes.Callback())).ok());
+  CopyList few = {{0, 0, 4096}};
+  auto short_source = std::make_unique<ListSource>(few);
+  short_source->mutable_envelope().bytes = 8192;
+  ASSERT_TRUE(scheduler.Submit(Streamed(f, 2, std::move(short_source), outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  const RoomOutcome broke = outcomes.Get(1);
+  EXPECT_EQ(broke.status.code(), absl::StatusCode::kInternal) << broke.status;
+  EXPECT_NE(broke.status.message().find("copy 5000 of its source"), std::string::npos)
+      << broke.status;
+  EXPECT_TRUE(std::all_of(f.destination.begin() + 512 * kKiB, f.destination.end(),
+                          [](uint8_t b) { return b == 0; }));
+  const RoomOutcome ended = outcomes.Get(2);
+  EXPECT_EQ(ended.status.code(), absl::StatusCode::kInternal) << ended.status;
+  EXPECT_NE(ended.status.message().find("ended after 4096 bytes"), std::string::npos)
+      << ended.status;
+}
+
 TEST(SchedulerTest, DuplicateTransferIdInFlightIsRejected) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Milliseconds(200));
