@@ -6,9 +6,7 @@
 #define KVRAIL_BENCH_RAW_MEMCPY_LIMIT_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <tuple>
 
 #include "absl/time/time.h"
 
@@ -26,14 +24,13 @@ class MemcpyLimit {
   // (clamped to [block_bytes, max_working_set]) of source and destination is cut into `threads`
   // equal parts (64-byte aligned), and each thread copies its own part in pieces of at most
   // `block_bytes`, round and round. The figure is all threads' bytes over the longest thread's
-  // time. Cached per (block, working set, threads).
+  // time. Measured on every call: a caller on a shared machine keeps the best of a few.
   double Gbps(uint64_t block_bytes, uint64_t working_set, int threads, absl::Duration duration);
 
  private:
   uint64_t capacity_;
   uint8_t* source_ = nullptr;
   uint8_t* destination_ = nullptr;
-  std::map<std::tuple<uint64_t, uint64_t, int>, double> cache_;
 };
 
 }  // namespace kvrail::bench

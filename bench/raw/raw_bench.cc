@@ -540,6 +540,8 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
     return it->second;
   };
   using Lanes = KvrailSession::Lanes;
+  // (block, working set): the best of --repeat memcpy runs.
+  std::map<std::pair<uint64_t, uint64_t>, double> memcpy_cache;
   for (uint64_t block : options.block_sizes) {
     for (int batch : options.batch_sizes) {
       // Best of --repeat windows writing through `working_set` bytes.
@@ -613,8 +615,17 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
         row.one_block_gbps = one_block->window.gbps();
       }
       row.memcpy_threads = tuning.lanes;
-      row.memcpy_gbps = memcpy_limit.Gbps(block, row.working_set, row.memcpy_threads,
-                                          absl::Seconds(std::min(0.2, options.seconds / 2)));
+      auto copy_limit = memcpy_cache.find({block, row.working_set});
+      if (copy_limit == memcpy_cache.end()) {
+        double best_copy = 0;
+        for (int run = 0; run < std::max(1, options.repeat); ++run) {
+          best_copy = std::max(
+              best_copy, memcpy_limit.Gbps(block, row.working_set, row.memcpy_threads,
+                                           absl::Seconds(std::min(0.2, options.seconds / 2))));
+        }
+        copy_limit = memcpy_cache.emplace(std::make_pair(block, row.working_set), best_copy).first;
+      }
+      row.memcpy_gbps = copy_limit->second;
       progress.Step(absl::StrFormat(
           "%s: ucx_perftest %s GB/s", RowName(where.transport, block, batch),
           row.peer_gbps ? absl::StrFormat("%.3f", *row.peer_gbps) : std::string("-")));
