@@ -74,12 +74,12 @@ MemcpyLimit::~MemcpyLimit() {
   if (destination_ != nullptr) munmap(destination_, capacity_);
 }
 
-double MemcpyLimit::Gbps(uint64_t block_bytes, uint64_t working_set, int threads,
+double MemcpyLimit::Gbps(uint64_t piece_bytes, uint64_t working_set, int threads,
                          absl::Duration duration) {
   threads = std::max(1, threads);
-  working_set = std::clamp(working_set, block_bytes, std::max(capacity_, block_bytes));
+  working_set = std::clamp(working_set, piece_bytes, std::max(capacity_, piece_bytes));
   if (source_ == nullptr) {
-    capacity_ = std::max(capacity_, block_bytes);
+    capacity_ = std::max(capacity_, piece_bytes);
     source_ = Map(capacity_);
     destination_ = Map(capacity_);
     if (source_ == nullptr || destination_ == nullptr) return 0;
@@ -90,7 +90,7 @@ double MemcpyLimit::Gbps(uint64_t block_bytes, uint64_t working_set, int threads
   for (uint64_t at = 0; at < working_set && static_cast<int>(parts.size()) < threads; at += share) {
     const bool last = static_cast<int>(parts.size()) + 1 == threads || at + share >= working_set;
     const uint64_t length = last ? working_set - at : share;
-    parts.push_back(Part{destination_ + at, source_ + at, length, std::min(block_bytes, length)});
+    parts.push_back(Part{destination_ + at, source_ + at, length, std::min(piece_bytes, length)});
   }
   const int running = static_cast<int>(parts.size());
   std::atomic<int> ready{0};

@@ -1,7 +1,8 @@
 // The copy limit beside each row: what memcpy moves per second with as many threads as kvrail
-// has lanes, in pieces of the row's block size through the row's working set. Over shared memory
-// a put is the posting lane's memcpy, so a transport cannot beat this by much (one copy per byte
-// at best, on as many cores); over tcp it bounds each of the copies the kernel and UCX make.
+// has lanes, in the pieces kvrail writes (a block, or its slices) through the row's working set.
+// Over shared memory a put is the posting lane's memcpy, so a transport cannot beat this by much
+// (one copy per byte at best, on as many cores); over tcp it bounds each of the copies the kernel
+// and UCX make.
 #ifndef KVRAIL_BENCH_RAW_MEMCPY_LIMIT_H_
 #define KVRAIL_BENCH_RAW_MEMCPY_LIMIT_H_
 
@@ -21,11 +22,11 @@ class MemcpyLimit {
   MemcpyLimit& operator=(const MemcpyLimit&) = delete;
 
   // Decimal GB/s of `threads` threads (at least 1) copying for about `duration`: the working set
-  // (clamped to [block_bytes, max_working_set]) of source and destination is cut into `threads`
+  // (clamped to [piece_bytes, max_working_set]) of source and destination is cut into `threads`
   // equal parts (64-byte aligned), and each thread copies its own part in pieces of at most
-  // `block_bytes`, round and round. The figure is all threads' bytes over the longest thread's
+  // `piece_bytes`, round and round. The figure is all threads' bytes over the longest thread's
   // time. Measured on every call: a caller on a shared machine keeps the best of a few.
-  double Gbps(uint64_t block_bytes, uint64_t working_set, int threads, absl::Duration duration);
+  double Gbps(uint64_t piece_bytes, uint64_t working_set, int threads, absl::Duration duration);
 
  private:
   uint64_t capacity_;

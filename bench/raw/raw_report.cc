@@ -171,8 +171,9 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       "(shm: / ucx_perftest), "
       "the like-for-like ratio. 1blk (shm, batch > 1): kvrail writing every write "
       "into one block, as ucx_perftest does, and kvrail / ucx_perftest then. memcpy: as many "
-      "threads as kvrail's lanes, same block size and working "
-      "set. cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, softirq), "
+      "threads as kvrail's lanes, the same working set, in kvrail's pieces (a block or its "
+      "slices). cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, "
+      "softirq), "
       "in percent, during kvrail's window and ucx_perftest's run.\n";
   return out;
 }

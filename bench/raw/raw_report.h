@@ -36,7 +36,7 @@ struct RawRow {
   std::optional<double> peer_cpu_busy;
   std::optional<double> peer_cpu_kernel;
   // The copy limit: memcpy with `memcpy_threads` threads (kvrail's lanes) through the row's
-  // working set in pieces of at most a block (memcpy_limit.h).
+  // working set in the pieces kvrail writes, a block or its slices (memcpy_limit.h).
   std::optional<double> memcpy_gbps;
   int memcpy_threads = 0;
   // kvrail with one lane (one thread each side, as ucx_perftest), its scheduler bound to the
