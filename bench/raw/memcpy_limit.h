@@ -24,8 +24,10 @@ class MemcpyLimit {
   // Decimal GB/s of `threads` threads (at least 1) copying for about `duration`: the working set
   // (clamped to [piece_bytes, max_working_set]) of source and destination is cut into `threads`
   // equal parts (64-byte aligned), and each thread copies its own part in pieces of at most
-  // `piece_bytes`, round and round. The figure is all threads' bytes over the longest thread's
-  // time. Measured on every call: a caller on a shared machine keeps the best of a few.
+  // `piece_bytes`, round and round. The figure is the sum over threads of each thread's bytes
+  // over its own CPU time: what the threads copy when each has a core, however busy the machine
+  // (on a shared 2-core machine, wall time made one run of 2 threads read as 1). Measured on
+  // every call: a caller keeps the best of a few.
   double Gbps(uint64_t piece_bytes, uint64_t working_set, int threads, absl::Duration duration);
 
  private:
