@@ -296,7 +296,7 @@ void AddBench(CLI::App& app, int& exit_code) {
   CLI::App* raw = bench->add_subcommand(
       "raw",
       "Write bandwidth and ops/s of the UCX transport between two processes, per block and "
-      "batch size, beside ucx_perftest ucp_put_bw and single-thread memcpy");
+      "batch size, through the transfer scheduler, beside ucx_perftest ucp_put_bw and memcpy");
   raw->add_option("--transport", raw_flags.transports,
                   "tcp, shm or netns (netns needs root); repeat or give a comma list")
       ->capture_default_str();
