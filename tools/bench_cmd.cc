@@ -35,7 +35,7 @@ struct RawFlags {
   int lanes = 0;
   std::string inflight;
   std::string slice;
-  int posts = 0;
+  int rooms = 0;
   int repeat = 2;
   double seconds = 0.5;
   bool json = false;
@@ -80,11 +80,11 @@ int RunRaw(const RawFlags& flags) {
                 kExitUsage);
   }
   options.lanes = flags.lanes;
-  if (flags.posts < 0 || flags.posts > 1024) {
-    return Fail(absl::InvalidArgumentError("--posts: between 1 and 1024 (0: the default)"),
+  if (flags.rooms < 0 || flags.rooms > 1024) {
+    return Fail(absl::InvalidArgumentError("--rooms: between 1 and 1024 (0: the default)"),
                 kExitUsage);
   }
-  options.posts_per_lane = flags.posts;
+  options.rooms_per_lane = flags.rooms;
   if (!flags.inflight.empty()) {
     auto inflight = bench::ParseByteSize("--inflight", flags.inflight);
     if (!inflight.ok()) return Fail(inflight.status(), kExitUsage);
@@ -296,7 +296,7 @@ void AddBench(CLI::App& app, int& exit_code) {
   CLI::App* raw = bench->add_subcommand(
       "raw",
       "Write bandwidth and ops/s of the UCX transport between two processes, per block and "
-      "batch size, beside ucx_perftest ucp_put_bw and single-thread memcpy");
+      "batch size, through the transfer scheduler, beside ucx_perftest ucp_put_bw and memcpy");
   raw->add_option("--transport", raw_flags.transports,
                   "tcp, shm or netns (netns needs root); repeat or give a comma list")
       ->capture_default_str();
@@ -304,14 +304,15 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "Comma list of write sizes, 1 B to 64 MiB, with B, KiB, MiB or GiB")
       ->capture_default_str();
   raw->add_option("--batch-sizes", raw_flags.batch_sizes,
-                  "Comma list of writes per batch (one PostWrites), 1 to 1024")
+                  "Comma list of writes per batch (one room), 1 to 1024")
       ->capture_default_str();
   raw->add_option("--lanes", raw_flags.lanes, "Lanes (UCX workers) per side; 0: per transport");
-  raw->add_option(
-      "--inflight", raw_flags.inflight,
-      "Bytes posted and not yet landed (flushed) per lane; also bounds ucx_perftest -O");
+  raw->add_option("--inflight", raw_flags.inflight,
+                  "Bytes posted and not yet complete per lane (the scheduler's bound); also bounds "
+                  "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
-  raw->add_option("--posts", raw_flags.posts, "PostWrites calls outstanding per lane");
+  raw->add_option("--rooms", raw_flags.rooms,
+                  "Rooms (batches) in flight per lane at most, through the scheduler");
   raw->add_option("--seconds", raw_flags.seconds, "Measured seconds per row")
       ->capture_default_str();
   raw->add_option("--repeat", raw_flags.repeat,

@@ -213,7 +213,8 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
   {
     // The limit line of the plot: what one core copies, 4 MiB at a time over 256 MiB.
     MemcpyLimit limit(uint64_t{256} << 20);
-    result.memcpy_gbps = limit.Gbps(uint64_t{4} << 20, uint64_t{256} << 20, absl::Seconds(0.2));
+    result.memcpy_gbps =
+        limit.Gbps(uint64_t{4} << 20, uint64_t{256} << 20, /*threads=*/1, absl::Seconds(0.2));
   }
   ProgressBar bar(settings.progress, cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {

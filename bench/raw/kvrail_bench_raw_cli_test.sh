@@ -22,7 +22,9 @@ assert r["gbps"] > 0 and r["ops_per_s"] > 0, r
 assert r["peer_gbps"] is not None and r["peer_gbps"] > 0, r
 assert abs(r["ratio"] - r["gbps"] / r["peer_gbps"]) < 1e-9 * max(1, r["ratio"]), r
 assert abs(r["ops_per_s"] * 65536 / 1e9 - r["gbps"]) < 1e-6 * r["gbps"], r
-assert r["memcpy_gbps"] > 0, r
+assert r["memcpy_gbps"] > 0 and r["memcpy_threads"] == r["lanes"], r
+assert r["one_lane_gbps"] is not None and r["one_lane_gbps"] > 0, r
+assert r["like_ratio"] is not None and r["like_ratio"] > 0, r
 PY
 }
 

@@ -5,7 +5,8 @@
     /usr/bin/python3 bench/raw/plot_raw.py rows.json -o raw.png
 
 One column per transport. Top row: GB/s against block size, kvrail solid and ucx_perftest
-dashed, one colour per batch size, single-thread memcpy of kvrail's working set dotted grey.
+dashed, one colour per batch size, memcpy of kvrail's working set dotted grey (one thread in
+rows from before 2026-12-02, as many as kvrail's lanes since: memcpy_threads).
 Bottom row: kvrail / ucx_perftest per batch size, with the 1.0 line the issue's target sits on;
 dotted, the bench's explaining columns: over tcp, ucx_perftest given kvrail's segment sizes
 (tuned), and over shared memory, kvrail rewriting one block as ucx_perftest does (1blk).

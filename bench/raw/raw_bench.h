@@ -1,15 +1,19 @@
 // `kvrail bench raw`: write bandwidth and operations per second of the UCX transport between
 // two processes, for every (transport, block size, batch size), beside ucx_perftest
-// `ucp_put_bw` at the same block size run in the same invocation, and beside single-thread
-// memcpy as the limit (issue point 6).
+// `ucp_put_bw` at the same block size run in the same invocation, and beside memcpy with as many
+// threads as kvrail has lanes, at the row's working set, as the limit (issue point 6).
 //
 // For each transport: a target process (raw_target.h) registers its arena; this process
 // registers a patterned source arena, connects, checks that writes of every block size land
-// byte-exact (from a shifted source offset), then measures one window per row
-// (write_window.h) after a short unmeasured warm-up, and checks a sample of the last window's
-// bytes. The target then exits and ucx_perftest runs, server and client as two processes with
-// the same UCX_TLS and UCX_NET_DEVICES, with -O (puts outstanding) set to the row's batch size
-// bounded by the same bytes in flight per endpoint that kvrail keeps.
+// byte-exact (from a shifted source offset), then measures one window per row through the
+// transfer scheduler (write_window.h) after a short unmeasured warm-up, and has the target check
+// a sample of every measured window's blocks (the first, a middle and the last written) against
+// the pattern at that window's source shift; a mismatch fails the bench naming the row. Each row
+// also measures kvrail with one lane (a one-lane transport of its own, to the same target) for
+// the like-for-like comparison with ucx_perftest at kvrail's UCX settings. The target then exits
+// and ucx_perftest runs, server and client as two processes with the same UCX_TLS and
+// UCX_NET_DEVICES, with -O (puts outstanding) set to the row's batch size bounded by the same bytes
+// in flight per endpoint that kvrail keeps.
 //
 // netns: two network namespaces joined by a veth pair (netns.h); the target and the
 // ucx_perftest server run in one, and the measuring side in the other: this binary re-runs
@@ -29,13 +33,14 @@
 
 namespace kvrail::bench {
 
-// How kvrail posts on one transport: the scheduler's knobs.
+// How kvrail posts on one transport: the scheduler's knobs (SchedulerOptions) and the rooms
+// the window keeps in flight.
 struct RawTuning {
   int lanes = 2;
-  uint64_t slice_bytes = uint64_t{1} << 20;  // writes are cut to at most this
+  uint64_t slice_bytes = uint64_t{1} << 20;  // SchedulerOptions::slice_bytes
+  // SchedulerOptions::max_inflight_bytes_per_endpoint: posted and not yet complete, per lane.
   uint64_t inflight_bytes_per_lane = uint64_t{8} << 20;
-  uint64_t post_bytes = uint64_t{4} << 20;  // most bytes per PostWrites call
-  int posts_per_lane = 64;                  // PostWrites calls outstanding per lane
+  int rooms_per_lane = 64;  // rooms (batches) in flight at most, per lane
 };
 
 // The defaults per transport, from measurements on the development machines (see the report
@@ -66,7 +71,7 @@ struct RawBenchOptions {
   int lanes = 0;
   uint64_t inflight_bytes_per_lane = 0;
   uint64_t slice_bytes = 0;
-  int posts_per_lane = 0;
+  int rooms_per_lane = 0;
   bool run_peer = true;  // run ucx_perftest
   std::string self_exe;  // this binary, re-run as the target (and inside netns)
   std::string perftest = "ucx_perftest";

@@ -51,6 +51,12 @@ std::optional<double> RawRow::one_block_ratio() const {
   return *one_block_gbps / *peer_gbps;
 }
 
+std::optional<double> RawRow::like_ratio() const {
+  const std::optional<double>& peer = transport == "shm" ? peer_gbps : peer_tuned_gbps;
+  if (!one_lane_gbps.has_value() || !peer.has_value() || !(*peer > 0)) return std::nullopt;
+  return *one_lane_gbps / *peer;
+}
+
 std::string RowsToJson(const std::vector<RawRow>& rows) {
   nlohmann::json out = {{"rows", nlohmann::json::array()}};
   for (const RawRow& row : rows) {
@@ -63,6 +69,9 @@ std::string RowsToJson(const std::vector<RawRow>& rows) {
         {"peer_gbps", Optional(row.peer_gbps)},
         {"ratio", Optional(row.ratio())},
         {"memcpy_gbps", Optional(row.memcpy_gbps)},
+        {"memcpy_threads", row.memcpy_threads},
+        {"one_lane_gbps", Optional(row.one_lane_gbps)},
+        {"like_ratio", Optional(row.like_ratio())},
         {"peer_outstanding", row.peer_outstanding},
         {"peer_tuned_gbps", Optional(row.peer_tuned_gbps)},
         {"tuned_ratio", Optional(row.tuned_ratio())},
@@ -98,6 +107,8 @@ absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json) {
       row.ops_per_s = r.at("ops_per_s").get<double>();
       row.peer_gbps = ReadOptional(r, "peer_gbps");
       row.memcpy_gbps = ReadOptional(r, "memcpy_gbps");
+      row.memcpy_threads = r.value("memcpy_threads", 0);
+      row.one_lane_gbps = ReadOptional(r, "one_lane_gbps");
       row.peer_outstanding = r.value("peer_outstanding", 0);
       row.peer_tuned_gbps = ReadOptional(r, "peer_tuned_gbps");
       row.one_block_gbps = ReadOptional(r, "one_block_gbps");
@@ -126,9 +137,9 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
     return absl::StrFormat("%.0f/%.0f", 100 * *busy, 100 * *kernel);
   };
   std::string out = absl::StrFormat(
-      "%-9s %8s %6s %12s %10s %14s %4s %7s %10s %7s %10s %7s %12s %9s %9s\n", "transport", "block",
-      "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio", "tuned GB/s", "tuned",
-      "1blk GB/s", "1blk", "memcpy GB/s", "cpu kv", "cpu pt");
+      "%-9s %8s %6s %12s %10s %14s %4s %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s\n", "transport",
+      "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio", "tuned GB/s",
+      "tuned", "1lane GB/s", "like", "1blk GB/s", "1blk", "memcpy GB/s", "cpu kv", "cpu pt");
   std::vector<std::string> notes;
   for (const RawRow& row : rows) {
     std::string mark;
@@ -138,10 +149,11 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       mark = absl::StrCat(" [", it - notes.begin() + 1, "]");
     }
     absl::StrAppendFormat(
-        &out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %7s %10s %7s %12s %9s %9s%s\n",
+        &out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s%s\n",
         row.transport, FormatBytes(row.block_bytes), row.batch, row.gbps, Rate(row.ops_per_s),
         figure(row.peer_gbps, 3), row.peer_outstanding, figure(row.ratio(), 2),
-        figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2), figure(row.one_block_gbps, 3),
+        figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2), figure(row.one_lane_gbps, 3),
+        figure(row.like_ratio(), 2), figure(row.one_block_gbps, 3),
         figure(row.one_block_ratio(), 2), figure(row.memcpy_gbps, 2),
         cpu(row.cpu_busy, row.cpu_kernel), cpu(row.peer_cpu_busy, row.peer_cpu_kernel), mark);
   }
@@ -150,13 +162,18 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
   }
   out +=
       "GB/s are decimal (1e9 B/s); ucx_perftest prints MB/s of 2^20 B/s, converted here. kvrail "
-      "counts bytes landed: every window ends with a Flush of every lane. ratio = kvrail / "
+      "counts bytes landed: each batch is a room of the transfer scheduler, counted once its "
+      "outcome is OK (flushed). ratio = kvrail / "
       "ucx_perftest ucp_put_bw at UCX's defaults (-O: its outstanding puts). tuned (tcp, netns): "
       "ucx_perftest given the UCX settings kvrail gives itself (UCX_TCP_TX_SEG_SIZE, "
-      "UCX_TCP_RX_SEG_SIZE), and kvrail / that. 1blk (shm, batch > 1): kvrail writing every write "
-      "into one block, as ucx_perftest does, and kvrail / ucx_perftest then. memcpy: one thread, "
-      "same block size and working "
-      "set. cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, softirq), "
+      "UCX_TCP_RX_SEG_SIZE), and kvrail / that. 1lane: kvrail with one lane, its scheduler "
+      "bound to ucx_perftest's bytes in flight (-O x block); like = 1lane / tuned ucx_perftest "
+      "(shm: / ucx_perftest), "
+      "the like-for-like ratio. 1blk (shm, batch > 1): kvrail writing every write "
+      "into one block, as ucx_perftest does, and kvrail / ucx_perftest then. memcpy: as many "
+      "threads as kvrail's lanes, the same working set, in kvrail's pieces (a block or its "
+      "slices). cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, "
+      "softirq), "
       "in percent, during kvrail's window and ucx_perftest's run.\n";
   return out;
 }

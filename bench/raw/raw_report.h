@@ -35,7 +35,14 @@ struct RawRow {
   std::optional<double> cpu_kernel;
   std::optional<double> peer_cpu_busy;
   std::optional<double> peer_cpu_kernel;
-  std::optional<double> memcpy_gbps;  // one thread, same block size and working set
+  // The copy limit: memcpy with `memcpy_threads` threads (kvrail's lanes) through the row's
+  // working set in the pieces kvrail writes, a block or its slices (memcpy_limit.h).
+  std::optional<double> memcpy_gbps;
+  int memcpy_threads = 0;
+  // kvrail with one lane (one thread each side, as ucx_perftest), its scheduler bound to the
+  // bytes in flight ucx_perftest keeps (-O x block posted and not yet complete): the
+  // like-for-like figure.
+  std::optional<double> one_lane_gbps;
   // shm rows whose working set is more than one block: kvrail again, every write of every batch
   // into the same block, as ucx_perftest writes (its one buffer stays in cache). The same
   // comparison with kvrail's distinct pages taken out.
@@ -51,6 +58,10 @@ struct RawRow {
   std::optional<double> tuned_ratio() const;
   // kvrail rewriting one block / ucx_perftest, when both are there.
   std::optional<double> one_block_ratio() const;
+  // Like for like: kvrail with one lane / ucx_perftest with kvrail's UCX settings (tcp, netns:
+  // peer_tuned_gbps; shm, where those settings change nothing UCX uses: peer_gbps), same
+  // threads, same segment sizes, same bytes in flight.
+  std::optional<double> like_ratio() const;
 };
 
 // {"rows": [{"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio",

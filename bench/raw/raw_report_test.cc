@@ -19,7 +19,10 @@ std::vector<RawRow> TwoRows() {
   a.peer_gbps = 1.2;
   a.peer_outstanding = 32;
   a.memcpy_gbps = 9.5;
+  a.memcpy_threads = 2;
   a.lanes = 2;
+  a.peer_tuned_gbps = 1.0;
+  a.one_lane_gbps = 1.1;
   RawRow b = a;
   b.transport = "shm";
   b.one_block_gbps = 2.4;
@@ -55,6 +58,28 @@ TEST(RawRow, OneBlockRatioIsAgainstUcxPerftest) {
   EXPECT_DOUBLE_EQ(*row.one_block_ratio(), 1.5);
 }
 
+TEST(RawRow, LikeRatioIsOneLaneAgainstUcxPerftestWithKvrailsSettings) {
+  RawRow tcp = TwoRows()[0];
+  EXPECT_DOUBLE_EQ(*tcp.like_ratio(), 1.1);  // / peer_tuned_gbps, not / peer_gbps
+  tcp.peer_tuned_gbps.reset();
+  EXPECT_FALSE(tcp.like_ratio().has_value());
+  RawRow shm = TwoRows()[0];
+  shm.transport = "shm";  // kvrail's settings are tcp's: ucx_perftest at its defaults is alike
+  shm.peer_tuned_gbps.reset();
+  EXPECT_DOUBLE_EQ(*shm.like_ratio(), 1.1 / 1.2);
+  shm.one_lane_gbps.reset();
+  EXPECT_FALSE(shm.like_ratio().has_value());
+}
+
+TEST(RowsToJson, CarriesTheLikeForLikeFiguresAndTheCopyLimitsThreads) {
+  const nlohmann::json json = nlohmann::json::parse(RowsToJson(TwoRows()));
+  const nlohmann::json& row = json["rows"][0];
+  EXPECT_DOUBLE_EQ(row["one_lane_gbps"].get<double>(), 1.1);
+  EXPECT_DOUBLE_EQ(row["like_ratio"].get<double>(), 1.1);
+  EXPECT_EQ(row["memcpy_threads"], 2);
+  EXPECT_TRUE(json["rows"][1]["like_ratio"].is_null());  // shm without a ucx_perftest figure
+}
+
 TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
   auto rows = RowsFromJson(RowsToJson(TwoRows()));
   ASSERT_TRUE(rows.ok()) << rows.status();
@@ -65,6 +90,8 @@ TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
   EXPECT_FALSE((*rows)[0].one_block_gbps.has_value());
   EXPECT_DOUBLE_EQ(*(*rows)[1].one_block_gbps, 2.4);
   EXPECT_EQ((*rows)[1].note, "ucx_perftest printed no figure");
+  EXPECT_DOUBLE_EQ(*(*rows)[0].one_lane_gbps, 1.1);
+  EXPECT_EQ((*rows)[0].memcpy_threads, 2);
 }
 
 TEST(RowsFromJson, RejectsOtherShapes) {
@@ -79,6 +106,8 @@ TEST(RowsToTable, PrintsOneLinePerRowAndTheNotes) {
   EXPECT_NE(table.find("1.25"), std::string::npos);
   EXPECT_NE(table.find("[1] ucx_perftest printed no figure"), std::string::npos);
   EXPECT_NE(table.find("2^20"), std::string::npos);
+  EXPECT_NE(table.find("1lane GB/s"), std::string::npos);
+  EXPECT_NE(table.find("like"), std::string::npos);
 }
 
 }  // namespace

@@ -1,81 +1,93 @@
-// One measured window of `kvrail bench raw`: batches of equal-sized one-sided writes, posted
-// through the Transport interface as the transfer scheduler would (sliced, striped over lanes,
-// bytes in flight bounded per lane), then a Flush of every lane, so the window counts bytes that
-// landed ("Success means landed").
+// One measured window of `kvrail bench raw`, driven through the product's transfer scheduler
+// (engine/transfer/scheduler.h): each batch of equal-sized writes is one RoomTransfer, and the
+// scheduler slices, bounds-checks, stripes over lanes, bounds the bytes in flight per lane and
+// flushes, as it does for a real room. The window only keeps several rooms in flight (so one
+// room's flush overlaps the next room's posts) and counts the bytes of the rooms whose outcome
+// was OK: Success means landed.
 //
-// Lanes are independent: each generates its own slices of every batch and posts, flushes and
-// counts them under its own lock (they may run a few batches apart), and the window ends when
-// every lane's final Flush has completed. Posting is completion-driven: the first posts come
-// from the caller, every later one from the completion of an earlier post, on the transport's
-// progress thread; a lane's calls are made by the thread of that lane's completions, outside
-// the lane's lock, so lanes post (over shared memory: copy) on several cores at once without
-// meeting on a lock. The caller's thread only waits, so on a small machine the bench adds no
-// busy thread of its own to the transport's.
+// Rooms are submitted from the scheduler's delivery thread, in the outcome of an earlier room
+// (the first ones from the caller), so the bench adds no busy thread of its own to the
+// scheduler's and the transport's; the caller's thread only waits.
 #ifndef KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 #define KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/transfer/scheduler.h"
+#include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
 
 namespace kvrail::bench {
 
+// Where a window's rooms go: what the sidecar puts into every RoomTransfer
+// (control/sidecar/prefill_transfers.cc), from the connection and the peer's descriptor.
+struct WindowTarget {
+  transport::PeerId peer = 0;
+  transport::RegionId source = 0;  // the registered local region the writes read
+  uint64_t source_length = 0;
+  // The peer's regions from its handshake descriptor, for the scheduler's bounds check.
+  std::shared_ptr<const transport::RemoteRegions> remote;
+  // The destination arena: copies' destination offsets are from remote_base, and every write
+  // must lie within [remote_base, remote_base + remote_length).
+  uint64_t remote_base = 0;
+  uint64_t remote_length = 0;
+};
+
 struct WindowSpec {
-  uint64_t block_bytes = 0;  // each write of a batch, before slicing
-  int batch = 1;             // writes per batch; one PostWrites never mixes two batches
+  uint64_t block_bytes = 0;  // each write of a batch
+  int batch = 1;             // writes per batch; a batch is one room
   // Source and destination cycle through `working_set` bytes: write k of the window goes from
-  // source offset source_offset + (k % slots) * block_bytes to destination address
-  // destination_address + the same, slots = working_set / block_bytes (at least 1).
+  // source offset source_offset + (k % slots) * block_bytes to destination offset
+  // destination_offset + the same (from the target's remote_base), slots = working_set /
+  // block_bytes (at least 1).
   uint64_t working_set = 0;
   uint64_t source_offset = 0;
-  uint64_t destination_address = 0;
+  uint64_t destination_offset = 0;
+  // A batch of more than this many bytes is sent as consecutive rooms of whole blocks (at
+  // least one) of at most this many: a 1024 x 64 MiB batch is not one 64 GiB room.
+  uint64_t max_room_bytes = uint64_t{256} << 20;
 
-  int lanes = 1;
-  // Writes longer than this are cut into slices of this size. Slice i of the working set
-  // (counting every slot's slices in address order) always goes to lane i % lanes: a batch of
-  // one large write still uses every lane, distinct blocks alternate, and two lanes never write
-  // the same bytes at once (a working set of one unsliced block uses one lane).
-  uint64_t slice_bytes = uint64_t{1} << 20;
-  // Bytes in flight per lane: posted and not yet landed. By the Transport contract a batch's
-  // completion is only local, and only a Flush says bytes landed, so a lane flushes once
-  // `flush_bytes` were posted on it since its last flush (0: half the bound), and its bytes
-  // count as in flight until a flush covering them completes. A lane posts while its bytes in
-  // flight stay within `inflight_bytes_per_lane` (one post always may go) and it has fewer than
-  // `posts_per_lane` PostWrites calls outstanding.
-  uint64_t inflight_bytes_per_lane = uint64_t{8} << 20;
-  uint64_t flush_bytes = 0;
-  int posts_per_lane = 2;
-  // The most bytes one PostWrites carries.
-  uint64_t post_bytes = uint64_t{4} << 20;
+  // Rooms in flight: enough to hold `inflight_bytes` (e.g. lanes x the scheduler's bound per
+  // lane), at least 2 (a room's flush overlaps the next room's posts) and at most `max_rooms`.
+  uint64_t inflight_bytes = uint64_t{8} << 20;
+  int max_rooms = 128;
 
-  // New batches start until `duration` has passed since the first post, or until
-  // `max_bytes` (when > 0) have been posted. At the deadline, slices not yet posted are dropped:
-  // a batch larger than the window is measured in part.
+  // New rooms start until `duration` has passed since the first Submit, or until `max_bytes`
+  // (when > 0) have been submitted; the window ends when every room submitted has its outcome.
   absl::Duration duration = absl::Milliseconds(500);
   uint64_t max_bytes = 0;
-  // How long to wait for the transport before giving up on the window.
+  // How long to wait for the rooms' outcomes before giving up on the window.
   absl::Duration patience = absl::Seconds(120);
 };
 
 struct WindowResult {
-  uint64_t bytes = 0;      // posted, completed and flushed
-  uint64_t writes = 0;     // Write entries posted (slices)
-  uint64_t posts = 0;      // PostWrites calls
-  uint64_t flushes = 0;    // Flush calls, the final one of every lane included
-  absl::Duration elapsed;  // from the first post to the last Flush's completion
+  uint64_t bytes = 0;      // of rooms whose outcome was OK (landed)
+  uint64_t blocks = 0;     // block writes in those rooms
+  uint64_t rooms = 0;      // rooms whose outcome was OK
+  uint64_t writes = 0;     // slices the scheduler posted for them
+  uint64_t posts = 0;      // their PostWrites calls
+  uint64_t flushes = 0;    // their Flush calls (one per lane a room used)
+  absl::Duration elapsed;  // from the first Submit to the last outcome
 
   double gbps() const;  // decimal: 1e9 bytes per second
   double blocks_per_s(uint64_t block_bytes) const;
 };
 
-// Runs one window from `source` (a registered local region) to `peer`. The first failure of a
-// post, a batch or a flush ends the window and is returned; DeadlineExceeded when the transport
-// has not finished within spec.patience. InvalidArgument for a spec that cannot run (zero
-// sizes, a working set smaller than a block, lanes outside the transport's).
-absl::StatusOr<WindowResult> RunWriteWindow(transport::Transport& transport, transport::PeerId peer,
-                                            transport::RegionId source, const WindowSpec& spec);
+// The rooms in flight for a window of `spec` (see WindowSpec::inflight_bytes).
+int RoomsInFlight(const WindowSpec& spec);
+
+// Runs one window on `scheduler` to `target`. The first room that fails (a transport error, or
+// a Submit the scheduler refused: a write past the destination arena or the source region fails
+// its bounds check with InvalidArgument naming the copy) ends the window: no room starts after
+// it, those in flight finish, and its status is returned. DeadlineExceeded when the rooms'
+// outcomes have not all come within spec.patience (the rooms still in flight are cancelled).
+// InvalidArgument, naming the fields and the rule, for a spec that cannot run (zero sizes, a
+// working set smaller than a block, no target regions).
+absl::StatusOr<WindowResult> RunWriteWindow(transfer::Scheduler& scheduler,
+                                            const WindowTarget& target, const WindowSpec& spec);
 
 }  // namespace kvrail::bench
 

@@ -13,6 +13,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/memory/pattern.h"
+#include "engine/transfer/scheduler.h"
+#include "engine/transport/bounds.h"
 #include "engine/transport/loopback/loopback_transport.h"
 #include "engine/transport/transport.h"
 #include "gtest/gtest.h"
@@ -29,8 +31,8 @@ using transport::Write;
 
 constexpr uint64_t kSeed = 77;
 
-// Forwards to a real transport and records what the window asked of it, with the bytes each
-// lane had posted and not yet seen landed (covered by a completed Flush) at every post.
+// Forwards to a real transport and records what the scheduler asked of it for the window, and
+// which posts of each lane a completed Flush covers (landed).
 class RecordingTransport final : public Transport {
  public:
   explicit RecordingTransport(Transport& inner) : inner_(inner) {}
@@ -39,8 +41,6 @@ class RecordingTransport final : public Transport {
     bool flush = false;
     int lane = 0;
     uint64_t bytes = 0;
-    int posts_outstanding = 0;  // on this lane, before it
-    uint64_t unlanded = 0;      // posts: this lane's bytes not known landed, before this one
   };
 
   const transport::Capabilities& capabilities() const override { return inner_.capabilities(); }
@@ -64,17 +64,13 @@ class RecordingTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lock(mu_);
       LaneLog& log = lanes_[lane];
-      uint64_t unlanded = 0;
-      for (size_t i = log.landed; i < log.posts.size(); ++i) unlanded += log.posts[i];
-      events_.push_back({false, lane, bytes, log.outstanding, unlanded});
+      events_.push_back({false, lane, bytes});
       log.posts.push_back(bytes);
-      ++log.outstanding;
     }
     return inner_.PostWrites(peer, lane, source, writes,
-                             [this, lane, done = std::move(done)](absl::Status s) mutable {
+                             [this, done = std::move(done)](absl::Status s) mutable {
                                {
                                  std::lock_guard<std::mutex> lock(mu_);
-                                 --lanes_[lane].outstanding;
                                  if (hold_) {
                                    held_.emplace_back(std::move(done), std::move(s));
                                    return;
@@ -87,12 +83,13 @@ class RecordingTransport final : public Transport {
     size_t covers = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back({true, lane, 0, lanes_[lane].outstanding, 0});
+      events_.push_back({true, lane, 0});
       covers = lanes_[lane].posts.size();
     }
     return inner_.Flush(peer, lane, [this, lane, covers, done = std::move(done)](absl::Status s) {
       {
         std::lock_guard<std::mutex> lock(mu_);
+        if (fail_flushes_ && s.ok()) s = absl::UnavailableError("recording: the flush failed");
         if (s.ok()) lanes_[lane].landed = std::max(lanes_[lane].landed, covers);
       }
       done(std::move(s));
@@ -119,6 +116,22 @@ class RecordingTransport final : public Transport {
     return held.size();
   }
 
+  // From now on every flush reports a failure: its lane's writes are not known to have landed.
+  void FailFlushes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_flushes_ = true;
+  }
+
+  // Bytes covered by flushes that completed OK, over every lane.
+  uint64_t LandedBytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t bytes = 0;
+    for (const auto& [lane, log] : lanes_) {
+      for (size_t i = 0; i < log.landed; ++i) bytes += log.posts[i];
+    }
+    return bytes;
+  }
+
   std::vector<Event> events() {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
@@ -128,13 +141,13 @@ class RecordingTransport final : public Transport {
   struct LaneLog {
     std::vector<uint64_t> posts;  // bytes of every post, in order
     size_t landed = 0;            // posts [0, landed) are covered by a completed flush
-    int outstanding = 0;
   };
   Transport& inner_;
   std::mutex mu_;
   std::map<int, LaneLog> lanes_;
   std::vector<Event> events_;
   bool hold_ = false;
+  bool fail_flushes_ = false;
   std::vector<std::pair<Completion, absl::Status>> held_;
 };
 
@@ -148,22 +161,38 @@ class WriteWindowTest : public ::testing::Test {
     destination_.assign(1 << 20, 0);
     source_region_ = sender_->Register({source_.data(), source_.size()}).value();
     ASSERT_TRUE(receiver_->Register({destination_.data(), destination_.size()}).ok());
-    peer_ = sender_->Connect(receiver_->LocalDescriptor().value()).value();
+    const v1::HandshakeDescriptor descriptor = receiver_->LocalDescriptor().value();
+    peer_ = sender_->Connect(descriptor).value();
+    remote_ = std::make_shared<const transport::RemoteRegions>(
+        transport::RemoteRegions::FromDescriptor(descriptor).value());
   }
 
-  uint64_t DestinationAddress() const { return reinterpret_cast<uintptr_t>(destination_.data()); }
+  // The bench's scheduler settings on `transport`: 4 KiB slices, 8 KiB in flight per lane.
+  std::unique_ptr<transfer::Scheduler> SchedulerOn(Transport& transport) {
+    transfer::SchedulerOptions options;
+    options.slice_bytes = 4096;
+    options.max_inflight_bytes_per_endpoint = 8192;
+    options.fence_timeout = absl::Milliseconds(50);
+    return std::make_unique<transfer::Scheduler>(&transport, options);
+  }
+
+  WindowTarget Target() const {
+    WindowTarget target;
+    target.peer = peer_;
+    target.source = source_region_;
+    target.source_length = source_.size();
+    target.remote = remote_;
+    target.remote_base = reinterpret_cast<uintptr_t>(destination_.data());
+    target.remote_length = destination_.size();
+    return target;
+  }
 
   WindowSpec Spec() const {
     WindowSpec spec;
     spec.block_bytes = 10000;  // not a multiple of the slice
     spec.batch = 5;
     spec.working_set = uint64_t{5} * 10000;
-    spec.destination_address = DestinationAddress();
-    spec.lanes = 3;
-    spec.slice_bytes = 4096;
-    spec.inflight_bytes_per_lane = 8192;
-    spec.post_bytes = 8192;
-    spec.posts_per_lane = 2;
+    spec.inflight_bytes = 3 * 8192;
     spec.duration = absl::Seconds(30);
     spec.max_bytes = uint64_t{5} * 10000;  // one batch
     return spec;
@@ -175,75 +204,103 @@ class WriteWindowTest : public ::testing::Test {
   std::vector<uint8_t> destination_;
   RegionId source_region_ = 0;
   PeerId peer_ = 0;
+  std::shared_ptr<const transport::RemoteRegions> remote_;
 };
 
 TEST_F(WriteWindowTest, EveryByteOfABatchLandsAtItsOffset) {
+  auto scheduler = SchedulerOn(*sender_);
   WindowSpec spec = Spec();
   spec.source_offset = 123;
-  auto result = RunWriteWindow(*sender_, peer_, source_region_, spec);
+  spec.destination_offset = 7;
+  auto result = RunWriteWindow(*scheduler, Target(), spec);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->bytes, 50000u);
+  EXPECT_EQ(result->blocks, 5u);
+  EXPECT_EQ(result->rooms, 1u);       // a batch is a room
   EXPECT_EQ(result->writes, 5u * 3);  // 4096 + 4096 + 1808 per block
-  EXPECT_FALSE(FirstPatternMismatch(absl::MakeConstSpan(destination_.data(), 50000), kSeed, 123)
+  EXPECT_GE(result->flushes, 1u);     // every lane the room used was flushed
+  EXPECT_EQ(destination_[6], 0);      // nothing before the destination offset
+  EXPECT_FALSE(FirstPatternMismatch(absl::MakeConstSpan(destination_.data() + 7, 50000), kSeed, 123)
                    .has_value());
-  EXPECT_EQ(destination_[50000], 0);  // nothing past the working set
+  EXPECT_EQ(destination_[50007], 0);  // nothing past the working set
 }
 
-TEST_F(WriteWindowTest, WindowEndsWithAFlushOfEveryLaneAfterThePostsCompleted) {
+// A Flush covers every earlier write of its lane (Transport, "Fencing"): the scheduler queues it
+// behind the room's posts, and the room's outcome waits for it.
+TEST_F(WriteWindowTest, EveryLaneARoomUsedEndsWithAFlush) {
   RecordingTransport recorder(*sender_);
-  auto result = RunWriteWindow(recorder, peer_, source_region_, Spec());
+  auto scheduler = SchedulerOn(recorder);
+  auto result = RunWriteWindow(*scheduler, Target(), Spec());
   ASSERT_TRUE(result.ok()) << result.status();
   const auto events = recorder.events();
-  ASSERT_GE(events.size(), 3u);
-  // Lanes post independently, from their own threads, so lanes interleave; each lane's last
-  // call is its final flush, made when none of its posts was outstanding.
   std::map<int, size_t> last;
   for (size_t i = 0; i < events.size(); ++i) last[events[i].lane] = i;
-  ASSERT_EQ(last.size(), 3u);
+  ASSERT_GE(last.size(), 2u);  // 50000 B over lanes of 8 KiB in flight: striped
   for (const auto& [lane, index] : last) {
     EXPECT_TRUE(events[index].flush) << "lane " << lane;
-    EXPECT_EQ(events[index].posts_outstanding, 0) << "lane " << lane;
   }
   EXPECT_EQ(result->flushes,
             static_cast<uint64_t>(std::count_if(events.begin(), events.end(),
                                                 [](const auto& e) { return e.flush; })));
+  EXPECT_EQ(result->bytes, recorder.LandedBytes());
 }
 
-TEST_F(WriteWindowTest, BytesNotKnownLandedStayWithinTheBoundPerLane) {
+TEST_F(WriteWindowTest, CountsOnlyBytesThatACompletedFlushCovers) {
   RecordingTransport recorder(*sender_);
-  sender_->DelayCompletions(absl::Milliseconds(2));  // let posts pile up against the bounds
+  sender_->DelayCompletions(absl::Milliseconds(1));  // rooms overlap
+  auto scheduler = SchedulerOn(recorder);
   WindowSpec spec = Spec();
   spec.max_bytes = 0;
-  spec.duration = absl::Milliseconds(100);
-  spec.post_bytes = 4096;
-  spec.posts_per_lane = 4;
-  auto result = RunWriteWindow(recorder, peer_, source_region_, spec);
+  spec.duration = absl::Milliseconds(60);
+  auto result = RunWriteWindow(*scheduler, Target(), spec);
   ASSERT_TRUE(result.ok()) << result.status();
-  std::map<int, int> posts_per_lane;
-  int flushes = 0;
-  for (const auto& e : recorder.events()) {
-    if (e.flush) {
-      ++flushes;
-      continue;
-    }
-    ++posts_per_lane[e.lane];
-    EXPECT_LT(e.posts_outstanding, spec.posts_per_lane);
-    EXPECT_LE(e.bytes, spec.post_bytes);
-    if (e.unlanded > 0) EXPECT_LE(e.unlanded + e.bytes, spec.inflight_bytes_per_lane);
-  }
-  EXPECT_EQ(posts_per_lane.size(), 3u);  // striped over every lane
-  EXPECT_GT(flushes, 3);                 // lanes flushed along the way, not only at the end
-  EXPECT_GT(result->bytes, 0u);
+  EXPECT_GT(result->rooms, 1u);
+  // Every room's bytes were flushed before its outcome: what the window counts is what landed.
+  EXPECT_EQ(result->bytes, recorder.LandedBytes());
+  EXPECT_EQ(result->bytes, result->blocks * spec.block_bytes);
 }
 
-TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholePosts) {
+TEST_F(WriteWindowTest, AFailedFlushEndsTheWindowAndCountsNothingOfItsRoom) {
+  RecordingTransport recorder(*sender_);
+  recorder.FailFlushes();
+  auto scheduler = SchedulerOn(recorder);
+  auto result = RunWriteWindow(*scheduler, Target(), Spec());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+}
+
+TEST_F(WriteWindowTest, AFailedWriteEndsTheWindowWithItsStatus) {
+  auto scheduler = SchedulerOn(*sender_);
+  sender_->FailNextWrites(1);
+  WindowSpec spec = Spec();
+  spec.max_bytes = 0;
+  auto result = RunWriteWindow(*scheduler, Target(), spec);  // would run 30 s without the failure
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+}
+
+TEST_F(WriteWindowTest, ABatchLargerThanARoomIsSentAsRoomsOfWholeBlocks) {
+  auto scheduler = SchedulerOn(*sender_);
+  WindowSpec spec = Spec();
+  spec.max_room_bytes = 25000;  // two blocks
+  auto result = RunWriteWindow(*scheduler, Target(), spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->rooms, 3u);  // 2 + 2 + 1 blocks
+  EXPECT_EQ(result->bytes, 50000u);
+  EXPECT_FALSE(
+      FirstPatternMismatch(absl::MakeConstSpan(destination_.data(), 50000), kSeed, 0).has_value());
+}
+
+TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholeRooms) {
+  auto scheduler = SchedulerOn(*sender_);
   WindowSpec spec = Spec();
   spec.max_bytes = 0;
   spec.duration = absl::Milliseconds(50);
-  auto result = RunWriteWindow(*sender_, peer_, source_region_, spec);
+  auto result = RunWriteWindow(*scheduler, Target(), spec);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GE(result->elapsed, absl::Milliseconds(50));
   EXPECT_GT(result->bytes, 50000u);
+  EXPECT_EQ(result->bytes, result->rooms * 50000);
   EXPECT_GT(result->gbps(), 0);
   EXPECT_GT(result->blocks_per_s(spec.block_bytes), 0);
   // The destination holds the source pattern throughout the working set.
@@ -251,41 +308,59 @@ TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholePosts) {
       FirstPatternMismatch(absl::MakeConstSpan(destination_.data(), 50000), kSeed, 0).has_value());
 }
 
-TEST_F(WriteWindowTest, AFailedWriteEndsTheWindowWithItsStatus) {
-  sender_->FailNextWrites(1);
-  auto result = RunWriteWindow(*sender_, peer_, source_region_, Spec());
-  ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+TEST(RoomsInFlight, HoldTheBytesInFlightWithAtLeastTwoAndAtMostTheCap) {
+  WindowSpec spec;
+  spec.block_bytes = 4096;
+  spec.batch = 1;
+  spec.inflight_bytes = 8 * 4096;
+  spec.max_rooms = 128;
+  EXPECT_EQ(RoomsInFlight(spec), 8);
+  spec.max_rooms = 4;
+  EXPECT_EQ(RoomsInFlight(spec), 4);
+  spec.block_bytes = uint64_t{1} << 20;  // one room holds more than the bytes in flight
+  EXPECT_EQ(RoomsInFlight(spec), 2);
+  spec.block_bytes = uint64_t{64} << 20;  // rooms of at most max_room_bytes
+  spec.batch = 1024;
+  spec.inflight_bytes = uint64_t{1} << 30;
+  spec.max_rooms = 128;
+  EXPECT_EQ(RoomsInFlight(spec), 4);
 }
 
-// A transport that stops answering: the window gives up after its patience, and completions the
-// transport delivers later still find the window (ASan checks they touch no freed memory).
+// A transport that stops answering: the window gives up after its patience, and outcomes the
+// scheduler delivers later still find the window (ASan checks they touch no freed memory).
 TEST_F(WriteWindowTest, AWindowThatGaveUpSurvivesLateCompletions) {
   RecordingTransport recording(*sender_);
+  auto scheduler = SchedulerOn(recording);
   recording.HoldCompletions();
   WindowSpec spec = Spec();
   spec.patience = absl::Milliseconds(100);
-  auto result = RunWriteWindow(recording, peer_, source_region_, spec);
+  auto result = RunWriteWindow(*scheduler, Target(), spec);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(result.status().message().find("did not complete"), std::string::npos)
-      << result.status();
+  EXPECT_NE(result.status().message().find("no outcome"), std::string::npos) << result.status();
   EXPECT_GT(recording.ReleaseHeld(), 0u);
 }
 
-TEST_F(WriteWindowTest, RejectsSpecsThatCannotRun) {
+TEST_F(WriteWindowTest, RefusesSpecsThatCannotRun) {
+  auto scheduler = SchedulerOn(*sender_);
   WindowSpec spec = Spec();
-  spec.lanes = 5;  // the transport has 4
-  EXPECT_EQ(RunWriteWindow(*sender_, peer_, source_region_, spec).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  spec = Spec();
   spec.working_set = 100;
-  EXPECT_EQ(RunWriteWindow(*sender_, peer_, source_region_, spec).status().code(),
+  EXPECT_EQ(RunWriteWindow(*scheduler, Target(), spec).status().code(),
             absl::StatusCode::kInvalidArgument);
   spec = Spec();
   spec.block_bytes = 0;
-  EXPECT_EQ(RunWriteWindow(*sender_, peer_, source_region_, spec).status().code(),
+  EXPECT_EQ(RunWriteWindow(*scheduler, Target(), spec).status().code(),
             absl::StatusCode::kInvalidArgument);
+  WindowTarget target = Target();
+  target.remote = nullptr;
+  EXPECT_EQ(RunWriteWindow(*scheduler, target, Spec()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Past the destination arena: the scheduler's bounds check refuses the room; nothing lands.
+  spec = Spec();
+  spec.destination_offset = destination_.size() - 1000;
+  auto refused = RunWriteWindow(*scheduler, Target(), spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_EQ(destination_[destination_.size() - 1], 0);
 }
 
 }  // namespace
