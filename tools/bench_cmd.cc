@@ -234,7 +234,7 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
                "forward pass: a row of mode layerwise, with the transfer time left exposed after "
                "the last layer");
   kv->add_option("--presets", flags.text.presets,
-                 "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla");
+                 "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla, hybrid-swa-state");
   kv->add_option("--tp", flags.text.tp, "Comma list of <prefill TP>:<decode TP>, e.g. 1:1,2:1");
   kv->add_option("--tokens", flags.text.tokens, "Comma list of prompt lengths, e.g. 1k,4k,32k");
   kv->add_option("--transport", flags.text.transports, "Comma list of tcp, shm, netns");
