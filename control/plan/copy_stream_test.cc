@@ -74,7 +74,9 @@ TEST(CopyStreamTest, YieldsWhatExpandAppendsInsideItsEnvelope) {
             bytes += copy.length;
           }
           EXPECT_EQ(e.bytes, bytes);
-          if (!coalesce) EXPECT_EQ(e.copies, got.size());
+          if (!coalesce) {
+            EXPECT_EQ(e.copies, got.size());
+          }
           EXPECT_GE(e.copies, got.size());
         }
       }
