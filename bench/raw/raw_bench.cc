@@ -325,6 +325,7 @@ class KvrailSession {
     }
     WindowSpec spec = Spec(block, batch, link.lanes);
     spec.working_set = working_set;
+    spec.destination_span = target_bytes_;
     spec.source_offset = NextShift();
     spec.duration = absl::Seconds(std::min(0.1, options_.seconds / 4));
     absl::StatusOr<WindowResult> warm = RunWriteWindow(*link.scheduler, link.target, spec);
@@ -375,11 +376,26 @@ class KvrailSession {
       for (int batch : options_.batch_sizes) max_ws = std::max(max_ws, WorkingSet(block, batch));
     }
     arena_bytes_ = std::max(max_ws, kVerifyBatch * sum_blocks) + kMaxVerifyShift;
+    // The target's arena holds a copy of each row's working set per room in flight
+    // (WindowSpec::destination_span), for the one-block rows too.
+    target_bytes_ = arena_bytes_;
+    for (uint64_t block : options_.block_sizes) {
+      for (int batch : options_.batch_sizes) {
+        for (uint64_t ws : {WorkingSet(block, batch), block}) {
+          for (int lanes : {tuning_.lanes, 1}) {
+            WindowSpec spec = Spec(block, batch, lanes);
+            spec.working_set = ws;
+            target_bytes_ = std::max(
+                target_bytes_, static_cast<uint64_t>(RoomsInFlight(spec)) * (ws / block) * block);
+          }
+        }
+      }
+    }
 
     RawTargetOptions target_options;
     target_options.transport = where_.transport;
     target_options.lanes = tuning_.lanes;
-    target_options.arena_bytes = arena_bytes_;
+    target_options.arena_bytes = target_bytes_;
     target_options.net_device = where_.target_device;
     absl::StatusOr<TargetProcess> target =
         TargetProcess::Start(where_.target_prefix, options_.self_exe, target_options);
@@ -501,7 +517,8 @@ class KvrailSession {
   const RawBenchOptions& options_;
   const Placement where_;
   const RawTuning tuning_;
-  uint64_t arena_bytes_ = 0;
+  uint64_t arena_bytes_ = 0;   // the source's, and the least of the target's
+  uint64_t target_bytes_ = 0;  // the target's
   uint64_t windows_ = 0;
   // Destroyed in reverse: the links' transports go before the source arena they registered.
   std::unique_ptr<TargetProcess> target_;

@@ -42,7 +42,12 @@ class Window : public std::enable_shared_from_this<Window> {
         max_blocks_(spec.max_bytes == 0
                         ? UINT64_MAX
                         : (spec.max_bytes + spec.block_bytes - 1) / spec.block_bytes),
-        rooms_in_flight_(RoomsInFlight(spec)) {}
+        rooms_in_flight_(static_cast<int>(std::min<uint64_t>(
+            static_cast<uint64_t>(RoomsInFlight(spec)),
+            std::max<uint64_t>(1, spec.destination_span / (slots_ * spec.block_bytes))))) {
+    // Copy 0 is taken first, and most often: the sample checked after the window is there.
+    for (int c = rooms_in_flight_ - 1; c >= 0; --c) free_copies_.push_back(c);
+  }
 
   absl::StatusOr<WindowResult> Run() {
     start_ = Clock::now();
@@ -73,6 +78,7 @@ class Window : public std::enable_shared_from_this<Window> {
       uint64_t first_block = 0;
       uint64_t blocks = 0;
       uint64_t id = 0;
+      uint64_t copy = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
         const bool open = !stopped_ && next_block_ < max_blocks_ && Clock::now() < deadline_;
@@ -91,17 +97,20 @@ class Window : public std::enable_shared_from_this<Window> {
         next_block_ += blocks;
         id = next_transfer_id.fetch_add(1, std::memory_order_relaxed);
         in_flight_.insert(id);
+        copy = free_copies_.back();  // one per room in flight: never empty here
+        free_copies_.pop_back();
       }
-      absl::Status submitted = scheduler_.Submit(Room(id, first_block, blocks));
+      absl::Status submitted = scheduler_.Submit(Room(id, first_block, blocks, copy));
       if (!submitted.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         in_flight_.erase(id);
+        free_copies_.push_back(copy);
         FailLocked(std::move(submitted));
       }
     }
   }
 
-  transfer::RoomTransfer Room(uint64_t id, uint64_t first_block, uint64_t blocks) {
+  transfer::RoomTransfer Room(uint64_t id, uint64_t first_block, uint64_t blocks, uint64_t copy) {
     transfer::RoomTransfer room{.transfer_id = id,
                                 .peer = target_.peer,
                                 .source = target_.source,
@@ -109,21 +118,24 @@ class Window : public std::enable_shared_from_this<Window> {
                                 .remote = target_.remote,
                                 .remote_base = target_.remote_base,
                                 .remote_length = target_.remote_length};
-    Copy* copy = room.copies.Extend(blocks);
-    for (uint64_t k = first_block; k < first_block + blocks; ++k, ++copy) {
+    Copy* out = room.copies.Extend(blocks);
+    for (uint64_t k = first_block; k < first_block + blocks; ++k, ++out) {
       const uint64_t at = (k % slots_) * spec_.block_bytes;
-      *copy = Copy{spec_.source_offset + at, spec_.destination_offset + at, spec_.block_bytes};
+      *out = Copy{spec_.source_offset + at,
+                  spec_.destination_offset + copy * slots_ * spec_.block_bytes + at,
+                  spec_.block_bytes};
     }
-    room.done = [self = shared_from_this(), blocks](const transfer::RoomOutcome& outcome) {
-      self->OnOutcome(outcome, blocks);
+    room.done = [self = shared_from_this(), blocks, copy](const transfer::RoomOutcome& outcome) {
+      self->OnOutcome(outcome, blocks, copy);
     };
     return room;
   }
 
-  void OnOutcome(const transfer::RoomOutcome& outcome, uint64_t blocks) {
+  void OnOutcome(const transfer::RoomOutcome& outcome, uint64_t blocks, uint64_t copy) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_.erase(outcome.transfer_id);
+      free_copies_.push_back(copy);
       if (outcome.status.ok()) {
         result_.bytes += outcome.stats.bytes;
         result_.blocks += blocks;
@@ -158,9 +170,10 @@ class Window : public std::enable_shared_from_this<Window> {
   std::mutex mu_;  // never held across a call to the scheduler
   std::condition_variable done_;
   // Guarded by mu_:
-  std::set<uint64_t> in_flight_;  // transfer ids submitted, outcome not yet delivered
-  uint64_t next_block_ = 0;       // the window's next block write, counting from 0
-  bool stopped_ = false;          // a room failed, or Run gave up
+  std::set<uint64_t> in_flight_;       // transfer ids submitted, outcome not yet delivered
+  std::vector<uint64_t> free_copies_;  // copies of the working set no room in flight writes
+  uint64_t next_block_ = 0;            // the window's next block write, counting from 0
+  bool stopped_ = false;               // a room failed, or Run gave up
   bool finished_ = false;
   absl::Status error_;
   WindowResult result_;

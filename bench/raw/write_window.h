@@ -46,6 +46,13 @@ struct WindowSpec {
   uint64_t working_set = 0;
   uint64_t source_offset = 0;
   uint64_t destination_offset = 0;
+  // Bytes of the destination from destination_offset the window may write (0: the working set
+  // alone). Rooms in flight at once write disjoint copies of the working set in it, copy c at
+  // destination_offset + c * slots * block_bytes (the first room copy 0): two rooms never write
+  // the same bytes at once (over shared memory, two lanes would store into them together: a
+  // data race, if of equal bytes). So at most destination_span / (slots * block_bytes) rooms
+  // are in flight, at least 1.
+  uint64_t destination_span = 0;
   // A batch of more than this many bytes is sent as consecutive rooms of whole blocks (at
   // least one) of at most this many: a 1024 x 64 MiB batch is not one 64 GiB room.
   uint64_t max_room_bytes = uint64_t{256} << 20;
