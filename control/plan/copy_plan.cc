@@ -233,14 +233,19 @@ void CopyPlan::Drain(const layout::Manifest& src, const layout::Manifest& dst, b
   out.Truncate(base + cursor.Next(out.Extend(most), most));
 }
 
-absl::Status CopyPlan::ExpandLayers(const layout::Manifest& src, const layout::Manifest& dst,
-                                    LayerRange layers, bool coalesce, CopyList& out) const {
-  KVRAIL_RETURN_IF_ERROR(layered_);
-  KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
+std::vector<char> CopyPlan::LayerMask(LayerRange layers) const {
   std::vector<char> mask(fragments_.size(), 0);
   for (size_t f = 0; f < fragments_.size(); ++f) {
     mask[f] = fragment_layers_[f] >= layers.begin && fragment_layers_[f] < layers.end ? 1 : 0;
   }
+  return mask;
+}
+
+absl::Status CopyPlan::ExpandLayers(const layout::Manifest& src, const layout::Manifest& dst,
+                                    LayerRange layers, bool coalesce, CopyList& out) const {
+  KVRAIL_RETURN_IF_ERROR(layered_);
+  KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
+  const std::vector<char> mask = LayerMask(layers);
   Drain(src, dst, coalesce, &mask, out);
   return absl::OkStatus();
 }

@@ -154,6 +154,8 @@ class CopyPlan {
   absl::Status CheckRoom(const layout::Manifest& src, const layout::Manifest& dst) const;
   absl::Status ExpandInto(const layout::Manifest& src, const layout::Manifest& dst, CopyList& out,
                           bool coalesce) const;
+  // 1 for each fragment of a layer in `layers`, 0 for the others (fragments() order).
+  std::vector<char> LayerMask(LayerRange layers) const;
   // CountCopies over the fragments `mask` selects (every fragment when null).
   int64_t CountMasked(const layout::Manifest& src, const std::vector<char>* mask) const;
   // Appends to `out` what a cursor over (src, dst) yields through `mask`: at most the masked

@@ -32,21 +32,12 @@ class CopyStream : public CopySource {
     const bool masked = layers.begin > 0 || layers.end != INT64_MAX;
     if (masked) KVRAIL_RETURN_IF_ERROR(plan->layered());
     KVRAIL_RETURN_IF_ERROR(plan->CheckRoom(*src, *dst));
-    std::vector<char> mask = masked ? LayerMask(*plan, layers) : std::vector<char>();
+    std::vector<char> mask = masked ? plan->LayerMask(layers) : std::vector<char>();
     return std::make_unique<CopyStream>(std::move(plan), std::move(src), std::move(dst),
                                         std::move(mask), masked, coalesce);
   }
 
  private:
-  static std::vector<char> LayerMask(const CopyPlan& plan, CopyPlan::LayerRange layers) {
-    std::vector<char> mask(plan.fragments_.size(), 0);
-    for (size_t f = 0; f < mask.size(); ++f) {
-      const int64_t layer = plan.fragment_layers_[f];
-      mask[f] = layer >= layers.begin && layer < layers.end ? 1 : 0;
-    }
-    return mask;
-  }
-
   // Over the fragments the mask selects and the positions each sends, as the cursor walks
   // them: each position's rows span [page + 0, page + (rows - 1) * row_stride + bytes_per_row).
   CopyEnvelope Envelope(const std::vector<char>* mask) const {

@@ -210,34 +210,37 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
           slot.request.remote = link->regions;
           slot.request.remote_base = remote_base;
           slot.request.remote_length = arena_length;  // this arena alone, not every region
-          // A list some earlier room used: its pages are there already (copy_list_pool.h).
-          slot.request.copies = copy_lists->Take();
-          slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
-            pool->Give(std::move(spent));
-          };
-          if (!digest) {
-            // Streamed: the scheduler pulls the copies a chunk at a time as it posts, so the
-            // first writes go out before the room's last copy is computed (copy_stream.h).
-            absl::StatusOr<std::unique_ptr<CopySource>> stream = plan::StreamRoom(
-                copy_plan, source_manifest, destination_manifest, layers, !options.naive_copies);
-            if (stream.ok()) {
-              slot.request.stream = *std::move(stream);
-            } else {
-              slot.error = stream.status();
-            }
-          } else {
-            slot.error = ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, layers,
-                                    slot.request.copies);
+          // The scheduler pulls the copies a chunk at a time as it posts, so the first writes
+          // go out before the room's last copy is computed (copy_stream.h); --naive-copies
+          // posts the planner's copies unmerged, for measurement only.
+          absl::StatusOr<std::unique_ptr<CopySource>> stream = plan::StreamRoom(
+              copy_plan, source_manifest, destination_manifest, layers, !options.naive_copies);
+          if (!stream.ok()) {
+            slot.error = stream.status();
+          } else if (!digest) {
+            slot.request.stream = *std::move(stream);
           }
           // The engine's Ready says the source bytes are final, so hashing them here, before
           // the writes, gives what hashing them after the flush would; the writes wait for
-          // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
+          // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests"). Hashing
+          // needs the list: the stream is drained into one some earlier room used, whose
+          // pages are there already (copy_list_pool.h).
           if (slot.error.ok() && digest) {
+            slot.request.copies = copy_lists->Take();
+            slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
+              pool->Give(std::move(spent));
+            };
+            AppendAll(**stream, slot.request.copies);
             plan::CopyList sorted = slot.request.copies;  // the writes keep their order
             if (layers.begin > 0) {  // earlier works sent the first layers: hash them all
               sorted.clear();
-              slot.error =
-                  ExpandRoom(*copy_plan, *source_manifest, *destination_manifest, {}, sorted);
+              absl::StatusOr<std::unique_ptr<CopySource>> whole = plan::StreamRoom(
+                  copy_plan, source_manifest, destination_manifest, {}, !options.naive_copies);
+              if (whole.ok()) {
+                AppendAll(**whole, sorted);
+              } else {
+                slot.error = whole.status();
+              }
             }
             absl::StatusOr<uint64_t> sum =
                 slot.error.ok() ? plan::RoomDigest(sorted, plan::DigestSide::kSource,
@@ -257,18 +260,6 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
       if (preparation->remaining.fetch_sub(1) == 1) finish();
     });
   }
-}
-
-absl::Status Sidecar::Impl::ExpandRoom(const plan::CopyPlan& plan, const layout::Manifest& source,
-                                       const layout::Manifest& destination,
-                                       plan::CopyPlan::LayerRange layers,
-                                       plan::CopyList& copies) const {
-  if (layers.begin > 0 || layers.end != INT64_MAX) {  // layer-wise streaming (CACHEPD §6.11)
-    return plan.ExpandLayers(source, destination, layers, !options.naive_copies, copies);
-  }
-  // --naive-copies posts the planner's copies unmerged, for measurement only.
-  return options.naive_copies ? plan.Expand(source, destination, copies)
-                              : plan.ExpandCoalesced(source, destination, copies);
 }
 
 void Sidecar::Impl::FenceLocked(uint64_t room) {

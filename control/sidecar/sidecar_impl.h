@@ -238,12 +238,6 @@ struct Sidecar::Impl {
   void BeginTransferLocked(session::TransferWork work);
   // Fences a room that failed with its transfer in flight (PrefillRooms' fences).
   void FenceLocked(uint64_t room);
-  // A room's copies to one destination, of the fields of `layers` (layer-wise streaming;
-  // the default range is every field), appended to `copies`: coalesced, or with
-  // --naive-copies as the planner expands them.
-  absl::Status ExpandRoom(const plan::CopyPlan& plan, const layout::Manifest& source,
-                          const layout::Manifest& destination, plan::CopyPlan::LayerRange layers,
-                          plan::CopyList& copies) const;
   // Does what RoomTransfers asked: cancels (deferred) and reports a room that ended.
   void ActLocked(TransferActions actions);
   void OnTransferOutcome(const transfer::RoomOutcome& outcome);

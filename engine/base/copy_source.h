@@ -35,6 +35,17 @@ class CopySource {
   virtual size_t Next(Copy* out, size_t capacity) = 0;
 };
 
+// Appends everything `source` has left to `out` (where a list is needed: a room's digest).
+inline void AppendAll(CopySource& source, CopyList& out) {
+  constexpr size_t kChunk = 4096;
+  while (true) {
+    const size_t base = out.size();
+    const size_t n = source.Next(out.Extend(kChunk), kChunk);
+    out.Truncate(base + n);
+    if (n == 0) return;
+  }
+}
+
 }  // namespace kvrail
 
 #endif  // KVRAIL_ENGINE_BASE_COPY_SOURCE_H_

@@ -1,10 +1,12 @@
-// Copy lists reused from room to room. A head-sliced room is half a million copies a rank (12
+// Copy lists reused from room to room, where a room still needs its whole list: a
+// --verify-digest room, which hashes its copies before the first write (other rooms stream
+// theirs: engine/base/copy_source.h). A head-sliced room is half a million copies a rank (12
 // MiB); a list allocated fresh for each room faults every page of it in while the planner
 // fills it, which on this loaded 2-core machine took 13-131 ms a room before the first byte
 // (BENCHMARKS.md, "The sender's work before the first byte"), against under a millisecond for
 // the planner's own work into a list that had been used before. The scheduler hands a room's
-// list back once its last write was posted and its outcome is out (RoomTransfer::recycle), and
-// the next room takes it with its pages already there.
+// list back once its outcome is out (RoomTransfer::recycle), and the next room takes it with
+// its pages already there.
 #ifndef KVRAIL_ENGINE_TRANSFER_COPY_LIST_POOL_H_
 #define KVRAIL_ENGINE_TRANSFER_COPY_LIST_POOL_H_
 
