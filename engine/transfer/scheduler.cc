@@ -614,6 +614,35 @@ Scheduler::~Scheduler() {
 
 namespace {
 
+// OK when every offset of `e` lies inside the room's bounds: the source region, one of the
+// peer's regions, and the destination's arena when it has a length; else InvalidArgument naming
+// the side that does not. An envelope of no copies is inside.
+absl::Status CheckEnvelope(const RoomTransfer& request, const CopyEnvelope& e,
+                           const std::string& context) {
+  if (e.copies == 0) return absl::OkStatus();
+  if (e.src_begin > e.src_end || e.src_end > request.source_length) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its copies' source range [%u, %u) lies outside the source region's %u bytes; "
+        "nothing was written",
+        context, e.src_begin, e.src_end, request.source_length));
+  }
+  const uint64_t address = request.remote_base + e.dst_begin;
+  if (e.dst_begin > e.dst_end || address < request.remote_base ||
+      !request.remote->Find(address, e.dst_end - e.dst_begin).has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its copies' destination range, base 0x%x + [%u, %u), lies inside none of the "
+        "peer's %d registered regions; nothing was written",
+        context, request.remote_base, e.dst_begin, e.dst_end, request.remote->size()));
+  }
+  if (request.remote_length > 0 && e.dst_end > request.remote_length) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its copies' destination range [%u, %u) lies outside the destination's arena of %u "
+        "bytes at 0x%x; nothing was written",
+        context, e.dst_begin, e.dst_end, request.remote_length, request.remote_base));
+  }
+  return absl::OkStatus();
+}
+
 // The payload bytes of a room whose copies all lie inside their bounds (the source region;
 // one of the peer's regions; the destination's arena when it has a length), or InvalidArgument
 // naming the first copy that does not. First the room's envelope, in one pass without a lookup
@@ -621,24 +650,19 @@ namespace {
 // on each side lie inside, so does every copy. Only a room whose envelope does not is checked
 // copy by copy, to name the copy.
 absl::StatusOr<uint64_t> CheckedBytes(const RoomTransfer& request, const std::string& context) {
-  uint64_t src_high = 0, dst_low = UINT64_MAX, dst_high = 0, bytes = 0;
+  CopyEnvelope e{UINT64_MAX, 0, UINT64_MAX, 0, 0, request.copies.size()};
   bool wraps = false;
   for (const Copy& c : request.copies) {
     const uint64_t src_end = c.src_offset + c.length;
     const uint64_t dst_end = c.dst_offset + c.length;
     wraps |= (c.length == 0) | (src_end < c.src_offset) | (dst_end < c.dst_offset);
-    src_high = std::max(src_high, src_end);
-    dst_low = std::min(dst_low, c.dst_offset);
-    dst_high = std::max(dst_high, dst_end);
-    bytes += c.length;
+    e.src_begin = std::min(e.src_begin, c.src_offset);
+    e.src_end = std::max(e.src_end, src_end);
+    e.dst_begin = std::min(e.dst_begin, c.dst_offset);
+    e.dst_end = std::max(e.dst_end, dst_end);
+    e.bytes += c.length;
   }
-  if (request.copies.empty()) return 0;
-  const uint64_t address = request.remote_base + dst_low;
-  if (!wraps && src_high <= request.source_length && address >= request.remote_base &&
-      (request.remote_length == 0 || dst_high <= request.remote_length) &&
-      request.remote->Find(address, dst_high - dst_low).has_value()) {
-    return bytes;
-  }
+  if (!wraps && CheckEnvelope(request, e, context).ok()) return e.bytes;
   uint64_t total = 0;
   for (size_t i = 0; i < request.copies.size(); ++i) {
     const Copy& c = request.copies[i];
@@ -681,27 +705,7 @@ absl::StatusOr<uint64_t> CheckedEnvelope(const RoomTransfer& request, const std:
                                       ": both a copy list and a copy source were given; give one");
   }
   const CopyEnvelope e = request.stream->envelope();
-  if (e.copies == 0) return 0;
-  if (e.src_begin > e.src_end || e.src_end > request.source_length) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: its copies' source range [%u, %u) lies outside the source region's %u bytes; "
-        "nothing was written",
-        context, e.src_begin, e.src_end, request.source_length));
-  }
-  const uint64_t address = request.remote_base + e.dst_begin;
-  if (e.dst_begin > e.dst_end || address < request.remote_base ||
-      !request.remote->Find(address, e.dst_end - e.dst_begin).has_value()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: its copies' destination range, base 0x%x + [%u, %u), lies inside none of the "
-        "peer's %d registered regions; nothing was written",
-        context, request.remote_base, e.dst_begin, e.dst_end, request.remote->size()));
-  }
-  if (request.remote_length > 0 && e.dst_end > request.remote_length) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: its copies' destination range [%u, %u) lies outside the destination's arena of %u "
-        "bytes at 0x%x; nothing was written",
-        context, e.dst_begin, e.dst_end, request.remote_length, request.remote_base));
-  }
+  if (absl::Status inside = CheckEnvelope(request, e, context); !inside.ok()) return inside;
   return e.bytes;
 }
 
