@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "engine/base/copy_list.h"
+#include "engine/base/copy_source.h"
 #include "engine/transfer/scheduler.h"
 
 namespace kvrail::bench {
@@ -26,6 +27,38 @@ using Clock = std::chrono::steady_clock;
 // Transfer ids are unique in the process: a scheduler may serve several windows, and a window
 // that gave up may leave rooms behind.
 std::atomic<uint64_t> next_transfer_id{1};
+
+// A room's block writes, produced as the scheduler pulls them: write k goes from source offset
+// source + (k % slots) * block to destination + the same. Its envelope is the whole working set
+// on both sides.
+class BlockSource : public CopySource {
+ public:
+  BlockSource(uint64_t first, uint64_t blocks, uint64_t slots, uint64_t block, uint64_t source,
+              uint64_t destination)
+      : next_(first),
+        end_(first + blocks),
+        blocks_(blocks),
+        slots_(slots),
+        block_(block),
+        source_(source),
+        destination_(destination) {}
+  CopyEnvelope envelope() const override {
+    const uint64_t span = slots_ * block_;
+    return {source_, source_ + span, destination_, destination_ + span, blocks_ * block_, blocks_};
+  }
+  size_t Next(Copy* out, size_t capacity) override {
+    size_t n = 0;
+    for (; n < capacity && next_ < end_; ++n, ++next_) {
+      const uint64_t at = (next_ % slots_) * block_;
+      out[n] = Copy{source_ + at, destination_ + at, block_};
+    }
+    return n;
+  }
+
+ private:
+  uint64_t next_;
+  const uint64_t end_, blocks_, slots_, block_, source_, destination_;
+};
 
 // The window's rooms: the outcomes (on the scheduler's delivery thread) submit the next rooms
 // and count what landed. Shared with every room's completion, so a window that gave up is kept
@@ -118,13 +151,10 @@ class Window : public std::enable_shared_from_this<Window> {
                                 .remote = target_.remote,
                                 .remote_base = target_.remote_base,
                                 .remote_length = target_.remote_length};
-    Copy* out = room.copies.Extend(blocks);
-    for (uint64_t k = first_block; k < first_block + blocks; ++k, ++out) {
-      const uint64_t at = (k % slots_) * spec_.block_bytes;
-      *out = Copy{spec_.source_offset + at,
-                  spec_.destination_offset + copy * slots_ * spec_.block_bytes + at,
-                  spec_.block_bytes};
-    }
+    // Streamed, as the prefill sidecar submits its rooms (engine/base/copy_source.h).
+    room.stream = std::make_unique<BlockSource>(
+        first_block, blocks, slots_, spec_.block_bytes, spec_.source_offset,
+        spec_.destination_offset + copy * slots_ * spec_.block_bytes);
     room.done = [self = shared_from_this(), blocks, copy](const transfer::RoomOutcome& outcome) {
       self->OnOutcome(outcome, blocks, copy);
     };
