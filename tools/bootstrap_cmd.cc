@@ -177,6 +177,11 @@ int RunBootstrap(const BootstrapOptions& options) {
   logger->info("event=listening host={} port={} token={} max_connections={} request_deadline_ms={}",
                options.host, server.port(), token ? "required" : "none", options.max_connections,
                Milliseconds(options.request_deadline_seconds).count());
+  // stdout carries one line for whoever started us (logs go to stderr), as the sidecar's
+  // "sidecar ready" does: with --port 0 it is how a parent learns the port without racing
+  // another process for one it picked.
+  std::printf("bootstrap ready host=%s port=%d\n", options.host.c_str(), server.port());
+  std::fflush(stdout);
 
   // Wait for a stop signal, and every log interval say what the limiter held back.
   timespec wait{};

@@ -15,26 +15,30 @@ expect() {  # expect NAME CONDITION-COMMAND...
   if ! "$@"; then echo "FAIL $name"; fail=1; fi
 }
 
-# start LOG [ARGS...]: runs the server in the background; sets pid and port (from its log).
+# start LOG [ARGS...]: runs the server in the background (stdout to LOG.out); sets pid and
+# port (from its ready line).
 start() {
   local log=$1
   shift
   : >"$log"
-  "$kvrail" bootstrap "$@" 2>"$log" &
+  "$kvrail" bootstrap "$@" 2>"$log" >"$log.out" &
   pid=$!
   port=""
   for _ in $(seq 1 400); do
-    port=$(sed -n 's/.*event=listening .*port=\([0-9][0-9]*\).*/\1/p' "$log")
+    port=$(sed -n 's/^bootstrap ready host=.* port=\([0-9][0-9]*\)$/\1/p' "$log.out")
     [ -n "$port" ] && return 0
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
-  echo "FAIL start: no listening line"; cat "$log"; exit 1
+  echo "FAIL start: no ready line"; cat "$log" "$log.out"; exit 1
 }
 
 log="$tmp/bootstrap.log"
 start "$log" --port 0 --host 127.0.0.1
 url="http://127.0.0.1:$port"
+# stdout holds the one ready line (logs stay on stderr), and it names the port the log names.
+expect ready-line test "$(cat "$log.out")" = "bootstrap ready host=127.0.0.1 port=$port"
+expect listening-line grep -q "event=listening host=127.0.0.1 port=$port " "$log"
 
 "$py" - "$ex/prefill_contract.json" >"$tmp/put.json" <<'PY'
 import json, sys

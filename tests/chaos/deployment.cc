@@ -61,17 +61,21 @@ absl::Status Deployment::StartAll() {
   layout::KvShape shape;
   shape.pages = options_.pages;
   KVRAIL_ASSIGN_OR_RETURN(contract_, layout::BuildKvContract(shape, 1));
-  KVRAIL_ASSIGN_OR_RETURN(const int port, process::FreeLocalPort());
   const std::string bind = options_.prefill_prefix.empty() ? "127.0.0.1" : options_.prefill_host;
   std::vector<std::string> argv = options_.prefill_prefix;
   for (const std::string& a : {Kvrail(), std::string("bootstrap"), std::string("--host"), bind,
-                               std::string("--port"), absl::StrCat(port)}) {
+                               std::string("--port"), std::string("0")}) {
     argv.push_back(a);
   }
+  const size_t port_arg = argv.size() - 1;
   argv.insert(argv.end(), options_.bootstrap_args.begin(), options_.bootstrap_args.end());
-  bootstrap_argv_ = argv;
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_,
                           process::Subprocess::Start(argv, {}, LogPath("chaos-bootstrap")));
+  KVRAIL_ASSIGN_OR_RETURN(
+      const int port,
+      process::AwaitAnnouncedPort(*bootstrap_, "bootstrap ready", absl::Seconds(30)));
+  argv[port_arg] = absl::StrCat(port);  // a restart binds the port the sidecars know
+  bootstrap_argv_ = argv;
   bootstrap_address_ = absl::StrCat(bind, ":", port);
   KVRAIL_ASSIGN_OR_RETURN(prefill_, StartRank("prefill", true));
   KVRAIL_RETURN_IF_ERROR(AttachRank(prefill_, true));
@@ -258,13 +262,14 @@ absl::Status Deployment::ReconnectDecodeEngine(int d) {
 absl::Status Deployment::RestartBootstrap() {
   bootstrap_->Signal(SIGKILL);
   bootstrap_.reset();
-  // The port was free a moment ago; bind retries cover a TIME_WAIT straggler.
+  // The same port as before, which the sidecars know; retries cover another process that
+  // bound it in the moment it was free.
   absl::Status last;
   for (int attempt = 0; attempt < 20; ++attempt) {
     KVRAIL_ASSIGN_OR_RETURN(
         bootstrap_, process::Subprocess::Start(bootstrap_argv_, {}, LogPath("chaos-bootstrap")));
-    if (!bootstrap_->Wait(absl::Milliseconds(300)).ok()) return absl::OkStatus();  // running
-    last = absl::UnavailableError("the bootstrap server exited at start (port busy?)");
+    last = process::AwaitAnnouncedPort(*bootstrap_, "bootstrap ready", absl::Seconds(10)).status();
+    if (last.ok()) return last;
   }
   return last;
 }

@@ -153,7 +153,7 @@ class DigestTest : public ::testing::Test {
 };
 
 TEST_F(DigestTest, ARoomWhoseDigestMatchesTheLandedBytesSucceeds) {
-  Start({"--verify-digest"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest"}));
   const layout::Manifest manifest = RoomManifest(contract_, {3, 5, 8});
   Expect(5, manifest);
   ASSERT_FALSE(key_.empty());
@@ -170,7 +170,7 @@ TEST_F(DigestTest, ARoomWhoseDigestMatchesTheLandedBytesSucceeds) {
 // naming the rank, both digests and the flag; its pages are held until the prefill rank answers
 // the fence request, then released, proven.
 TEST_F(DigestTest, ACorruptedLandedByteFailsTheRoomNamingBothDigestsAndReleasesItsPages) {
-  Start({"--verify-digest"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest"}));
   const layout::Manifest manifest = RoomManifest(contract_, {3, 5, 8});
   Expect(6, manifest);
   const uint64_t digest = Land(manifest);
@@ -202,7 +202,7 @@ TEST_F(DigestTest, ACorruptedLandedByteFailsTheRoomNamingBothDigestsAndReleasesI
 // A kvrail node's rank (the bootstrap says kvrail; its statuses come proven) that sends
 // Success without a digest: its prefill runs without --verify-digest. Refused, naming the flag.
 TEST_F(DigestTest, ASuccessWithoutADigestFromAKvrailNodeFailsTheRoomNamingTheFlag) {
-  Start({"--verify-digest"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest"}));
   const layout::Manifest manifest = RoomManifest(contract_, {2});
   Expect(7, manifest);
   Land(manifest);
@@ -220,7 +220,7 @@ TEST_F(DigestTest, ASuccessWithoutADigestFromAKvrailNodeFailsTheRoomNamingTheFla
 // nodes that hold tokenspeed ranks, docs/SECURITY.md) its Success counts as CachePD says, flag
 // or not: nothing to check it against.
 TEST_F(DigestTest, ATokenspeedShapedPrefillsSuccessKeepsCachePdsRule) {
-  Start({"--verify-digest", "--sender-proofs", "off"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest", "--sender-proofs", "off"}));
   const layout::Manifest manifest = RoomManifest(contract_, {4, 6});
   Expect(8, manifest);
   Land(manifest);
@@ -235,7 +235,7 @@ TEST_F(DigestTest, ATokenspeedShapedPrefillsSuccessKeepsCachePdsRule) {
 
 // A digest that came is checked even from a node that need not send one.
 TEST_F(DigestTest, AWrongDigestFailsTheRoomEvenWhereNoneIsRequired) {
-  Start({"--verify-digest", "--sender-proofs", "off"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest", "--sender-proofs", "off"}));
   const layout::Manifest manifest = RoomManifest(contract_, {4, 6});
   Expect(9, manifest);
   const uint64_t digest = Land(manifest);

@@ -30,10 +30,10 @@ layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int6
 }
 
 Bootstrap::Bootstrap() {
-  port = process::FreeLocalPort().value();
-  server = process::Subprocess::Start(
-               {Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", absl::StrCat(port)})
-               .value();
+  server =
+      process::Subprocess::Start({Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", "0"})
+          .value();
+  port = process::AwaitAnnouncedPort(*server, "bootstrap ready", absl::Seconds(30)).value();
   address = absl::StrCat("127.0.0.1:", port);
 }
 

@@ -24,7 +24,8 @@ layout::Contract SmallContract();
 // The manifest of a room over `blocks` (16 tokens each, no prefix).
 layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks);
 
-// `kvrail bootstrap` on a free local port, for the test's life.
+// `kvrail bootstrap` on a port of its choosing (--port 0, read from its ready line), for the
+// test's life.
 struct Bootstrap {
   Bootstrap();
   int port;

@@ -44,14 +44,16 @@ absl::Status Cluster::StartAll() {
                       reinterpret_cast<uintptr_t>(this) % 100000);
   dir_ = absl::StrCat("/tmp/", tag_);
   (void)mkdir(dir_.c_str(), 0700);
-  KVRAIL_ASSIGN_OR_RETURN(const int port, process::FreeLocalPort());
-  bootstrap_ = absl::StrCat(o.prefill_node.host, ":", port);
   std::vector<std::string> bootstrap = o.prefill_node.prefix;
   for (const std::string& a : {o.kvrail, std::string("bootstrap"), std::string("--host"),
-                               o.prefill_node.host, std::string("--port"), absl::StrCat(port)}) {
+                               o.prefill_node.host, std::string("--port"), std::string("0")}) {
     bootstrap.push_back(a);
   }
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
+  KVRAIL_ASSIGN_OR_RETURN(const int port,
+                          process::AwaitAnnouncedPort(*bootstrap_member_.process,
+                                                      "bootstrap ready", absl::Seconds(30)));
+  bootstrap_ = absl::StrCat(o.prefill_node.host, ":", port);
   const std::string tls = o.transport == "shm" ? "sm" : "tcp";
   std::vector<std::string> shape = {"--layers",      absl::StrCat(o.shape.layers),
                                     "--kv-heads",    absl::StrCat(o.shape.kv_heads),

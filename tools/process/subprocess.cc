@@ -1,11 +1,9 @@
 #include "tools/process/subprocess.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -349,21 +348,20 @@ void Subprocess::Stop(absl::Duration grace) {
   }
 }
 
-absl::StatusOr<int> FreeLocalPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int error = errno;
-    close(fd);
-    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(error)));
+absl::StatusOr<int> AwaitAnnouncedPort(Subprocess& child, const std::string& ready,
+                                       absl::Duration timeout) {
+  absl::StatusOr<std::string> line = child.ReadUntil(ready, timeout);
+  if (!line.ok()) {
+    return absl::Status(line.status().code(),
+                        absl::StrCat(child.command(), ": no \"", ready,
+                                     "\" line: ", line.status().message()));
   }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  int port = 0;
+  if (!absl::SimpleAtoi(LineField(*line, "port"), &port) || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(child.command(), ": \"", ready, *line,
+                                                   "\" names no port=1..65535"));
+  }
+  return port;
 }
 
 std::string LineField(const std::string& line, const std::string& key) {

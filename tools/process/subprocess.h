@@ -118,9 +118,11 @@ class Subprocess {
 // that key.
 std::string LineField(const std::string& line, const std::string& key);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read, released): for
-// servers that take their port as a flag. Another process may take it first; callers retry.
-absl::StatusOr<int> FreeLocalPort();
+// Waits for `child`'s "<ready> ... port=N" line on stdout (a server started with --port 0
+// announces the port it bound, as `kvrail bootstrap` does) and returns N. Whatever the child
+// printed before it is skipped. InvalidArgument when the line has no port=N word.
+absl::StatusOr<int> AwaitAnnouncedPort(Subprocess& child, const std::string& ready,
+                                       absl::Duration timeout);
 
 // "<pid>-<8 random hex digits>", fixed for the life of this process: a tag for names in
 // host-wide namespaces (/dev/shm, /tmp sockets). The pid alone is not enough: processes in
