@@ -71,9 +71,8 @@ absl::Status Deployment::StartAll() {
   argv.insert(argv.end(), options_.bootstrap_args.begin(), options_.bootstrap_args.end());
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_,
                           process::Subprocess::Start(argv, {}, LogPath("chaos-bootstrap")));
-  KVRAIL_ASSIGN_OR_RETURN(
-      const int port,
-      process::AwaitAnnouncedPort(*bootstrap_, "bootstrap ready", absl::Seconds(30)));
+  KVRAIL_ASSIGN_OR_RETURN(const int port, process::AwaitAnnouncedPort(
+                                              *bootstrap_, "bootstrap ready", absl::Seconds(30)));
   argv[port_arg] = absl::StrCat(port);  // a restart binds the port the sidecars know
   bootstrap_argv_ = argv;
   bootstrap_address_ = absl::StrCat(bind, ":", port);

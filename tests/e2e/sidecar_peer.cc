@@ -30,9 +30,8 @@ layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int6
 }
 
 Bootstrap::Bootstrap() {
-  server =
-      process::Subprocess::Start({Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", "0"})
-          .value();
+  server = process::Subprocess::Start({Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", "0"})
+               .value();
   port = process::AwaitAnnouncedPort(*server, "bootstrap ready", absl::Seconds(30)).value();
   address = absl::StrCat("127.0.0.1:", port);
 }

@@ -51,8 +51,8 @@ absl::Status Cluster::StartAll() {
   }
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
   KVRAIL_ASSIGN_OR_RETURN(const int port,
-                          process::AwaitAnnouncedPort(*bootstrap_member_.process,
-                                                      "bootstrap ready", absl::Seconds(30)));
+                          process::AwaitAnnouncedPort(*bootstrap_member_.process, "bootstrap ready",
+                                                      absl::Seconds(30)));
   bootstrap_ = absl::StrCat(o.prefill_node.host, ":", port);
   const std::string tls = o.transport == "shm" ? "sm" : "tcp";
   std::vector<std::string> shape = {"--layers",      absl::StrCat(o.shape.layers),

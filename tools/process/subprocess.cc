@@ -352,14 +352,13 @@ absl::StatusOr<int> AwaitAnnouncedPort(Subprocess& child, const std::string& rea
                                        absl::Duration timeout) {
   absl::StatusOr<std::string> line = child.ReadUntil(ready, timeout);
   if (!line.ok()) {
-    return absl::Status(line.status().code(),
-                        absl::StrCat(child.command(), ": no \"", ready,
-                                     "\" line: ", line.status().message()));
+    return absl::Status(line.status().code(), absl::StrCat(child.command(), ": no \"", ready,
+                                                           "\" line: ", line.status().message()));
   }
   int port = 0;
   if (!absl::SimpleAtoi(LineField(*line, "port"), &port) || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(child.command(), ": \"", ready, *line,
-                                                   "\" names no port=1..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(child.command(), ": \"", ready, *line, "\" names no port=1..65535"));
   }
   return port;
 }
