@@ -30,6 +30,7 @@
 #include "engine/base/error.h"
 #include "engine/memory/prefault.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/landing_copy.h"
 #include "engine/transport/shared_region.h"
 
 namespace kvrail::transport {
@@ -1321,7 +1322,7 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
       // a KiB each).
       if (std::byte* to = MappedAddress(state, op->region_of[i], w.remote_address)) {
         state.prefault[op->region_of[i]]->Before(to, w.length);
-        std::memcpy(to, op->base + w.local_offset, w.length);
+        LandingCopy(to, op->base + w.local_offset, w.length);
         stored = true;
         continue;
       }
@@ -1338,7 +1339,7 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
     }
     // The stores are visible to the peer before anything this lane does next (a flush's answer,
     // the caller's status message) can be.
-    if (stored) std::atomic_thread_fence(std::memory_order_release);
+    if (stored) LandingFence();
   }
   if (lane.Release(op) && op->requests == 0) lane.Finish(op, op->status);
 }
@@ -1484,7 +1485,9 @@ int UcxTransport::OnWriteAm(void* arg, const void* header, size_t header_length,
   // descriptor may be stale). A rendezvous never comes from a kvrail writer (eager only).
   const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
   if (whole && lane.transport->RegisteredLocked(write.a, length)) {
-    std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(write.a)), data, length);
+    LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(write.a)),
+                static_cast<const std::byte*>(data), length);
+    LandingFence();  // landed before any flush this message completes is answered
   } else {
     in.Refuse(write.a, length);
   }
@@ -1523,13 +1526,14 @@ int UcxTransport::OnWritesAm(void* arg, const void* header, size_t header_length
         ucx_internal::PackedWrite entry;
         std::memcpy(&entry, bytes + k * sizeof(ucx_internal::PackedWrite), sizeof(entry));
         if (lane.transport->RegisteredLocked(entry.address, entry.length)) {
-          std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(entry.address)),
+          LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(entry.address)),
                       bytes + offset, entry.length);
         } else {
           in.Refuse(entry.address, entry.length);
         }
         offset += entry.length;
       }
+      LandingFence();  // every row landed before any flush this message completes is answered
     }
   }
   AnswerHandledFlushes(param, writes.token, in);

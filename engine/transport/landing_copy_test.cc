@@ -1,0 +1,56 @@
+#include "engine/transport/landing_copy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace kvrail::transport {
+namespace {
+
+// Every length from 0 to a few lines past the streaming threshold, at every alignment of the
+// source and destination within a line: exactly the bytes asked for are copied, and the guard
+// bytes on both sides of the destination keep theirs.
+TEST(LandingCopyTest, CopiesExactlyTheBytesAtEveryLengthAndAlignment) {
+  constexpr size_t kMax = kLandingStreamMin + 5 * 64 + 7;
+  std::vector<std::byte> src(kMax + 128);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xFF);
+  alignas(64) static std::byte dst[kMax + 256];
+  for (size_t src_shift : {0, 1, 16, 33, 63}) {
+    for (size_t dst_shift = 0; dst_shift < 64; dst_shift += 7) {
+      for (size_t n = 0; n <= kMax; n += (n < 300 ? 1 : 13)) {
+        std::memset(dst, 0xA5, sizeof(dst));
+        LandingCopy(dst + 64 + dst_shift, src.data() + src_shift, n);
+        LandingFence();
+        for (size_t i = 0; i < sizeof(dst); ++i) {
+          const bool inside = i >= 64 + dst_shift && i < 64 + dst_shift + n;
+          const std::byte want =
+              inside ? src[src_shift + i - 64 - dst_shift] : static_cast<std::byte>(0xA5);
+          ASSERT_EQ(dst[i], want) << "byte " << i << " of a copy of " << n << " bytes, source +"
+                                  << src_shift << ", destination +" << dst_shift;
+        }
+      }
+    }
+  }
+}
+
+// A row copy as a head-sliced room makes it: 1 KiB rows into every other KiB of a page.
+TEST(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
+  constexpr size_t kRow = 1024;
+  constexpr size_t kRows = 64;
+  std::vector<std::byte> src(kRow * kRows);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i % 251);
+  std::vector<std::byte> dst(2 * kRow * kRows, std::byte{0x11});
+  for (size_t r = 0; r < kRows; ++r) LandingCopy(&dst[2 * r * kRow], &src[r * kRow], kRow);
+  LandingFence();
+  for (size_t r = 0; r < kRows; ++r) {
+    ASSERT_EQ(std::memcmp(&dst[2 * r * kRow], &src[r * kRow], kRow), 0) << "row " << r;
+    for (size_t i = 0; i < kRow; ++i) {
+      ASSERT_EQ(dst[(2 * r + 1) * kRow + i], std::byte{0x11}) << "gap after row " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrail::transport
