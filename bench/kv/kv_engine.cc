@@ -71,14 +71,17 @@ absl::StatusOr<Rank> Attach(const std::string& name, const std::string& endpoint
 }
 
 // Stamps when 8 bytes of the decode arena turn non-zero (kv_engine.h, "Time to the first
-// byte"): polls with short sleeps, not a busy spin, so that it leaves this loaded machine's
-// cores to the sidecars that move the bytes.
+// byte"): polls every 50 us, not a busy spin, so that it leaves this machine's cores to the
+// sidecars that move the bytes. (Every 5 us, as it polled until 2026-12-02, it held most of a
+// core through each Ready: traced, the engine API's Ready reached the sidecar 1.1-2.0 ms after
+// it was sent, against 0.16-0.37 ms with the watch at 50 us; BENCHMARKS.md, "The first byte".)
+// The figure is therefore late by up to 50 us and a wakeup.
 class FirstByteWatch {
  public:
   FirstByteWatch(const uint8_t* word, Clock::time_point start) : start_(start) {
     thread_ = std::thread([this, word] {
       prctl(PR_SET_TIMERSLACK, 1UL);  // sleep as little as asked (default slack: 50 us)
-      const timespec pause{0, 5000};
+      const timespec pause{0, 50000};
       while (!stop_.load(std::memory_order_relaxed)) {
         if (__atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE) != 0) {
           seconds_ = Since(start_, Clock::now());
