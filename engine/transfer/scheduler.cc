@@ -282,9 +282,11 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     return best;
   }
 
-  // Posts as much of `peer`'s queued work as the in-flight bound allows (needs q.mu).
-  void PumpLocked(PeerId peer, PeerQueue& q) {
-    while (!q.runnable.empty()) {
+  // Posts as much of `peer`'s queued work as the in-flight bound allows, or `max_batches`
+  // batches of it (needs q.mu).
+  void PumpLocked(PeerId peer, PeerQueue& q,
+                  size_t max_batches = std::numeric_limits<size_t>::max()) {
+    for (size_t batches = 0; batches < max_batches && !q.runnable.empty();) {
       std::shared_ptr<Room> room = q.runnable.front();
       if (!room->HasWork()) {
         q.runnable.pop_front();
@@ -331,6 +333,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       writes_posted.fetch_add(batch.size(), std::memory_order_relaxed);
       batches_posted.fetch_add(1, std::memory_order_relaxed);
       q.calls[lane].queued.push_back(Call{false, room, std::move(batch), bytes});
+      ++batches;
       if (copy == copies.size() && !MoreCopiesLocked(q, *room)) {
         // A stream that broke its envelope failed the room, which left `runnable` then.
         if (!room->status.ok()) continue;
@@ -772,6 +775,11 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
     return absl::OkStatus();
   }
   q->runnable.push_back(room);
+  // The first byte first: one batch per lane goes out before the rest of the in-flight bound
+  // is filled (for 1 KiB rows that is hundreds of batches and a dozen chunks of the stream,
+  // 3 ms of work here before the first write left); the lanes' completions send the rest.
+  core_->PumpLocked(room->request.peer, *q, static_cast<size_t>(core_->lanes));
+  core_->SendLocked(lock, room->request.peer, *q, -1);
   core_->PumpLocked(room->request.peer, *q);
   core_->SendLocked(lock, room->request.peer, *q, -1);
   return absl::OkStatus();

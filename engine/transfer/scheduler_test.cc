@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,7 @@ class WatchingTransport final : public transport::Transport {
   }
   absl::Status PostWrites(PeerId peer, int lane, RegionId source, absl::Span<const Write> writes,
                           Completion done) override {
+    if (before_post) before_post();
     absl::Duration delay;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -113,6 +115,8 @@ class WatchingTransport final : public transport::Transport {
       done(std::move(status));
     });
   }
+  // Called at the start of every PostWrites, on the posting thread; set before any Submit.
+  std::function<void()> before_post;
   // Completions that arrive from now on wait until ReleaseCompletions (a peer that stalls).
   void HoldCompletions() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -517,6 +521,46 @@ TEST(SchedulerTest, AStreamedRoomLandsExactly) {
           .ok());
   ASSERT_TRUE(outcomes.Wait(2));
   EXPECT_TRUE(outcomes.Get(2).status.ok());
+}
+
+// The first byte first: a streamed room's first writes are posted once its first chunks are
+// pulled (a batch per lane), not once the in-flight bound is filled, which for small rows is
+// the whole room here (4 MiB of 512-byte copies, under the default bound).
+TEST(SchedulerTest, AStreamedRoomsFirstWritesGoOutBeforeTheBoundIsFilled) {
+  Fixture f(8 * kMiB);
+  std::atomic<size_t> handed{0};
+  std::atomic<size_t> handed_at_first_post{0};
+  f.watch->before_post = [&] {
+    size_t none = 0;
+    handed_at_first_post.compare_exchange_strong(none, handed.load());
+  };
+  // Counts the copies it has handed out.
+  class CountingSource : public ListSource {
+   public:
+    CountingSource(CopyList copies, std::atomic<size_t>& handed)
+        : ListSource(std::move(copies), 100), handed_(handed) {}
+    size_t Next(Copy* out, size_t capacity) override {
+      const size_t n = ListSource::Next(out, capacity);
+      handed_ += n;
+      return n;
+    }
+
+   private:
+    std::atomic<size_t>& handed_;
+  };
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const CopyList copies = Scattered(8 * kMiB, 512);  // 8,192 copies
+  ASSERT_TRUE(scheduler
+                  .Submit(Streamed(f, 1, std::make_unique<CountingSource>(copies, handed),
+                                   outcomes.Callback()))
+                  .ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  ASSERT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
+  ExpectExactly(f, copies);
+  EXPECT_GT(handed_at_first_post.load(), 0u);
+  EXPECT_LE(handed_at_first_post.load(), copies.size() / 4)
+      << "the first write waited for most of the room's copies";
 }
 
 // Bounds before bytes for a stream: an envelope outside the source, the peer's regions or the
