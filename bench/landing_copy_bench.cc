@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 #include "engine/transport/landing_copy.h"
 
@@ -66,22 +67,14 @@ void BM_Rows(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kSource));
 }
 
-BENCHMARK_TEMPLATE(BM_Rows, false)
-    ->Name("memcpy/row_bytes")
-    ->Arg(1024)
-    ->Arg(8192)
-    ->Arg(65536)
-    ->Arg(4 << 20)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_TEMPLATE(BM_Rows, true)
-    ->Name("landing/row_bytes")
-    ->Arg(1024)
-    ->Arg(8192)
-    ->Arg(65536)
-    ->Arg(4 << 20)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+// A head-sliced row, a packed message, a tcp segment, a slice.
+void RowSizes(benchmark::internal::Benchmark* b) {
+  for (int64_t row : {1024, 8192, 65536, 4 << 20}) b->Arg(row);
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK_TEMPLATE(BM_Rows, false)->Name("memcpy/row_bytes")->Apply(RowSizes);
+BENCHMARK_TEMPLATE(BM_Rows, true)->Name("landing/row_bytes")->Apply(RowSizes);
 
 }  // namespace
 }  // namespace kvrail::bench
