@@ -2,9 +2,10 @@
 // sidecar. Each restart brings a new session id (a new registration, a new data-plane link, a
 // new PUSH route); the prefill must drop the old ones once it sees them gone, so that after
 // many restarts its memory, its open files and every table are where they were after the
-// first.
+// first few.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -55,17 +56,28 @@ TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
   const int restarts = Restarts();
+  // The baseline is taken after a warm-up of a quarter of the restarts: by then glibc's
+  // per-thread arenas and UCX's pools have grown to their working size (in CI the resident set
+  // after one restart was 30.8 MB, and 33.5-36.1 MB at every later sample of a run that leaked
+  // nothing). A leak of one object per restart still shows, against the baseline, in the three
+  // quarters that follow.
+  const int warmup = std::max(1, restarts / 4);
   uint64_t room = 1;
-  ASSERT_TRUE(d.RestartDecode(0).ok());
-  OneRoom(d, room++);
+  for (int i = 0; i < warmup; ++i) {
+    ASSERT_TRUE(d.RestartDecode(0).ok()) << "warm-up restart " << i;
+    OneRoom(d, room++);
+    if (HasFatalFailure()) return;
+  }
   const v1::SidecarStats first = Settled(d);
   const auto [rss_first, fds_first] = Deployment::RssAndFds(d.prefill().sidecar->pid()).value();
+  std::printf("after %d warm-up restarts: prefill RSS %llu kB, %llu fds\n", warmup,
+              (unsigned long long)rss_first, (unsigned long long)fds_first);
   const absl::Time start = absl::Now();
-  for (int i = 1; i < restarts; ++i) {
+  for (int i = warmup; i < restarts; ++i) {
     ASSERT_TRUE(d.RestartDecode(0).ok()) << "restart " << i;
     OneRoom(d, room++);
     if (HasFatalFailure()) return;
-    if (i % 50 == 0) {
+    if (i > warmup && i % 50 == 0) {
       const auto [rss, fds] = Deployment::RssAndFds(d.prefill().sidecar->pid()).value();
       std::printf("%d restarts, %s: prefill RSS %llu kB, %llu fds\n", i,
                   absl::FormatDuration(absl::Now() - start).c_str(), (unsigned long long)rss,
