@@ -60,7 +60,7 @@ class BlockSource : public CopySource {
   const uint64_t end_, blocks_, slots_, block_, source_, destination_;
 };
 
-// The window's rooms: the outcomes (on the scheduler's delivery thread) submit the next rooms
+// The window's rooms: the outcomes (on the lane thread that landed the room) submit the next rooms
 // and count what landed. Shared with every room's completion, so a window that gave up is kept
 // until its last outcome.
 class Window : public std::enable_shared_from_this<Window> {

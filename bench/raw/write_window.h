@@ -5,9 +5,10 @@
 // room's flush overlaps the next room's posts) and counts the bytes of the rooms whose outcome
 // was OK: Success means landed.
 //
-// Rooms are submitted from the scheduler's delivery thread, in the outcome of an earlier room
-// (the first ones from the caller), so the bench adds no busy thread of its own to the
-// scheduler's and the transport's; the caller's thread only waits.
+// Rooms are submitted from the outcome of an earlier room, which the scheduler runs on the lane
+// thread whose flush landed it (the first ones from the caller), as the prefill sidecar's status
+// follows its room's last flush, so the bench adds no busy thread of its own to the scheduler's
+// and the transport's; the caller's thread only waits.
 #ifndef KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 #define KVRAIL_BENCH_RAW_WRITE_WINDOW_H_
 

@@ -1,6 +1,7 @@
 #include "engine/transfer/scheduler.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -8,10 +9,13 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/transfer/lane_calls.h"
@@ -43,8 +47,8 @@ struct Room : std::enable_shared_from_this<Room> {
   bool fencing = false;
   bool fence_flushed = false;  // the fence's flushes of every lane used were queued
   bool finished = false;       // the outcome is decided (fenced, or landed)
-  // Its entry in Core::deadlines, while it has one (guarded by Core::mu): the room's deadline,
-  // or once fencing, the end of its fence_timeout.
+  // Its entry in its stripe's deadlines, while it has one (guarded by the stripe's mu): the
+  // room's deadline, or once fencing, the end of its fence_timeout.
   bool has_deadline = false;
   std::multimap<absl::Time, std::weak_ptr<Room>>::iterator deadline;
   absl::Status status;
@@ -124,6 +128,34 @@ struct PeerQueue {
   std::vector<std::vector<Write>> spare_batches;
 };
 
+// The rooms in flight whose transfer ids fall in one stripe, and their deadlines. Submit, Cancel
+// and a room's end take only the room's stripe: rooms of different stripes (and peers) never
+// meet on a lock.
+struct RoomStripe {
+  std::mutex mu;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Room>> rooms;
+  std::multimap<absl::Time, std::weak_ptr<Room>> deadlines;
+};
+constexpr size_t kStripes = 16;
+
+// An outcome to deliver, with what goes back to the caller with it.
+struct Delivery {
+  RoomOutcome outcome;
+  RoomDone done;
+  CopyList copies;
+  std::function<void(CopyList)> recycle;
+  std::unique_ptr<CopySource> stream;
+
+  // Hands the copies back (or frees them) and calls `done`, with no scheduler lock held.
+  void Run() {
+    if (recycle) recycle(std::move(copies));
+    copies = CopyList();
+    stream.reset();
+    if (done) done(outcome);
+  }
+};
+using Deliveries = absl::InlinedVector<Delivery, 1>;
+
 }  // namespace
 
 struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
@@ -135,29 +167,46 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   absl::Duration fence_timeout;
   bool disconnect_fences = true;  // Capabilities::disconnect_fences
 
-  // Lock order: a PeerQueue's mu before mu.
+  // Lock order: peers_mu, a PeerQueue's mu, a RoomStripe's mu, mu. A landed room takes its
+  // peer's queue and its stripe only; mu is the delivery thread's (failures, deadlines).
+  std::array<RoomStripe, kStripes> stripes;
+  // Written (a queue added or forgotten) rarely; read by every Submit, never waiting on another.
+  mutable std::shared_mutex peers_mu;
+  std::map<PeerId, std::unique_ptr<PeerQueue>> peers;
   mutable std::mutex mu;
   std::condition_variable wake;
-  // Read without mu on the completion path; written under mu.
+  std::deque<Delivery> ready;  // outcomes for the delivery thread (guarded by mu)
+  bool dirty = false;          // guarded by mu: a deadline or an outcome came; look again
+  // The earliest deadline the delivery thread sleeps until (Unix ns; INT64_MAX while it looks
+  // or has none): a room with an earlier one wakes it.
+  std::atomic<int64_t> next_wake_ns{std::numeric_limits<int64_t>::max()};
   std::atomic<bool> shutdown{false};
-  // Counted on the posting path without mu (a lock shared by every room).
+  std::atomic<uint64_t> rooms_in_flight{0};
+  // Outcomes handed to a completing thread (landed rooms) whose `done` has not returned yet.
+  std::atomic<uint64_t> delivering{0};
+  // Counted on the posting and completion paths without a lock shared by every room.
   std::atomic<uint64_t> writes_posted{0};
   std::atomic<uint64_t> batches_posted{0};
-  std::map<uint64_t, std::shared_ptr<Room>> rooms;  // in flight, by transfer id
-  std::map<PeerId, std::unique_ptr<PeerQueue>> peers;
-  std::multimap<absl::Time, std::weak_ptr<Room>> deadlines;
-  // Outcomes to deliver, with what goes back to the caller with them.
-  struct Delivery {
-    RoomOutcome outcome;
-    RoomDone done;
-    CopyList copies;
-    std::function<void(CopyList)> recycle;
-    std::unique_ptr<CopySource> stream;
-  };
-  std::deque<Delivery> ready;
-  SchedulerStats stats;
+  std::atomic<uint64_t> rooms_ok{0};
+  std::atomic<uint64_t> rooms_failed{0};
+  std::atomic<uint64_t> rooms_rejected{0};
+  std::atomic<uint64_t> bytes_landed{0};
   std::thread delivery;
 
+  // Set by a completion (OnBatchDone, OnFlushDone) while it holds its peer's lock: a room that
+  // lands there is delivered by that thread once it lets the lock go, not by a hop to the
+  // delivery thread. Failures always take the delivery thread.
+  static thread_local Deliveries* landed_here;
+  struct LandedHere {
+    explicit LandedHere(Deliveries* out) { landed_here = out; }
+    ~LandedHere() { landed_here = nullptr; }
+  };
+
+  RoomStripe& StripeOf(uint64_t transfer_id) {
+    return stripes[(transfer_id * 0x9E3779B97F4A7C15ull) >> 60];
+  }
+
+  // The queue of `peer`, made on first use (needs peers_mu exclusively).
   PeerQueue& QueueLocked(PeerId peer) {
     auto& queue = peers[peer];
     if (queue == nullptr) {
@@ -169,11 +218,40 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   }
 
   PeerQueue* Queue(PeerId peer) {
-    std::lock_guard<std::mutex> lock(mu);
+    {
+      std::shared_lock<std::shared_mutex> lock(peers_mu);
+      auto found = peers.find(peer);
+      if (found != peers.end()) return found->second.get();
+    }
+    std::unique_lock<std::shared_mutex> lock(peers_mu);
     return &QueueLocked(peer);
   }
 
-  // Ends `room` with its status (needs q.mu). The outcome is delivered by the delivery thread.
+  // The rooms in flight to `peer` (takes each stripe's mu in turn).
+  std::vector<std::shared_ptr<Room>> RoomsOf(PeerId peer) {
+    std::vector<std::shared_ptr<Room>> hit;
+    for (RoomStripe& stripe : stripes) {
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      for (auto& [id, room] : stripe.rooms) {
+        if (room->request.peer == peer) hit.push_back(room);
+      }
+    }
+    return hit;
+  }
+
+  // Wakes the delivery thread: an outcome is ready, or a deadline comes before the one it
+  // sleeps until.
+  void WakeDelivery() {
+    std::lock_guard<std::mutex> lock(mu);
+    dirty = true;
+    wake.notify_all();
+  }
+  void WakeFor(absl::Time when) {
+    if (absl::ToUnixNanos(when) < next_wake_ns.load()) WakeDelivery();
+  }
+
+  // Ends `room` with its status (needs q.mu). A landed room's outcome is delivered by the
+  // completion that landed it (landed_here), any other by the delivery thread.
   void FinishLocked(Room& room) {
     if (room.finished) return;
     room.finished = true;
@@ -185,33 +263,61 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     outcome.peer_disconnected = room.peer_disconnected;
     outcome.fence_proven =
         room.status.ok() || disconnect_fences || (!room.peer_disconnected && !room.flush_failed);
-    std::lock_guard<std::mutex> lock(mu);
-    rooms.erase(room.request.transfer_id);
-    if (room.has_deadline) {
-      deadlines.erase(room.deadline);
-      room.has_deadline = false;
-    }
     if (room.status.ok()) {
-      ++stats.rooms_ok;
-      stats.bytes_landed += room.stats.bytes;
+      rooms_ok.fetch_add(1, std::memory_order_relaxed);
+      bytes_landed.fetch_add(room.stats.bytes, std::memory_order_relaxed);
     } else {
-      ++stats.rooms_failed;
+      rooms_failed.fetch_add(1, std::memory_order_relaxed);
     }
-    // The copies go now, not at the room's last completion: back to the caller, or freed, by
-    // the delivery thread, outside every lock (a large list's free unmaps it).
-    ready.push_back({std::move(outcome), std::move(room.request.done),
-                     std::move(room.request.copies), std::move(room.request.recycle),
-                     std::move(room.request.stream)});
+    // The copies go now, not at the room's last completion: back to the caller, or freed,
+    // outside every lock (a large list's free unmaps it).
+    Delivery delivery{std::move(outcome), std::move(room.request.done),
+                      std::move(room.request.copies), std::move(room.request.recycle),
+                      std::move(room.request.stream)};
     room.request.copies = CopyList();
-    wake.notify_all();
+    {  // out of the table before `done` can run: the caller may reuse the id from there
+      RoomStripe& stripe = StripeOf(room.request.transfer_id);
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      stripe.rooms.erase(room.request.transfer_id);
+      if (room.has_deadline) {
+        stripe.deadlines.erase(room.deadline);
+        room.has_deadline = false;
+      }
+    }
+    // The room leaves the count before `done` can run, and never before its outcome is counted
+    // where the delivery thread's exit looks (delivering, or ready under mu).
+    if (room.status.ok() && landed_here != nullptr) {
+      delivering.fetch_add(1);
+      rooms_in_flight.fetch_sub(1);
+      landed_here->push_back(std::move(delivery));
+    } else {
+      std::lock_guard<std::mutex> lock(mu);
+      rooms_in_flight.fetch_sub(1);
+      ready.push_back(std::move(delivery));
+      dirty = true;
+      wake.notify_all();
+    }
   }
 
-  // Sets (or moves) `room`'s entry in `deadlines` to `when` (needs mu).
-  void SetDeadlineLocked(Room& room, absl::Time when) {
-    if (room.has_deadline) deadlines.erase(room.deadline);
-    room.deadline = deadlines.emplace(when, room.weak_from_this());
-    room.has_deadline = true;
-    wake.notify_all();
+  // Runs the outcomes a completion landed, with no lock held.
+  void DeliverLanded(Deliveries& landed) {
+    for (Delivery& delivery : landed) {
+      delivery.Run();
+      if (delivering.fetch_sub(1) == 1 && shutdown.load()) WakeDelivery();
+    }
+    landed.clear();
+  }
+
+  // Sets (or moves) `room`'s deadline entry to `when` (takes its stripe's mu).
+  void SetDeadline(Room& room, absl::Time when) {
+    {
+      RoomStripe& stripe = StripeOf(room.request.transfer_id);
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      if (room.has_deadline) stripe.deadlines.erase(room.deadline);
+      room.deadline = stripe.deadlines.emplace(when, room.weak_from_this());
+      room.has_deadline = true;
+    }
+    WakeFor(when);
   }
 
   // Fails `room` with `status` unless it already failed or ended (needs q.mu): nothing more of
@@ -238,10 +344,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       }
       queued.resize(kept);
     }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      SetDeadlineLocked(room, absl::Now() + fence_timeout);
-    }
+    SetDeadline(room, absl::Now() + fence_timeout);
     MaybeFencedLocked(q, room);
   }
 
@@ -434,8 +537,18 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
 
   void OnBatchDone(PeerQueue& queue, PeerId peer, int lane, uint64_t bytes, Room& room,
                    const absl::Status& status) {
+    Deliveries landed;
+    {
+      LandedHere here(&landed);
+      std::unique_lock<std::mutex> lock(queue.mu);
+      BatchDoneLocked(lock, queue, peer, lane, bytes, room, status);
+    }
+    DeliverLanded(landed);
+  }
+
+  void BatchDoneLocked(std::unique_lock<std::mutex>& lock, PeerQueue& queue, PeerId peer, int lane,
+                       uint64_t bytes, Room& room, const absl::Status& status) {
     PeerQueue* q = &queue;
-    std::unique_lock<std::mutex> lock(q->mu);
     --q->calls[lane].live;
     q->lane_inflight[lane] -= bytes;
     --room.outstanding;
@@ -457,8 +570,18 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
 
   void OnFlushDone(PeerQueue& queue, PeerId peer, int lane, Room& room,
                    const absl::Status& status) {
+    Deliveries landed;
+    {
+      LandedHere here(&landed);
+      std::unique_lock<std::mutex> lock(queue.mu);
+      FlushDoneLocked(lock, queue, peer, lane, room, status);
+    }
+    DeliverLanded(landed);
+  }
+
+  void FlushDoneLocked(std::unique_lock<std::mutex>& lock, PeerQueue& queue, PeerId peer, int lane,
+                       Room& room, const absl::Status& status) {
     PeerQueue* q = &queue;
-    std::unique_lock<std::mutex> lock(q->mu);
     --q->calls[lane].live;
     --room.outstanding;
     if (!status.ok()) {
@@ -509,13 +632,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
                         const absl::Status& why = absl::OkStatus()) {
     if (q.disconnected) return;
     q.disconnected = true;
-    std::vector<std::shared_ptr<Room>> hit;
-    {
-      std::lock_guard<std::mutex> core_lock(mu);
-      for (auto& [id, room] : rooms) {
-        if (room->request.peer == peer) hit.push_back(room);
-      }
-    }
+    const std::vector<std::shared_ptr<Room>> hit = RoomsOf(peer);
     for (const auto& room : hit) {
       FailLocked(q, *room,
                  why.ok() ? absl::UnavailableError(absl::StrFormat(
@@ -542,38 +659,51 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         Delivery delivery = std::move(ready.front());
         ready.pop_front();
         lock.unlock();
-        if (delivery.recycle) delivery.recycle(std::move(delivery.copies));
-        delivery.copies = CopyList();
-        delivery.stream.reset();
-        if (delivery.done) delivery.done(delivery.outcome);
+        delivery.Run();
         lock.lock();
       }
+      dirty = false;
+      lock.unlock();
+      // While it looks, every new deadline wakes it (next_wake_ns is the largest): one set
+      // after it looked at that stripe is not missed.
+      next_wake_ns.store(std::numeric_limits<int64_t>::max());
       const absl::Time now = absl::Now();
+      absl::Time earliest = absl::InfiniteFuture();
       std::vector<std::shared_ptr<Room>> expired;
-      while (!deadlines.empty() && deadlines.begin()->first <= now) {
-        if (auto room = deadlines.begin()->second.lock()) {
-          room->has_deadline = false;
-          expired.push_back(std::move(room));
+      for (RoomStripe& stripe : stripes) {
+        std::lock_guard<std::mutex> stripe_lock(stripe.mu);
+        while (!stripe.deadlines.empty() && stripe.deadlines.begin()->first <= now) {
+          if (auto room = stripe.deadlines.begin()->second.lock()) {
+            room->has_deadline = false;
+            expired.push_back(std::move(room));
+          }
+          stripe.deadlines.erase(stripe.deadlines.begin());
         }
-        deadlines.erase(deadlines.begin());
+        if (!stripe.deadlines.empty())
+          earliest = std::min(earliest, stripe.deadlines.begin()->first);
       }
+      if (earliest != absl::InfiniteFuture()) next_wake_ns.store(absl::ToUnixNanos(earliest));
       if (!expired.empty()) {
-        lock.unlock();
         for (const auto& room : expired) Expire(room);
         lock.lock();
         continue;
       }
-      if (shutdown && rooms.empty() && ready.empty()) return;
-      if (!ready.empty()) continue;
-      if (deadlines.empty()) {
+      lock.lock();
+      if (shutdown && rooms_in_flight.load() == 0 && ready.empty() && delivering.load() == 0) {
+        return;
+      }
+      if (!ready.empty() || dirty) continue;
+      if (earliest == absl::InfiniteFuture()) {
         wake.wait(lock);
       } else {
-        const absl::Duration left = deadlines.begin()->first - absl::Now();
+        const absl::Duration left = earliest - absl::Now();
         wake.wait_for(lock, absl::ToChronoNanoseconds(std::max(left, absl::Nanoseconds(1))));
       }
     }
   }
 };
+
+thread_local Deliveries* Scheduler::Core::landed_here = nullptr;
 
 Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
     : core_(std::make_shared<Core>()) {
@@ -596,10 +726,10 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
 
 Scheduler::~Scheduler() {
   std::set<PeerId> peers;
-  {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    core_->shutdown = true;
-    for (auto& [id, room] : core_->rooms) peers.insert(room->request.peer);
+  core_->shutdown = true;  // before the stripes are read: a Submit after that is refused
+  for (RoomStripe& stripe : core_->stripes) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (auto& [id, room] : stripe.rooms) peers.insert(room->request.peer);
   }
   // Shutting down fences by disconnecting: waiting for a slow peer to drain has no one to serve.
   for (PeerId peer : peers) {
@@ -607,10 +737,7 @@ Scheduler::~Scheduler() {
     std::unique_lock<std::mutex> lock(q->mu);
     core_->DisconnectLocked(lock, peer, *q, absl::CancelledError("the scheduler shut down"));
   }
-  {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    core_->wake.notify_all();
-  }
+  core_->WakeDelivery();
   core_->delivery.join();
   // Completions of writes still inside the transport hold only weak references to the core.
 }
@@ -721,8 +848,7 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
     return absl::InvalidArgumentError(context + ": the peer's regions are missing");
   }
   auto reject = [&](absl::Status status) {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    ++core_->stats.rooms_rejected;
+    core_->rooms_rejected.fetch_add(1, std::memory_order_relaxed);
     return status;
   };
   // Bounds before bytes: the whole room, before anything is posted.
@@ -744,23 +870,38 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
     }
   }
   const uint64_t id = room->request.transfer_id;
-  PeerQueue* q;
+  const PeerId peer = room->request.peer;
+  PeerQueue* q = nullptr;
   {
-    std::lock_guard<std::mutex> lock(core_->mu);
+    // The room enters its stripe while the peer's queue is held (shared): ForgetPeer, which
+    // takes peers_mu exclusively, then sees the room and keeps the queue.
+    std::shared_lock<std::shared_mutex> shared(core_->peers_mu);
+    std::unique_lock<std::shared_mutex> exclusive;
+    if (auto found = core_->peers.find(peer); found != core_->peers.end()) {
+      q = found->second.get();
+    } else {
+      shared.unlock();
+      exclusive = std::unique_lock<std::shared_mutex>(core_->peers_mu);
+      q = &core_->QueueLocked(peer);
+    }
+    RoomStripe& stripe = core_->StripeOf(id);
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    // Read under the stripe's mu, which the destructor takes after setting it: a room that
+    // gets in is one the destructor finds.
     if (core_->shutdown) {
       return absl::FailedPreconditionError(context + ": the scheduler is shut down");
     }
-    if (!core_->rooms.emplace(id, room).second) {
-      ++core_->stats.rooms_rejected;
+    if (!stripe.rooms.emplace(id, room).second) {
+      core_->rooms_rejected.fetch_add(1, std::memory_order_relaxed);
       return absl::AlreadyExistsError(context + ": a transfer with this id is in flight");
     }
+    core_->rooms_in_flight.fetch_add(1);
     if (room->request.deadline != absl::InfiniteFuture()) {
-      room->deadline = core_->deadlines.emplace(room->request.deadline, room);
+      room->deadline = stripe.deadlines.emplace(room->request.deadline, room);
       room->has_deadline = true;
-      core_->wake.notify_all();
     }
-    q = &core_->QueueLocked(room->request.peer);
   }
+  if (room->request.deadline != absl::InfiniteFuture()) core_->WakeFor(room->request.deadline);
   std::unique_lock<std::mutex> lock(q->mu);
   if (q->disconnected) {
     core_->FailLocked(*q, *room,
@@ -778,19 +919,20 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
   // The first byte first: one batch per lane goes out before the rest of the in-flight bound
   // is filled (for 1 KiB rows that is hundreds of batches and a dozen chunks of the stream,
   // 3 ms of work here before the first write left); the lanes' completions send the rest.
-  core_->PumpLocked(room->request.peer, *q, static_cast<size_t>(core_->lanes));
-  core_->SendLocked(lock, room->request.peer, *q, -1);
-  core_->PumpLocked(room->request.peer, *q);
-  core_->SendLocked(lock, room->request.peer, *q, -1);
+  core_->PumpLocked(peer, *q, static_cast<size_t>(core_->lanes));
+  core_->SendLocked(lock, peer, *q, -1);
+  core_->PumpLocked(peer, *q);
+  core_->SendLocked(lock, peer, *q, -1);
   return absl::OkStatus();
 }
 
 absl::Status Scheduler::Cancel(uint64_t transfer_id, absl::string_view why) {
   std::shared_ptr<Room> room;
   {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    auto it = core_->rooms.find(transfer_id);
-    if (it == core_->rooms.end()) {
+    RoomStripe& stripe = core_->StripeOf(transfer_id);
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    auto it = stripe.rooms.find(transfer_id);
+    if (it == stripe.rooms.end()) {
       return absl::NotFoundError(
           absl::StrFormat("transfer %d is not in flight (unknown or already done)", transfer_id));
     }
@@ -809,13 +951,7 @@ absl::Status Scheduler::Cancel(uint64_t transfer_id, absl::string_view why) {
 }
 
 void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
-  std::vector<std::shared_ptr<Room>> hit;
-  {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    for (auto& [id, room] : core_->rooms) {
-      if (room->request.peer == peer) hit.push_back(room);
-    }
-  }
+  const std::vector<std::shared_ptr<Room>> hit = core_->RoomsOf(peer);
   PeerQueue* q = core_->Queue(peer);
   std::unique_lock<std::mutex> lock(q->mu);
   for (const auto& room : hit) {
@@ -828,16 +964,15 @@ void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
 }
 
 bool Scheduler::ForgetPeer(transport::PeerId peer) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  // Exclusively: no Submit is between finding the queue and entering its room in a stripe.
+  std::unique_lock<std::shared_mutex> lock(core_->peers_mu);
   auto found = core_->peers.find(peer);
   if (found == core_->peers.end()) return true;
-  for (const auto& [id, room] : core_->rooms) {
-    if (room->request.peer == peer) return false;
-  }
+  if (!core_->RoomsOf(peer).empty()) return false;
   PeerQueue& q = *found->second;
   {
-    // Lock order: a queue's mu before mu; a queue with calls live or being made keeps its lock
-    // busy or its counts non-zero, so try_lock and the counts together decide.
+    // A queue with calls live or being made keeps its lock busy or its counts non-zero, so
+    // try_lock and the counts together decide.
     std::unique_lock<std::mutex> queue_lock(q.mu, std::try_to_lock);
     if (!queue_lock.owns_lock() || !q.runnable.empty()) return false;
     for (const LaneCalls<Call>& lane : q.calls) {
@@ -849,21 +984,21 @@ bool Scheduler::ForgetPeer(transport::PeerId peer) {
 }
 
 size_t Scheduler::peers() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::shared_lock<std::shared_mutex> lock(core_->peers_mu);
   return core_->peers.size();
 }
 
 uint64_t Scheduler::slice_bytes() const { return core_->slice; }
 uint64_t Scheduler::max_inflight_bytes_per_endpoint() const { return core_->inflight_cap; }
 
-uint64_t Scheduler::rooms_in_flight() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->rooms.size();
-}
+uint64_t Scheduler::rooms_in_flight() const { return core_->rooms_in_flight.load(); }
 
 SchedulerStats Scheduler::stats() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  SchedulerStats stats = core_->stats;
+  SchedulerStats stats;
+  stats.rooms_ok = core_->rooms_ok.load(std::memory_order_relaxed);
+  stats.rooms_failed = core_->rooms_failed.load(std::memory_order_relaxed);
+  stats.rooms_rejected = core_->rooms_rejected.load(std::memory_order_relaxed);
+  stats.bytes_landed = core_->bytes_landed.load(std::memory_order_relaxed);
   stats.writes = core_->writes_posted.load(std::memory_order_relaxed);
   stats.batches = core_->batches_posted.load(std::memory_order_relaxed);
   return stats;

@@ -28,8 +28,17 @@
 // order, by the thread whose completion freed room on that lane (its progress thread), so the
 // lanes of one peer post (over shared memory: copy) on several cores at once.
 //
-// Each accepted room's `done` is called exactly once, never inline from Submit or Cancel, from
-// the scheduler's delivery thread, with no scheduler lock held.
+// Each accepted room's `done` is called exactly once, never inline from Submit or Cancel, with
+// no scheduler lock held: a room that landed by the thread of the completion that landed it
+// (the transport's progress thread: no hop to another thread between the last flush and the
+// caller), any other outcome by the scheduler's delivery thread. So `done` may call the
+// scheduler and what a transport's completion may call (transport.h), and should be brief on
+// the landed path: that lane's next completions wait for it.
+//
+// Locks: rooms meet only on their peer's queue (posting, completions) and on one of 16 stripes
+// of the table of rooms in flight (Submit, Cancel, a room's end), never on a lock shared by
+// every room; stats are counters. The delivery thread's lock is taken by failures and by a room
+// whose deadline comes before every earlier one's.
 #ifndef KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_
 #define KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_
 

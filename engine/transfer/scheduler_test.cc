@@ -658,6 +658,54 @@ TEST(SchedulerTest, AnEmptyRoomCompletesOkAndNeverInline) {
   for (auto id : outcomes.threads()) EXPECT_NE(id, std::this_thread::get_id());
 }
 
+// Completions delivered without a thread hop: the thread whose flush completion lands a room
+// runs its `done`, before that completion returns.
+TEST(SchedulerTest, ALandedRoomIsDeliveredByTheCompletionThatLandedIt) {
+  Fixture f(64 * kKiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  f.watch->HoldCompletions();
+  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  const auto held = [&](size_t n) {
+    for (int i = 0; i < 3000 && f.watch->held() < n; ++i) absl::SleepFor(absl::Milliseconds(1));
+    return f.watch->held() == n;
+  };
+  ASSERT_TRUE(held(2));  // the batch's completion and the flush's, which followed it
+  EXPECT_EQ(outcomes.size(), 0u);
+  std::thread::id completing;
+  size_t delivered_before_return = 0;
+  std::thread completion([&] {
+    completing = std::this_thread::get_id();
+    f.watch->ReleaseCompletions();
+    delivered_before_return = outcomes.size();
+  });
+  completion.join();
+  EXPECT_EQ(delivered_before_return, 1u);
+  ASSERT_EQ(outcomes.threads().size(), 1u);
+  EXPECT_EQ(outcomes.threads()[0], completing);
+  EXPECT_TRUE(outcomes.Get(1).status.ok());
+  EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
+}
+
+// A room's `done` may submit the next room from the completion's thread (a layer-wise room's
+// next chunk, a bench's window), and that room lands too.
+TEST(SchedulerTest, ADoneThatSubmitsFromTheCompletionThreadWorks) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  std::function<void(uint64_t)> submit = [&](uint64_t id) {
+    RoomDone done = [&, id, inner = outcomes.Callback()](const RoomOutcome& outcome) {
+      inner(outcome);
+      if (id < 20) submit(id + 1);
+    };
+    ASSERT_TRUE(scheduler.Submit(f.Room(id, {{id * 4096, id * 4096, 4096}}, done)).ok());
+  };
+  submit(1);
+  ASSERT_TRUE(outcomes.Wait(20));
+  for (uint64_t id = 1; id <= 20; ++id) EXPECT_TRUE(outcomes.Get(id).status.ok()) << id;
+  EXPECT_EQ(scheduler.stats().rooms_ok, 20u);
+}
+
 TEST(SchedulerTest, ATransportFailureFailsTheRoomWithTheReason) {
   Fixture f(4 * kMiB);
   f.sender->FailNextWrites(1);
