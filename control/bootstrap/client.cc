@@ -56,6 +56,7 @@ absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string&
   int transport_failures = 0;
   std::string last_problem = "no attempt fitted in the deadline";
   bool last_was_timeout = false;
+  bool answered = false;  // the server answered an earlier attempt (last_problem says how)
   auto elapsed = [&start] { return duration_cast<milliseconds>(Clock::now() - start).count(); };
 
   while (true) {
@@ -77,6 +78,11 @@ absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string&
                                  ? http.Put(target.c_str(), headers, body, "application/json")
                                  : http.Get(target.c_str());
     if (!result) {
+      // An attempt whose timeouts the deadline cut short, after the server had answered: the
+      // answer says more than this attempt's timeout does, so it stays the reason.
+      const bool cut_short =
+          remaining < options_.connect_timeout || remaining < options_.read_timeout;
+      if (answered && cut_short && IsTimeout(result.error())) break;
       ++transport_failures;
       last_was_timeout = IsTimeout(result.error());
       last_problem =
@@ -92,6 +98,7 @@ absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string&
       Answer answer{result->status, result->body, result->has_header(kKvrailNodeHeader)};
       std::optional<std::string> why = not_ready ? not_ready(answer) : std::nullopt;
       if (!why.has_value()) return answer;
+      answered = true;
       last_was_timeout = true;
       last_problem = *why;
     }

@@ -285,6 +285,37 @@ TEST(BootstrapClientScriptedTest, AServerThatAnswersTooSlowlyTimesOut) {
   }
 }
 
+// The deadline cuts the last attempt's timeouts short: the server's earlier answer ("not
+// ready") stays the reason, not the cut attempt's timeout (CI saw the second at random).
+TEST(BootstrapClientScriptedTest, AnAttemptTheDeadlineCutsShortKeepsTheServersLastAnswer) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> asked{0};
+  {
+    ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+      if (++asked > 1) {  // every later attempt finds a server too slow to answer in time
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
+      }
+      res.set_content(R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})",
+                      "application/json");
+    });
+    BootstrapClientOptions options = Quick();  // timeouts of 500 ms
+    options.deadline = milliseconds(200);
+    BootstrapClient client("127.0.0.1", server.port(), options);
+    absl::Status status = client.Sync().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_NE(status.message().find("not ready"), std::string::npos) << status;
+    EXPECT_EQ(status.message().find("no answer within the timeouts"), std::string::npos) << status;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+  }
+}
+
 TEST(BootstrapClientScriptedTest, BadBodiesFailAtOnceNamingTheBody) {
   ScriptedServer server([](const httplib::Request& req, httplib::Response& res) {
     if (req.get_param_value("engine_rank") == "-1") {
