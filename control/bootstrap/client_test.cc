@@ -71,6 +71,28 @@ int UnusedPort() {
   return ntohs(addr.sin_port);
 }
 
+// Holds a scripted server's answers until it is opened (at the latest after 30 s), so that a
+// request finds a server too slow to answer; opened before the server stops.
+class Gate {
+ public:
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return open_; });
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
 // A stand-in server whose /route answers are scripted by the test.
 class ScriptedServer {
  public:
@@ -255,15 +277,12 @@ TEST(BootstrapClientDownTest, AServerThatIsDownFailsAfterTheRetriesWithAClearErr
 }
 
 TEST(BootstrapClientScriptedTest, AServerThatAnswersTooSlowlyTimesOut) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
+  Gate gate;
   std::atomic<int> asked{0};
   {
     ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
       ++asked;
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
+      gate.Wait();
       res.set_content("OK", "text/plain");
     });
     BootstrapClientOptions options = Quick();
@@ -277,27 +296,18 @@ TEST(BootstrapClientScriptedTest, AServerThatAnswersTooSlowlyTimesOut) {
               std::string::npos)
         << status;
     EXPECT_EQ(asked.load(), 2);  // the first attempt and one retry
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      release = true;
-    }
-    cv.notify_all();
+    gate.Open();
   }
 }
 
 // The deadline cuts the last attempt's timeouts short: the server's earlier answer ("not
 // ready") stays the reason, not the cut attempt's timeout (CI saw the second at random).
 TEST(BootstrapClientScriptedTest, AnAttemptTheDeadlineCutsShortKeepsTheServersLastAnswer) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
+  Gate gate;
   std::atomic<int> asked{0};
   {
     ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
-      if (++asked > 1) {  // every later attempt finds a server too slow to answer in time
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
-      }
+      if (++asked > 1) gate.Wait();  // every later attempt finds a server too slow in time
       res.set_content(R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})",
                       "application/json");
     });
@@ -308,11 +318,7 @@ TEST(BootstrapClientScriptedTest, AnAttemptTheDeadlineCutsShortKeepsTheServersLa
     EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
     EXPECT_NE(status.message().find("not ready"), std::string::npos) << status;
     EXPECT_EQ(status.message().find("no answer within the timeouts"), std::string::npos) << status;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      release = true;
-    }
-    cv.notify_all();
+    gate.Open();
   }
 }
 
