@@ -9,6 +9,7 @@
 #include "engine/base/error.h"
 #include "tools/bench_cmd.h"
 #include "tools/bootstrap_cmd.h"
+#include "tools/doctor_cmd.h"
 #include "tools/inspect.h"
 #include "tools/keygen_cmd.h"
 #include "tools/plan_cmd.h"
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
   kvrail::tools::AddBootstrap(app, exit_code);
   kvrail::tools::AddSidecar(app, exit_code);
   kvrail::tools::AddKeygen(app, exit_code);
+  kvrail::tools::AddDoctor(app, exit_code);
   kvrail::tools::AddEngineSim(app, exit_code);
   kvrail::tools::AddDemo(app, exit_code);
   kvrail::tools::AddBench(app, exit_code);
