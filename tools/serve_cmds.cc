@@ -96,6 +96,21 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--pp-rank", options.pp_rank, "Prefill: this rank's stage")
       ->capture_default_str();
+  sub->add_option("--transport", options.backend,
+                  "Data-plane backend: ucx, or verbs (raw RDMA writes over libibverbs)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ucx", "verbs"}));
+  sub->add_option("--verbs-provider", options.verbs_provider,
+                  "Verbs: libibverbs (RDMA devices) or softverbs (the software provider: shared "
+                  "memory on this host, for tests, never hardware); default "
+                  "$KVRAIL_VERBS_PROVIDER, else libibverbs")
+      ->check(CLI::IsMember({"libibverbs", "softverbs"}));
+  sub->add_option("--rdma-devices", options.rdma_devices,
+                  "Verbs: RDMA devices to use as rails, in order (default: every active one)")
+      ->delimiter(',');
+  sub->add_option("--gid-index", options.gid_index,
+                  "Verbs: GID index on every rail (default: the first RoCE v2 IPv4 GID whose "
+                  "netdev is up)");
   sub->add_option("--tls", options.tls, "UCX transports: tcp or sm (shared memory)")
       ->capture_default_str()
       ->check(CLI::IsMember({"tcp", "sm"}));
@@ -314,9 +329,15 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_option("--decode-tp", options.decode_tp, "Decode ranks D")->capture_default_str();
   sub->add_option("--pp", options.prefill_pp, "Pipeline stages of the prefill node")
       ->capture_default_str();
-  sub->add_option("--transport", options.transport, "shm or tcp")
+  sub->add_option("--transport", options.transport,
+                  "shm or tcp (UCX), or verbs (raw RDMA writes; see --verbs-provider)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"shm", "tcp"}));
+      ->check(CLI::IsMember({"shm", "tcp", "verbs"}));
+  sub->add_option("--verbs-provider", options.verbs_provider,
+                  "With --transport verbs: libibverbs (RDMA devices) or softverbs (the software "
+                  "provider: shared memory on this host, never hardware); default "
+                  "$KVRAIL_VERBS_PROVIDER, else libibverbs")
+      ->check(CLI::IsMember({"libibverbs", "softverbs"}));
   sub->add_option("--arena", options.arena,
                   "Who allocates each rank's KV arena: sidecar (on its data plane, where peers "
                   "write fastest) or engine (the engine-sim, in POSIX shared memory)")

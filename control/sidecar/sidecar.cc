@@ -455,9 +455,15 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
                           session::ZmqInbox::Bind(impl->zmq, options.host, 0, inbox_options));
   impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
   transport::TransportSpec spec;
+  spec.backend = options.backend;
   spec.lanes = options.lanes;
-  spec.tls = options.tls;
-  spec.net_devices = options.net_devices;
+  if (options.backend == "ucx") {
+    spec.tls = options.tls;
+    spec.net_devices = options.net_devices;
+  }
+  spec.verbs_provider = options.verbs_provider;
+  spec.rdma_devices = options.rdma_devices;
+  spec.gid_index = options.gid_index;
   spec.connect_timeout = options.connect_timeout;
   KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::MakeTransport(spec));
   if (options.role == Role::kDecode) {

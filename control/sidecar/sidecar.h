@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -54,9 +55,18 @@ struct SidecarOptions {
   // fields in plan order cut into pp_size runs of whole layers.
   int pp_size = 1;
   int pp_rank = 0;
-  // The data plane: UCX transport layers ("tcp", "sm") and, for tcp, the interface.
+  // The data plane's backend: "ucx" (the default) or "verbs" (raw libibverbs RC writes,
+  // engine/transport/verbs).
+  std::string backend = "ucx";
+  // UCX: its transport layers ("tcp", "sm") and, for tcp, the interface.
   std::string tls = "tcp";
   std::string net_devices = "lo";
+  // Verbs: the provider ("libibverbs", or "softverbs", the software provider; empty: the
+  // environment variable KVRAIL_VERBS_PROVIDER, else libibverbs), the RDMA devices to use as
+  // rails (empty: every active one) and a GID index (-1: chosen).
+  std::string verbs_provider;
+  std::vector<std::string> rdma_devices;
+  int gid_index = -1;
   int lanes = 2;
   session::SessionTimeouts timeouts;
   // A room whose copies to all its destinations exceed this fails before anything is sent.

@@ -1,9 +1,13 @@
 #include "engine/transport/factory.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/transport/loopback/loopback_transport.h"
 #include "engine/transport/ucx/ucx_transport.h"
+#include "engine/transport/verbs/softverbs/softverbs.h"
+#include "engine/transport/verbs/verbs_transport.h"
 
 namespace kvrail::transport {
 namespace {
@@ -27,6 +31,22 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeUcx(const TransportSpec& spec) {
   return UcxTransport::Create(options);
 }
 
+absl::StatusOr<std::unique_ptr<Transport>> MakeVerbs(const TransportSpec& spec) {
+  if (!spec.tls.empty() || !spec.net_devices.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transport backend \"verbs\": tls \"", spec.tls, "\" and net_devices \"", spec.net_devices,
+        "\" are UCX settings; name RDMA devices with rdma_devices instead"));
+  }
+  auto provider = VerbsProviderOf(spec);
+  if (!provider.ok()) return provider.status();
+  VerbsOptions options = WithSizes(spec, VerbsOptions{});
+  options.api = *provider == "softverbs" ? &softverbs::SoftVerbsApi() : &LibibverbsApi();
+  options.devices = spec.rdma_devices;
+  options.gid_index = spec.gid_index;
+  if (spec.connect_timeout > absl::ZeroDuration()) options.connect_timeout = spec.connect_timeout;
+  return VerbsTransport::Create(options);
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> MakeLoopback(const TransportSpec& spec) {
   if (!spec.tls.empty() || !spec.net_devices.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -38,11 +58,29 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeLoopback(const TransportSpec& spe
 
 }  // namespace
 
-std::vector<std::string> KnownBackends() { return {"loopback", "ucx"}; }
+std::vector<std::string> KnownBackends() { return {"loopback", "ucx", "verbs"}; }
+
+absl::StatusOr<std::string> VerbsProviderOf(const TransportSpec& spec) {
+  std::string provider = spec.verbs_provider;
+  std::string source = "verbs provider";
+  if (provider.empty()) {
+    const char* env = std::getenv("KVRAIL_VERBS_PROVIDER");
+    provider = env != nullptr && *env != '\0' ? env : "libibverbs";
+    if (env != nullptr && *env != '\0') source = "KVRAIL_VERBS_PROVIDER";
+  }
+  if (provider != "libibverbs" && provider != "softverbs") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " \"", provider,
+        "\" is unknown: expected libibverbs (RDMA devices) or softverbs (the software provider, "
+        "shared memory on this host, never hardware)"));
+  }
+  return provider;
+}
 
 absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(const TransportSpec& spec) {
   if (spec.backend == "ucx") return MakeUcx(spec);
   if (spec.backend == "loopback") return MakeLoopback(spec);
+  if (spec.backend == "verbs") return MakeVerbs(spec);
   return absl::InvalidArgumentError(
       absl::StrCat("transport backend \"", spec.backend,
                    "\" is unknown; known backends: ", absl::StrJoin(KnownBackends(), ", ")));

@@ -16,8 +16,8 @@
 namespace kvrail::transport {
 
 struct TransportSpec {
-  // One of KnownBackends(): "ucx" (the real data plane) or "loopback" (in-process memcpy, for
-  // tests).
+  // One of KnownBackends(): "ucx" (the default data plane), "verbs" (raw libibverbs RC writes)
+  // or "loopback" (in-process memcpy, for tests).
   std::string backend = "ucx";
   // Independent queues of writes (UCX: one worker each).
   int lanes = 2;
@@ -32,17 +32,32 @@ struct TransportSpec {
   // 0 keeps the backend's default.
   uint64_t max_write_bytes = 0;
   uint64_t max_inflight_bytes_per_endpoint = 0;
-  // UCX only: the longest Connect waits for a peer's wireup; zero keeps the backend's default.
+  // UCX: the longest Connect waits for a peer's wireup; verbs: for the peer's queue-pair
+  // exchange. Zero keeps the backend's default.
   absl::Duration connect_timeout = absl::ZeroDuration();
+  // Verbs only: who answers the verbs calls. "libibverbs" (rdma-core: real RDMA devices) or
+  // "softverbs" (the software provider: RC writes between processes on this host through shared
+  // memory, for tests and demos, never hardware and never bandwidth). Empty: the environment
+  // variable KVRAIL_VERBS_PROVIDER, else "libibverbs".
+  std::string verbs_provider;
+  // Verbs only: the RDMA devices to use as rails, in order (lane i on rail i % rails); empty:
+  // every device with an active port. And a GID index for every rail (-1: chosen, see
+  // engine/transport/verbs/verbs_rail.h).
+  std::vector<std::string> rdma_devices;
+  int gid_index = -1;
 };
 
-// The backends MakeTransport knows, sorted: {"loopback", "ucx"}.
+// The backends MakeTransport knows, sorted: {"loopback", "ucx", "verbs"}.
 std::vector<std::string> KnownBackends();
 
 // A started transport of `spec.backend`. InvalidArgument for an unknown backend (naming the
 // known ones) or for UCX-only settings given to loopback; otherwise the backend's own errors
 // (lanes < 1, a tls UCX rejects, Unavailable when UCX cannot start).
 absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(const TransportSpec& spec);
+
+// The verbs provider `spec` selects (see TransportSpec::verbs_provider): "libibverbs" or
+// "softverbs". InvalidArgument for any other name.
+absl::StatusOr<std::string> VerbsProviderOf(const TransportSpec& spec);
 
 }  // namespace kvrail::transport
 

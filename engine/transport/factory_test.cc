@@ -9,12 +9,13 @@ namespace {
 
 TEST(MakeTransportTest, AnUnknownBackendIsRejectedNamingTheKnownOnes) {
   TransportSpec spec;
-  spec.backend = "verbs";
+  spec.backend = "rdma";
   auto made = MakeTransport(spec);
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(made.status().message().find("\"verbs\" is unknown; known backends: loopback, ucx"),
-            std::string::npos)
+  EXPECT_NE(
+      made.status().message().find("\"rdma\" is unknown; known backends: loopback, ucx, verbs"),
+      std::string::npos)
       << made.status();
 }
 
@@ -79,6 +80,54 @@ TEST(MakeTransportTest, TheBackendsOwnErrorsComeThrough) {
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(made.status().message().find("lanes is 0"), std::string::npos) << made.status();
+}
+
+TEST(MakeTransportTest, VerbsOverTheSoftwareProviderHasTheSpecsLanes) {
+  TransportSpec spec;
+  spec.backend = "verbs";
+  spec.verbs_provider = "softverbs";
+  spec.lanes = 3;
+  auto made = MakeTransport(spec);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const Capabilities& caps = (*made)->capabilities();
+  EXPECT_EQ(caps.name, "verbs");
+  EXPECT_EQ(caps.lanes, 3);
+  EXPECT_TRUE(caps.disconnect_fences);
+  auto descriptor = (*made)->LocalDescriptor();
+  ASSERT_TRUE(descriptor.ok()) << descriptor.status();
+  EXPECT_EQ(descriptor->transport(), v1::TRANSPORT_KIND_VERBS);
+  EXPECT_EQ(descriptor->lanes_size(), 3);
+}
+
+TEST(MakeTransportTest, AnUnknownVerbsProviderIsRefusedNamingTheKnownOnes) {
+  TransportSpec spec;
+  spec.backend = "verbs";
+  spec.verbs_provider = "rxe";
+  auto made = MakeTransport(spec);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("\"rxe\" is unknown: expected libibverbs"),
+            std::string::npos)
+      << made.status();
+}
+
+TEST(MakeTransportTest, UcxSettingsGivenToVerbsAreRefused) {
+  TransportSpec spec;
+  spec.backend = "verbs";
+  spec.verbs_provider = "softverbs";
+  spec.tls = "tcp";
+  EXPECT_EQ(MakeTransport(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MakeTransportTest, LibibverbsWithoutRdmaDevicesSaysSoInOneLine) {
+  TransportSpec spec;
+  spec.backend = "verbs";
+  spec.verbs_provider = "libibverbs";
+  auto made = MakeTransport(spec);
+  if (made.ok()) GTEST_SKIP() << "this host has an RDMA device with an active port";
+  const std::string message(made.status().message());
+  EXPECT_NE(message.find("libibverbs"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 }  // namespace

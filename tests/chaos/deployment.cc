@@ -114,14 +114,27 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
   rank.name = name;
   rank.engine_endpoint = absl::StrCat("ipc:///tmp/kvrail-chaos-", tag_, "-", name, ".sock");
   std::vector<std::string> argv = prefill ? options_.prefill_prefix : options_.decode_prefix;
+  const std::string& net_devices = prefill ? options_.net_devices : options_.decode_net_devices;
   for (const std::string& a :
        {Kvrail(), std::string("sidecar"), std::string("--role"),
         std::string(prefill ? "prefill" : "decode"), std::string("--engine-endpoint"),
         rank.engine_endpoint, std::string("--host"),
-        prefill ? options_.prefill_host : options_.decode_host, std::string("--tls"), options_.tls,
-        std::string("--net-devices"),
-        prefill ? options_.net_devices : options_.decode_net_devices}) {
+        prefill ? options_.prefill_host : options_.decode_host}) {
     argv.push_back(a);
+  }
+  std::map<std::string, std::string> env;
+  if (options_.tls == "verbs") {
+    // The verbs backend over the software provider, its one rail on the sidecar's network
+    // device: a link set down there cuts the rail as it cuts tcp.
+    for (const char* a : {"--transport", "verbs", "--verbs-provider", "softverbs"}) {
+      argv.push_back(a);
+    }
+    env["KVRAIL_SOFTVERBS_RAILS"] = absl::StrCat("softverbs0=", net_devices);
+  } else {
+    for (const std::string& a :
+         {std::string("--tls"), options_.tls, std::string("--net-devices"), net_devices}) {
+      argv.push_back(a);
+    }
   }
   if (prefill) {
     argv.push_back("--bootstrap");
@@ -131,7 +144,7 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
     argv.push_back(a);
   }
   KVRAIL_ASSIGN_OR_RETURN(
-      rank.sidecar, process::Subprocess::Start(argv, {}, LogPath(absl::StrCat("chaos-", name))));
+      rank.sidecar, process::Subprocess::Start(argv, env, LogPath(absl::StrCat("chaos-", name))));
   KVRAIL_ASSIGN_OR_RETURN(const std::string ready,
                           rank.sidecar->ReadUntil("sidecar ready", absl::Seconds(30)));
   // "sidecar ready engine=... cachepd=... session=..."

@@ -23,9 +23,11 @@
 namespace kvrail::chaos {
 
 struct DeploymentOptions {
-  std::string tls = "tcp";  // the sidecars' UCX transports: tcp or sm
-  int decodes = 1;          // decode sidecars (each TP 1, with its own arena)
-  int64_t pages = 128;      // per arena; a block is 2 MiB (32 layers of k and v, bf16)
+  // The sidecars' data plane: UCX "tcp" or "sm", or "verbs" (the verbs backend over the
+  // software provider, its rail on the net devices below)
+  std::string tls = "tcp";
+  int decodes = 1;      // decode sidecars (each TP 1, with its own arena)
+  int64_t pages = 128;  // per arena; a block is 2 MiB (32 layers of k and v, bf16)
   std::vector<std::string> prefill_args;           // extra sidecar flags
   std::map<std::string, std::string> prefill_env;  // added to the prefill sidecar's environment
   std::vector<std::string> decode_args;

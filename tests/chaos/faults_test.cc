@@ -272,7 +272,7 @@ TEST_P(FaultsTest, AnEngineThatRestartsReattachesAndItsOldRoomsFailCleanly) {
   EXPECT_TRUE(moved.ok()) << moved;
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, FaultsTest, ::testing::Values("tcp", "sm"),
+INSTANTIATE_TEST_SUITE_P(Transports, FaultsTest, ::testing::Values("tcp", "sm", "verbs"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

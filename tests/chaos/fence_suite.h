@@ -23,9 +23,11 @@
 namespace kvrail::chaos {
 
 // Runs the prefill node (bootstrap, prefill sidecar) in `pair`'s initiator namespace and the
-// decodes in its target, over UCX tcp on the veth pair.
-inline void PlaceInNamespaces(const bench::NetnsPair& pair, DeploymentOptions& options) {
-  options.tls = "tcp";
+// decodes in its target, over UCX tcp on the veth pair (or `tls` "verbs": the verbs backend, its
+// software rails on the veth ends).
+inline void PlaceInNamespaces(const bench::NetnsPair& pair, DeploymentOptions& options,
+                              const std::string& tls = "tcp") {
+  options.tls = tls;
   options.prefill_prefix = bench::NetnsPair::ExecPrefix(pair.initiator().netns);
   options.decode_prefix = bench::NetnsPair::ExecPrefix(pair.target().netns);
   options.prefill_host = pair.initiator().address;
@@ -34,7 +36,8 @@ inline void PlaceInNamespaces(const bench::NetnsPair& pair, DeploymentOptions& o
   options.decode_net_devices = pair.target().device;
 }
 
-// The parameter: "tcp" or "sm" (UCX on the host's loopback), or "netns" (UCX tcp between two
+// The parameter: "tcp" or "sm" (UCX on the host's loopback), "verbs" (the verbs backend over the
+// software provider, rail on lo), or "netns" / "netns_verbs" (UCX tcp / verbs between two
 // network namespaces; root only).
 inline constexpr int64_t kRoomBlocks = 128;  // 256 MiB
 // How long the watcher keeps looking after the pages were freed: far longer than any write
@@ -59,15 +62,16 @@ class FenceTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     DeploymentOptions options;
     options.pages = kRoomBlocks + 1;
-    if (std::string(GetParam()) == "netns") {
+    const std::string param = GetParam();
+    if (param == "netns" || param == "netns_verbs") {
       // The prefill node in one namespace, the decode in another, over a veth pair.
       ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
       absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
       ASSERT_TRUE(pair.ok()) << pair.status();
       netns_ = std::make_unique<bench::NetnsPair>(*std::move(pair));
-      PlaceInNamespaces(*netns_, options);
+      PlaceInNamespaces(*netns_, options, param == "netns" ? "tcp" : "verbs");
     } else {
-      options.tls = GetParam();
+      options.tls = param;
     }
     auto started = Deployment::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();

@@ -4,7 +4,7 @@
 namespace kvrail::chaos {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(Transports, FenceTest, ::testing::Values("tcp", "sm"),
+INSTANTIATE_TEST_SUITE_P(Transports, FenceTest, ::testing::Values("tcp", "sm", "verbs"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -84,7 +84,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> PrefillArgv(
         absl::StrCat(setup.room_pages)}) {
     argv.push_back(a);
   }
-  if (options.tls == "tcp") {
+  if (options.tls == "tcp" || options.tls == "verbs") {
     argv.push_back("--net-devices");
     argv.push_back(options.prefill_net_devices);
   }
@@ -206,7 +206,7 @@ absl::StatusOr<DecodeNode> StartDecodeNode(const HarnessOptions& options, const 
     argv.push_back("--arena");
     argv.push_back(arena);
   }
-  if (options.tls == "tcp") {
+  if (options.tls == "tcp" || options.tls == "verbs") {
     argv.push_back("--net-devices");
     argv.push_back(options.decode_net_devices);
   }

@@ -19,7 +19,9 @@
 namespace kvrail::testing {
 
 struct HarnessOptions {
-  std::string tls = "tcp";  // "tcp" or "sm"
+  // "tcp" or "sm" (UCX), or "verbs" (the verbs backend over the software provider, its rail on
+  // the net devices below)
+  std::string tls = "tcp";
   std::string decode_bind = "127.0.0.1";
   std::string decode_net_devices = "lo";
   std::string prefill_net_devices = "lo";

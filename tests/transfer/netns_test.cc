@@ -60,9 +60,9 @@ class VethPair {
   }
 
   const std::string& error() const { return error_; }
-  HarnessOptions Options() const {
+  HarnessOptions Options(const std::string& tls) const {
     HarnessOptions options;
-    options.tls = "tcp";
+    options.tls = tls;
     options.decode_prefix = {"ip", "netns", "exec", b_};
     options.prefill_prefix = {"ip", "netns", "exec", a_};
     options.decode_bind = address_b_;
@@ -75,27 +75,36 @@ class VethPair {
   std::string a_, b_, veth_a_, veth_b_, address_a_, address_b_, error_;
 };
 
-class NetnsTransferTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+struct NetnsCase {
+  const char* name;
+  const char* tls;  // "tcp": UCX; "verbs": the verbs backend, its software rail on the veth
+  int prefill_tp;
+  int decode_tp;
+};
+
+class NetnsTransferTest : public ::testing::TestWithParam<NetnsCase> {};
 
 TEST_P(NetnsTransferTest, EveryPlannedByteCrossesTheVethAndNothingElseIsWritten) {
   ASSERT_EQ(geteuid(), 0u) << "this test creates network namespaces and must run as root";
   VethPair veth;
   ASSERT_EQ(veth.error(), "");
   RouteSetup setup;
-  setup.prefill_tp = GetParam().first;
-  setup.decode_tp = GetParam().second;
-  absl::StatusOr<HarnessResult> result = RunTransfer(setup, veth.Options());
+  setup.prefill_tp = GetParam().prefill_tp;
+  setup.decode_tp = GetParam().decode_tp;
+  absl::StatusOr<HarnessResult> result = RunTransfer(setup, veth.Options(GetParam().tls));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->bytes_verified, uint64_t{480} * 16 * 32768);
-  std::printf("netns P=%d -> D=%d: %.1f MiB verified across the veth in %.3f s\n", setup.prefill_tp,
-              setup.decode_tp, result->bytes_verified / 1048576.0, result->seconds);
+  std::printf("netns %s P=%d -> D=%d: %.1f MiB verified in %.3f s\n", GetParam().tls,
+              setup.prefill_tp, setup.decode_tp, result->bytes_verified / 1048576.0,
+              result->seconds);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routes, NetnsTransferTest,
-                         ::testing::Values(std::make_pair(2, 1), std::make_pair(1, 2)),
-                         [](const auto& info) {
-                           return absl::StrCat("p", info.param.first, "_d", info.param.second);
-                         });
+                         ::testing::Values(NetnsCase{"p2_d1", "tcp", 2, 1},
+                                           NetnsCase{"p1_d2", "tcp", 1, 2},
+                                           NetnsCase{"verbs_p2_d1", "verbs", 2, 1},
+                                           NetnsCase{"verbs_p1_d2", "verbs", 1, 2}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvrail::testing

@@ -5,6 +5,8 @@
 //       maps the arena, registers it, serves the handshake; prints "session <id>"; exits 0
 //       when stdin closes.
 //   transfer_node decode --allocate-bytes N --tls sm ...
+//   --tls verbs: the verbs backend over the software provider (softverbs), its rail on
+//       --net-devices (default lo).
 //       the arena is the transport's own (Transport::Allocate, as a sidecar gives its engine):
 //       prints "arena pid=<pid> fd=<fd> offset=<offset> placement=<placement>" first, so the
 //       test maps the same pages through /proc/<pid>/fd/<fd>.
@@ -34,6 +36,7 @@
 #include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
 #include "engine/transport/transport.h"
+#include "engine/transport/verbs/softverbs/softverbs.h"
 #include "tests/transfer/route_fixture.h"
 
 namespace {
@@ -65,9 +68,19 @@ int Fail(const absl::Status& status) {
   return 3;
 }
 
+// --tls verbs: the raw verbs backend over the software provider, its one rail on
+// --net-devices (default lo), so that the rail's GID, and the connect endpoint, are that
+// device's address and a link set down cuts it.
 absl::StatusOr<std::unique_ptr<transport::Transport>> MakeTransport(const Flags& flags) {
   transport::TransportSpec spec;
   spec.lanes = flags.lanes;
+  if (flags.tls == "verbs") {
+    spec.backend = "verbs";
+    spec.verbs_provider = "softverbs";
+    transport::softverbs::SetRails(
+        {{.device = "softverbs0", .netdev = flags.net_devices.empty() ? "lo" : flags.net_devices}});
+    return transport::MakeTransport(spec);
+  }
   spec.tls = flags.tls;
   spec.net_devices = flags.net_devices;
   return transport::MakeTransport(spec);

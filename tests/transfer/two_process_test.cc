@@ -36,12 +36,12 @@ TEST_P(TwoProcessTransferTest, EveryPlannedByteLandsAndNothingElse) {
               result->bytes_verified / 1048576.0, result->seconds);
 }
 
-INSTANTIATE_TEST_SUITE_P(Routes, TwoProcessTransferTest,
-                         ::testing::Values(Case{"tcp_p2_d1", "tcp", 2, 1},
-                                           Case{"tcp_p1_d2", "tcp", 1, 2},
-                                           Case{"shm_p2_d1", "sm", 2, 1},
-                                           Case{"shm_p1_d2", "sm", 1, 2}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Routes, TwoProcessTransferTest,
+    ::testing::Values(Case{"tcp_p2_d1", "tcp", 2, 1}, Case{"tcp_p1_d2", "tcp", 1, 2},
+                      Case{"shm_p2_d1", "sm", 2, 1}, Case{"shm_p1_d2", "sm", 1, 2},
+                      Case{"verbs_p2_d1", "verbs", 2, 1}, Case{"verbs_p1_d2", "verbs", 1, 2}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvrail::testing

@@ -72,11 +72,21 @@ absl::Status Cluster::StartAll() {
     for (const std::string& a :
          {o.kvrail, std::string("sidecar"), std::string("--role"), role,
           std::string("--engine-endpoint"), endpoint, std::string("--tp-size"), absl::StrCat(tp),
-          std::string("--tp-rank"), absl::StrCat(rank), std::string("--tls"), tls,
-          std::string("--host"), node.host}) {
+          std::string("--tp-rank"), absl::StrCat(rank), std::string("--host"), node.host}) {
       argv.push_back(a);
     }
-    if (!node.net_devices.empty()) {
+    if (o.transport == "verbs") {
+      argv.push_back("--transport");
+      argv.push_back("verbs");
+      if (!o.verbs_provider.empty()) {
+        argv.push_back("--verbs-provider");
+        argv.push_back(o.verbs_provider);
+      }
+    } else {
+      argv.push_back("--tls");
+      argv.push_back(tls);
+    }
+    if (!node.net_devices.empty() && o.transport != "verbs") {
       argv.push_back("--net-devices");
       argv.push_back(node.net_devices);
     }

@@ -35,7 +35,8 @@ struct ClusterOptions {
   int prefill_tp = 2;
   int decode_tp = 1;
   int prefill_pp = 1;             // pipeline stages of the prefill node (CACHEPD §10.1)
-  std::string transport = "shm";  // shm or tcp
+  std::string transport = "shm";  // shm or tcp (UCX), or verbs
+  std::string verbs_provider;     // verbs: passed to the sidecars when not empty
   // Who allocates each rank's KV arena: "sidecar" (on its data plane, where peers write it
   // fastest) or "engine" (the engine-sim, in POSIX shared memory).
   std::string arena = "sidecar";

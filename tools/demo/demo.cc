@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "engine/base/error.h"
+#include "engine/transport/factory.h"
 #include "tools/demo/cluster.h"
 #include "tools/engine_sim/engine_sim.h"
 
@@ -76,9 +77,18 @@ absl::Status RunDemo(DemoOptions options) {
   if (options.min_prompt < 1 || options.max_prompt < options.min_prompt) {
     return absl::InvalidArgumentError("prompt lengths: need 1 <= --min-prompt <= --max-prompt");
   }
-  if (options.transport != "shm" && options.transport != "tcp") {
+  if (options.transport != "shm" && options.transport != "tcp" && options.transport != "verbs") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--transport ", options.transport, ": expected shm or tcp"));
+        absl::StrCat("--transport ", options.transport, ": expected shm, tcp or verbs"));
+  }
+  std::string data_plane = absl::StrCat("UCX ", options.transport);
+  if (options.transport == "verbs") {
+    transport::TransportSpec spec;
+    spec.verbs_provider = options.verbs_provider;
+    KVRAIL_ASSIGN_OR_RETURN(options.verbs_provider, transport::VerbsProviderOf(spec));
+    data_plane = options.verbs_provider == "softverbs"
+                     ? "verbs on softverbs (the software provider: shared memory, not hardware)"
+                     : "verbs on libibverbs";
   }
   if (options.arena != "sidecar" && options.arena != "engine") {
     return absl::InvalidArgumentError(
@@ -93,21 +103,21 @@ absl::Status RunDemo(DemoOptions options) {
 
   std::fprintf(
       stderr,
-      "kvrail demo: P=%d prefill ranks%s -> D=%d decode ranks over UCX %s, arenas from the "
+      "kvrail demo: P=%d prefill ranks%s -> D=%d decode ranks over %s, arenas from the "
       "%s; %d layers x %d KV heads x %d dims, bf16, %d-token pages; %d rooms of %d-%d tokens, "
       "%d at a time\n",
       options.prefill_tp,
       options.prefill_pp > 1 ? absl::StrCat(" x ", options.prefill_pp, " stages").c_str() : "",
-      options.decode_tp, options.transport.c_str(), options.arena.c_str(), shape.layers,
-      shape.kv_heads, shape.head_dim, shape.page_tokens, options.rooms,
-      static_cast<int>(options.min_prompt), static_cast<int>(options.max_prompt),
-      options.concurrency);
+      options.decode_tp, data_plane.c_str(), options.arena.c_str(), shape.layers, shape.kv_heads,
+      shape.head_dim, shape.page_tokens, options.rooms, static_cast<int>(options.min_prompt),
+      static_cast<int>(options.max_prompt), options.concurrency);
   ClusterOptions cluster_options;
   cluster_options.kvrail = options.kvrail;
   cluster_options.prefill_tp = options.prefill_tp;
   cluster_options.decode_tp = options.decode_tp;
   cluster_options.prefill_pp = options.prefill_pp;
   cluster_options.transport = options.transport;
+  cluster_options.verbs_provider = options.verbs_provider;
   cluster_options.arena = options.arena;
   cluster_options.shape = shape;
   cluster_options.decode_tokens = options.decode_tokens;
@@ -216,10 +226,10 @@ absl::Status RunDemo(DemoOptions options) {
         absl::ToDoubleSeconds(wall), gbps, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
         static_cast<unsigned long long>(tokens_checked), options.arena.c_str(), placements.c_str());
   } else {
-    std::printf("\n  %-26s %s\n", "route",
-                absl::StrFormat("P=%d -> D=%d over UCX %s", options.prefill_tp, options.decode_tp,
-                                options.transport)
-                    .c_str());
+    std::printf(
+        "\n  %-26s %s\n", "route",
+        absl::StrFormat("P=%d -> D=%d over %s", options.prefill_tp, options.decode_tp, data_plane)
+            .c_str());
     std::printf("  %-26s %s (%s)\n", "KV arenas",
                 options.arena == "sidecar" ? "allocated by each sidecar" : "created by each engine",
                 placements.c_str());
@@ -227,7 +237,10 @@ absl::Status RunDemo(DemoOptions options) {
     std::printf("  %-26s %.2f GB (every byte checked by its decode rank)\n", "KV bytes moved",
                 bytes / 1e9);
     std::printf("  %-26s %.2f s\n", "wall time", absl::ToDoubleSeconds(wall));
-    std::printf("  %-26s %.2f GB/s\n", "throughput", gbps);
+    std::printf("  %-26s %.2f GB/s%s\n", "throughput", gbps,
+                options.verbs_provider == "softverbs" && options.transport == "verbs"
+                    ? " (software provider: not a bandwidth figure)"
+                    : "");
     std::printf("  %-26s p50 %.1f ms, p99 %.1f ms\n", "room latency", Percentile(latencies, 0.5),
                 Percentile(latencies, 0.99));
     std::printf("  %-26s %llu, all as expected\n", "decoded tokens checked",

@@ -20,8 +20,12 @@ struct DemoOptions {
   std::string kvrail;  // the kvrail binary to start the processes with
   int prefill_tp = 2;
   int decode_tp = 1;
-  int prefill_pp = 1;             // pipeline stages of the prefill node
-  std::string transport = "shm";  // shm or tcp
+  int prefill_pp = 1;  // pipeline stages of the prefill node
+  // shm or tcp (UCX), or verbs (the raw verbs backend; its provider from `verbs_provider`)
+  std::string transport = "shm";
+  // Verbs: "libibverbs" or "softverbs" (the software provider, never hardware); empty: the
+  // environment variable KVRAIL_VERBS_PROVIDER, else libibverbs.
+  std::string verbs_provider;
   std::string arena = "sidecar";  // who allocates the KV arenas: sidecar or engine
   int rooms = 24;
   int concurrency = 4;
