@@ -155,9 +155,10 @@ int RunTarget(const TargetFlags& flags) {
     return Fail(absl::InternalError("bench raw-target: cannot set up its stdout"), kExitFailed);
   }
   absl::Status status = bench::RunRawTarget(options, stdin, protocol);
+  // The error first: the bench stops waiting for this process once its protocol pipe closes.
+  const int code = status.ok() ? 0 : Fail(status, kExitFailed);
   std::fclose(protocol);
-  if (!status.ok()) return Fail(status, kExitFailed);
-  return 0;
+  return code;
 }
 
 struct KvFlags {
@@ -295,10 +296,13 @@ void AddBench(CLI::App& app, int& exit_code) {
 
   CLI::App* raw = bench->add_subcommand(
       "raw",
-      "Write bandwidth and ops/s of the UCX transport between two processes, per block and "
+      "Write bandwidth and ops/s of the data-plane transports (UCX, verbs) between two processes, "
+      "per block and "
       "batch size, through the transfer scheduler, beside ucx_perftest ucp_put_bw and memcpy");
   raw->add_option("--transport", raw_flags.transports,
-                  "tcp, shm or netns (netns needs root); repeat or give a comma list")
+                  "tcp, shm, netns or verbs (netns needs root; verbs: provider from "
+                  "$KVRAIL_VERBS_PROVIDER, and softverbs is never a bandwidth figure); repeat or "
+                  "give a comma list")
       ->capture_default_str();
   raw->add_option("--block-sizes", raw_flags.block_sizes,
                   "Comma list of write sizes, 1 B to 64 MiB, with B, KiB, MiB or GiB")

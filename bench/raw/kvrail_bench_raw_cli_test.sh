@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kvrail bench raw` end to end over shared memory and tcp with tiny windows: the JSON shape of
 # the issue, positive figures on every row (behaviour, never timings), and one-line flag errors
-# with exit 2.
+# with exit 2. And over the verbs backend on the software provider (softverbs): a functional run
+# whose rows carry the provider's note and never a bandwidth figure.
 set -u
 kvrail="tools/kvrail"
 source tests/support/cli_checks.sh  # expect
@@ -41,6 +42,39 @@ table=$("$kvrail" bench raw --transport shm --block-sizes 4KiB --batch-sizes 2 -
 expect table-header grep -q "kvrail GB/s" <<<"$table"
 expect table-row grep -q "^shm *4 KiB *2 " <<<"$table"
 
+# verbs on softverbs: the run succeeds (its windows' bytes are verified at the target), the row
+# is named with its provider, shows n/a for kvrail's rates and carries the note.
+table=$(KVRAIL_VERBS_PROVIDER=softverbs "$kvrail" bench raw --transport verbs --block-sizes 64KiB \
+  --batch-sizes 1 --seconds 0.05 --repeat 1 --quiet)
+rc=$?
+expect verbs-exit test "$rc" -eq 0
+expect verbs-row grep -q "^verbs(softverbs) *64 KiB *1 *n/a *n/a .* \[1\]$" <<<"$table"
+expect verbs-note grep -qF "[1] software verbs provider: a functional run through the verbs backend, not a bandwidth figure" <<<"$table"
+
+check_softverbs_rows() {  # check_softverbs_rows JSON
+  python3 - "$1" <<'PY'
+import json, sys
+rows = json.loads(sys.argv[1])["rows"]
+assert len(rows) == 1, rows
+r = rows[0]
+assert r["transport"] == "verbs" and r["provider"] == "softverbs", r
+assert r["bandwidth_claim"] is False, r
+for key in ("gbps", "ops_per_s", "one_lane_gbps", "peer_gbps", "ratio", "like_ratio"):
+    assert r[key] is None, (key, r)
+assert "not a bandwidth figure" in r["note"], r
+PY
+}
+out=$(KVRAIL_VERBS_PROVIDER=softverbs "$kvrail" bench raw --transport verbs --block-sizes 64KiB \
+  --batch-sizes 1 --seconds 0.05 --repeat 1 --json --quiet)
+rc=$?
+expect verbs-json-exit test "$rc" -eq 0
+expect verbs-json check_softverbs_rows "$out"
+
+err=$(KVRAIL_VERBS_PROVIDER=bogus "$kvrail" bench raw --transport verbs --block-sizes 64KiB \
+  --batch-sizes 1 --seconds 0.05 --quiet 2>&1 >/dev/null)
+expect bad-provider-exit test $? -eq 1
+expect bad-provider-message grep -q 'KVRAIL_VERBS_PROVIDER "bogus" is unknown' <<<"$err"
+
 err=$("$kvrail" bench raw --block-sizes 64KB 2>&1 >/dev/null)
 rc=$?
 expect bad-size-exit test "$rc" -eq 2
@@ -57,6 +91,7 @@ expect bad-batch-message grep -q "^error: --batch-sizes: .*between 1 and 1024" <
 
 err=$("$kvrail" bench raw --transport rdma 2>&1 >/dev/null)
 expect bad-transport-exit test $? -eq 2
-expect bad-transport-message grep -q "tcp, shm or netns" <<<"$err"
+expect bad-transport-message grep -q '^error: --transport: "rdma": .*tcp, shm, netns or verbs$' <<<"$err"
+expect bad-transport-one-line test "$(wc -l <<<"$err")" -eq 1
 
 exit $fail

@@ -4,7 +4,8 @@
     bazel-bin/tools/kvrail bench raw --json > rows.json
     /usr/bin/python3 bench/raw/plot_raw.py rows.json -o raw.png
 
-One column per transport. Top row: GB/s against block size, kvrail solid and ucx_perftest
+One column per transport (verbs rows: per provider). Rows with "bandwidth_claim": false (the
+software verbs provider, softverbs: a functional run, never a bandwidth) are left out. Top row: GB/s against block size, kvrail solid and ucx_perftest
 dashed, one colour per batch size, memcpy of kvrail's working set dotted grey (one thread in
 rows from before 2026-12-02, as many as kvrail's lanes since: memcpy_threads).
 Bottom row: kvrail / ucx_perftest per batch size, with the 1.0 line the issue's target sits on;
@@ -36,7 +37,17 @@ def load_rows(text, source):
             raise ValueError(f"{source}: row {i} lacks {', '.join(missing)}")
         if not isinstance(row["block_bytes"], int) or row["block_bytes"] <= 0:
             raise ValueError(f"{source}: row {i}: block_bytes must be a positive integer")
-    return rows
+    claimed = [row for row in rows if row.get("bandwidth_claim", True) is not False]
+    if not claimed:
+        raise ValueError(f"{source}: no rows to plot: every row makes no bandwidth claim "
+                         "(the software verbs provider)")
+    if len(claimed) < len(rows):
+        print(f"plot_raw: left out {len(rows) - len(claimed)} rows without a bandwidth claim "
+              "(the software verbs provider)", file=sys.stderr)
+    for row in claimed:
+        if row.get("provider"):
+            row["transport"] = f'{row["transport"]}({row["provider"]})'
+    return claimed
 
 
 def size_label(n):

@@ -21,6 +21,19 @@ refused "row 0 lacks block_bytes, batch, gbps" '{"rows": [{"transport": "tcp"}]}
 refused "row 1: block_bytes must be a positive integer" \
   '{"rows": [{"transport": "tcp", "block_bytes": 4096, "batch": 1, "gbps": 1},
              {"transport": "tcp", "block_bytes": 0, "batch": 1, "gbps": 1}]}'
+refused "every row makes no bandwidth claim" \
+  '{"rows": [{"transport": "verbs", "provider": "softverbs", "bandwidth_claim": false,
+              "block_bytes": 4096, "batch": 1, "gbps": null}]}'
+# A softverbs row beside real rows is left out, the rest plotted.
+python3 - bench/raw/testdata/raw_rows.json >"$dir/mixed.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["rows"].append({"transport": "verbs", "provider": "softverbs", "bandwidth_claim": False,
+                    "block_bytes": 4096, "batch": 1, "gbps": None})
+print(json.dumps(doc))
+PY
+plot "$dir/mixed.json" -o "$dir/mixed.png" 2>"$dir/err" | grep -q "wrote $dir/mixed.png"
+grep -q "left out 1 rows without a bandwidth claim" "$dir/err"
 plot "$dir/missing.json" -o "$dir/x.png" 2>"$dir/err" && exit 1
 grep -q "No such file" "$dir/err"
 echo "plot_raw: ok"

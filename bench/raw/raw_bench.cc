@@ -40,7 +40,9 @@
 #include "engine/memory/pattern.h"
 #include "engine/transfer/scheduler.h"
 #include "engine/transport/bounds.h"
-#include "engine/transport/ucx/ucx_transport.h"
+#include "engine/transport/factory.h"
+#include "engine/transport/transport.h"
+#include "engine/transport/ucx/ucx_transport.h"  // UcxTuningEnvironment, for ucx_perftest
 #include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
@@ -101,10 +103,6 @@ uint64_t WorkingSet(uint64_t block, int batch) {
   return std::max(block, wanted / block * block);
 }
 
-std::string RowName(RawTransport transport, uint64_t block, int batch) {
-  return absl::StrFormat("%s %s x%d", RawTransportName(transport), FormatBytes(block), batch);
-}
-
 // Where the two sides of one transport run.
 struct Placement {
   RawTransport transport;
@@ -112,7 +110,18 @@ struct Placement {
   std::string local_device;                // UCX_NET_DEVICES here (tcp)
   std::string target_device;               // and there
   std::string target_host = "127.0.0.1";   // the ucx_perftest server's address
+  // verbs: the provider both sides use ("libibverbs", "softverbs"; transport::VerbsProviderOf).
+  std::string verbs_provider;
 };
+
+// "tcp 64 KiB x32", "verbs(softverbs) 64 KiB x32".
+std::string RowName(const Placement& where, uint64_t block, int batch) {
+  const std::string name =
+      where.verbs_provider.empty()
+          ? std::string(RawTransportName(where.transport))
+          : absl::StrCat(RawTransportName(where.transport), "(", where.verbs_provider, ")");
+  return absl::StrFormat("%s %s x%d", name, FormatBytes(block), batch);
+}
 
 RawTuning TuningFor(const RawBenchOptions& options, RawTransport transport) {
   RawTuning tuning = DefaultTuning(transport);
@@ -286,7 +295,7 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
 // One connection of the bench: a transport with its own lanes, the source arena registered on
 // it, its connection to the target, and the scheduler that drives its windows.
 struct Link {
-  std::unique_ptr<transport::UcxTransport> transport;
+  std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transfer::Scheduler> scheduler;  // declared after: destroyed before it
   WindowTarget target;
   int lanes = 0;
@@ -334,8 +343,8 @@ class KvrailSession {
     spec.duration = absl::Seconds(options_.seconds);
     const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
     absl::StatusOr<WindowResult> result = RunWriteWindow(*link.scheduler, link.target, spec);
-    const std::string row = absl::StrCat(RowName(where_.transport, block, batch),
-                                         lanes == Lanes::kOne ? " (one lane)" : "");
+    const std::string row =
+        absl::StrCat(RowName(where_, block, batch), lanes == Lanes::kOne ? " (one lane)" : "");
     if (!result.ok()) {
       return absl::Status(result.status().code(),
                           absl::StrCat(row, ": ", result.status().message()));
@@ -397,6 +406,7 @@ class KvrailSession {
     target_options.lanes = tuning_.lanes;
     target_options.arena_bytes = target_bytes_;
     target_options.net_device = where_.target_device;
+    target_options.verbs_provider = where_.verbs_provider;
     absl::StatusOr<TargetProcess> target =
         TargetProcess::Start(where_.target_prefix, options_.self_exe, target_options);
     if (!target.ok()) return target.status();
@@ -425,9 +435,10 @@ class KvrailSession {
   // A transport of `lanes` lanes with the source arena registered, connected to the target, and
   // a scheduler on it with the bench's slice and in-flight bound.
   absl::Status Connect(int lanes, Link& link) {
-    transport::UcxOptions ucx_options = UcxOptionsFor(where_.transport, lanes, where_.local_device);
-    ucx_options.max_inflight_bytes_per_endpoint = tuning_.inflight_bytes_per_lane;
-    KVRAIL_ASSIGN_OR_RETURN(link.transport, transport::UcxTransport::Create(ucx_options));
+    transport::TransportSpec spec = TransportSpecFor(where_.transport, lanes, where_.local_device);
+    spec.verbs_provider = where_.verbs_provider;
+    spec.max_inflight_bytes_per_endpoint = tuning_.inflight_bytes_per_lane;
+    KVRAIL_ASSIGN_OR_RETURN(link.transport, transport::MakeTransport(spec));
     KVRAIL_ASSIGN_OR_RETURN(link.target.source,
                             link.transport->Register({arena_->data(), arena_->size()}));
     KVRAIL_ASSIGN_OR_RETURN(link.target.peer, link.transport->Connect(target_->descriptor()));
@@ -578,8 +589,13 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
           measure(WorkingSet(block, batch), Lanes::kTuned);
       if (!best.ok()) return best.status();
       const WindowResult* window = &best->window;
-      progress.Step(absl::StrFormat("%s: kvrail %.3f GB/s", RowName(where.transport, block, batch),
-                                    window->gbps()));
+      // A software provider's rate is no bandwidth: not even a progress line shows it.
+      progress.Step(where.verbs_provider == "softverbs"
+                        ? absl::StrFormat("%s: kvrail ran, bytes verified (software provider: "
+                                          "no bandwidth figure)",
+                                          RowName(where, block, batch))
+                        : absl::StrFormat("%s: kvrail %.3f GB/s", RowName(where, block, batch),
+                                          window->gbps()));
       RawRow row;
       row.transport = RawTransportName(where.transport);
       row.block_bytes = block;
@@ -589,7 +605,9 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
       row.lanes = tuning.lanes;
       row.inflight_bytes_per_lane = tuning.inflight_bytes_per_lane;
       row.working_set = WorkingSet(block, batch);
-      row.peer_outstanding = PeerOutstanding(block, batch, tuning);
+      // verbs has no ucx_perftest run, so no -O (the one-lane window keeps its bound).
+      row.peer_outstanding =
+          where.transport == RawTransport::kVerbs ? 0 : PeerOutstanding(block, batch, tuning);
       if (best->cpu.has_value()) {
         row.cpu_busy = best->cpu->busy;
         row.cpu_kernel = best->cpu->kernel;
@@ -600,7 +618,11 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
           measure(WorkingSet(block, batch), Lanes::kOne);
       if (!one_lane.ok()) return one_lane.status();
       row.one_lane_gbps = one_lane->window.gbps();
-      if (options.run_peer) {
+      if (where.transport == RawTransport::kVerbs) {
+        // ucx_perftest measures UCX, not the verbs backend; perftest's ib_write_bw (and a NIC)
+        // would be the baseline, and bench raw does not run it.
+        MarkVerbsRow(row, where.verbs_provider);
+      } else if (options.run_peer) {
         const PeerOutcome outcome = peer(block, row.peer_outstanding, row.gbps * 1e9, false);
         row.peer_gbps = outcome.gbps;
         row.note = outcome.note;
@@ -617,7 +639,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
           }
         }
         if (!row.peer_gbps.has_value()) {
-          progress.Note(absl::StrCat("warning: ", RowName(where.transport, block, batch),
+          progress.Note(absl::StrCat("warning: ", RowName(where, block, batch),
                                      ": no ucx_perftest figure: ", row.note));
         }
       } else {
@@ -649,9 +671,12 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
         copy_limit = memcpy_cache.emplace(std::make_pair(piece, row.working_set), best_copy).first;
       }
       row.memcpy_gbps = copy_limit->second;
-      progress.Step(absl::StrFormat(
-          "%s: ucx_perftest %s GB/s", RowName(where.transport, block, batch),
-          row.peer_gbps ? absl::StrFormat("%.3f", *row.peer_gbps) : std::string("-")));
+      progress.Step(where.transport == RawTransport::kVerbs
+                        ? absl::StrFormat("%s: no baseline (verbs), memcpy %.2f GB/s",
+                                          RowName(where, block, batch), row.memcpy_gbps.value_or(0))
+                        : absl::StrFormat("%s: ucx_perftest %s GB/s", RowName(where, block, batch),
+                                          row.peer_gbps ? absl::StrFormat("%.3f", *row.peer_gbps)
+                                                        : std::string("-")));
       rows.push_back(std::move(row));
     }
   }
@@ -737,6 +762,13 @@ RawTuning DefaultTuning(RawTransport transport) {
       tuning.slice_bytes = uint64_t{1} << 20;
       tuning.inflight_bytes_per_lane = uint64_t{4} << 20;
       break;
+    case RawTransport::kVerbs:
+      // Not yet measured on a NIC: 1 MiB writes, and 16 MiB in flight per lane (a few
+      // bandwidth-delay products of a 100-400 Gb/s link, well inside a QP's 256 work requests).
+      tuning.lanes = 2;
+      tuning.slice_bytes = uint64_t{1} << 20;
+      tuning.inflight_bytes_per_lane = uint64_t{16} << 20;
+      break;
   }
   return tuning;
 }
@@ -783,7 +815,31 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
     } else {
       Placement where;
       where.transport = transport;
-      if (transport == RawTransport::kTcp) {
+      if (transport == RawTransport::kVerbs) {
+        transport::TransportSpec spec;
+        spec.backend = "verbs";
+        absl::StatusOr<std::string> provider = transport::VerbsProviderOf(spec);
+        if (!provider.ok()) return provider.status();
+        where.verbs_provider = *provider;
+        // Here first, where the error can say what to do, rather than in the target process.
+        absl::StatusOr<std::unique_ptr<transport::Transport>> probe =
+            transport::MakeTransport(TransportSpecFor(transport, /*lanes=*/1, ""));
+        if (!probe.ok()) {
+          return absl::Status(
+              probe.status().code(),
+              absl::StrCat("verbs (provider ", *provider, "): ", probe.status().message(),
+                           *provider == "libibverbs"
+                               ? "; without an RDMA NIC, KVRAIL_VERBS_PROVIDER=softverbs runs the "
+                                 "verbs backend in software (a functional run, never a bandwidth "
+                                 "figure)"
+                               : ""));
+        }
+        (*probe)->Close();
+        if (*provider == "softverbs") {
+          progress.Note(
+              absl::StrCat("verbs: provider softverbs (KVRAIL_VERBS_PROVIDER): ", kSoftverbsNote));
+        }
+      } else if (transport == RawTransport::kTcp) {
         where.local_device = where.target_device = "lo";
       } else if (transport == RawTransport::kNetns) {
         const NetnsSide& side = *options.netns_side;

@@ -15,6 +15,12 @@
 // UCX_NET_DEVICES, with -O (puts outstanding) set to the row's batch size bounded by the same bytes
 // in flight per endpoint that kvrail keeps.
 //
+// Both sides make their transports through transport::MakeTransport (raw_target.h,
+// TransportSpecFor). verbs: the raw verbs backend, provider from KVRAIL_VERBS_PROVIDER (the
+// target inherits it), measured as the UCX transports are but with no baseline (ucx_perftest
+// measures UCX; perftest's ib_write_bw is not run); over the software provider (softverbs) a row
+// is a functional run whose rates are never shown as a bandwidth (RawRow::bandwidth_claim).
+//
 // netns: two network namespaces joined by a veth pair (netns.h); the target and the
 // ucx_perftest server run in one, and the measuring side in the other: this binary re-runs
 // itself there (`--netns-side`) and reads its rows as JSON.

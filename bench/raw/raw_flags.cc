@@ -53,6 +53,8 @@ const char* RawTransportName(RawTransport transport) {
       return "shm";
     case RawTransport::kNetns:
       return "netns";
+    case RawTransport::kVerbs:
+      return "verbs";
   }
   return "?";
 }
@@ -141,12 +143,15 @@ absl::StatusOr<std::vector<RawTransport>> ParseTransports(absl::string_view flag
         AppendUnique(transports, RawTransport::kShm);
       } else if (item == "netns") {
         AppendUnique(transports, RawTransport::kNetns);
+      } else if (item == "verbs") {
+        AppendUnique(transports, RawTransport::kVerbs);
       } else {
-        return Invalid(flag, item, "a transport is tcp, shm or netns");
+        return Invalid(flag, item, "a transport is tcp, shm, netns or verbs");
       }
     }
   }
-  if (transports.empty()) return Invalid(flag, "", "name at least one transport: tcp, shm, netns");
+  if (transports.empty())
+    return Invalid(flag, "", "name at least one transport: tcp, shm, netns, verbs");
   return transports;
 }
 

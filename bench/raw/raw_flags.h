@@ -18,9 +18,13 @@ enum class RawTransport {
   kTcp,    // UCX tcp on the loopback interface ("lo")
   kShm,    // UCX shared memory ("sm,self")
   kNetns,  // UCX tcp between two network namespaces joined by a veth pair (needs root)
+  // The raw verbs backend (engine/transport/verbs), provider from KVRAIL_VERBS_PROVIDER
+  // (libibverbs: an RDMA NIC; softverbs: the software provider, a functional run only, never a
+  // bandwidth figure).
+  kVerbs,
 };
 
-// "tcp", "shm", "netns".
+// "tcp", "shm", "netns", "verbs".
 const char* RawTransportName(RawTransport transport);
 
 // The largest block a row may write (the 4 KiB .. 64 MiB range, and no more).
@@ -44,8 +48,8 @@ absl::StatusOr<std::vector<uint64_t>> ParseBlockSizes(absl::string_view flag,
 // A comma-separated list of batch sizes, each an integer within [1, 1024]; duplicates dropped.
 absl::StatusOr<std::vector<int>> ParseBatchSizes(absl::string_view flag, absl::string_view text);
 
-// Each value a comma-separated list of "tcp", "shm", "netns" (the flag may repeat); duplicates
-// dropped, order kept. InvalidArgument for an empty list or an unknown name.
+// Each value a comma-separated list of "tcp", "shm", "netns", "verbs" (the flag may repeat);
+// duplicates dropped, order kept. InvalidArgument for an empty list or an unknown name.
 absl::StatusOr<std::vector<RawTransport>> ParseTransports(absl::string_view flag,
                                                           const std::vector<std::string>& values);
 

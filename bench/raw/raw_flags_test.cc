@@ -75,10 +75,25 @@ TEST(ParseTransports, AcceptsRepeatsAndCommaLists) {
                                                     RawTransport::kNetns}));
 }
 
+TEST(ParseTransports, AcceptsVerbs) {
+  auto transports = ParseTransports("--transport", {"verbs"});
+  ASSERT_TRUE(transports.ok()) << transports.status();
+  EXPECT_EQ(*transports, (std::vector<RawTransport>{RawTransport::kVerbs}));
+  transports = ParseTransports("--transport", {"shm, verbs", "verbs,tcp"});
+  ASSERT_TRUE(transports.ok()) << transports.status();
+  EXPECT_EQ(*transports, (std::vector<RawTransport>{RawTransport::kShm, RawTransport::kVerbs,
+                                                    RawTransport::kTcp}));
+  EXPECT_STREQ(RawTransportName(RawTransport::kVerbs), "verbs");
+}
+
 TEST(ParseTransports, RejectsUnknownNames) {
   auto transports = ParseTransports("--transport", {"tcp,rdma"});
   ASSERT_FALSE(transports.ok());
-  EXPECT_TRUE(absl::StrContains(transports.status().message(), "tcp, shm or netns"));
+  EXPECT_TRUE(absl::StrContains(transports.status().message(), "\"rdma\""));
+  EXPECT_TRUE(absl::StrContains(transports.status().message(), "tcp, shm, netns or verbs"));
+  // Names are exact: the provider is not part of the transport's name.
+  EXPECT_FALSE(ParseTransports("--transport", {"Verbs"}).ok());
+  EXPECT_FALSE(ParseTransports("--transport", {"verbs(softverbs)"}).ok());
   EXPECT_FALSE(ParseTransports("--transport", {}).ok());
 }
 

@@ -34,17 +34,31 @@ std::string Rate(double per_s) {
 
 }  // namespace
 
+std::string RawRow::label() const {
+  return provider.empty() ? transport : absl::StrCat(transport, "(", provider, ")");
+}
+
+void MarkVerbsRow(RawRow& row, const std::string& provider) {
+  row.transport = RawTransportName(RawTransport::kVerbs);
+  row.provider = provider;
+  row.bandwidth_claim = provider != "softverbs";
+  row.note = row.bandwidth_claim ? kVerbsNoBaselineNote : kSoftverbsNote;
+}
+
 std::optional<double> RawRow::ratio() const {
+  if (!bandwidth_claim) return std::nullopt;
   if (!peer_gbps.has_value() || !(*peer_gbps > 0)) return std::nullopt;
   return gbps / *peer_gbps;
 }
 
 std::optional<double> RawRow::tuned_ratio() const {
+  if (!bandwidth_claim) return std::nullopt;
   if (!peer_tuned_gbps.has_value() || !(*peer_tuned_gbps > 0)) return std::nullopt;
   return gbps / *peer_tuned_gbps;
 }
 
 std::optional<double> RawRow::one_block_ratio() const {
+  if (!bandwidth_claim) return std::nullopt;
   if (!one_block_gbps.has_value() || !peer_gbps.has_value() || !(*peer_gbps > 0)) {
     return std::nullopt;
   }
@@ -52,6 +66,7 @@ std::optional<double> RawRow::one_block_ratio() const {
 }
 
 std::optional<double> RawRow::like_ratio() const {
+  if (!bandwidth_claim) return std::nullopt;
   const std::optional<double>& peer = transport == "shm" ? peer_gbps : peer_tuned_gbps;
   if (!one_lane_gbps.has_value() || !peer.has_value() || !(*peer > 0)) return std::nullopt;
   return *one_lane_gbps / *peer;
@@ -60,22 +75,28 @@ std::optional<double> RawRow::like_ratio() const {
 std::string RowsToJson(const std::vector<RawRow>& rows) {
   nlohmann::json out = {{"rows", nlohmann::json::array()}};
   for (const RawRow& row : rows) {
+    // kvrail's own rates, withheld where they are not a bandwidth.
+    auto claim = [&row](const std::optional<double>& value) {
+      return row.bandwidth_claim ? Optional(value) : nlohmann::json(nullptr);
+    };
     out["rows"].push_back({
         {"transport", row.transport},
+        {"provider", row.provider.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.provider)},
+        {"bandwidth_claim", row.bandwidth_claim},
         {"block_bytes", row.block_bytes},
         {"batch", row.batch},
-        {"gbps", row.gbps},
-        {"ops_per_s", row.ops_per_s},
+        {"gbps", claim(row.gbps)},
+        {"ops_per_s", claim(row.ops_per_s)},
         {"peer_gbps", Optional(row.peer_gbps)},
         {"ratio", Optional(row.ratio())},
         {"memcpy_gbps", Optional(row.memcpy_gbps)},
         {"memcpy_threads", row.memcpy_threads},
-        {"one_lane_gbps", Optional(row.one_lane_gbps)},
+        {"one_lane_gbps", claim(row.one_lane_gbps)},
         {"like_ratio", Optional(row.like_ratio())},
         {"peer_outstanding", row.peer_outstanding},
         {"peer_tuned_gbps", Optional(row.peer_tuned_gbps)},
         {"tuned_ratio", Optional(row.tuned_ratio())},
-        {"one_block_gbps", Optional(row.one_block_gbps)},
+        {"one_block_gbps", claim(row.one_block_gbps)},
         {"one_block_ratio", Optional(row.one_block_ratio())},
         {"cpu_busy", Optional(row.cpu_busy)},
         {"cpu_kernel", Optional(row.cpu_kernel)},
@@ -101,10 +122,17 @@ absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json) {
     for (const nlohmann::json& r : in["rows"]) {
       RawRow row;
       row.transport = r.at("transport").get<std::string>();
+      if (r.contains("provider") && !r.at("provider").is_null()) {
+        row.provider = r.at("provider").get<std::string>();
+      }
+      row.bandwidth_claim = r.value("bandwidth_claim", true);
       row.block_bytes = r.at("block_bytes").get<uint64_t>();
       row.batch = r.at("batch").get<int>();
-      row.gbps = r.at("gbps").get<double>();
-      row.ops_per_s = r.at("ops_per_s").get<double>();
+      // Null only on a row without a bandwidth claim.
+      if (row.bandwidth_claim || !r.at("gbps").is_null()) row.gbps = r.at("gbps").get<double>();
+      if (row.bandwidth_claim || !r.at("ops_per_s").is_null()) {
+        row.ops_per_s = r.at("ops_per_s").get<double>();
+      }
       row.peer_gbps = ReadOptional(r, "peer_gbps");
       row.memcpy_gbps = ReadOptional(r, "memcpy_gbps");
       row.memcpy_threads = r.value("memcpy_threads", 0);
@@ -136,10 +164,24 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
     if (!busy.has_value() || !kernel.has_value()) return std::string("-");
     return absl::StrFormat("%.0f/%.0f", 100 * *busy, 100 * *kernel);
   };
+  // The transport column is as wide as its longest name ("verbs(softverbs)"), at least 9.
+  int width = 9;
+  bool verbs = false, withheld = false;
+  for (const RawRow& row : rows) {
+    width = std::max(width, static_cast<int>(row.label().size()));
+    verbs = verbs || !row.provider.empty();
+    withheld = withheld || !row.bandwidth_claim;
+  }
+  // kvrail's own rates: "n/a" on a row without a bandwidth claim.
+  auto claimed = [](const RawRow& row, const std::optional<double>& value, int decimals) {
+    if (!row.bandwidth_claim) return std::string("n/a");
+    return value.has_value() ? absl::StrFormat("%.*f", decimals, *value) : std::string("-");
+  };
   std::string out = absl::StrFormat(
-      "%-9s %8s %6s %12s %10s %14s %4s %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s\n", "transport",
-      "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio", "tuned GB/s",
-      "tuned", "1lane GB/s", "like", "1blk GB/s", "1blk", "memcpy GB/s", "cpu kv", "cpu pt");
+      "%-*s %8s %6s %12s %10s %14s %4s %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s\n", width,
+      "transport", "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio",
+      "tuned GB/s", "tuned", "1lane GB/s", "like", "1blk GB/s", "1blk", "memcpy GB/s", "cpu kv",
+      "cpu pt");
   std::vector<std::string> notes;
   for (const RawRow& row : rows) {
     std::string mark;
@@ -149,13 +191,15 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       mark = absl::StrCat(" [", it - notes.begin() + 1, "]");
     }
     absl::StrAppendFormat(
-        &out, "%-9s %8s %6d %12.3f %10s %14s %4d %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s%s\n",
-        row.transport, FormatBytes(row.block_bytes), row.batch, row.gbps, Rate(row.ops_per_s),
-        figure(row.peer_gbps, 3), row.peer_outstanding, figure(row.ratio(), 2),
-        figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2), figure(row.one_lane_gbps, 3),
-        figure(row.like_ratio(), 2), figure(row.one_block_gbps, 3),
-        figure(row.one_block_ratio(), 2), figure(row.memcpy_gbps, 2),
-        cpu(row.cpu_busy, row.cpu_kernel), cpu(row.peer_cpu_busy, row.peer_cpu_kernel), mark);
+        &out, "%-*s %8s %6d %12s %10s %14s %4s %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s%s\n",
+        width, row.label(), FormatBytes(row.block_bytes), row.batch, claimed(row, row.gbps, 3),
+        row.bandwidth_claim ? Rate(row.ops_per_s) : std::string("n/a"), figure(row.peer_gbps, 3),
+        row.peer_outstanding > 0 ? absl::StrCat(row.peer_outstanding) : std::string("-"),
+        figure(row.ratio(), 2), figure(row.peer_tuned_gbps, 3), figure(row.tuned_ratio(), 2),
+        claimed(row, row.one_lane_gbps, 3), figure(row.like_ratio(), 2),
+        claimed(row, row.one_block_gbps, 3), figure(row.one_block_ratio(), 2),
+        figure(row.memcpy_gbps, 2), cpu(row.cpu_busy, row.cpu_kernel),
+        cpu(row.peer_cpu_busy, row.peer_cpu_kernel), mark);
   }
   for (size_t i = 0; i < notes.size(); ++i) {
     absl::StrAppendFormat(&out, "[%d] %s\n", i + 1, notes[i]);
@@ -175,6 +219,19 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       "slices). cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, "
       "softirq), "
       "in percent, during kvrail's window and ucx_perftest's run.\n";
+  if (verbs) {
+    out +=
+        "verbs(<provider>): kvrail's raw verbs backend (RC RDMA writes) through the same "
+        "scheduler and target checks, provider from KVRAIL_VERBS_PROVIDER; no ucx_perftest "
+        "baseline runs for it.";
+    if (withheld) {
+      out +=
+          " n/a: softverbs is a software provider (shared memory on this host, never hardware): "
+          "its rows show the verbs code path works, and kvrail's rates on them are no bandwidth "
+          "figure.";
+    }
+    out += "\n";
+  }
   return out;
 }
 

@@ -16,7 +16,14 @@ namespace kvrail::bench {
 // One (transport, block size, batch size) measurement. Rates are decimal: GB/s is 1e9 bytes
 // per second.
 struct RawRow {
-  std::string transport;  // "tcp", "shm", "netns"
+  std::string transport;  // "tcp", "shm", "netns", "verbs"
+  // verbs rows: the verbs provider that carried the writes ("libibverbs", "softverbs"); empty
+  // on UCX rows.
+  std::string provider;
+  // False where kvrail's figures are not a bandwidth (the software verbs provider: shared memory
+  // on this host, never hardware): the table prints "n/a" for kvrail's rates, the JSON null, and
+  // the row has no ratio. The row was still run, and its bytes verified at the target.
+  bool bandwidth_claim = true;
   uint64_t block_bytes = 0;
   int batch = 0;
   double gbps = 0;       // kvrail: bytes landed (flushed) per second
@@ -52,6 +59,10 @@ struct RawRow {
   uint64_t working_set = 0;
   std::string note;  // empty, or why a figure is missing or partial
 
+  // The row's name in the table: "verbs(softverbs)", "verbs(libibverbs)"; the transport on UCX
+  // rows.
+  std::string label() const;
+
   // kvrail / ucx_perftest, when both are there.
   std::optional<double> ratio() const;
   // kvrail / ucx_perftest with kvrail's settings, when both are there.
@@ -64,8 +75,20 @@ struct RawRow {
   std::optional<double> like_ratio() const;
 };
 
-// {"rows": [{"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio",
-// ...}]}; a missing figure is null. One line, no trailing newline.
+// The notes of verbs rows (no ucx_perftest baseline runs for them; perftest's ib_write_bw is not
+// run either).
+inline constexpr char kSoftverbsNote[] =
+    "software verbs provider: a functional run through the verbs backend, not a bandwidth figure";
+inline constexpr char kVerbsNoBaselineNote[] =
+    "verbs: no baseline ran (ucx_perftest measures UCX, and perftest's ib_write_bw is not run)";
+
+// Makes `row` a verbs row of `provider`: its provider, its note, and for "softverbs" no
+// bandwidth claim.
+void MarkVerbsRow(RawRow& row, const std::string& provider);
+
+// {"rows": [{"transport", "provider", "bandwidth_claim", "block_bytes", "batch", "gbps",
+// "ops_per_s", "peer_gbps", "ratio", ...}]}; a missing figure is null, and so are kvrail's rates
+// on a row without a bandwidth claim. One line, no trailing newline.
 std::string RowsToJson(const std::vector<RawRow>& rows);
 // Reads what RowsToJson wrote (the netns measurement runs in a child process). InvalidArgument
 // when the text is not that shape.

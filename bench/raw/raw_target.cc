@@ -21,6 +21,8 @@
 #include "absl/types/span.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
+#include "engine/transport/factory.h"
+#include "engine/transport/transport.h"
 #include "engine/transport/ucx/ucx_transport.h"
 
 namespace kvrail::bench {
@@ -44,34 +46,57 @@ void WriteLine(std::FILE* out, const std::string& line) {
 
 }  // namespace
 
-transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
-                                    const std::string& net_device) {
-  transport::UcxOptions options;
-  options.lanes = lanes;
-  if (transport == RawTransport::kShm) {
-    options.tls = "sm,self";
-  } else {
-    options.tls = "tcp";
-    options.net_devices = net_device.empty() ? "lo" : net_device;
+transport::TransportSpec TransportSpecFor(RawTransport transport, int lanes,
+                                          const std::string& net_device) {
+  transport::TransportSpec spec;
+  spec.lanes = lanes;
+  switch (transport) {
+    case RawTransport::kShm:
+      spec.backend = "ucx";
+      spec.tls = "sm";  // UCX's "sm,self"
+      break;
+    case RawTransport::kTcp:
+    case RawTransport::kNetns:
+      spec.backend = "ucx";
+      spec.tls = "tcp";
+      spec.net_devices = net_device.empty() ? "lo" : net_device;
+      break;
+    case RawTransport::kVerbs:
+      spec.backend = "verbs";
+      spec.verbs_provider.clear();  // KVRAIL_VERBS_PROVIDER, else libibverbs
+      break;
   }
   // Slices are the bench's to choose; let the transport take any block whole.
-  options.max_write_bytes = kMaxBlockBytes;
+  spec.max_write_bytes = kMaxBlockBytes;
+  return spec;
+}
+
+transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
+                                    const std::string& net_device) {
+  const transport::TransportSpec spec = TransportSpecFor(transport, lanes, net_device);
+  transport::UcxOptions options;
+  options.lanes = spec.lanes;
+  options.tls = spec.tls == "sm" ? "sm,self" : spec.tls;
+  options.net_devices = spec.net_devices;
+  options.max_write_bytes = spec.max_write_bytes;
   return options;
 }
 
 absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::FILE* out) {
-  auto ucx = transport::UcxTransport::Create(
-      UcxOptionsFor(options.transport, options.lanes, options.net_device));
-  if (!ucx.ok()) return ucx.status();
+  absl::StatusOr<std::unique_ptr<transport::Transport>> made = transport::MakeTransport(
+      TransportSpecFor(options.transport, options.lanes, options.net_device));
+  if (!made.ok()) return made.status();
+  transport::Transport& data_plane = **made;
   // The arena a decode sidecar would give its engine: Allocate places it in UCX's own shared
-  // memory when a shared-memory transport is loaded, where peers' puts are plain stores.
-  auto shared = (*ucx)->Allocate(options.arena_bytes);
+  // memory when a shared-memory transport is loaded, where peers' puts are plain stores (a
+  // memfd registered with every rail over verbs).
+  auto shared = data_plane.Allocate(options.arena_bytes);
   if (!shared.ok()) return shared.status();
   auto* arena = static_cast<uint8_t*>(shared->base);
   const uint64_t arena_size = shared->length;
   // Map every page now, so no measured window pays the target's first-touch faults.
   for (uint64_t i = 0; i < arena_size; i += 4096) arena[i] = 0;
-  auto descriptor = (*ucx)->LocalDescriptor();
+  auto descriptor = data_plane.LocalDescriptor();
   if (!descriptor.ok()) return descriptor.status();
   WriteLine(out, absl::StrCat("placement ", shared->placement));
   WriteLine(out,
@@ -97,7 +122,7 @@ absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::F
                                          kRawPatternSeed, pattern_offset);
     WriteLine(out, mismatch.has_value() ? absl::StrCat("mismatch ", offset + *mismatch) : "ok");
   }
-  (*ucx)->Close();
+  data_plane.Close();
   return absl::OkStatus();
 }
 
@@ -114,6 +139,9 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
   if (!options.net_device.empty()) {
     spec.argv.insert(spec.argv.end(), {"--net-device", options.net_device});
   }
+  if (!options.verbs_provider.empty()) {
+    spec.env.emplace_back("KVRAIL_VERBS_PROVIDER", options.verbs_provider);
+  }
   absl::StatusOr<std::unique_ptr<process::Subprocess>> child = process::Subprocess::Start(spec);
   if (!child.ok()) return child.status();
   TargetProcess target(std::move(*child));
@@ -128,6 +156,9 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
     }
   } while (line.ok() && !absl::StartsWith(*line, "descriptor "));
   if (!line.ok()) {
+    // A target that failed closes its protocol stream before it prints its error: give it a
+    // moment to print it (on our stderr) before the destructor kills it.
+    if (absl::IsOutOfRange(line.status())) (void)target.child_->Wait(absl::Seconds(2));
     return absl::UnavailableError(
         absl::StrCat("target process did not send its descriptor: ", line.status().message()));
   }

@@ -1,12 +1,16 @@
 // The target (decode) side of `kvrail bench raw`, as in real use a process of its own: it
-// has the UCX transport allocate its arena (Transport::Allocate: UCX's own shared memory when a
-// shared-memory transport is loaded, so peers' puts are plain stores; a memfd over tcp), hands
+// has its transport (made by transport::MakeTransport, as both sides' are) allocate its arena
+// (Transport::Allocate: UCX's own shared memory when a shared-memory transport is loaded, so
+// peers' puts are plain stores; a memfd over tcp and over verbs), hands
 // its handshake descriptor to the initiator on stdout, and keeps its progress thread running
 // (over tcp UCX emulates puts over active messages, so the target must progress) until it is
 // told to exit. On request it checks bytes of its arena against the pattern the initiator's
 // source holds.
 //
 // Protocol, one line each way:
+// A verbs target answers its initiator's queue-pair exchange from the verbs backend's own
+// connect endpoint, and lands its writes on its lane threads (libibverbs: the NIC does).
+//
 //   target -> initiator:  "placement <ucx-shm|memfd>", then
 //                         "descriptor <hex of the serialised v1::HandshakeDescriptor>"
 //   initiator -> target:  "verify <offset> <length> <pattern offset>"  answered "ok" or
@@ -22,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/raw/raw_flags.h"
+#include "engine/transport/factory.h"
 #include "engine/transport/ucx/ucx_transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 #include "tools/process/subprocess.h"
@@ -35,11 +40,21 @@ struct RawTargetOptions {
   RawTransport transport = RawTransport::kShm;
   int lanes = 1;
   uint64_t arena_bytes = 0;
-  std::string net_device;  // UCX_NET_DEVICES for tcp; empty: "lo" (ignored for shm)
+  std::string net_device;  // UCX_NET_DEVICES for tcp; empty: "lo" (ignored for shm and verbs)
+  // verbs: the provider the initiator uses ("libibverbs", "softverbs"), set as
+  // KVRAIL_VERBS_PROVIDER in the target's environment so both ends agree; empty: inherited.
+  std::string verbs_provider;
 };
 
-// The UCX settings both sides of a measurement use: "sm,self" for shm; "tcp" on `net_device`
-// (default "lo") otherwise.
+// The transport both sides of a measurement make (transport::MakeTransport): UCX "sm,self" for
+// shm; UCX "tcp" on `net_device` (default "lo") for tcp and netns; the verbs backend for verbs,
+// its provider from KVRAIL_VERBS_PROVIDER (else libibverbs). Either way the transport takes any
+// block whole (max_write_bytes: the largest block); slices are the bench's to choose.
+transport::TransportSpec TransportSpecFor(RawTransport transport, int lanes,
+                                          const std::string& net_device);
+
+// The UCX settings of a UCX row's spec (tcp, shm, netns), for what only UCX knows: the tuning
+// environment ucx_perftest is given (transport::UcxTuningEnvironment).
 transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
                                     const std::string& net_device);
 
