@@ -108,6 +108,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--rdma-devices", options.rdma_devices,
                   "Verbs: RDMA devices to use as rails, in order (default: every active one)")
       ->delimiter(',');
+  sub->add_option("--rail-affinity", options.rail_affinity,
+                  "Verbs, without --rdma-devices: the NICs nearest the arena, gpu:<PCI address> "
+                  "(the GPU's NIC on its PCIe switch) or numa:<node>, from /sys");
   sub->add_option("--gid-index", options.gid_index,
                   "Verbs: GID index on every rail (default: the first RoCE v2 IPv4 GID whose "
                   "netdev is up)");

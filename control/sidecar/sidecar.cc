@@ -464,6 +464,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   spec.verbs_provider = options.verbs_provider;
   spec.rdma_devices = options.rdma_devices;
   spec.gid_index = options.gid_index;
+  spec.rail_affinity = options.rail_affinity;
   spec.connect_timeout = options.connect_timeout;
   KVRAIL_ASSIGN_OR_RETURN(impl->transport, transport::MakeTransport(spec));
   if (options.role == Role::kDecode) {

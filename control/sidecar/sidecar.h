@@ -67,6 +67,9 @@ struct SidecarOptions {
   std::string verbs_provider;
   std::vector<std::string> rdma_devices;
   int gid_index = -1;
+  // Verbs, without rdma_devices: use the NICs nearest this arena: "gpu:<PCI address>" or
+  // "numa:<node>" (engine/transport/verbs/rails.h).
+  std::string rail_affinity;
   int lanes = 2;
   session::SessionTimeouts timeouts;
   // A room whose copies to all its destinations exceed this fails before anything is sent.

@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeVerbs(const TransportSpec& spec) 
   options.api = *provider == "softverbs" ? &softverbs::SoftVerbsApi() : &LibibverbsApi();
   options.devices = spec.rdma_devices;
   options.gid_index = spec.gid_index;
+  options.rail_affinity = spec.rail_affinity;
   if (spec.connect_timeout > absl::ZeroDuration()) options.connect_timeout = spec.connect_timeout;
   return VerbsTransport::Create(options);
 }

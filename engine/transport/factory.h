@@ -45,6 +45,9 @@ struct TransportSpec {
   // engine/transport/verbs/verbs_rail.h).
   std::vector<std::string> rdma_devices;
   int gid_index = -1;
+  // Verbs only, when rdma_devices is empty: the arena the rails should be near,
+  // "gpu:<PCI address>" or "numa:<node>" (engine/transport/verbs/rails.h, RailsForAffinity).
+  std::string rail_affinity;
 };
 
 // The backends MakeTransport knows, sorted: {"loopback", "ucx", "verbs"}.

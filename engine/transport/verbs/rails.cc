@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -276,6 +277,40 @@ std::vector<int> ChooseRail(const ArenaLocation& arena, const std::vector<PciDev
   std::stable_sort(chosen.begin(), chosen.end(),
                    [&](int x, int y) { return NaturalLess(nics[x].name, nics[y].name); });
   return chosen;
+}
+
+absl::StatusOr<std::vector<std::string>> RailsForAffinity(const std::string& sysfs_root,
+                                                          absl::string_view affinity) {
+  ArenaLocation arena;
+  absl::string_view value = affinity;
+  if (absl::ConsumePrefix(&value, "gpu:")) {
+    absl::StatusOr<std::vector<PciDevice>> gpus = ReadGpus(sysfs_root);
+    if (!gpus.ok()) return gpus.status();
+    std::vector<std::string> seen;
+    for (const PciDevice& gpu : *gpus) {
+      if (gpu.pci_address == value) arena.gpu = gpu;
+      seen.push_back(gpu.pci_address);
+    }
+    if (!arena.gpu) {
+      return absl::NotFoundError(absl::StrCat("rail affinity \"", affinity, "\": sysfs at ",
+                                              sysfs_root, " shows no GPU ", value, "; it shows ",
+                                              seen.empty() ? "none" : absl::StrJoin(seen, ", ")));
+    }
+  } else if (absl::ConsumePrefix(&value, "numa:")) {
+    if (!absl::SimpleAtoi(value, &arena.numa_node) || arena.numa_node < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rail affinity \"", affinity, "\": a NUMA node is a number >= 0"));
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rail affinity \"", affinity,
+        "\": expected gpu:<PCI address> (\"gpu:0000:18:00.0\") or numa:<node> (\"numa:1\")"));
+  }
+  absl::StatusOr<std::vector<PciDevice>> nics = ReadRdmaDevices(sysfs_root);
+  if (!nics.ok()) return nics.status();
+  std::vector<std::string> names;
+  for (int i : ChooseRail(arena, *nics)) names.push_back((*nics)[i].name);
+  return names;
 }
 
 std::vector<std::pair<int, uint64_t>> StripeSlices(uint64_t total_bytes, uint64_t slice_bytes,

@@ -99,6 +99,14 @@ struct ArenaLocation {
 //    the caller still works, only without the placement.
 std::vector<int> ChooseRail(const ArenaLocation& arena, const std::vector<PciDevice>& nics);
 
+// The RDMA devices an arena named by `affinity` should use, best first, read from the sysfs tree
+// at `sysfs_root` (ReadRdmaDevices, ReadGpus, ChooseRail): "gpu:<PCI address>" (a GPU arena:
+// the NICs nearest that GPU) or "numa:<node>" (host memory on that node: the NICs on it).
+// InvalidArgument naming the rule for any other text, NotFound naming the GPUs seen for a GPU
+// sysfs does not show; the readers' errors when the tree cannot be read.
+absl::StatusOr<std::vector<std::string>> RailsForAffinity(const std::string& sysfs_root,
+                                                          absl::string_view affinity);
+
 // A rail as the stripe planner sees it.
 struct RailState {
   std::string device;  // "mlx5_0"

@@ -407,5 +407,25 @@ TEST(RailHealth, RailsOutOfRangeAreIgnored) {
   EXPECT_EQ(health.TakeProbe(t0 + absl::Hours(1)), std::nullopt);
 }
 
+TEST(RailsForAffinity, AGpuGetsTheNicOnItsSwitchAndANumaNodeItsNics) {
+  EXPECT_THAT(RailsForAffinity(FixtureRoot(), "gpu:0000:18:00.0").value(), ElementsAre("mlx5_0"));
+  EXPECT_THAT(RailsForAffinity(FixtureRoot(), "gpu:0000:db:00.0").value(), ElementsAre("mlx5_7"));
+  EXPECT_THAT(RailsForAffinity(FixtureRoot(), "numa:1").value(),
+              ElementsAre("mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"));
+}
+
+TEST(RailsForAffinity, RefusesWhatItCannotPlaceNamingTheRule) {
+  auto unknown = RailsForAffinity(FixtureRoot(), "gpu:0000:77:00.0");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("shows no GPU 0000:77:00.0"), std::string::npos)
+      << unknown.status();
+  auto garbage = RailsForAffinity(FixtureRoot(), "socket:1");
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(garbage.status().message().find("expected gpu:<PCI address>"), std::string::npos);
+  EXPECT_EQ(RailsForAffinity(FixtureRoot(), "numa:-1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(RailsForAffinity("/nonexistent", "numa:0").ok());
+}
+
 }  // namespace
 }  // namespace kvrail::transport

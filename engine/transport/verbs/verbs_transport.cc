@@ -190,6 +190,10 @@ absl::StatusOr<std::unique_ptr<VerbsTransport>> VerbsTransport::Create(
 }
 
 absl::Status VerbsTransport::Init() {
+  if (options_.devices.empty() && !options_.rail_affinity.empty()) {
+    KVRAIL_ASSIGN_OR_RETURN(options_.devices,
+                            RailsForAffinity(options_.sysfs_root, options_.rail_affinity));
+  }
   KVRAIL_ASSIGN_OR_RETURN(rails_,
                           OpenRails(api_, options_.devices, options_.port, options_.gid_index));
   for (const auto& rail : rails_) {

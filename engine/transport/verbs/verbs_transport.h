@@ -75,8 +75,13 @@ struct VerbsOptions {
   // The seam: LibibverbsApi() or softverbs::SoftVerbsApi(). Must outlive the transport.
   const VerbsApi* api = nullptr;
   int lanes = 2;
-  // RDMA devices to use as rails, in order; empty: every device with an active port.
+  // RDMA devices to use as rails, in order; empty: every device with an active port, or, with
+  // `rail_affinity`, the ones nearest the arena it names (rails.h, RailsForAffinity: a GPU's
+  // NIC on its PCIe switch, or the NICs on a NUMA node), read from the sysfs tree at
+  // `sysfs_root`.
   std::vector<std::string> devices;
+  std::string rail_affinity;
+  std::string sysfs_root = "/sys";
   uint8_t port = 1;
   // A GID index to use on every rail; -1 chooses (verbs_rail.h).
   int gid_index = -1;

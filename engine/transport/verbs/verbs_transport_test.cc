@@ -5,6 +5,7 @@
 // All over the software provider (softverbs), whose faults stand in for a NIC's.
 #include "engine/transport/verbs/verbs_transport.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -317,6 +318,31 @@ TEST_F(VerbsTransportTest, ConnectionsBeyondTheLimitAreRefusedNamingIt) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("max_connections"), std::string::npos)
       << refused.status();
+}
+
+// The sysfs fixture of an 8-GPU, 8-NIC node (testdata/sysfs_8gpu_8nic), with software rails
+// named as its NICs: a transport given a GPU's affinity opens only the NIC on that GPU's switch.
+TEST_F(VerbsTransportTest, AGpuArenasTransportUsesTheNicOnItsPcieSwitch) {
+  std::vector<softverbs::Rail> rails;
+  for (int i = 0; i <= 8; ++i) rails.push_back({.device = absl::StrCat("mlx5_", i)});
+  softverbs::SetRails(rails);
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  ASSERT_NE(srcdir, nullptr);
+  VerbsOptions options = Options(2, {});
+  options.sysfs_root = absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "kvrail",
+                                    "/engine/transport/verbs/testdata/sysfs_8gpu_8nic");
+  options.rail_affinity = "gpu:0000:3a:00.0";
+  auto gpu2 = VerbsTransport::Create(options);
+  ASSERT_TRUE(gpu2.ok()) << gpu2.status();
+  EXPECT_EQ((*gpu2)->rail_devices(), (std::vector<std::string>{"mlx5_2"}));
+  options.rail_affinity = "numa:1";
+  auto host = VerbsTransport::Create(options);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ((*host)->rail_devices(),
+            (std::vector<std::string>{"mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}));
+  options.rail_affinity = "gpu:0000:77:00.0";
+  EXPECT_EQ(VerbsTransport::Create(options).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -25,7 +25,8 @@
 // Timeouts: a WR not acked within the QP's retry budget, 4.096 us x 2^timeout x
 // (retry_cnt + 1) with a floor of 50 ms (so sanitizer builds are not flaky), completes with
 // IBV_WC_RETRY_EXC_ERR. timeout 0 means "infinite" as in the InfiniBand specification; a dead
-// peer process (kill(pid, 0) fails with ESRCH) is reported as IBV_WC_RETRY_EXC_ERR at once.
+// peer process (kill(pid, 0) fails with ESRCH; judged only for a peer in this PID namespace)
+// is reported as IBV_WC_RETRY_EXC_ERR within about 10 ms.
 //
 // Rails: a device is a "rail" bound to a netdev. A rail is down (port IBV_PORT_DOWN, nothing
 // sent or received, like a cut cable) while a kRailDown fault holds it or while its netdev is not
@@ -37,8 +38,10 @@
 // the per-lane rate (100 Gb/s: 4X EDR; 200 Gb/s: 4X HDR; 400 Gb/s: 4X NDR).
 //
 // Processes: any number of processes on the host may use softverbs at once (QP numbers are
-// unique host-wide). As with libibverbs, a child forked without exec must not use the parent's
-// objects or call softverbs (the parent's NIC thread does not exist in it); exec first.
+// unique host-wide). Segments are unlinked by destroy_qp and at exit; those of killed
+// processes are removed by the next process's first create_qp (same PID namespace) or when
+// their QP number comes up again. As with libibverbs, a child forked without exec must not use the
+// parent's objects or call softverbs (the parent's NIC thread does not exist in it); exec first.
 //
 // ThreadSanitizer: the responder's copy into a registered region stands for DMA and is hidden
 // from TSan (applications learn of it out of band, perhaps from another process).
@@ -83,9 +86,9 @@ std::vector<Rail> ParseRails(const std::string& spec);
 // Faults injected on this process's side of the wire.
 enum class FaultKind {
   // The next `count` WRs that start transmitting (on `qp_num`, or any QP of this process when
-  // it is 0; count <= 0: every one until ClearFaults) are not sent: each completes with `status`,
-  // having written nothing, and its QP
-  // goes to IBV_QPS_ERR as on RC, so later WRs flush with IBV_WC_WR_FLUSH_ERR.
+  // it is 0; count <= 0: every one until ClearFaults) are not sent: each completes with
+  // `status`, having written nothing, and its QP goes to IBV_QPS_ERR as on RC, so later WRs
+  // flush with IBV_WC_WR_FLUSH_ERR.
   kErrorCompletion,
   // At once: the QP `qp_num` (or every QP of this process when 0) is forced to IBV_QPS_ERR,
   // fenced as by modify_qp, and its outstanding WRs flush with IBV_WC_WR_FLUSH_ERR.
