@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/error.h"
+#include "engine/memory/cuda_call.h"
 
 #ifndef KVRAIL_HAVE_CUDA
 #error "KVRAIL_HAVE_CUDA must come from @cuda//:config"
@@ -59,37 +60,9 @@ CudaArena::~CudaArena() { Reset(); }
 
 namespace {
 
-absl::StatusCode CodeOf(cudaError_t error) {
-  switch (error) {
-    case cudaErrorMemoryAllocation:
-      return absl::StatusCode::kResourceExhausted;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidResourceHandle:
-      return absl::StatusCode::kInvalidArgument;
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNoDevice:
-    case cudaErrorDevicesUnavailable:
-      return absl::StatusCode::kFailedPrecondition;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-// "<code> (<name>: <text>)", as CUDA reports it.
-std::string Describe(cudaError_t error) {
-  return absl::StrCat(static_cast<int>(error), " (", cudaGetErrorName(error), ": ",
-                      cudaGetErrorString(error), ")");
-}
-
-// "<subject>: <call> failed: <code> (<name>: <text>)". Clears the runtime's last error, so a
-// later call does not report this one again (sticky errors stay, as CUDA decides).
-absl::Status CudaError(absl::string_view subject, absl::string_view call, cudaError_t error) {
-  cudaGetLastError();
-  return absl::Status(CodeOf(error),
-                      absl::StrCat(subject, ": ", call, " failed: ", Describe(error)));
-}
+using cuda_call::CudaError;
+using cuda_call::Describe;
+using cuda_call::OnDevice;
 
 absl::StatusOr<int> DeviceCount() {
   int count = 0;
@@ -119,23 +92,6 @@ absl::Status CheckDevice(absl::string_view subject, int device) {
                                                    " device(s) (CUDA_VISIBLE_DEVICES applies)"));
   }
   return absl::OkStatus();
-}
-
-// Runs `body` with `device` current, then makes the caller's device current again.
-template <typename Body>
-absl::Status OnDevice(int device, absl::string_view subject, Body&& body) {
-  int previous = -1;
-  cudaError_t error = cudaGetDevice(&previous);
-  if (error != cudaSuccess) return CudaError(subject, "cudaGetDevice", error);
-  if (previous != device) {
-    error = cudaSetDevice(device);
-    if (error != cudaSuccess) {
-      return CudaError(subject, absl::StrCat("cudaSetDevice(", device, ")"), error);
-    }
-  }
-  absl::Status status = body();
-  if (previous != device) cudaSetDevice(previous);
-  return status;
 }
 
 // The bytes from `pointer` to the end of the driver allocation that holds it, from the driver's
@@ -295,16 +251,7 @@ void CudaArena::Reset() {
 
 #else  // !KVRAIL_HAVE_CUDA: every entry point says so.
 
-namespace {
-
-absl::Status BuiltWithoutCuda(absl::string_view what) {
-  return absl::UnimplementedError(
-      absl::StrCat(what,
-                   "built without CUDA (no toolkit when @cuda was configured; see "
-                   "third_party/cuda/cuda.bzl)"));
-}
-
-}  // namespace
+using cuda_call::BuiltWithoutCuda;
 
 absl::Status CudaAvailable() { return BuiltWithoutCuda(""); }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/memory/cuda_test_support.h"
 #include "engine/memory/pattern.h"
 
 extern char** environ;
@@ -22,19 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-// GPU-only checks skip, saying why, when CudaAvailable() is not OK (no toolkit, driver or GPU).
-#define SKIP_WITHOUT_GPU()                                                \
-  do {                                                                    \
-    const absl::Status gpu = CudaAvailable();                             \
-    if (!gpu.ok()) GTEST_SKIP() << "needs a CUDA GPU: " << gpu.message(); \
-  } while (false)
-
-// Argument checks that run before any CUDA call: they need the toolkit but no GPU.
-#define SKIP_WITHOUT_TOOLKIT()                                                     \
-  do {                                                                             \
-    if (!KVRAIL_HAVE_CUDA) GTEST_SKIP() << "built without CUDA: nothing to check"; \
-  } while (false)
 
 TEST(CudaAvailableTest, SaysInOneLineWhyThereIsNoGpu) {
   const absl::Status status = CudaAvailable();
