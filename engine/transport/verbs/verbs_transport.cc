@@ -14,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
 #include "engine/memory/arena.h"
+#include "engine/memory/cuda_arena.h"
+#include "engine/memory/cuda_dmabuf.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/shared_region.h"
 #include "engine/transport/verbs/verbs_connector.h"
@@ -24,6 +26,7 @@ namespace verbs_internal {
 
 struct RegionState {
   RegionId id = 0;
+  bool cuda = false;
   uint64_t base = 0;
   uint64_t length = 0;
   std::vector<ibv_mr*> mrs;      // one per rail
@@ -202,7 +205,23 @@ absl::Status VerbsTransport::Init() {
   capabilities_.name = "verbs";
   capabilities_.lanes = options_.lanes;
   capabilities_.one_sided = true;
-  capabilities_.gpu_memory = false;
+  // GPU memory: as a dmabuf where libibverbs and the GPU's driver offer it, else through
+  // nvidia-peermem (ibv_reg_mr on the device pointer) where that module is loaded, else not.
+  const absl::Status cuda = CudaAvailable();
+  if (!cuda.ok()) {
+    gpu_reason_ = std::string(cuda.message());
+  } else if (absl::Status dmabuf = CudaDmabufSupported(0);
+             dmabuf.ok() && api_.reg_dmabuf_mr != nullptr) {
+    gpu_registration_ = GpuRegistration::kDmabuf;
+  } else if (NvidiaPeermemLoaded() && std::string(api_.provider) == "libibverbs") {
+    gpu_registration_ = GpuRegistration::kPeermem;
+  } else {
+    gpu_reason_ = absl::StrCat(api_.reg_dmabuf_mr == nullptr
+                                   ? absl::StrCat(api_.provider, " offers no dmabuf registration")
+                                   : std::string(dmabuf.message()),
+                               ", and nvidia-peermem is not loaded");
+  }
+  capabilities_.gpu_memory = gpu_registration_ != GpuRegistration::kNone;
   capabilities_.max_write_bytes = options_.max_write_bytes;
   capabilities_.max_inflight_bytes_per_endpoint = options_.max_inflight_bytes_per_endpoint;
   capabilities_.disconnect_fences = true;
@@ -319,6 +338,11 @@ std::vector<std::string> VerbsTransport::rail_devices() const {
 // Regions.
 
 absl::StatusOr<RegionId> VerbsTransport::Register(const LocalRegion& region) {
+  if (region.cuda && !capabilities_.gpu_memory) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Register: this verbs transport cannot register GPU memory: ", gpu_reason_,
+                     " (a transport without GPU access stages GPU arenas through host memory)"));
+  }
   KVRAIL_RETURN_IF_ERROR(CheckLocalRegion(region, capabilities_.gpu_memory));
   std::unique_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
@@ -328,12 +352,23 @@ absl::StatusOr<RegionId> VerbsTransport::Register(const LocalRegion& region) {
   auto entry = std::make_shared<RegionState>();
   entry->base = reinterpret_cast<uint64_t>(region.base);
   entry->length = region.length;
+  entry->cuda = region.cuda;
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  // A dmabuf of the GPU range, registered at the range's own address as its IOVA, so that peers
+  // write to device addresses as they write to host ones. The NIC holds its own reference: the
+  // fd is closed once every rail has registered it.
+  CudaDmabuf dmabuf;
+  if (region.cuda && gpu_registration_ == GpuRegistration::kDmabuf) {
+    KVRAIL_ASSIGN_OR_RETURN(dmabuf, ExportCudaDmabuf(region.base, region.length));
+  }
   for (const auto& rail : rails_) {
-    ibv_mr* mr = api_.reg_mr(rail->pd(), region.base, region.length, access);
+    ibv_mr* mr = dmabuf.fd >= 0 ? api_.reg_dmabuf_mr(rail->pd(), dmabuf.offset, region.length,
+                                                     entry->base, dmabuf.fd, access)
+                                : api_.reg_mr(rail->pd(), region.base, region.length, access);
     if (mr == nullptr) {
       const int error = errno;
       for (ibv_mr* done : entry->mrs) api_.dereg_mr(done);
+      if (dmabuf.fd >= 0) close(dmabuf.fd);
       return absl::ResourceExhaustedError(
           absl::StrCat("ibv_reg_mr of ", region.length, " bytes at ", absl::Hex(entry->base),
                        " on ", rail->device(), ": ", std::strerror(error), " (errno ", error,
@@ -341,6 +376,7 @@ absl::StatusOr<RegionId> VerbsTransport::Register(const LocalRegion& region) {
     }
     entry->mrs.push_back(mr);
   }
+  if (dmabuf.fd >= 0) close(dmabuf.fd);
   entry->id = next_region_++;
   ++version_;
   regions_.emplace(entry->id, entry);
@@ -412,7 +448,7 @@ absl::StatusOr<v1::HandshakeDescriptor> VerbsTransport::LocalDescriptor() const 
     region->set_base(entry->base);
     region->set_length(entry->length);
     region->set_remote_key(PackRkeys(entry->mrs));
-    region->set_memory_kind(v1::MEMORY_KIND_HOST);
+    region->set_memory_kind(entry->cuda ? v1::MEMORY_KIND_CUDA : v1::MEMORY_KIND_HOST);
   }
   return descriptor;
 }

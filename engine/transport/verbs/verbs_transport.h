@@ -16,6 +16,11 @@
 // thread of its own and keeps at most VerbsOptions::max_connections of them; Disconnect and
 // Close release them.
 //
+// GPU memory (Capabilities::gpu_memory): a CUDA region is registered as a dmabuf
+// (ibv_reg_dmabuf_mr, at its device address as IOVA) where libibverbs and the GPU's driver offer
+// it, else with ibv_reg_mr on the device pointer where nvidia-peermem is loaded; otherwise
+// Register refuses it naming why, and the caller stages through host memory.
+//
 // Posting: PostWrites checks the batch (bounds.h), then turns it into a chain of RDMA-write work
 // requests posted with one post_send (one doorbell) on the (peer, lane) QP, signalling only the
 // last work request of each chain; at most VerbsOptions::max_send_wr work requests are
@@ -202,6 +207,10 @@ class VerbsTransport final : public Transport {
   const VerbsApi& api_;
   VerbsOptions options_;
   Capabilities capabilities_;
+  // How GPU memory is registered (fixed by Init), and why it cannot be when it cannot.
+  enum class GpuRegistration { kNone, kDmabuf, kPeermem };
+  GpuRegistration gpu_registration_ = GpuRegistration::kNone;
+  std::string gpu_reason_;
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<std::unique_ptr<verbs_internal::LaneState>> lanes_;
   std::unique_ptr<VerbsConnectServer> connect_server_;

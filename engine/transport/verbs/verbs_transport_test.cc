@@ -345,5 +345,18 @@ TEST_F(VerbsTransportTest, AGpuArenasTransportUsesTheNicOnItsPcieSwitch) {
   EXPECT_EQ(VerbsTransport::Create(options).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(VerbsTransportTest, GpuMemoryIsRefusedNamingWhyWhereNoPathReachesIt) {
+  auto transport = VerbsTransport::Create(Options(1, {"softverbs0"})).value();
+  EXPECT_FALSE(transport->capabilities().gpu_memory);
+  std::vector<uint8_t> bytes(4096);
+  auto refused = transport->Register({bytes.data(), bytes.size(), /*cuda=*/true});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("cannot register GPU memory"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("stages GPU arenas through host memory"),
+            std::string::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace kvrail::transport
