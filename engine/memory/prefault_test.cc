@@ -40,7 +40,9 @@ TEST_F(PrefaultTest, PopulatesEachChunkOfAStoreOnceAndKeepsTheBytes) {
   EXPECT_EQ(ResidentPages(base_, kLength), 2 * Prefaulter::kChunkBytes / page);
   EXPECT_EQ(base_[Prefaulter::kChunkBytes + 7], std::byte{0x5a});
   for (uint64_t i = Prefaulter::kChunkBytes; i < 3 * Prefaulter::kChunkBytes; i += 4093) {
-    if (i != Prefaulter::kChunkBytes + 7) ASSERT_EQ(base_[i], std::byte{0}) << i;
+    if (i != Prefaulter::kChunkBytes + 7) {
+      ASSERT_EQ(base_[i], std::byte{0}) << i;
+    }
   }
   // The same chunks again cost nothing more.
   prefault.Before(base_ + Prefaulter::kChunkBytes, Prefaulter::kChunkBytes);

@@ -92,7 +92,9 @@ std::vector<uint64_t> ExpectIsolated(Deployment& d, const char* tls, int signal,
   EXPECT_EQ(alone.size(), kRooms);
   const std::vector<uint64_t> stuck = Preallocated(d, 1, kRooms, 8, room);
   d.decode(1).sidecar->Signal(signal);
-  if (signal == SIGKILL) EXPECT_TRUE(d.decode(1).sidecar->Wait(absl::Seconds(10)).ok());
+  if (signal == SIGKILL) {
+    EXPECT_TRUE(d.decode(1).sidecar->Wait(absl::Seconds(10)).ok());
+  }
   const std::vector<absl::Duration> beside = Latencies(d, 0, kRooms, 8, room, stuck);
   EXPECT_EQ(beside.size(), kRooms);
   if (alone.size() != kRooms || beside.size() != kRooms) return stuck;

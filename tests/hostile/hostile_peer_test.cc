@@ -266,19 +266,26 @@ TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
 TEST_F(HostilePeerTest, AnOversizedFrameIsLoggedOnceAndChangesNothing) {
   const v1::SidecarStats before = PrefillStats();
   // (The log holds the earlier tests' deployments too: count this test's line only.)
-  const int earlier = CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes");
+  constexpr char kCut[] = "cut by ZeroMQ: a frame over 4194304 bytes (ZMQ_MAXMSGSIZE)";
+  // Another cut from this host in the same 10 s (a slow start under a sanitizer can make one)
+  // holds this one back: it is then counted in the next "(connections) held back" line.
+  constexpr char kHeld[] = "(connections) held back in the last 10 s";
+  const int earlier = CountPrefillLines(kCut);
+  const int held_earlier = CountPrefillLines(kHeld);
   zmq::socket_t big(context_, zmq::socket_type::push);
   big.set(zmq::sockopt::linger, 0);
   big.connect(d_->prefill().cachepd_endpoint);
   const std::string frame(64 << 20, 'k');
   ASSERT_TRUE(big.send(zmq::buffer(frame), zmq::send_flags::none).has_value());
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline &&
-         CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes") == earlier) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && CountPrefillLines(kCut) == earlier &&
+         CountPrefillLines(kHeld) == held_earlier) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  EXPECT_EQ(CountPrefillLines("cut by ZeroMQ: a frame over 4194304 bytes (ZMQ_MAXMSGSIZE)"),
-            earlier + 1);
+  // Said once: a line of its own, or counted in the summary; never a line per frame.
+  EXPECT_TRUE(CountPrefillLines(kCut) == earlier + 1 || CountPrefillLines(kHeld) > held_earlier)
+      << DumpLog("prefill");
+  EXPECT_LE(CountPrefillLines(kCut), earlier + 1);
   const v1::SidecarStats after = PrefillStats();
   EXPECT_EQ(after.registrations(), before.registrations());
   EXPECT_EQ(after.rooms(), before.rooms());

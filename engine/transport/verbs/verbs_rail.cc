@@ -142,10 +142,9 @@ uint32_t PortGbps(const ibv_port_attr& port) {
     case 128:
       half_gbps = 200;
       break;  // NDR
-    case 256:
-      half_gbps = 400;
-      break;  // XDR
     default:
+      // XDR does not fit this byte: rdma-core reports it in active_speed_ex, which rdma-core 44
+      // has not. Unknown speeds weigh as 1 Gb/s (AssignLanesToRails).
       return 0;
   }
   uint32_t lanes = 0;
