@@ -39,11 +39,17 @@
 //     the peer's receive FIFO over shared memory) may still be copied by the peer after it
 //     returned (Capabilities::disconnect_fences is false; ucx_transport.h, "Fencing"). Close
 //     waits for those closes, up to 10 s per lane, before the workers go.
+//   * verbs: a batch completes OK only once the peer's NIC acknowledged its last write (RC
+//     completes in order), and a Flush after every earlier batch of its QP. A failed completion
+//     moves the QP to the error state and destroys it before the batch's failure is delivered,
+//     and Disconnect and Close destroy the peer's QPs before they return: nothing posted on them
+//     lands afterwards (on a NIC a destroyed QP sends nothing; the software provider drops the
+//     packets it still holds for it, verbs/softverbs/softverbs.h, "Fencing").
 //   * fault (engine/transport/fault): held calls never reach the inner transport and are
 //     cancelled by Disconnect and Close; forwarded ones fence as the inner backend does.
 // The conformance suite checks (a) OK and (b) on every backend (FlushOkMeansEveryEarlierWrite-
 // Landed, NoWriteLandsAfterDisconnectReturns, NoWriteLandsAfterCloseReturns); ucx's target
-// filters the Disconnect one, for the reason above.
+// filters the Disconnect one, for the reason above; verbs runs all of them.
 //
 // Every method is thread-safe.
 #ifndef KVRAIL_ENGINE_TRANSPORT_TRANSPORT_H_
