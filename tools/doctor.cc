@@ -147,7 +147,7 @@ void DiagnoseUcx(const transport::DataPlaneProbe& p, std::vector<Finding>& out) 
   if (!p.UcxHas(kUcxCuda)) {
     out.push_back({Level::kInfo, "ucx",
                    "UCX has no CUDA transport (cuda_copy, cuda_ipc, gdr_copy): GPU arenas are "
-                   "refused over UCX",
+                   "staged through host memory over UCX",
                    ""});
   }
   for (const std::string& problem : p.ucx_problems) {

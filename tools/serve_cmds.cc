@@ -177,6 +177,18 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                 "Prefill: send kvrail decodes an XXH3-64 digest of each room's bytes before "
                 "Success. Decode: check it against the bytes that landed, and refuse Success "
                 "without one from kvrail nodes. Host arenas only (docs/SECURITY.md, Digests)");
+  sub->add_option("--staging-chunk-bytes", options.staging_chunk_bytes,
+                  "A CUDA arena over a transport without GPU access is staged through a host "
+                  "mirror: the bytes of one pinned chunk (one cudaMemcpyAsync)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30));
+  sub->add_option("--staging-depth", options.staging_depth,
+                  "Staging: pinned chunks in flight at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  sub->add_flag("--emulate-gpu-arena", options.emulate_gpu_arena,
+                "For testing without a GPU: stage an engine's shm_name arena through a host "
+                "mirror with memcpy, as a CUDA arena over UCX is staged with cudaMemcpyAsync");
   sub->add_flag("--populate-arena,!--no-populate-arena", options.populate_arena,
                 "Make every page of an arena this sidecar allocates resident at attach, so no "
                 "room pays their first touch (the attach's log line says what it cost)")
@@ -358,6 +370,9 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", options.json, "Print the summary as JSON");
   sub->add_flag("--verify-digest", options.verify_digest,
                 "Run every sidecar with --verify-digest (room digests checked before Success)");
+  sub->add_flag("--emulate-gpu-arena", options.emulate_gpu_arena,
+                "With --arena engine: every sidecar stages its arena through a host mirror, as "
+                "a GPU arena over a transport without GPU access is (memcpy for cudaMemcpyAsync)");
   AddShapeFlags(sub, options.shape);
   sub->callback([&exit_code] {
     options.kvrail = SelfPath();

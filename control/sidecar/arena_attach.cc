@@ -11,6 +11,8 @@
 #include "control/bootstrap/client.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
+#include "engine/memory/cuda_arena_staging.h"
+#include "engine/memory/host_arena_staging.h"
 #include "engine/memory/populate.h"
 
 namespace kvrail::sidecar {
@@ -132,19 +134,25 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
   }
   const uint64_t needed = static_cast<uint64_t>(parsed.ArenaBytes());
   transport::LocalRegion local;
+  // A CUDA arena the transport cannot reach (and, with --emulate-gpu-arena, a shared-memory
+  // one) is staged through a host mirror that the data plane reads and writes instead.
+  bool staged = false;
   if (!attach.shm_name().empty()) {
     absl::StatusOr<Arena> arena = Arena::OpenShared(attach.shm_name());
     if (!arena.ok()) return AddContext(arena.status(), "AttachArena");
     host_arena = *std::move(arena);
     local = {host_arena->data(), host_arena->size(), false};
+    staged = options.emulate_gpu_arena;
   } else if (!attach.cuda_ipc_handle().empty()) {
-    if (options.verify_digest) {
-      // A room digest reads the arena's bytes on the host; device memory would need a copy back
-      // or a hash on the GPU, neither of which kvrail has.
+    staged = !transport->capabilities().gpu_memory;
+    if (options.verify_digest && !staged) {
+      // A room digest reads the arena's bytes on the host; device memory the data plane reaches
+      // itself would need a copy back or a hash on the GPU, neither of which kvrail has. A
+      // staged arena is hashed in its host mirror.
       return absl::FailedPreconditionError(
           "AttachArena: --verify-digest hashes the arena on the host, and cuda_ipc_handle names "
-          "GPU memory: attach a host arena (shm_name or allocate_bytes) or start the sidecar "
-          "without --verify-digest");
+          "GPU memory that this transport writes directly: attach a host arena (shm_name or "
+          "allocate_bytes) or start the sidecar without --verify-digest");
     }
     absl::StatusOr<CudaArena> arena =
         ImportCudaIpc(attach.cuda_ipc_handle(), attach.cuda_bytes(), attach.cuda_device());
@@ -180,7 +188,10 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
         "AttachArena: the contract describes %d bytes, the arena holds only %d (CACHEPD §4.6)",
         needed, local.length));
   }
-  if (!allocated) {
+  if (staged) {
+    KVRAIL_ASSIGN_OR_RETURN(local, MirrorArena(static_cast<uint8_t*>(local.base), needed));
+  }
+  if (!allocated && !mirror) {
     absl::StatusOr<transport::RegionId> id = transport->Register(local);
     if (!id.ok()) return AddContext(id.status(), "AttachArena: registering with the data plane");
     region = *id;
@@ -189,6 +200,38 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
   arena_base = reinterpret_cast<uintptr_t>(local.base);
   arena_bytes = local.length;
   return absl::OkStatus();
+}
+
+absl::StatusOr<transport::LocalRegion> Sidecar::Impl::MirrorArena(uint8_t* unreachable,
+                                                                  uint64_t bytes) {
+  // Allocate registers the mirror itself; Deregister frees it (ReleaseArena).
+  absl::StatusOr<transport::SharedRegion> shared = transport->Allocate(bytes);
+  if (!shared.ok()) {
+    return AddContext(shared.status(), absl::StrCat("AttachArena: allocating the ", bytes,
+                                                    "-byte host mirror of a staged arena"));
+  }
+  mirror = *std::move(shared);
+  region = mirror->region;
+  uint8_t* const host = static_cast<uint8_t*>(mirror->base);
+  if (cuda_arena) {
+    StagingOptions staging_options;
+    staging_options.device = cuda_arena->device();
+    staging_options.chunk_bytes = options.staging_chunk_bytes;
+    staging_options.depth = options.staging_depth;
+    absl::StatusOr<std::unique_ptr<CudaArenaStaging>> cuda =
+        CudaArenaStaging::Create(unreachable, host, bytes, staging_options);
+    if (!cuda.ok()) {
+      return AddContext(cuda.status(),
+                        "AttachArena: the transport cannot reach GPU memory, and staging it "
+                        "through host memory failed");
+    }
+    staging = *std::move(cuda);
+  } else {
+    staging = std::make_unique<HostArenaStaging>(unreachable, host, bytes);
+  }
+  spdlog::info("{} rank {}: arena staged through a host mirror: {}", role_name, options.tp_rank,
+               staging->Describe());
+  return transport::LocalRegion{host, bytes, false};
 }
 
 absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
@@ -284,6 +327,8 @@ void Sidecar::Impl::ReleaseArena() {
     }
   }
   region = 0;
+  staging.reset();  // before the memory it copies between
+  mirror.reset();
   allocated.reset();
   host_arena.reset();
   cuda_arena.reset();

@@ -26,8 +26,9 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     absl::StatusOr<session::DecodeOutput> out =
         decode->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
     if (!out.ok()) return AddContext(out.status(), context);
-    // --verify-digest hashes the room's destination ranges when its Successes come.
-    if (options.verify_digest) {
+    // --verify-digest hashes the room's destination ranges when its Successes come, and a
+    // staged arena copies them back to the GPU.
+    if (options.verify_digest || staging != nullptr) {
       room_manifests[expect.room()] = std::make_shared<const layout::Manifest>(*manifest);
     }
     ApplyLocked(*std::move(out));

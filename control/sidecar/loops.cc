@@ -109,7 +109,7 @@ void Sidecar::Impl::HandleInboxMessageLocked(InboxMessage& in) {
       return;
     }
     if (options.verify_digest && TakeForDigestLocked(message)) return;
-    HandleMessageLocked(message, absl::Now(), host);
+    DeliverSuccessLocked(message, host);
     return;
   }
   RegistrationGate::Admission admission = gate.Admit(std::move(message));

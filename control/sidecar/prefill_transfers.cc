@@ -215,22 +215,27 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
           // posts the planner's copies unmerged, for measurement only.
           absl::StatusOr<std::unique_ptr<CopySource>> stream = plan::StreamRoom(
               copy_plan, source_manifest, destination_manifest, layers, !options.naive_copies);
+          const bool staged = staging != nullptr;
           if (!stream.ok()) {
             slot.error = stream.status();
-          } else if (!digest) {
+          } else if (!digest && !staged) {
             slot.request.stream = *std::move(stream);
-          }
-          // The engine's Ready says the source bytes are final, so hashing them here, before
-          // the writes, gives what hashing them after the flush would; the writes wait for
-          // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests"). Hashing
-          // needs the list: the stream is drained into one some earlier room used, whose
-          // pages are there already (copy_list_pool.h).
-          if (slot.error.ok() && digest) {
+          } else {
+            // Hashing and staging need the list: the stream is drained into one some earlier
+            // room used, whose pages are there already (copy_list_pool.h).
             slot.request.copies = copy_lists->Take();
             slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
               pool->Give(std::move(spent));
             };
             AppendAll(**stream, slot.request.copies);
+          }
+          // A staged arena: the room's source bytes go to the mirror before any write reads
+          // them (arena_staging.cc), and before the digest hashes them there.
+          if (slot.error.ok() && staged) slot.error = StageSources(slot.request.copies);
+          // The engine's Ready says the source bytes are final, so hashing them here, before
+          // the writes, gives what hashing them after the flush would; the writes wait for
+          // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
+          if (slot.error.ok() && digest) {
             plan::CopyList sorted = slot.request.copies;  // the writes keep their order
             if (layers.begin > 0) {  // earlier works sent the first layers: hash them all
               sorted.clear();

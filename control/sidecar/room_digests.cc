@@ -30,16 +30,43 @@ void Sidecar::Impl::KeepDigestLocked(const std::vector<std::string>& message,
   received_digests[{digest->room, digest->prefill_rank}] = digest->digest;
 }
 
-bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message) {
+std::optional<Sidecar::Impl::LiveSuccess> Sidecar::Impl::LiveSuccessLocked(
+    const std::vector<std::string>& message) const {
   absl::StatusOr<wire::StatusMessage> status = wire::ParseStatusLenient(message);
   if (!status.ok() || status->status != static_cast<int>(session::TransferPoll::kSuccess)) {
+    return std::nullopt;
+  }
+  const std::optional<session::DecodeRoomView> view = decode->Find(status->room);
+  if (!view || view->state == session::TransferPoll::kFailed) return std::nullopt;
+  return LiveSuccess{status->room, status->prefill_rank, view->bootstrap_address};
+}
+
+bool Sidecar::Impl::LandingInputsLocked(const LiveSuccess& success, const std::string& what,
+                                        const std::string& cannot,
+                                        std::shared_ptr<const layout::Manifest>& manifest,
+                                        std::shared_ptr<PrefillNode>& node) {
+  auto kept_manifest = room_manifests.find(success.room);
+  auto kept_node = nodes.find(success.bootstrap_address);
+  if (kept_manifest == room_manifests.end() || kept_node == nodes.end()) {
+    ApplyLocked(decode->Fail(
+        success.room,
+        absl::StrFormat("%s: the bytes prefill rank %d wrote %s: the room's %s is no longer "
+                        "known here",
+                        what, success.rank, cannot,
+                        kept_manifest == room_manifests.end() ? "manifest" : "prefill node"),
+        absl::Now()));
     return false;
   }
-  const uint64_t room = status->room;
-  const uint32_t rank = status->prefill_rank;
-  const std::optional<session::DecodeRoomView> view = decode->Find(room);
-  if (!view || view->state == session::TransferPoll::kFailed) return false;
-  const absl::Time now = absl::Now();
+  manifest = kept_manifest->second;
+  node = kept_node->second;
+  return true;
+}
+
+bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message) {
+  const std::optional<LiveSuccess> success = LiveSuccessLocked(message);
+  if (!success) return false;
+  const uint64_t room = success->room;
+  const uint32_t rank = success->rank;
   auto kept = received_digests.find({room, rank});
   if (kept == received_digests.end()) {
     // Nodes that are not kvrail's (those whose statuses need no sender proof) send no digest:
@@ -50,49 +77,31 @@ bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message)
         absl::StrFormat("--verify-digest: prefill rank %d sent Success without a room digest, and "
                         "its node is kvrail's (start its sidecars with --verify-digest too)",
                         rank),
-        now));
+        absl::Now()));
     ++stats.room_digests_failed;
     return true;
   }
   const uint64_t sent = kept->second;
   received_digests.erase(kept);
-  auto manifest = room_manifests.find(room);
-  auto node = nodes.find(view->bootstrap_address);
-  if (manifest == room_manifests.end() || node == nodes.end()) {
-    ApplyLocked(decode->Fail(
-        room,
-        absl::StrFormat("--verify-digest: the bytes prefill rank %d wrote cannot be checked: the "
-                        "room's %s is no longer known here",
-                        rank, manifest == room_manifests.end() ? "manifest" : "prefill node"),
-        now));
+  std::shared_ptr<const layout::Manifest> manifest;
+  std::shared_ptr<PrefillNode> node;
+  if (!LandingInputsLocked(*success, "--verify-digest", "cannot be checked", manifest, node)) {
     return true;
   }
-  strands.Post(
-      absl::StrCat("digest ", room), [this, message, room, rank, sent, manifest = manifest->second,
-                                      node = node->second]() mutable {
-        CheckLanded(std::move(message), room, rank, sent, std::move(manifest), std::move(node));
-      });
+  strands.Post(absl::StrCat("digest ", room), [this, message, room, rank, sent,
+                                               manifest = std::move(manifest),
+                                               node = std::move(node)]() mutable {
+    CheckLanded(std::move(message), room, rank, sent, std::move(manifest), std::move(node));
+  });
   return true;
 }
 
 void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
                                 uint64_t sent, std::shared_ptr<const layout::Manifest> manifest,
                                 std::shared_ptr<PrefillNode> node) {
-  std::shared_ptr<const plan::CopyPlan> landing;
-  {
-    Locked locked(*this);
-    auto cached = node->landing_plans.find(static_cast<int>(rank));
-    if (cached != node->landing_plans.end()) landing = cached->second;
-  }
   absl::StatusOr<uint64_t> landed = [&]() -> absl::StatusOr<uint64_t> {
-    if (landing == nullptr) {
-      KVRAIL_ASSIGN_OR_RETURN(plan::CopyPlan bound,
-                              plan::LandingPlan(node->description, options.tp_size, options.tp_rank,
-                                                contract, static_cast<int>(rank)));
-      landing = std::make_shared<const plan::CopyPlan>(std::move(bound));
-      Locked locked(*this);
-      node->landing_plans.emplace(static_cast<int>(rank), landing);
-    }
+    KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const plan::CopyPlan> landing,
+                            LandingPlanOf(*node, rank));
     plan::CopyList copies;
     KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies));
     return plan::RoomDigest(
@@ -104,7 +113,7 @@ void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room,
   const absl::Time now = absl::Now();
   if (landed.ok() && *landed == sent) {
     ++stats.room_digests;
-    HandleMessageLocked(success, now, /*host=*/"");  // checked already; its sender not kept
+    DeliverSuccessLocked(success, /*host=*/"");  // checked already; its sender not kept
     return;
   }
   const std::string reason = landed.ok()
@@ -118,6 +127,21 @@ void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room,
                                        rank, DescribeError(landed.status()));
   ++stats.room_digests_failed;
   ApplyLocked(decode->Fail(room, reason, now));
+}
+
+absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> Sidecar::Impl::LandingPlanOf(
+    PrefillNode& node, uint32_t rank) {
+  {
+    Locked locked(*this);
+    auto cached = node.landing_plans.find(static_cast<int>(rank));
+    if (cached != node.landing_plans.end()) return cached->second;
+  }
+  KVRAIL_ASSIGN_OR_RETURN(plan::CopyPlan bound,
+                          plan::LandingPlan(node.description, options.tp_size, options.tp_rank,
+                                            contract, static_cast<int>(rank)));
+  auto landing = std::make_shared<const plan::CopyPlan>(std::move(bound));
+  Locked locked(*this);
+  return node.landing_plans.emplace(static_cast<int>(rank), landing).first->second;
 }
 
 void Sidecar::Impl::ForgetDigestsLocked(uint64_t room) {

@@ -97,9 +97,21 @@ struct SidecarOptions {
   // the room digest of what it wrote there (control/plan/room_digest.h) right before Success; a
   // decode hashes what landed and fails the room on a mismatch. A decode also fails a room whose
   // Success comes without a digest from a node whose statuses need sender proofs (`sender_proofs`:
-  // a kvrail node); other nodes keep CachePD's rule. Refused for CUDA arenas (AttachArena): the
-  // digest reads the arena on the host.
+  // a kvrail node); other nodes keep CachePD's rule. Refused for CUDA arenas that the data plane
+  // registers itself (AttachArena): the digest reads the arena on the host. A staged CUDA arena
+  // is hashed in its host mirror (below).
   bool verify_digest = false;
+  // A CUDA arena over a transport that cannot reach GPU memory (Capabilities::gpu_memory false:
+  // UCX 1.13 here) is staged through a host mirror of its size that the data plane registers
+  // (engine/memory/arena_staging.h): a prefill copies each room's source ranges to the mirror
+  // before its writes, a decode copies each prefill rank's landed ranges back to the GPU before
+  // that rank's Success counts. Pinned bytes held: staging_chunk_bytes x staging_depth.
+  uint64_t staging_chunk_bytes = 4 << 20;
+  int staging_depth = 4;
+  // For testing the staging path where no GPU is: an engine's shared-memory arena (shm_name) is
+  // treated as memory the data plane cannot reach and staged through a mirror with memcpy
+  // (engine/memory/host_arena_staging.h), exactly as a CUDA arena would be but for the copies.
+  bool emulate_gpu_arena = false;
   // Prefill, for measurement only (`kvrail bench kv --naive`): a room's copies are posted as
   // the planner expands them, one write per row per page per field, never merged, as connectors
   // that write per token row do. The bytes and the checks are the same; only the write count

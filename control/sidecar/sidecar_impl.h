@@ -10,6 +10,8 @@
 //   room_digests.cc       --verify-digest on a decode: the digests prefill ranks sent, and the
 //                         check of the landed bytes before a Success counts (the prefill's
 //                         side is in prefill_transfers.cc and SendLocked)
+//   arena_staging.cc      a staged arena (a GPU arena the transport cannot reach): the copy
+//                         of a room's sources to the mirror, and of landed ranges back
 //
 // The lock: `mu` guards the room state (the pure state machines and the tables beside them).
 // Nothing under it calls into engine/ (scheduler, peer directory, transport) or makes an HTTP
@@ -60,6 +62,7 @@
 #include "control/sidecar/sidecar.h"
 #include "control/sidecar/strand_pool.h"
 #include "engine/memory/arena.h"
+#include "engine/memory/arena_staging.h"
 #include "engine/memory/cuda_arena.h"
 #include "engine/transfer/copy_list_pool.h"
 #include "engine/transfer/peer_directory.h"
@@ -114,6 +117,11 @@ struct Sidecar::Impl {
   std::optional<Arena> host_arena;
   std::optional<CudaArena> cuda_arena;
   std::optional<transport::SharedRegion> allocated;
+  // A staged arena (SidecarOptions::emulate_gpu_arena, or a CUDA arena the transport cannot
+  // reach): the host mirror the data plane reads and writes in its place (region, arena_base
+  // and arena_bytes are the mirror's), and what copies between them. Null when not staged.
+  std::optional<transport::SharedRegion> mirror;
+  std::unique_ptr<ArenaStaging> staging;
   transport::RegionId region = 0;
   uint64_t arena_base = 0;
   uint64_t arena_bytes = 0;
@@ -157,6 +165,11 @@ struct Sidecar::Impl {
   std::map<std::pair<uint64_t, std::string>, uint64_t> sent_digests;
   std::map<std::pair<uint64_t, uint32_t>, uint64_t> received_digests;
   std::map<uint64_t, std::shared_ptr<const layout::Manifest>> room_manifests;
+  // Decode, staged arena: per room, the Successes whose landed ranges are being copied back to
+  // the arena (StageLanded), and the page releases that wait for them. Failed means fenced:
+  // the engine may reuse a room's pages only once no copy into them is running.
+  std::map<uint64_t, int> staging_rooms;
+  std::map<uint64_t, std::vector<session::PagesRelease>> parked_releases;
   SidecarStats stats;
 
   // Prefill, CURVE on: the public key of each session's verified owner, which its handshake
@@ -226,6 +239,9 @@ struct Sidecar::Impl {
                                                    const layout::Contract& parsed) const;
   // Registers this prefill rank with its bootstrap server (HTTP: never under mu).
   absl::Status RegisterWithBootstrap() const;
+  // Needs attach_mu: allocates the host mirror of a staged arena (`bytes` of `unreachable`) on
+  // the data plane and the staging between them; returns the mirror, which the data plane uses.
+  absl::StatusOr<transport::LocalRegion> MirrorArena(uint8_t* unreachable, uint64_t bytes);
   // Withdraws the arena from the data plane and lets it go (needs attach_mu): after a refused
   // attach, and at Stop, where Deregister frees memory the transport allocated.
   void ReleaseArena();
@@ -275,6 +291,43 @@ struct Sidecar::Impl {
                    std::shared_ptr<PrefillNode> node);
   // Forgets what --verify-digest kept for a room that ended.
   void ForgetDigestsLocked(uint64_t room);
+  // Decode, needs mu: a Success from a prefill rank for a room that is live here (what the
+  // digest check and staging take); nullopt for any other message.
+  struct LiveSuccess {
+    uint64_t room = 0;
+    uint32_t rank = 0;
+    std::string bootstrap_address;
+  };
+  std::optional<LiveSuccess> LiveSuccessLocked(const std::vector<std::string>& message) const;
+  // Decode, needs mu: the room's destination manifest and prefill node, which its landed ranges
+  // need. When either is no longer known, fails the room ("<what>: the bytes prefill rank N
+  // wrote <cannot>: the room's manifest is no longer known here") and returns false.
+  bool LandingInputsLocked(const LiveSuccess& success, const std::string& what,
+                           const std::string& cannot,
+                           std::shared_ptr<const layout::Manifest>& manifest,
+                           std::shared_ptr<PrefillNode>& node);
+  // Decode: where prefill rank `rank` of `node` lands its copies here (plan::LandingPlan),
+  // computed once per node and rank. Takes mu briefly; call without it.
+  absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> LandingPlanOf(PrefillNode& node,
+                                                                      uint32_t rank);
+
+  // --- arena_staging.cc ---------------------------------------------------------------------
+  // Needs mu: a Success from a prefill rank, checked as far as it must be (sender proof,
+  // digest): on a staged decode arena its landed ranges go back to the arena first
+  // (TakeForStagingLocked), then the room state machine has it (HandleMessageLocked).
+  void DeliverSuccessLocked(const std::vector<std::string>& message, const std::string& host);
+  // Decode, needs mu, staged arena: takes a Success whose rank's landed ranges must be copied
+  // from the mirror to the arena first (in a strand; StageLanded), or fails the room whose
+  // ranges cannot be known. False: not a Success of a live room; handle it as CachePD does.
+  bool TakeForStagingLocked(const std::vector<std::string>& message);
+  // Copies what prefill rank `rank` landed for `room` from the mirror to the arena (off mu),
+  // then handles `success`, or fails the room naming the staging error.
+  void StageLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
+                   std::shared_ptr<const layout::Manifest> manifest,
+                   std::shared_ptr<PrefillNode> node);
+  // Prefill, staged arena, off mu: copies the source ranges of `copies` to the mirror, before
+  // any write reads them.
+  absl::Status StageSources(const plan::CopyList& copies);
 
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();

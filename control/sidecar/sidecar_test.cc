@@ -18,6 +18,7 @@
 #include "control/layout/contract.h"
 #include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
+#include "engine/memory/cuda_arena.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -88,14 +89,17 @@ TEST_F(AttachArenaTest, AnAttachNamingNoArenaIsRefusedNamingTheThreeFields) {
       "AttachArena: give exactly one of shm_name, cuda_ipc_handle or allocate_bytes; got none"));
 }
 
-// A room digest reads the arena on the host; GPU memory is refused before it is imported.
-TEST_F(AttachArenaTest, ACudaArenaIsRefusedWithVerifyDigestNamingTheFlag) {
+// UCX here cannot reach GPU memory, so a CUDA arena is staged through a host mirror (where a
+// room digest is hashed: --verify-digest is no reason to refuse it); without a GPU the import
+// itself refuses, in one line, and nothing is attached.
+TEST_F(AttachArenaTest, ACudaArenaOverUcxIsStagedAndWithoutAGpuRefusedInOneLine) {
+  if (CudaAvailable().ok()) GTEST_SKIP() << "a GPU is present; nothing to refuse";
   StartSidecar("tcp", /*verify_digest=*/true);
   const std::string refusal = Refusal(Attach("", std::string(64, '\x01'), 0));
-  EXPECT_TRUE(absl::StrContains(refusal,
-                                "AttachArena: --verify-digest hashes the arena on the host, and "
-                                "cuda_ipc_handle names GPU memory"))
-      << refusal;
+  EXPECT_TRUE(absl::StrContains(refusal, "AttachArena: CUDA IPC handle")) << refusal;
+  EXPECT_FALSE(absl::StrContains(refusal, "--verify-digest")) << refusal;
+  EXPECT_EQ(refusal.find('\n'), std::string::npos) << refusal;
+  EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");  // nothing was left attached
 }
 
 TEST_F(AttachArenaTest, AnAttachNamingTwoArenasIsRefusedNamingThem) {

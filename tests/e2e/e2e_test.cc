@@ -92,6 +92,15 @@ INSTANTIATE_TEST_SUITE_P(
         Route{"digests_tcp_p4_d2_engine_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--transport", "tcp", "--arena", "engine",
                "--verify-digest"},
+              "posix-shm"},
+        // The GPU staging path with memcpy for cudaMemcpyAsync (--emulate-gpu-arena): every
+        // byte the decode engine-sims check came through both mirrors.
+        Route{"emulated_gpu_staging_p2_d1_engine_arenas",
+              {"--arena", "engine", "--emulate-gpu-arena"},
+              "posix-shm"},
+        Route{"emulated_gpu_staging_digests_tcp_p1_d2_engine_arenas",
+              {"--prefill-tp", "1", "--decode-tp", "2", "--transport", "tcp", "--arena", "engine",
+               "--emulate-gpu-arena", "--verify-digest"},
               "posix-shm"}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -94,6 +94,10 @@ absl::Status RunDemo(DemoOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--arena ", options.arena, ": expected sidecar or engine"));
   }
+  if (options.emulate_gpu_arena && options.arena != "engine") {
+    return absl::InvalidArgumentError(
+        "--emulate-gpu-arena stages an arena the engine created: give --arena engine too");
+  }
   layout::KvShape& shape = options.shape;
   const int64_t longest = (options.max_prompt + shape.page_tokens - 1) / shape.page_tokens;
   if (shape.pages == 0) shape.pages = longest * options.concurrency;
@@ -122,6 +126,7 @@ absl::Status RunDemo(DemoOptions options) {
   cluster_options.shape = shape;
   cluster_options.decode_tokens = options.decode_tokens;
   if (options.verify_digest) cluster_options.sidecar_args.push_back("--verify-digest");
+  if (options.emulate_gpu_arena) cluster_options.sidecar_args.push_back("--emulate-gpu-arena");
   KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(cluster_options));
   const int prefills = cluster->prefill_ranks();
   // Where the arenas live, as the engine-sims said ("ucx-shm", or "memfd,ucx-shm" if mixed).

@@ -37,6 +37,9 @@ struct DemoOptions {
   bool json = false;  // print the summary as JSON instead of a table
   // Every sidecar runs with --verify-digest (docs/SECURITY.md, "Digests"): to measure its cost.
   bool verify_digest = false;
+  // Every sidecar stages its engine's arena through a host mirror as it would a GPU arena that
+  // its transport cannot reach (SidecarOptions::emulate_gpu_arena). Needs arena "engine".
+  bool emulate_gpu_arena = false;
 };
 
 absl::Status RunDemo(DemoOptions options);
