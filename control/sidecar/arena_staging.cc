@@ -8,7 +8,7 @@
 //   Decode: a prefill rank's Success waits, in a strand, while the ranges that rank landed in
 //   the mirror are copied to the arena, and counts only then: Success means landed, on the GPU.
 //   A failure of that copy fails the room. A room failing meanwhile keeps its pages held until
-//   the copy has returned (staging_rooms, parked_releases): Failed means fenced.
+//   the copy has returned (staging_holds.h): Failed means fenced.
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +36,7 @@ bool Sidecar::Impl::TakeForStagingLocked(const std::vector<std::string>& message
   }
   const uint64_t room = success->room;
   const uint32_t rank = success->rank;
-  ++staging_rooms[room];
+  staging_holds.Begin(room);
   strands.Post(absl::StrCat("stage ", room),
                [this, message, room, rank, manifest = std::move(manifest),
                 node = std::move(node)]() mutable {
@@ -69,14 +69,7 @@ void Sidecar::Impl::StageLanded(std::vector<std::string> success, uint64_t room,
     }
   }
   // The copy has returned: the room's pages may be released now (if its fence answers came).
-  auto running = staging_rooms.find(room);
-  if (running == staging_rooms.end() || --running->second > 0) return;
-  staging_rooms.erase(running);
-  auto parked = parked_releases.find(room);
-  if (parked == parked_releases.end()) return;
-  std::vector<session::PagesRelease> releases = std::move(parked->second);
-  parked_releases.erase(parked);
-  for (const session::PagesRelease& release : releases) PublishRelease(release);
+  for (const session::PagesRelease& release : staging_holds.End(room)) PublishRelease(release);
 }
 
 absl::Status Sidecar::Impl::StageSources(const plan::CopyList& copies) {

@@ -246,12 +246,7 @@ void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
   }
   for (const session::PagesRelease& release : out.releases) {
     // Failed means fenced: no release while a copy back into the room's pages is running.
-    auto staging_room = staging_rooms.find(release.room);
-    if (staging_room != staging_rooms.end()) {
-      parked_releases[release.room].push_back(release);
-      continue;
-    }
-    PublishRelease(release);
+    if (!staging_holds.Hold(release)) PublishRelease(release);
   }
   for (const std::string& dead : out.dead_prefills) {
     spdlog::warn("decode: prefill node {} declared dead (heartbeat)", dead);

@@ -60,6 +60,7 @@
 #include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar.h"
+#include "control/sidecar/staging_holds.h"
 #include "control/sidecar/strand_pool.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/arena_staging.h"
@@ -165,11 +166,9 @@ struct Sidecar::Impl {
   std::map<std::pair<uint64_t, std::string>, uint64_t> sent_digests;
   std::map<std::pair<uint64_t, uint32_t>, uint64_t> received_digests;
   std::map<uint64_t, std::shared_ptr<const layout::Manifest>> room_manifests;
-  // Decode, staged arena: per room, the Successes whose landed ranges are being copied back to
-  // the arena (StageLanded), and the page releases that wait for them. Failed means fenced:
-  // the engine may reuse a room's pages only once no copy into them is running.
-  std::map<uint64_t, int> staging_rooms;
-  std::map<uint64_t, std::vector<session::PagesRelease>> parked_releases;
+  // Decode, staged arena: the rooms whose landed ranges are being copied back to the arena
+  // (StageLanded), and the page releases that wait for them (staging_holds.h).
+  StagingHolds staging_holds;
   SidecarStats stats;
 
   // Prefill, CURVE on: the public key of each session's verified owner, which its handshake
