@@ -41,10 +41,11 @@
 //     waits for those closes, up to 10 s per lane, before the workers go.
 //   * verbs: a batch completes OK only once the peer's NIC acknowledged its last write (RC
 //     completes in order), and a Flush after every earlier batch of its QP. A failed completion
-//     moves the QP to the error state and destroys it before the batch's failure is delivered,
-//     and Disconnect and Close destroy the peer's QPs before they return: nothing posted on them
-//     lands afterwards (on a NIC a destroyed QP sends nothing; the software provider drops the
-//     packets it still holds for it, verbs/softverbs/softverbs.h, "Fencing").
+//     moves the QP to the error state before the batch's failure is delivered (the QP is
+//     destroyed later, on the backend's worker), and Disconnect and Close move the peer's QPs to
+//     the error state and destroy them before they return: nothing posted on them lands
+//     afterwards (on a NIC a QP in the error state sends nothing; the software provider drops
+//     the packets it still holds for it, verbs/softverbs/softverbs.h, "Fencing").
 //   * fault (engine/transport/fault): held calls never reach the inner transport and are
 //     cancelled by Disconnect and Close; forwarded ones fence as the inner backend does.
 // The conformance suite checks (a) OK and (b) on every backend (FlushOkMeansEveryEarlierWrite-

@@ -844,9 +844,7 @@ absl::Status VerbsTransport::Flush(PeerId peer, int lane, Completion done) {
     // Nothing waits for a reconnect: the flush reports the failure since the previous flush.
     Op* flush = qp.waiting.front();
     qp.waiting.pop_front();
-    absl::Status status = qp.since_flush;
-    qp.since_flush = absl::OkStatus();
-    FinishLocked(qp, flush, status);
+    FinishFlushLocked(qp, flush);
   }
   return absl::OkStatus();
 }
@@ -857,9 +855,7 @@ void VerbsTransport::PumpLocked(QpState& qp) {
     if (op->flush) {
       qp.waiting.pop_front();
       if (qp.posted.empty()) {
-        absl::Status status = qp.since_flush;
-        qp.since_flush = absl::OkStatus();
-        FinishLocked(qp, op, status);
+        FinishFlushLocked(qp, op);
       } else {
         qp.posted.push_back(op);
       }
@@ -919,6 +915,16 @@ void VerbsTransport::FinishLocked(QpState& qp, Op* op, absl::Status status) {
   QueueCompletion(*qp.lane, std::move(owned->done), std::move(status));
 }
 
+void VerbsTransport::FinishFlushLocked(QpState& qp, Op* flush, const absl::Status& otherwise) {
+  absl::Status status = qp.since_flush.ok() ? otherwise : qp.since_flush;
+  qp.since_flush = absl::OkStatus();
+  FinishLocked(qp, flush, std::move(status));
+}
+
+void VerbsTransport::NoteFailureLocked(QpState& qp, const absl::Status& status) {
+  if (qp.since_flush.ok()) qp.since_flush = status;
+}
+
 void VerbsTransport::QueueCompletion(LaneState& lane, Completion done, absl::Status status) {
   {
     std::lock_guard<std::mutex> lock(lane.mu);
@@ -936,9 +942,9 @@ void VerbsTransport::FailQpLocked(QpState& qp, const absl::Status& status, bool 
   if (qp.state != QpState::State::kReady) return;
   qp.state = QpState::State::kBroken;
   qp.error = status;
-  // To the error state, then gone: nothing of it lands any more, and the peer's responder QP is
-  // released.
-  RetireQpLocked(qp);
+  // To the error state: nothing of it lands any more; destroyed on the worker, and the peer's
+  // responder QP is released.
+  RetireQpLocked(qp, Destroy::kOnWorker);
   // A path that failed (no acknowledgement within the retry budget) with more than one rail:
   // the rail leaves rotation and its batches are sent again, whole, on a QP over another rail
   // (RDMA writes of the same bytes to the same addresses may land twice; nothing else writes
@@ -971,7 +977,7 @@ void VerbsTransport::FailQpLocked(QpState& qp, const absl::Status& status, bool 
     for (Op* op : again) {
       if (!op->flush && op->next > 0) {
         if (op->attempts >= options_.max_attempts) {
-          if (qp.since_flush.ok()) qp.since_flush = status;
+          NoteFailureLocked(qp, status);
           FinishLocked(qp, op, status);
           continue;
         }
@@ -981,13 +987,11 @@ void VerbsTransport::FailQpLocked(QpState& qp, const absl::Status& status, bool 
       qp.waiting.push_back(op);
     }
   } else {
-    if (qp.since_flush.ok()) qp.since_flush = status;
+    NoteFailureLocked(qp, status);
     // Every batch and flush already posted failed with it; those still waiting go to the next QP.
     for (Op* op : qp.posted) {
       if (op->flush) {
-        absl::Status flush_status = qp.since_flush;
-        qp.since_flush = absl::OkStatus();
-        FinishLocked(qp, op, flush_status);
+        FinishFlushLocked(qp, op);
       } else {
         FinishLocked(qp, op, status);
       }
@@ -1003,9 +1007,7 @@ void VerbsTransport::FailQpLocked(QpState& qp, const absl::Status& status, bool 
     while (!qp.waiting.empty() && qp.waiting.front()->flush) {
       Op* flush = qp.waiting.front();
       qp.waiting.pop_front();
-      absl::Status flush_status = qp.since_flush;
-      qp.since_flush = absl::OkStatus();
-      FinishLocked(qp, flush, flush_status);
+      FinishFlushLocked(qp, flush);
     }
   }
   qp.outstanding = 0;
@@ -1052,11 +1054,9 @@ void VerbsTransport::ScheduleReconnect(std::shared_ptr<PeerState> peer, int lane
       Op* op = qp.waiting.front();
       qp.waiting.pop_front();
       if (op->flush) {
-        absl::Status flush_status = qp.since_flush.ok() ? failed : qp.since_flush;
-        qp.since_flush = absl::OkStatus();
-        FinishLocked(qp, op, flush_status);
+        FinishFlushLocked(qp, op, failed);
       } else {
-        if (qp.since_flush.ok()) qp.since_flush = failed;
+        NoteFailureLocked(qp, failed);
         FinishLocked(qp, op,
                      qp.state == QpState::State::kClosed ? absl::CancelledError("peer disconnected")
                                                          : failed);
@@ -1118,7 +1118,7 @@ void VerbsTransport::ProbeRails() {
           continue;
         }
         // Not a failure: the QP is idle. It is replaced by one on its home rail.
-        RetireQpLocked(qp);
+        RetireQpLocked(qp, Destroy::kOnWorker);
         qp.state = QpState::State::kBroken;
         qp.error = absl::UnavailableError("moved back to its home rail");
         qp.rail = *probe;
@@ -1170,9 +1170,7 @@ void VerbsTransport::OnCompletion(LaneState& lane, const ibv_wc& wc) {
     Op* op = qp.posted.front();
     if (op->flush) {
       qp.posted.pop_front();
-      absl::Status status = qp.since_flush;
-      qp.since_flush = absl::OkStatus();
-      FinishLocked(qp, op, status);
+      FinishFlushLocked(qp, op);
     } else if (op->last_wr <= qp.completed_wr) {
       qp.posted.pop_front();
       FinishLocked(qp, op, absl::OkStatus());
@@ -1269,7 +1267,7 @@ void VerbsTransport::ClosePeer(PeerState& peer, const absl::Status& cancelled) {
     std::lock_guard<std::mutex> lock(qp.mu);
     qp.state = QpState::State::kClosed;
     // The fence: once the QP is in the error state and destroyed, nothing of it lands.
-    RetireQpLocked(qp);
+    RetireQpLocked(qp, Destroy::kNow);
     for (Op* op : qp.posted) FinishLocked(qp, op, cancelled);
     for (Op* op : qp.waiting) FinishLocked(qp, op, cancelled);
     qp.posted.clear();
@@ -1277,14 +1275,19 @@ void VerbsTransport::ClosePeer(PeerState& peer, const absl::Status& cancelled) {
   }
 }
 
-void VerbsTransport::RetireQpLocked(QpState& qp) {
+void VerbsTransport::RetireQpLocked(QpState& qp, Destroy when) {
   if (qp.qp == nullptr) return;
   {
     std::lock_guard<std::mutex> lane_lock(qp.lane->mu);
     qp.lane->by_qp_num.erase(qp.qp->qp_num);
   }
-  DestroyQp(qp.qp);
+  ibv_qp* const retired = qp.qp;
   qp.qp = nullptr;
+  // The fence, before anyone hears of the failure or the disconnect.
+  ibv_qp_attr attr = {};
+  attr.qp_state = IBV_QPS_ERR;
+  api_.modify_qp(retired, &attr, IBV_QP_STATE);
+  if (when == Destroy::kNow) api_.destroy_qp(retired);
   v1::VerbsRelease release;
   release.set_connection_id(qp.connection_id);
   const std::string endpoint = qp.peer->lanes[qp.remote_lane].connect_endpoint();
@@ -1292,10 +1295,17 @@ void VerbsTransport::RetireQpLocked(QpState& qp) {
   if (worker_stop_) {
     // Close: the worker is gone or going; a release that cannot wait is sent from here, handed
     // to the socket without waiting.
+    if (when == Destroy::kOnWorker) api_.destroy_qp(retired);
     SendVerbsRelease(endpoint, release, absl::ZeroDuration());
     return;
   }
-  worker_jobs_.push_back([endpoint, release] { SendVerbsRelease(endpoint, release); });
+  // The worker runs every job queued before it stops, and Close joins it before the CQs and
+  // the protection domain go: a QP destroyed there is destroyed before them.
+  worker_jobs_.push_back(
+      [this, endpoint, release, destroy = when == Destroy::kOnWorker ? retired : nullptr] {
+        if (destroy != nullptr) api_.destroy_qp(destroy);
+        SendVerbsRelease(endpoint, release);
+      });
   worker_cv_.notify_one();
 }
 

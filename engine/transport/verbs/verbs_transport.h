@@ -167,13 +167,19 @@ class VerbsTransport final : public Transport {
   void OnCompletion(verbs_internal::LaneState& lane, const ibv_wc& wc);
   // QP mutex held: posts what fits of the QP's queued ops.
   void PumpLocked(verbs_internal::QpState& qp);
-  // QP mutex held: the QP failed with `status`: to the error state and destroyed; its ops fail,
+  // QP mutex held: the QP failed with `status`: to the error state (destroyed on the worker);
+  // its ops fail,
   // or, for a failed path (`path_failure`) with other rails to take it, wait for a QP on
   // another rail; a reconnect is scheduled for whatever waits.
   void FailQpLocked(verbs_internal::QpState& qp, const absl::Status& status, bool path_failure);
-  // QP mutex held: the QP leaves its lane's table, goes to the error state and is destroyed (the
-  // fence), and the peer is told to release its responder QP. Nothing without a QP.
-  void RetireQpLocked(verbs_internal::QpState& qp);
+  // QP mutex held: the QP leaves its lane's table and goes to the error state (the fence:
+  // nothing it posted lands once that returns), then is destroyed and the peer is told to
+  // release its responder QP. `when` says where the destroy runs: here (Disconnect and Close,
+  // which promise the QPs are gone when they return), or on the worker (a QP that failed or
+  // moves rail, retired on its lane's thread: a destroy is a firmware command on a NIC, and
+  // the lane's other QPs would wait behind it). Nothing without a QP.
+  enum class Destroy { kNow, kOnWorker };
+  void RetireQpLocked(verbs_internal::QpState& qp, Destroy when);
   // Every QP of `peer` retired and closed, its batches and flushes completed with `cancelled`.
   void ClosePeer(verbs_internal::PeerState& peer, const absl::Status& cancelled);
   // The rail for a QP of a lane whose home is `home`: home if in rotation and not `avoid`, else
@@ -183,6 +189,12 @@ class VerbsTransport final : public Transport {
   void ProbeRails();
   // QP mutex held: `op` is done; its completion is queued on the lane for delivery.
   void FinishLocked(verbs_internal::QpState& qp, verbs_internal::Op* op, absl::Status status);
+  // QP mutex held: the flush `flush` is done; it reports the first failure on the QP since the
+  // previous flush, else `otherwise`, and the next flush starts from none.
+  void FinishFlushLocked(verbs_internal::QpState& qp, verbs_internal::Op* flush,
+                         const absl::Status& otherwise = absl::OkStatus());
+  // QP mutex held: `status` is what the next flush reports, unless an earlier failure is.
+  static void NoteFailureLocked(verbs_internal::QpState& qp, const absl::Status& status);
   void QueueCompletion(verbs_internal::LaneState& lane, Completion done, absl::Status status);
   void Wake(verbs_internal::LaneState& lane);
 
