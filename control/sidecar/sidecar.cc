@@ -300,6 +300,7 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
       out->set_registrations_held(s.registrations_held);
       out->set_room_digests(s.room_digests);
       out->set_room_digests_failed(s.room_digests_failed);
+      out->set_rail_failovers(s.rail_failovers);
       break;
     }
     case v1::EngineRequest::kAbort: {
@@ -610,6 +611,7 @@ SidecarStats Sidecar::Impl::Stats() {
   // Each of these has a lock of its own.
   out.outbox_peers = outbox->peer_count();
   if (directory) out.data_plane_peers = directory->size();
+  if (transport) out.rail_failovers = transport->transport_counters().rail_failovers;
   if (scheduler) {
     out.scheduler_rooms = scheduler->rooms_in_flight();
     out.scheduler_peers = scheduler->peers();

@@ -176,6 +176,7 @@ struct SidecarStats {
   // landed bytes, and rooms failed because it did not (or none came from a kvrail node).
   uint64_t room_digests = 0;
   uint64_t room_digests_failed = 0;
+  uint64_t rail_failovers = 0;  // transport::TransportCounters
 };
 
 class Sidecar {

@@ -89,6 +89,12 @@ struct Capabilities {
   bool disconnect_fences = true;
 };
 
+// Events of a transport's life that change no result but an operator wants counted.
+struct TransportCounters {
+  // Batches moved off a rail whose path failed onto another rail (verbs multi-rail failover).
+  uint64_t rail_failovers = 0;
+};
+
 // Local memory to register: [base, base + length) in this process (a device address if cuda).
 struct LocalRegion {
   void* base = nullptr;
@@ -188,6 +194,10 @@ class Transport {
   // Idempotent; every later call but Close fails with FailedPrecondition. The destructor calls
   // it.
   virtual void Close() = 0;
+
+  // What the backend did on its own that an operator wants counted. Zero where a backend has
+  // no such thing; any thread.
+  virtual TransportCounters transport_counters() const { return {}; }
 };
 
 }  // namespace kvrail::transport

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "control/layout/kv_shape.h"
@@ -124,12 +125,17 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
   }
   std::map<std::string, std::string> env;
   if (options_.tls == "verbs") {
-    // The verbs backend over the software provider, its one rail on the sidecar's network
-    // device: a link set down there cuts the rail as it cuts tcp.
+    // The verbs backend over the software provider, a rail on each of the sidecar's network
+    // devices ("veth0,veth1": softverbs0 and softverbs1): a link set down there cuts the rail
+    // as it cuts tcp.
     for (const char* a : {"--transport", "verbs", "--verbs-provider", "softverbs"}) {
       argv.push_back(a);
     }
-    env["KVRAIL_SOFTVERBS_RAILS"] = absl::StrCat("softverbs0=", net_devices);
+    std::vector<std::string> rails;
+    for (absl::string_view device : absl::StrSplit(net_devices, ',')) {
+      rails.push_back(absl::StrCat("softverbs", rails.size(), "=", device));
+    }
+    env["KVRAIL_SOFTVERBS_RAILS"] = absl::StrJoin(rails, ",");
   } else {
     for (const std::string& a :
          {std::string("--tls"), options_.tls, std::string("--net-devices"), net_devices}) {

@@ -165,6 +165,87 @@ TEST_P(NetnsFaultTest, ASessionCutOffPastTheRegistrationTtlIsDropped) {
   ExpectARestartedDecodeServed(2);
 }
 
+// A second veth pair between `pair`'s namespaces (10.214.<n>.1 and .2), for a second rail;
+// removed with the namespaces.
+struct SecondLink {
+  std::string initiator_device, target_device;
+};
+absl::StatusOr<SecondLink> AddSecondLink(const bench::NetnsPair& pair) {
+  const int n = static_cast<int>(getpid() % 200) + 20;
+  SecondLink link{absl::StrCat("kvr2a", getpid() % 100000),
+                  absl::StrCat("kvr2b", getpid() % 100000)};
+  const std::string& a = pair.initiator().netns;
+  const std::string& b = pair.target().netns;
+  for (const std::string& step : {
+           absl::StrCat("ip link add ", link.initiator_device, " type veth peer name ",
+                        link.target_device),
+           absl::StrCat("ip link set ", link.initiator_device, " netns ", a),
+           absl::StrCat("ip link set ", link.target_device, " netns ", b),
+           absl::StrCat("ip -n ", a, " addr add 10.214.", n, ".1/24 dev ", link.initiator_device),
+           absl::StrCat("ip -n ", b, " addr add 10.214.", n, ".2/24 dev ", link.target_device),
+           absl::StrCat("ip -n ", a, " link set ", link.initiator_device, " up"),
+           absl::StrCat("ip -n ", b, " link set ", link.target_device, " up"),
+       }) {
+    if (Sh(step) != 0) return absl::InternalError(absl::StrCat("`", step, "` failed"));
+  }
+  return link;
+}
+
+// Two rails, as on a node with two NICs: each sidecar's verbs backend has softverbs0 on the
+// first veth pair and softverbs1 on a second, a lane on each. The second link is cut while a
+// 1 GiB room is in flight. Its batches on that rail fail with IBV_WC_RETRY_EXC_ERR, move to
+// the other rail and land: the room succeeds, byte-exact on the decode, the failover is
+// counted, and the next room lands on the rail that is left (README: "a rail whose path fails
+// costs no room, only its retry").
+TEST(MultiRailTest, ARailCutMidRoomCostsNoRoomOnlyItsRetry) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
+  absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  absl::StatusOr<SecondLink> second = AddSecondLink(*pair);
+  ASSERT_TRUE(second.ok()) << second.status();
+  DeploymentOptions options;
+  options.pages = 513;  // a 1 GiB room: it lasts long enough for the cut to come mid-room
+  PlaceInNamespaces(*pair, options, "verbs");
+  options.net_devices += "," + second->initiator_device;
+  options.decode_net_devices += "," + second->target_device;
+  options.prefill_args = {"--lanes", "2", "--transfer-deadline", "30"};
+  options.decode_args = {"--lanes", "2", "--heartbeat-interval", "5", "--heartbeat-failures", "5"};
+  absl::StatusOr<std::unique_ptr<Deployment>> started = Deployment::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Deployment& d = **started;
+  // A first small room connects the QPs on both rails, so that the big one starts writing at
+  // once.
+  const absl::Status warm = d.MoveRoom(0, 3, d.Blocks(1, 8));
+  ASSERT_TRUE(warm.ok()) << warm;
+  const layout::Manifest manifest = d.Blocks(1, 512);
+  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
+  ASSERT_TRUE(d.Ready(1, manifest).ok());
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", pair->target().netns, " link set ", second->target_device,
+                            " down")),
+            0);
+  const absl::Time down = absl::Now();
+  absl::StatusOr<v1::RoomEvent> sent = d.Event(d.prefill(), 1, absl::Seconds(60));
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(sent->status(), v1::TRANSFER_POLL_SUCCESS) << sent->reason();
+  absl::StatusOr<v1::SidecarStats> stats = d.Stats(d.prefill());
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  if (sent->status() == v1::TRANSFER_POLL_SUCCESS && stats->rail_failovers() == 0) {
+    GTEST_SKIP() << "the second rail's part of the room landed before its link went down";
+  }
+  EXPECT_GE(stats->rail_failovers(), 1u);
+  absl::StatusOr<v1::RoomEvent> landed = d.Event(d.decode(0), 1, absl::Seconds(30));
+  ASSERT_TRUE(landed.ok()) << landed.status();
+  EXPECT_EQ(landed->status(), v1::TRANSFER_POLL_SUCCESS) << landed->reason();
+  EXPECT_TRUE(d.Landed(0, manifest)) << "Success, but the decode's pages differ";
+  std::printf("rail cut mid-room: the room landed %s after the cut, %llu batch(es) failed over\n",
+              absl::FormatDuration(absl::Now() - down).c_str(),
+              static_cast<unsigned long long>(stats->rail_failovers()));
+  // The next room goes over the rail that is left.
+  const absl::Status next = d.MoveRoom(0, 2, d.Blocks(1, 8));
+  EXPECT_TRUE(next.ok()) << next;
+}
+
 // "tcp": UCX tcp over the veth; "verbs": the verbs backend, its software rails on the veth ends.
 INSTANTIATE_TEST_SUITE_P(Links, NetnsFaultTest, ::testing::Values("tcp", "verbs"),
                          [](const auto& info) { return std::string(info.param); });

@@ -76,6 +76,7 @@ class FaultTransport final : public Transport {
 
   // The inner transport's, named "fault(<inner name>)".
   const Capabilities& capabilities() const override { return capabilities_; }
+  TransportCounters transport_counters() const override { return inner_->transport_counters(); }
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
   absl::StatusOr<SharedRegion> Allocate(uint64_t length) override;
   absl::Status Deregister(RegionId region) override;

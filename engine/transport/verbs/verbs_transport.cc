@@ -328,6 +328,12 @@ uint64_t VerbsTransport::failovers() const {
   return failovers_;
 }
 
+TransportCounters VerbsTransport::transport_counters() const {
+  TransportCounters counters;
+  counters.rail_failovers = failovers();
+  return counters;
+}
+
 std::vector<std::string> VerbsTransport::rail_devices() const {
   std::vector<std::string> out;
   for (const auto& rail : rails_) out.push_back(rail->device());

@@ -155,6 +155,7 @@ class VerbsTransport final : public Transport {
   // Rails in rotation now, and how many times a QP failed over from a rail.
   std::vector<int> rails_in_rotation() const;
   uint64_t failovers() const;
+  TransportCounters transport_counters() const override;
   const char* provider() const { return api_.provider; }
 
  private:
