@@ -107,27 +107,6 @@ std::vector<int> ChooseRail(const ArenaLocation& arena, const std::vector<PciDev
 absl::StatusOr<std::vector<std::string>> RailsForAffinity(const std::string& sysfs_root,
                                                           absl::string_view affinity);
 
-// A rail as the stripe planner sees it.
-struct RailState {
-  std::string device;  // "mlx5_0"
-  double gbps = 0;     // link rate (ParseRateGbps); 0 or less when unknown
-  bool up = true;      // false while RailHealth has it out of rotation
-};
-
-// Splits a transfer of `total_bytes` into slices across `rails`, returned as (rail index,
-// bytes) in the order to post them. Each up rail gets a share of the bytes proportional to its
-// gbps, rounded by largest remainder (ties to the lower index), so the shares add up to
-// total_bytes exactly. Each share is cut into slices of slice_bytes and a last, shorter one,
-// and the slices are interleaved by smooth weighted round robin, so that every rail has work
-// from the start of the transfer. slice_bytes 0 means no limit: one slice per rail.
-//
-// Down rails get nothing. If no up rail has a known rate (gbps > 0), the up rails share
-// equally; otherwise up rails with an unknown rate get nothing, since a guess could make the
-// slowest rail hold up the whole transfer. Empty when total_bytes is 0 or no rail is up.
-// Deterministic: the same arguments give the same slices.
-std::vector<std::pair<int, uint64_t>> StripeSlices(uint64_t total_bytes, uint64_t slice_bytes,
-                                                   absl::Span<const RailState> rails);
-
 // The rate in whole Gb/s from a sysfs `ports/<n>/rate` line: "400 Gb/sec (4X NDR)" -> 400,
 // "100 Gb/sec (4X EDR)" -> 100, "2.5 Gb/sec (1X SDR)" -> 2 (rounded down). 0 for anything
 // that does not start with a positive number followed by " Gb/sec".

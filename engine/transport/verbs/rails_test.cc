@@ -27,9 +27,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Pair;
 
-// One slice of a plan, typed as StripeSlices returns it.
-std::pair<int, uint64_t> Slice(int rail, uint64_t bytes) { return {rail, bytes}; }
-
 constexpr char kFixture[] = "engine/transport/verbs/testdata/sysfs_8gpu_8nic";
 
 // Under `bazel test` the fixture is in the runfiles tree; run by hand from the workspace root it
@@ -145,7 +142,7 @@ TEST(ChooseRail, AHostArenaOnNumaNodeOneGetsTheNumaOneNics) {
   const Fixture f = LoadFixture();
   EXPECT_THAT(Names(f.nics, ChooseRail({.numa_node = 1}, f.nics)),
               ElementsAre("mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"));
-  // Node 0 also has the storage NIC: host memory may use it, at its own rate (StripeSlices).
+  // Node 0 also has the storage NIC: host memory may use it, at its own rate.
   EXPECT_THAT(Names(f.nics, ChooseRail({.numa_node = 0}, f.nics)),
               ElementsAre("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_8"));
 }
@@ -237,93 +234,6 @@ TEST(ParseRateGbps, ReadsEveryKnownSpeedAndGivesZeroForGarbage) {
   EXPECT_EQ(ParseRateGbps("0 Gb/sec"), 0);
   EXPECT_EQ(ParseRateGbps("1.2.3 Gb/sec"), 0);
   EXPECT_EQ(ParseRateGbps("99999999999 Gb/sec"), 0);
-}
-
-// Checks what every plan must satisfy and returns the bytes per rail.
-std::map<int, uint64_t> CheckPlan(const std::vector<std::pair<int, uint64_t>>& slices,
-                                  uint64_t total, uint64_t slice_bytes) {
-  std::map<int, uint64_t> per_rail;
-  uint64_t sum = 0;
-  for (const auto& [rail, bytes] : slices) {
-    EXPECT_GT(bytes, 0u);
-    if (slice_bytes != 0) {
-      EXPECT_LE(bytes, slice_bytes);
-    }
-    per_rail[rail] += bytes;
-    sum += bytes;
-  }
-  EXPECT_EQ(sum, total);
-  return per_rail;
-}
-
-TEST(StripeSlices, TwoEqualRailsSplitEvenlyAndAlternate) {
-  const std::vector<RailState> rails = {{"mlx5_0", 400}, {"mlx5_1", 400}};
-  const auto slices = StripeSlices(4 << 20, 1 << 20, rails);
-  EXPECT_THAT(slices, ElementsAre(Slice(0, 1 << 20), Slice(1, 1 << 20), Slice(0, 1 << 20),
-                                  Slice(1, 1 << 20)));
-  // An odd byte goes to the lower index: equal remainders.
-  const auto odd = CheckPlan(StripeSlices(1001, 100, rails), 1001, 100);
-  EXPECT_EQ(odd.at(0), 501u);
-  EXPECT_EQ(odd.at(1), 500u);
-}
-
-TEST(StripeSlices, FourHundredAndTwoHundredSplitTwoToOne) {
-  const std::vector<RailState> rails = {{"mlx5_0", 400}, {"mlx5_8", 200}};
-  const auto slices = StripeSlices(3 << 20, 256 << 10, rails);
-  const auto per_rail = CheckPlan(slices, 3 << 20, 256 << 10);
-  EXPECT_EQ(per_rail.at(0), 2u << 20);
-  EXPECT_EQ(per_rail.at(1), 1u << 20);
-  // Interleaved, not one rail after the other: the slow rail starts at once.
-  ASSERT_GE(slices.size(), 3u);
-  EXPECT_EQ(slices[0].first, 0);
-  EXPECT_EQ(slices[1].first, 1);
-  EXPECT_EQ(slices[2].first, 0);
-}
-
-TEST(StripeSlices, SumsAreExactAndNoSliceIsLargerThanSliceBytes) {
-  const std::vector<RailState> rails = {{"a", 400}, {"b", 200}, {"c", 100}, {"d", 56.25}};
-  for (uint64_t total : {1ull, 2ull, 3ull, 7ull, 4095ull, 1000003ull, (1ull << 40) + 17}) {
-    for (uint64_t slice : {1ull, 3ull, 4096ull, 1ull << 20, 1ull << 30}) {
-      if (total / slice > 1000000) continue;  // keep the plan small enough to check quickly
-      const auto slices = StripeSlices(total, slice, rails);
-      const auto per_rail = CheckPlan(slices, total, slice);
-      // Each share is within one byte of the exact proportion.
-      for (const auto& [rail, bytes] : per_rail) {
-        const double exact = static_cast<double>(total) * rails[rail].gbps / 756.25;
-        EXPECT_LT(std::abs(static_cast<double>(bytes) - exact), 1.0 + exact * 1e-12)
-            << "total " << total << " slice " << slice << " rail " << rail;
-      }
-    }
-  }
-  // Deterministic: the same arguments give the same plan.
-  EXPECT_EQ(StripeSlices(1000003, 4096, rails), StripeSlices(1000003, 4096, rails));
-  // slice_bytes 0: one slice per rail.
-  EXPECT_EQ(StripeSlices(700, 0, rails).size(), 4u);
-}
-
-TEST(StripeSlices, DownRailsAreSkipped) {
-  const std::vector<RailState> rails = {
-      {"mlx5_0", 400, /*up=*/false}, {"mlx5_1", 400}, {"mlx5_2", 400, /*up=*/false}};
-  const auto slices = StripeSlices(1 << 20, 64 << 10, rails);
-  const auto per_rail = CheckPlan(slices, 1 << 20, 64 << 10);
-  EXPECT_THAT(per_rail, ElementsAre(Pair(1, 1u << 20)));
-}
-
-TEST(StripeSlices, NothingWhenNoRailIsUpOrThereIsNothingToSend) {
-  const std::vector<RailState> down = {{"mlx5_0", 400, false}, {"mlx5_1", 400, false}};
-  EXPECT_TRUE(StripeSlices(1 << 20, 4096, down).empty());
-  EXPECT_TRUE(StripeSlices(1 << 20, 4096, {}).empty());
-  const std::vector<RailState> up = {{"mlx5_0", 400}};
-  EXPECT_TRUE(StripeSlices(0, 4096, up).empty());
-}
-
-TEST(StripeSlices, UnknownRatesShareEquallyUnlessSomeRateIsKnown) {
-  const std::vector<RailState> unknown = {{"a", 0}, {"b", 0}};
-  const auto equal = CheckPlan(StripeSlices(1000, 100, unknown), 1000, 100);
-  EXPECT_EQ(equal.at(0), 500u);
-  EXPECT_EQ(equal.at(1), 500u);
-  const std::vector<RailState> mixed = {{"a", 0}, {"b", 100}};
-  EXPECT_THAT(CheckPlan(StripeSlices(1000, 100, mixed), 1000, 100), ElementsAre(Pair(1, 1000u)));
 }
 
 constexpr absl::Duration kProbeAfter = absl::Seconds(1);
