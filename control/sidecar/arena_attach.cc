@@ -154,8 +154,19 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
           "GPU memory that this transport writes directly: attach a host arena (shm_name or "
           "allocate_bytes) or start the sidecar without --verify-digest");
     }
-    absl::StatusOr<CudaArena> arena =
-        ImportCudaIpc(attach.cuda_ipc_handle(), attach.cuda_bytes(), attach.cuda_device());
+    // What needs no GPU to check is checked first, each in one line.
+    if (attach.cuda_device() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AttachArena: cuda_device ", attach.cuda_device(), " is not a device index"));
+    }
+    if (needed > attach.cuda_bytes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "AttachArena: cuda_bytes is %d, less than the %d bytes the contract describes "
+          "(CACHEPD §4.6)",
+          attach.cuda_bytes(), needed));
+    }
+    absl::StatusOr<CudaArena> arena = ImportCudaIpc(attach.cuda_ipc_handle(), attach.cuda_bytes(),
+                                                    attach.cuda_device(), attach.cuda_offset());
     if (!arena.ok()) return AddContext(arena.status(), "AttachArena: CUDA IPC handle");
     cuda_arena = *std::move(arena);
     local = {cuda_arena->data(), cuda_arena->size(), true};

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/client.h"
+#include "control/plan/dp_group.h"
 #include "control/plan/planner.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
@@ -18,6 +19,12 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
   absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(expect.destination_manifest());
   if (!manifest.ok()) return AddContext(manifest.status(), context + ": destination manifest");
   KVRAIL_RETURN_IF_ERROR(SplitHostPort(expect.bootstrap_address(), "bootstrap address").status());
+  const std::optional<int> dp_group =
+      expect.has_dp_group() ? std::optional<int>(expect.dp_group()) : std::nullopt;
+  if (dp_group && *dp_group < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": dp_group ", *dp_group, " is not a DP group (they are numbered from 0)"));
+  }
   {
     Locked locked(*this);
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
@@ -34,15 +41,20 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     ApplyLocked(*std::move(out));
     // A node already looked up needs no HTTP: the room is routed and pre-allocated here, not
     // in the address's strand (a thread hop and a wakeup per room fewer).
-    if (std::optional<session::RoomRoute> route =
-            CachedRouteLocked(expect.room(), expect.bootstrap_address())) {
-      RouteLocked(expect.room(), *std::move(route), *manifest);
+    if (std::optional<absl::StatusOr<session::RoomRoute>> route =
+            CachedRouteLocked(expect.room(), expect.bootstrap_address(), dp_group)) {
+      if (!route->ok()) {
+        ApplyLocked(decode->Fail(expect.room(), DescribeError(route->status()), absl::Now()));
+        return absl::OkStatus();
+      }
+      RouteLocked(expect.room(), **std::move(route), *manifest);
       return absl::OkStatus();
     }
   }
-  strands.Post(expect.bootstrap_address(),
-               [this, room = expect.room(), address = expect.bootstrap_address(),
-                manifest = *std::move(manifest)] { Route(room, address, manifest); });
+  strands.Post(
+      expect.bootstrap_address(),
+      [this, room = expect.room(), address = expect.bootstrap_address(),
+       manifest = *std::move(manifest), dp_group] { Route(room, address, manifest, dp_group); });
   return absl::OkStatus();
 }
 
@@ -116,11 +128,12 @@ absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& addres
 }
 
 void Sidecar::Impl::Route(uint64_t room, const std::string& address,
-                          const layout::Manifest& manifest) {
+                          const layout::Manifest& manifest, std::optional<int> dp_group) {
   auto routed = [&]() -> absl::StatusOr<session::RoomRoute> {
     KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<PrefillNode> node, NodeFor(address));
     session::RoomRoute route;
-    route.dp_group = static_cast<int>(room % static_cast<uint64_t>(node->description.dp_size));
+    KVRAIL_ASSIGN_OR_RETURN(route.dp_group,
+                            plan::DpGroupOf(room, node->description.dp_size, dp_group));
     route.targets = node->targets;
     for (int rank : route.targets.target_tp_ranks) {
       KVRAIL_ASSIGN_OR_RETURN(std::string endpoint,
@@ -140,13 +153,15 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
   RouteLocked(room, *std::move(routed), manifest);
 }
 
-std::optional<session::RoomRoute> Sidecar::Impl::CachedRouteLocked(uint64_t room,
-                                                                   const std::string& address) {
+std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLocked(
+    uint64_t room, const std::string& address, std::optional<int> dp_group) {
   auto found = nodes.find(address);
   if (found == nodes.end()) return std::nullopt;
   const PrefillNode& node = *found->second;
   session::RoomRoute route;
-  route.dp_group = static_cast<int>(room % static_cast<uint64_t>(node.description.dp_size));
+  absl::StatusOr<int> group = plan::DpGroupOf(room, node.description.dp_size, dp_group);
+  if (!group.ok()) return group.status();
+  route.dp_group = *group;
   route.targets = node.targets;
   for (int rank : route.targets.target_tp_ranks) {
     auto endpoint = node.endpoints.find({route.dp_group, rank});

@@ -269,10 +269,14 @@ struct Sidecar::Impl {
                                           int dp_group, int rank);
   // In `address`'s strand: looks the node and its ranks up (HTTP, the first time), then
   // RouteLocked.
-  void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest);
+  // `dp_group`: the engine's Expect.dp_group, checked against CachePD's rule (plan::DpGroupOf).
+  void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest,
+             std::optional<int> dp_group);
   // Needs mu: the room's route when its node and every rank endpoint it needs were looked up
-  // already (nothing to fetch); nullopt otherwise.
-  std::optional<session::RoomRoute> CachedRouteLocked(uint64_t room, const std::string& address);
+  // already (nothing to fetch), or why the engine's dp_group is refused; nullopt otherwise.
+  std::optional<absl::StatusOr<session::RoomRoute>> CachedRouteLocked(uint64_t room,
+                                                                      const std::string& address,
+                                                                      std::optional<int> dp_group);
   // Needs mu: routes the room and sends its pre-allocations (or fails it).
   void RouteLocked(uint64_t room, session::RoomRoute route, const layout::Manifest& manifest);
 

@@ -95,10 +95,29 @@ TEST_F(AttachArenaTest, AnAttachNamingNoArenaIsRefusedNamingTheThreeFields) {
 TEST_F(AttachArenaTest, ACudaArenaOverUcxIsStagedAndWithoutAGpuRefusedInOneLine) {
   if (CudaAvailable().ok()) GTEST_SKIP() << "a GPU is present; nothing to refuse";
   StartSidecar("tcp", /*verify_digest=*/true);
-  const std::string refusal = Refusal(Attach("", std::string(64, '\x01'), 0));
+  v1::EngineRequest cuda = Attach("", std::string(64, '\x01'), 0);
+  cuda.mutable_attach()->set_cuda_bytes(bytes_);
+  const std::string refusal = Refusal(cuda);
   EXPECT_TRUE(absl::StrContains(refusal, "AttachArena: CUDA IPC handle")) << refusal;
   EXPECT_FALSE(absl::StrContains(refusal, "--verify-digest")) << refusal;
   EXPECT_EQ(refusal.find('\n'), std::string::npos) << refusal;
+  EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");  // nothing was left attached
+}
+
+// A CUDA arena's size and device are checked before anything is imported, each in one line.
+TEST_F(AttachArenaTest, ACudaArenaSmallerThanTheContractOrOnNoDeviceIsRefusedNamingIt) {
+  StartSidecar("tcp");
+  v1::EngineRequest cuda = Attach("", std::string(64, '\x01'), 0);
+  cuda.mutable_attach()->set_cuda_bytes(bytes_ - 1);
+  std::string refusal = Refusal(cuda);
+  EXPECT_TRUE(absl::StrContains(
+      refusal, absl::StrCat("cuda_bytes is ", bytes_ - 1, ", less than the ", bytes_, " bytes")))
+      << refusal;
+  cuda.mutable_attach()->set_cuda_bytes(bytes_);
+  cuda.mutable_attach()->set_cuda_device(-1);
+  refusal = Refusal(cuda);
+  EXPECT_TRUE(absl::StrContains(refusal, "AttachArena: cuda_device -1 is not a device index"))
+      << refusal;
   EXPECT_EQ(Refusal(Attach("", "", bytes_)), "");  // nothing was left attached
 }
 

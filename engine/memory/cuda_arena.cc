@@ -25,8 +25,9 @@ RegionRecord RecordOf(const CudaArena& arena) {
                       arena.name()};
 }
 
-CudaArena::CudaArena(uint8_t* data, size_t size, int device, bool imported)
+CudaArena::CudaArena(uint8_t* data, size_t size, int device, bool imported, size_t offset)
     : data_(data),
+      offset_(offset),
       size_(size),
       device_(device),
       imported_(imported),
@@ -34,6 +35,7 @@ CudaArena::CudaArena(uint8_t* data, size_t size, int device, bool imported)
 
 CudaArena::CudaArena(CudaArena&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
+      offset_(std::exchange(other.offset_, 0)),
       size_(std::exchange(other.size_, 0)),
       device_(std::exchange(other.device_, -1)),
       imported_(std::exchange(other.imported_, false)),
@@ -45,6 +47,7 @@ CudaArena& CudaArena::operator=(CudaArena&& other) noexcept {
   if (this != &other) {
     Reset();
     data_ = std::exchange(other.data_, nullptr);
+    offset_ = std::exchange(other.offset_, 0);
     size_ = std::exchange(other.size_, 0);
     device_ = std::exchange(other.device_, -1);
     imported_ = std::exchange(other.imported_, false);
@@ -154,7 +157,7 @@ absl::StatusOr<CudaArena> CudaArena::Allocate(size_t bytes, int device) {
 }
 
 absl::StatusOr<CudaArena> ImportCudaIpc(const std::string& ipc_handle_bytes, size_t bytes,
-                                        int device) {
+                                        int device, size_t offset) {
   const std::string subject = absl::StrCat("CUDA IPC import on device ", device);
   if (ipc_handle_bytes.size() != kCudaIpcHandleBytes) {
     return absl::InvalidArgumentError(
@@ -164,6 +167,10 @@ absl::StatusOr<CudaArena> ImportCudaIpc(const std::string& ipc_handle_bytes, siz
   if (bytes == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(subject, ": size 0: an arena holds at least one byte"));
+  }
+  if (offset > SIZE_MAX - bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(subject, ": offset ", offset, " + ", bytes,
+                                                   " bytes do not fit in the address space"));
   }
   KVRAIL_RETURN_IF_ERROR(CheckDevice(subject, device));
   static_assert(sizeof(cudaIpcMemHandle_t) == kCudaIpcHandleBytes, "CUDA_IPC_HANDLE_SIZE");
@@ -176,15 +183,28 @@ absl::StatusOr<CudaArena> ImportCudaIpc(const std::string& ipc_handle_bytes, siz
     if (error != cudaSuccess) return CudaError(subject, "cudaIpcOpenMemHandle", error);
     absl::StatusOr<size_t> available = BytesToAllocationEnd(data, subject);
     absl::Status status = available.status();
-    if (status.ok() && bytes > *available) {
-      status = absl::InvalidArgumentError(absl::StrCat(subject, ": the announced size of ", bytes,
-                                                       " bytes exceeds the exported allocation's ",
-                                                       *available, " bytes"));
+    // The allocation must be the named device's: a handle from another GPU would be mapped over
+    // peer access, and every copy would cross the interconnect.
+    cudaPointerAttributes attributes = {};
+    if (status.ok()) {
+      const cudaError_t asked = cudaPointerGetAttributes(&attributes, data);
+      if (asked != cudaSuccess) {
+        status = CudaError(subject, "cudaPointerGetAttributes", asked);
+      } else if (attributes.device != device) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat(subject, ": the exported allocation lives on device ", attributes.device,
+                         ", not on device ", device, " (AttachArena.cuda_device)"));
+      }
+    }
+    if (status.ok() && offset + bytes > *available) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(subject, ": offset ", offset, " + the announced size of ", bytes,
+                       " bytes exceeds the exported allocation's ", *available, " bytes"));
     }
     if (!status.ok()) cudaIpcCloseMemHandle(data);
     return status;
   }));
-  return CudaArena(static_cast<uint8_t*>(data), bytes, device, /*imported=*/true);
+  return CudaArena(static_cast<uint8_t*>(data) + offset, bytes, device, /*imported=*/true, offset);
 }
 
 absl::StatusOr<std::string> CudaArena::ExportIpcHandle() const {
@@ -238,7 +258,7 @@ void CudaArena::Reset() {
     // Errors are ignored: nothing useful can be done about them in a destructor.
     OnDevice(device_, name_, [&]() -> absl::Status {
       if (imported_) {
-        cudaIpcCloseMemHandle(data_);
+        cudaIpcCloseMemHandle(data_ - offset_);
       } else {
         cudaFree(data_);
       }
@@ -260,7 +280,7 @@ absl::StatusOr<CudaArena> CudaArena::Allocate(size_t bytes, int device) {
 }
 
 absl::StatusOr<CudaArena> ImportCudaIpc(const std::string& ipc_handle_bytes, size_t bytes,
-                                        int device) {
+                                        int device, size_t offset) {
   return BuiltWithoutCuda(absl::StrCat("CUDA IPC import on device ", device, ": "));
 }
 

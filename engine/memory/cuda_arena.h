@@ -75,11 +75,13 @@ class CudaArena {
 
  private:
   friend absl::StatusOr<CudaArena> ImportCudaIpc(const std::string& ipc_handle_bytes, size_t bytes,
-                                                 int device);
-  CudaArena(uint8_t* data, size_t size, int device, bool imported);
+                                                 int device, size_t offset);
+  CudaArena(uint8_t* data, size_t size, int device, bool imported, size_t offset = 0);
   void Reset();
 
   uint8_t* data_ = nullptr;
+  size_t offset_ =
+      0;  // of data_ into the mapping (an import at an offset): freed at data_ - offset_
   size_t size_ = 0;
   int device_ = -1;
   bool imported_ = false;
@@ -87,16 +89,18 @@ class CudaArena {
 };
 
 // Maps, on `device`, the allocation that another process exported with ExportIpcHandle
-// (cudaIpcOpenMemHandle, peer access enabled lazily). The arena starts at the allocation's base
-// and covers `bytes` bytes, which the exporter announced.
+// (cudaIpcOpenMemHandle, peer access enabled lazily). The arena starts `offset` bytes into the
+// allocation (a framework's caching allocator may place the KV tensor inside a larger block) and
+// covers `bytes` bytes, which the exporter announced.
 //
 // Requires a different process from the exporter: CUDA refuses to import a handle into the
 // process that made it. Fails with InvalidArgument when `ipc_handle_bytes` is not exactly 64
-// bytes, `bytes` is 0, `device` is not a visible device index, or `bytes` exceeds the size of
-// the exported allocation (checked with the driver's cuMemGetAddressRange: bounds before bytes);
-// with CudaAvailable()'s error when there is no GPU; otherwise the failing CUDA call.
+// bytes, `bytes` is 0, `offset` + `bytes` overflows, `device` is not a visible device index, or
+// `offset` + `bytes` exceeds the size of the exported allocation (checked with the driver's
+// cuMemGetAddressRange: bounds before bytes); with CudaAvailable()'s error when there is no GPU;
+// otherwise the failing CUDA call.
 absl::StatusOr<CudaArena> ImportCudaIpc(const std::string& ipc_handle_bytes, size_t bytes,
-                                        int device);
+                                        int device, size_t offset = 0);
 
 // The record of `arena`: its device address range, kind kCuda, and name.
 RegionRecord RecordOf(const CudaArena& arena);

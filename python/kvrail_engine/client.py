@@ -156,12 +156,17 @@ class SidecarClient:
         reply = self._attach(request)
         return SidecarArena(reply.arena_path, reply.arena_offset, nbytes, reply.arena_placement)
 
-    def attach_cuda(self, ipc_handle, nbytes, device, contract, engine_token=""):
-        """Shares a device allocation by its cudaIpcMemHandle_t bytes."""
+    def attach_cuda(self, ipc_handle, nbytes, device, contract, engine_token="", offset=0):
+        """Shares GPU memory by the cudaIpcMemHandle_t bytes of the allocation that holds it: the
+        arena is the `nbytes` bytes `offset` bytes into that allocation, on GPU `device` (a
+        caching allocator's KV tensor may start inside a larger block; the handle names the
+        block). Over a transport that cannot reach GPU memory the sidecar stages it through
+        host memory: call ready() only once the forward pass's writes are done on the GPU."""
         request = engine_pb2.EngineRequest()
         request.attach.cuda_ipc_handle = bytes(ipc_handle)
         request.attach.cuda_bytes = nbytes
         request.attach.cuda_device = device
+        request.attach.cuda_offset = offset
         request.attach.contract = _text(contract)
         request.attach.engine_token = engine_token
         return self._attach(request)
@@ -185,14 +190,17 @@ class SidecarClient:
         request.layers_ready.source_manifest = _text(source_manifest)
         return self._call(request)
 
-    def expect(self, room, bootstrap_address, destination_manifest, dp_group=0):
+    def expect(self, room, bootstrap_address, destination_manifest, dp_group=None):
         """Decode: pages are allocated; fetch the room from the prefill node behind
-        bootstrap_address ("host:port")."""
+        bootstrap_address ("host:port"). `dp_group`, if given, is the prefill DP group the
+        engine expects the room in; CachePD routes it to room mod prefill_dp_size, and any other
+        group fails the room, naming both."""
         request = engine_pb2.EngineRequest()
         request.expect.room = room
         request.expect.bootstrap_address = bootstrap_address
         request.expect.destination_manifest = _text(destination_manifest)
-        request.expect.dp_group = dp_group
+        if dp_group is not None:
+            request.expect.dp_group = dp_group
         return self._call(request)
 
     def poll(self, rooms):

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """The Python engine client (python/kvrail_engine) against a real `kvrail sidecar` process."""
 
+import json
 import os
 import random
 import subprocess
 import sys
 import unittest
+import urllib.request
 
 # Names in /dev/shm and /tmp are host-wide; sandboxes in other pid namespaces often share our pid.
 TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
@@ -89,6 +91,74 @@ class EngineClientTest(unittest.TestCase):
         self.assertEqual(event.status, TransferPoll.FAILED)
         self.assertIn("127.0.0.1:1", event.reason)
         self.assertEqual(self.client.poll([9])[9][0], TransferPoll.FAILED)
+
+
+def start_bootstrap():
+    bootstrap = subprocess.Popen([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", "0"],
+                                 stdout=subprocess.PIPE, text=True)
+    line = bootstrap.stdout.readline()
+    assert line.startswith("bootstrap ready"), line
+    port = int(line.split("port=")[1].split()[0])
+    return bootstrap, port
+
+
+def register_prefill_rank(port, engine_rank, world_size, dp_size):
+    """One prefill rank's registration (CACHEPD section 2.1), as a tokenspeed rank sends it."""
+    body = json.dumps({"role": "Prefill", "world_size": world_size, "dp_size": dp_size,
+                       "rank_ip": "127.0.0.1", "rank_port": 1, "engine_rank": engine_rank,
+                       "cache_layout": CONTRACT}).encode()  # a TP-1 rank like the decode
+    request = urllib.request.Request("http://127.0.0.1:%d/route" % port, data=body, method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200, response.status
+
+
+class DpGroupTest(unittest.TestCase):
+    """Expect.dp_group against a prefill node of two DP groups: CachePD routes room r to group
+    r mod 2 (section 1.3, D4); another group named by the engine fails the room, naming both."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bootstrap, port = start_bootstrap()
+        for rank in range(2):
+            register_prefill_rank(port, rank, world_size=2, dp_size=2)
+        cls.address = "127.0.0.1:%d" % port
+        cls.endpoint = "ipc:///tmp/kvrail-pytest-dp-%s.sock" % TAG
+        cls.sidecar = start_decode_sidecar(cls.endpoint, "tcp")
+        cls.shm = "/kvrail-pytest-dp-%s" % TAG
+        with open("/dev/shm" + cls.shm, "wb") as f:
+            f.truncate(1 << 20)
+        cls.client = SidecarClient(cls.endpoint, timeout=10.0)
+        cls.client.attach_shm(cls.shm, CONTRACT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.sidecar.terminate()
+        cls.sidecar.wait(timeout=10)
+        cls.bootstrap.terminate()
+        cls.bootstrap.wait(timeout=10)
+        os.unlink("/dev/shm" + cls.shm)
+
+    def failure_of(self, room):
+        event = self.client.next_event(timeout=30)
+        self.assertIsNotNone(event)
+        self.assertEqual(event.room, room)
+        self.assertEqual(event.status, TransferPoll.FAILED)
+        return event.reason
+
+    def test_1_another_group_fails_the_room_naming_both(self):
+        self.client.expect(5, self.address, MANIFEST, dp_group=0)
+        self.assertIn("Expect.dp_group 0 is not where CachePD routes room 5: room mod "
+                      "prefill_dp_size (2) = 1", self.failure_of(5))
+        # Now that the node is known, the check runs at once, with the same words.
+        self.client.expect(7, self.address, MANIFEST, dp_group=0)
+        self.assertIn("room mod prefill_dp_size (2) = 1", self.failure_of(7))
+
+    def test_2_a_group_the_node_does_not_have_is_named(self):
+        self.client.expect(4, self.address, MANIFEST, dp_group=2)
+        self.assertIn("Expect.dp_group 2: the prefill node has 2 DP group(s)", self.failure_of(4))
+        with self.assertRaisesRegex(SidecarError, "dp_group -1 is not a DP group"):
+            self.client.expect(6, self.address, MANIFEST, dp_group=-1)
 
 
 class AllocatedArenaTest(unittest.TestCase):
