@@ -143,7 +143,12 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
 
 void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
   if (!Terminal(event.state)) return;
-  if (finished.emplace(event.room, std::make_pair(event.state, event.reason)).second) {
+  FinishedRoom ended{event.state, event.reason};
+  if (event.state == TransferPoll::kSuccess) {
+    ended.bootstrap_token = event.bootstrap_token;
+    if (event.spec_candidate_ids) ended.speculative_ids = *event.spec_candidate_ids;
+  }
+  if (finished.emplace(event.room, std::move(ended)).second) {
     finished_order.push_back(event.room);
     while (finished_order.size() > options.remembered_rooms) {
       finished.erase(finished_order.front());
@@ -368,11 +373,15 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
   for (uint64_t room : poll.rooms()) {
     v1::RoomState* state = reply.add_states();
     state->set_room(room);
+    state->set_bootstrap_token(-1);
     auto done = finished.find(room);
     std::optional<TransferPoll> current;
     if (done != finished.end()) {
-      current = done->second.first;
-      state->set_reason(done->second.second);
+      const FinishedRoom& ended = done->second;
+      current = ended.state;
+      state->set_reason(ended.reason);
+      state->set_bootstrap_token(ended.bootstrap_token);
+      for (int32_t id : ended.speculative_ids) state->add_speculative_ids(id);
     } else if (prefill) {
       current = prefill->State(room);
     } else if (decode) {

@@ -139,7 +139,13 @@ struct Sidecar::Impl {
   // Terminal states whose events were published, for Poll (bounded, oldest first out).
   // A hash map: a room's insert and its eviction touch a few cache lines, where a std::map of
   // remembered_rooms (65,536) nodes cost a tree walk of cache misses per room.
-  absl::flat_hash_map<uint64_t, std::pair<session::TransferPoll, std::string>> finished;
+  struct FinishedRoom {
+    session::TransferPoll state;
+    std::string reason;
+    int64_t bootstrap_token = -1;  // decode Success: as its event (session::RoomEvent)
+    std::vector<int32_t> speculative_ids;
+  };
+  absl::flat_hash_map<uint64_t, FinishedRoom> finished;
   std::deque<uint64_t> finished_order;
   RoomTransfers transfers;  // prefill
   RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor

@@ -9,7 +9,8 @@
 See python/examples/engine_example.py and docs/ENGINE-API.md.
 """
 
-from kvrail_engine.client import (RoomEvent, SidecarArena, SidecarClient, SidecarError,
+from kvrail_engine.client import (RoomEvent, RoomState, SidecarArena, SidecarClient, SidecarError,
                                   TransferPoll)
 
-__all__ = ["RoomEvent", "SidecarArena", "SidecarClient", "SidecarError", "TransferPoll"]
+__all__ = ["RoomEvent", "RoomState", "SidecarArena", "SidecarClient", "SidecarError",
+           "TransferPoll"]

@@ -2,13 +2,15 @@
 
 One DEALER socket to the sidecar's ROUTER. Every request gets exactly one reply with the same
 request_id; room outcomes (RoomEvent) arrive on the same socket at any time and are queued
-until next_event() is called. Not thread-safe: use one client per thread.
+until next_event() or drain_events() takes them. A scheduler loop calls drain_events() once per
+iteration: it returns at once. Not thread-safe: use one client per thread.
 """
 
 import collections
 import enum
 import importlib.util
 import itertools
+import math
 import mmap
 import os
 import subprocess
@@ -60,6 +62,16 @@ RoomEvent = collections.namedtuple(
     ["room", "status", "reason", "bootstrap_token", "speculative_ids", "bytes", "copies",
      "seconds"],
 )
+
+
+# One room's state as poll_states() reports it: bootstrap_token (-1: none) and speculative_ids
+# (a tuple) are a decode Success's, as in its RoomEvent.
+RoomState = collections.namedtuple(
+    "RoomState", ["status", "reason", "bootstrap_token", "speculative_ids"])
+
+# TransferPoll by wire value: an index is cheaper than the enum's constructor, per room per poll.
+_POLL = tuple(TransferPoll(value) for value in range(len(TransferPoll)))
+_ENDED = (TransferPoll.SUCCESS, TransferPoll.FAILED)
 
 
 class SidecarError(RuntimeError):
@@ -205,10 +217,23 @@ class SidecarClient:
 
     def poll(self, rooms):
         """The TransferPoll state of each room, as {room: (TransferPoll, reason)}."""
+        return {room: (s.status, s.reason) for room, s in self.poll_states(rooms).items()}
+
+    def poll_states(self, rooms):
+        """Every room's state in one round trip, as {room: RoomState}: with a decode Success,
+        its bootstrap token and speculative ids, so that polling needs no event."""
         request = engine_pb2.EngineRequest()
         request.poll.rooms.extend(rooms)
         reply = self._call(request)
-        return {s.room: (TransferPoll(s.status), s.reason) for s in reply.states}
+        states = {}
+        for s in reply.states:
+            status = _POLL[s.status]
+            if status in _ENDED:
+                states[s.room] = RoomState(status, s.reason, s.bootstrap_token,
+                                           tuple(s.speculative_ids))
+            else:  # a room in flight has nothing else to read
+                states[s.room] = RoomState(status, "", -1, ())
+        return states
 
     def abort(self, room, reason="aborted by the engine"):
         request = engine_pb2.EngineRequest()
@@ -218,8 +243,25 @@ class SidecarClient:
 
     # Events ---------------------------------------------------------------------------------
 
+    def drain_events(self):
+        """Every room outcome (RoomEvent) that has arrived, oldest first, without waiting: what
+        was queued, then whatever the socket holds now. An empty list when there is none."""
+        while True:
+            try:
+                frame = self._socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            message = engine_pb2.SidecarMessage()
+            message.ParseFromString(frame)
+            if message.HasField("event"):
+                self._events.append(_event(message.event))
+        events = list(self._events)
+        self._events.clear()
+        return events
+
     def next_event(self, timeout=None):
-        """The next room outcome (RoomEvent), or None after `timeout` seconds."""
+        """The next room outcome (RoomEvent), or None after `timeout` seconds (0: only one that
+        has arrived already; it does not wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._events:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -263,7 +305,10 @@ class SidecarClient:
             return message.reply
 
     def _receive(self, timeout):
-        if not self._socket.poll(None if timeout is None else int(timeout * 1000) + 1):
+        # zmq's poll takes whole milliseconds: round up, so a short wait is never a busy loop,
+        # except 0, which must not wait at all.
+        wait = None if timeout is None else int(math.ceil(timeout * 1000))
+        if not self._socket.poll(wait):
             return None
         message = engine_pb2.SidecarMessage()
         message.ParseFromString(self._socket.recv())

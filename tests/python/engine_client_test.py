@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import unittest
 import urllib.request
 
@@ -91,6 +92,29 @@ class EngineClientTest(unittest.TestCase):
         self.assertEqual(event.status, TransferPoll.FAILED)
         self.assertIn("127.0.0.1:1", event.reason)
         self.assertEqual(self.client.poll([9])[9][0], TransferPoll.FAILED)
+
+    def test_5_drain_events_takes_what_arrived_and_never_waits(self):
+        self.assertEqual(self.client.drain_events(), [])
+        self.assertIsNone(self.client.next_event(timeout=0))
+        self.client.expect(11, "127.0.0.1:1", MANIFEST)
+        self.client.expect(12, "127.0.0.1:1", MANIFEST)
+        # A scheduler loop: poll every room in flight in one round trip, drain, go on.
+        seen = {}
+        for _ in range(3000):
+            states = self.client.poll_states([11, 12, 13])
+            self.assertEqual(states[13].reason, "unknown room")
+            for event in self.client.drain_events():
+                seen[event.room] = event
+            if len(seen) == 2:
+                break
+            time.sleep(0.01)
+        self.assertEqual(sorted(seen), [11, 12])
+        self.assertEqual(seen[11].status, TransferPoll.FAILED)
+        self.assertEqual(self.client.drain_events(), [])
+        state = self.client.poll_states([11])[11]
+        self.assertEqual(state.status, TransferPoll.FAILED)
+        self.assertIn("127.0.0.1:1", state.reason)
+        self.assertEqual((state.bootstrap_token, state.speculative_ids), (-1, ()))
 
 
 def start_bootstrap():

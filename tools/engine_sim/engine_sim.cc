@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <iostream>
@@ -37,6 +38,28 @@ struct Room {
 
 int64_t PagesFor(const layout::KvShape& shape, int64_t prompt) {
   return (prompt + shape.page_tokens - 1) / shape.page_tokens;
+}
+
+// A decode Success polled right after its event must say what the event said: Poll carries the
+// token and speculative ids too (docs/ENGINE-API.md). Empty when it does; otherwise why not.
+std::string PolledAsEvent(engine_api::EngineApiClient& sidecar, const v1::RoomEvent& event) {
+  v1::EngineRequest request;
+  request.mutable_poll()->add_rooms(event.room());
+  absl::StatusOr<v1::EngineReply> reply = sidecar.Call(request);
+  if (!reply.ok()) return absl::StrCat("Poll after Success: ", reply.status().message());
+  if (reply->states_size() != 1) return "Poll after Success: not one state";
+  const v1::RoomState& state = reply->states(0);
+  if (state.status() != v1::TRANSFER_POLL_SUCCESS ||
+      state.bootstrap_token() != event.bootstrap_token() ||
+      !std::equal(state.speculative_ids().begin(), state.speculative_ids().end(),
+                  event.speculative_ids().begin(), event.speculative_ids().end())) {
+    return absl::StrCat("Poll after Success says ", v1::TransferPoll_Name(state.status()),
+                        " token ", state.bootstrap_token(), " speculative ids [",
+                        absl::StrJoin(state.speculative_ids(), ","), "], the event token ",
+                        event.bootstrap_token(), " ids [",
+                        absl::StrJoin(event.speculative_ids(), ","), "]");
+  }
+  return "";
 }
 
 absl::StatusOr<layout::Manifest> ManifestFor(const layout::Contract& contract,
@@ -174,6 +197,8 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
       } else if (event.bootstrap_token() != room.token) {
         Say(absl::StrCat("done ", room.id, " failed bootstrap token ", event.bootstrap_token(),
                          ", expected ", room.token));
+      } else if (const std::string polled = PolledAsEvent(*sidecar, event); !polled.empty()) {
+        Say(absl::StrCat("done ", room.id, " failed ", polled));
       } else {
         const uint64_t digest = rank.Digest(room.manifest, room.id, arena);
         const std::vector<int32_t> tokens = ToyDecode(
