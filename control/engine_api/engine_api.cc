@@ -303,6 +303,7 @@ void EngineApiServer::Run() {
           // An accepted AttachArena from another identity is a restarted engine taking over.
           if (request.has_attach() && reply.reply().error().empty()) {
             reply.mutable_reply()->set_engine_token(engine_token_);
+            reply.mutable_reply()->set_sidecar_pid(static_cast<uint32_t>(getpid()));
             if (sockets_->engines.empty() || *sockets_->engines.begin() != identity) {
               sockets_->engines = {identity};
               engines_.store(1);

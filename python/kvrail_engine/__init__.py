@@ -9,8 +9,8 @@
 See python/examples/engine_example.py and docs/ENGINE-API.md.
 """
 
-from kvrail_engine.client import (RoomEvent, RoomState, SidecarArena, SidecarClient, SidecarError,
-                                  TransferPoll)
+from kvrail_engine.client import SidecarArena, SidecarClient, SidecarError
+from kvrail_engine.room_event import Pages, RoomEvent, RoomState, TransferPoll
 
-__all__ = ["RoomEvent", "RoomState", "SidecarArena", "SidecarClient", "SidecarError",
+__all__ = ["Pages", "RoomEvent", "RoomState", "SidecarArena", "SidecarClient", "SidecarError",
            "TransferPoll"]

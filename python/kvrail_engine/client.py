@@ -7,7 +7,6 @@ iteration: it returns at once. Not thread-safe: use one client per thread.
 """
 
 import collections
-import enum
 import importlib.util
 import itertools
 import math
@@ -17,6 +16,10 @@ import subprocess
 import time
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from kvrail_engine.liveness import RoomLedger, sidecar_process_gone
+from kvrail_engine.room_event import Pages, RoomEvent, RoomState, TransferPoll  # noqa: F401
 
 
 def _load_engine_pb2():
@@ -45,29 +48,6 @@ def _load_engine_pb2():
 
 engine_pb2 = _load_engine_pb2()
 
-
-class TransferPoll(enum.IntEnum):
-    """CACHEPD section 7.1 TransferPoll codes."""
-
-    FAILED = 0
-    BOOTSTRAPPING = 1
-    BOOTSTRAPPED = 2
-    WAITING_FOR_INPUT = 3
-    TRANSFERRING = 4
-    SUCCESS = 5
-
-
-RoomEvent = collections.namedtuple(
-    "RoomEvent",
-    ["room", "status", "reason", "bootstrap_token", "speculative_ids", "bytes", "copies",
-     "seconds"],
-)
-
-
-# One room's state as poll_states() reports it: bootstrap_token (-1: none) and speculative_ids
-# (a tuple) are a decode Success's, as in its RoomEvent.
-RoomState = collections.namedtuple(
-    "RoomState", ["status", "reason", "bootstrap_token", "speculative_ids"])
 
 # TransferPoll by wire value: an index is cheaper than the enum's constructor, per room per poll.
 _POLL = tuple(TransferPoll(value) for value in range(len(TransferPoll)))
@@ -123,19 +103,44 @@ class SidecarArena:
 
 
 class SidecarClient:
-    def __init__(self, endpoint, timeout=10.0, context=None):
+    """`heartbeat` and `heartbeat_timeout` (seconds): ZeroMQ heartbeats on the connection, so
+    that a sidecar that stopped answering (stopped, cut off) is noticed within the timeout, and
+    one whose process died at once (liveness.py says what the engine is told then)."""
+
+    def __init__(self, endpoint, timeout=10.0, context=None, heartbeat=1.0,
+                 heartbeat_timeout=3.0):
         self._endpoint = endpoint
         self._timeout = timeout
+        self._heartbeat_timeout = heartbeat_timeout
         self._context = context or zmq.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.HEARTBEAT_IVL, int(heartbeat * 1000))
+        self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(heartbeat_timeout * 1000))
+        # A connection counts once its ZMTP handshake succeeded: a stopped sidecar's kernel still
+        # accepts the connection itself.
+        self._monitor = self._socket.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self._socket.connect(endpoint)
         self._ids = itertools.count(1)
         self._events = collections.deque()
+        self._ledger = RoomLedger()
+        self._connected = False
+        self._lost = None  # why the connection is lost, while it is
+        self._attach_request = None  # the last accepted AttachArena, to attach again
+        self._reattach = False  # the same sidecar is back with rooms to void
+        self.sidecar_pid = 0  # from an accepted attach
         self.engine_token = ""  # set by an accepted attach
 
     def close(self):
+        self._socket.disable_monitor()
+        self._monitor.close()
         self._socket.close()
+
+    @property
+    def sidecar_lost(self):
+        """Why the connection to the sidecar is lost, while it is; None otherwise."""
+        return self._lost
 
     def __enter__(self):
         return self
@@ -190,7 +195,7 @@ class SidecarClient:
         request.ready.source_manifest = _text(source_manifest)
         request.ready.bootstrap_token = bootstrap_token
         request.ready.speculative_ids.extend(speculative_ids)
-        return self._call(request)
+        return self._begin(room, request)
 
     def layers_ready(self, room, layers, source_manifest=""):
         """Prefill, layer-wise streaming: the room's fields layer.<N>.* with N < layers are
@@ -200,7 +205,7 @@ class SidecarClient:
         request.layers_ready.room = room
         request.layers_ready.layers = layers
         request.layers_ready.source_manifest = _text(source_manifest)
-        return self._call(request)
+        return self._begin(room, request)
 
     def expect(self, room, bootstrap_address, destination_manifest, dp_group=None):
         """Decode: pages are allocated; fetch the room from the prefill node behind
@@ -213,7 +218,7 @@ class SidecarClient:
         request.expect.destination_manifest = _text(destination_manifest)
         if dp_group is not None:
             request.expect.dp_group = dp_group
-        return self._call(request)
+        return self._begin(room, request)
 
     def poll(self, rooms):
         """The TransferPoll state of each room, as {room: (TransferPoll, reason)}."""
@@ -245,7 +250,9 @@ class SidecarClient:
 
     def drain_events(self):
         """Every room outcome (RoomEvent) that has arrived, oldest first, without waiting: what
-        was queued, then whatever the socket holds now. An empty list when there is none."""
+        was queued, then whatever the socket holds now, and what the client reports itself when
+        the sidecar is lost (liveness.py). An empty list when there is none."""
+        self._watch()
         while True:
             try:
                 frame = self._socket.recv(zmq.NOBLOCK)
@@ -254,7 +261,8 @@ class SidecarClient:
             message = engine_pb2.SidecarMessage()
             message.ParseFromString(frame)
             if message.HasField("event"):
-                self._events.append(_event(message.event))
+                self._take(message.event)
+        self._recover()
         events = list(self._events)
         self._events.clear()
         return events
@@ -263,6 +271,7 @@ class SidecarClient:
         """The next room outcome (RoomEvent), or None after `timeout` seconds (0: only one that
         has arrived already; it does not wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._recover()
         while not self._events:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             message = self._receive(left)
@@ -271,7 +280,7 @@ class SidecarClient:
                     return None
                 continue
             if message.HasField("event"):
-                self._events.append(_event(message.event))
+                self._take(message.event)
         return self._events.popleft()
 
     # Internals ------------------------------------------------------------------------------
@@ -280,9 +289,63 @@ class SidecarClient:
         reply = self._call(request)
         # The sidecar's engine token: what a client presents to take over from this one.
         self.engine_token = reply.engine_token
+        self.sidecar_pid = reply.sidecar_pid
+        self._attach_request = engine_pb2.EngineRequest()
+        self._attach_request.CopyFrom(request)
         return reply
 
+    def _begin(self, room, request):
+        reply = self._call(request)
+        self._ledger.begun(room)
+        return reply
+
+    def _take(self, event):
+        """An event from the sidecar, through the ledger (liveness.py)."""
+        shown = self._ledger.outcome(_event(event))
+        if shown is not None:
+            self._events.append(shown)
+
+    def _watch(self):
+        """Handles what the connection's monitor reported: a sidecar lost, or back."""
+        while True:
+            try:
+                change = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if change["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                if self._lost is not None:
+                    events, to_void = self._ledger.back(sidecar_process_gone(self.sidecar_pid))
+                    self._events.extend(events)
+                    self._reattach = bool(to_void)
+                self._connected = True
+                self._lost = None
+            elif change["event"] == zmq.EVENT_DISCONNECTED and self._connected:
+                self._connected = False
+                self._lost = ("engine API %s: the sidecar is lost (its connection closed, or it "
+                              "answered no heartbeat for %.1f s)"
+                              % (self._endpoint, self._heartbeat_timeout))
+                self._events.extend(
+                    self._ledger.lost(self._lost, sidecar_process_gone(self.sidecar_pid)))
+
+    def _recover(self):
+        """The same sidecar is back with rooms reported Failed while it was lost: attach again
+        (this connection is a new client to it), which voids them there, fenced; its outcomes
+        then release their pages (liveness.py)."""
+        if not self._reattach or self._lost is not None or self._attach_request is None:
+            return
+        request = engine_pb2.EngineRequest()
+        request.CopyFrom(self._attach_request)
+        request.attach.engine_token = self.engine_token
+        try:
+            self._attach(request)
+            self._reattach = False
+        except SidecarError:
+            pass  # tried again at the next drain
+
     def _call(self, request):
+        self._watch()
+        if self._lost is not None:
+            raise SidecarError(self._lost)
         request.request_id = next(self._ids)
         self._socket.send(request.SerializeToString())
         deadline = time.monotonic() + self._timeout
@@ -294,9 +357,11 @@ class SidecarClient:
                     % (self._endpoint, self._timeout))
             message = self._receive(left)
             if message is None:
+                if self._lost is not None:
+                    raise SidecarError(self._lost)
                 continue
             if message.HasField("event"):
-                self._events.append(_event(message.event))
+                self._take(message.event)
                 continue
             if message.reply.request_id != request.request_id:
                 continue
@@ -308,7 +373,13 @@ class SidecarClient:
         # zmq's poll takes whole milliseconds: round up, so a short wait is never a busy loop,
         # except 0, which must not wait at all.
         wait = None if timeout is None else int(math.ceil(timeout * 1000))
-        if not self._socket.poll(wait):
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        ready = dict(poller.poll(wait))
+        if self._monitor in ready:
+            self._watch()
+        if self._socket not in ready:
             return None
         message = engine_pb2.SidecarMessage()
         message.ParseFromString(self._socket.recv())
@@ -320,5 +391,6 @@ def _text(value):
 
 
 def _event(e):
-    return RoomEvent(e.room, TransferPoll(e.status), e.reason, e.bootstrap_token,
-                     list(e.speculative_ids), e.bytes, e.copies, e.seconds)
+    return RoomEvent(e.room, _POLL[e.status], e.reason, e.bootstrap_token,
+                     list(e.speculative_ids), e.bytes, e.copies, e.seconds, Pages(e.pages),
+                     e.pages_released, e.pages_proven)

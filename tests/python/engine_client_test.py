@@ -4,18 +4,22 @@
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
 import unittest
 import urllib.request
 
+import zmq
+
 # Names in /dev/shm and /tmp are host-wide; sandboxes in other pid namespaces often share our pid.
 TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
 
 sys.path.insert(0, os.path.join(os.getcwd(), "python"))
 
-from kvrail_engine import SidecarArena, SidecarClient, SidecarError, TransferPoll  # noqa: E402
+from kvrail_engine import (Pages, SidecarArena, SidecarClient, SidecarError,  # noqa: E402
+                           TransferPoll)
 from kvrail_engine.client import engine_pb2  # noqa: E402
 
 KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
@@ -23,10 +27,10 @@ CONTRACT = open("examples/decode_contract_tp1.json").read()
 MANIFEST = open("examples/manifest.json").read()
 
 
-def start_decode_sidecar(endpoint, tls):
+def start_decode_sidecar(endpoint, tls, extra=()):
     sidecar = subprocess.Popen(
-        [KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint", endpoint, "--tls", tls],
-        stdout=subprocess.PIPE, text=True)
+        [KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint", endpoint, "--tls", tls]
+        + list(extra), stdout=subprocess.PIPE, text=True)
     line = sidecar.stdout.readline()
     assert line.startswith("sidecar ready"), line
     return sidecar
@@ -126,10 +130,10 @@ def start_bootstrap():
     return bootstrap, port
 
 
-def register_prefill_rank(port, engine_rank, world_size, dp_size):
+def register_prefill_rank(port, engine_rank, world_size, dp_size, rank_port=1):
     """One prefill rank's registration (CACHEPD section 2.1), as a tokenspeed rank sends it."""
     body = json.dumps({"role": "Prefill", "world_size": world_size, "dp_size": dp_size,
-                       "rank_ip": "127.0.0.1", "rank_port": 1, "engine_rank": engine_rank,
+                       "rank_ip": "127.0.0.1", "rank_port": rank_port, "engine_rank": engine_rank,
                        "cache_layout": CONTRACT}).encode()  # a TP-1 rank like the decode
     request = urllib.request.Request("http://127.0.0.1:%d/route" % port, data=body, method="PUT")
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -183,6 +187,104 @@ class DpGroupTest(unittest.TestCase):
         self.assertIn("Expect.dp_group 2: the prefill node has 2 DP group(s)", self.failure_of(4))
         with self.assertRaisesRegex(SidecarError, "dp_group -1 is not a DP group"):
             self.client.expect(6, self.address, MANIFEST, dp_group=-1)
+
+
+class SidecarLossTest(unittest.TestCase):
+    """The client notices its sidecar die or stop, tells the engine every open room failed and
+    what it may do with the pages (python/kvrail_engine/liveness.py), and the engine reattaches
+    to a restarted sidecar. Rooms stay in flight: their prefill rank is a PULL socket that never
+    answers."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bootstrap, port = start_bootstrap()
+        cls.silent = zmq.Context.instance().socket(zmq.PULL)
+        cls.silent.setsockopt(zmq.LINGER, 0)
+        register_prefill_rank(port, 0, world_size=1, dp_size=1,
+                              rank_port=cls.silent.bind_to_random_port("tcp://127.0.0.1"))
+        cls.address = "127.0.0.1:%d" % port
+        cls.shm = "/kvrail-pytest-loss-%s" % TAG
+        with open("/dev/shm" + cls.shm, "wb") as f:
+            f.truncate(1 << 20)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.bootstrap.terminate()
+        cls.bootstrap.wait(timeout=10)
+        cls.silent.close()
+        os.unlink("/dev/shm" + cls.shm)
+
+    def setUp(self):
+        self.endpoint = "ipc:///tmp/kvrail-pytest-loss-%s-%s.sock" % (TAG, self._testMethodName[-6:])
+        self.sidecars = []
+        self.client = SidecarClient(self.endpoint, timeout=10.0, heartbeat=0.2,
+                                    heartbeat_timeout=1.0)
+
+    def tearDown(self):
+        self.client.close()
+        for sidecar in self.sidecars:
+            if sidecar.poll() is None:
+                os.kill(sidecar.pid, signal.SIGCONT)
+                sidecar.kill()
+            sidecar.wait(timeout=10)
+
+    def start_sidecar(self):
+        sidecar = start_decode_sidecar(self.endpoint, "tcp", ["--fence-wait", "1"])
+        self.sidecars.append(sidecar)
+        return sidecar
+
+    def events_until(self, count, seconds=20):
+        events = []
+        deadline = time.monotonic() + seconds
+        while len(events) < count and time.monotonic() < deadline:
+            events.extend(self.client.drain_events())
+            time.sleep(0.02)
+        return events
+
+    def test_a_killed_sidecar_fails_every_room_with_its_pages_free_and_a_new_one_is_attached(self):
+        sidecar = self.start_sidecar()
+        self.client.attach_shm(self.shm, CONTRACT)
+        self.assertEqual(self.client.sidecar_pid, sidecar.pid)
+        for room in (1, 2):
+            self.client.expect(room, self.address, MANIFEST)
+        os.kill(sidecar.pid, signal.SIGKILL)
+        sidecar.wait(timeout=10)
+        events = self.events_until(2)
+        self.assertEqual(sorted(e.room for e in events), [1, 2])
+        for e in events:
+            self.assertEqual((e.status, e.pages), (TransferPoll.FAILED, Pages.REUSABLE))
+            self.assertIn("the sidecar is lost", e.reason)
+            self.assertIn("the sidecar process is gone", e.reason)
+        self.assertIsNotNone(self.client.sidecar_lost)
+        with self.assertRaisesRegex(SidecarError, "the sidecar is lost"):
+            self.client.poll([1])
+        # A restarted sidecar: the engine attaches again; the old rooms are unknown there.
+        self.start_sidecar()
+        deadline = time.monotonic() + 20
+        while self.client.sidecar_lost is not None and time.monotonic() < deadline:
+            self.client.drain_events()
+            time.sleep(0.02)
+        self.assertIsNone(self.client.sidecar_lost)
+        self.client.attach_shm(self.shm, CONTRACT)
+        self.assertEqual(self.client.poll([1])[1], (TransferPoll.FAILED, "unknown room"))
+
+    def test_a_stopped_sidecar_holds_the_pages_until_it_is_back_and_ends_the_room(self):
+        sidecar = self.start_sidecar()
+        self.client.attach_shm(self.shm, CONTRACT)
+        self.client.expect(3, self.address, MANIFEST)
+        os.kill(sidecar.pid, signal.SIGSTOP)
+        events = self.events_until(1)
+        self.assertEqual([(e.room, e.status, e.pages) for e in events],
+                         [(3, TransferPoll.FAILED, Pages.HELD)])
+        self.assertIn("may still land", events[0].reason)
+        # Back: the client attaches again, which voids the room there; the sidecar fences it
+        # (its prefill rank never answers: released unproven after --fence-wait 1) and the pages
+        # come free.
+        os.kill(sidecar.pid, signal.SIGCONT)
+        released = self.events_until(1, seconds=30)
+        self.assertEqual([(e.room, e.status, e.pages_released) for e in released],
+                         [(3, TransferPoll.FAILED, True)])
+        self.assertIsNone(self.client.sidecar_lost)
 
 
 class AllocatedArenaTest(unittest.TestCase):

@@ -1,0 +1,46 @@
+"""The values the engine API hands an engine: TransferPoll codes, page states, and one room's
+outcome (RoomEvent) or state (RoomState)."""
+
+import collections
+import enum
+
+
+class TransferPoll(enum.IntEnum):
+    """CACHEPD section 7.1 TransferPoll codes."""
+
+    FAILED = 0
+    BOOTSTRAPPING = 1
+    BOOTSTRAPPED = 2
+    WAITING_FOR_INPUT = 3
+    TRANSFERRING = 4
+    SUCCESS = 5
+
+
+class Pages(enum.IntEnum):
+    """A terminal event's word on the room's pages (engine.proto PageState)."""
+
+    UNSPECIFIED = 0
+    REUSABLE = 1  # no write of the room can land any more: reuse them now
+    HELD = 2  # a write may still land: wait for the event with pages_released
+
+
+# One room's outcome. A decode Failed with pages HELD is followed by an event of the same room
+# with pages_released (status still FAILED) once they may be reused; pages_proven says whether
+# every writer was fenced or they were released on a timeout.
+RoomEvent = collections.namedtuple(
+    "RoomEvent",
+    ["room", "status", "reason", "bootstrap_token", "speculative_ids", "bytes", "copies",
+     "seconds", "pages", "pages_released", "pages_proven"],
+    defaults=(Pages.UNSPECIFIED, False, False),
+)
+
+# One room's state as poll_states() reports it: bootstrap_token (-1: none) and speculative_ids
+# (a tuple) are a decode Success's, as in its RoomEvent.
+RoomState = collections.namedtuple(
+    "RoomState", ["status", "reason", "bootstrap_token", "speculative_ids"])
+
+
+def failed(room, reason, pages, released=False, proven=False):
+    """A Failed outcome the client itself reports (the sidecar could not)."""
+    return RoomEvent(room, TransferPoll.FAILED, reason, -1, [], 0, 0, 0.0, pages, released,
+                     proven)
