@@ -496,6 +496,9 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
   AddDestination(room, std::move(destination));
   if (room.destinations.size() == peer->expected_decode_ranks.size()) {
     SetState(room_id, room, TransferPoll::kBootstrapped, out);
+    if (!out.events.empty() && out.events.back().state == TransferPoll::kBootstrapped) {
+      out.events.back().windows = WindowsOf(room);
+    }
     MaybeStartTransfer(room_id, room, now, out);
   }
 }
@@ -738,9 +741,27 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     event.room = room_id;
     event.state = *room.state;
     if (event.state == TransferPoll::kFailed) event.reason = room.failure_reason;
+    if (event.state == TransferPoll::kBootstrapped) event.windows = WindowsOf(room);
     out.events.push_back(std::move(event));
   }
   return out;
+}
+
+std::vector<DecodeWindow> PrefillRooms::Windows(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || found->second.state != TransferPoll::kBootstrapped) return {};
+  return WindowsOf(found->second);
+}
+
+std::vector<DecodeWindow> PrefillRooms::WindowsOf(const Room& room) {
+  std::vector<DecodeWindow> windows;
+  for (const Destination& destination : room.destinations) {
+    if (destination.manifest == nullptr) continue;  // a dummy: no data
+    const wire::Registration& registration = destination.peer->registration;
+    windows.push_back({registration.session_id, registration.decode_tp_rank,
+                       destination.manifest->prefix_len, destination.manifest->prompt_len});
+  }
+  return windows;
 }
 
 absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
@@ -990,6 +1011,11 @@ std::optional<TransferPoll> PrefillRooms::State(uint64_t room) const {
   auto found = rooms_.find(room);
   if (found == rooms_.end()) return std::nullopt;
   return found->second.state;
+}
+
+bool PrefillRooms::Begun(uint64_t room) const {
+  auto found = rooms_.find(room);
+  return found != rooms_.end() && found->second.begun;
 }
 
 std::optional<PrefillRoomView> PrefillRooms::Find(uint64_t room_id) const {

@@ -230,6 +230,13 @@ class PrefillRooms {
   // that already failed or completed). Fails (InvalidArgument) for a room above 2^63-1.
   absl::StatusOr<PrefillOutput> BeginRoom(uint64_t room, absl::Time now);
 
+  // Whether the engine began `room` (BeginRoom) and it is still tracked.
+  bool Begun(uint64_t room) const;
+
+  // The decode windows of a begun room that is Bootstrapped (what its Bootstrapped event
+  // carried); empty otherwise.
+  std::vector<DecodeWindow> Windows(uint64_t room) const;
+
   // The room's cache is final. When the room is Bootstrapped the output holds its TransferWork
   // (or, for a room whose destinations are all dummies, Success at once, with no message);
   // otherwise the work is handed back by the call that completes its pre-allocations. Checked
@@ -398,6 +405,8 @@ class PrefillRooms {
   void SendStatus(uint64_t room, const std::string& endpoint, TransferPoll status, int64_t token,
                   const std::optional<std::vector<int32_t>>& spec_ids, PrefillOutput& out) const;
   void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
+  // Each data destination's window, in the order they pre-allocated.
+  static std::vector<DecodeWindow> WindowsOf(const Room& room);
   void AbortRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
                  PrefillOutput& out);
   void MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);

@@ -28,6 +28,15 @@ enum class Pages {
   kHeld,         // a prefill rank may still write them: wait for the room's PagesRelease
 };
 
+// A decode rank's pre-allocation of a room, as a prefill engine needs it to build the room's
+// source manifest: the window [prefix_len, prompt_len) of the decode's manifest (CACHEPD §5.1).
+struct DecodeWindow {
+  std::string session_id;
+  uint32_t decode_tp_rank = 0;
+  int64_t prefix_len = 0;
+  int64_t prompt_len = 0;
+};
+
 // A room's state changed to `state`.
 struct RoomEvent {
   uint64_t room = 0;
@@ -40,6 +49,8 @@ struct RoomEvent {
   std::optional<std::vector<int32_t>> spec_candidate_ids;
   // Decode kFailed: whether the pages may be reused now.
   Pages pages = Pages::kUnspecified;
+  // Prefill kBootstrapped: each data destination's window, in the order they pre-allocated.
+  std::vector<DecodeWindow> windows;
 };
 
 // Decode: the pages of a room that failed with Pages::kHeld are the engine's again.

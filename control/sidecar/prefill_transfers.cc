@@ -73,6 +73,28 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   return absl::OkStatus();
 }
 
+absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
+  const std::string context = absl::StrCat("Begin room ", begin.room());
+  if (options.role != Role::kPrefill) {
+    return absl::FailedPreconditionError(context + ": this is a decode sidecar");
+  }
+  Locked locked(*this);
+  if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+  // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
+  // pre-allocation comes after this call or came before it (BeginRoom then reports it).
+  const bool first = !prefill->Begun(begin.room());
+  if (first && awaiting_bootstrap.size() < options.max_rooms) {
+    awaiting_bootstrap.insert(begin.room());
+  }
+  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(begin.room(), absl::Now());
+  if (!begun.ok()) {
+    awaiting_bootstrap.erase(begin.room());
+    return AddContext(begun.status(), context);
+  }
+  ApplyLocked(*std::move(begun));
+  return absl::OkStatus();
+}
+
 absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
   const std::string context = absl::StrCat("LayersReady room ", layers.room());
   if (options.role != Role::kPrefill) {

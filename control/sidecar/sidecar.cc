@@ -95,7 +95,25 @@ Sidecar::Impl::Locked::~Locked() {
 // --- outputs --------------------------------------------------------------------------------
 
 void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActions::Ended* ended) {
-  if (!Terminal(event.state)) return;
+  if (!Terminal(event.state)) {
+    // A prefill room the engine began with Begin: its Bootstrapped is news, once.
+    if (event.state == TransferPoll::kBootstrapped && awaiting_bootstrap.erase(event.room) > 0) {
+      v1::RoomEvent out;
+      out.set_room(event.room);
+      out.set_status(v1::TRANSFER_POLL_BOOTSTRAPPED);
+      out.set_bootstrap_token(-1);
+      for (const session::DecodeWindow& window : event.windows) {
+        v1::DecodeWindow* w = out.add_windows();
+        w->set_session(window.session_id);
+        w->set_decode_tp_rank(window.decode_tp_rank);
+        w->set_prefix_len(window.prefix_len);
+        w->set_prompt_len(window.prompt_len);
+      }
+      api->Publish(out);
+    }
+    return;
+  }
+  awaiting_bootstrap.erase(event.room);
   v1::RoomEvent out;
   out.set_room(event.room);
   out.set_status(static_cast<v1::TransferPoll>(static_cast<int>(event.state)));
@@ -274,6 +292,9 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
     case v1::EngineRequest::kLayersReady:
       status = LayersReady(request.layers_ready());
       break;
+    case v1::EngineRequest::kBegin:
+      status = Begin(request.begin());
+      break;
     case v1::EngineRequest::kExpect:
       status = Expect(request.expect());
       break;
@@ -351,6 +372,9 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
     case v1::EngineRequest::kAbort:
       room = request.abort().room();
       break;
+    case v1::EngineRequest::kBegin:
+      room = request.begin().room();
+      break;
     default:
       return false;
   }
@@ -384,6 +408,15 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
       for (int32_t id : ended.speculative_ids) state->add_speculative_ids(id);
     } else if (prefill) {
       current = prefill->State(room);
+      if (current == TransferPoll::kBootstrapped) {
+        for (const session::DecodeWindow& window : prefill->Windows(room)) {
+          v1::DecodeWindow* w = state->add_windows();
+          w->set_session(window.session_id);
+          w->set_decode_tp_rank(window.decode_tp_rank);
+          w->set_prefix_len(window.prefix_len);
+          w->set_prompt_len(window.prompt_len);
+        }
+      }
     } else if (decode) {
       current = decode->State(room);
     }

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -147,6 +148,9 @@ struct Sidecar::Impl {
   };
   absl::flat_hash_map<uint64_t, FinishedRoom> finished;
   std::deque<uint64_t> finished_order;
+  // Prefill: rooms the engine began with Begin whose Bootstrapped event has not gone out yet
+  // (bounded by --max-rooms; erased when it goes out or the room ends).
+  std::set<uint64_t> awaiting_bootstrap;
   RoomTransfers transfers;  // prefill
   RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
   KeyBinding keys;          // CURVE on: which key may send what (key_binding.h)
@@ -254,6 +258,9 @@ struct Sidecar::Impl {
   // --- prefill_transfers.cc -----------------------------------------------------------------
   absl::Status Ready(const v1::Ready& ready);
   absl::Status LayersReady(const v1::LayersReady& layers);
+  // The engine has the request: the room exists from now on, and its Bootstrapped (with the
+  // decodes' windows) comes as an event.
+  absl::Status Begin(const v1::Begin& begin);
   void AbortPrefill(uint64_t room, const std::string& reason);
   // A room's transfer may start: prepare each destination in its session's strand.
   void BeginTransferLocked(session::TransferWork work);

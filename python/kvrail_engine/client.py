@@ -19,7 +19,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvrail_engine.liveness import RoomLedger, sidecar_process_gone
-from kvrail_engine.room_event import Pages, RoomEvent, RoomState, TransferPoll  # noqa: F401
+from kvrail_engine.room_event import (DecodeWindow, Pages, RoomEvent, RoomState,  # noqa: F401
+                                     TransferPoll)
 
 
 def _load_engine_pb2():
@@ -188,6 +189,15 @@ class SidecarClient:
         request.attach.engine_token = engine_token
         return self._attach(request)
 
+    def begin(self, room):
+        """Prefill: the engine has the request. The room exists from now on; one event with
+        status BOOTSTRAPPED and the decodes' windows (DecodeWindow) comes once every decode rank
+        pre-allocated it: build the source manifest for that window, run the forward pass, then
+        ready()."""
+        request = engine_pb2.EngineRequest()
+        request.begin.room = room
+        return self._begin(room, request)
+
     def ready(self, room, source_manifest, bootstrap_token=-1, speculative_ids=()):
         """Prefill: the room's cache is computed; send it to its decode ranks."""
         request = engine_pb2.EngineRequest()
@@ -236,6 +246,8 @@ class SidecarClient:
             if status in _ENDED:
                 states[s.room] = RoomState(status, s.reason, s.bootstrap_token,
                                            tuple(s.speculative_ids))
+            elif status is TransferPoll.BOOTSTRAPPED and len(s.windows):
+                states[s.room] = RoomState(status, "", -1, (), _windows(s.windows))
             else:  # a room in flight has nothing else to read
                 states[s.room] = RoomState(status, "", -1, ())
         return states
@@ -390,7 +402,12 @@ def _text(value):
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
+def _windows(windows):
+    return tuple(DecodeWindow(w.session, w.decode_tp_rank, w.prefix_len, w.prompt_len)
+                 for w in windows)
+
+
 def _event(e):
     return RoomEvent(e.room, _POLL[e.status], e.reason, e.bootstrap_token,
                      list(e.speculative_ids), e.bytes, e.copies, e.seconds, Pages(e.pages),
-                     e.pages_released, e.pages_proven)
+                     e.pages_released, e.pages_proven, _windows(e.windows))

@@ -24,20 +24,28 @@ class Pages(enum.IntEnum):
     HELD = 2  # a write may still land: wait for the event with pages_released
 
 
+# A decode rank's pre-allocation of a prefill room: the window [prefix_len, prompt_len) the
+# room's source manifest must cover (prefix caching may start it past 0).
+DecodeWindow = collections.namedtuple(
+    "DecodeWindow", ["session", "decode_tp_rank", "prefix_len", "prompt_len"])
+
 # One room's outcome. A decode Failed with pages HELD is followed by an event of the same room
 # with pages_released (status still FAILED) once they may be reused; pages_proven says whether
-# every writer was fenced or they were released on a timeout.
+# every writer was fenced or they were released on a timeout. A prefill room the engine began
+# with begin() also gets one event with status BOOTSTRAPPED and `windows` (DecodeWindow each).
 RoomEvent = collections.namedtuple(
     "RoomEvent",
     ["room", "status", "reason", "bootstrap_token", "speculative_ids", "bytes", "copies",
-     "seconds", "pages", "pages_released", "pages_proven"],
-    defaults=(Pages.UNSPECIFIED, False, False),
+     "seconds", "pages", "pages_released", "pages_proven", "windows"],
+    defaults=(Pages.UNSPECIFIED, False, False, ()),
 )
 
 # One room's state as poll_states() reports it: bootstrap_token (-1: none) and speculative_ids
-# (a tuple) are a decode Success's, as in its RoomEvent.
+# (a tuple) are a decode Success's, as in its RoomEvent; windows a begun prefill room's, once
+# Bootstrapped.
 RoomState = collections.namedtuple(
-    "RoomState", ["status", "reason", "bootstrap_token", "speculative_ids"])
+    "RoomState", ["status", "reason", "bootstrap_token", "speculative_ids", "windows"],
+    defaults=((),))
 
 
 def failed(room, reason, pages, released=False, proven=False):

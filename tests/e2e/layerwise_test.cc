@@ -3,7 +3,8 @@
 // engine-sims), both arenas allocated by the sidecars and mapped here, driven through the
 // engine API as an engine would. The test waits for bytes to land instead of timing anything:
 // a layer said final lands before the room's Ready, a layer not yet final does not, the decode
-// hears Success only after the Ready, and an abort between layers is fenced.
+// hears Success only after the Ready, and an abort between layers is fenced. And the engine's
+// Begin, where such a room starts (BeginTest).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -209,6 +210,76 @@ TEST_F(LayerwiseTest, BadCallsAreRefusedNamingTheRule) {
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "this is a decode sidecar"))
       << refused.status();
+}
+
+// Where a layer-wise room starts: the engine's Begin (tokenspeed's prefill executor creates the
+// room's sender before its forward pass). The room exists from then on, and its Bootstrapped
+// comes once as an event with the decode's window, from which the engine builds the source
+// manifest; Poll says the same.
+class BeginTest : public LayerwiseTest {
+ protected:
+  std::optional<v1::RoomEvent> PrefillEvent() {
+    return prefill_.client->NextEvent(absl::Seconds(30));
+  }
+  v1::RoomState PollPrefill(uint64_t room) {
+    v1::EngineRequest poll;
+    poll.mutable_poll()->add_rooms(room);
+    absl::StatusOr<v1::EngineReply> reply = prefill_.client->Call(poll);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->states(0) : v1::RoomState();
+  }
+  absl::Status Begin(uint64_t room, Engine& engine) {
+    v1::EngineRequest begin;
+    begin.mutable_begin()->set_room(room);
+    return engine.client->Call(begin).status();
+  }
+};
+
+TEST_F(BeginTest, ABegunRoomIsBootstrappingThenBootstrappedWithTheDecodesWindowOnce) {
+  ASSERT_TRUE(Begin(5, prefill_).ok());
+  EXPECT_EQ(PollPrefill(5).status(), v1::TRANSFER_POLL_BOOTSTRAPPING);  // not "unknown room"
+  Expect(5);
+  std::optional<v1::RoomEvent> bootstrapped = PrefillEvent();
+  ASSERT_TRUE(bootstrapped.has_value());
+  EXPECT_EQ(bootstrapped->status(), v1::TRANSFER_POLL_BOOTSTRAPPED);
+  ASSERT_EQ(bootstrapped->windows_size(), 1);
+  EXPECT_EQ(bootstrapped->windows(0).prefix_len(), dst_.prefix_len);
+  EXPECT_EQ(bootstrapped->windows(0).prompt_len(), dst_.prompt_len);
+  EXPECT_EQ(bootstrapped->windows(0).decode_tp_rank(), 0u);
+  EXPECT_FALSE(bootstrapped->windows(0).session().empty());
+  const v1::RoomState polled = PollPrefill(5);
+  EXPECT_EQ(polled.status(), v1::TRANSFER_POLL_BOOTSTRAPPED);
+  ASSERT_EQ(polled.windows_size(), 1);
+  EXPECT_EQ(polled.windows(0).prompt_len(), dst_.prompt_len);
+  ASSERT_TRUE(Begin(5, prefill_).ok());  // again: changes nothing, announces nothing
+
+  v1::EngineRequest ready;
+  ready.mutable_ready()->set_room(5);
+  ready.mutable_ready()->set_bootstrap_token(11);
+  ready.mutable_ready()->set_source_manifest(layout::SerializeManifest(src_).value());
+  ASSERT_TRUE(prefill_.client->Call(ready).ok());
+  std::optional<v1::RoomEvent> done = decode_.client->NextEvent(absl::Seconds(30));
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(Landed({0, 2}));
+  std::optional<v1::RoomEvent> sent = PrefillEvent();
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_EQ(sent->status(), v1::TRANSFER_POLL_SUCCESS) << "a second Bootstrapped came";
+}
+
+TEST_F(BeginTest, ARoomPreallocatedBeforeItsBeginIsAnnouncedAtTheBegin) {
+  Expect(6);  // the decode's pre-allocation is in before the engine has the request
+  ASSERT_TRUE(Begin(6, prefill_).ok());
+  std::optional<v1::RoomEvent> bootstrapped = PrefillEvent();
+  ASSERT_TRUE(bootstrapped.has_value());
+  EXPECT_EQ(bootstrapped->status(), v1::TRANSFER_POLL_BOOTSTRAPPED);
+  EXPECT_EQ(bootstrapped->windows_size(), 1);
+}
+
+TEST_F(BeginTest, BeginOnADecodeIsRefusedNamingTheRule) {
+  const absl::Status refused = Begin(7, decode_);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "Begin room 7: this is a decode sidecar"))
+      << refused;
 }
 
 }  // namespace

@@ -86,6 +86,8 @@ class EngineClientTest(unittest.TestCase):
             self.client.ready(7, MANIFEST, bootstrap_token=1)
         with self.assertRaisesRegex(SidecarError, "LayersReady room 7: this is a decode sidecar"):
             self.client.layers_ready(7, 1, MANIFEST)
+        with self.assertRaisesRegex(SidecarError, "Begin room 7: this is a decode sidecar"):
+            self.client.begin(7)
 
     def test_4_a_room_whose_prefill_is_unreachable_fails_with_an_event(self):
         # Nothing listens at this bootstrap address: the route fails and the room with it.
