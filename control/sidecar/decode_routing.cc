@@ -16,7 +16,14 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
   if (options.role != Role::kDecode) {
     return absl::FailedPreconditionError(context + ": this is a prefill sidecar");
   }
-  absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(expect.destination_manifest());
+  const bool tables = expect.block_tables_size() > 0;
+  if (tables && !expect.destination_manifest().empty()) {
+    return absl::InvalidArgumentError(
+        context + ": give destination_manifest or block_tables (with the window), not both");
+  }
+  // Built from the block tables under mu, below: they need the attached contract.
+  absl::StatusOr<layout::Manifest> manifest =
+      tables ? layout::Manifest() : layout::ParseManifest(expect.destination_manifest());
   if (!manifest.ok()) return AddContext(manifest.status(), context + ": destination manifest");
   KVRAIL_RETURN_IF_ERROR(SplitHostPort(expect.bootstrap_address(), "bootstrap address").status());
   const std::optional<int> dp_group =
@@ -28,6 +35,11 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
   {
     Locked locked(*this);
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+    if (tables) {
+      KVRAIL_ASSIGN_OR_RETURN(*manifest,
+                              ManifestFromTables(expect.block_tables(), expect.prefix_len(),
+                                                 expect.prompt_len(), context + ": block_tables"));
+    }
     KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateManifest(*manifest, contract),
                                       context + ": destination manifest"));
     absl::StatusOr<session::DecodeOutput> out =

@@ -49,6 +49,10 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
     return absl::FailedPreconditionError(context + ": this is a decode sidecar");
   }
   session::RoomReady room_ready;
+  if (!ready.source_manifest().empty() && ready.block_tables_size() > 0) {
+    return absl::InvalidArgumentError(
+        context + ": give source_manifest or block_tables (with the window), not both");
+  }
   if (!ready.source_manifest().empty()) {
     absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(ready.source_manifest());
     if (!manifest.ok()) return AddContext(manifest.status(), context + ": source manifest");
@@ -61,6 +65,11 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   }
   Locked locked(*this);
   if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+  if (ready.block_tables_size() > 0) {
+    KVRAIL_ASSIGN_OR_RETURN(room_ready.source_manifest,
+                            ManifestFromTables(ready.block_tables(), ready.prefix_len(),
+                                               ready.prompt_len(), context + ": block_tables"));
+  }
   const absl::Time now = absl::Now();
   absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);
   if (!begun.ok()) return AddContext(begun.status(), context);
@@ -71,6 +80,20 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   if (!out.ok()) return AddContext(out.status(), context);
   ApplyLocked(*std::move(out));
   return absl::OkStatus();
+}
+
+absl::StatusOr<layout::Manifest> Sidecar::Impl::ManifestFromTables(
+    const google::protobuf::RepeatedPtrField<v1::BlockTable>& tables, int64_t prefix_len,
+    int64_t prompt_len, const std::string& context) const {
+  std::vector<std::vector<int64_t>> block_tables;
+  block_tables.reserve(tables.size());
+  for (const v1::BlockTable& table : tables) {
+    block_tables.emplace_back(table.block_ids().begin(), table.block_ids().end());
+  }
+  absl::StatusOr<layout::Manifest> built =
+      layout::BuildManifest(contract, block_tables, prefix_len, prompt_len);
+  if (!built.ok()) return AddContext(built.status(), context);
+  return built;
 }
 
 absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {

@@ -358,7 +358,10 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
   std::optional<uint64_t> room;
   switch (request.kind_case()) {
     case v1::EngineRequest::kReady:
-      manifest_bytes = request.ready().source_manifest().size();
+      // A manifest's JSON, or its block tables: either is parsed and checked a byte at a time.
+      manifest_bytes =
+          request.ready().source_manifest().size() +
+          (request.ready().block_tables_size() > 0 ? request.ready().ByteSizeLong() : 0);
       room = request.ready().room();
       break;
     case v1::EngineRequest::kLayersReady:
@@ -366,7 +369,9 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
       room = request.layers_ready().room();
       break;
     case v1::EngineRequest::kExpect:
-      manifest_bytes = request.expect().destination_manifest().size();
+      manifest_bytes =
+          request.expect().destination_manifest().size() +
+          (request.expect().block_tables_size() > 0 ? request.expect().ByteSizeLong() : 0);
       room = request.expect().room();
       break;
     case v1::EngineRequest::kAbort:

@@ -258,6 +258,11 @@ struct Sidecar::Impl {
   // --- prefill_transfers.cc -----------------------------------------------------------------
   absl::Status Ready(const v1::Ready& ready);
   absl::Status LayersReady(const v1::LayersReady& layers);
+  // Needs mu, attached: the canonical manifest of an engine's block tables and window, for
+  // this arena's contract (CACHEPD §5.2); errors prefixed with `context`.
+  absl::StatusOr<layout::Manifest> ManifestFromTables(
+      const google::protobuf::RepeatedPtrField<v1::BlockTable>& tables, int64_t prefix_len,
+      int64_t prompt_len, const std::string& context) const;
   // The engine has the request: the room exists from now on, and its Bootstrapped (with the
   // decodes' windows) comes as an event.
   absl::Status Begin(const v1::Begin& begin);

@@ -198,11 +198,16 @@ class SidecarClient:
         request.begin.room = room
         return self._begin(room, request)
 
-    def ready(self, room, source_manifest, bootstrap_token=-1, speculative_ids=()):
-        """Prefill: the room's cache is computed; send it to its decode ranks."""
+    def ready(self, room, source_manifest="", bootstrap_token=-1, speculative_ids=(),
+              block_tables=None, window=None):
+        """Prefill: the room's cache is computed; send it to its decode ranks. The source
+        blocks as CachePD manifest JSON, or as `block_tables` (one list of block ids per KV
+        cache group, in the contract's group order) with `window` = (prefix_len, prompt_len),
+        the decode's window from the BOOTSTRAPPED event: the sidecar builds the manifest."""
         request = engine_pb2.EngineRequest()
         request.ready.room = room
         request.ready.source_manifest = _text(source_manifest)
+        _set_tables(request.ready, block_tables, window)
         request.ready.bootstrap_token = bootstrap_token
         request.ready.speculative_ids.extend(speculative_ids)
         return self._begin(room, request)
@@ -217,15 +222,18 @@ class SidecarClient:
         request.layers_ready.source_manifest = _text(source_manifest)
         return self._begin(room, request)
 
-    def expect(self, room, bootstrap_address, destination_manifest, dp_group=None):
+    def expect(self, room, bootstrap_address, destination_manifest="", dp_group=None,
+               block_tables=None, window=None):
         """Decode: pages are allocated; fetch the room from the prefill node behind
         bootstrap_address ("host:port"). `dp_group`, if given, is the prefill DP group the
         engine expects the room in; CachePD routes it to room mod prefill_dp_size, and any other
-        group fails the room, naming both."""
+        group fails the room, naming both. The destination blocks as manifest JSON, or as
+        `block_tables` with `window` = (prefix_len, prompt_len), as in ready()."""
         request = engine_pb2.EngineRequest()
         request.expect.room = room
         request.expect.bootstrap_address = bootstrap_address
         request.expect.destination_manifest = _text(destination_manifest)
+        _set_tables(request.expect, block_tables, window)
         if dp_group is not None:
             request.expect.dp_group = dp_group
         return self._begin(room, request)
@@ -400,6 +408,17 @@ class SidecarClient:
 
 def _text(value):
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _set_tables(message, block_tables, window):
+    """Block tables and their window on a Ready or an Expect."""
+    if block_tables is None:
+        return
+    for table in block_tables:
+        message.block_tables.add().block_ids.extend(table)
+    prefix_len, prompt_len = window
+    message.prefix_len = prefix_len
+    message.prompt_len = prompt_len
 
 
 def _windows(windows):

@@ -276,6 +276,47 @@ TEST_F(BeginTest, ARoomPreallocatedBeforeItsBeginIsAnnouncedAtTheBegin) {
   EXPECT_EQ(bootstrapped->windows_size(), 1);
 }
 
+// An engine gives its block tables and the window instead of CachePD JSON: the sidecars build
+// the canonical manifests (CACHEPD §5.2), and the room lands as with the engine's manifests.
+TEST_F(BeginTest, ReadyAndExpectTakeBlockTablesInsteadOfManifests) {
+  ASSERT_TRUE(Begin(8, prefill_).ok());
+  v1::EngineRequest expect;
+  expect.mutable_expect()->set_room(8);
+  expect.mutable_expect()->set_bootstrap_address(cluster_->bootstrap());
+  v1::BlockTable* dst_table = expect.mutable_expect()->add_block_tables();
+  for (int64_t id : {4, 7, 9}) dst_table->add_block_ids(id);
+  expect.mutable_expect()->set_prompt_len(dst_.prompt_len);
+  ASSERT_TRUE(decode_.client->Call(expect).ok());
+  std::optional<v1::RoomEvent> bootstrapped = PrefillEvent();
+  ASSERT_TRUE(bootstrapped.has_value());
+  ASSERT_EQ(bootstrapped->status(), v1::TRANSFER_POLL_BOOTSTRAPPED);
+  ASSERT_EQ(bootstrapped->windows_size(), 1);
+  EXPECT_EQ(bootstrapped->windows(0).prompt_len(), dst_.prompt_len);
+
+  v1::EngineRequest ready;
+  ready.mutable_ready()->set_room(8);
+  v1::BlockTable* src_table = ready.mutable_ready()->add_block_tables();
+  for (int64_t id : {1, 2, 3}) src_table->add_block_ids(id);
+  ready.mutable_ready()->set_prefix_len(bootstrapped->windows(0).prefix_len());
+  ready.mutable_ready()->set_prompt_len(bootstrapped->windows(0).prompt_len());
+  // Both ways at once is refused, naming the rule; a block id outside the arena, naming it.
+  v1::EngineRequest both = ready;
+  both.mutable_ready()->set_source_manifest(layout::SerializeManifest(src_).value());
+  absl::Status refused = prefill_.client->Call(both).status();
+  EXPECT_TRUE(absl::StrContains(refused.message(), "give source_manifest or block_tables"))
+      << refused;
+  v1::EngineRequest outside = ready;
+  outside.mutable_ready()->mutable_block_tables(0)->set_block_ids(0, 1 << 30);
+  refused = prefill_.client->Call(outside).status();
+  EXPECT_TRUE(absl::StrContains(refused.message(), "Ready room 8: block_tables")) << refused;
+
+  ASSERT_TRUE(prefill_.client->Call(ready).ok());
+  std::optional<v1::RoomEvent> done = decode_.client->NextEvent(absl::Seconds(30));
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->status(), v1::TRANSFER_POLL_SUCCESS) << done->reason();
+  EXPECT_TRUE(Landed({0, 2}));
+}
+
 TEST_F(BeginTest, BeginOnADecodeIsRefusedNamingTheRule) {
   const absl::Status refused = Begin(7, decode_);
   EXPECT_TRUE(absl::StrContains(refused.message(), "Begin room 7: this is a decode sidecar"))
