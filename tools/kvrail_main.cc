@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   kvrail::tools::AddKeygen(app, exit_code);
   kvrail::tools::AddDoctor(app, exit_code);
   kvrail::tools::AddEngineSim(app, exit_code);
+  kvrail::tools::AddContract(app, exit_code);
   kvrail::tools::AddDemo(app, exit_code);
   kvrail::tools::AddBench(app, exit_code);
   try {

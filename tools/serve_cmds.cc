@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "control/bootstrap/token.h"
+#include "control/layout/contract.h"
+#include "control/layout/kv_shape.h"
 #include "control/session/peer_log_limiter.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
@@ -332,6 +334,35 @@ void AddEngineSim(CLI::App& app, int& exit_code) {
       options.curve = zmq_auth::CurveClientKeys{*std::move(own), server->public_key};
     }
     exit_code = Report(sim::RunEngineSim(options), "engine-sim");
+  });
+}
+
+void AddContract(CLI::App& app, int& exit_code) {
+  static layout::KvShape shape;
+  static int tp = 1;
+  static bool arena_bytes = false;
+  CLI::App* sub = app.add_subcommand(
+      "contract",
+      "Print the CachePD contract (CACHEPD §4, canonical wire) of a KV cache shape at one TP size");
+  sub->add_option("--tp", tp, "Attention TP size: each rank holds kv-heads / tp heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--pages", shape.pages, "KV pages (blocks) in the arena")->capture_default_str();
+  sub->add_flag("--arena-bytes", arena_bytes,
+                "Print the bytes of the arena the contract describes instead (what AttachArena "
+                "needs at least)");
+  AddShapeFlags(sub, shape);
+  sub->callback([&exit_code] {
+    absl::StatusOr<std::string> wire = [&]() -> absl::StatusOr<std::string> {
+      KVRAIL_ASSIGN_OR_RETURN(layout::Contract contract, layout::BuildKvContract(shape, tp));
+      if (arena_bytes) return absl::StrCat(contract.ArenaBytes());
+      return layout::SerializeContract(contract);
+    }();
+    if (!wire.ok()) {
+      exit_code = Report(wire.status(), "contract");
+      return;
+    }
+    std::printf("%s\n", wire->c_str());
   });
 }
 

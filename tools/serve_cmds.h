@@ -9,6 +9,9 @@ namespace kvrail::tools {
 void AddSidecar(CLI::App& app, int& exit_code);
 void AddEngineSim(CLI::App& app, int& exit_code);
 void AddDemo(CLI::App& app, int& exit_code);
+// `kvrail contract`: the CachePD contract (CACHEPD §4) of a model shape at one TP size, for an
+// engine (or a test) that has no contract of its own yet.
+void AddContract(CLI::App& app, int& exit_code);
 
 }  // namespace kvrail::tools
 
