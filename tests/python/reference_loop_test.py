@@ -2,8 +2,8 @@
 """python/examples/reference_engine.py end to end: a real bootstrap server, real sidecars (every
 one with --verify-digest, so that a Success means the digest of the bytes matched) and one
 reference engine process per rank, for P = D, P > D, P < D and two prefill DP groups; and with
-a decode sidecar killed mid-run, whose engine reports its rooms failed and exits non-zero while
-the other ranks are not held up."""
+a decode sidecar, or the prefill's, killed mid-run: the engines report the rooms failed with the
+reason and end, none left waiting."""
 
 import os
 import random
@@ -142,6 +142,25 @@ class ReferenceLoopTest(unittest.TestCase):
         # dead decode fail (its heartbeat), the healthy decode's with them or succeed.
         for name in ("prefill-g0-r0", "decode-r0"):
             self.assertIn("summary:", results[name][1], name)
+
+    def test_a_prefill_sidecar_killed_fails_the_decodes_rooms_within_the_heartbeat_window(self):
+        # The decode sidecar probes the prefill ranks its rooms wait on every heartbeat interval
+        # (1 s here), finds the dead one's socket refusing connections and fails the rooms it
+        # owes; its engine reports them and ends, none left to its own deadline.
+        deployment = Deployment(1, 1, rooms=12, timeout=60)
+        try:
+            os.kill(deployment.sidecars["prefill-g0-r0"].pid, signal.SIGKILL)
+            results = deployment.results()
+        finally:
+            deployment.close()
+        code, text = results["prefill-g0-r0"]
+        self.assertEqual(code, 1, text)
+        self.assertIn("the sidecar is lost", text)
+        code, text = results["decode-r0"]
+        self.assertEqual(code, 1, text)
+        self.assertIn("summary:", text)  # a room may have landed before the kill
+        self.assertNotIn("failed deadline", text)  # every room ended by the sidecar's word
+        self.assertIn("is gone (its CachePD socket refuses connections)", text)
 
 
 if __name__ == "__main__":
