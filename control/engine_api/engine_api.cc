@@ -1,6 +1,7 @@
 #include "control/engine_api/engine_api.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -11,6 +12,8 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -322,10 +325,40 @@ void EngineApiServer::Run() {
 
 struct EngineApiClient::Sockets {
   zmq::socket_t dealer;
+  zmq::socket_t monitor;  // the dealer's connection events (zmq_socket_monitor)
 };
 
+namespace {
+
+// Whether the sidecar process `pid` is gone (or the pid is another program's now); nullopt
+// when unknown. As python/kvrail_engine/liveness.py.
+std::optional<bool> SidecarProcessGone(uint32_t pid) {
+  if (pid == 0) return std::nullopt;
+  if (kill(static_cast<pid_t>(pid), 0) != 0) {
+    if (errno == ESRCH) return true;
+    return false;  // EPERM: it exists
+  }
+  std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  if (!cmdline) return std::nullopt;
+  const std::string text((std::istreambuf_iterator<char>(cmdline)),
+                         std::istreambuf_iterator<char>());
+  return text.find("sidecar") == std::string::npos;
+}
+
+// The room an accepted request begins (or continues), if any.
+std::optional<uint64_t> BegunRoom(const v1::EngineRequest& request) {
+  if (request.has_begin()) return request.begin().room();
+  if (request.has_ready()) return request.ready().room();
+  if (request.has_layers_ready()) return request.layers_ready().room();
+  if (request.has_expect()) return request.expect().room();
+  return std::nullopt;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<EngineApiClient>> EngineApiClient::Connect(
-    const std::string& endpoint, const zmq_auth::CurveClientKeys* curve) {
+    const std::string& endpoint, const zmq_auth::CurveClientKeys* curve,
+    absl::Duration heartbeat_timeout) {
   std::unique_ptr<EngineApiClient> client(new EngineApiClient);
   client->sockets_ = std::make_unique<Sockets>();
   client->endpoint_ = endpoint;
@@ -333,6 +366,27 @@ absl::StatusOr<std::unique_ptr<EngineApiClient>> EngineApiClient::Connect(
     zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
     dealer.set(zmq::sockopt::rcvhwm, 100000);
+    if (heartbeat_timeout > absl::ZeroDuration()) {
+      const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(heartbeat_timeout));
+      dealer.set(zmq::sockopt::heartbeat_ivl, std::max(1, timeout_ms / 3));
+      dealer.set(zmq::sockopt::heartbeat_timeout, std::max(1, timeout_ms));
+    }
+    // A connection counts once its handshake succeeded: a stopped sidecar's kernel still
+    // accepts the connection itself.
+    // Unique for the process's life: an inproc endpoint is unbound only some time after its
+    // monitor stops, so a later client must not reuse the name.
+    static std::atomic<uint64_t> monitors{0};
+    const std::string monitor_endpoint =
+        absl::StrCat("inproc://kvrail-engine-api-monitor-", monitors.fetch_add(1));
+    if (zmq_socket_monitor(dealer.handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      return absl::InternalError(
+          absl::StrCat("engine API: zmq_socket_monitor failed: ", zmq_strerror(zmq_errno())));
+    }
+    zmq::socket_t monitor(Context(), zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(monitor_endpoint);
+    client->sockets_->monitor = std::move(monitor);
     if (curve != nullptr) {
       absl::Status ok =
           zmq_auth::MakeCurveClient(dealer.handle(), curve->own, curve->server_public_key);
@@ -347,28 +401,111 @@ absl::StatusOr<std::unique_ptr<EngineApiClient>> EngineApiClient::Connect(
   return client;
 }
 
-EngineApiClient::~EngineApiClient() = default;
+EngineApiClient::~EngineApiClient() {
+  if (sockets_ != nullptr && sockets_->dealer.handle() != nullptr) {
+    zmq_socket_monitor(sockets_->dealer.handle(), nullptr, 0);
+  }
+}
+
+void EngineApiClient::Watch() {
+  zmq::socket_t& monitor = sockets_->monitor;
+  while (true) {
+    zmq::message_t event;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    (void)monitor.recv(address, zmq::recv_flags::none);  // always follows the event frame
+    if (event.size() < 2) continue;
+    uint16_t id = 0;
+    std::memcpy(&id, event.data(), sizeof(id));
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      connected_ = true;
+      lost_.reset();
+      continue;
+    }
+    if (id != ZMQ_EVENT_DISCONNECTED || !connected_) continue;
+    connected_ = false;
+    lost_ = absl::StrCat("engine API ", endpoint_,
+                         ": the sidecar is lost (its connection closed, or it answered no "
+                         "heartbeat in time)");
+    const std::optional<bool> gone = SidecarProcessGone(sidecar_pid_);
+    std::vector<std::pair<uint64_t, bool>> rooms(open_rooms_.begin(), open_rooms_.end());
+    std::sort(rooms.begin(), rooms.end());
+    for (const auto& [room, held] : rooms) {
+      if (held && !gone.value_or(false)) continue;  // told already; still held
+      v1::SidecarMessage message;
+      v1::RoomEvent* failed = message.mutable_event();
+      failed->set_room(room);
+      failed->set_status(v1::TRANSFER_POLL_FAILED);
+      failed->set_bootstrap_token(-1);
+      if (gone.value_or(false)) {
+        failed->set_pages(v1::PAGES_REUSABLE);
+        failed->set_pages_released(held);
+        failed->set_pages_proven(held);
+        failed->set_reason(held ? "pages released: the sidecar process is gone"
+                                : absl::StrCat(*lost_,
+                                               "; the sidecar process is gone, so "
+                                               "nothing of the room can land"));
+        open_rooms_.erase(room);
+      } else {
+        failed->set_pages(v1::PAGES_HELD);
+        failed->set_reason(absl::StrCat(*lost_,
+                                        "; a write of the room may still land until the "
+                                        "sidecar is back or known gone"));
+        open_rooms_[room] = true;
+      }
+      kept_.push_back(std::move(message));
+    }
+  }
+}
+
+void EngineApiClient::Accepted(const v1::EngineRequest& request, const v1::EngineReply& reply) {
+  if (request.has_attach()) sidecar_pid_ = reply.sidecar_pid();
+  if (const std::optional<uint64_t> room = BegunRoom(request))
+    open_rooms_.try_emplace(*room, false);
+}
 
 bool EngineApiClient::Receive(absl::Duration timeout, v1::SidecarMessage& out) {
   zmq::socket_t& dealer = sockets_->dealer;
   zmq::message_t message;
   const absl::Time deadline = absl::Now() + timeout;
+  zmq::socket_t& monitor = sockets_->monitor;
   // What has arrived already needs no poll (pipelined clients drain many messages per wake).
   while (!dealer.recv(message, zmq::recv_flags::dontwait)) {
-    // The socket's ZMQ_FD is edge-triggered: wait on it only once ZMQ_EVENTS says nothing is
-    // readable (reading ZMQ_EVENTS rearms it). ppoll waits to the microsecond, where zmq_poll
-    // counts whole milliseconds (sub-millisecond timeouts would spin or wait too long).
+    // The monitor's news first: a lost sidecar's rooms become Failed events (kept_), which
+    // the caller looks at before waiting again.
+    const size_t kept = kept_.size();
+    Watch();
+    if (kept_.size() != kept) return false;
+    // The sockets' ZMQ_FDs are edge-triggered: wait on them only once ZMQ_EVENTS says nothing
+    // is readable (reading ZMQ_EVENTS rearms them). ppoll waits to the microsecond, where
+    // zmq_poll counts whole milliseconds (sub-millisecond timeouts would spin or wait too long).
     if (dealer.get(zmq::sockopt::events) & ZMQ_POLLIN) continue;
+    if (monitor.get(zmq::sockopt::events) & ZMQ_POLLIN) continue;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return false;
-    pollfd fd{dealer.get(zmq::sockopt::fd), POLLIN, 0};
+    pollfd fds[2] = {{dealer.get(zmq::sockopt::fd), POLLIN, 0},
+                     {monitor.get(zmq::sockopt::fd), POLLIN, 0}};
     const timespec wait = absl::ToTimespec(left);
-    ppoll(&fd, 1, &wait, nullptr);
+    ppoll(fds, 2, &wait, nullptr);
   }
   return out.ParseFromArray(message.data(), static_cast<int>(message.size()));
 }
 
 void EngineApiClient::Keep(v1::SidecarMessage message) {
+  if (message.has_event()) {
+    const v1::RoomEvent& event = message.event();
+    auto open = open_rooms_.find(event.room());
+    if (open != open_rooms_.end()) {
+      const bool ended =
+          event.status() == v1::TRANSFER_POLL_SUCCESS || event.pages_released() ||
+          (event.status() == v1::TRANSFER_POLL_FAILED && event.pages() != v1::PAGES_HELD);
+      if (ended) {
+        open_rooms_.erase(open);
+      } else if (event.status() == v1::TRANSFER_POLL_FAILED) {
+        open->second = true;  // held: its release follows
+      }
+    }
+  }
   if (message.has_event() ||
       (message.has_reply() && sent_.contains(message.reply().request_id()))) {
     kept_.push_back(std::move(message));
@@ -377,6 +514,20 @@ void EngineApiClient::Keep(v1::SidecarMessage message) {
 
 absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
                                                       absl::Duration timeout) {
+  Watch();
+  if (lost_) {
+    // A sidecar restarted at the same endpoint may be a handshake away: wait for it a little
+    // (the heartbeat timeout) before refusing.
+    const absl::Time until = absl::Now() + std::min(timeout, absl::Seconds(3));
+    while (lost_ && absl::Now() < until) {
+      pollfd fd{sockets_->monitor.get(zmq::sockopt::fd), POLLIN, 0};
+      const timespec wait = absl::ToTimespec(absl::Milliseconds(20));
+      if (!(sockets_->monitor.get(zmq::sockopt::events) & ZMQ_POLLIN))
+        ppoll(&fd, 1, &wait, nullptr);
+      Watch();
+    }
+    if (lost_) return absl::UnavailableError(*lost_);
+  }
   const uint64_t id = next_id_++;
   request.set_request_id(id);
   const std::string bytes = request.SerializeAsString();
@@ -385,7 +536,10 @@ absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       v1::SidecarMessage message;
-      if (!Receive(deadline - absl::Now(), message)) continue;
+      if (!Receive(deadline - absl::Now(), message)) {
+        if (lost_) return absl::UnavailableError(*lost_);
+        continue;
+      }
       if (!message.has_reply() || message.reply().request_id() != id) {
         Keep(std::move(message));  // an event, a Send's reply, or one to an abandoned call
         continue;
@@ -393,6 +547,7 @@ absl::StatusOr<v1::EngineReply> EngineApiClient::Call(v1::EngineRequest request,
       if (!message.reply().error().empty()) {
         return absl::FailedPreconditionError(message.reply().error());
       }
+      Accepted(request, message.reply());
       return message.reply();
     }
   } catch (const zmq::error_t& e) {

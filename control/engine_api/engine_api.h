@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -121,12 +122,24 @@ class EngineApiServer {
 };
 
 // A single-threaded client: one DEALER socket to a sidecar.
+//
+// Liveness (docs/ENGINE-API.md, "When the sidecar goes away", as the Python client): the
+// connection's own signal (a sidecar process that died closes it), and with a heartbeat timeout
+// given to Connect, ZeroMQ heartbeats too (a sidecar stopped or cut off stops answering them;
+// unlike the Python client, this one does not attach again when such a sidecar comes back, so
+// without a heartbeat a stopped sidecar that resumes keeps its engine). When the connection
+// is lost, every room the
+// engine began through this client (an accepted Begin, Ready, LayersReady or Expect) that has
+// not ended comes out of NextEvent/NextMessage as Failed, the reason saying the sidecar is lost,
+// with pages REUSABLE when the sidecar process (EngineReply.sidecar_pid) is gone and HELD while
+// it may still exist; Call fails with Unavailable at once until the connection is back.
 class EngineApiClient {
  public:
   // With `curve`, a CURVE client of the sidecar's public key (its engine key and the
   // sidecar's .pub: `kvrail engine-sim --curve-key --curve-server-key`).
   static absl::StatusOr<std::unique_ptr<EngineApiClient>> Connect(
-      const std::string& endpoint, const zmq_auth::CurveClientKeys* curve = nullptr);
+      const std::string& endpoint, const zmq_auth::CurveClientKeys* curve = nullptr,
+      absl::Duration heartbeat_timeout = absl::ZeroDuration());
   ~EngineApiClient();
   EngineApiClient(const EngineApiClient&) = delete;
   EngineApiClient& operator=(const EngineApiClient&) = delete;
@@ -156,12 +169,20 @@ class EngineApiClient {
   // Requests sent with Send whose replies NextMessage has not returned yet.
   size_t pending_replies() const { return sent_.size(); }
 
+  // Why the connection to the sidecar is lost, while it is.
+  const std::optional<std::string>& lost() const { return lost_; }
+
  private:
   EngineApiClient() = default;
   // Receives one message, waiting at most `timeout`; false on timeout.
   bool Receive(absl::Duration timeout, v1::SidecarMessage& out);
   // Keeps `message` for NextMessage/NextEvent when it is an event or the reply to a Send.
   void Keep(v1::SidecarMessage message);
+  // Handles what the connection's monitor reported: the sidecar lost (the open rooms' Failed
+  // events are kept), or back.
+  void Watch();
+  // An accepted request: the room it begins, and the sidecar's pid from an attach.
+  void Accepted(const v1::EngineRequest& request, const v1::EngineReply& reply);
 
   struct Sockets;
   std::unique_ptr<Sockets> sockets_;
@@ -171,6 +192,12 @@ class EngineApiClient {
   std::deque<v1::SidecarMessage> kept_;
   // request_ids sent with Send and not yet answered through NextMessage.
   absl::flat_hash_set<uint64_t> sent_;
+  // Liveness: the rooms begun here that have not ended (true: Failed, pages held), the
+  // sidecar's pid, whether the connection is up, and why it is lost.
+  absl::flat_hash_map<uint64_t, bool> open_rooms_;
+  uint32_t sidecar_pid_ = 0;
+  bool connected_ = false;
+  std::optional<std::string> lost_;
 };
 
 }  // namespace kvrail::engine_api

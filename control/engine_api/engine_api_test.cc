@@ -405,5 +405,42 @@ TEST(EngineApiCurveTest, OnlyTheEngineKeyOfTheSidecarsRankIsServed) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
+// Liveness: the client sees its sidecar's connection close, fails the rooms begun through it
+// that had not ended (pages held: this server's pid is unknown to it), and says why.
+TEST(EngineApiTest, ALostSidecarFailsTheRoomsBegunHereAndCallsSayWhy) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = EngineApiClient::Connect((*server)->endpoint()).value();
+  v1::EngineRequest expect;
+  expect.mutable_expect()->set_room(5);
+  ASSERT_TRUE(client->Call(expect).ok());
+  v1::EngineRequest begin;
+  begin.mutable_begin()->set_room(6);
+  ASSERT_TRUE(client->Call(begin).ok());
+  v1::RoomEvent landed;
+  landed.set_room(6);
+  landed.set_status(v1::TRANSFER_POLL_SUCCESS);
+  (*server)->Publish(landed);
+  std::optional<v1::RoomEvent> first = client->NextEvent(absl::Seconds(5));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->room(), 6u);  // ended: not the client's to report any more
+  EXPECT_FALSE(client->lost().has_value());
+
+  server->reset();  // the sidecar goes away: its connection closes
+  std::optional<v1::RoomEvent> failed = client->NextEvent(absl::Seconds(10));
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 5u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(failed->pages(), v1::PAGES_HELD);
+  EXPECT_NE(failed->reason().find("the sidecar is lost"), std::string::npos) << failed->reason();
+  EXPECT_FALSE(client->NextEvent(absl::Milliseconds(200)).has_value());
+  ASSERT_TRUE(client->lost().has_value());
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(5);
+  const absl::Status refused = client->Call(poll, absl::Seconds(1)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("the sidecar is lost"), absl::string_view::npos) << refused;
+}
+
 }  // namespace
 }  // namespace kvrail::engine_api
