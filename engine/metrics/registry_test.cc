@@ -1,0 +1,67 @@
+#include "engine/metrics/registry.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvrail::metrics {
+namespace {
+
+TEST(RegistryTest, WithReturnsTheSameSeriesForTheSameLabels) {
+  Registry registry;
+  Family<Counter>& bytes = registry.AddCounter("kvrail_bytes_total", "Bytes", {"peer", "lane"});
+  bytes.With({"a:1", "0"}).Add(10);
+  bytes.With({"a:1", "0"}).Add(5);
+  bytes.With({"a:1", "1"}).Add(1);
+  EXPECT_EQ(bytes.With({"a:1", "0"}).value(), 15u);
+  EXPECT_EQ(bytes.With({"a:1", "1"}).value(), 1u);
+}
+
+TEST(RegistryTest, GaugesGoUpAndDown) {
+  Gauge gauge;
+  gauge.Set(4);
+  gauge.Add(-1.5);
+  EXPECT_DOUBLE_EQ(gauge.value(), 2.5);
+}
+
+TEST(RegistryTest, ClearRemovesEverySeries) {
+  Registry registry;
+  Family<Gauge>& last = registry.AddGauge("kvrail_last_failure_info", "Last", {"room"});
+  last.With({"1"}).Set(1);
+  last.Clear();
+  last.With({"2"}).Set(2);
+  const std::vector<MetricFamily> families = registry.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  ASSERT_EQ(families[0].samples.size(), 1u);
+  EXPECT_EQ(families[0].samples[0].labels[0].second, "2");
+}
+
+TEST(RegistryTest, CollectorsAddTheirFamiliesAtEachCollect) {
+  Registry registry;
+  int calls = 0;
+  registry.AddCollector([&calls](std::vector<MetricFamily>& out) {
+    ++calls;
+    out.push_back({"kvrail_table_entries",
+                   "Entries",
+                   MetricType::kGauge,
+                   {{"", {{"table", "rooms"}}, static_cast<double>(calls)}}});
+  });
+  registry.Collect();
+  const std::vector<MetricFamily> families = registry.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  EXPECT_EQ(families[0].samples[0].value, 2);
+}
+
+TEST(RegistryTest, HistogramCountsEachObservationInOneBucket) {
+  Histogram histogram({1, 0.5});  // sorted on construction
+  histogram.Observe(0.2);
+  histogram.Observe(0.7);
+  histogram.Observe(9);
+  EXPECT_EQ(histogram.bucket_counts(), (std::vector<uint64_t>{1, 1, 1}));
+  EXPECT_EQ(histogram.count(), 3u);
+  EXPECT_DOUBLE_EQ(histogram.sum(), 9.9);
+}
+
+}  // namespace
+}  // namespace kvrail::metrics
