@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -218,14 +219,30 @@ class WholeRequestStream final : public httplib::Stream {
 }  // namespace
 
 // httplib's request parsing, routing and answer writing, over a request the intake read whole.
+// With an on_request hook, httplib's logger (called once the answer is decided) reports it.
 class HttpAnswerer : public httplib::Server {
  public:
   void Answer(const WholeRequest& request) {
     WholeRequestStream stream(request);
     bool connection_closed = false;
+    started_ = std::chrono::steady_clock::now();
     process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
   }
+
+  void ReportTo(std::function<void(const RequestEvent&)> on_request) {
+    if (!on_request) return;
+    set_logger([on_request = std::move(on_request)](const httplib::Request& req,
+                                                    const httplib::Response& res) {
+      on_request({req.method, req.path, res.status, std::chrono::steady_clock::now() - started_});
+    });
+  }
+
+ private:
+  // Answer and the logger run on the same worker thread, one request at a time.
+  static thread_local std::chrono::steady_clock::time_point started_;
 };
+
+thread_local std::chrono::steady_clock::time_point HttpAnswerer::started_;
 
 namespace {
 
@@ -250,6 +267,7 @@ BootstrapServer::BootstrapServer(BootstrapServerOptions options)
   HttpAnswerer& http = *http_;
   http.set_payload_max_length(options_.max_body_bytes);
   http.set_error_handler(httplib::Server::HandlerWithResponse(DescribeBareError));
+  http.ReportTo(options_.on_request);
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& error) {
         std::string what = "unknown exception";

@@ -66,6 +66,14 @@ struct RegistrationEvent {
   RegistrationOutcome outcome;
 };
 
+// One request answered by a worker (not those the intake refused: on_refusal).
+struct RequestEvent {
+  std::string method;
+  std::string path;
+  int http_status = 200;
+  std::chrono::nanoseconds duration{0};  // the worker's time: from the whole request to the answer
+};
+
 struct BootstrapServerOptions {
   // Called once per PUT /route, after the answer is decided, on a server thread, with no lock
   // held. Must be thread-safe. kvrail's library code never logs; `kvrail bootstrap` logs here.
@@ -73,6 +81,9 @@ struct BootstrapServerOptions {
   // Called once per request refused, or connection closed, by the intake (intake.h: 408, 413,
   // 431, 400, 503), on the intake thread with no lock held: must be quick and thread-safe.
   std::function<void(const RefusalEvent&)> on_refusal;
+  // Called once per request a worker answered, on that worker, with no lock held: must be quick
+  // and thread-safe (`kvrail bootstrap --metrics-port` counts here).
+  std::function<void(const RequestEvent&)> on_request;
   // Bodies above this size are answered 413 before they are read. A contract is at most 256 KiB.
   size_t max_body_bytes = size_t{1} << 20;
   // Threads answering whole requests; reading them takes none (intake.h).
