@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,6 +25,7 @@
 #include "control/bootstrap/token.h"
 #include "control/session/peer_log_limiter.h"
 #include "engine/base/error.h"
+#include "tools/config_file.h"
 
 namespace kvrail::tools {
 namespace {
@@ -251,6 +253,7 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
                    "Seconds: refusals are logged at most once per peer address per interval")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
+  AddConfigFile(command, std::cout);  // every flag above, and any added below, is a key
   command->callback([&exit_code]() { exit_code = RunBootstrap(options); });
 }
 

@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
 #include "engine/zmq_auth/allowed_keys.h"
+#include "tools/config_file.h"
 #include "tools/demo/demo.h"
 #include "tools/engine_sim/engine_sim.h"
 
@@ -213,6 +215,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();
+  AddConfigFile(sub, std::cout);  // every flag above, and any added below, is a key
   sub->callback([&exit_code] {
     options.role = role == "prefill" ? sidecar::Role::kPrefill : sidecar::Role::kDecode;
     options.timeouts.bootstrap_timeout = absl::Seconds(bootstrap_timeout);
