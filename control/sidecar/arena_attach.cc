@@ -210,6 +210,7 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
   contract = parsed;
   arena_base = reinterpret_cast<uintptr_t>(local.base);
   arena_bytes = local.length;
+  metrics.SetArena(allocated ? allocated->placement : cuda_arena ? "cuda" : "shm", arena_bytes);
   return absl::OkStatus();
 }
 

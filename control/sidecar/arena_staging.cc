@@ -21,6 +21,9 @@ namespace kvrail::sidecar {
 
 void Sidecar::Impl::DeliverSuccessLocked(const std::vector<std::string>& message,
                                          const std::string& host) {
+  if (const std::optional<LiveSuccess> success = LiveSuccessLocked(message)) {
+    metrics.RoomFirstByte(success->room, absl::Now());  // the decode's first byte it can know
+  }
   if (staging != nullptr && TakeForStagingLocked(message)) return;
   HandleMessageLocked(message, absl::Now(), host);
 }

@@ -78,6 +78,7 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   absl::StatusOr<session::PrefillOutput> out =
       prefill->Ready(ready.room(), std::move(room_ready), now);
   if (!out.ok()) return AddContext(out.status(), context);
+  metrics.RoomReady(ready.room(), now);  // its first-byte clock starts
   ApplyLocked(*std::move(out));
   return absl::OkStatus();
 }
@@ -249,6 +250,8 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         if (!link.ok()) {
           slot.error = link.status();
         } else {
+          slot.request.on_batch =
+              metrics.BatchCounter(preparation->room, slot.session, options.lanes);
           slot.request.peer = link->peer;
           slot.request.source = region;
           slot.request.source_length = arena_bytes;
@@ -319,6 +322,7 @@ void Sidecar::Impl::FenceLocked(uint64_t room) {
     ApplyLocked(prefill->OnTransferFailed(room, "", "no transfer in flight", absl::Now()));
     return;
   }
+  metrics.FenceBegan(room, absl::Now());
   ActLocked(transfers.Fail(room, "the room failed", "", absl::Now()));
 }
 
@@ -336,6 +340,7 @@ void Sidecar::Impl::ActLocked(TransferActions actions) {
     if (out.ok()) ApplyLocked(*std::move(out), &ended);
     return;
   }
+  metrics.FenceEnded(room, now);  // before the room's end forgets its clock
   ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now, ended.fence_proven),
               &ended);
 }
@@ -345,6 +350,7 @@ void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
   if (!prefill) return;  // the arena went away; nobody to tell
   const std::string session = transfers.SessionOf(outcome.transfer_id);
   const absl::StatusCode code = outcome.status.code();
+  if (!outcome.status.ok()) metrics.WriteFailed(outcome.status);
   if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
     // The link is gone or broken: the next room fetches the descriptor and connects afresh.
     Defer([this, session] { DropPeer(session, ""); });

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "control/wire/digest.h"
 #include "control/wire/proof.h"
@@ -149,6 +150,7 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
   out.set_pages_released(true);
   out.set_pages_proven(release.proven);
   out.set_fence_seconds(absl::ToDoubleSeconds(release.waited));
+  metrics.FenceObserved(release.waited);
   if (release.proven) {
     spdlog::info("decode room {} pages released: fenced by every prefill rank in {}", release.room,
                  absl::FormatDuration(release.waited));
@@ -160,7 +162,10 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
 }
 
 void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
-  if (!Terminal(event.state)) return;
+  if (!Terminal(event.state)) {
+    metrics.RoomSeen(event.room, absl::Now());  // its clock starts at its first event
+    return;
+  }
   FinishedRoom ended{event.state, event.reason};
   if (event.state == TransferPoll::kSuccess) {
     ended.bootstrap_token = event.bootstrap_token;
@@ -173,6 +178,7 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
       finished_order.pop_front();
     }
   }
+  metrics.RoomEnded(event.room, event.state == TransferPoll::kSuccess, event.reason, absl::Now());
   if (event.state == TransferPoll::kSuccess) {
     ++stats.rooms_succeeded;
   } else {
@@ -566,8 +572,15 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     }
     impl->descriptors =
         std::make_unique<transport::DescriptorCache>(options.handshake_timeout, fetcher);
-    impl->directory =
-        std::make_unique<transfer::PeerDirectory>(impl->transport.get(), impl->descriptors.get());
+    transfer::PeerDirectoryOptions directory_options;
+    directory_options.on_fetch = [raw = impl.get()](absl::Duration took, const absl::Status& s) {
+      raw->metrics.HandshakeDone(took, s);
+    };
+    directory_options.on_connect = [raw = impl.get()](absl::Duration took, const absl::Status& s) {
+      raw->metrics.ConnectDone(took, s);
+    };
+    impl->directory = std::make_unique<transfer::PeerDirectory>(
+        impl->transport.get(), impl->descriptors.get(), std::move(directory_options));
     transfer::SchedulerOptions scheduler_options;
     scheduler_options.fence_timeout = options.fence_timeout;
     impl->scheduler =
@@ -599,6 +612,11 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     impl->api_ready = true;
   }
   impl->api_assigned.notify_all();
+  impl->metrics.SetInfo(impl->role_name, options.tp_rank,
+                        impl->session_id.empty()
+                            ? std::string(absl::StripPrefix(impl->inbox->endpoint(), "tcp://"))
+                            : impl->session_id);
+  impl->metrics.SetStatsSource([raw] { return raw->Stats(); });
   impl->inbox_thread = std::thread([raw] { raw->InboxLoop(); });
   impl->ticker_thread = std::thread([raw] { raw->TickerLoop(); });
   spdlog::info(
@@ -636,6 +654,7 @@ const std::string& Sidecar::cachepd_endpoint() const { return impl_->inbox->endp
 const std::string& Sidecar::session_id() const { return impl_->session_id; }
 
 SidecarStats Sidecar::stats() const { return impl_->Stats(); }
+const metrics::Registry& Sidecar::metrics() const { return impl_->metrics.registry(); }
 
 SidecarStats Sidecar::Impl::Stats() {
   SidecarStats out;

@@ -24,6 +24,10 @@
 #include "control/session/timeouts.h"
 #include "engine/zmq_auth/curve.h"
 
+namespace kvrail::metrics {
+class Registry;
+}
+
 namespace kvrail::sidecar {
 
 enum class Role { kPrefill, kDecode };
@@ -199,6 +203,9 @@ class Sidecar {
   // Decode: the data-plane session id ("host:port") peers fetch the descriptor from.
   const std::string& session_id() const;
   SidecarStats stats() const;
+  // What GET /metrics serves (control/sidecar/sidecar_metrics.h): thread-safe, for the life of
+  // the sidecar.
+  const metrics::Registry& metrics() const;
 
   struct Impl;
 

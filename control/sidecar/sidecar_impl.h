@@ -61,6 +61,7 @@
 #include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar.h"
+#include "control/sidecar/sidecar_metrics.h"
 #include "control/sidecar/staging_holds.h"
 #include "control/sidecar/strand_pool.h"
 #include "engine/memory/arena.h"
@@ -81,6 +82,9 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
 struct Sidecar::Impl {
   SidecarOptions options;
   std::string role_name;
+  // GET /metrics (sidecar_metrics.h). First, so that it outlives what counts into it (the
+  // scheduler's completions, the peer directory's hooks).
+  SidecarMetrics metrics;
 
   std::shared_ptr<session::ZmqContext> zmq;
   // What peers can make this sidecar log as often as they like goes through this: one line per

@@ -51,9 +51,15 @@ absl::StatusOr<PeerLink> PeerDirectory::Get(const std::string& session_id) {
   // The fetch and the connect may take a while (a peer that does not answer costs its
   // timeout): not under the lock, so other sessions' lookups go on.
   absl::StatusOr<PeerLink> dialed = [&]() -> absl::StatusOr<PeerLink> {
-    KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const v1::HandshakeDescriptor> descriptor,
-                            descriptors_->Get(session_id));
-    return Dial(session_id, *descriptor);
+    absl::Time started = absl::Now();
+    absl::StatusOr<std::shared_ptr<const v1::HandshakeDescriptor>> descriptor =
+        descriptors_->Get(session_id);
+    if (options_.on_fetch) options_.on_fetch(absl::Now() - started, descriptor.status());
+    if (!descriptor.ok()) return descriptor.status();
+    started = absl::Now();
+    absl::StatusOr<PeerLink> link = Dial(session_id, **descriptor);
+    if (options_.on_connect) options_.on_connect(absl::Now() - started, link.status());
+    return link;
   }();
   std::unique_lock<std::mutex> lock(mu_);
   if (!dialed.ok()) {

@@ -6,6 +6,7 @@
 #define KVRAIL_ENGINE_TRANSFER_PEER_DIRECTORY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,11 @@ struct PeerDirectoryOptions {
   // long instead of trying again: rooms queued behind a dead peer fail at once, not one
   // handshake timeout each. Zero remembers nothing.
   absl::Duration retry_after = absl::Seconds(2);
+  // When set, called after each descriptor fetch and each Connect that Get makes (not for a
+  // link it has already), on the caller's thread with no lock held: how long it took and how
+  // it ended. For metrics: must be quick.
+  std::function<void(absl::Duration, const absl::Status&)> on_fetch;
+  std::function<void(absl::Duration, const absl::Status&)> on_connect;
 };
 
 class PeerDirectory {

@@ -498,11 +498,16 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       });
     }
     const uint64_t bytes = call.bytes;
-    return transport->PostWrites(peer, lane, held->request.source, call.writes,
-                                 [weak, held, queue, peer, lane, bytes](absl::Status status) {
-                                   if (auto core = weak.lock())
-                                     core->OnBatchDone(*queue, peer, lane, bytes, *held, status);
-                                 });
+    const uint64_t writes = call.writes.size();
+    if (held->request.on_batch) held->request.on_batch({lane, bytes, writes, false, false});
+    return transport->PostWrites(
+        peer, lane, held->request.source, call.writes,
+        [weak, held, queue, peer, lane, bytes, writes](absl::Status status) {
+          if (held->request.on_batch) {
+            held->request.on_batch({lane, bytes, writes, true, status.ok()});
+          }
+          if (auto core = weak.lock()) core->OnBatchDone(*queue, peer, lane, bytes, *held, status);
+        });
   }
 
   // Makes the queued calls to `peer` (SendLaneCalls): calls of rooms that ended meanwhile are

@@ -100,6 +100,16 @@ struct RoomOutcome {
 
 using RoomDone = std::function<void(const RoomOutcome&)>;
 
+// One batch of a room's writes on one lane, as it is posted and as it completes locally (for
+// metrics: RoomTransfer::on_batch).
+struct BatchEvent {
+  int lane = 0;
+  uint64_t bytes = 0;   // payload bytes of the batch's writes
+  uint64_t writes = 0;  // writes in the batch
+  bool completed = false;  // false: posted now; true: completed now, with `ok`
+  bool ok = false;
+};
+
 // One room's writes to one peer.
 struct RoomTransfer {
   // The caller's name for this transfer, unique among transfers in flight (a prefill room with
@@ -128,6 +138,9 @@ struct RoomTransfer {
   // When set, receives `copies` back (with their storage) once the room needs them no more,
   // just before `done`, on the delivery thread (a CopyListPool's Give); else they are freed.
   std::function<void(CopyList)> recycle;
+  // When set, called for each batch posted and each batch completed (BatchEvent), on the
+  // thread that posts or completes it, with no scheduler lock held; it must be quick (count).
+  std::function<void(const BatchEvent&)> on_batch;
 };
 
 struct SchedulerStats {

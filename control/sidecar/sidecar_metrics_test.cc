@@ -1,0 +1,113 @@
+#include "control/sidecar/sidecar_metrics.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "engine/metrics/registry.h"
+#include "gtest/gtest.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+// The value of the sample `name` (with its suffix) whose labels include every one of `labels`;
+// -1 when there is none.
+double Value(const SidecarMetrics& m, const std::string& name, const metrics::Labels& labels = {}) {
+  for (const metrics::MetricFamily& family : m.registry().Collect()) {
+    for (const metrics::Sample& sample : family.samples) {
+      if (family.name + sample.suffix != name) continue;
+      bool all = true;
+      for (const auto& label : labels) {
+        bool found = false;
+        for (const auto& have : sample.labels) found = found || have == label;
+        all = all && found;
+      }
+      if (all) return sample.value;
+    }
+  }
+  return -1;
+}
+
+TEST(FailureCauseTest, ReasonsMapToAFixedVocabulary) {
+  EXPECT_EQ(FailureCause("bootstrap timeout: room still Bootstrapping after 30s"), "timeout");
+  EXPECT_EQ(FailureCause("aborted by the engine"), "aborted");
+  EXPECT_EQ(FailureCause("prefill node 10.0.0.1:8998 declared dead after 3 heartbeats"),
+            "peer_failed");
+  EXPECT_EQ(FailureCause("--verify-digest: prefill rank 0 sent 1, the landed bytes hash 2"),
+            "digest");
+  EXPECT_EQ(FailureCause("transfer 7: writes on lane 1 failed after 0 of 10 bytes: x"),
+            "transport");
+  EXPECT_EQ(FailureCause("session 1.2.3.4:5 refused: its descriptor could not be fetched"),
+            "handshake");
+  EXPECT_EQ(FailureCause("registry lease of session 1.2.3.4:5 expired"), "expired");
+  EXPECT_EQ(FailureCause("something new"), "other");
+}
+
+TEST(SidecarMetricsTest, AFailedRoomCountsItsCauseAndBecomesTheLastFailure) {
+  SidecarMetrics m;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  m.RoomSeen(7, t0);
+  m.RoomEnded(7, false, "aborted by the engine \"now\"\nreally", t0 + absl::Seconds(2));
+  EXPECT_EQ(Value(m, "kvrail_rooms_total", {{"outcome", "failed"}, {"cause", "aborted"}}), 1);
+  EXPECT_EQ(Value(m, "kvrail_last_failure_info",
+                  {{"cause", "aborted"},
+                   {"room", "7"},
+                   {"reason", "aborted by the engine \"now\"\nreally"}}),
+            1002);
+  // The histogram got the room: 2 s, in the buckets from 2.5 s up.
+  EXPECT_EQ(Value(m, "kvrail_room_duration_seconds_count"), 1);
+  EXPECT_EQ(Value(m, "kvrail_room_duration_seconds_sum"), 2);
+  EXPECT_EQ(Value(m, "kvrail_room_duration_seconds_bucket", {{"le", "1"}}), 0);
+  EXPECT_EQ(Value(m, "kvrail_room_duration_seconds_bucket", {{"le", "2.5"}}), 1);
+  // The next failure replaces it: one series at most.
+  m.RoomEnded(8, false, "bootstrap timeout", t0 + absl::Seconds(3));
+  EXPECT_EQ(Value(m, "kvrail_last_failure_info", {{"room", "7"}}), -1);
+  EXPECT_EQ(Value(m, "kvrail_last_failure_info", {{"room", "8"}, {"cause", "timeout"}}), 1003);
+}
+
+TEST(SidecarMetricsTest, ASucceededRoomHasAnEmptyCauseAndNoFailure) {
+  SidecarMetrics m;
+  m.RoomEnded(1, true, "", absl::Now());
+  EXPECT_EQ(Value(m, "kvrail_rooms_total", {{"outcome", "succeeded"}, {"cause", ""}}), 1);
+  EXPECT_EQ(Value(m, "kvrail_last_failure_info"), -1);
+}
+
+TEST(SidecarMetricsTest, BatchesCountBytesPerPeerAndLaneAndTheFirstByte) {
+  SidecarMetrics m;
+  const absl::Time t0 = absl::Now();
+  m.RoomReady(3, t0);
+  auto on_batch = m.BatchCounter(3, "127.0.0.1:9000", 2);
+  on_batch({1, 100, 4, false, false});
+  EXPECT_EQ(Value(m, "kvrail_bytes_in_flight"), 100);
+  on_batch({1, 100, 4, true, true});
+  on_batch({0, 50, 1, false, false});
+  on_batch({0, 50, 1, true, false});  // failed: in flight no more, not counted
+  EXPECT_EQ(Value(m, "kvrail_bytes_in_flight"), 0);
+  EXPECT_EQ(Value(m, "kvrail_bytes_total", {{"peer", "127.0.0.1:9000"}, {"lane", "1"}}), 100);
+  EXPECT_EQ(Value(m, "kvrail_writes_total", {{"peer", "127.0.0.1:9000"}, {"lane", "1"}}), 4);
+  EXPECT_EQ(Value(m, "kvrail_bytes_total", {{"lane", "0"}}), 0);
+  EXPECT_EQ(Value(m, "kvrail_room_first_byte_seconds_count"), 1);
+}
+
+TEST(SidecarMetricsTest, AFenceIsCountedWithItsDuration) {
+  SidecarMetrics m;
+  const absl::Time t0 = absl::Now();
+  m.FenceBegan(4, t0);
+  m.FenceEnded(4, t0 + absl::Milliseconds(500));
+  m.FenceObserved(absl::Seconds(1));
+  EXPECT_EQ(Value(m, "kvrail_fences_total"), 2);
+  EXPECT_EQ(Value(m, "kvrail_fence_duration_seconds_sum"), 1.5);
+}
+
+TEST(SidecarMetricsTest, TableSizesAreReadAtScrapeTime) {
+  SidecarMetrics m;
+  SidecarStats stats;
+  m.SetStatsSource([&stats] { return stats; });
+  stats.rooms = 5;
+  stats.peer_messages = 9;
+  EXPECT_EQ(Value(m, "kvrail_table_entries", {{"table", "rooms"}}), 5);
+  EXPECT_EQ(Value(m, "kvrail_peer_messages_total"), 9);
+}
+
+}  // namespace
+}  // namespace kvrail::sidecar
