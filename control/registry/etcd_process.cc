@@ -1,0 +1,117 @@
+#include "control/registry/etcd_process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "control/registry/etcd_client.h"
+
+namespace kvrail::registry {
+
+absl::StatusOr<int> PickFreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const std::string error = std::strerror(errno);
+    close(fd);
+    return absl::InternalError(absl::StrCat("binding 127.0.0.1:0: ", error));
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(int client_port,
+                                                                std::string data_dir,
+                                                                absl::Duration timeout) {
+  static std::atomic<int> serial{0};
+  if (client_port == 0) {
+    auto port = PickFreePort();
+    if (!port.ok()) return port.status();
+    client_port = *port;
+  }
+  auto peer_port = PickFreePort();
+  if (!peer_port.ok()) return peer_port.status();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string base = tmp != nullptr ? tmp : "/tmp";
+  if (data_dir.empty()) {
+    data_dir = absl::StrCat(base, "/etcd-", process::ProcessTag(), "-", serial++);
+  }
+  std::error_code ignored;
+  std::filesystem::create_directories(data_dir, ignored);
+  const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port);
+  const std::string peer_url = absl::StrCat("http://127.0.0.1:", *peer_port);
+  const std::string log = data_dir + ".log";
+  process::SpawnOptions options;
+  options.argv = {"/usr/bin/etcd",
+                  "--name",
+                  "kvrail-test",
+                  "--data-dir",
+                  data_dir,
+                  "--listen-client-urls",
+                  client_url,
+                  "--advertise-client-urls",
+                  client_url,
+                  "--listen-peer-urls",
+                  peer_url,
+                  "--initial-advertise-peer-urls",
+                  peer_url,
+                  "--initial-cluster",
+                  "kvrail-test=" + peer_url,
+                  "--log-outputs",
+                  "stderr"};
+  options.pipe_stdin = false;
+  options.pipe_stdout = false;
+  options.stderr_mode = process::SpawnOptions::Stderr::kFile;
+  options.stderr_path = log;
+  options.contained = true;
+  auto child = process::Subprocess::Start(options);
+  if (!child.ok()) return child.status();
+  auto etcd = std::unique_ptr<EtcdProcess>(new EtcdProcess());
+  etcd->child_ = std::move(*child);
+  etcd->client_port_ = client_port;
+  etcd->endpoint_ = absl::StrCat("127.0.0.1:", client_port);
+  etcd->data_dir_ = data_dir;
+  EtcdClient client(etcd->endpoint_, absl::Milliseconds(500));
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status health = client.Health();
+  while (!health.ok() && absl::Now() < deadline) {
+    if (etcd->child_->Wait(absl::ZeroDuration()).ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("etcd exited at start; its log is ", log, " (", health.message(), ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+    health = client.Health();
+  }
+  if (!health.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd did not come up: ", health.message(), "; its log is ", log));
+  }
+  return etcd;
+}
+
+EtcdProcess::~EtcdProcess() { Kill(); }
+
+void EtcdProcess::Kill() {
+  if (child_ == nullptr) return;
+  child_->Signal(SIGKILL);
+  (void)child_->Wait(absl::Seconds(10));
+  child_.reset();
+}
+
+}  // namespace kvrail::registry
