@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """A decode engine rank driving its kvrail sidecar: the few calls an engine author needs.
 
-    PYTHONPATH=bazel-bin/python:python /usr/bin/python3 python/examples/engine_example.py \
+    python3 -m kvrail_engine.examples.engine_example \
         --sidecar ipc:///tmp/kvrail-d0.sock --arena-bytes 67108864 \
         --contract decode_contract.json --bootstrap 127.0.0.1:8998 \
         --manifest room7_manifest.json --room 7
+
+(after `pip install ./python`; from a checkout, `PYTHONPATH=bazel-bin/python:python
+/usr/bin/python3 python/examples/engine_example.py ...` after `bazel build //python:all`.)
 
 --arena-bytes asks the sidecar to allocate the KV arena where its data plane's peers write
 fastest (over UCX shared memory, UCX's own segment) and maps it here; --arena /kvrail-d0

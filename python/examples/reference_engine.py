@@ -26,6 +26,7 @@ import os
 import random
 import sys
 import time
+from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -81,7 +82,8 @@ class Rank:
     def run(self):
         deadline = time.monotonic() + self.args.timeout
         pending = [r for r in self.requests if self.serves(r[0])]
-        in_flight = {}  # room -> pages (and, on a prefill, None until Bootstrapped)
+        # room -> pages (and, on a prefill, None until Bootstrapped)
+        in_flight: Dict[int, Optional[List[int]]] = {}
         while (pending or in_flight or self.held) and time.monotonic() < deadline:
             # Admission: as many rooms as the concurrency and the free pages allow.
             while pending and len(in_flight) < self.args.concurrency:
@@ -112,6 +114,13 @@ class Rank:
 
     def serves(self, room):
         return True
+
+    def admit(self, room, prompt_len, in_flight):
+        """Admits a request: False when it must wait (no free pages)."""
+        raise NotImplementedError
+
+    def on_event(self, event, in_flight):
+        raise NotImplementedError
 
     def free(self, room, pages, event):
         """Pages go back once no write of the room can land (docs/ENGINE-API.md)."""

@@ -9,11 +9,15 @@ iteration: it returns at once. Not thread-safe: use one client per thread.
 import collections
 import importlib.util
 import itertools
+import json
 import math
 import mmap
 import os
 import subprocess
 import time
+import types
+from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, Optional, Sequence,
+                    Tuple, Union)
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -22,8 +26,16 @@ from kvrail_engine.liveness import RoomLedger, sidecar_process_gone
 from kvrail_engine.room_event import (DecodeWindow, Pages, RoomEvent, RoomState,  # noqa: F401
                                      TransferPoll)
 
+if TYPE_CHECKING:  # the generated module's types (engine_pb2.pyi, installed with the package)
+    from kvrail_engine import engine_pb2 as _pb
 
-def _load_engine_pb2():
+# What the engine hands over as JSON text (a contract, a manifest): str or UTF-8 bytes.
+Text = Union[str, bytes, bytearray]
+# Block ids per KV cache group, in the contract's group order.
+BlockTables = Sequence[Sequence[int]]
+
+
+def _load_engine_pb2() -> types.ModuleType:
     """The generated engine API module: the one built beside this package (Bazel puts it in
     runfiles), or else generated once from proto/kvrail/v1/engine.proto with Debian's protoc
     into ~/.cache/kvrail/python."""
@@ -42,12 +54,13 @@ def _load_engine_pb2():
         subprocess.run(["/usr/bin/protoc", "--proto_path=" + proto_root, "--python_out=" + out,
                         proto], check=True)
     spec = importlib.util.spec_from_file_location("kvrail_engine_pb2", generated)
+    assert spec is not None and spec.loader is not None, generated
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-engine_pb2 = _load_engine_pb2()
+engine_pb2: Any = _load_engine_pb2()
 
 
 # TransferPoll by wire value: an index is cheaper than the enum's constructor, per room per poll.
@@ -70,7 +83,7 @@ class SidecarArena:
     mapping outlives the sidecar; close() unmaps it (drop other views of it first).
     """
 
-    def __init__(self, path, offset, length, placement):
+    def __init__(self, path: str, offset: int, length: int, placement: str) -> None:
         self.path = path
         self.offset = offset
         self.length = length
@@ -92,24 +105,35 @@ class SidecarArena:
             os.close(fd)
         self.view = memoryview(self._map)[offset:offset + length]
 
-    def close(self):
+    def close(self) -> None:
         self.view.release()
         self._map.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "SidecarArena":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 class SidecarClient:
-    """`heartbeat` and `heartbeat_timeout` (seconds): ZeroMQ heartbeats on the connection, so
-    that a sidecar that stopped answering (stopped, cut off) is noticed within the timeout, and
-    one whose process died at once (liveness.py says what the engine is told then)."""
+    """The engine API client of one sidecar, at `endpoint`: its --engine-endpoint
+    (ipc:///tmp/kvrail-<role><rank>.sock by default, or tcp://host:port). `timeout` (seconds):
+    how long a request waits for its reply.
 
-    def __init__(self, endpoint, timeout=10.0, context=None, heartbeat=1.0,
-                 heartbeat_timeout=3.0):
+    `heartbeat` and `heartbeat_timeout` (seconds): ZeroMQ heartbeats on the connection, so
+    that a sidecar that stopped answering (stopped, cut off) is noticed within the timeout, and
+    one whose process died at once (liveness.py says what the engine is told then).
+
+    `curve_key` and `curve_server_key`: a tcp engine API of a sidecar started with --curve-key
+    and --curve-allowed (docs/SECURITY.md) admits only CURVE clients: this engine's own .key
+    (`kvrail keygen --role engine --rank <the sidecar's rank>`) and the sidecar's .pub file
+    (or its public key, Z85 text)."""
+
+    def __init__(self, endpoint: str, timeout: float = 10.0,
+                 context: Optional[zmq.Context] = None, heartbeat: float = 1.0,
+                 heartbeat_timeout: float = 3.0, curve_key: Optional[str] = None,
+                 curve_server_key: Optional[str] = None) -> None:
         self._endpoint = endpoint
         self._timeout = timeout
         self._heartbeat_timeout = heartbeat_timeout
@@ -118,40 +142,51 @@ class SidecarClient:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.HEARTBEAT_IVL, int(heartbeat * 1000))
         self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(heartbeat_timeout * 1000))
+        if (curve_key is None) != (curve_server_key is None):
+            self._socket.close()
+            raise SidecarError("engine API %s: CURVE needs both the engine's .key and the "
+                               "sidecar's public key (curve_key and curve_server_key)" % endpoint)
+        if curve_key is not None and curve_server_key is not None:
+            try:
+                _curve_client(self._socket, curve_key, curve_server_key)
+            except SidecarError:
+                self._socket.close()
+                raise
         # A connection counts once its ZMTP handshake succeeded: a stopped sidecar's kernel still
         # accepts the connection itself.
         self._monitor = self._socket.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self._socket.connect(endpoint)
         self._ids = itertools.count(1)
-        self._events = collections.deque()
+        self._events: Deque[RoomEvent] = collections.deque()
         self._ledger = RoomLedger()
         self._connected = False
-        self._lost = None  # why the connection is lost, while it is
-        self._attach_request = None  # the last accepted AttachArena, to attach again
+        self._lost: Optional[str] = None  # why the connection is lost, while it is
+        self._attach_request: Any = None  # the last accepted AttachArena, to attach again
         self._reattach = False  # the same sidecar is back with rooms to void
         self.sidecar_pid = 0  # from an accepted attach
         self.engine_token = ""  # set by an accepted attach
 
-    def close(self):
+    def close(self) -> None:
         self._socket.disable_monitor()
         self._monitor.close()
         self._socket.close()
 
     @property
-    def sidecar_lost(self):
+    def sidecar_lost(self) -> Optional[str]:
         """Why the connection to the sidecar is lost, while it is; None otherwise."""
         return self._lost
 
-    def __enter__(self):
+    def __enter__(self) -> "SidecarClient":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # Requests -------------------------------------------------------------------------------
 
-    def attach_shm(self, shm_name, contract, engine_token=""):
+    def attach_shm(self, shm_name: str, contract: Text,
+                   engine_token: str = "") -> "_pb.EngineReply":
         """Shares the engine's KV arena, a POSIX shared-memory object, and its CachePD contract
         (wire JSON, str or bytes). `engine_token` (the `engine_token` attribute after an accepted
         attach) lets a restarted engine take over while the old one is still connected."""
@@ -161,7 +196,8 @@ class SidecarClient:
         request.attach.engine_token = engine_token
         return self._attach(request)
 
-    def attach_allocated(self, nbytes, contract, engine_token=""):
+    def attach_allocated(self, nbytes: int, contract: Text,
+                         engine_token: str = "") -> SidecarArena:
         """Asks the sidecar to allocate the KV arena itself, `nbytes` zero-filled bytes (at least
         what the contract describes), where its data plane's peers write fastest; returns it
         mapped here as a SidecarArena. The memory is the sidecar's: it frees it when it stops.
@@ -174,7 +210,8 @@ class SidecarClient:
         reply = self._attach(request)
         return SidecarArena(reply.arena_path, reply.arena_offset, nbytes, reply.arena_placement)
 
-    def attach_cuda(self, ipc_handle, nbytes, device, contract, engine_token="", offset=0):
+    def attach_cuda(self, ipc_handle: bytes, nbytes: int, device: int, contract: Text,
+                    engine_token: str = "", offset: int = 0) -> "_pb.EngineReply":
         """Shares GPU memory by the cudaIpcMemHandle_t bytes of the allocation that holds it: the
         arena is the `nbytes` bytes `offset` bytes into that allocation, on GPU `device` (a
         caching allocator's KV tensor may start inside a larger block; the handle names the
@@ -189,7 +226,7 @@ class SidecarClient:
         request.attach.engine_token = engine_token
         return self._attach(request)
 
-    def begin(self, room):
+    def begin(self, room: int) -> "_pb.EngineReply":
         """Prefill: the engine has the request. The room exists from now on; one event with
         status BOOTSTRAPPED and the decodes' windows (DecodeWindow) comes once every decode rank
         pre-allocated it: build the source manifest for that window, run the forward pass, then
@@ -198,8 +235,9 @@ class SidecarClient:
         request.begin.room = room
         return self._begin(room, request)
 
-    def ready(self, room, source_manifest="", bootstrap_token=-1, speculative_ids=(),
-              block_tables=None, window=None):
+    def ready(self, room: int, source_manifest: Text = "", bootstrap_token: int = -1,
+              speculative_ids: Iterable[int] = (), block_tables: Optional[BlockTables] = None,
+              window: Optional[Tuple[int, int]] = None) -> "_pb.EngineReply":
         """Prefill: the room's cache is computed; send it to its decode ranks. The source
         blocks as CachePD manifest JSON, or as `block_tables` (one list of block ids per KV
         cache group, in the contract's group order) with `window` = (prefix_len, prompt_len),
@@ -212,7 +250,8 @@ class SidecarClient:
         request.ready.speculative_ids.extend(speculative_ids)
         return self._begin(room, request)
 
-    def layers_ready(self, room, layers, source_manifest=""):
+    def layers_ready(self, room: int, layers: int,
+                     source_manifest: Text = "") -> "_pb.EngineReply":
         """Prefill, layer-wise streaming: the room's fields layer.<N>.* with N < layers are
         final; send them now. The room's first call gives the source manifest; its ready()
         follows the last layer (docs/ENGINE-API.md, "Layer-wise streaming")."""
@@ -222,8 +261,9 @@ class SidecarClient:
         request.layers_ready.source_manifest = _text(source_manifest)
         return self._begin(room, request)
 
-    def expect(self, room, bootstrap_address, destination_manifest="", dp_group=None,
-               block_tables=None, window=None):
+    def expect(self, room: int, bootstrap_address: str, destination_manifest: Text = "",
+               dp_group: Optional[int] = None, block_tables: Optional[BlockTables] = None,
+               window: Optional[Tuple[int, int]] = None) -> "_pb.EngineReply":
         """Decode: pages are allocated; fetch the room from the prefill node behind
         bootstrap_address ("host:port"). `dp_group`, if given, is the prefill DP group the
         engine expects the room in; CachePD routes it to room mod prefill_dp_size, and any other
@@ -238,17 +278,17 @@ class SidecarClient:
             request.expect.dp_group = dp_group
         return self._begin(room, request)
 
-    def poll(self, rooms):
+    def poll(self, rooms: Iterable[int]) -> Dict[int, Tuple[TransferPoll, str]]:
         """The TransferPoll state of each room, as {room: (TransferPoll, reason)}."""
         return {room: (s.status, s.reason) for room, s in self.poll_states(rooms).items()}
 
-    def poll_states(self, rooms):
+    def poll_states(self, rooms: Iterable[int]) -> Dict[int, RoomState]:
         """Every room's state in one round trip, as {room: RoomState}: with a decode Success,
         its bootstrap token and speculative ids, so that polling needs no event."""
         request = engine_pb2.EngineRequest()
         request.poll.rooms.extend(rooms)
         reply = self._call(request)
-        states = {}
+        states: Dict[int, RoomState] = {}
         for s in reply.states:
             status = _POLL[s.status]
             if status in _ENDED:
@@ -260,15 +300,22 @@ class SidecarClient:
                 states[s.room] = RoomState(status, "", -1, ())
         return states
 
-    def abort(self, room, reason="aborted by the engine"):
+    def abort(self, room: int, reason: str = "aborted by the engine") -> "_pb.EngineReply":
+        """Gives up a room: its writes are fenced, its peers told Failed, its state freed."""
         request = engine_pb2.EngineRequest()
         request.abort.room = room
         request.abort.reason = reason
         return self._call(request)
 
+    def stats(self) -> Dict[str, int]:
+        """The sidecar's counters and table sizes (engine.proto SidecarStats), by field name.
+        Open to any client, not only the engine: it does not make this client the engine."""
+        stats = self._call(engine_pb2.EngineRequest(stats=engine_pb2.Stats())).stats
+        return {field.name: getattr(stats, field.name) for field in stats.DESCRIPTOR.fields}
+
     # Events ---------------------------------------------------------------------------------
 
-    def drain_events(self):
+    def drain_events(self) -> List[RoomEvent]:
         """Every room outcome (RoomEvent) that has arrived, oldest first, without waiting: what
         was queued, then whatever the socket holds now, and what the client reports itself when
         the sidecar is lost (liveness.py). An empty list when there is none."""
@@ -287,7 +334,7 @@ class SidecarClient:
         self._events.clear()
         return events
 
-    def next_event(self, timeout=None):
+    def next_event(self, timeout: Optional[float] = None) -> Optional[RoomEvent]:
         """The next room outcome (RoomEvent), or None after `timeout` seconds (0: only one that
         has arrived already; it does not wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -305,7 +352,7 @@ class SidecarClient:
 
     # Internals ------------------------------------------------------------------------------
 
-    def _attach(self, request):
+    def _attach(self, request: "_pb.EngineRequest") -> "_pb.EngineReply":
         reply = self._call(request)
         # The sidecar's engine token: what a client presents to take over from this one.
         self.engine_token = reply.engine_token
@@ -314,18 +361,18 @@ class SidecarClient:
         self._attach_request.CopyFrom(request)
         return reply
 
-    def _begin(self, room, request):
+    def _begin(self, room: int, request: "_pb.EngineRequest") -> "_pb.EngineReply":
         reply = self._call(request)
         self._ledger.begun(room)
         return reply
 
-    def _take(self, event):
+    def _take(self, event: "_pb.RoomEvent") -> None:
         """An event from the sidecar, through the ledger (liveness.py)."""
         shown = self._ledger.outcome(_event(event))
         if shown is not None:
             self._events.append(shown)
 
-    def _watch(self):
+    def _watch(self) -> None:
         """Handles what the connection's monitor reported: a sidecar lost, or back."""
         while True:
             try:
@@ -347,7 +394,7 @@ class SidecarClient:
                 self._events.extend(
                     self._ledger.lost(self._lost, sidecar_process_gone(self.sidecar_pid)))
 
-    def _recover(self):
+    def _recover(self) -> None:
         """The same sidecar is back with rooms reported Failed while it was lost: attach again
         (this connection is a new client to it), which voids them there, fenced; its outcomes
         then release their pages (liveness.py)."""
@@ -362,7 +409,7 @@ class SidecarClient:
         except SidecarError:
             pass  # tried again at the next drain
 
-    def _call(self, request):
+    def _call(self, request: "_pb.EngineRequest") -> "_pb.EngineReply":
         self._watch()
         if self._lost is not None:
             raise SidecarError(self._lost)
@@ -389,7 +436,7 @@ class SidecarClient:
                 raise SidecarError(message.reply.error)
             return message.reply
 
-    def _receive(self, timeout):
+    def _receive(self, timeout: Optional[float]) -> Optional["_pb.SidecarMessage"]:
         # zmq's poll takes whole milliseconds: round up, so a short wait is never a busy loop,
         # except 0, which must not wait at all.
         wait = None if timeout is None else int(math.ceil(timeout * 1000))
@@ -406,14 +453,17 @@ class SidecarClient:
         return message
 
 
-def _text(value):
+def _text(value: Text) -> str:
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
-def _set_tables(message, block_tables, window):
+def _set_tables(message: Any, block_tables: Optional[BlockTables],
+                window: Optional[Tuple[int, int]]) -> None:
     """Block tables and their window on a Ready or an Expect."""
     if block_tables is None:
         return
+    if window is None:
+        raise SidecarError("block tables need their window (prefix_len, prompt_len)")
     for table in block_tables:
         message.block_tables.add().block_ids.extend(table)
     prefix_len, prompt_len = window
@@ -421,12 +471,49 @@ def _set_tables(message, block_tables, window):
     message.prompt_len = prompt_len
 
 
-def _windows(windows):
+def _windows(windows: Iterable["_pb.DecodeWindow"]) -> Tuple[DecodeWindow, ...]:
     return tuple(DecodeWindow(w.session, w.decode_tp_rank, w.prefix_len, w.prompt_len)
                  for w in windows)
 
 
-def _event(e):
+def _event(e: "_pb.RoomEvent") -> RoomEvent:
     return RoomEvent(e.room, _POLL[e.status], e.reason, e.bootstrap_token,
                      list(e.speculative_ids), e.bytes, e.copies, e.seconds, Pages(e.pages),
                      e.pages_released, e.pages_proven, _windows(e.windows))
+
+
+def _curve_client(socket: zmq.Socket, key_file: str, server_key: str) -> None:
+    """Makes `socket` a CURVE client with the keypair of `key_file` (kvrail keygen's .key JSON)
+    of the server whose public key is `server_key` (a .pub file, or its Z85 text)."""
+    own = _key_json(key_file)
+    if "secret" not in own:
+        raise SidecarError("CURVE key %s: no \"secret\" (give the engine's .key, not a .pub)"
+                           % key_file)
+    if os.path.exists(server_key):
+        server = _key_json(server_key)["public"]
+    elif len(server_key) == 40:
+        server = server_key
+    else:
+        raise SidecarError("CURVE server key %s: neither a .pub file nor a 40-character Z85 "
+                           "public key" % server_key)
+    socket.curve_secretkey = own["secret"].encode("ascii")
+    socket.curve_publickey = own["public"].encode("ascii")
+    socket.curve_serverkey = server.encode("ascii")
+
+
+def _key_json(path: str) -> Dict[str, str]:
+    """A kvrail keygen key file: JSON with "public" (and, in a .key, "secret") in Z85."""
+    try:
+        with open(path) as f:
+            key = json.load(f)
+    except (OSError, ValueError) as error:
+        raise SidecarError("CURVE key %s: cannot be read as kvrail keygen JSON: %s"
+                           % (path, error))
+
+    def z85(name: str) -> bool:
+        return isinstance(key.get(name), str) and len(key[name]) == 40
+
+    if not isinstance(key, dict) or not z85("public") or ("secret" in key and not z85("secret")):
+        raise SidecarError("CURVE key %s: \"public\" (and \"secret\" in a .key) must be "
+                           "40-character Z85 keys, as kvrail keygen writes them" % path)
+    return key

@@ -15,13 +15,14 @@ release them.
 """
 
 import os
+from typing import Dict, List, Optional, Tuple
 
-from kvrail_engine.room_event import Pages, TransferPoll, failed
+from kvrail_engine.room_event import Pages, RoomEvent, TransferPoll, failed
 
 ACTIVE, HELD, ORPHANED = "active", "held", "orphaned"
 
 
-def sidecar_process_gone(pid):
+def sidecar_process_gone(pid: int) -> Optional[bool]:
     """True when the sidecar process `pid` no longer exists (or the pid is another program's
     now), False while it does, None when unknown (no pid: the engine never attached)."""
     if not pid:
@@ -43,20 +44,20 @@ class RoomLedger:
     """The rooms an engine began on its sidecar that have not ended for it, with what it was
     told of their pages. Pure bookkeeping: the client feeds it requests and events."""
 
-    def __init__(self):
-        self._rooms = {}  # room -> ACTIVE, HELD (Failed, pages held) or ORPHANED
+    def __init__(self) -> None:
+        self._rooms: Dict[int, str] = {}  # room -> ACTIVE, HELD (Failed, pages held) or ORPHANED
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._rooms)
 
-    def state(self, room):
+    def state(self, room: int) -> Optional[str]:
         return self._rooms.get(room)
 
-    def begun(self, room):
+    def begun(self, room: int) -> None:
         """The sidecar accepted a request that starts (or continues) `room`."""
         self._rooms.setdefault(room, ACTIVE)
 
-    def outcome(self, event):
+    def outcome(self, event: RoomEvent) -> Optional[RoomEvent]:
         """An event from the sidecar: what the engine should see of it (None: nothing, it was
         told already)."""
         state = self._rooms.get(event.room)
@@ -78,10 +79,10 @@ class RoomLedger:
             self._rooms[event.room] = HELD
         return event
 
-    def lost(self, why, gone):
+    def lost(self, why: str, gone: Optional[bool]) -> List[RoomEvent]:
         """The connection to the sidecar is lost (`why`); `gone`: sidecar_process_gone's answer.
         The events to give the engine now."""
-        events = []
+        events: List[RoomEvent] = []
         for room, state in sorted(self._rooms.items()):
             if state == ORPHANED:
                 continue
@@ -100,14 +101,14 @@ class RoomLedger:
                 self._rooms[room] = ORPHANED
         return events
 
-    def back(self, gone):
+    def back(self, gone: Optional[bool]) -> Tuple[List[RoomEvent], List[int]]:
         """The connection came back; `gone`: whether the process the rooms were begun on is gone
         now. The events to give the engine now, and the rooms the sidecar must void (the same
         process: the client attaches again, and its outcomes release them through outcome())."""
         orphaned = sorted(room for room, state in self._rooms.items() if state == ORPHANED)
         if not gone:
             return [], orphaned
-        events = []
+        events: List[RoomEvent] = []
         for room in orphaned:
             events.append(failed(room, "pages released: the sidecar that held the room is gone",
                                  Pages.REUSABLE, released=True, proven=True))

@@ -1,8 +1,8 @@
 """The values the engine API hands an engine: TransferPoll codes, page states, and one room's
 outcome (RoomEvent) or state (RoomState)."""
 
-import collections
 import enum
+from typing import List, NamedTuple, Tuple
 
 
 class TransferPoll(enum.IntEnum):
@@ -24,31 +24,50 @@ class Pages(enum.IntEnum):
     HELD = 2  # a write may still land: wait for the event with pages_released
 
 
-# A decode rank's pre-allocation of a prefill room: the window [prefix_len, prompt_len) the
-# room's source manifest must cover (prefix caching may start it past 0).
-DecodeWindow = collections.namedtuple(
-    "DecodeWindow", ["session", "decode_tp_rank", "prefix_len", "prompt_len"])
+class DecodeWindow(NamedTuple):
+    """A decode rank's pre-allocation of a prefill room: the window [prefix_len, prompt_len)
+    the room's source manifest must cover (prefix caching may start it past 0)."""
 
-# One room's outcome. A decode Failed with pages HELD is followed by an event of the same room
-# with pages_released (status still FAILED) once they may be reused; pages_proven says whether
-# every writer was fenced or they were released on a timeout. A prefill room the engine began
-# with begin() also gets one event with status BOOTSTRAPPED and `windows` (DecodeWindow each).
-RoomEvent = collections.namedtuple(
-    "RoomEvent",
-    ["room", "status", "reason", "bootstrap_token", "speculative_ids", "bytes", "copies",
-     "seconds", "pages", "pages_released", "pages_proven", "windows"],
-    defaults=(Pages.UNSPECIFIED, False, False, ()),
-)
-
-# One room's state as poll_states() reports it: bootstrap_token (-1: none) and speculative_ids
-# (a tuple) are a decode Success's, as in its RoomEvent; windows a begun prefill room's, once
-# Bootstrapped.
-RoomState = collections.namedtuple(
-    "RoomState", ["status", "reason", "bootstrap_token", "speculative_ids", "windows"],
-    defaults=((),))
+    session: str
+    decode_tp_rank: int
+    prefix_len: int
+    prompt_len: int
 
 
-def failed(room, reason, pages, released=False, proven=False):
+class RoomEvent(NamedTuple):
+    """One room's outcome. A decode Failed with pages HELD is followed by an event of the same
+    room with pages_released (status still FAILED) once they may be reused; pages_proven says
+    whether every writer was fenced or they were released on a timeout. A prefill room the
+    engine began with begin() also gets one event with status BOOTSTRAPPED and `windows`."""
+
+    room: int
+    status: TransferPoll
+    reason: str
+    bootstrap_token: int
+    speculative_ids: List[int]
+    bytes: int
+    copies: int
+    seconds: float
+    pages: Pages = Pages.UNSPECIFIED
+    pages_released: bool = False
+    pages_proven: bool = False
+    windows: Tuple[DecodeWindow, ...] = ()
+
+
+class RoomState(NamedTuple):
+    """One room's state as poll_states() reports it: bootstrap_token (-1: none) and
+    speculative_ids are a decode Success's, as in its RoomEvent; windows a begun prefill
+    room's, once Bootstrapped."""
+
+    status: TransferPoll
+    reason: str
+    bootstrap_token: int
+    speculative_ids: Tuple[int, ...]
+    windows: Tuple[DecodeWindow, ...] = ()
+
+
+def failed(room: int, reason: str, pages: Pages, released: bool = False,
+           proven: bool = False) -> RoomEvent:
     """A Failed outcome the client itself reports (the sidecar could not)."""
     return RoomEvent(room, TransferPoll.FAILED, reason, -1, [], 0, 0, 0.0, pages, released,
                      proven)

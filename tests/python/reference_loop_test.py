@@ -13,6 +13,10 @@ import sys
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "python"))
+
+from processes import started, stop  # noqa: E402
+
 TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
 KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
 ENGINE = os.path.join(os.getcwd(), "python", "examples", "reference_engine.py")
@@ -26,13 +30,6 @@ def contract_for(tp, directory):
     size = int(subprocess.check_output(
         [KVRAIL, "contract", "--tp", str(tp), "--arena-bytes"] + SHAPE, text=True))
     return path, size
-
-
-def started(argv, ready):
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    line = process.stdout.readline()
-    assert line.startswith(ready), (argv[:3], line)
-    return process, line
 
 
 class Deployment:
@@ -91,14 +88,7 @@ class Deployment:
         return out
 
     def close(self):
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        stop(self.processes)
 
 
 class ReferenceLoopTest(unittest.TestCase):

@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""`pip install ./python` offline into a fresh virtual environment, then the installed package
+(not the source tree) against real sidecars: its command line, its types (mypy, PEP 561), and
+its examples landing a room between a prefill and a decode sidecar."""
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "python"))
+
+from processes import started, stop  # noqa: E402
+
+TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
+RUNFILES = os.getcwd()
+KVRAIL = os.path.join(RUNFILES, "tools", "kvrail")
+TMP = os.environ.get("TEST_TMPDIR", "/tmp")
+SOURCE = os.path.join(TMP, "src", "python")
+VENV = os.path.join(TMP, "venv")
+PYTHON = os.path.join(VENV, "bin", "python")
+SHAPE = ["--tp", "1", "--layers", "2", "--pages", "64"]
+
+
+def run(argv, **kwargs):
+    """argv from $TEST_TMPDIR (never the source tree, so nothing imports from there), with no
+    PYTHONPATH; its completed process, output as text."""
+    env = dict(os.environ, HOME=TMP, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(argv, cwd=TMP, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=120, **kwargs)
+
+
+class PythonPackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Runfiles are symlinks (python/proto/... links into proto/ in git too): a plain copy.
+        shutil.rmtree(os.path.join(TMP, "src"), ignore_errors=True)
+        shutil.copytree(os.path.join(RUNFILES, "python"), SOURCE, symlinks=False)
+        made = run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", VENV])
+        assert made.returncode == 0, made.stdout
+        installed = run([PYTHON, "-m", "pip", "install", "--no-build-isolation", "--no-index",
+                         SOURCE])
+        assert installed.returncode == 0, installed.stdout
+        cls.package = run([PYTHON, "-c", "import kvrail_engine, os; "
+                           "print(os.path.dirname(kvrail_engine.__file__))"]).stdout.strip()
+        print("kvrail_engine imports from %s" % cls.package, flush=True)
+
+    def test_1_it_imports_from_the_venv_with_its_generated_module_and_types(self):
+        site = run([PYTHON, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+        self.assertEqual(self.package, os.path.join(site.stdout.strip(), "kvrail_engine"))
+        self.assertTrue(self.package.startswith(VENV + "/"), self.package)
+        for name in ("py.typed", "engine_pb2.py", "engine_pb2.pyi", "examples/engine_example.py",
+                     "examples/reference_engine.py"):
+            self.assertTrue(os.path.isfile(os.path.join(self.package, name)), name)
+        generated = run([PYTHON, "-c", "import kvrail_engine.engine_pb2 as m; print(m.__file__); "
+                         "from kvrail_engine.client import engine_pb2; print(engine_pb2 is m)"])
+        self.assertEqual(generated.stdout.split(),
+                         [os.path.join(self.package, "engine_pb2.py"), "True"])
+        # Built into the package, never written into the source tree pip was given.
+        self.assertFalse(os.path.exists(os.path.join(SOURCE, "kvrail_engine", "engine_pb2.py")))
+
+    def test_2_help_says_how_to_reach_a_sidecar(self):
+        for argv in ([PYTHON, "-m", "kvrail_engine", "--help"],
+                     [os.path.join(VENV, "bin", "kvrail-engine"), "--help"]):
+            shown = run(argv)
+            self.assertEqual(shown.returncode, 0, shown.stdout)
+            for words in ("--engine-endpoint", "ipc://", "tcp://", "kvrail sidecar", "ping",
+                          "poll", "--curve-key", "--curve-server-key"):
+                self.assertIn(words, shown.stdout)
+
+    def test_3_no_sidecar_there_is_one_line_and_exit_1(self):
+        gone = run([PYTHON, "-m", "kvrail_engine", "ping", "ipc://%s/none.sock" % TMP])
+        self.assertEqual((gone.returncode, gone.stdout.count("\n")), (1, 1), gone.stdout)
+        self.assertIn("no socket at %s/none.sock" % TMP, gone.stdout)
+        silent = run([PYTHON, "-m", "kvrail_engine", "ping", "tcp://127.0.0.1:%d" % free_port(),
+                      "--timeout", "0.5"])
+        self.assertEqual(silent.returncode, 1, silent.stdout)
+        self.assertIn("no reply within 0.5 s", silent.stdout)
+        bad = run([PYTHON, "-m", "kvrail_engine", "ping", "localhost:5"])
+        self.assertEqual(bad.returncode, 2, bad.stdout)
+        self.assertIn("'localhost:5': an engine endpoint is ipc://PATH or tcp://HOST:PORT",
+                      bad.stdout)
+
+    def test_4_mypy_checks_the_installed_package_and_its_users(self):
+        config = ["--config-file", os.path.join(SOURCE, "pyproject.toml"),
+                  "--python-executable", PYTHON, "--cache-dir", os.path.join(TMP, "mypy")]
+        package = run(["/usr/bin/python3", "-m", "mypy"] + config + ["-p", "kvrail_engine"])
+        self.assertEqual(package.returncode, 0, package.stdout)
+        # PEP 561: a program of the engine's sees the package's types from the venv.
+        user = os.path.join(TMP, "engine_rank.py")
+        with open(user, "w") as f:
+            f.write("from kvrail_engine import SidecarClient\n"
+                    "client = SidecarClient('ipc:///tmp/x.sock')\n"
+                    "client.attach_allocated('many bytes', '{}')\n")
+        typed = run(["/usr/bin/python3", "-m", "mypy"] + config + [user])
+        self.assertEqual(typed.returncode, 1, typed.stdout)
+        self.assertIn('Argument 1 to "attach_allocated" of "SidecarClient" has incompatible '
+                      'type "str"; expected "int"', typed.stdout)
+
+    def test_5_the_installed_examples_land_a_room_and_ping_sees_it(self):
+        processes = []
+        try:
+            bootstrap, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port",
+                                       "0"], "bootstrap ready")
+            processes.append(bootstrap)
+            address = "127.0.0.1:%s" % line.split("port=")[1].split()[0]
+            contract = os.path.join(TMP, "contract.json")
+            with open(contract, "w") as f:
+                f.write(subprocess.check_output([KVRAIL, "contract"] + SHAPE, text=True))
+            arena = subprocess.check_output([KVRAIL, "contract", "--arena-bytes"] + SHAPE,
+                                            text=True).strip()
+            with open(contract) as f:
+                group = json.load(f)["plan"]["groups"][0]["group_id"]
+            manifest = os.path.join(TMP, "manifest.json")
+            with open(manifest, "w") as f:  # 40 tokens: 3 pages of 16
+                json.dump({"groups": [{"group_id": group, "block_ids": [4, 5, 6]}],
+                           "prefix_len": 0, "prompt_len": 40}, f)
+            endpoints = {}
+            for role, extra in (("prefill", ["--bootstrap", address]), ("decode", [])):
+                endpoints[role] = "ipc:///tmp/kvrail-pkgtest-%s-%s.sock" % (TAG, role)
+                sidecar, _ = started([KVRAIL, "sidecar", "--role", role, "--engine-endpoint",
+                                      endpoints[role], "--host", "127.0.0.1", "--tls", "tcp",
+                                      "--verify-digest"] + extra, "sidecar ready")
+                processes.append(sidecar)
+            # The prefill rank: the reference engine, serving room 1 in the decode's window.
+            prefill, _ = started([PYTHON, "-m", "kvrail_engine.examples.reference_engine",
+                                  "--role", "prefill", "--sidecar", endpoints["prefill"],
+                                  "--contract", contract, "--arena-bytes", arena, "--rooms",
+                                  "1", "--timeout", "60"], "attached")
+            processes.append(prefill)
+            decode = run([PYTHON, "-m", "kvrail_engine.examples.engine_example", "--sidecar",
+                          endpoints["decode"], "--arena-bytes", arena, "--contract", contract,
+                          "--bootstrap", address, "--manifest", manifest, "--room", "1"])
+            self.assertEqual(decode.returncode, 0, decode.stdout)
+            # Success with --verify-digest: the landed bytes' digest matched the prefill's.
+            # The token is reference_engine's first_token(1).
+            self.assertRegex(decode.stdout, r"room 1 landed: \d+ bytes, bootstrap token 7919")
+            out, _ = prefill.communicate(timeout=60)
+            self.assertEqual(prefill.returncode, 0, out)
+            self.assertIn("done 1 ok", out)
+            ping = run([PYTHON, "-m", "kvrail_engine", "ping", endpoints["decode"]])
+            self.assertEqual(ping.returncode, 0, ping.stdout)
+            self.assertRegex(ping.stdout, r"^sidecar ipc://\S+ answered in [0-9.]+ ms: engines "
+                             r"\d+, rooms \d+ \(succeeded 1, failed 0\)")
+        finally:
+            stop(processes)
+
+    def test_6_curve_on_a_tcp_engine_api(self):
+        keys, allowed = os.path.join(TMP, "keys"), os.path.join(TMP, "allowed")
+        os.makedirs(allowed, exist_ok=True)
+        os.makedirs(keys, exist_ok=True)
+        for role in ("decode", "engine"):
+            subprocess.check_output([KVRAIL, "keygen", "--role", role, "--rank", "0", "--out",
+                                     keys])
+        shutil.copy(os.path.join(keys, "engine-0.pub"), allowed)
+        sidecar, line = started([KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint",
+                                 "tcp://127.0.0.1:0", "--host", "127.0.0.1", "--tls", "tcp",
+                                 "--curve-key", os.path.join(keys, "decode-0.key"),
+                                 "--curve-allowed", allowed], "sidecar ready")
+        try:
+            endpoint = line.split("engine=")[1].split()[0]
+            server = ["--curve-server-key", os.path.join(keys, "decode-0.pub")]
+            admitted = run([PYTHON, "-m", "kvrail_engine", "stats", endpoint, "--curve-key",
+                            os.path.join(keys, "engine-0.key")] + server)
+            self.assertEqual(admitted.returncode, 0, admitted.stdout)
+            self.assertEqual(json.loads(admitted.stdout)["rooms"], 0)
+            # A key the sidecar does not list: no answer, said in one line.
+            stranger = run([PYTHON, "-m", "kvrail_engine", "ping", endpoint, "--timeout", "1",
+                            "--curve-key", os.path.join(keys, "decode-0.key")] + server)
+            self.assertEqual(stranger.returncode, 1, stranger.stdout)
+            self.assertIn("a CURVE sidecar answers only the --curve-key clients it admits",
+                          stranger.stdout)
+            public = run([PYTHON, "-m", "kvrail_engine", "ping", endpoint, "--curve-key",
+                          os.path.join(keys, "engine-0.pub")] + server)
+            self.assertEqual(public.returncode, 1, public.stdout)
+            self.assertIn("engine-0.pub: no \"secret\"", public.stdout)
+        finally:
+            stop([sidecar])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
