@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/time/clock.h"
+#include "control/registry/etcd_fixture.h"
 #include "control/registry/etcd_process.h"
 
 namespace kvrail::registry {
@@ -13,20 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class EtcdClientTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto started = EtcdProcess::Start();
-    ASSERT_TRUE(started.ok()) << started.status();
-    etcd_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-  static EtcdProcess* etcd_;
-};
-EtcdProcess* EtcdClientTest::etcd_ = nullptr;
+class EtcdClientTest : public EtcdFixture {};
 
 TEST(ParseRegistryUrlTest, AcceptsEtcdHostPort) {
   auto parsed = ParseRegistryUrl("etcd://127.0.0.1:2379");
@@ -46,7 +34,7 @@ TEST(ParseRegistryUrlTest, RefusesOtherSchemesAndPortsNamingTheRule) {
 }
 
 TEST_F(EtcdClientTest, PutThenGetReturnsTheValue) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   ASSERT_TRUE(client.Put("/t/get/a", std::string("v\0x", 3)).ok());
   auto got = client.Get("/t/get/a");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -59,7 +47,7 @@ TEST_F(EtcdClientTest, PutThenGetReturnsTheValue) {
 }
 
 TEST_F(EtcdClientTest, ListReturnsOnlyKeysUnderThePrefix) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   ASSERT_TRUE(client.Put("/t/list/a", "1").ok());
   ASSERT_TRUE(client.Put("/t/list/b", "2").ok());
   ASSERT_TRUE(client.Put("/t/listx", "3").ok());
@@ -73,7 +61,7 @@ TEST_F(EtcdClientTest, ListReturnsOnlyKeysUnderThePrefix) {
 }
 
 TEST_F(EtcdClientTest, DeleteWithPrefixDeletesEveryKeyUnderIt) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   ASSERT_TRUE(client.Put("/t/del/a", "1").ok());
   ASSERT_TRUE(client.Put("/t/del/b", "2").ok());
   auto deleted = client.Delete("/t/del/", /*prefix=*/true);
@@ -83,7 +71,7 @@ TEST_F(EtcdClientTest, DeleteWithPrefixDeletesEveryKeyUnderIt) {
 }
 
 TEST_F(EtcdClientTest, RevokedLeaseDeletesItsKeysAndCannotBeRenewed) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   auto lease = client.GrantLease(absl::Seconds(30));
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_TRUE(client.Put("/t/lease/a", "1", *lease).ok());
@@ -98,7 +86,7 @@ TEST_F(EtcdClientTest, RevokedLeaseDeletesItsKeysAndCannotBeRenewed) {
 }
 
 TEST_F(EtcdClientTest, ExpiredLeaseDeletesItsKeys) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   auto lease = client.GrantLease(absl::Seconds(1));
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_TRUE(client.Put("/t/expire/a", "1", *lease).ok());
@@ -110,11 +98,11 @@ TEST_F(EtcdClientTest, ExpiredLeaseDeletesItsKeys) {
 }
 
 TEST_F(EtcdClientTest, PutToAnUnknownLeaseNamesEtcdsMessage) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   auto put = client.Put("/t/bad", "1", 12345);
   EXPECT_TRUE(absl::IsNotFound(put.status())) << put.status();
   EXPECT_THAT(std::string(put.status().message()),
-              HasSubstr(absl::StrCat("etcd at ", etcd_->endpoint(), ": put /t/bad answered")));
+              HasSubstr(absl::StrCat("etcd at ", endpoint(), ": put /t/bad answered")));
   EXPECT_THAT(std::string(put.status().message()), HasSubstr("requested lease not found"));
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
+#include "control/registry/etcd_fixture.h"
 #include "control/registry/etcd_process.h"
 
 namespace kvrail::registry {
@@ -14,27 +15,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class LeasePublisherTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto started = EtcdProcess::Start();
-    ASSERT_TRUE(started.ok()) << started.status();
-    etcd_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-  static EtcdProcess* etcd_;
-};
-EtcdProcess* LeasePublisherTest::etcd_ = nullptr;
+class LeasePublisherTest : public EtcdFixture {};
 
 TEST_F(LeasePublisherTest, PublishedKeysAreLeasedAndGoOnStop) {
-  auto publisher = LeasePublisher::Start(etcd_->endpoint(), absl::Seconds(30));
+  auto publisher = LeasePublisher::Start(endpoint(), absl::Seconds(30));
   ASSERT_TRUE(publisher.ok()) << publisher.status();
   (*publisher)->Publish("/t/pub/a", "1");
   ASSERT_TRUE((*publisher)->AwaitWritten(absl::Seconds(10)));
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   auto got = client.Get("/t/pub/a");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ((*got)->value, "1");
@@ -44,32 +32,32 @@ TEST_F(LeasePublisherTest, PublishedKeysAreLeasedAndGoOnStop) {
 }
 
 TEST_F(LeasePublisherTest, PublishingAgainReplacesTheValue) {
-  auto publisher = LeasePublisher::Start(etcd_->endpoint(), absl::Seconds(30));
+  auto publisher = LeasePublisher::Start(endpoint(), absl::Seconds(30));
   ASSERT_TRUE(publisher.ok()) << publisher.status();
   (*publisher)->Publish("/t/pub/b", "1");
   (*publisher)->Publish("/t/pub/b", "2");
   ASSERT_TRUE((*publisher)->AwaitWritten(absl::Seconds(10)));
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   EXPECT_EQ((*client.Get("/t/pub/b"))->value, "2");
 }
 
 TEST_F(LeasePublisherTest, KeysOutliveTheirTtlWhileRenewed) {
-  auto publisher = LeasePublisher::Start(etcd_->endpoint(), absl::Seconds(1));
+  auto publisher = LeasePublisher::Start(endpoint(), absl::Seconds(1));
   ASSERT_TRUE(publisher.ok()) << publisher.status();
   (*publisher)->Publish("/t/pub/c", "1");
   ASSERT_TRUE((*publisher)->AwaitWritten(absl::Seconds(10)));
   absl::SleepFor(absl::Milliseconds(2500));
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   EXPECT_TRUE(client.Get("/t/pub/c")->has_value());
 }
 
 TEST_F(LeasePublisherTest, ALostLeaseIsGrantedAnewWithEveryKey) {
-  auto publisher = LeasePublisher::Start(etcd_->endpoint(), absl::Seconds(3));
+  auto publisher = LeasePublisher::Start(endpoint(), absl::Seconds(3));
   ASSERT_TRUE(publisher.ok()) << publisher.status();
   (*publisher)->Publish("/t/pub/d", "1");
   ASSERT_TRUE((*publisher)->AwaitWritten(absl::Seconds(10)));
   const int64_t first = (*publisher)->lease();
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   ASSERT_TRUE(client.RevokeLease(first).ok());  // as etcd does when the lease timed out
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   std::optional<KeyValue> kv;

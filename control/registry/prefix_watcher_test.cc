@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
+#include "control/registry/etcd_fixture.h"
 #include "control/registry/etcd_process.h"
 
 namespace kvrail::registry {
@@ -49,26 +50,13 @@ class Seen {
   std::vector<WatchEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
-class PrefixWatcherTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto started = EtcdProcess::Start();
-    ASSERT_TRUE(started.ok()) << started.status();
-    etcd_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-  static EtcdProcess* etcd_;
-};
-EtcdProcess* PrefixWatcherTest::etcd_ = nullptr;
+class PrefixWatcherTest : public EtcdFixture {};
 
 TEST_F(PrefixWatcherTest, KeysPresentAtStartAreHandedOnBeforeStartReturns) {
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   ASSERT_TRUE(client.Put("/t/w1/a", "1").ok());
   Seen seen;
-  auto watcher = PrefixWatcher::Start(etcd_->endpoint(), "/t/w1/", seen.handler());
+  auto watcher = PrefixWatcher::Start(endpoint(), "/t/w1/", seen.handler());
   ASSERT_TRUE(watcher.ok()) << watcher.status();
   EXPECT_EQ(seen.count(), 1u);
   EXPECT_TRUE(seen.Await(WatchEvent::Type::kPut, "/t/w1/a", "1", absl::ZeroDuration()));
@@ -77,9 +65,9 @@ TEST_F(PrefixWatcherTest, KeysPresentAtStartAreHandedOnBeforeStartReturns) {
 TEST_F(PrefixWatcherTest, PutsAndDeletesUnderThePrefixAreHandedOn) {
   Seen seen;
   auto watcher =
-      PrefixWatcher::Start(etcd_->endpoint(), "/t/w2/", seen.handler(), absl::Milliseconds(300));
+      PrefixWatcher::Start(endpoint(), "/t/w2/", seen.handler(), absl::Milliseconds(300));
   ASSERT_TRUE(watcher.ok()) << watcher.status();
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   ASSERT_TRUE(client.Put("/t/w2/a", "1").ok());
   ASSERT_TRUE(client.Put("/t/w2x", "outside").ok());
   EXPECT_TRUE(seen.Await(WatchEvent::Type::kPut, "/t/w2/a", "1"));
@@ -95,9 +83,9 @@ TEST_F(PrefixWatcherTest, PutsAndDeletesUnderThePrefixAreHandedOn) {
 
 TEST_F(PrefixWatcherTest, AnExpiredLeaseIsADelete) {
   Seen seen;
-  auto watcher = PrefixWatcher::Start(etcd_->endpoint(), "/t/w3/", seen.handler());
+  auto watcher = PrefixWatcher::Start(endpoint(), "/t/w3/", seen.handler());
   ASSERT_TRUE(watcher.ok()) << watcher.status();
-  EtcdClient client(etcd_->endpoint());
+  EtcdClient client(endpoint());
   auto lease = client.GrantLease(absl::Seconds(1));
   ASSERT_TRUE(lease.ok());
   ASSERT_TRUE(client.Put("/t/w3/a", "1", *lease).ok());
@@ -107,8 +95,7 @@ TEST_F(PrefixWatcherTest, AnExpiredLeaseIsADelete) {
 
 TEST_F(PrefixWatcherTest, StopReturnsPromptlyWhileAStreamIsOpen) {
   Seen seen;
-  auto watcher =
-      PrefixWatcher::Start(etcd_->endpoint(), "/t/w4/", seen.handler(), absl::Seconds(30));
+  auto watcher = PrefixWatcher::Start(endpoint(), "/t/w4/", seen.handler(), absl::Seconds(30));
   ASSERT_TRUE(watcher.ok()) << watcher.status();
   absl::SleepFor(absl::Milliseconds(200));
   (*watcher)->Stop();  // must not wait 30 s for the stream's read timeout
