@@ -22,10 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/registration.h"
 #include "control/bootstrap/server.h"
+#include "control/bootstrap/server_metrics.h"
 #include "control/bootstrap/token.h"
+#include "control/metrics_http/metrics_server.h"
 #include "control/session/peer_log_limiter.h"
 #include "engine/base/error.h"
 #include "tools/config_file.h"
+#include "tools/json_log_format.h"
 
 namespace kvrail::tools {
 namespace {
@@ -33,10 +36,14 @@ namespace {
 using session::PeerLogLimiter;
 using std::chrono::milliseconds;
 
-std::shared_ptr<spdlog::logger> MakeLogger() {
+std::shared_ptr<spdlog::logger> MakeLogger(const std::string& log_format) {
   auto logger = std::make_shared<spdlog::logger>("bootstrap",
                                                  std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e level=%l %v");
+  if (log_format == "json") {
+    logger->set_formatter(std::make_unique<JsonLogFormatter>("bootstrap", -1));
+  } else {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e level=%l %v");
+  }
   logger->flush_on(spdlog::level::info);
   return logger;
 }
@@ -162,7 +169,7 @@ int RunBootstrap(const BootstrapOptions& options) {
   absl::StatusOr<bootstrap::BootstrapServerOptions> server_options = ServerOptions(options);
   if (!server_options.ok()) return fail(server_options.status());
 
-  std::shared_ptr<spdlog::logger> logger = MakeLogger();
+  std::shared_ptr<spdlog::logger> logger = MakeLogger(options.log_format);
   const milliseconds interval =
       std::max(Milliseconds(options.log_interval_seconds), milliseconds(1));
   auto limiter = std::make_shared<PeerLogLimiter>(interval);
@@ -173,16 +180,28 @@ int RunBootstrap(const BootstrapOptions& options) {
     LogRefusal(*logger, *limiter, event);
   };
   const bool token = !server_options->token.empty();
+  bootstrap::BootstrapMetrics metrics;  // outlives the server, whose hooks count into it
+  if (options.metrics_port >= 0) metrics.Hook(*server_options);
   bootstrap::BootstrapServer server(*std::move(server_options));
   absl::Status started = server.Start(options.host, options.port);
   if (!started.ok()) return fail(started);
+  std::unique_ptr<metrics_http::MetricsServer> metrics_server;  // --metrics-port
+  if (options.metrics_port >= 0) {
+    metrics.Watch(&server.registry());
+    absl::StatusOr<std::unique_ptr<metrics_http::MetricsServer>> serving =
+        metrics_http::MetricsServer::Start({options.metrics_host, options.metrics_port},
+                                           metrics.registry());
+    if (!serving.ok()) return fail(serving.status());
+    metrics_server = *std::move(serving);
+  }
   logger->info("event=listening host={} port={} token={} max_connections={} request_deadline_ms={}",
                options.host, server.port(), token ? "required" : "none", options.max_connections,
                Milliseconds(options.request_deadline_seconds).count());
   // stdout carries one line for whoever started us (logs go to stderr), as the sidecar's
   // "sidecar ready" does: with --port 0 it is how a parent learns the port without racing
   // another process for one it picked.
-  std::printf("bootstrap ready host=%s port=%d\n", options.host.c_str(), server.port());
+  std::printf("bootstrap ready host=%s port=%d%s\n", options.host.c_str(), server.port(),
+              metrics_server ? absl::StrCat(" metrics=", metrics_server->address()).c_str() : "");
   std::fflush(stdout);
 
   // Wait for a stop signal, and every log interval say what the limiter held back.
@@ -198,6 +217,7 @@ int RunBootstrap(const BootstrapOptions& options) {
     }
   }
   logger->info("event=stopping signal={}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  metrics_server.reset();
   server.Stop();
   for (const auto& [peer, count] :
        limiter->TakeHeldBack(PeerLogLimiter::Clock::now() + interval)) {  // all that is left
@@ -216,6 +236,13 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
       ->required()
       ->check(CLI::Range(0, 65535));
   command->add_option("--host", options.host, "Address to bind (default: every interface)");
+  command
+      ->add_option("--metrics-port", options.metrics_port,
+                   "Serve GET /metrics (Prometheus text) on this port; 0 picks a free one "
+                   "(default: off)")
+      ->check(CLI::Range(0, 65535));
+  command->add_option("--metrics-host", options.metrics_host, "The address --metrics-port binds")
+      ->capture_default_str();
   command->add_option("--token-file", options.token_file,
                       "File holding the token PUT /route must carry as 'Authorization: Bearer "
                       "<token>' (default: none, as the reference)");
@@ -253,6 +280,9 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
                    "Seconds: refusals are logged at most once per peer address per interval")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
+  command->add_option("--log-format", options.log_format, kLogFormatHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
   AddConfigFile(command, std::cout);  // every flag above, and any added below, is a key
   command->callback([&exit_code]() { exit_code = RunBootstrap(options); });
 }

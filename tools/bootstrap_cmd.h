@@ -22,6 +22,10 @@ struct BootstrapOptions {
   // A file holding the token PUT /route must carry as "Authorization: Bearer <token>"; empty:
   // no token (the reference's wire, unchanged).
   std::string token_file;
+  // GET /metrics (Prometheus text) on this port, bound to metrics_host; -1: off, 0: a free
+  // port, reported in the "bootstrap ready" line as metrics=host:port.
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   // The node's sizes and contract, fixed before any rank registers; 0 or empty: the first
   // accepted registration fixes them (CACHEPD §2.1).
   int world_size = 0;
@@ -32,6 +36,7 @@ struct BootstrapOptions {
   double request_deadline_seconds = 5;
   size_t max_body_bytes = size_t{1} << 20;
   double log_interval_seconds = 10;  // refusals: one line per peer address per interval
+  std::string log_format = "text";  // or "json" (tools/json_log_format.h)
 };
 
 // Serves until SIGINT or SIGTERM arrives. Returns the process exit code: 0 after a signal,

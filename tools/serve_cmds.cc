@@ -16,11 +16,13 @@
 #include "control/layout/contract.h"
 #include "control/layout/kv_shape.h"
 #include "control/session/peer_log_limiter.h"
+#include "control/metrics_http/metrics_server.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
 #include "engine/zmq_auth/allowed_keys.h"
 #include "tools/config_file.h"
 #include "tools/demo/demo.h"
+#include "tools/json_log_format.h"
 #include "tools/engine_sim/engine_sim.h"
 
 namespace kvrail::tools {
@@ -208,6 +210,14 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: the most rooms one decode session may pre-allocate at once; more are "
                   "answered Failed (0: no bound)")
       ->capture_default_str();
+  static int metrics_port = -1;
+  static std::string metrics_host = "127.0.0.1";
+  sub->add_option("--metrics-port", metrics_port,
+                  "Serve GET /metrics (Prometheus text) on this port; 0 picks a free one "
+                  "(default: off)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--metrics-host", metrics_host, "The address --metrics-port binds")
+      ->capture_default_str();
   sub->add_option("--max-registrations", options.max_registrations,
                   "Prefill: the most decode sessions registered at once; new ones past it are "
                   "rejected (0: no bound)")
@@ -215,6 +225,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--max-room-bytes", options.max_room_bytes,
                   "Fail rooms that would copy more (0: no cap)")
       ->capture_default_str();
+  static std::string log_format = "text";
+  sub->add_option("--log-format", log_format, kLogFormatHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
   AddConfigFile(sub, std::cout);  // every flag above, and any added below, is a key
   sub->callback([&exit_code] {
     options.role = role == "prefill" ? sidecar::Role::kPrefill : sidecar::Role::kDecode;
@@ -271,18 +285,35 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     BlockStopSignals();
     // Logs go to stderr: stdout carries the one "sidecar ready" line for whoever started us.
     spdlog::set_default_logger(spdlog::stderr_logger_mt("kvrail-sidecar"));
-    spdlog::set_pattern(
-        absl::StrCat("%Y-%m-%dT%H:%M:%S.%e %l ", role, "[", options.tp_rank, "] %v"));
+    if (log_format == "json") {
+      spdlog::set_formatter(std::make_unique<JsonLogFormatter>(role, options.tp_rank));
+    } else {
+      spdlog::set_pattern(
+          absl::StrCat("%Y-%m-%dT%H:%M:%S.%e %l ", role, "[", options.tp_rank, "] %v"));
+    }
     absl::StatusOr<std::unique_ptr<sidecar::Sidecar>> sidecar = sidecar::Sidecar::Start(options);
     if (!sidecar.ok()) {
       exit_code = Report(sidecar.status(), "sidecar");
       return;
     }
-    std::printf("sidecar ready engine=%s cachepd=%s session=%s\n",
+    std::unique_ptr<metrics_http::MetricsServer> metrics;  // --metrics-port
+    if (metrics_port >= 0) {
+      absl::StatusOr<std::unique_ptr<metrics_http::MetricsServer>> started =
+          metrics_http::MetricsServer::Start({metrics_host, metrics_port}, (*sidecar)->metrics());
+      if (!started.ok()) {
+        exit_code = Report(started.status(), "sidecar");
+        return;
+      }
+      metrics = *std::move(started);
+    }
+    // The fields are parsed by tools and tests: new ones go at the end.
+    std::printf("sidecar ready engine=%s cachepd=%s session=%s%s\n",
                 (*sidecar)->engine_endpoint().c_str(), (*sidecar)->cachepd_endpoint().c_str(),
-                (*sidecar)->session_id().c_str());
+                (*sidecar)->session_id().c_str(),
+                metrics ? absl::StrCat(" metrics=", metrics->address()).c_str() : "");
     std::fflush(stdout);
     WaitForSignal();
+    metrics.reset();
     (*sidecar)->Stop();
     exit_code = 0;
   });
