@@ -88,9 +88,14 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--engine-endpoint", options.engine_endpoint,
                   "Where the engine connects (ipc:///tmp/kvrail-p0.sock, tcp://127.0.0.1:N)")
       ->required();
-  sub->add_option("--host", options.host, "The address peers reach this sidecar at")
+  sub->add_option("--host", options.host,
+                  "The address this sidecar's CachePD and handshake sockets bind (0.0.0.0: all)")
       ->capture_default_str();
   sub->add_option("--bootstrap", options.bootstrap,
+  sub->add_option("--advertise-host", options.advertise_host,
+                  "The address peers are told to reach this sidecar at (default: --host; with "
+                  "--host 0.0.0.0, an address of this host). Checked at start: one of this "
+                  "host's addresses that --host binds, or reachable from here");
                   "Prefill: host:port of the node's bootstrap server");
   sub->add_option("--tp-size", options.tp_size, "Attention TP size of this side")
       ->capture_default_str();
@@ -438,6 +443,13 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_flag("--emulate-gpu-arena", options.emulate_gpu_arena,
                 "With --arena engine: every sidecar stages its arena through a host mirror, as "
                 "a GPU arena over a transport without GPU access is (memcpy for cudaMemcpyAsync)");
+  sub->add_flag("--metrics", options.metrics,
+                "The bootstrap server and every sidecar serve GET /metrics (Prometheus) on a free "
+                "port; print where, with a prometheus.yml scrape config");
+  sub->add_option("--metrics-hold", options.metrics_hold_seconds,
+                  "With --metrics: keep the cluster up this many seconds after the rooms, to "
+                  "scrape it")
+      ->check(CLI::Range(0, 86400));
   AddShapeFlags(sub, options.shape);
   sub->callback([&exit_code] {
     options.kvrail = SelfPath();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/metrics/exposition.h"
+#include "engine/metrics/registry.h"
 
 namespace kvrail::metrics_http {
 
@@ -63,6 +64,11 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     self->listen_returned_.store(true);
   });
   return server;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const MetricsServerOptions& options, const metrics::Registry& registry) {
+  return Start(options, [&registry] { return registry.Expose(); });
 }
 
 MetricsServer::~MetricsServer() {

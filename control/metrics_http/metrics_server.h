@@ -21,6 +21,10 @@ namespace httplib {
 class Server;
 }
 
+namespace kvrail::metrics {
+class Registry;
+}
+
 namespace kvrail::metrics_http {
 
 struct MetricsServerOptions {
@@ -37,6 +41,9 @@ class MetricsServer {
   // when it cannot be bound; InvalidArgument for a port outside 0..65535.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options,
                                                               std::function<std::string()> render);
+  // Serves `registry`'s exposition (Registry::Expose), which must outlive the server.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options,
+                                                              const metrics::Registry& registry);
   ~MetricsServer();  // stops serving and joins its threads
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

@@ -274,7 +274,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     bootstrap::PrefillRegistration r;
     r.world_size = options.tp_size * options.dp_size * options.pp_size;
     r.dp_size = options.dp_size;
-    r.endpoint.rank_ip = options.host;
+    r.endpoint.rank_ip = options.advertise_host;
     r.endpoint.rank_port = inbox->port();
     // CURVE on: decode ranks learn this rank's server key from the bootstrap server.
     if (options.curve) r.endpoint.curve_public_key = options.curve->own.public_key;
@@ -289,7 +289,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     return absl::OkStatus();
   }
   session::DecodeIdentity identity;
-  identity.endpoint = options.host;
+  identity.endpoint = options.advertise_host;
   identity.port = inbox->port();
   identity.session_id = session_id;
   identity.arena_base = arena_base;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "control/sidecar/advertise_host.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "control/wire/digest.h"
 #include "control/wire/proof.h"
@@ -473,6 +474,11 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  KVRAIL_ASSIGN_OR_RETURN(const std::vector<std::string> host_addresses, HostAddresses());
+  KVRAIL_ASSIGN_OR_RETURN(
+      impl->options.advertise_host,
+      ChooseAdvertiseHost(options.host, options.advertise_host, host_addresses));
+  const std::string& advertise = impl->options.advertise_host;
   impl->role_name = options.role == Role::kPrefill ? "prefill" : "decode";
   const bool curve = options.curve != nullptr;
   session::InboxOptions inbox_options;
@@ -510,6 +516,9 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   }
   KVRAIL_ASSIGN_OR_RETURN(impl->inbox,
                           session::ZmqInbox::Bind(impl->zmq, options.host, 0, inbox_options));
+  // Before anyone is told the address: one nobody reaches fails rooms far from the cause.
+  KVRAIL_RETURN_IF_ERROR(CheckAdvertiseHost(advertise, options.host, impl->inbox->port(),
+                                            host_addresses, absl::Seconds(1)));
   impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
   transport::TransportSpec spec;
   spec.backend = options.backend;
@@ -528,7 +537,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     transport::Transport* t = impl->transport.get();
     // The descriptor names this rank's CachePD socket as its registrations do, so that nobody
     // else's registration can claim this session (control/sidecar/registration_gate.h).
-    const std::string cachepd = wire::ReplyEndpoint(options.host, impl->inbox->port());
+    const std::string cachepd = wire::ReplyEndpoint(advertise, impl->inbox->port());
     impl->session_key = SessionKey::Generate();
     impl->senders.emplace(impl->session_key->bytes());
     const std::string digest = impl->session_key->Digest();
@@ -544,7 +553,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
               }
               return descriptor;
             },
-            "",
+            advertise,
             curve ? std::optional<zmq_auth::CurveServerKeys>(
                         {options.curve->own,
                          ZapFor(options, zmq_auth::KeyRole::kPrefill, -1, "handshake endpoint")})

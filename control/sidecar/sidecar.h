@@ -44,9 +44,14 @@ struct SidecarOptions {
   Role role = Role::kPrefill;
   // The engine API endpoint to bind ("ipc:///tmp/kvrail-p0.sock", "tcp://127.0.0.1:0").
   std::string engine_endpoint;
-  // The address peers reach this sidecar at: its CachePD PULL socket and (decode) its
-  // data-plane handshake endpoint bind here.
+  // The address this sidecar's CachePD PULL socket and (decode) its data-plane handshake
+  // endpoint bind.
   std::string host = "127.0.0.1";
+  // The address peers are told to reach it at (its bootstrap registration, its registration
+  // frames, a decode's session id and descriptor): empty, `host`, or for a wildcard `host` a
+  // real address of this host (control/sidecar/advertise_host.h). Start refuses an address
+  // that is not this host's and that it cannot reach itself.
+  std::string advertise_host;
   // Prefill: the node's bootstrap server ("host:port") this rank registers with.
   std::string bootstrap;
   // Attention TP of this rank's side; prefill also its DP size (world = tp * dp).

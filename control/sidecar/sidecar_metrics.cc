@@ -125,7 +125,10 @@ SidecarMetrics::SidecarMetrics()
       last_failure_(registry_.AddGauge(
           "kvrail_last_failure_info",
           "The last room failure (value: its unix time), replaced by each failure",
-          {"cause", "room", "reason"})) {}
+          {"cause", "room", "reason"})) {
+  // Present at 0 from the start, so that a rate over the first rooms sees them.
+  rooms_.With({"succeeded", ""});
+}
 
 void SidecarMetrics::SetInfo(const std::string& role, int tp_rank, const std::string& session) {
   info_.Clear();

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/base/error.h"
 
 namespace kvrail::demo {
@@ -13,6 +15,16 @@ namespace {
 using process::Subprocess;
 
 using process::LineField;
+
+// The value of `key` in the last line of `transcript` that begins with `ready`; "" if none.
+std::string AnnouncedField(const std::string& transcript, const std::string& ready,
+                           const std::string& key) {
+  std::string value;
+  for (absl::string_view line : absl::StrSplit(transcript, '\n')) {
+    if (absl::StartsWith(line, ready)) value = LineField(std::string(line), key);
+  }
+  return value;
+}
 
 }  // namespace
 
@@ -49,11 +61,24 @@ absl::Status Cluster::StartAll() {
                                o.prefill_node.host, std::string("--port"), std::string("0")}) {
     bootstrap.push_back(a);
   }
+  // --metrics-port 0 on the node's host: each process says where in its ready line.
+  const auto add_metrics = [&o](std::vector<std::string>& argv, const NodeHost& node) {
+    if (!o.metrics) return;
+    for (const std::string& a : {std::string("--metrics-port"), std::string("0"),
+                                 std::string("--metrics-host"), node.host}) {
+      argv.push_back(a);
+    }
+  };
+  add_metrics(bootstrap, o.prefill_node);
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
   KVRAIL_ASSIGN_OR_RETURN(const int port,
                           process::AwaitAnnouncedPort(*bootstrap_member_.process, "bootstrap ready",
                                                       absl::Seconds(30)));
   bootstrap_ = absl::StrCat(o.prefill_node.host, ":", port);
+  if (o.metrics) {
+    bootstrap_member_.metrics =
+        AnnouncedField(bootstrap_member_.process->transcript(), "bootstrap ready", "metrics");
+  }
   const std::string tls = o.transport == "shm" ? "sm" : "tcp";
   std::vector<std::string> shape = {"--layers",      absl::StrCat(o.shape.layers),
                                     "--kv-heads",    absl::StrCat(o.shape.kv_heads),
@@ -98,12 +123,14 @@ absl::Status Cluster::StartAll() {
       }
     }
     argv.insert(argv.end(), o.sidecar_args.begin(), o.sidecar_args.end());
+    add_metrics(argv, node);
     KVRAIL_ASSIGN_OR_RETURN(Member sidecar, Spawn(absl::StrCat(role, "-sidecar-", global), argv));
     absl::StatusOr<std::string> ready =
         sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
     if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
     sidecar.engine_endpoint = LineField(*ready, "engine");
     sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
+    sidecar.metrics = LineField(*ready, "metrics");
     (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
     if (!o.engine_sims) return absl::OkStatus();
     std::vector<std::string> sim = {o.kvrail,          "engine-sim",

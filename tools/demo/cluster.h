@@ -53,6 +53,9 @@ struct ClusterOptions {
   // False: the bootstrap and the sidecars only, for a caller that drives the sidecars' engine
   // API itself (`kvrail bench kv`); the engine-sim options above are then unused.
   bool engine_sims = true;
+  // The bootstrap server and every sidecar serve GET /metrics (--metrics-port 0, bound to their
+  // node's host); each Member's `metrics` says where.
+  bool metrics = false;
 };
 
 // One process of the cluster and its role.
@@ -62,6 +65,7 @@ struct Member {
   std::string engine_endpoint;   // sidecars
   std::string cachepd_endpoint;  // sidecars
   std::string arena_placement;   // engine-sims: where the arena lives ("ucx-shm", "posix-shm")
+  std::string metrics;           // with ClusterOptions::metrics: "host:port" of GET /metrics
 };
 
 class Cluster {

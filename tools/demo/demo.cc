@@ -64,6 +64,29 @@ void Progress(int done, int total, uint64_t bytes, absl::Duration elapsed, int f
   std::fflush(stderr);
 }
 
+// --metrics: where each process serves GET /metrics, and a prometheus.yml that scrapes them all.
+void PrintScrapeTargets(Cluster& cluster, FILE* out) {
+  std::vector<const Member*> members = {&cluster.bootstrap_server()};
+  for (int p = 0; p < cluster.prefill_ranks(); ++p) members.push_back(&cluster.prefill_sidecar(p));
+  for (int d = 0; d < cluster.decode_ranks(); ++d) members.push_back(&cluster.decode_sidecar(d));
+  std::vector<std::string> targets;
+  std::fprintf(out, "\n  metrics (GET /metrics, Prometheus text format 0.0.4)\n");
+  for (const Member* member : members) {
+    std::fprintf(out, "  %-26s http://%s/metrics\n", member->name.c_str(),
+                 member->metrics.c_str());
+    targets.push_back(absl::StrCat("'", member->metrics, "'"));
+  }
+  std::fprintf(out,
+               "\n  prometheus.yml:\n"
+               "    scrape_configs:\n"
+               "      - job_name: kvrail\n"
+               "        scrape_interval: 1s\n"
+               "        static_configs:\n"
+               "          - targets: [%s]\n\n",
+               absl::StrJoin(targets, ", ").c_str());
+  std::fflush(out);
+}
+
 }  // namespace
 
 absl::Status RunDemo(DemoOptions options) {
@@ -127,7 +150,9 @@ absl::Status RunDemo(DemoOptions options) {
   cluster_options.decode_tokens = options.decode_tokens;
   if (options.verify_digest) cluster_options.sidecar_args.push_back("--verify-digest");
   if (options.emulate_gpu_arena) cluster_options.sidecar_args.push_back("--emulate-gpu-arena");
+  cluster_options.metrics = options.metrics;
   KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(cluster_options));
+  if (options.metrics) PrintScrapeTargets(*cluster, options.json ? stderr : stdout);
   const int prefills = cluster->prefill_ranks();
   // Where the arenas live, as the engine-sims said ("ucx-shm", or "memfd,ucx-shm" if mixed).
   std::set<std::string> placement_set;
@@ -215,6 +240,11 @@ absl::Status RunDemo(DemoOptions options) {
     Progress(done, options.rooms, bytes, absl::Now() - start, failures);
   }
   const absl::Duration wall = absl::Now() - start;
+  if (options.metrics && options.metrics_hold_seconds > 0) {
+    std::fprintf(stderr, "  holding the cluster %d s for scrapes (--metrics-hold)\n",
+                 options.metrics_hold_seconds);
+    absl::SleepFor(absl::Seconds(options.metrics_hold_seconds));
+  }
   cluster->Stop();
 
   std::vector<double> latencies;

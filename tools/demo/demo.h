@@ -40,6 +40,11 @@ struct DemoOptions {
   // Every sidecar stages its engine's arena through a host mirror as it would a GPU arena that
   // its transport cannot reach (SidecarOptions::emulate_gpu_arena). Needs arena "engine".
   bool emulate_gpu_arena = false;
+  // The bootstrap server and every sidecar serve GET /metrics on a free port; the demo prints
+  // the addresses and a prometheus.yml scrape config, and with metrics_hold_seconds keeps the
+  // cluster up that long after the rooms, for a person to scrape.
+  bool metrics = false;
+  int metrics_hold_seconds = 0;
 };
 
 absl::Status RunDemo(DemoOptions options);
