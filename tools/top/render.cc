@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -24,10 +25,14 @@ std::string Header(const TopModel& model) {
       t.failures_per_second, HumanBytes(t.bytes_in_flight));
 }
 
-std::string ColumnHeader() {
-  return absl::StrFormat("%-22s %-9s %4s %8s %8s %8s %7s %7s %10s  %s", "ENDPOINT", "ROLE", "RANK",
-                         "ROOMS/S", "GB/S", "P99 MS", "FAILED", "FAIL/S", "IN FLIGHT",
-                         "LAST FAILURE");
+// The columns before GB/S, after the endpoint's: role, rank, rooms/s and their spaces.
+constexpr int kColumnsBeforeGbps = 1 + 9 + 1 + 4 + 1 + 8 + 1;
+constexpr int kPeerIndent = 5;  // "  -> "
+
+std::string ColumnHeader(int name_width) {
+  return absl::StrFormat("%-*s %-9s %4s %8s %8s %8s %7s %7s %10s  %s", name_width, "ENDPOINT",
+                         "ROLE", "RANK", "ROOMS/S", "GB/S", "P99 MS", "FAILED", "FAIL/S",
+                         "IN FLIGHT", "LAST FAILURE");
 }
 
 std::string LastFailureText(const EndpointView& view) {
@@ -36,19 +41,19 @@ std::string LastFailureText(const EndpointView& view) {
   return absl::StrCat(f.cause.empty() ? "failed" : f.cause, " room ", f.room, ": ", f.reason);
 }
 
-std::string Row(const EndpointView& view) {
-  if (!view.up) return absl::StrFormat("%-22s DOWN  %s", view.endpoint, view.error);
+std::string Row(const EndpointView& view, int name_width) {
+  if (!view.up) return absl::StrFormat("%-*s DOWN  %s", name_width, view.endpoint, view.error);
   const bool r = view.has_rates;
   const std::string role = view.role.empty() ? "?" : view.role;
   if (view.kind == EndpointKind::kBootstrap) {
-    return absl::StrFormat("%-22s %-9s %4s %8s  %s req/s, %.0f ranks registered", view.endpoint,
-                           role, kNone, kNone, Rate(r, view.requests_per_second, "%.1f"),
-                           view.registered_ranks);
+    return absl::StrFormat("%-*s %-9s %4s %8s  %s req/s, %.0f ranks registered", name_width,
+                           view.endpoint, role, kNone, kNone,
+                           Rate(r, view.requests_per_second, "%.1f"), view.registered_ranks);
   }
   std::string p99 =
       view.p99_seconds ? absl::StrFormat("%.1f", *view.p99_seconds * 1000) : std::string(kNone);
-  return absl::StrFormat("%-22s %-9s %4s %8s %8s %8s %7.0f %7s %10s  %s", view.endpoint, role,
-                         view.rank.empty() ? kNone : view.rank,
+  return absl::StrFormat("%-*s %-9s %4s %8s %8s %8s %7.0f %7s %10s  %s", name_width, view.endpoint,
+                         role, view.rank.empty() ? kNone : view.rank,
                          Rate(r, view.rooms_per_second, "%.1f"),
                          Rate(r, view.bytes_per_second / kGB, "%.3f"), p99, view.failures,
                          Rate(r, view.failures_per_second, "%.2f"),
@@ -56,12 +61,13 @@ std::string Row(const EndpointView& view) {
 }
 
 // A sidecar's fastest peers, indented under its row, GB/s in the GB/S column.
-void PeerRows(const EndpointView& view, int most, std::vector<std::string>& lines) {
+void PeerRows(const EndpointView& view, int most, int name_width, std::vector<std::string>& lines) {
+  const int peer_width = name_width + kColumnsBeforeGbps - kPeerIndent - 1;
   const int shown = std::min<int>(most, view.peers.size());
   for (int i = 0; i < shown; ++i) {
     const PeerRate& peer = view.peers[i];
-    lines.push_back(absl::StrFormat("  -> %-32.32s %17.3f  GB/s to/from this peer", peer.peer,
-                                    peer.bytes_per_second / kGB));
+    lines.push_back(absl::StrFormat("  -> %-*.*s %8.3f  GB/s to/from this peer", peer_width,
+                                    peer_width, peer.peer, peer.bytes_per_second / kGB));
   }
   if (view.peers.size() > static_cast<size_t>(shown)) {
     lines.push_back(absl::StrFormat("  -> (%d more peers)", view.peers.size() - shown));
@@ -110,12 +116,17 @@ std::string FitLine(absl::string_view text, int width) {
 }
 
 std::vector<std::string> RenderFrame(const TopModel& model, const FrameOptions& options) {
+  // The endpoint column fits the longest name, from 22 up to 48 characters.
+  size_t name_width = 22;
+  for (const EndpointView& view : model.rows)
+    name_width = std::max(name_width, view.endpoint.size());
+  const int width = static_cast<int>(std::min<size_t>(name_width, 48));
   std::vector<std::string> body;
   for (const EndpointView& view : model.rows) {
-    body.push_back(Row(view));
-    if (view.up) PeerRows(view, options.peers_per_row, body);
+    body.push_back(Row(view, width));
+    if (view.up) PeerRows(view, options.peers_per_row, width, body);
   }
-  std::vector<std::string> lines = {Header(model), ColumnHeader()};
+  std::vector<std::string> lines = {Header(model), ColumnHeader(width)};
   // Header, column header and footer always show; the body gives way, its last line then
   // counting what was left out.
   const int room = options.height > 0 ? std::max(options.height - 3, 1) : 0;
@@ -127,7 +138,9 @@ std::vector<std::string> RenderFrame(const TopModel& model, const FrameOptions& 
   }
   lines.insert(lines.end(), body.begin(), body.end());
   lines.push_back(Footer(options));
-  for (std::string& line : lines) line = FitLine(line, options.width);
+  for (std::string& line : lines) {
+    line = FitLine(absl::StripTrailingAsciiWhitespace(line), options.width);
+  }
   return lines;
 }
 

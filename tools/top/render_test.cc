@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/top/test_views.h"
 
 namespace kvrail::top {
 namespace {
@@ -9,44 +10,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-EndpointView Prefill() {
-  EndpointView v;
-  v.endpoint = "127.0.0.1:9101";
-  v.up = true;
-  v.kind = EndpointKind::kSidecar;
-  v.role = "prefill";
-  v.rank = "0";
-  v.has_rates = true;
-  v.rooms_per_second = 11;
-  v.bytes_per_second = 1.25e9;
-  v.peers = {{"10.0.0.2:7000", 1e9}, {"10.0.0.3:7000", 2.5e8}};
-  v.p99_seconds = 0.8701;
-  v.failures = 1;
-  v.failures_per_second = 0.5;
-  v.last_failure = LastFailure{"timeout", "7", "no status in 30 s", 1.7e9};
-  v.bytes_in_flight = 4096;
-  return v;
-}
-
-TopModel Model() {
-  TopModel m;
-  m.rows.push_back(Prefill());
-  EndpointView bootstrap;
-  bootstrap.endpoint = "127.0.0.1:9100";
-  bootstrap.up = true;
-  bootstrap.kind = EndpointKind::kBootstrap;
-  bootstrap.role = "bootstrap";
-  bootstrap.has_rates = true;
-  bootstrap.requests_per_second = 8;
-  bootstrap.registered_ranks = 2;
-  m.rows.push_back(bootstrap);
-  EndpointView down;
-  down.endpoint = "127.0.0.1:9103";
-  down.error = "no answer: Connection";
-  m.rows.push_back(down);
-  m.totals = Totals{2, 1, 11, 1.25e9, 1, 0.5, 4096};
-  return m;
-}
+TopModel Model() { return ThreeEndpoints(); }
 
 FrameOptions Options(int width, int height = 0) {
   FrameOptions o;
@@ -77,6 +41,15 @@ TEST(RenderTest, AFrameHasTotalsRowsPeersAndAFooter) {
 
 TEST(RenderTest, TheGbPerSecondOfAPeerLinesUpWithItsColumn) {
   std::vector<std::string> lines = RenderFrame(Model(), Options(200));
+  EXPECT_EQ(lines[1].find("GB/S") + 4, lines[3].find("1.000") + 5);
+}
+
+TEST(RenderTest, TheEndpointColumnFitsTheLongestName) {
+  TopModel m = Model();
+  m.rows[0].endpoint = "http://node-17.example:9101/metrics";
+  std::vector<std::string> lines = RenderFrame(m, Options(200));
+  EXPECT_EQ(lines[1].find("ROLE"), lines[2].find("prefill"));
+  EXPECT_EQ(lines[1].find("ROLE"), lines[5].find("bootstrap"));
   EXPECT_EQ(lines[1].find("GB/S") + 4, lines[3].find("1.000") + 5);
 }
 
