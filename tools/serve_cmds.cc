@@ -17,6 +17,7 @@
 #include "control/layout/kv_shape.h"
 #include "control/session/peer_log_limiter.h"
 #include "control/metrics_http/metrics_server.h"
+#include "control/registry/metrics_entry.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
 #include "engine/zmq_auth/allowed_keys.h"
@@ -234,9 +235,19 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--log-format", log_format, kLogFormatHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
+  static double registry_ttl = 10;
+  sub->add_option("--registry", options.registry,
+                  "etcd://host:port: decode sidecars publish their data-plane descriptor there "
+                  "(leased), prefill sidecars look descriptors up there before the handshake and "
+                  "drop sessions whose entry expired (default: off, the handshake alone)");
+  sub->add_option("--registry-ttl", registry_ttl,
+                  "Seconds the registry keeps this sidecar's entries after it stops renewing them")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
   AddConfigFile(sub, std::cout);  // every flag above, and any added below, is a key
   sub->callback([&exit_code] {
     options.role = role == "prefill" ? sidecar::Role::kPrefill : sidecar::Role::kDecode;
+    options.registry_ttl = absl::Seconds(registry_ttl);
     options.timeouts.bootstrap_timeout = absl::Seconds(bootstrap_timeout);
     options.timeouts.waiting_timeout = absl::Seconds(waiting_timeout);
     options.timeouts.unmatched_preallocation_timeout = absl::Seconds(preallocation_wait);
@@ -311,6 +322,20 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       }
       metrics = *std::move(started);
     }
+    std::unique_ptr<registry::LeasePublisher> metrics_entry;  // --registry with --metrics-port
+    if (metrics && !options.registry.empty()) {
+      const std::string id = (*sidecar)->session_id().empty()
+                                 ? (*sidecar)->cachepd_endpoint().substr(6)  // after tcp://
+                                 : (*sidecar)->session_id();
+      absl::StatusOr<std::unique_ptr<registry::LeasePublisher>> leased =
+          registry::PublishMetricsEntry(options.registry, options.registry_ttl, role,
+                                        options.tp_rank, id, metrics->address());
+      if (!leased.ok()) {
+        exit_code = Report(leased.status(), "sidecar");
+        return;
+      }
+      metrics_entry = *std::move(leased);
+    }
     // The fields are parsed by tools and tests: new ones go at the end.
     std::printf("sidecar ready engine=%s cachepd=%s session=%s%s\n",
                 (*sidecar)->engine_endpoint().c_str(), (*sidecar)->cachepd_endpoint().c_str(),
@@ -318,6 +343,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                 metrics ? absl::StrCat(" metrics=", metrics->address()).c_str() : "");
     std::fflush(stdout);
     WaitForSignal();
+    metrics_entry.reset();
     metrics.reset();
     (*sidecar)->Stop();
     exit_code = 0;

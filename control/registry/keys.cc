@@ -36,6 +36,7 @@ std::string EncodeSessionEntry(const SessionEntry& entry) {
                 {"role", entry.role},
                 {"tp_rank", entry.tp_rank}};
   if (!entry.metrics.empty()) value["metrics"] = entry.metrics;
+  if (entry.lease_ttl_s > 0) value["lease_ttl_s"] = entry.lease_ttl_s;
   return value.dump();
 }
 
@@ -71,6 +72,8 @@ absl::StatusOr<SessionEntry> DecodeSessionEntry(absl::string_view key, absl::str
     if (!metrics->is_string()) return bad("\"metrics\" must be a string when present");
     entry.metrics = metrics->get<std::string>();
   }
+  auto ttl = parsed.find("lease_ttl_s");
+  if (ttl != parsed.end() && ttl->is_number_integer()) entry.lease_ttl_s = ttl->get<int64_t>();
   return entry;
 }
 

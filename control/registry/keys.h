@@ -36,6 +36,9 @@ struct SessionEntry {
   std::string role = "decode";
   int tp_rank = 0;
   std::string metrics;  // "" when the sidecar has no metrics endpoint
+  // The ttl of the entry's lease ("lease_ttl_s"), so that a watcher can say how long the entry
+  // outlived its sidecar; 0 when absent.
+  int64_t lease_ttl_s = 0;
 };
 
 std::string EncodeSessionEntry(const SessionEntry& entry);

@@ -83,6 +83,7 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
   } else {
     spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank, arena_bytes);
   }
+  PublishDescriptor();  // --registry: now that the arena is registered
   return absl::OkStatus();
 }
 

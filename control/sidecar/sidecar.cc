@@ -545,7 +545,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         impl->handshake,
         transport::HandshakeServer::Start(
             options.host, 0,
-            [t, cachepd, digest]() -> absl::StatusOr<v1::HandshakeDescriptor> {
+            impl->descriptor_source = [t, cachepd, digest] {
               absl::StatusOr<v1::HandshakeDescriptor> descriptor = t->LocalDescriptor();
               if (descriptor.ok()) {
                 descriptor->set_cachepd_endpoint(cachepd);
@@ -580,7 +580,8 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
       };
     }
     impl->descriptors =
-        std::make_unique<transport::DescriptorCache>(options.handshake_timeout, fetcher);
+        std::make_unique<transport::DescriptorCache>(options.handshake_timeout,
+                                                     impl->WithRegistry(fetcher));
     transfer::PeerDirectoryOptions directory_options;
     directory_options.on_fetch = [raw = impl.get()](absl::Duration took, const absl::Status& s) {
       raw->metrics.HandshakeDone(took, s);
@@ -595,6 +596,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     impl->scheduler =
         std::make_unique<transfer::Scheduler>(impl->transport.get(), scheduler_options);
   }
+  KVRAIL_RETURN_IF_ERROR(impl->StartRegistry());  // --registry (registry_hooks.cc)
   Impl* raw = impl.get();
   // An ipc socket is its owner's alone already (0600): CURVE guards the engine API on tcp.
   std::optional<zmq_auth::CurveServerKeys> api_curve;
@@ -641,6 +643,7 @@ Sidecar::~Sidecar() { Stop(); }
 void Sidecar::Stop() {
   Impl& impl = *impl_;
   if (impl.stop.exchange(true)) return;
+  impl.StopRegistry();  // a decode's entry goes first: its prefills drop it at once
   impl.api->Stop();
   impl.parser.Stop();  // what it still holds is applied; its answers are dropped
   if (impl.inbox_thread.joinable()) impl.inbox_thread.join();

@@ -151,6 +151,12 @@ struct SidecarOptions {
   size_t max_registrations = 4096;
   // Terminal room states kept for Poll after their event was published.
   size_t remembered_rooms = 65536;
+  // --registry etcd://host:port (README, "etcd registry"; empty: off, nothing changes): a
+  // decode publishes its data-plane descriptor there under a lease of `registry_ttl` it keeps
+  // alive; a prefill looks descriptors up there before the handshake and drops a session whose
+  // entry is deleted (its lease expired). etcd down at start is a start error.
+  std::string registry;
+  absl::Duration registry_ttl = absl::Seconds(10);
 };
 
 struct SidecarStats {

@@ -55,6 +55,7 @@
 #include "control/session/peer_log_limiter.h"
 #include "control/session/prefill_rooms.h"
 #include "control/session/zmq_channel.h"
+#include "control/sidecar/descriptor_registry.h"
 #include "control/sidecar/key_binding.h"
 #include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
@@ -390,6 +391,22 @@ struct Sidecar::Impl {
   // the Failed frames their fenced rooms sent after the drop.
   void ForgetUnusedRoutes();
   bool bootstrap_answered = true;  // ticker thread only
+
+  // --- registry_hooks.cc: --registry ------------------------------------------------------
+  // Last, so that they go first: the watcher's hooks use the parts above.
+  // Decode: what the handshake endpoint serves, for the registry too.
+  transport::HandshakeServer::Source descriptor_source;
+  std::unique_ptr<DescriptorPublisher> registry_publisher;     // decode
+  std::unique_ptr<RegistryDescriptors> registry_descriptors;  // prefill
+  // Starts the publisher (decode) or the watcher (prefill) when options.registry is set.
+  absl::Status StartRegistry();
+  // Prefill: `fallback` (null: the plain handshake fetch), asked only for sessions the
+  // registry has no descriptor of. Unchanged without --registry or under CURVE.
+  transport::DescriptorCache::Fetcher WithRegistry(transport::DescriptorCache::Fetcher fallback);
+  // Decode: publishes the descriptor if it changed (never waits for etcd).
+  void PublishDescriptor();
+  // Revokes the decode's lease (its entry goes at once); stops the prefill's watcher.
+  void StopRegistry();
 };
 
 }  // namespace kvrail::sidecar

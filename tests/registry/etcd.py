@@ -1,0 +1,78 @@
+"""A real etcd for the registry tests (/usr/bin/etcd, one member on 127.0.0.1, free ports, data
+under $TEST_TMPDIR), and its JSON gateway (keys and values base64)."""
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    def __init__(self):
+        self.port = free_port()
+        peer = free_port()
+        self.data = tempfile.mkdtemp(prefix="etcd-", dir=os.environ.get("TEST_TMPDIR", "/tmp"))
+        client_url = "http://127.0.0.1:%d" % self.port
+        peer_url = "http://127.0.0.1:%d" % peer
+        self.log = open(self.data + ".log", "w")
+        self.process = subprocess.Popen(
+            ["/usr/bin/etcd", "--name", "t", "--data-dir", self.data,
+             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+             "--initial-cluster", "t=" + peer_url], stdout=self.log, stderr=self.log)
+        self.endpoint = "127.0.0.1:%d" % self.port
+        self.url = "etcd://" + self.endpoint
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(client_url + "/health", timeout=1) as r:
+                    if b'"true"' in r.read():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("etcd did not come up; its log is %s.log" % self.data)
+
+    def call(self, path, body):
+        request = urllib.request.Request("http://%s%s" % (self.endpoint, path),
+                                         data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=5) as r:
+            return json.loads(r.read())
+
+    def get(self, key):
+        """The value of `key` (str), or None."""
+        answer = self.call("/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()})
+        kvs = answer.get("kvs", [])
+        return base64.b64decode(kvs[0].get("value", "")).decode() if kvs else None
+
+    def keys(self, prefix):
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        answer = self.call("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
+                                            "range_end": base64.b64encode(end.encode()).decode()})
+        return [base64.b64decode(kv["key"]).decode() for kv in answer.get("kvs", [])]
+
+    def await_key(self, key, present, seconds):
+        """Polls until `key` is present (or absent); the seconds it took, or None."""
+        start = time.time()
+        while time.time() - start < seconds:
+            if (self.get(key) is not None) == present:
+                return time.time() - start
+            time.sleep(0.05)
+        return None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""--registry etcd://host:port end to end, with a real etcd, a real bootstrap server, and real
+prefill and decode sidecars driven through the Python engine client: the decode publishes its
+descriptor (and metrics address) leased; the prefill takes the descriptor from the registry, no
+handshake; a decode killed with SIGKILL loses its entry within the lease ttl and the prefill
+fails its pre-allocated rooms naming the expiry (its heartbeat probes are a minute apart, so only
+the lease can tell)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.getcwd(), "python"))
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "registry"))
+
+from etcd import Etcd  # noqa: E402
+from kvrail_engine import SidecarClient, TransferPoll  # noqa: E402
+
+TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
+KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
+TMP = os.environ.get("TEST_TMPDIR", "/tmp")
+SHAPE = ["--layers", "2", "--pages", "64"]
+TTL = 2
+
+
+def started(argv, ready, stderr=None):
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    line = process.stdout.readline()
+    assert line.startswith(ready), (argv[:3], line)
+    return process, line
+
+
+def field(line, key):
+    for word in line.split():
+        if word.startswith(key + "="):
+            return word[len(key) + 1:]
+    return ""
+
+
+class RegistryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.processes = []
+        cls.clients = []
+        cls.etcd = Etcd()
+        try:
+            cls.start()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def start(cls):
+        bootstrap, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", "0"],
+                                  "bootstrap ready")
+        cls.processes.append(bootstrap)
+        cls.bootstrap = "127.0.0.1:%s" % field(line, "port")
+        cls.contract = subprocess.check_output([KVRAIL, "contract", "--tp", "1"] + SHAPE,
+                                               text=True)
+        cls.arena_bytes = int(subprocess.check_output(
+            [KVRAIL, "contract", "--tp", "1", "--arena-bytes"] + SHAPE, text=True))
+        common = ["--host", "127.0.0.1", "--tls", "tcp", "--registry", cls.etcd.url]
+        cls.prefill_log_path = os.path.join(TMP, "prefill-%s.log" % TAG)
+        cls.prefill_log = open(cls.prefill_log_path, "w")
+        prefill_endpoint = "ipc:///tmp/kvrail-registry-%s-p.sock" % TAG
+        prefill, _ = started([KVRAIL, "sidecar", "--role", "prefill", "--engine-endpoint",
+                              prefill_endpoint, "--bootstrap", cls.bootstrap,
+                              "--heartbeat-interval", "60"] + common, "sidecar ready",
+                             stderr=cls.prefill_log)
+        cls.processes.append(prefill)
+        decode_endpoint = "ipc:///tmp/kvrail-registry-%s-d.sock" % TAG
+        cls.decode, line = started([KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint",
+                                    decode_endpoint, "--registry-ttl", str(TTL),
+                                    "--metrics-port", "0"] + common, "sidecar ready")
+        cls.processes.append(cls.decode)
+        cls.session = field(line, "session")
+        cls.decode_metrics = field(line, "metrics")
+        cls.prefill_client = SidecarClient(prefill_endpoint, timeout=10.0)
+        cls.clients.append(cls.prefill_client)
+        cls.prefill_client.attach_allocated(cls.arena_bytes, cls.contract)
+        cls.decode_client = SidecarClient(decode_endpoint, timeout=10.0)
+        cls.clients.append(cls.decode_client)
+        cls.decode_client.attach_allocated(cls.arena_bytes, cls.contract)
+
+    @classmethod
+    def tearDownClass(cls):
+        for client in cls.clients:
+            client.close()
+        for process in reversed(cls.processes):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            process.stdout.close()
+        if hasattr(cls, "prefill_log"):
+            cls.prefill_log.close()
+        cls.etcd.stop()
+
+    def event(self, client, room, statuses, seconds=20):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            event = client.next_event(timeout=deadline - time.time())
+            if event is not None and event.room == room and event.status in statuses:
+                return event
+        self.fail("no %s event for room %d within %d s" % (statuses, room, seconds))
+
+    def route(self, room, ready=True):
+        """Room `room`: pre-allocated by the decode at the prefill; with `ready`, sent."""
+        self.prefill_client.begin(room)
+        self.decode_client.expect(room, self.bootstrap, block_tables=[[1, 2]], window=(0, 32))
+        self.event(self.prefill_client, room, (TransferPoll.BOOTSTRAPPED,))
+        if ready:
+            self.prefill_client.ready(room, bootstrap_token=7, block_tables=[[1, 2]],
+                                      window=(0, 32))
+
+    def test_1_the_decode_publishes_its_descriptor_and_metrics_leased(self):
+        key = "/kvrail/v1/sessions/" + self.session
+        self.assertIsNotNone(self.etcd.await_key(key, True, 10), key)
+        entry = json.loads(self.etcd.get(key))
+        self.assertEqual((entry["role"], entry["tp_rank"], entry["lease_ttl_s"]),
+                         ("decode", 0, TTL))
+        self.assertGreaterEqual(entry["version"], 1)
+        metrics = json.loads(self.etcd.get("/kvrail/v1/metrics/decode-0-" + self.session))
+        self.assertEqual(metrics["url"], "http://%s/metrics" % self.decode_metrics)
+
+    def test_2_a_room_lands_with_the_descriptor_from_the_registry(self):
+        self.route(1)
+        self.assertEqual(self.event(self.decode_client, 1,
+                                    (TransferPoll.SUCCESS, TransferPoll.FAILED)).status,
+                         TransferPoll.SUCCESS)
+        self.prefill_log.flush()
+        with open(self.prefill_log_path) as f:
+            log = f.read()
+        self.assertIn("descriptor of session %s taken from the registry" % self.session, log)
+
+    def test_3_a_killed_decode_expires_and_its_prefill_rooms_fail_naming_the_expiry(self):
+        self.route(2, ready=False)  # pre-allocated at the prefill, never sent
+        key = "/kvrail/v1/sessions/" + self.session
+        self.decode.send_signal(signal.SIGKILL)
+        took = self.etcd.await_key(key, False, TTL + 5)
+        self.assertIsNotNone(took, "%s still there %d s after the kill" % (key, TTL + 5))
+        print("registry entry gone %.2f s after SIGKILL (lease ttl %d s)" % (took, TTL),
+              flush=True)
+        failed = self.event(self.prefill_client, 2, (TransferPoll.FAILED,))
+        self.assertIn("decode session %s's registry entry %s expired" % (self.session, key),
+                      failed.reason)
+        self.assertIn("(lease ttl %d s)" % TTL, failed.reason)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
