@@ -38,6 +38,10 @@ std::string FailureCause(const std::string& reason) {
   }
   if (Mentions(text, {"lease", "expired"})) return "expired";
   if (Mentions(text, {"handshake", "descriptor"})) return "handshake";
+  // CACHEPD §7.4's bootstrap timeout is a timeout; any other trouble with a bootstrap server
+  // (unreachable, a refused lookup) is the bootstrap's.
+  if (Mentions(text, {"bootstrap timeout"})) return "timeout";
+  if (Mentions(text, {"bootstrap"})) return "bootstrap";
   if (Mentions(text,
                {"declared dead", "is gone", "unreachable", "heartbeat", "connection refused"})) {
     return "peer_failed";
@@ -49,7 +53,7 @@ std::string FailureCause(const std::string& reason) {
                       "data plane", "data-plane"})) {
     return "transport";
   }
-  if (Mentions(text, {"engine"})) return "engine";
+  if (Mentions(text, {"the engine", "engine api", "engine's"})) return "engine";
   return "other";
 }
 

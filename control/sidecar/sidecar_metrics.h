@@ -25,7 +25,8 @@
 namespace kvrail::sidecar {
 
 // The cause label of a failed room, from its one-line reason: one of timeout, peer_failed,
-// fenced, aborted, bounds, handshake, transport, digest, overloaded, expired, engine, other.
+// fenced, aborted, bounds, handshake, bootstrap, transport, digest, overloaded, expired, engine,
+// other.
 // Never free text: a label's values must stay few.
 std::string FailureCause(const std::string& reason);
 

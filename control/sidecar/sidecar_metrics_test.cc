@@ -40,6 +40,10 @@ TEST(FailureCauseTest, ReasonsMapToAFixedVocabulary) {
   EXPECT_EQ(FailureCause("session 1.2.3.4:5 refused: its descriptor could not be fetched"),
             "handshake");
   EXPECT_EQ(FailureCause("registry lease of session 1.2.3.4:5 expired"), "expired");
+  EXPECT_EQ(FailureCause("route to 127.0.0.1:1: error: bootstrap 127.0.0.1:1: GET "
+                         "/route?engine_rank=-1&target_dp_group=-1: cannot reach the server"),
+            "bootstrap");
+  EXPECT_EQ(FailureCause("the engine went away"), "engine");
   EXPECT_EQ(FailureCause("something new"), "other");
 }
 

@@ -18,6 +18,8 @@
 #include "control/layout/contract.h"
 #include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
+#include "control/sidecar/sidecar_metrics.h"
+#include "engine/metrics/registry.h"
 #include "engine/memory/cuda_arena.h"
 
 namespace kvrail::sidecar {
@@ -231,6 +233,40 @@ TEST_F(AttachArenaTest, ALargeManifestDoesNotHoldUpTheEngineApi) {
   EXPECT_EQ(answer->reply().request_id(), id);
   EXPECT_TRUE(absl::StrContains(answer->reply().error(), "Expect room 5: destination manifest"))
       << answer->reply().error();
+}
+
+// GET /metrics' registry sees a room fail: counted under its cause, its duration observed, and
+// named as the last failure.
+TEST_F(AttachArenaTest, AFailedRoomIsCountedByCauseInTheMetrics) {
+  StartSidecar("tcp");
+  ASSERT_EQ(Refusal(Attach("", "", bytes_)), "");
+  const std::vector<std::vector<int64_t>> tables(contract_.group_specs.size(), {1});
+  v1::EngineRequest expect;
+  expect.mutable_expect()->set_room(11);
+  expect.mutable_expect()->set_bootstrap_address("127.0.0.1:1");  // nobody listens there
+  expect.mutable_expect()->set_destination_manifest(
+      layout::SerializeManifest(layout::BuildManifest(contract_, tables, 0, 16).value()).value());
+  ASSERT_TRUE(engine_->Call(expect).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::optional<v1::RoomEvent> failed;
+  while (!failed && absl::Now() < deadline) {
+    std::optional<v1::RoomEvent> event = engine_->NextEvent(absl::Seconds(1));
+    if (event && event->status() == v1::TRANSFER_POLL_FAILED) failed = *event;
+  }
+  ASSERT_TRUE(failed.has_value()) << "room 11 did not fail";
+  const std::string text = sidecar_->metrics().Expose();
+  const std::string cause = FailureCause(failed->reason());
+  EXPECT_TRUE(absl::StrContains(
+      text, absl::StrCat("kvrail_rooms_total{outcome=\"failed\",cause=\"", cause, "\"} 1\n")))
+      << failed->reason() << "\n" << text;
+  EXPECT_EQ(cause, "bootstrap") << failed->reason();  // nobody listens at its bootstrap
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_room_duration_seconds_count 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_last_failure_info{cause=\"" + cause +
+                                          "\",room=\"11\",reason=\""))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_arena_bytes{placement=\"memfd\"}")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_sidecar_info{role=\"decode\",tp_rank=\"0\""))
+      << text;
 }
 
 }  // namespace
