@@ -25,6 +25,7 @@
 #include "control/bootstrap/server_metrics.h"
 #include "control/bootstrap/token.h"
 #include "control/metrics_http/metrics_server.h"
+#include "control/registry/bootstrap_store.h"
 #include "control/session/peer_log_limiter.h"
 #include "engine/base/error.h"
 #include "tools/config_file.h"
@@ -173,9 +174,25 @@ int RunBootstrap(const BootstrapOptions& options) {
   const milliseconds interval =
       std::max(Milliseconds(options.log_interval_seconds), milliseconds(1));
   auto limiter = std::make_shared<PeerLogLimiter>(interval);
-  server_options->on_registration = [logger, limiter](const bootstrap::RegistrationEvent& event) {
+  std::unique_ptr<registry::BootstrapStore> store;  // --registry
+  bootstrap::BootstrapServer* serving = nullptr;     // for the node description, once made
+  if (!options.registry.empty()) {
+    auto opened = registry::BootstrapStore::Open(options.registry,
+                                                 absl::Seconds(options.registry_ttl_seconds));
+    if (!opened.ok()) return fail(opened.status());
+    store = *std::move(opened);
+  }
+  server_options->on_registration = [logger, limiter, s = store.get(),
+                                     &serving](const bootstrap::RegistrationEvent& event) {
     LogRegistration(*logger, *limiter, event);
+    if (s == nullptr || !event.status.ok() || !event.registration) return;
+    if (absl::StatusOr<std::string> body = bootstrap::SerializeRegistration(*event.registration);
+        body.ok()) {
+      s->Save(event.outcome.dp_group, event.outcome.rank_in_group, *body);
+    }
+    if (serving != nullptr) s->PublishNode(serving->registry().Describe().ToJson().dump());
   };
+  const std::string token_text = server_options->token;
   server_options->on_refusal = [logger, limiter](const bootstrap::RefusalEvent& event) {
     LogRefusal(*logger, *limiter, event);
   };
@@ -183,8 +200,20 @@ int RunBootstrap(const BootstrapOptions& options) {
   bootstrap::BootstrapMetrics metrics;  // outlives the server, whose hooks count into it
   if (options.metrics_port >= 0) metrics.Hook(*server_options);
   bootstrap::BootstrapServer server(*std::move(server_options));
+  serving = &server;
   absl::Status started = server.Start(options.host, options.port);
   if (!started.ok()) return fail(started);
+  if (store) {  // what an earlier run on this address registered, replayed to this one
+    absl::StatusOr<std::vector<std::string>> stored =
+        store->Bind(registry::BootstrapAddress(options.host, server.port()));
+    if (!stored.ok()) return fail(stored.status());
+    for (const std::string& refused :
+         registry::ReplayRegistrations(options.host, server.port(), token_text, *stored)) {
+      logger->warn("event=registry_replay_refused error=\"{}\"", refused);
+    }
+    logger->info("event=registry_loaded registrations={}", stored->size());
+    store->PublishNode(server.registry().Describe().ToJson().dump());
+  }
   std::unique_ptr<metrics_http::MetricsServer> metrics_server;  // --metrics-port
   if (options.metrics_port >= 0) {
     metrics.Watch(&server.registry());
@@ -218,6 +247,7 @@ int RunBootstrap(const BootstrapOptions& options) {
   }
   logger->info("event=stopping signal={}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   metrics_server.reset();
+  if (store) store->Stop();  // the node entry goes; its registrations stay for the next run
   server.Stop();
   for (const auto& [peer, count] :
        limiter->TakeHeldBack(PeerLogLimiter::Clock::now() + interval)) {  // all that is left
@@ -283,6 +313,16 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
   command->add_option("--log-format", options.log_format, kLogFormatHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
+  command->add_option("--registry", options.registry,
+                      "etcd://host:port: publish the node description there (leased) and keep "
+                      "the registrations there, replayed when the server starts again on the "
+                      "same address (default: off)");
+  command
+      ->add_option("--registry-ttl", options.registry_ttl_seconds,
+                   "Seconds the registry keeps the node description after the server stops "
+                   "renewing it")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
   AddConfigFile(command, std::cout);  // every flag above, and any added below, is a key
   command->callback([&exit_code]() { exit_code = RunBootstrap(options); });
 }

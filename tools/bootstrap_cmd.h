@@ -37,6 +37,11 @@ struct BootstrapOptions {
   size_t max_body_bytes = size_t{1} << 20;
   double log_interval_seconds = 10;  // refusals: one line per peer address per interval
   std::string log_format = "text";  // or "json" (tools/json_log_format.h)
+  // --registry etcd://host:port (control/registry/bootstrap_store.h): the node description
+  // published leased for registry_ttl_seconds, and the registrations kept there and replayed at
+  // start. Empty: off.
+  std::string registry;
+  double registry_ttl_seconds = 10;
 };
 
 // Serves until SIGINT or SIGTERM arrives. Returns the process exit code: 0 after a signal,

@@ -8,6 +8,7 @@ the lease can tell)."""
 
 import json
 import os
+import urllib.request
 import random
 import signal
 import subprocess
@@ -149,6 +150,63 @@ class RegistryTest(unittest.TestCase):
         self.assertIn("decode session %s's registry entry %s expired" % (self.session, key),
                       failed.reason)
         self.assertIn("(lease ttl %d s)" % TTL, failed.reason)
+
+
+class BootstrapRestartTest(unittest.TestCase):
+    """kvrail bootstrap --registry: the node description is published leased, the registrations
+    are kept in etcd, and a bootstrap server killed and started again on the same port answers
+    GET /route exactly as before."""
+
+    def setUp(self):
+        self.etcd = Etcd()
+        self.processes = []
+        self.contract = open("examples/decode_contract_tp1.json").read()
+
+    def tearDown(self):
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            process.stdout.close()
+        self.etcd.stop()
+
+    def start_bootstrap(self, port):
+        process, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", str(port),
+                                 "--registry", self.etcd.url, "--registry-ttl", str(TTL)],
+                                "bootstrap ready")
+        self.processes.append(process)
+        return process, int(field(line, "port"))
+
+    def get(self, port, target):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, target), timeout=5) as r:
+            return r.status, r.read().decode()
+
+    def answers(self, port):
+        return [self.get(port, "/route?engine_rank=%d&target_dp_group=%d" % (rank, group))
+                for rank, group in ((-1, -1), (0, 0), (0, 1))]
+
+    def test_a_restarted_bootstrap_answers_get_route_as_before(self):
+        bootstrap, port = self.start_bootstrap(0)
+        for rank in range(2):
+            body = json.dumps({"role": "Prefill", "world_size": 2, "dp_size": 2,
+                               "rank_ip": "127.0.0.1", "rank_port": 7000 + rank,
+                               "engine_rank": rank, "cache_layout": self.contract}).encode()
+            request = urllib.request.Request("http://127.0.0.1:%d/route" % port, data=body,
+                                             method="PUT")
+            with urllib.request.urlopen(request, timeout=5) as r:
+                self.assertEqual(r.status, 200)
+        before = self.answers(port)
+        node_key = "/kvrail/v1/nodes/127.0.0.1:%d" % port
+        self.assertIsNotNone(self.etcd.await_key(node_key, True, 10), node_key)
+        self.assertEqual(json.loads(self.etcd.get(node_key))["prefill_dp_size"], 2)
+        self.assertEqual(len(self.etcd.keys("/kvrail/v1/bootstrap/127.0.0.1:%d/" % port)), 2)
+        bootstrap.send_signal(signal.SIGKILL)
+        bootstrap.wait()
+        self.assertIsNotNone(self.etcd.await_key(node_key, False, TTL + 5))
+        _, again = self.start_bootstrap(port)
+        self.assertEqual(again, port)
+        self.assertEqual(self.answers(port), before)
+        self.assertIsNotNone(self.etcd.await_key(node_key, True, 10))
 
 
 if __name__ == "__main__":
