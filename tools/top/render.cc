@@ -19,7 +19,7 @@ std::string Rate(bool known, double value, const char* format) {
 std::string Header(const TopModel& model) {
   const Totals& t = model.totals;
   return absl::StrFormat(
-      "kvrail top  %d endpoints: %d up, %d down  rooms/s %.1f  GB/s %.3f  failed %.0f "
+      "kvrail top  %d endpoints: %d up, %d down  sidecar rooms/s %.1f  GB/s %.3f  failed %.0f "
       "(%.2f/s)  in flight %s",
       t.up + t.down, t.up, t.down, t.rooms_per_second, t.bytes_per_second / kGB, t.failures,
       t.failures_per_second, HumanBytes(t.bytes_in_flight));

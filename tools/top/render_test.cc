@@ -23,9 +23,10 @@ FrameOptions Options(int width, int height = 0) {
 TEST(RenderTest, AFrameHasTotalsRowsPeersAndAFooter) {
   std::vector<std::string> lines = RenderFrame(Model(), Options(200));
   ASSERT_EQ(lines.size(), 8u);
-  EXPECT_EQ(lines[0],
-            "kvrail top  3 endpoints: 2 up, 1 down  rooms/s 11.0  GB/s 1.250  failed 1 (0.50/s)  "
-            "in flight 4.0 KiB");
+  EXPECT_EQ(
+      lines[0],
+      "kvrail top  3 endpoints: 2 up, 1 down  sidecar rooms/s 11.0  GB/s 1.250  failed 1 (0.50/s)  "
+      "in flight 4.0 KiB");
   EXPECT_THAT(lines[1], StartsWith("ENDPOINT               ROLE      RANK  ROOMS/S     GB/S"));
   EXPECT_EQ(lines[2],
             "127.0.0.1:9101         prefill      0     11.0    1.250    870.1       1    0.50"
