@@ -72,8 +72,7 @@ void PrintScrapeTargets(Cluster& cluster, FILE* out) {
   std::vector<std::string> targets;
   std::fprintf(out, "\n  metrics (GET /metrics, Prometheus text format 0.0.4)\n");
   for (const Member* member : members) {
-    std::fprintf(out, "  %-26s http://%s/metrics\n", member->name.c_str(),
-                 member->metrics.c_str());
+    std::fprintf(out, "  %-26s http://%s/metrics\n", member->name.c_str(), member->metrics.c_str());
     targets.push_back(absl::StrCat("'", member->metrics, "'"));
   }
   std::fprintf(out,
