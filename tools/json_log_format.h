@@ -20,7 +20,7 @@
 namespace kvrail::tools {
 
 // The `key=value` pairs of a message, in order. A pair is a word of the message that starts
-// with a key ([A-Za-z_][A-Za-z0-9_.-]*) and '='; its value runs to the next space, or, when it
+// with a key ([A-Za-z_][A-Za-z0-9_.-]*) and one '='; its value runs to the next space, or, when it
 // starts with '"', to the closing unescaped '"'. Other words are skipped.
 std::vector<std::pair<std::string, std::string>> KeyValuePairs(std::string_view message);
 
