@@ -7,23 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "tools/top/target.h"
 #include "tools/top/view_model.h"
 
 namespace kvrail::top {
-
-// Where one endpoint serves its metrics.
-struct Target {
-  std::string name;  // as the operator wrote it, the row's label
-  std::string host;
-  int port = 0;
-  std::string path = "/metrics";
-};
-
-// "host:port", "[v6]:port" or "http://host:port[/path]". A bad one is refused naming it and
-// the rule, e.g. "endpoint 'node1': expected host:port or http://host:port/path".
-absl::StatusOr<Target> ParseTarget(absl::string_view text);
 
 struct ScrapeLimits {
   // Connect, each read, and the whole answer (checked as its body arrives).

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,7 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "control/registry/etcd_client.h"
+#include "control/registry/keys.h"
 #include "tools/top/frame_json.h"
+#include "tools/top/registry_targets.h"
 #include "tools/top/render.h"
 #include "tools/top/scraper.h"
 #include "tools/top/terminal.h"
@@ -28,6 +32,7 @@ using top::Terminal;
 
 struct TopOptions {
   std::vector<std::string> endpoints;
+  std::string registry;   // etcd://host:port: also every endpoint listed under /kvrail/v1/metrics/
   double interval = 1.0;  // seconds
   double timeout = 0;     // seconds; 0: the interval, at most 1 s
   bool once = false;
@@ -40,14 +45,65 @@ std::string ClockText() {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone());
 }
 
+// One refresh's scrapes: of the endpoints named on the command line and, with --registry, of
+// those the registry lists now (so sidecars come and go), each once. A registry that does not
+// answer, or an entry that names no usable URL, is a row of its own with the error.
+class ScrapeRound {
+ public:
+  ScrapeRound(std::vector<Target> fixed, const TopOptions& options, top::ScrapeLimits limits)
+      : fixed_(std::move(fixed)), registry_url_(options.registry), limits_(limits) {}
+
+  absl::Status Open() {
+    if (registry_url_.empty()) return absl::OkStatus();
+    absl::StatusOr<std::string> endpoint = registry::ParseRegistryUrl(registry_url_);
+    if (!endpoint.ok()) return endpoint.status();
+    etcd_ = std::make_unique<registry::EtcdClient>(*endpoint,
+                                                   absl::Milliseconds(limits_.timeout.count()));
+    return absl::OkStatus();
+  }
+
+  std::vector<Scrape> operator()() {
+    std::vector<Target> targets = fixed_;
+    std::vector<Scrape> unusable;
+    if (etcd_) List(targets, unusable);
+    std::vector<Scrape> scrapes = top::ScrapeAll(targets, limits_);
+    scrapes.insert(scrapes.end(), unusable.begin(), unusable.end());
+    return scrapes;
+  }
+
+ private:
+  void List(std::vector<Target>& targets, std::vector<Scrape>& unusable) {
+    absl::StatusOr<std::vector<registry::KeyValue>> listed = etcd_->List(registry::kMetricsPrefix);
+    if (!listed.ok()) {
+      unusable.push_back(Scrape{registry_url_, listed.status(), top::SteadySeconds()});
+      return;
+    }
+    std::vector<std::pair<std::string, std::string>> entries;
+    for (const registry::KeyValue& kv : *listed) entries.emplace_back(kv.key, kv.value);
+    for (top::ListedTarget& entry : top::TargetsFromMetricsEntries(entries)) {
+      if (!entry.target.ok()) {
+        unusable.push_back(Scrape{entry.key, entry.target.status(), top::SteadySeconds()});
+        continue;
+      }
+      bool named = false;  // on the command line already, or listed twice
+      for (const Target& target : targets) named = named || target.name == entry.target->name;
+      if (!named) targets.push_back(*std::move(entry.target));
+    }
+  }
+
+  std::vector<Target> fixed_;
+  std::string registry_url_;
+  top::ScrapeLimits limits_;
+  std::unique_ptr<registry::EtcdClient> etcd_;
+};
+
 // --once: two scrapes an interval apart, so that rates exist, and one frame on stdout.
-int RunOnce(const TopOptions& options, const std::vector<Target>& targets,
-            const top::ScrapeLimits& limits) {
+int RunOnce(const TopOptions& options, ScrapeRound& scrape) {
   const double start = top::SteadySeconds();
-  std::vector<Scrape> previous = top::ScrapeAll(targets, limits);
+  std::vector<Scrape> previous = scrape();
   const double left = options.interval - (top::SteadySeconds() - start);
   if (left > 0) std::this_thread::sleep_for(Millis(left));
-  top::TopModel model = top::BuildModel(previous, top::ScrapeAll(targets, limits));
+  top::TopModel model = top::BuildModel(previous, scrape());
   FrameOptions frame;
   frame.width = 1 << 20;  // a pipe or a file: no width to cut to
   frame.time = ClockText();
@@ -63,8 +119,7 @@ int RunOnce(const TopOptions& options, const std::vector<Target>& targets,
 }
 
 // The live view, until q or a signal.
-int RunLive(const TopOptions& options, const std::vector<Target>& targets,
-            const top::ScrapeLimits& limits) {
+int RunLive(const TopOptions& options, ScrapeRound& scrape) {
   Terminal terminal;
   std::vector<Scrape> previous;
   FrameOptions frame;
@@ -77,7 +132,7 @@ int RunLive(const TopOptions& options, const std::vector<Target>& targets,
   };
   while (true) {
     const double round = top::SteadySeconds();
-    std::vector<Scrape> current = top::ScrapeAll(targets, limits);
+    std::vector<Scrape> current = scrape();
     model = top::BuildModel(previous, current);
     previous = std::move(current);
     frame.time = ClockText();
@@ -100,8 +155,10 @@ void AddTop(CLI::App& app, int& exit_code) {
       "top", "A live view of sidecars and bootstrap servers from their metrics endpoints");
   sub->add_option("--endpoints", options.endpoints,
                   "Metrics endpoints, comma-separated: host:port or http://host:port/path")
-      ->delimiter(',')
-      ->required();
+      ->delimiter(',');
+  sub->add_option("--registry", options.registry,
+                  "etcd://host:port: also show every sidecar that publishes its metrics there "
+                  "(listed again at each refresh)");
   sub->add_option("--interval", options.interval, "Seconds between refreshes")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
@@ -128,11 +185,23 @@ void AddTop(CLI::App& app, int& exit_code) {
       exit_code = 1;
       return;
     }
+    if (targets.empty() && options.registry.empty()) {
+      std::fprintf(stderr,
+                   "kvrail top: give --endpoints host:port,... or --registry "
+                   "etcd://host:port (or both)\n");
+      exit_code = 1;
+      return;
+    }
     top::ScrapeLimits limits;
     limits.timeout =
         Millis(options.timeout > 0 ? options.timeout : std::min(options.interval, 1.0));
-    exit_code =
-        options.once ? RunOnce(options, targets, limits) : RunLive(options, targets, limits);
+    ScrapeRound scrape(std::move(targets), options, limits);
+    if (absl::Status opened = scrape.Open(); !opened.ok()) {
+      std::fprintf(stderr, "kvrail top: %s\n", std::string(opened.message()).c_str());
+      exit_code = 1;
+      return;
+    }
+    exit_code = options.once ? RunOnce(options, scrape) : RunLive(options, scrape);
   });
 }
 

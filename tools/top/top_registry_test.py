@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""`kvrail top --registry etcd://host:port` with a real etcd and real decode sidecars that
+publish their metrics URLs there (--registry --metrics-port): every listed sidecar is a row; an
+entry without a usable URL is a row naming its key; a sidecar killed with SIGKILL drops out of
+the view once its lease expires (the registry is listed again at each refresh)."""
+
+import base64
+import json
+import os
+import random
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.request
+
+TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
+KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
+TTL = 2
+PREFIX = "/kvrail/v1/metrics/"
+
+
+class Etcd:
+    """A real etcd (/usr/bin/etcd): one member on 127.0.0.1, ports the kernel picked, its data
+    under $TEST_TMPDIR; its JSON gateway for the test's own reads and writes."""
+
+    def __init__(self):
+        ports = []
+        for _ in range(2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        client, peer = ("http://127.0.0.1:%d" % port for port in ports)
+        self.url = "etcd://127.0.0.1:%d" % ports[0]
+        self.gateway = client
+        data = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR", "/tmp"))
+        self.log = open(os.path.join(data, "etcd.log"), "w")
+        self.process = subprocess.Popen(
+            ["/usr/bin/etcd", "--name", "top", "--data-dir", os.path.join(data, "member"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "top=" + peer], stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(400):
+            try:
+                self.call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise AssertionError("etcd did not answer; its log: %s" % self.log.name)
+
+    def call(self, path, body):
+        request = urllib.request.Request(self.gateway + path, json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return json.loads(answer.read())
+
+    def keys(self, prefix):
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        kvs = self.call("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
+                                         "range_end": base64.b64encode(end.encode()).decode(),
+                                         "keys_only": True}).get("kvs", [])
+        return [base64.b64decode(kv["key"]).decode() for kv in kvs]
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+
+
+def field(line, key):
+    for word in line.split():
+        if word.startswith(key + "="):
+            return word[len(key) + 1:]
+    return ""
+
+
+class TopRegistryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sidecars = []
+        cls.etcd = Etcd()
+        try:
+            cls.metrics = [cls.start_decode(rank) for rank in range(2)]
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def start_decode(cls, rank):
+        sidecar = subprocess.Popen(
+            [KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint",
+             "ipc:///tmp/kvrail-top-registry-%s-%d.sock" % (TAG, rank), "--tp-rank", str(rank),
+             "--tp-size", "2", "--host", "127.0.0.1", "--tls", "tcp", "--registry",
+             cls.etcd.url, "--registry-ttl", str(TTL), "--metrics-port", "0"],
+            stdout=subprocess.PIPE, text=True)
+        cls.sidecars.append(sidecar)
+        line = sidecar.stdout.readline()
+        assert line.startswith("sidecar ready"), line
+        return field(line, "metrics")
+
+    @classmethod
+    def tearDownClass(cls):
+        for sidecar in cls.sidecars:
+            if sidecar.poll() is None:
+                sidecar.kill()
+            sidecar.wait()
+            sidecar.stdout.close()
+        cls.etcd.stop()
+
+    def frame(self):
+        done = subprocess.run([KVRAIL, "top", "--registry", self.etcd.url, "--once", "--json",
+                               "--interval", "0.3"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return {e["endpoint"]: e for e in json.loads(done.stdout)["endpoints"]}
+
+    def test_1_every_listed_sidecar_is_a_row(self):
+        frame = self.frame()
+        self.assertEqual(sorted(frame), sorted(self.metrics))
+        for rank, address in enumerate(self.metrics):
+            self.assertTrue(frame[address]["up"], frame[address])
+            self.assertEqual(frame[address]["role"], "decode")
+            self.assertEqual(frame[address]["rank"], str(rank))
+
+    def test_2_an_entry_without_a_usable_url_is_a_row_naming_its_key(self):
+        key = PREFIX + "decode-9-broken"
+        self.etcd.call("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                      "value": base64.b64encode(b'{"role": "decode"}').decode()})
+        try:
+            frame = self.frame()
+            self.assertFalse(frame[key]["up"])
+            self.assertEqual(frame[key]["error"],
+                             'registry entry %s: it has no "url" string' % key)
+            self.assertTrue(all(frame[a]["up"] for a in self.metrics))
+        finally:
+            self.etcd.call("/v3/kv/deleterange",
+                           {"key": base64.b64encode(key.encode()).decode()})
+
+    def test_3_a_killed_sidecar_drops_out_when_its_lease_expires(self):
+        self.sidecars[1].kill()
+        self.sidecars[1].wait()
+        deadline = time.time() + TTL + 10
+        while time.time() < deadline and len(self.etcd.keys(PREFIX)) > 1:
+            time.sleep(0.1)
+        self.assertEqual(len(self.etcd.keys(PREFIX)), 1, "the killed sidecar's entry expired")
+        frame = self.frame()
+        self.assertEqual(list(frame), [self.metrics[0]])
+        self.assertTrue(frame[self.metrics[0]]["up"])
+
+    def test_4_a_registry_that_does_not_answer_is_a_row_with_the_error(self):
+        done = subprocess.run([KVRAIL, "top", "--registry", "etcd://127.0.0.1:1", "--once",
+                               "--json", "--interval", "0.2"], capture_output=True, text=True,
+                              timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        rows = json.loads(done.stdout)["endpoints"]
+        self.assertEqual([r["endpoint"] for r in rows], ["etcd://127.0.0.1:1"])
+        self.assertFalse(rows[0]["up"])
+        self.assertIn("127.0.0.1:1", rows[0]["error"])
+        done = subprocess.run([KVRAIL, "top", "--registry", "http://x:1", "--once"],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("http://x:1", done.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
