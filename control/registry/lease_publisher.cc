@@ -32,21 +32,22 @@ LeasePublisher::LeasePublisher(std::string endpoint, absl::Duration ttl, int64_t
 LeasePublisher::~LeasePublisher() { Stop(); }
 
 void LeasePublisher::Publish(const std::string& key, const std::string& value) {
-  absl::MutexLock lock(&mu_);
-  values_[key] = value;
-  dirty_.insert(key);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = value;
+    dirty_.insert(key);
+  }
+  changed_.notify_all();
 }
 
 bool LeasePublisher::AwaitWritten(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(
-      absl::Condition(
-          +[](std::set<std::string>* dirty) { return dirty->empty(); }, &dirty_),
-      timeout);
+  std::unique_lock<std::mutex> lock(mu_);
+  return written_.wait_for(lock, absl::ToChronoMicroseconds(timeout),
+                           [this] { return dirty_.empty(); });
 }
 
 int64_t LeasePublisher::lease() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return lease_;
 }
 
@@ -54,13 +55,14 @@ void LeasePublisher::Stop() {
   if (stopped_) return;
   stopped_ = true;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  changed_.notify_all();
   if (thread_.joinable()) thread_.join();
   int64_t lease = 0;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     lease = lease_;
     lease_ = 0;
   }
@@ -79,12 +81,9 @@ void LeasePublisher::Run() {
     int64_t lease = 0;
     std::vector<std::pair<std::string, std::string>> writes;
     {
-      absl::MutexLock lock(&mu_);
-      const auto wake = [this] {
-        mu_.AssertReaderHeld();
-        return stop_ || !dirty_.empty();
-      };
-      mu_.AwaitWithDeadline(absl::Condition(&wake), next_renewal);
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait_until(lock, absl::ToChronoTime(next_renewal),
+                          [this] { return stop_ || !dirty_.empty(); });
       if (stop_) return;
       lease = lease_;
       for (const std::string& key : dirty_) writes.emplace_back(key, values_[key]);
@@ -94,7 +93,7 @@ void LeasePublisher::Run() {
       auto granted = client_.GrantLease(ttl_);
       if (granted.ok()) {
         lease = *granted;
-        absl::MutexLock lock(&mu_);
+        std::lock_guard<std::mutex> lock(mu_);
         lease_ = lease;
         writes.clear();
         for (const auto& [key, value] : values_) writes.emplace_back(key, value);
@@ -112,19 +111,20 @@ void LeasePublisher::Run() {
       } else {
         ok = false;
         if (absl::IsNotFound(put.status())) {
-          absl::MutexLock lock(&mu_);
+          std::lock_guard<std::mutex> lock(mu_);
           lease_ = 0;  // granted anew next round, then every key written again
         }
         outage_.Failed(put.status());
       }
     }
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       // A key published again while it was written stays dirty: its new value goes next.
       for (const auto& [key, value] : written) {
         if (values_[key] == value) dirty_.erase(key);
       }
     }
+    written_.notify_all();
     if (absl::Now() >= next_renewal) {
       next_renewal = absl::Now() + renew_every;
       if (ok && lease != 0) {
@@ -134,7 +134,7 @@ void LeasePublisher::Run() {
               "registry publisher: lease {} expired at etcd {}; granting a new one and "
               "writing every key again",
               lease, endpoint_);
-          absl::MutexLock lock(&mu_);
+          std::lock_guard<std::mutex> lock(mu_);
           lease_ = 0;
           next_renewal = absl::Now();
         } else if (!renewed.ok()) {
@@ -146,12 +146,8 @@ void LeasePublisher::Run() {
     if (ok) outage_.Recovered();
     if (!ok) {
       // Retry no faster than once a second while etcd is away.
-      absl::MutexLock lock(&mu_);
-      const auto stopping = [this] {
-        mu_.AssertReaderHeld();
-        return stop_;
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Seconds(1));
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
     }
   }
 }

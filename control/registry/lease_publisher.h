@@ -9,15 +9,16 @@
 #ifndef KVRAIL_CONTROL_REGISTRY_LEASE_PUBLISHER_H_
 #define KVRAIL_CONTROL_REGISTRY_LEASE_PUBLISHER_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "control/registry/etcd_client.h"
 #include "control/registry/outage_log.h"
@@ -57,12 +58,15 @@ class LeasePublisher {
   EtcdClient client_;  // the thread's only
   OutageLog outage_;
 
-  mutable absl::Mutex mu_;
-  int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopped_ = false;  // Stop's, on the caller's thread
+  // std::mutex: TSan sees it (Debian's absl is not instrumented).
+  mutable std::mutex mu_;
+  std::condition_variable changed_;            // dirty_ grew, or stop_
+  std::condition_variable written_;            // dirty_ shrank
+  int64_t lease_ = 0;                          // guarded by mu_
+  std::map<std::string, std::string> values_;  // guarded by mu_
+  std::set<std::string> dirty_;                // guarded by mu_
+  bool stop_ = false;                          // guarded by mu_
+  bool stopped_ = false;                       // Stop's, on the caller's thread
   std::thread thread_;
 };
 

@@ -48,12 +48,12 @@ class PrefixWatcher {
   // hands every key found to `handler` as a kPut before it returns, then watches from a thread.
   static absl::StatusOr<std::unique_ptr<PrefixWatcher>> Start(
       const std::string& endpoint, const std::string& prefix, Handler handler,
-      absl::Duration reconnect_every = absl::Seconds(1));
+      absl::Duration reconnect_every = absl::Milliseconds(500));
   ~PrefixWatcher();  // Stop()
   PrefixWatcher(const PrefixWatcher&) = delete;
   PrefixWatcher& operator=(const PrefixWatcher&) = delete;
 
-  // Ends the stream and joins the thread. Idempotent.
+  // Ends the stream (within `reconnect_every`) and joins the thread. Idempotent.
   void Stop();
 
   // Streams opened so far (for tests).

@@ -209,5 +209,28 @@ class BootstrapRestartTest(unittest.TestCase):
         self.assertIsNotNone(self.etcd.await_key(node_key, True, 10))
 
 
+class RegistryRefusedTest(unittest.TestCase):
+    """A registry that is down at start, or a --registry that is not one, is a start error in
+    one line naming it."""
+
+    def run_sidecar(self, registry):
+        return subprocess.run([KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint",
+                               "ipc:///tmp/kvrail-registry-%s-x.sock" % TAG, "--tls", "tcp",
+                               "--registry", registry], capture_output=True, text=True,
+                              timeout=30)
+
+    def test_etcd_down_at_start_is_a_start_error_naming_it(self):
+        from etcd import free_port
+        endpoint = "127.0.0.1:%d" % free_port()
+        done = self.run_sidecar("etcd://" + endpoint)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("etcd at %s: GET /health" % endpoint, done.stderr)
+
+    def test_a_registry_that_is_not_etcd_is_refused_naming_the_rule(self):
+        done = self.run_sidecar("http://127.0.0.1:2379")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("--registry http://127.0.0.1:2379: the scheme must be etcd://", done.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
