@@ -160,7 +160,8 @@ class BootstrapRestartTest(unittest.TestCase):
     def setUp(self):
         self.etcd = Etcd()
         self.processes = []
-        self.contract = open("examples/decode_contract_tp1.json").read()
+        with open("examples/decode_contract_tp1.json") as f:
+            self.contract = f.read()
 
     def tearDown(self):
         for process in self.processes:
