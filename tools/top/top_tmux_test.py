@@ -187,6 +187,18 @@ class TopTmuxTest(unittest.TestCase):
         self.assertIn("cannot reach it", frame[decode]["error"])
         self.assertTrue(frame[self.metrics["prefill-sidecar-0"]]["up"])
 
+        # A narrow terminal: the frame is redrawn at its size, every line cut, none wrapped.
+        tmux("resize-window", "-t", "live", "-x", "60", "-y", "20")
+
+        def narrow():
+            text = pane("live")
+            lines = [line for line in text.splitlines() if line.strip()]
+            starts = ("kvrail top", "ENDPOINT", "127.0.0.1:", "  -> ", "20")
+            return (len(lines) > 3 and lines[0].startswith("kvrail top  4 endpoints") and
+                    "q to quit" in lines[-1] and
+                    all(line.startswith(starts) and len(line) <= 60 for line in lines), text)
+        wait_for("the frame cut to 60 columns, nothing wrapped", narrow, timeout=20)
+
         # q quits and gives the screen back.
         tmux("send-keys", "-t", "live", "q")
         self.assert_restored("live", "q")
