@@ -106,6 +106,10 @@ class TopRegistryTest(unittest.TestCase):
                 sidecar.kill()
             sidecar.wait()
             sidecar.stdout.close()
+        for rank in range(2):  # a killed sidecar leaves its engine socket behind
+            path = "/tmp/kvrail-top-registry-%s-%d.sock" % (TAG, rank)
+            if os.path.exists(path):
+                os.unlink(path)
         cls.etcd.stop()
 
     def frame(self):
