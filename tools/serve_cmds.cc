@@ -92,11 +92,11 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_option("--host", options.host,
                   "The address this sidecar's CachePD and handshake sockets bind (0.0.0.0: all)")
       ->capture_default_str();
-  sub->add_option("--bootstrap", options.bootstrap,
   sub->add_option("--advertise-host", options.advertise_host,
                   "The address peers are told to reach this sidecar at (default: --host; with "
                   "--host 0.0.0.0, an address of this host). Checked at start: one of this "
                   "host's addresses that --host binds, or reachable from here");
+  sub->add_option("--bootstrap", options.bootstrap,
                   "Prefill: host:port of the node's bootstrap server");
   sub->add_option("--tp-size", options.tp_size, "Attention TP size of this side")
       ->capture_default_str();
