@@ -175,7 +175,7 @@ int RunBootstrap(const BootstrapOptions& options) {
       std::max(Milliseconds(options.log_interval_seconds), milliseconds(1));
   auto limiter = std::make_shared<PeerLogLimiter>(interval);
   std::unique_ptr<registry::BootstrapStore> store;  // --registry
-  bootstrap::BootstrapServer* serving = nullptr;     // for the node description, once made
+  bootstrap::BootstrapServer* serving = nullptr;    // for the node description, once made
   if (!options.registry.empty()) {
     auto opened = registry::BootstrapStore::Open(options.registry,
                                                  absl::Seconds(options.registry_ttl_seconds));

@@ -36,7 +36,7 @@ struct BootstrapOptions {
   double request_deadline_seconds = 5;
   size_t max_body_bytes = size_t{1} << 20;
   double log_interval_seconds = 10;  // refusals: one line per peer address per interval
-  std::string log_format = "text";  // or "json" (tools/json_log_format.h)
+  std::string log_format = "text";   // or "json" (tools/json_log_format.h)
   // --registry etcd://host:port (control/registry/bootstrap_store.h): the node description
   // published leased for registry_ttl_seconds, and the registrations kept there and replayed at
   // start. Empty: off.

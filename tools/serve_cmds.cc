@@ -23,8 +23,8 @@
 #include "engine/zmq_auth/allowed_keys.h"
 #include "tools/config_file.h"
 #include "tools/demo/demo.h"
-#include "tools/json_log_format.h"
 #include "tools/engine_sim/engine_sim.h"
+#include "tools/json_log_format.h"
 
 namespace kvrail::tools {
 namespace {

@@ -437,7 +437,7 @@ void Sidecar::Impl::TickerLoop() {
     }
     ProbePeers(peers);
     if (beat) ForgetUnusedRoutes();
-    if (beat) PublishDescriptor();  // --registry: a decode whose descriptor changed
+    if (beat) PublishDescriptor();              // --registry: a decode whose descriptor changed
     for (const std::string& address : probe) {  // HTTP, so outside the lock
       const bool ok = Healthy(address);
       Locked locked(*this);

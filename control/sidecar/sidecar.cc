@@ -545,14 +545,15 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         impl->handshake,
         transport::HandshakeServer::Start(
             options.host, 0,
-            impl->descriptor_source = [t, cachepd, digest] {
-              absl::StatusOr<v1::HandshakeDescriptor> descriptor = t->LocalDescriptor();
-              if (descriptor.ok()) {
-                descriptor->set_cachepd_endpoint(cachepd);
-                descriptor->set_session_key_digest(digest);
-              }
-              return descriptor;
-            },
+            impl->descriptor_source =
+                [t, cachepd, digest] {
+                  absl::StatusOr<v1::HandshakeDescriptor> descriptor = t->LocalDescriptor();
+                  if (descriptor.ok()) {
+                    descriptor->set_cachepd_endpoint(cachepd);
+                    descriptor->set_session_key_digest(digest);
+                  }
+                  return descriptor;
+                },
             advertise,
             curve ? std::optional<zmq_auth::CurveServerKeys>(
                         {options.curve->own,
@@ -579,9 +580,8 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         return transport::FetchDescriptor(session, raw->options.handshake_timeout, &keys);
       };
     }
-    impl->descriptors =
-        std::make_unique<transport::DescriptorCache>(options.handshake_timeout,
-                                                     impl->WithRegistry(fetcher));
+    impl->descriptors = std::make_unique<transport::DescriptorCache>(options.handshake_timeout,
+                                                                     impl->WithRegistry(fetcher));
     transfer::PeerDirectoryOptions directory_options;
     directory_options.on_fetch = [raw = impl.get()](absl::Duration took, const absl::Status& s) {
       raw->metrics.HandshakeDone(took, s);

@@ -396,7 +396,7 @@ struct Sidecar::Impl {
   // Last, so that they go first: the watcher's hooks use the parts above.
   // Decode: what the handshake endpoint serves, for the registry too.
   transport::HandshakeServer::Source descriptor_source;
-  std::unique_ptr<DescriptorPublisher> registry_publisher;     // decode
+  std::unique_ptr<DescriptorPublisher> registry_publisher;    // decode
   std::unique_ptr<RegistryDescriptors> registry_descriptors;  // prefill
   // Starts the publisher (decode) or the watcher (prefill) when options.registry is set.
   absl::Status StartRegistry();

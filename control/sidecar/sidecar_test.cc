@@ -19,8 +19,8 @@
 #include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
 #include "control/sidecar/sidecar_metrics.h"
-#include "engine/metrics/registry.h"
 #include "engine/memory/cuda_arena.h"
+#include "engine/metrics/registry.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -258,15 +258,15 @@ TEST_F(AttachArenaTest, AFailedRoomIsCountedByCauseInTheMetrics) {
   const std::string cause = FailureCause(failed->reason());
   EXPECT_TRUE(absl::StrContains(
       text, absl::StrCat("kvrail_rooms_total{outcome=\"failed\",cause=\"", cause, "\"} 1\n")))
-      << failed->reason() << "\n" << text;
+      << failed->reason() << "\n"
+      << text;
   EXPECT_EQ(cause, "bootstrap") << failed->reason();  // nobody listens at its bootstrap
   EXPECT_TRUE(absl::StrContains(text, "kvrail_room_duration_seconds_count 1\n")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "kvrail_last_failure_info{cause=\"" + cause +
-                                          "\",room=\"11\",reason=\""))
+  EXPECT_TRUE(absl::StrContains(
+      text, "kvrail_last_failure_info{cause=\"" + cause + "\",room=\"11\",reason=\""))
       << text;
   EXPECT_TRUE(absl::StrContains(text, "kvrail_arena_bytes{placement=\"memfd\"}")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "kvrail_sidecar_info{role=\"decode\",tp_rank=\"0\""))
-      << text;
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_sidecar_info{role=\"decode\",tp_rank=\"0\"")) << text;
 }
 
 }  // namespace

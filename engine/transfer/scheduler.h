@@ -104,8 +104,8 @@ using RoomDone = std::function<void(const RoomOutcome&)>;
 // metrics: RoomTransfer::on_batch).
 struct BatchEvent {
   int lane = 0;
-  uint64_t bytes = 0;   // payload bytes of the batch's writes
-  uint64_t writes = 0;  // writes in the batch
+  uint64_t bytes = 0;      // payload bytes of the batch's writes
+  uint64_t writes = 0;     // writes in the batch
   bool completed = false;  // false: posted now; true: completed now, with `ok`
   bool ok = false;
 };
