@@ -26,6 +26,7 @@
 #include "control/bootstrap/token.h"
 #include "control/metrics_http/metrics_server.h"
 #include "control/registry/bootstrap_store.h"
+#include "control/registry/metrics_entry.h"
 #include "control/session/peer_log_limiter.h"
 #include "engine/base/error.h"
 #include "tools/config_file.h"
@@ -223,6 +224,17 @@ int RunBootstrap(const BootstrapOptions& options) {
     if (!serving.ok()) return fail(serving.status());
     metrics_server = *std::move(serving);
   }
+  // --registry with --metrics-port: `kvrail top --registry` finds this server's row as it finds
+  // the sidecars' (control/registry/metrics_entry.h).
+  std::unique_ptr<registry::LeasePublisher> metrics_entry;
+  if (store && metrics_server) {
+    absl::StatusOr<std::unique_ptr<registry::LeasePublisher>> leased =
+        registry::PublishBootstrapMetricsEntry(
+            options.registry, absl::Seconds(options.registry_ttl_seconds),
+            registry::BootstrapAddress(options.host, server.port()), metrics_server->address());
+    if (!leased.ok()) return fail(leased.status());
+    metrics_entry = *std::move(leased);
+  }
   logger->info("event=listening host={} port={} token={} max_connections={} request_deadline_ms={}",
                options.host, server.port(), token ? "required" : "none", options.max_connections,
                Milliseconds(options.request_deadline_seconds).count());
@@ -246,6 +258,7 @@ int RunBootstrap(const BootstrapOptions& options) {
     }
   }
   logger->info("event=stopping signal={}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  metrics_entry.reset();  // its lease revoked: the row goes at once
   metrics_server.reset();
   if (store) store->Stop();  // the node entry goes; its registrations stay for the next run
   server.Stop();

@@ -24,6 +24,10 @@ std::string MetricsKey(absl::string_view role, int rank, absl::string_view id) {
   return absl::StrCat(kMetricsPrefix, role, "-", rank, "-", id);
 }
 
+std::string BootstrapMetricsKey(absl::string_view host_port) {
+  return absl::StrCat(kMetricsPrefix, "bootstrap-", host_port);
+}
+
 std::string NodeKey(absl::string_view host_port) { return absl::StrCat(kNodesPrefix, host_port); }
 
 std::string BootstrapPrefix(absl::string_view host_port) {

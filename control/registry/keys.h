@@ -2,6 +2,7 @@
 //
 //   /kvrail/v1/sessions/<session id>          a decode sidecar's data-plane descriptor (leased)
 //   /kvrail/v1/metrics/<role>-<rank>-<id>     a sidecar's metrics URL (leased)
+//   /kvrail/v1/metrics/bootstrap-<host:port>  a bootstrap server's metrics URL (leased)
 //   /kvrail/v1/nodes/<host:port>              a bootstrap server's node description (leased)
 //   /kvrail/v1/bootstrap/<host:port>/<...>    a bootstrap server's registrations (not leased)
 #ifndef KVRAIL_CONTROL_REGISTRY_KEYS_H_
@@ -24,6 +25,8 @@ std::string SessionKey(absl::string_view session_id);
 // The session id of a key under kSessionsPrefix; "" for any other key.
 std::string SessionIdOfKey(absl::string_view key);
 std::string MetricsKey(absl::string_view role, int rank, absl::string_view id);
+// A bootstrap server's metrics key: it has no rank; its address names it, as in NodeKey.
+std::string BootstrapMetricsKey(absl::string_view host_port);
 std::string NodeKey(absl::string_view host_port);
 // The prefix of one bootstrap server's registrations ("/kvrail/v1/bootstrap/<host:port>/").
 std::string BootstrapPrefix(absl::string_view host_port);

@@ -16,6 +16,7 @@ TEST(KeysTest, SessionKeyRoundTripsItsSessionId) {
 
 TEST(KeysTest, OtherKeysFollowTheLayout) {
   EXPECT_EQ(MetricsKey("decode", 3, "10.0.0.2:4711"), "/kvrail/v1/metrics/decode-3-10.0.0.2:4711");
+  EXPECT_EQ(BootstrapMetricsKey("10.0.0.1:8998"), "/kvrail/v1/metrics/bootstrap-10.0.0.1:8998");
   EXPECT_EQ(NodeKey("10.0.0.1:8998"), "/kvrail/v1/nodes/10.0.0.1:8998");
   EXPECT_EQ(BootstrapPrefix("10.0.0.1:8998"), "/kvrail/v1/bootstrap/10.0.0.1:8998/");
 }

@@ -1,7 +1,7 @@
 // A process's metrics endpoint in the registry, for `kvrail top` and operators' tools:
 // /kvrail/v1/metrics/<role>-<rank>-<id> = {"url": "http://host:port/metrics", "role": ...,
 // "rank": N, "session": ...}, under a lease of its own that lives as long as the returned
-// publisher.
+// publisher. A bootstrap server's is /kvrail/v1/metrics/bootstrap-<host:port>.
 #ifndef KVRAIL_CONTROL_REGISTRY_METRICS_ENTRY_H_
 #define KVRAIL_CONTROL_REGISTRY_METRICS_ENTRY_H_
 
@@ -20,6 +20,12 @@ namespace kvrail::registry {
 absl::StatusOr<std::unique_ptr<LeasePublisher>> PublishMetricsEntry(
     const std::string& registry_url, absl::Duration ttl, const std::string& role, int rank,
     const std::string& id, const std::string& metrics_address);
+
+// A bootstrap server's, at BootstrapMetricsKey(host_port): role "bootstrap", rank 0, session
+// its "host:port". Errors as above.
+absl::StatusOr<std::unique_ptr<LeasePublisher>> PublishBootstrapMetricsEntry(
+    const std::string& registry_url, absl::Duration ttl, const std::string& host_port,
+    const std::string& metrics_address);
 
 }  // namespace kvrail::registry
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""`kvrail top --registry etcd://host:port` with a real etcd and real decode sidecars that
-publish their metrics URLs there (--registry --metrics-port): every listed sidecar is a row; an
+"""`kvrail top --registry etcd://host:port` with a real etcd, real decode sidecars and a real
+bootstrap server that publish their metrics URLs there (--registry --metrics-port): every listed
+sidecar and bootstrap server is a row; an
 entry without a usable URL is a row naming its key; a sidecar killed with SIGKILL drops out of
 the view once its lease expires (the registry is listed again at each refresh)."""
 
@@ -82,6 +83,7 @@ class TopRegistryTest(unittest.TestCase):
         cls.etcd = Etcd()
         try:
             cls.metrics = [cls.start_decode(rank) for rank in range(2)]
+            cls.bootstrap_metrics = cls.start_bootstrap()
         except BaseException:
             cls.tearDownClass()
             raise
@@ -97,6 +99,18 @@ class TopRegistryTest(unittest.TestCase):
         cls.sidecars.append(sidecar)
         line = sidecar.stdout.readline()
         assert line.startswith("sidecar ready"), line
+        return field(line, "metrics")
+
+    @classmethod
+    def start_bootstrap(cls):
+        bootstrap = subprocess.Popen(
+            [KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", "0", "--registry",
+             cls.etcd.url, "--registry-ttl", str(TTL), "--metrics-port", "0"],
+            stdout=subprocess.PIPE, text=True)
+        cls.sidecars.append(bootstrap)
+        line = bootstrap.stdout.readline()
+        assert line.startswith("bootstrap ready"), line
+        cls.bootstrap_key = PREFIX + "bootstrap-127.0.0.1:" + field(line, "port")
         return field(line, "metrics")
 
     @classmethod
@@ -118,13 +132,21 @@ class TopRegistryTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         return {e["endpoint"]: e for e in json.loads(done.stdout)["endpoints"]}
 
-    def test_1_every_listed_sidecar_is_a_row(self):
+    def test_1_every_listed_sidecar_and_bootstrap_server_is_a_row(self):
+        # The entry is written by the server's lease thread, shortly after its ready line.
+        deadline = time.time() + 10
+        while time.time() < deadline and self.bootstrap_key not in self.etcd.keys(PREFIX):
+            time.sleep(0.05)
+        self.assertIn(self.bootstrap_key, self.etcd.keys(PREFIX))
         frame = self.frame()
-        self.assertEqual(sorted(frame), sorted(self.metrics))
+        self.assertEqual(sorted(frame), sorted(self.metrics + [self.bootstrap_metrics]))
         for rank, address in enumerate(self.metrics):
             self.assertTrue(frame[address]["up"], frame[address])
             self.assertEqual(frame[address]["role"], "decode")
             self.assertEqual(frame[address]["rank"], str(rank))
+        self.assertTrue(frame[self.bootstrap_metrics]["up"], frame[self.bootstrap_metrics])
+        self.assertEqual((frame[self.bootstrap_metrics]["kind"],
+                          frame[self.bootstrap_metrics]["role"]), ("bootstrap", "bootstrap"))
 
     def test_2_an_entry_without_a_usable_url_is_a_row_naming_its_key(self):
         key = PREFIX + "decode-9-broken"
@@ -135,7 +157,7 @@ class TopRegistryTest(unittest.TestCase):
             self.assertFalse(frame[key]["up"])
             self.assertEqual(frame[key]["error"],
                              'registry entry %s: it has no "url" string' % key)
-            self.assertTrue(all(frame[a]["up"] for a in self.metrics))
+            self.assertTrue(all(frame[a]["up"] for a in self.metrics + [self.bootstrap_metrics]))
         finally:
             self.etcd.call("/v3/kv/deleterange",
                            {"key": base64.b64encode(key.encode()).decode()})
@@ -144,11 +166,11 @@ class TopRegistryTest(unittest.TestCase):
         self.sidecars[1].kill()
         self.sidecars[1].wait()
         deadline = time.time() + TTL + 10
-        while time.time() < deadline and len(self.etcd.keys(PREFIX)) > 1:
+        while time.time() < deadline and len(self.etcd.keys(PREFIX)) > 2:
             time.sleep(0.1)
-        self.assertEqual(len(self.etcd.keys(PREFIX)), 1, "the killed sidecar's entry expired")
+        self.assertEqual(len(self.etcd.keys(PREFIX)), 2, "the killed sidecar's entry expired")
         frame = self.frame()
-        self.assertEqual(list(frame), [self.metrics[0]])
+        self.assertEqual(sorted(frame), sorted([self.metrics[0], self.bootstrap_metrics]))
         self.assertTrue(frame[self.metrics[0]]["up"])
 
     def test_4_a_registry_that_does_not_answer_is_a_row_with_the_error(self):
