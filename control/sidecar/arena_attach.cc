@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "control/bootstrap/client.h"
+#include "control/plan/layerwise.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
 #include "engine/memory/cuda_arena_staging.h"
@@ -209,6 +210,15 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
     region = *id;
   }
   contract = parsed;
+  contract_layers = 0;
+  for (const layout::FieldLayout& field : parsed.plan.fields) {
+    absl::StatusOr<int64_t> layer = plan::FieldLayer(field.field_id);
+    if (!layer.ok()) {  // not the "layer.<N>.<suffix>" convention: no layer count
+      contract_layers = 0;
+      break;
+    }
+    contract_layers = std::max(contract_layers, static_cast<uint64_t>(*layer) + 1);
+  }
   arena_base = reinterpret_cast<uintptr_t>(local.base);
   arena_bytes = local.length;
   metrics.SetArena(allocated ? allocated->placement : cuda_arena ? "cuda" : "shm", arena_bytes);

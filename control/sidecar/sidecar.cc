@@ -3,6 +3,7 @@
 #include "control/sidecar/sidecar.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -334,6 +335,14 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
       out->set_room_digests(s.room_digests);
       out->set_room_digests_failed(s.room_digests_failed);
       out->set_rail_failovers(s.rail_failovers);
+      out->set_endpoints(s.endpoints);
+      out->set_regions(s.regions);
+      out->set_role(role_name);
+      out->set_tp_rank(options.tp_rank);
+      out->set_tp_size(options.tp_size);
+      out->set_pid(getpid());
+      out->set_arena_bytes(s.arena_bytes);
+      out->set_layers(s.layers);
       break;
     }
     case v1::EngineRequest::kAbort: {
@@ -685,11 +694,22 @@ SidecarStats Sidecar::Impl::Stats() {
     out.transfers = transfers.size();
     out.registrations_held = gate.held();
     out.finished_remembered = finished.size();
+    if (attached) {  // written before `attached` was set, read-only while it is
+      out.arena_bytes = arena_bytes;
+      out.layers = contract_layers;
+    }
   }
   // Each of these has a lock of its own.
   out.outbox_peers = outbox->peer_count();
   if (directory) out.data_plane_peers = directory->size();
-  if (transport) out.rail_failovers = transport->transport_counters().rail_failovers;
+  if (transport) {
+    out.rail_failovers = transport->transport_counters().rail_failovers;
+    // Every backend opens one endpoint (QP) per lane to each peer it connects.
+    out.endpoints = out.data_plane_peers * static_cast<uint64_t>(transport->capabilities().lanes);
+    // The transport's own list (under its lock), not the sidecar's bookkeeping of its arena.
+    absl::StatusOr<v1::HandshakeDescriptor> local = transport->LocalDescriptor();
+    if (local.ok()) out.regions = static_cast<uint64_t>(local->regions_size());
+  }
   if (scheduler) {
     out.scheduler_rooms = scheduler->rooms_in_flight();
     out.scheduler_peers = scheduler->peers();

@@ -179,6 +179,11 @@ struct SidecarStats {
   uint64_t finished_remembered = 0;
   uint64_t outbox_peers = 0;
   uint64_t data_plane_peers = 0;
+  // The data plane's endpoints now (one per connected peer and lane: a UCX endpoint, a verbs
+  // QP; a decode opens none, its prefills' endpoints reach it) and the local memory regions it
+  // holds registered (the arena, or a staged arena's host mirror), as its descriptor lists them.
+  uint64_t endpoints = 0;
+  uint64_t regions = 0;
   uint64_t scheduler_rooms = 0;
   uint64_t scheduler_peers = 0;
   uint64_t strands = 0;
@@ -192,6 +197,9 @@ struct SidecarStats {
   uint64_t room_digests = 0;
   uint64_t room_digests_failed = 0;
   uint64_t rail_failovers = 0;  // transport::TransportCounters
+  // The attached arena's bytes and the layers its contract's fields name (0 before AttachArena).
+  uint64_t arena_bytes = 0;
+  uint64_t layers = 0;
 };
 
 class Sidecar {

@@ -132,6 +132,7 @@ struct Sidecar::Impl {
   transport::RegionId region = 0;
   uint64_t arena_base = 0;
   uint64_t arena_bytes = 0;
+  uint64_t contract_layers = 0;  // the layers the contract's fields name ("layer.<N>.*")
   layout::Contract contract;
   // Prefill: what this rank registers with its bootstrap server (again after it came back).
   std::optional<bootstrap::PrefillRegistration> registration;

@@ -156,6 +156,9 @@ void SidecarMetrics::SetStatsSource(std::function<SidecarStats()> stats) {
     table("finished_remembered", s.finished_remembered);
     table("outbox_peers", s.outbox_peers);
     table("data_plane_peers", s.data_plane_peers);
+    table("endpoints", s.endpoints);
+    table("regions", s.regions);
+    table("registrations_held", s.registrations_held);
     table("scheduler_rooms", s.scheduler_rooms);
     table("scheduler_peers", s.scheduler_peers);
     table("strands", s.strands);

@@ -267,6 +267,12 @@ TEST_F(AttachArenaTest, AFailedRoomIsCountedByCauseInTheMetrics) {
       << text;
   EXPECT_TRUE(absl::StrContains(text, "kvrail_arena_bytes{placement=\"memfd\"}")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kvrail_sidecar_info{role=\"decode\",tp_rank=\"0\"")) << text;
+  // The data plane's tables: the allocated arena is its one region; a decode opens no endpoint
+  // (its prefills' reach it) and holds no registration back (a prefill's gate).
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_table_entries{table=\"regions\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_table_entries{table=\"endpoints\"} 0\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kvrail_table_entries{table=\"registrations_held\"} 0\n"))
+      << text;
 }
 
 }  // namespace

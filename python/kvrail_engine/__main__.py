@@ -107,11 +107,15 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "stats":
         print(json.dumps(stats, indent=2))
         return 0
-    print("sidecar %s answered in %.1f ms: engines %d, rooms %d (succeeded %d, failed %d), "
-          "registrations %d, data-plane peers %d, bytes sent %d"
-          % (endpoint, took * 1000, stats["engines"], stats["rooms"], stats["rooms_succeeded"],
-             stats["rooms_failed"], stats["registrations"], stats["data_plane_peers"],
-             stats["bytes_sent"]))
+    # A sidecar older than the role field answers "" for it: say so rather than nothing.
+    role = stats["role"] or "sidecar of unknown role"
+    print("sidecar %s answered in %.1f ms: %s rank %s of %s, pid %s; engines %s, rooms %s "
+          "(succeeded %s, failed %s), registrations %s, data-plane peers %s, bytes sent %s; "
+          "arena %s bytes, %s layers"
+          % (endpoint, took * 1000, role, stats["tp_rank"], stats["tp_size"], stats["pid"],
+             stats["engines"], stats["rooms"], stats["rooms_succeeded"], stats["rooms_failed"],
+             stats["registrations"], stats["data_plane_peers"], stats["bytes_sent"],
+             stats["arena_bytes"], stats["layers"]))
     return 0
 
 

@@ -307,8 +307,9 @@ class SidecarClient:
         request.abort.reason = reason
         return self._call(request)
 
-    def stats(self) -> Dict[str, int]:
-        """The sidecar's counters and table sizes (engine.proto SidecarStats), by field name.
+    def stats(self) -> Dict[str, Union[int, str]]:
+        """The sidecar's counters and table sizes (engine.proto SidecarStats), by field name;
+        also who answers: its role ("prefill", "decode"), tp_rank, tp_size and pid.
         Open to any client, not only the engine: it does not make this client the engine."""
         stats = self._call(engine_pb2.EngineRequest(stats=engine_pb2.Stats())).stats
         return {field.name: getattr(stats, field.name) for field in stats.DESCRIPTOR.fields}

@@ -187,6 +187,11 @@ TEST_F(PrometheusScrapeTest, PrometheusScrapesEveryProcessAndItsRateAgreesWithTh
   EXPECT_EQ(Query("sum(kvrail_rooms_total{outcome=\"failed\"})"), -1);  // no such series
   EXPECT_GT(Query("sum(kvrail_bytes_total)"), 0);
   EXPECT_EQ(Query("sum(kvrail_room_duration_seconds_count)"), ended);
+  // The data plane's tables: the prefill's endpoints to its one decode peer (one per lane; the
+  // decode opens none), and each sidecar's arena registered.
+  EXPECT_EQ(Query("sum(kvrail_table_entries{table=\"data_plane_peers\"})"), 1);
+  EXPECT_GT(Query("sum(kvrail_table_entries{table=\"endpoints\"})"), 0);
+  EXPECT_EQ(Query("sum(kvrail_table_entries{table=\"regions\"})"), 2);
 }
 
 }  // namespace

@@ -120,13 +120,14 @@ class PythonPackageTest(unittest.TestCase):
             with open(manifest, "w") as f:  # 40 tokens: 3 pages of 16
                 json.dump({"groups": [{"group_id": group, "block_ids": [4, 5, 6]}],
                            "prefix_len": 0, "prompt_len": 40}, f)
-            endpoints = {}
+            endpoints, pids = {}, {}
             for role, extra in (("prefill", ["--bootstrap", address]), ("decode", [])):
                 endpoints[role] = "ipc:///tmp/kvrail-pkgtest-%s-%s.sock" % (TAG, role)
                 sidecar, _ = started([KVRAIL, "sidecar", "--role", role, "--engine-endpoint",
                                       endpoints[role], "--host", "127.0.0.1", "--tls", "tcp",
                                       "--verify-digest"] + extra, "sidecar ready")
                 processes.append(sidecar)
+                pids[role] = sidecar.pid
             # The prefill rank: the reference engine, serving room 1 in the decode's window.
             prefill, _ = started([PYTHON, "-m", "kvrail_engine.examples.reference_engine",
                                   "--role", "prefill", "--sidecar", endpoints["prefill"],
@@ -145,8 +146,10 @@ class PythonPackageTest(unittest.TestCase):
             self.assertIn("done 1 ok", out)
             ping = run([PYTHON, "-m", "kvrail_engine", "ping", endpoints["decode"]])
             self.assertEqual(ping.returncode, 0, ping.stdout)
-            self.assertRegex(ping.stdout, r"^sidecar ipc://\S+ answered in [0-9.]+ ms: engines "
-                             r"\d+, rooms \d+ \(succeeded 1, failed 0\)")
+            # Who answered: its role, rank and pid.
+            self.assertRegex(ping.stdout, r"^sidecar ipc://\S+ answered in [0-9.]+ ms: decode "
+                             r"rank 0 of 1, pid %d; engines \d+, rooms \d+ \(succeeded 1, "
+                             r"failed 0\)" % pids["decode"])
         finally:
             stop(processes)
 
