@@ -528,6 +528,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   // Before anyone is told the address: one nobody reaches fails rooms far from the cause.
   KVRAIL_RETURN_IF_ERROR(CheckAdvertiseHost(advertise, options.host, impl->inbox->port(),
                                             host_addresses, absl::Seconds(1)));
+  impl->cachepd_advertised = wire::ReplyEndpoint(advertise, impl->inbox->port());
   impl->outbox = std::make_unique<session::ZmqOutbox>(impl->zmq, outbox_options);
   transport::TransportSpec spec;
   spec.backend = options.backend;
@@ -546,7 +547,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
     transport::Transport* t = impl->transport.get();
     // The descriptor names this rank's CachePD socket as its registrations do, so that nobody
     // else's registration can claim this session (control/sidecar/registration_gate.h).
-    const std::string cachepd = wire::ReplyEndpoint(advertise, impl->inbox->port());
+    const std::string cachepd = impl->cachepd_advertised;
     impl->session_key = SessionKey::Generate();
     impl->senders.emplace(impl->session_key->bytes());
     const std::string digest = impl->session_key->Digest();
@@ -634,14 +635,17 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
   impl->api_assigned.notify_all();
   impl->metrics.SetInfo(impl->role_name, options.tp_rank,
                         impl->session_id.empty()
-                            ? std::string(absl::StripPrefix(impl->inbox->endpoint(), "tcp://"))
+                            ? std::string(absl::StripPrefix(impl->cachepd_advertised, "tcp://"))
                             : impl->session_id);
   impl->metrics.SetStatsSource([raw] { return raw->Stats(); });
   impl->inbox_thread = std::thread([raw] { raw->InboxLoop(); });
   impl->ticker_thread = std::thread([raw] { raw->TickerLoop(); });
   spdlog::info(
-      "{} sidecar rank {}/{}: engine API {}, CachePD {}{}{}", impl->role_name, options.tp_rank,
+      "{} sidecar rank {}/{}: engine API {}, CachePD {}{}{}{}", impl->role_name, options.tp_rank,
       options.tp_size, impl->api->endpoint(), impl->inbox->endpoint(),
+      impl->cachepd_advertised == impl->inbox->endpoint()
+          ? ""
+          : absl::StrCat(" (advertised as ", impl->cachepd_advertised, ")"),
       impl->session_id.empty() ? "" : absl::StrCat(", data-plane session ", impl->session_id),
       curve ? absl::StrCat(", CURVE as ", zmq_auth::UserId(options.curve->own.identity)) : "");
   return std::unique_ptr<Sidecar>(new Sidecar(std::move(impl)));
@@ -671,7 +675,7 @@ void Sidecar::Stop() {
 }
 
 const std::string& Sidecar::engine_endpoint() const { return impl_->api->endpoint(); }
-const std::string& Sidecar::cachepd_endpoint() const { return impl_->inbox->endpoint(); }
+const std::string& Sidecar::cachepd_endpoint() const { return impl_->cachepd_advertised; }
 const std::string& Sidecar::session_id() const { return impl_->session_id; }
 
 SidecarStats Sidecar::stats() const { return impl_->Stats(); }

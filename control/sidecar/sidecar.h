@@ -217,7 +217,9 @@ class Sidecar {
   void Stop();
 
   const std::string& engine_endpoint() const;
-  // "tcp://host:port" of the CachePD PULL socket.
+  // "tcp://host:port" of the CachePD PULL socket as peers are told to reach it: the advertised
+  // host (SidecarOptions::advertise_host), which differs from the bound one for a wildcard
+  // `host`.
   const std::string& cachepd_endpoint() const;
   // Decode: the data-plane session id ("host:port") peers fetch the descriptor from.
   const std::string& session_id() const;

@@ -115,6 +115,7 @@ struct Sidecar::Impl {
   std::shared_ptr<transfer::CopyListPool> copy_lists =
       std::make_shared<transfer::CopyListPool>();  // prefill
   std::string session_id;
+  std::string cachepd_advertised;         // "tcp://<advertise host>:<CachePD port>"
   std::optional<SessionKey> session_key;  // decode: proves its CachePD messages its own
 
   // The attached arena: named shared memory, CUDA memory, or memory the transport allocated
