@@ -258,11 +258,16 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
 // Peers whose sockets refuse connections are gone (liveness.h). A prefill drops a gone
 // decode's session: its rooms fail, and its registration, data-plane link, PUSH socket and
 // scheduler queue go, so that decodes restarting leave nothing behind; so does a session whose
-// endpoint has answered no probe for --registration-ttl (a host cut off or powered down). A
+// port answers for another process (session_identity.cc), and one whose endpoint has answered
+// no probe for --registration-ttl (a host cut off or powered down, a process stopped, a port
+// taken by a program that is not kvrail). A
 // decode fails the rooms a gone prefill rank owes, and answers its fences. Every peer is probed
 // at once: a hundred silent ones cost one probe timeout.
 void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
-  const std::vector<Reach> reach = ProbeEndpoints(peers, absl::Milliseconds(500));
+  std::vector<Reach> reach = ProbeEndpoints(peers, absl::Milliseconds(500));
+  const std::vector<std::string> gone = options.role == Role::kPrefill
+                                            ? ConfirmSessions(peers, reach)
+                                            : std::vector<std::string>(peers.size());
   {
     Locked locked(*this);
     const absl::Time now = absl::Now();
@@ -275,6 +280,10 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
         continue;
       }
       if (!prefill) break;
+      if (!gone[i].empty()) {
+        DropSessionLocked(peer, gone[i], now);
+        continue;
+      }
       if (reach[i] == Reach::kRefused) {
         DropSessionLocked(peer,
                           absl::StrCat("Decode session ", peer,
@@ -399,8 +408,17 @@ void Sidecar::Impl::ForgetUnusedRoutes() {
 void Sidecar::Impl::TickerLoop() {
   absl::Time next_heartbeat = absl::Now();
   const absl::Duration interval = session::EffectiveHeartbeatInterval(options.timeouts);
+  absl::Time last_turn = absl::Now();
   while (!stop.load()) {
     absl::SleepFor(absl::Milliseconds(50));
+    // A turn that came far later than asked: this process was stopped (SIGSTOP, a debugger, a
+    // frozen container) or starved. Its prefill peers may have dropped its sessions meanwhile
+    // (silent for --registration-ttl), so a decode registers again with the next room to each
+    // (an identical registration changes nothing, CACHEPD §2.1).
+    const absl::Time turn = absl::Now();
+    const absl::Duration held = turn - last_turn;
+    last_turn = turn;
+    const bool held_long = held > absl::Seconds(1);  // twenty turns
     // What the limiter held back goes out once its peer's interval has passed: never silent.
     for (const auto& [peer, count] : peer_log.TakeHeldBack(session::PeerLogLimiter::Clock::now())) {
       spdlog::warn(
@@ -416,6 +434,14 @@ void Sidecar::Impl::TickerLoop() {
       Locked locked(*this);
       if (!attached) continue;
       const absl::Time now = absl::Now();
+      if (decode && held_long) {
+        const std::vector<std::string> nodes = decode->BootstrapAddresses();
+        for (const std::string& node : nodes) decode->ForgetPeerSets(node);
+        spdlog::warn(
+            "decode: this sidecar was held for {} (stopped or starved): registering again with "
+            "the prefill ranks of {} node(s) at their next room",
+            absl::FormatDuration(held), nodes.size());
+      }
       if (prefill) {
         ApplyLocked(prefill->Tick(now));
       } else {

@@ -193,6 +193,12 @@ std::optional<std::string> RegistrationGate::KeyFor(const std::string& reply_end
   return std::nullopt;
 }
 
+std::optional<std::string> RegistrationGate::KeyDigestOf(const std::string& session_id) const {
+  auto owner = admitted_.find(session_id);
+  if (owner == admitted_.end()) return std::nullopt;
+  return owner->second.key_digest;
+}
+
 void RegistrationGate::ForgetUnless(const std::function<bool(const std::string&)>& keep) {
   for (auto it = admitted_.begin(); it != admitted_.end();) {
     it = keep(it->first) ? std::next(it) : admitted_.erase(it);

@@ -95,6 +95,11 @@ class RegistrationGate {
   // one of its owner proofs matched: what the prefill's sender proofs to it are keyed with.
   std::optional<std::string> KeyFor(const std::string& reply_endpoint) const;
 
+  // The key digest the admitted registration of `session_id` was verified with (empty for a
+  // peer that is not kvrail); nullopt when none is admitted. A descriptor served under the
+  // session with another digest comes from another process: the one verified is gone.
+  std::optional<std::string> KeyDigestOf(const std::string& session_id) const;
+
   size_t held() const { return held_; }
   size_t admitted() const { return admitted_.size(); }
 

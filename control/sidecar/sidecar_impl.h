@@ -57,6 +57,7 @@
 #include "control/session/zmq_channel.h"
 #include "control/sidecar/descriptor_registry.h"
 #include "control/sidecar/key_binding.h"
+#include "control/sidecar/liveness.h"
 #include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
 #include "control/sidecar/sender_check.h"
@@ -384,6 +385,14 @@ struct Sidecar::Impl {
   void VerifyRegistration(RegistrationGate::Check check);
   void TickerLoop();
   void ProbePeers(const std::vector<std::string>& peers);
+  // Prefill, without mu: a session whose port accepts connections may still be gone, its port
+  // taken by another program or by its own successor. Asks each session that `reach` says
+  // listens for its descriptor, all at once, and compares the session key digest with the one
+  // its registration was verified with (session_identity.cc). Returns, for each session, why
+  // it is gone (empty when it is not), and turns into kUnknown the reach of those that did not
+  // answer: silent for --registration-ttl, they are dropped as the unreachable are.
+  std::vector<std::string> ConfirmSessions(const std::vector<std::string>& sessions,
+                                           std::vector<Reach>& reach);
   // Prefill, needs mu: drops `session` (its rooms fail with `reason`) and defers forgetting
   // its data plane.
   void DropSessionLocked(const std::string& session, const std::string& reason, absl::Time now);

@@ -3,16 +3,27 @@
 // new PUSH route); the prefill must drop the old ones once it sees them gone, so that after
 // many restarts its memory, its open files and every table are where they were after the
 // first few.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/transport/handshake/handshake.h"
 #include "tests/chaos/deployment.h"
 
 namespace kvrail::chaos {
@@ -49,7 +60,9 @@ v1::SidecarStats Settled(Deployment& d) {
 TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
   DeploymentOptions options;
   options.pages = 4;
-  options.prefill_args = {"--heartbeat-interval", "2"};
+  // A restarted decode can bind a port that an earlier one's session named: the prefill tells
+  // the stranger by its session key, or drops the session after --registration-ttl of silence.
+  options.prefill_args = {"--heartbeat-interval", "2", "--registration-ttl", "5"};
   if (const char* arenas = std::getenv("KVRAIL_CHAOS_MALLOC_ARENA_MAX")) {
     options.prefill_env["MALLOC_ARENA_MAX"] = arenas;
   }
@@ -119,6 +132,147 @@ TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
   // Rooms: the successful ones are forgotten at once; none is left.
   EXPECT_LE(last.rooms(), first.rooms());
 }
+
+// A listening socket on a given port that accepts and never speaks: another program that took a
+// dead decode's port. SO_REUSEADDR, as a server would, for the dead one's TIME_WAIT sockets.
+class Squatter {
+ public:
+  explicit Squatter(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int on = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+             listen(fd_, 16) == 0;
+  }
+  ~Squatter() { close(fd_); }
+  bool bound() const { return bound_; }
+
+ private:
+  int fd_ = -1;
+  bool bound_ = false;
+};
+
+int PortOf(const std::string& session_id) {
+  int port = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(session_id.substr(session_id.rfind(':') + 1), &port)) << session_id;
+  return port;
+}
+
+// Waits until the prefill's log says `needle`; the log's text when it never does.
+absl::Status AwaitPrefillLog(const std::string& needle, absl::Duration timeout) {
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-prefill.log");
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string text;
+  while (absl::Now() < deadline) {
+    std::ifstream log(path);
+    text.assign(std::istreambuf_iterator<char>(log), std::istreambuf_iterator<char>());
+    if (text.find(needle) != std::string::npos) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no \"", needle, "\" in ", path, ":\n", text));
+}
+
+// One decode, which has landed room 1; the prefill probes every 2 s and drops a session silent
+// for 3 s. Null (the failure recorded) when that did not work.
+std::unique_ptr<Deployment> StartProbing() {
+  DeploymentOptions options;
+  options.pages = 4;
+  options.prefill_args = {"--heartbeat-interval", "2", "--registration-ttl", "3"};
+  auto started = Deployment::Start(options);
+  EXPECT_TRUE(started.ok()) << started.status();
+  if (!started.ok()) return nullptr;
+  OneRoom(**started, 1);
+  return *std::move(started);
+}
+
+// A decode stopped (SIGSTOP) for longer than the prefill's --registration-ttl answers no probe:
+// the prefill drops its session, as it drops a host cut off. Resumed, the decode sees that its
+// ticker was held and registers again with the next room, which lands.
+TEST(RestartTest, ADecodeStoppedPastTheTtlIsDroppedThenServedAgainOnceResumed) {
+  const std::unique_ptr<Deployment> deployment = StartProbing();
+  if (deployment == nullptr || HasFailure()) return;
+  Deployment& d = *deployment;
+  const std::string session = d.decode(0).session_id;
+  d.decode(0).sidecar->Signal(SIGSTOP);
+  const absl::Status dropped = AwaitPrefillLog(
+      absl::StrCat("Decode session ", session, " is unreachable"), absl::Seconds(30));
+  d.decode(0).sidecar->Signal(SIGCONT);
+  ASSERT_TRUE(dropped.ok()) << dropped;
+  absl::SleepFor(absl::Milliseconds(500));  // the decode's ticker takes its next turn
+  OneRoom(d, 2);
+}
+
+enum class Taker { kSilentProgram, kAnotherDecode };
+
+class PortTakenTest : public ::testing::TestWithParam<Taker> {};
+
+// Nothing kept alive by a stranger: a decode dies and, before the prefill's next probe, another
+// program takes its handshake port, so that the port still accepts connections. The prefill
+// must still drop the session: a kvrail handshake server there answers with another session
+// key (dropped at the next probe); a program that never speaks is dropped after
+// --registration-ttl. Then a restarted decode lands a room as before.
+TEST_P(PortTakenTest, ADeadDecodesPortTakenBySomebodyElseDoesNotKeepItsSession) {
+  const std::unique_ptr<Deployment> deployment = StartProbing();
+  if (deployment == nullptr || HasFailure()) return;
+  Deployment& d = *deployment;
+  const std::string session = d.decode(0).session_id;
+  const int port = PortOf(session);
+  // The prefill is stopped while the port changes hands, so that no probe finds it refused.
+  d.prefill().sidecar->Signal(SIGSTOP);
+  d.decode(0).sidecar->Signal(SIGKILL);
+  ASSERT_TRUE(d.decode(0).sidecar->Wait(absl::Seconds(10)).ok());
+  std::optional<Squatter> program;
+  absl::StatusOr<std::unique_ptr<transport::HandshakeServer>> decode;
+  if (GetParam() == Taker::kSilentProgram) {
+    program.emplace(port);
+    ASSERT_TRUE(program->bound()) << "port " << port;
+  } else {
+    decode = transport::HandshakeServer::Start("127.0.0.1", port, [] {
+      v1::HandshakeDescriptor descriptor;
+      descriptor.set_version(1);
+      descriptor.set_session_key_digest(std::string(32, 'x'));
+      return absl::StatusOr<v1::HandshakeDescriptor>(descriptor);
+    });
+    ASSERT_TRUE(decode.ok()) << decode.status();
+  }
+  d.prefill().sidecar->Signal(SIGCONT);
+  const std::string reason = GetParam() == Taker::kSilentProgram
+                                 ? absl::StrCat("Decode session ", session, " is unreachable")
+                                 : absl::StrCat("Decode session ", session,
+                                                " is gone: its handshake endpoint answers "
+                                                "with another session key");
+  const absl::Status dropped = AwaitPrefillLog(reason, absl::Seconds(30));
+  EXPECT_TRUE(dropped.ok()) << dropped;
+  // Its registration, data-plane link, PUSH route and scheduler queue go with it.
+  v1::SidecarStats stats;
+  for (const absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+    stats = d.Stats(d.prefill()).value();
+    if (stats.registrations() + stats.data_plane_peers() + stats.scheduler_peers() +
+            stats.outbox_peers() ==
+        0) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(stats.registrations(), 0u);
+  EXPECT_EQ(stats.data_plane_peers(), 0u);
+  EXPECT_EQ(stats.scheduler_peers(), 0u);
+  EXPECT_EQ(stats.outbox_peers(), 0u);
+  ASSERT_TRUE(d.RestartDecode(0).ok());
+  OneRoom(d, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Takers, PortTakenTest,
+                         ::testing::Values(Taker::kSilentProgram, Taker::kAnotherDecode),
+                         [](const ::testing::TestParamInfo<Taker>& info) {
+                           return info.param == Taker::kSilentProgram ? "SilentProgram"
+                                                                      : "AnotherDecode";
+                         });
 
 }  // namespace
 }  // namespace kvrail::chaos

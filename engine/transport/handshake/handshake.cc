@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
@@ -209,76 +210,148 @@ void HandshakeServer::Run() {
   }
 }
 
-absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(absl::string_view session_id,
-                                                        absl::Duration timeout,
-                                                        const zmq_auth::CurveClientKeys* curve) {
-  KVRAIL_ASSIGN_OR_RETURN(const SessionAddress address, ParseSessionId(session_id));
-  const std::string context = absl::StrCat("handshake with session ", session_id);
-  const std::string endpoint = absl::StrFormat("tcp://%s:%d", address.host, address.port);
+namespace {
+
+// One fetch of FetchDescriptors under way: its socket and what it has got to.
+struct Fetch {
+  std::string context;   // "handshake with session <id>", for every message
+  std::string endpoint;  // tcp://host:port
+  std::optional<zmq::socket_t> dealer;
+  bool sent = false;
+  std::optional<absl::StatusOr<v1::HandshakeDescriptor>> answer;
+};
+
+// The answer to a reply of `fetch`'s session.
+absl::StatusOr<v1::HandshakeDescriptor> ParseReply(const Fetch& fetch, absl::string_view session_id,
+                                                   const std::vector<zmq::message_t>& reply) {
+  if (reply.size() != 3 || View(reply[0]) != kHandshakeMagic) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: %s answered %d frames, not a kvrail handshake reply", fetch.context,
+                        fetch.endpoint, reply.size()));
+  }
+  if (View(reply[1]) == kError) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(fetch.context, ": the peer refused: ", Printable(View(reply[2]), 1024)));
+  }
+  v1::HandshakeDescriptor descriptor;
+  if (View(reply[1]) != kOk ||
+      !descriptor.ParseFromArray(reply[2].data(), static_cast<int>(reply[2].size()))) {
+    return absl::DataLossError(
+        absl::StrCat(fetch.context, ": the reply does not hold a valid descriptor"));
+  }
+  if (descriptor.session_id() != session_id) {
+    return absl::DataLossError(absl::StrCat(fetch.context, ": the descriptor names session \"",
+                                            Printable(descriptor.session_id()), "\""));
+  }
+  return descriptor;
+}
+
+// Connects `fetch`'s DEALER to the session's endpoint; the answer when that fails at once.
+void StartFetch(const FetchTarget& target, Fetch& fetch) {
+  absl::StatusOr<SessionAddress> address = ParseSessionId(target.session_id);
+  if (!address.ok()) {
+    fetch.answer = address.status();
+    return;
+  }
+  fetch.context = absl::StrCat("handshake with session ", target.session_id);
+  fetch.endpoint = absl::StrFormat("tcp://%s:%d", address->host, address->port);
   try {
-    zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
+    zmq::socket_t& dealer = fetch.dealer.emplace(Context(), zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
     dealer.set(zmq::sockopt::maxmsgsize, kMaxDescriptorBytes);
     dealer.set(zmq::sockopt::immediate, 1);
-    if (curve != nullptr) {
-      KVRAIL_RETURN_IF_ERROR(AddContext(
-          zmq_auth::MakeCurveClient(dealer.handle(), curve->own, curve->server_public_key),
-          context));
+    if (target.curve != nullptr) {
+      absl::Status curve = AddContext(zmq_auth::MakeCurveClient(dealer.handle(), target.curve->own,
+                                                                target.curve->server_public_key),
+                                      fetch.context);
+      if (!curve.ok()) {
+        fetch.answer = curve;
+        return;
+      }
     }
-    dealer.connect(endpoint);
-    const std::vector<zmq::const_buffer> request = {
-        zmq::buffer(kHandshakeMagic.data(), kHandshakeMagic.size()),
-        zmq::buffer(session_id.data(), session_id.size())};
-    const absl::Time deadline = absl::Now() + timeout;
-    bool sent = false;
-    while (!sent) {
-      // With `immediate`, a send before the connection is up would block: poll for writability.
-      zmq::pollitem_t out{dealer.handle(), 0, ZMQ_POLLOUT, 0};
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) break;
-      if (zmq::poll(&out, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(left) + 1)) == 0) {
+    dealer.connect(fetch.endpoint);
+  } catch (const zmq::error_t& e) {
+    fetch.answer =
+        absl::UnavailableError(absl::StrCat(fetch.context, ": ", fetch.endpoint, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+std::vector<absl::StatusOr<v1::HandshakeDescriptor>> FetchDescriptors(
+    const std::vector<FetchTarget>& targets, absl::Duration timeout) {
+  std::vector<Fetch> fetches(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) StartFetch(targets[i], fetches[i]);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    // Each open fetch waits to send (with `immediate`, a send before the connection is up
+    // would block) or for its reply.
+    std::vector<zmq::pollitem_t> items;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < fetches.size(); ++i) {
+      Fetch& fetch = fetches[i];
+      if (fetch.answer) continue;
+      items.push_back({fetch.dealer->handle(), 0,
+                       static_cast<short>(fetch.sent ? ZMQ_POLLIN : ZMQ_POLLOUT), 0});
+      which.push_back(i);
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (items.empty() || left <= absl::ZeroDuration()) break;
+    try {
+      if (zmq::poll(items.data(), items.size(),
+                    std::chrono::milliseconds(absl::ToInt64Milliseconds(left) + 1)) == 0) {
         break;
       }
-      sent = zmq::send_multipart(dealer, request, zmq::send_flags::dontwait).has_value();
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (items[k].revents == 0) continue;
+        const FetchTarget& target = targets[which[k]];
+        Fetch& fetch = fetches[which[k]];
+        if (!fetch.sent) {
+          const std::vector<zmq::const_buffer> request = {
+              zmq::buffer(kHandshakeMagic.data(), kHandshakeMagic.size()),
+              zmq::buffer(target.session_id.data(), target.session_id.size())};
+          fetch.sent =
+              zmq::send_multipart(*fetch.dealer, request, zmq::send_flags::dontwait).has_value();
+          continue;
+        }
+        std::vector<zmq::message_t> reply;
+        if (zmq::recv_multipart(*fetch.dealer, std::back_inserter(reply),
+                                zmq::recv_flags::dontwait)) {
+          fetch.answer = ParseReply(fetch, target.session_id, reply);
+        }
+      }
+    } catch (const zmq::error_t& e) {
+      // A failure of the poll itself ends every fetch still open.
+      for (Fetch& fetch : fetches) {
+        if (!fetch.answer) {
+          fetch.answer = absl::UnavailableError(
+              absl::StrCat(fetch.context, ": ", fetch.endpoint, ": ", e.what()));
+        }
+      }
     }
-    if (!sent) {
-      return absl::DeadlineExceededError(
-          absl::StrFormat("%s: no connection to %s within %s (is the decode sidecar running?)",
-                          context, endpoint, absl::FormatDuration(timeout)));
-    }
-    zmq::pollitem_t in{dealer.handle(), 0, ZMQ_POLLIN, 0};
-    const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    if (zmq::poll(&in, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(left) + 1)) == 0) {
-      return absl::DeadlineExceededError(absl::StrFormat("%s: no reply from %s within %s", context,
-                                                         endpoint, absl::FormatDuration(timeout)));
-    }
-    std::vector<zmq::message_t> reply;
-    if (!zmq::recv_multipart(dealer, std::back_inserter(reply), zmq::recv_flags::dontwait)) {
-      return absl::DeadlineExceededError(absl::StrCat(context, ": the reply vanished"));
-    }
-    if (reply.size() != 3 || View(reply[0]) != kHandshakeMagic) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: %s answered %d frames, not a kvrail handshake reply", context,
-                          endpoint, reply.size()));
-    }
-    if (View(reply[1]) == kError) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(context, ": the peer refused: ", Printable(View(reply[2]), 1024)));
-    }
-    v1::HandshakeDescriptor descriptor;
-    if (View(reply[1]) != kOk ||
-        !descriptor.ParseFromArray(reply[2].data(), static_cast<int>(reply[2].size()))) {
-      return absl::DataLossError(
-          absl::StrCat(context, ": the reply does not hold a valid descriptor"));
-    }
-    if (descriptor.session_id() != session_id) {
-      return absl::DataLossError(absl::StrCat(context, ": the descriptor names session \"",
-                                              Printable(descriptor.session_id()), "\""));
-    }
-    return descriptor;
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat(context, ": ", endpoint, ": ", e.what()));
   }
+  std::vector<absl::StatusOr<v1::HandshakeDescriptor>> answers;
+  answers.reserve(fetches.size());
+  for (Fetch& fetch : fetches) {
+    if (fetch.answer) {
+      answers.push_back(*std::move(fetch.answer));
+    } else if (!fetch.sent) {
+      answers.push_back(absl::DeadlineExceededError(
+          absl::StrFormat("%s: no connection to %s within %s (is the decode sidecar running?)",
+                          fetch.context, fetch.endpoint, absl::FormatDuration(timeout))));
+    } else {
+      answers.push_back(absl::DeadlineExceededError(
+          absl::StrFormat("%s: no reply from %s within %s", fetch.context, fetch.endpoint,
+                          absl::FormatDuration(timeout))));
+    }
+  }
+  return answers;
+}
+
+absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(absl::string_view session_id,
+                                                        absl::Duration timeout,
+                                                        const zmq_auth::CurveClientKeys* curve) {
+  return std::move(FetchDescriptors({{std::string(session_id), curve}}, timeout)[0]);
 }
 
 DescriptorCache::DescriptorCache(absl::Duration timeout, Fetcher fetcher)

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -103,6 +104,19 @@ class HandshakeServer {
 absl::StatusOr<v1::HandshakeDescriptor> FetchDescriptor(
     absl::string_view session_id, absl::Duration timeout,
     const zmq_auth::CurveClientKeys* curve = nullptr);
+
+// One session for FetchDescriptors: its id and, with CURVE, the keys its request goes with
+// (borrowed for the call).
+struct FetchTarget {
+  std::string session_id;
+  const zmq_auth::CurveClientKeys* curve = nullptr;
+};
+
+// FetchDescriptor for many sessions at once, in at most `timeout` together: a hundred silent
+// peers cost one timeout, not a hundred. The answers are in the order of `targets`, each as
+// FetchDescriptor would give it.
+std::vector<absl::StatusOr<v1::HandshakeDescriptor>> FetchDescriptors(
+    const std::vector<FetchTarget>& targets, absl::Duration timeout);
 
 // The prefill side's cache of peers' descriptors, one per session id. Thread-safe.
 class DescriptorCache {

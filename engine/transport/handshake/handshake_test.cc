@@ -1,6 +1,10 @@
 #include "engine/transport/handshake/handshake.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -170,6 +174,62 @@ TEST(FetchDescriptorTest, NobodyListeningIsDeadlineExceededNamingTheSession) {
 TEST(FetchDescriptorTest, ABadSessionIdFailsBeforeAnyNetworking) {
   EXPECT_EQ(FetchDescriptor("no-port", absl::Seconds(1)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A listening socket that accepts and never speaks: what a session's port looks like when
+// another program has taken it after the decode died.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), length), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port_ = ntohs(address.sin_port);
+  }
+  ~SilentListener() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(FetchDescriptorsTest, AnswersEachSessionInOrderWithinOneTimeout) {
+  auto one = HandshakeServer::Start("127.0.0.1", 0, [] { return Descriptor(1); });
+  auto two = HandshakeServer::Start("127.0.0.1", 0, [] { return Descriptor(2); });
+  ASSERT_TRUE(one.ok() && two.ok());
+  SilentListener silent;
+  const std::string squatted = absl::StrCat("127.0.0.1:", silent.port());
+  const absl::Time start = absl::Now();
+  auto answers = FetchDescriptors({{(*one)->session_id()},
+                                   {squatted},
+                                   {"no-port"},
+                                   {(*two)->session_id()},
+                                   {squatted},
+                                   {(*one)->session_id()}},
+                                  absl::Milliseconds(400));
+  // Two silent peers cost one timeout between them (with room for a loaded machine).
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(400) + absl::Seconds(2));
+  ASSERT_EQ(answers.size(), 6u);
+  ASSERT_TRUE(answers[0].ok()) << answers[0].status();
+  EXPECT_EQ(answers[0]->version(), 1u);
+  EXPECT_EQ(answers[0]->session_id(), (*one)->session_id());
+  EXPECT_EQ(answers[1].status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(answers[1].status().message().find(squatted), std::string::npos);
+  EXPECT_EQ(answers[2].status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(answers[3].ok()) << answers[3].status();
+  EXPECT_EQ(answers[3]->version(), 2u);
+  EXPECT_EQ(answers[4].status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(answers[5].ok()) << answers[5].status();
+}
+
+TEST(FetchDescriptorsTest, NoTargetsIsNoAnswers) {
+  EXPECT_TRUE(FetchDescriptors({}, absl::Seconds(1)).empty());
 }
 
 TEST(DescriptorCacheTest, FetchesOncePerSessionAndAgainOnRefreshOrInvalidate) {
