@@ -198,9 +198,12 @@ class BootstrapRestartTest(unittest.TestCase):
                 self.assertEqual(r.status, 200)
         before = self.answers(port)
         node_key = "/kvrail/v1/nodes/127.0.0.1:%d" % port
-        self.assertIsNotNone(self.etcd.await_key(node_key, True, 10), node_key)
-        self.assertEqual(json.loads(self.etcd.get(node_key))["prefill_dp_size"], 2)
-        self.assertEqual(len(self.etcd.keys("/kvrail/v1/bootstrap/127.0.0.1:%d/" % port)), 2)
+        # Stored by the server's writer thread, after PUT /route answered.
+        self.assertIsNotNone(self.etcd.await_true(
+            lambda: json.loads(self.etcd.get(node_key) or "{}").get("prefill_dp_size") == 2, 10),
+            self.etcd.get(node_key))
+        self.assertIsNotNone(
+            self.etcd.await_keys("/kvrail/v1/bootstrap/127.0.0.1:%d/" % port, 2, 10))
         bootstrap.send_signal(signal.SIGKILL)
         bootstrap.wait()
         self.assertIsNotNone(self.etcd.await_key(node_key, False, TTL + 5))
