@@ -59,11 +59,15 @@ size_t WriteQueue::Stop(absl::Duration flush_deadline) {
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& key : order_) {
+  std::deque<std::string> unwritten;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unwritten = order_;
+  }
+  for (const std::string& key : unwritten) {
     spdlog::warn("{}: stopped with key {} unwritten", options_.what, key);
   }
-  return order_.size();
+  return unwritten.size();
 }
 
 void WriteQueue::Run() {
