@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "control/bootstrap/registration.h"
 #include "control/bootstrap/server.h"
 #include "control/bootstrap/server_metrics.h"
@@ -37,6 +38,9 @@ namespace {
 
 using session::PeerLogLimiter;
 using std::chrono::milliseconds;
+
+// How long the ready line waits for the node description's first write to etcd.
+constexpr absl::Duration kNodeWriteDeadline = absl::Seconds(5);
 
 std::shared_ptr<spdlog::logger> MakeLogger(const std::string& log_format) {
   auto logger = std::make_shared<spdlog::logger>("bootstrap",
@@ -172,6 +176,9 @@ int RunBootstrap(const BootstrapOptions& options) {
   if (!server_options.ok()) return fail(server_options.status());
 
   std::shared_ptr<spdlog::logger> logger = MakeLogger(options.log_format);
+  // The registry's threads log through spdlog's default logger: to stderr in this format too,
+  // not onto stdout, which carries the ready line.
+  spdlog::set_default_logger(logger);
   const milliseconds interval =
       std::max(Milliseconds(options.log_interval_seconds), milliseconds(1));
   auto limiter = std::make_shared<PeerLogLimiter>(interval);
@@ -212,8 +219,15 @@ int RunBootstrap(const BootstrapOptions& options) {
          registry::ReplayRegistrations(options.host, server.port(), token_text, *stored)) {
       logger->warn("event=registry_replay_refused error=\"{}\"", refused);
     }
-    logger->info("event=registry_loaded registrations={}", stored->size());
+    // The ready line promises the node can be found: wait for its description to be in etcd,
+    // but not forever (etcd answered Open just now; if it went since, say so and go on: the
+    // lease's thread keeps trying).
     store->PublishNode(server.registry().Describe().ToJson().dump());
+    const bool node_written = store->AwaitNodeWritten(kNodeWriteDeadline);
+    logger->info("event=registry_loaded registrations={} node_write={}", stored->size(),
+                 node_written ? "done"
+                              : absl::StrCat("pending waited_ms=",
+                                             absl::ToInt64Milliseconds(kNodeWriteDeadline)));
   }
   std::unique_ptr<metrics_http::MetricsServer> metrics_server;  // --metrics-port
   if (options.metrics_port >= 0) {
@@ -260,7 +274,9 @@ int RunBootstrap(const BootstrapOptions& options) {
   logger->info("event=stopping signal={}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   metrics_entry.reset();  // its lease revoked: the row goes at once
   metrics_server.reset();
-  if (store) store->Stop();  // the node entry goes; its registrations stay for the next run
+  // The node entry goes; its registrations stay for the next run (those still queued are
+  // written within a couple of seconds, or logged as lost).
+  if (store) store->Stop();
   server.Stop();
   for (const auto& [peer, count] :
        limiter->TakeHeldBack(PeerLogLimiter::Clock::now() + interval)) {  // all that is left

@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "control/registry/etcd_client.h"
 #include "control/registry/keys.h"
 
 namespace kvrail::registry {
@@ -19,21 +22,28 @@ absl::StatusOr<std::unique_ptr<BootstrapStore>> BootstrapStore::Open(
 }
 
 BootstrapStore::BootstrapStore(std::string endpoint, std::unique_ptr<LeasePublisher> leased)
-    : leased_(std::move(leased)), client_(std::move(endpoint)) {}
+    : endpoint_(std::move(endpoint)), leased_(std::move(leased)) {}
 
-absl::Status BootstrapStore::Write(const std::string& suffix, const std::string& body) {
-  return client_.Put(absl::StrCat(BootstrapPrefix(address_), suffix), body).status();
-}
+BootstrapStore::~BootstrapStore() { Stop(); }
 
 absl::StatusOr<std::vector<std::string>> BootstrapStore::Bind(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  address_ = address;
-  absl::StatusOr<std::vector<KeyValue>> stored = client_.List(BootstrapPrefix(address_) + "ranks/");
+  const std::string prefix = BootstrapPrefix(address);
+  absl::StatusOr<std::vector<KeyValue>> stored = EtcdClient(endpoint_).List(prefix + "ranks/");
   if (!stored.ok()) return stored.status();
-  for (const auto& [suffix, body] : pending_) {
-    if (absl::Status written = Write(suffix, body); !written.ok()) return written;
+  // The writer's client, used on its thread only.
+  auto client = std::make_shared<EtcdClient>(endpoint_);
+  auto queue = std::make_unique<WriteQueue>(
+      [client](const std::string& key, const std::string& body) {
+        return client->Put(key, body).status();
+      },
+      WriteQueueOptions{absl::StrCat("registry writer (etcd at ", endpoint_, ")")});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    address_ = address;
+    for (const auto& [suffix, body] : early_) queue->Put(prefix + suffix, body);
+    early_.clear();
+    queue_ = std::move(queue);
   }
-  pending_.clear();
   std::vector<std::string> bodies;
   for (KeyValue& kv : *stored) bodies.push_back(std::move(kv.value));
   return bodies;
@@ -42,13 +52,11 @@ absl::StatusOr<std::vector<std::string>> BootstrapStore::Bind(const std::string&
 void BootstrapStore::Save(int dp_group, int rank_in_group, const std::string& body) {
   const std::string suffix = absl::StrCat("ranks/", dp_group, "/", rank_in_group);
   std::lock_guard<std::mutex> lock(mu_);
-  if (address_.empty()) {
-    pending_.emplace_back(suffix, body);
-    return;
-  }
-  if (absl::Status written = Write(suffix, body); !written.ok()) {
-    spdlog::warn("event=registry_save_failed key={}{} error=\"{}\"", BootstrapPrefix(address_),
-                 suffix, std::string(written.message()));
+  if (queue_ == nullptr) {
+    early_[suffix] = body;
+  } else if (!queue_->Put(BootstrapPrefix(address_) + suffix, body)) {
+    spdlog::warn("event=registry_save_dropped key={}{} reason=\"the server is stopping\"",
+                 BootstrapPrefix(address_), suffix);
   }
 }
 
@@ -60,6 +68,21 @@ void BootstrapStore::PublishNode(const std::string& description) {
     key = NodeKey(address_);
   }
   leased_->Publish(key, description);
+}
+
+bool BootstrapStore::AwaitNodeWritten(absl::Duration timeout) {
+  return leased_->AwaitWritten(timeout);
+}
+
+void BootstrapStore::Stop(absl::Duration flush_deadline) {
+  leased_->Stop();
+  WriteQueue* queue = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue = queue_.get();
+  }
+  // Outside mu_: a Save meanwhile finds the queue stopping and drops its body, logged.
+  if (queue != nullptr) queue->Stop(flush_deadline);
 }
 
 std::string BootstrapAddress(const std::string& host, int port) {

@@ -8,20 +8,25 @@
 // At start the server reads the registrations stored under its own address back and replays
 // them as PUT /route to itself (ReplayRegistrations), so it answers GET /route exactly as
 // before and its own rules (sizes, layout, a rank's endpoint) still hold.
+//
+// No write to etcd runs on the caller's thread: a PUT /route only queues its body, so an etcd
+// that is slow or down never holds up the server's answers; the writer catches up when etcd is
+// back (a registration accepted meanwhile is served at once and stored late, or, when the
+// server stops before etcd returns, not at all: it is logged).
 #ifndef KVRAIL_CONTROL_REGISTRY_BOOTSTRAP_STORE_H_
 #define KVRAIL_CONTROL_REGISTRY_BOOTSTRAP_STORE_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "control/registry/etcd_client.h"
 #include "control/registry/lease_publisher.h"
+#include "control/registry/write_queue.h"
 
 namespace kvrail::registry {
 
@@ -31,28 +36,36 @@ class BootstrapStore {
   // InvalidArgument for a bad URL; Unavailable naming the endpoint when etcd does not answer.
   static absl::StatusOr<std::unique_ptr<BootstrapStore>> Open(const std::string& registry_url,
                                                               absl::Duration ttl);
+  ~BootstrapStore();  // Stop()
 
-  // Names the server ("host:port", the keys' address) once it is bound, and writes what Save
-  // was given before. Returns the registrations an earlier run with this address stored, in
-  // key order.
+  // Names the server ("host:port", the keys' address) once it is bound, and starts writing
+  // what Save was given before. Returns the registrations an earlier run with this address
+  // stored, in key order. Reads etcd on the caller's thread, holding no lock Save needs.
   absl::StatusOr<std::vector<std::string>> Bind(const std::string& address);
-  // Stores an accepted registration's body (from any thread; a PUT of at most a second or
-  // two, logged when it fails). Before Bind it is kept and written by Bind.
+  // Queues an accepted registration's body for etcd (from any thread; never waits for etcd).
+  // The store's writer thread (write_queue.h) writes it, the latest body of each rank only,
+  // retrying with backoff while etcd is away. Before Bind it is kept, the latest per rank.
   void Save(int dp_group, int rank_in_group, const std::string& body);
-  // Publishes the node description (JSON) under the lease. After Bind.
+  // Publishes the node description (JSON) under the lease: handed to the lease's own thread
+  // (lease_publisher.h), which keeps the latest only and never makes the caller wait. After
+  // Bind.
   void PublishNode(const std::string& description);
-  // Revokes the node entry's lease (the registrations stay). Idempotent.
-  void Stop() { leased_->Stop(); }
+  // Waits until the node description published last is in etcd (or `timeout` passed): false
+  // on timeout.
+  bool AwaitNodeWritten(absl::Duration timeout);
+  // Revokes the node entry's lease (the registrations stay), then writes what it can of the
+  // queued registrations within `flush_deadline` and joins the writer. Idempotent.
+  void Stop(absl::Duration flush_deadline = absl::Seconds(2));
 
  private:
   BootstrapStore(std::string endpoint, std::unique_ptr<LeasePublisher> leased);
-  absl::Status Write(const std::string& suffix, const std::string& body);  // needs mu_
 
+  const std::string endpoint_;
   std::unique_ptr<LeasePublisher> leased_;
-  std::mutex mu_;
-  EtcdClient client_;                                         // guarded by mu_
-  std::string address_;                                       // guarded by mu_; empty before Bind
-  std::vector<std::pair<std::string, std::string>> pending_;  // (suffix, body), before Bind
+  std::mutex mu_;        // held only to hand a body over, never across a call to etcd
+  std::string address_;  // guarded by mu_; empty before Bind
+  std::map<std::string, std::string> early_;  // guarded by mu_: suffix -> body, before Bind
+  std::unique_ptr<WriteQueue> queue_;         // guarded by mu_ (the pointer); made by Bind
 };
 
 // The address a bootstrap server's keys use: `host:port`, with this machine's host name for a

@@ -64,9 +64,17 @@ class Etcd:
 
     def await_key(self, key, present, seconds):
         """Polls until `key` is present (or absent); the seconds it took, or None."""
+        return self.await_true(lambda: (self.get(key) is not None) == present, seconds)
+
+    def await_keys(self, prefix, count, seconds):
+        """Polls until exactly `count` keys are under `prefix`; the seconds it took, or None."""
+        return self.await_true(lambda: len(self.keys(prefix)) == count, seconds)
+
+    def await_true(self, condition, seconds):
+        """Polls `condition()` until it is true; the seconds it took, or None."""
         start = time.time()
         while time.time() - start < seconds:
-            if (self.get(key) is not None) == present:
+            if condition():
                 return time.time() - start
             time.sleep(0.05)
         return None

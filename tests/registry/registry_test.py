@@ -43,7 +43,59 @@ def field(line, key):
     return ""
 
 
-class RegistryTest(unittest.TestCase):
+def start_node(owner):
+    """A bootstrap server without --registry, appended to `owner.processes`; sets
+    `owner.bootstrap` (its address), `owner.contract` and `owner.arena_bytes` (SHAPE's, tp 1)."""
+    bootstrap, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", "0"],
+                              "bootstrap ready")
+    owner.processes.append(bootstrap)
+    owner.bootstrap = "127.0.0.1:%s" % field(line, "port")
+    owner.contract = subprocess.check_output([KVRAIL, "contract", "--tp", "1"] + SHAPE,
+                                             text=True)
+    owner.arena_bytes = int(subprocess.check_output(
+        [KVRAIL, "contract", "--tp", "1", "--arena-bytes"] + SHAPE, text=True))
+
+
+def stop_all(owner):
+    """Closes `owner.clients` and kills `owner.processes`, the last started first."""
+    for client in owner.clients:
+        client.close()
+    for process in reversed(owner.processes):
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        process.stdout.close()
+
+
+class Rooms:
+    """Rooms routed between `self.prefill_client` and `self.decode_client` through the bootstrap
+    server at `self.bootstrap` (a mixin of the TestCases here)."""
+
+    def event(self, client, room, statuses, seconds=20):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            event = client.next_event(timeout=deadline - time.time())
+            if event is not None and event.room == room and event.status in statuses:
+                return event
+        self.fail("no %s event for room %d within %d s" % (statuses, room, seconds))
+
+    def route(self, room, ready=True):
+        """Room `room`: pre-allocated by the decode at the prefill; with `ready`, sent."""
+        self.prefill_client.begin(room)
+        self.decode_client.expect(room, self.bootstrap, block_tables=[[1, 2]], window=(0, 32))
+        self.event(self.prefill_client, room, (TransferPoll.BOOTSTRAPPED,))
+        if ready:
+            self.prefill_client.ready(room, bootstrap_token=7, block_tables=[[1, 2]],
+                                      window=(0, 32))
+
+    def landed(self, room):
+        """Routes room `room`; the decode's final status for it."""
+        self.route(room)
+        return self.event(self.decode_client, room,
+                          (TransferPoll.SUCCESS, TransferPoll.FAILED)).status
+
+
+class RegistryTest(Rooms, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.processes = []
@@ -57,14 +109,7 @@ class RegistryTest(unittest.TestCase):
 
     @classmethod
     def start(cls):
-        bootstrap, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", "0"],
-                                  "bootstrap ready")
-        cls.processes.append(bootstrap)
-        cls.bootstrap = "127.0.0.1:%s" % field(line, "port")
-        cls.contract = subprocess.check_output([KVRAIL, "contract", "--tp", "1"] + SHAPE,
-                                               text=True)
-        cls.arena_bytes = int(subprocess.check_output(
-            [KVRAIL, "contract", "--tp", "1", "--arena-bytes"] + SHAPE, text=True))
+        start_node(cls)
         common = ["--host", "127.0.0.1", "--tls", "tcp", "--registry", cls.etcd.url]
         cls.prefill_log_path = os.path.join(TMP, "prefill-%s.log" % TAG)
         cls.prefill_log = open(cls.prefill_log_path, "w")
@@ -90,33 +135,10 @@ class RegistryTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for client in cls.clients:
-            client.close()
-        for process in reversed(cls.processes):
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-            process.stdout.close()
+        stop_all(cls)
         if hasattr(cls, "prefill_log"):
             cls.prefill_log.close()
         cls.etcd.stop()
-
-    def event(self, client, room, statuses, seconds=20):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            event = client.next_event(timeout=deadline - time.time())
-            if event is not None and event.room == room and event.status in statuses:
-                return event
-        self.fail("no %s event for room %d within %d s" % (statuses, room, seconds))
-
-    def route(self, room, ready=True):
-        """Room `room`: pre-allocated by the decode at the prefill; with `ready`, sent."""
-        self.prefill_client.begin(room)
-        self.decode_client.expect(room, self.bootstrap, block_tables=[[1, 2]], window=(0, 32))
-        self.event(self.prefill_client, room, (TransferPoll.BOOTSTRAPPED,))
-        if ready:
-            self.prefill_client.ready(room, bootstrap_token=7, block_tables=[[1, 2]],
-                                      window=(0, 32))
 
     def test_1_the_decode_publishes_its_descriptor_and_metrics_leased(self):
         key = "/kvrail/v1/sessions/" + self.session
@@ -129,10 +151,7 @@ class RegistryTest(unittest.TestCase):
         self.assertEqual(metrics["url"], "http://%s/metrics" % self.decode_metrics)
 
     def test_2_a_room_lands_with_the_descriptor_from_the_registry(self):
-        self.route(1)
-        self.assertEqual(self.event(self.decode_client, 1,
-                                    (TransferPoll.SUCCESS, TransferPoll.FAILED)).status,
-                         TransferPoll.SUCCESS)
+        self.assertEqual(self.landed(1), TransferPoll.SUCCESS)
         self.prefill_log.flush()
         with open(self.prefill_log_path) as f:
             log = f.read()
@@ -198,9 +217,12 @@ class BootstrapRestartTest(unittest.TestCase):
                 self.assertEqual(r.status, 200)
         before = self.answers(port)
         node_key = "/kvrail/v1/nodes/127.0.0.1:%d" % port
-        self.assertIsNotNone(self.etcd.await_key(node_key, True, 10), node_key)
-        self.assertEqual(json.loads(self.etcd.get(node_key))["prefill_dp_size"], 2)
-        self.assertEqual(len(self.etcd.keys("/kvrail/v1/bootstrap/127.0.0.1:%d/" % port)), 2)
+        # Stored by the server's writer thread, after PUT /route answered.
+        self.assertIsNotNone(self.etcd.await_true(
+            lambda: json.loads(self.etcd.get(node_key) or "{}").get("prefill_dp_size") == 2, 10),
+            self.etcd.get(node_key))
+        self.assertIsNotNone(
+            self.etcd.await_keys("/kvrail/v1/bootstrap/127.0.0.1:%d/" % port, 2, 10))
         bootstrap.send_signal(signal.SIGKILL)
         bootstrap.wait()
         self.assertIsNotNone(self.etcd.await_key(node_key, False, TTL + 5))
