@@ -153,6 +153,12 @@ absl::StatusOr<int64_t> EtcdClient::Put(absl::string_view key, absl::string_view
   return GatewayInt64((*answer)["header"], "revision");
 }
 
+absl::Status EtcdClient::Compact(int64_t revision) {
+  const std::string call = absl::StrCat("compaction at revision ", revision);
+  json request = {{"revision", absl::StrCat(revision)}, {"physical", true}};
+  return Call(call, "/v3/kv/compaction", request.dump()).status();
+}
+
 absl::StatusOr<std::optional<KeyValue>> EtcdClient::Get(absl::string_view key) {
   const std::string call = absl::StrCat("range ", key);
   auto body = Call(call, "/v3/kv/range", json{{"key", absl::Base64Escape(key)}}.dump());

@@ -67,6 +67,9 @@ class EtcdClient {
   absl::StatusOr<std::vector<KeyValue>> List(absl::string_view prefix, int64_t* revision = nullptr);
   // Deletes `key` (or, with `prefix`, every key under it). Returns how many were deleted.
   absl::StatusOr<int64_t> Delete(absl::string_view key, bool prefix = false);
+  // Compacts the store's history up to `revision`: watches from before it are cancelled
+  // (etcd does this itself with --auto-compaction-retention).
+  absl::Status Compact(int64_t revision);
   // Grants a lease of `ttl` (whole seconds, at least 1). Returns its id.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
   // Renews `lease`. Returns the ttl it has again; NotFound when it expired or was revoked.

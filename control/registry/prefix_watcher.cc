@@ -83,6 +83,7 @@ absl::StatusOr<int64_t> PrefixWatcher::Relist() {
   for (std::string& key : gone) Deliver({WatchEvent::Type::kDelete, std::move(key), "", revision});
   next_revision_ = revision + 1;
   need_relist_ = false;
+  ++relists_;
   return revision;
 }
 

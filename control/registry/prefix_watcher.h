@@ -58,6 +58,8 @@ class PrefixWatcher {
 
   // Streams opened so far (for tests).
   uint64_t streams_opened() const { return streams_.load(); }
+  // Lists of the prefix so far, the one at Start included (for tests).
+  uint64_t relists() const { return relists_.load(); }
 
  private:
   PrefixWatcher(const std::string& endpoint, std::string prefix, Handler handler,
@@ -85,6 +87,7 @@ class PrefixWatcher {
 
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> streams_{0};
+  std::atomic<uint64_t> relists_{0};
   std::thread thread_;
 };
 

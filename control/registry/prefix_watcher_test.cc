@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
 #include "control/registry/etcd_fixture.h"
@@ -95,6 +96,38 @@ TEST_F(PrefixWatcherTest, AnExpiredLeaseIsADelete) {
   ASSERT_TRUE(client.Put("/t/w3/a", "1", *lease).ok());
   EXPECT_TRUE(seen.Await(WatchEvent::Type::kPut, "/t/w3/a"));
   EXPECT_TRUE(seen.Await(WatchEvent::Type::kDelete, "/t/w3/a"));
+}
+
+// etcd compacts its history (--auto-compaction-retention in production): a watch reopened from a
+// revision it no longer holds is cancelled. The watcher lists the prefix again and goes on,
+// repeating nothing.
+TEST_F(PrefixWatcherTest, AWatchCompactedAwayIsListedAgainAndGoesOn) {
+  Seen seen;
+  auto watcher =
+      PrefixWatcher::Start(endpoint(), "/t/w5/", seen.handler(), absl::Milliseconds(300));
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  EtcdClient client(endpoint());
+  ASSERT_TRUE(client.Put("/t/w5/a", "1").ok());
+  ASSERT_TRUE(seen.Await(WatchEvent::Type::kPut, "/t/w5/a", "1"));
+  // Writes elsewhere move the store on; compacted there, the watcher's next stream (reopened
+  // within 300 ms from the revision after /t/w5/a) has nothing to start from.
+  int64_t revision = 0;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<int64_t> put = client.Put("/t/elsewhere", absl::StrCat(i));
+    ASSERT_TRUE(put.ok()) << put.status();
+    revision = *put;
+  }
+  const uint64_t relists = (*watcher)->relists();
+  const absl::Status compacted = client.Compact(revision);
+  ASSERT_TRUE(compacted.ok()) << compacted;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*watcher)->relists() == relists && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GT((*watcher)->relists(), relists);
+  ASSERT_TRUE(client.Put("/t/w5/b", "2").ok());
+  EXPECT_TRUE(seen.Await(WatchEvent::Type::kPut, "/t/w5/b", "2"));
+  EXPECT_EQ(seen.count(), 2u);  // a once, b once
 }
 
 TEST_F(PrefixWatcherTest, StopEndsAnOpenStream) {
