@@ -162,10 +162,11 @@ int PortOf(const std::string& session_id) {
   return port;
 }
 
-// Waits until the prefill's log says `needle`; the log's text when it never does.
-absl::Status AwaitPrefillLog(const std::string& needle, absl::Duration timeout) {
+// Waits until the log of the sidecar `name` (chaos-<name>.log, deployment.cc) says `needle`; the
+// log's text when it never does.
+absl::Status AwaitLog(const std::string& name, const std::string& needle, absl::Duration timeout) {
   const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-prefill.log");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-", name, ".log");
   const absl::Time deadline = absl::Now() + timeout;
   std::string text;
   while (absl::Now() < deadline) {
@@ -199,11 +200,13 @@ TEST(RestartTest, ADecodeStoppedPastTheTtlIsDroppedThenServedAgainOnceResumed) {
   Deployment& d = *deployment;
   const std::string session = d.decode(0).session_id;
   d.decode(0).sidecar->Signal(SIGSTOP);
-  const absl::Status dropped = AwaitPrefillLog(
-      absl::StrCat("Decode session ", session, " is unreachable"), absl::Seconds(30));
+  const absl::Status dropped = AwaitLog(
+      "prefill", absl::StrCat("Decode session ", session, " is unreachable"), absl::Seconds(30));
   d.decode(0).sidecar->Signal(SIGCONT);
   ASSERT_TRUE(dropped.ok()) << dropped;
-  absl::SleepFor(absl::Milliseconds(500));  // the decode's ticker takes its next turn
+  // Its ticker's next turn finds it was held, before the engine's next room.
+  const absl::Status noticed = AwaitLog("decode0", "registering again", absl::Seconds(10));
+  ASSERT_TRUE(noticed.ok()) << noticed;
   OneRoom(d, 2);
 }
 
@@ -246,7 +249,7 @@ TEST_P(PortTakenTest, ADeadDecodesPortTakenBySomebodyElseDoesNotKeepItsSession) 
                                  : absl::StrCat("Decode session ", session,
                                                 " is gone: its handshake endpoint answers "
                                                 "with another session key");
-  const absl::Status dropped = AwaitPrefillLog(reason, absl::Seconds(30));
+  const absl::Status dropped = AwaitLog("prefill", reason, absl::Seconds(30));
   EXPECT_TRUE(dropped.ok()) << dropped;
   // Its registration, data-plane link, PUSH route and scheduler queue go with it.
   v1::SidecarStats stats;
