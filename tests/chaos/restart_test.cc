@@ -3,11 +3,7 @@
 // new PUSH route); the prefill must drop the old ones once it sees them gone, so that after
 // many restarts its memory, its open files and every table are where they were after the
 // first few.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -25,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "engine/transport/handshake/handshake.h"
 #include "tests/chaos/deployment.h"
+#include "tests/support/silent_listener.h"
 
 namespace kvrail::chaos {
 namespace {
@@ -133,29 +130,6 @@ TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
   EXPECT_LE(last.rooms(), first.rooms());
 }
 
-// A listening socket on a given port that accepts and never speaks: another program that took a
-// dead decode's port. SO_REUSEADDR, as a server would, for the dead one's TIME_WAIT sockets.
-class Squatter {
- public:
-  explicit Squatter(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int on = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-             listen(fd_, 16) == 0;
-  }
-  ~Squatter() { close(fd_); }
-  bool bound() const { return bound_; }
-
- private:
-  int fd_ = -1;
-  bool bound_ = false;
-};
-
 int PortOf(const std::string& session_id) {
   int port = 0;
   EXPECT_TRUE(absl::SimpleAtoi(session_id.substr(session_id.rfind(':') + 1), &port)) << session_id;
@@ -229,7 +203,7 @@ TEST_P(PortTakenTest, ADeadDecodesPortTakenBySomebodyElseDoesNotKeepItsSession) 
   d.prefill().sidecar->Signal(SIGSTOP);
   d.decode(0).sidecar->Signal(SIGKILL);
   ASSERT_TRUE(d.decode(0).sidecar->Wait(absl::Seconds(10)).ok());
-  std::optional<Squatter> program;
+  std::optional<test_support::SilentListener> program;
   absl::StatusOr<std::unique_ptr<transport::HandshakeServer>> decode;
   if (GetParam() == Taker::kSilentProgram) {
     program.emplace(port);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
+#include "engine/transport/zmq_request/zmq_request.h"
 
 namespace kvrail::transport {
 namespace {
@@ -21,14 +21,6 @@ namespace {
 constexpr absl::string_view kOk = "ok";
 constexpr absl::string_view kError = "error";
 constexpr size_t kMaxSessionIdBytes = 512;  // CACHEPD §3.2, frame 3
-
-// One ZeroMQ context for the process, never destroyed: a context's destructor waits for every
-// socket in it, and a static one would be torn down at exit while other statics still hold
-// sockets.
-zmq::context_t& Context() {
-  static zmq::context_t* context = new zmq::context_t(1);
-  return *context;
-}
 
 bool HostCharOk(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
@@ -124,7 +116,7 @@ absl::StatusOr<std::unique_ptr<HandshakeServer>> HandshakeServer::Start(
   server->source_ = std::move(source);
   server->sockets_ = std::make_unique<Sockets>();
   const std::string endpoint = absl::StrFormat("tcp://%s:%d", bind_host, port);
-  zmq::context_t* context = &Context();
+  zmq::context_t* context = &SharedZmqContext();
   if (curve) {
     server->sockets_->context = std::make_unique<zmq::context_t>(1);
     context = server->sockets_->context.get();
@@ -212,137 +204,74 @@ void HandshakeServer::Run() {
 
 namespace {
 
-// One fetch of FetchDescriptors under way: its socket and what it has got to.
-struct Fetch {
-  std::string context;   // "handshake with session <id>", for every message
-  std::string endpoint;  // tcp://host:port
-  std::optional<zmq::socket_t> dealer;
-  bool sent = false;
-  std::optional<absl::StatusOr<v1::HandshakeDescriptor>> answer;
-};
-
-// The answer to a reply of `fetch`'s session.
-absl::StatusOr<v1::HandshakeDescriptor> ParseReply(const Fetch& fetch, absl::string_view session_id,
-                                                   const std::vector<zmq::message_t>& reply) {
-  if (reply.size() != 3 || View(reply[0]) != kHandshakeMagic) {
+// The descriptor in a reply to a fetch for `session_id` (`context` and `endpoint` name it).
+absl::StatusOr<v1::HandshakeDescriptor> ParseReply(const std::string& context,
+                                                   const std::string& endpoint,
+                                                   absl::string_view session_id,
+                                                   const std::vector<std::string>& reply) {
+  if (reply.size() != 3 || reply[0] != kHandshakeMagic) {
     return absl::DataLossError(
-        absl::StrFormat("%s: %s answered %d frames, not a kvrail handshake reply", fetch.context,
-                        fetch.endpoint, reply.size()));
+        absl::StrFormat("%s: %s answered %d frames, not a kvrail handshake reply", context,
+                        endpoint, reply.size()));
   }
-  if (View(reply[1]) == kError) {
+  if (reply[1] == kError) {
     return absl::FailedPreconditionError(
-        absl::StrCat(fetch.context, ": the peer refused: ", Printable(View(reply[2]), 1024)));
+        absl::StrCat(context, ": the peer refused: ", Printable(reply[2], 1024)));
   }
   v1::HandshakeDescriptor descriptor;
-  if (View(reply[1]) != kOk ||
-      !descriptor.ParseFromArray(reply[2].data(), static_cast<int>(reply[2].size()))) {
+  if (reply[1] != kOk || !descriptor.ParseFromString(reply[2])) {
     return absl::DataLossError(
-        absl::StrCat(fetch.context, ": the reply does not hold a valid descriptor"));
+        absl::StrCat(context, ": the reply does not hold a valid descriptor"));
   }
   if (descriptor.session_id() != session_id) {
-    return absl::DataLossError(absl::StrCat(fetch.context, ": the descriptor names session \"",
+    return absl::DataLossError(absl::StrCat(context, ": the descriptor names session \"",
                                             Printable(descriptor.session_id()), "\""));
   }
   return descriptor;
-}
-
-// Connects `fetch`'s DEALER to the session's endpoint; the answer when that fails at once.
-void StartFetch(const FetchTarget& target, Fetch& fetch) {
-  absl::StatusOr<SessionAddress> address = ParseSessionId(target.session_id);
-  if (!address.ok()) {
-    fetch.answer = address.status();
-    return;
-  }
-  fetch.context = absl::StrCat("handshake with session ", target.session_id);
-  fetch.endpoint = absl::StrFormat("tcp://%s:%d", address->host, address->port);
-  try {
-    zmq::socket_t& dealer = fetch.dealer.emplace(Context(), zmq::socket_type::dealer);
-    dealer.set(zmq::sockopt::linger, 0);
-    dealer.set(zmq::sockopt::maxmsgsize, kMaxDescriptorBytes);
-    dealer.set(zmq::sockopt::immediate, 1);
-    if (target.curve != nullptr) {
-      absl::Status curve = AddContext(zmq_auth::MakeCurveClient(dealer.handle(), target.curve->own,
-                                                                target.curve->server_public_key),
-                                      fetch.context);
-      if (!curve.ok()) {
-        fetch.answer = curve;
-        return;
-      }
-    }
-    dealer.connect(fetch.endpoint);
-  } catch (const zmq::error_t& e) {
-    fetch.answer =
-        absl::UnavailableError(absl::StrCat(fetch.context, ": ", fetch.endpoint, ": ", e.what()));
-  }
 }
 
 }  // namespace
 
 std::vector<absl::StatusOr<v1::HandshakeDescriptor>> FetchDescriptors(
     const std::vector<FetchTarget>& targets, absl::Duration timeout) {
-  std::vector<Fetch> fetches(targets.size());
-  for (size_t i = 0; i < targets.size(); ++i) StartFetch(targets[i], fetches[i]);
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    // Each open fetch waits to send (with `immediate`, a send before the connection is up
-    // would block) or for its reply.
-    std::vector<zmq::pollitem_t> items;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < fetches.size(); ++i) {
-      Fetch& fetch = fetches[i];
-      if (fetch.answer) continue;
-      items.push_back({fetch.dealer->handle(), 0,
-                       static_cast<short>(fetch.sent ? ZMQ_POLLIN : ZMQ_POLLOUT), 0});
-      which.push_back(i);
+  std::vector<absl::StatusOr<v1::HandshakeDescriptor>> answers(targets.size(),
+                                                               absl::UnknownError("not fetched"));
+  std::vector<ZmqRequest> requests;
+  std::vector<size_t> which;  // the target of each request
+  for (size_t i = 0; i < targets.size(); ++i) {
+    absl::StatusOr<SessionAddress> address = ParseSessionId(targets[i].session_id);
+    if (!address.ok()) {
+      answers[i] = address.status();
+      continue;
     }
-    const absl::Duration left = deadline - absl::Now();
-    if (items.empty() || left <= absl::ZeroDuration()) break;
-    try {
-      if (zmq::poll(items.data(), items.size(),
-                    std::chrono::milliseconds(absl::ToInt64Milliseconds(left) + 1)) == 0) {
-        break;
-      }
-      for (size_t k = 0; k < items.size(); ++k) {
-        if (items[k].revents == 0) continue;
-        const FetchTarget& target = targets[which[k]];
-        Fetch& fetch = fetches[which[k]];
-        if (!fetch.sent) {
-          const std::vector<zmq::const_buffer> request = {
-              zmq::buffer(kHandshakeMagic.data(), kHandshakeMagic.size()),
-              zmq::buffer(target.session_id.data(), target.session_id.size())};
-          fetch.sent =
-              zmq::send_multipart(*fetch.dealer, request, zmq::send_flags::dontwait).has_value();
-          continue;
-        }
-        std::vector<zmq::message_t> reply;
-        if (zmq::recv_multipart(*fetch.dealer, std::back_inserter(reply),
-                                zmq::recv_flags::dontwait)) {
-          fetch.answer = ParseReply(fetch, target.session_id, reply);
-        }
-      }
-    } catch (const zmq::error_t& e) {
-      // A failure of the poll itself ends every fetch still open.
-      for (Fetch& fetch : fetches) {
-        if (!fetch.answer) {
-          fetch.answer = absl::UnavailableError(
-              absl::StrCat(fetch.context, ": ", fetch.endpoint, ": ", e.what()));
-        }
-      }
-    }
+    requests.push_back({absl::StrFormat("tcp://%s:%d", address->host, address->port),
+                        {std::string(kHandshakeMagic), targets[i].session_id},
+                        kMaxDescriptorBytes,
+                        targets[i].curve});
+    which.push_back(i);
   }
-  std::vector<absl::StatusOr<v1::HandshakeDescriptor>> answers;
-  answers.reserve(fetches.size());
-  for (Fetch& fetch : fetches) {
-    if (fetch.answer) {
-      answers.push_back(*std::move(fetch.answer));
-    } else if (!fetch.sent) {
-      answers.push_back(absl::DeadlineExceededError(
-          absl::StrFormat("%s: no connection to %s within %s (is the decode sidecar running?)",
-                          fetch.context, fetch.endpoint, absl::FormatDuration(timeout))));
-    } else {
-      answers.push_back(absl::DeadlineExceededError(
-          absl::StrFormat("%s: no reply from %s within %s", fetch.context, fetch.endpoint,
-                          absl::FormatDuration(timeout))));
+  const std::vector<ZmqReply> replies = RequestAll(requests, timeout);
+  for (size_t k = 0; k < replies.size(); ++k) {
+    const std::string& session_id = targets[which[k]].session_id;
+    const std::string& endpoint = requests[k].endpoint;
+    const std::string context = absl::StrCat("handshake with session ", session_id);
+    absl::StatusOr<v1::HandshakeDescriptor>& answer = answers[which[k]];
+    switch (replies[k].outcome) {
+      case ZmqReply::Outcome::kReplied:
+        answer = ParseReply(context, endpoint, session_id, replies[k].frames);
+        break;
+      case ZmqReply::Outcome::kNoConnection:
+        answer = absl::DeadlineExceededError(
+            absl::StrFormat("%s: no connection to %s within %s (is the decode sidecar running?)",
+                            context, endpoint, absl::FormatDuration(timeout)));
+        break;
+      case ZmqReply::Outcome::kNoReply:
+        answer = absl::DeadlineExceededError(absl::StrFormat(
+            "%s: no reply from %s within %s", context, endpoint, absl::FormatDuration(timeout)));
+        break;
+      case ZmqReply::Outcome::kFailed:
+        answer = AddContext(replies[k].error, context);
+        break;
     }
   }
   return answers;

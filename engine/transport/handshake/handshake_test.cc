@@ -1,10 +1,6 @@
 #include "engine/transport/handshake/handshake.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -14,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "tests/support/silent_listener.h"
 
 namespace kvrail::transport {
 namespace {
@@ -176,34 +173,12 @@ TEST(FetchDescriptorTest, ABadSessionIdFailsBeforeAnyNetworking) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// A listening socket that accepts and never speaks: what a session's port looks like when
-// another program has taken it after the decode died.
-class SilentListener {
- public:
-  SilentListener() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), length), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    port_ = ntohs(address.sin_port);
-  }
-  ~SilentListener() { close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 TEST(FetchDescriptorsTest, AnswersEachSessionInOrderWithinOneTimeout) {
   auto one = HandshakeServer::Start("127.0.0.1", 0, [] { return Descriptor(1); });
   auto two = HandshakeServer::Start("127.0.0.1", 0, [] { return Descriptor(2); });
   ASSERT_TRUE(one.ok() && two.ok());
-  SilentListener silent;
+  test_support::SilentListener silent;
+  ASSERT_TRUE(silent.bound());
   const std::string squatted = absl::StrCat("127.0.0.1:", silent.port());
   const absl::Time start = absl::Now();
   auto answers = FetchDescriptors({{(*one)->session_id()},

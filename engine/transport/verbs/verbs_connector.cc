@@ -1,22 +1,17 @@
 #include "engine/transport/verbs/verbs_connector.h"
 
 #include <chrono>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/transport/zmq_request/zmq_request.h"
 
 namespace kvrail::transport {
 namespace {
-
-// One ZeroMQ context for the process, never destroyed (as in handshake.cc: a context's
-// destructor waits for every socket in it).
-zmq::context_t& Context() {
-  static zmq::context_t* context = new zmq::context_t(1);
-  return *context;
-}
 
 absl::string_view View(const zmq::message_t& message) {
   return absl::string_view(static_cast<const char*>(message.data()), message.size());
@@ -40,7 +35,7 @@ absl::StatusOr<std::unique_ptr<VerbsConnectServer>> VerbsConnectServer::Start(
   server->sockets_ = std::make_unique<Sockets>();
   const std::string bind = absl::StrCat("tcp://", host, ":0");
   try {
-    zmq::socket_t router(Context(), zmq::socket_type::router);
+    zmq::socket_t router(SharedZmqContext(), zmq::socket_type::router);
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::maxmsgsize, kMaxVerbsConnectBytes);
     router.bind(bind);
@@ -103,52 +98,33 @@ absl::StatusOr<v1::VerbsConnectReply> RequestVerbsConnect(const std::string& end
   const std::string context = absl::StrCat("verbs connect to ", endpoint);
   v1::VerbsConnectMessage message;
   *message.mutable_connect() = request;
-  const std::string body = message.SerializeAsString();
-  try {
-    zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
-    dealer.set(zmq::sockopt::linger, 0);
-    dealer.set(zmq::sockopt::maxmsgsize, kMaxVerbsConnectBytes);
-    dealer.set(zmq::sockopt::immediate, 1);
-    dealer.connect(endpoint);
-    const absl::Time deadline = absl::Now() + timeout;
-    const std::vector<zmq::const_buffer> frames = {Magic(), zmq::buffer(body.data(), body.size())};
-    bool sent = false;
-    while (!sent) {
-      zmq::pollitem_t out{dealer.handle(), 0, ZMQ_POLLOUT, 0};
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) break;
-      if (zmq::poll(&out, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(left) + 1)) == 0) {
-        break;
-      }
-      sent = zmq::send_multipart(dealer, frames, zmq::send_flags::dontwait).has_value();
-    }
-    if (!sent) {
+  const ZmqReply answer =
+      std::move(RequestAll({{endpoint,
+                             {std::string(kVerbsConnectMagic), message.SerializeAsString()},
+                             kMaxVerbsConnectBytes}},
+                           timeout)[0]);
+  switch (answer.outcome) {
+    case ZmqReply::Outcome::kNoConnection:
       return absl::DeadlineExceededError(
           absl::StrCat(context, ": no connection within ", absl::FormatDuration(timeout)));
-    }
-    zmq::pollitem_t in{dealer.handle(), 0, ZMQ_POLLIN, 0};
-    const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    if (zmq::poll(&in, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(left) + 1)) == 0) {
+    case ZmqReply::Outcome::kNoReply:
       return absl::DeadlineExceededError(
           absl::StrCat(context, ": no reply within ", absl::FormatDuration(timeout)));
-    }
-    std::vector<zmq::message_t> reply_frames;
-    if (!zmq::recv_multipart(dealer, std::back_inserter(reply_frames), zmq::recv_flags::dontwait)) {
-      return absl::DeadlineExceededError(absl::StrCat(context, ": the reply vanished"));
-    }
-    v1::VerbsConnectReply reply;
-    if (reply_frames.size() != 2 || View(reply_frames[0]) != kVerbsConnectMagic ||
-        !reply.ParseFromArray(reply_frames[1].data(), static_cast<int>(reply_frames[1].size()))) {
-      return absl::DataLossError(absl::StrCat(context, ": the reply is not a VerbsConnectReply"));
-    }
-    if (!reply.error().empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(context, ": the peer refused: ", reply.error()));
-    }
-    return reply;
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
+    case ZmqReply::Outcome::kFailed:
+      return absl::UnavailableError(absl::StrCat(context, ": ", answer.error.message()));
+    case ZmqReply::Outcome::kReplied:
+      break;
   }
+  v1::VerbsConnectReply reply;
+  if (answer.frames.size() != 2 || answer.frames[0] != kVerbsConnectMagic ||
+      !reply.ParseFromString(answer.frames[1])) {
+    return absl::DataLossError(absl::StrCat(context, ": the reply is not a VerbsConnectReply"));
+  }
+  if (!reply.error().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, ": the peer refused: ", reply.error()));
+  }
+  return reply;
 }
 
 void SendVerbsRelease(const std::string& endpoint, const v1::VerbsRelease& release,
@@ -157,7 +133,7 @@ void SendVerbsRelease(const std::string& endpoint, const v1::VerbsRelease& relea
   *message.mutable_release() = release;
   const std::string body = message.SerializeAsString();
   try {
-    zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
+    zmq::socket_t dealer(SharedZmqContext(), zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, static_cast<int>(absl::ToInt64Milliseconds(linger)));
     dealer.connect(endpoint);
     const std::vector<zmq::const_buffer> frames = {Magic(), zmq::buffer(body.data(), body.size())};
