@@ -281,14 +281,14 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
       }
       if (!prefill) break;
       if (!gone[i].empty()) {
-        DropSessionLocked(peer, gone[i], now);
+        DropSessionLocked(peer, gone[i], "other_process", now);
         continue;
       }
       if (reach[i] == Reach::kRefused) {
         DropSessionLocked(peer,
                           absl::StrCat("Decode session ", peer,
                                        " is gone: its handshake endpoint refuses connections"),
-                          now);
+                          "refused", now);
         continue;
       }
       auto [reached, first] = session_reached.try_emplace(peer, now);
@@ -301,7 +301,7 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
                          "answered no probe for ", absl::FormatDuration(now - reached->second),
                          " (--registration-ttl ", absl::FormatDuration(options.registration_ttl),
                          ")"),
-            now);
+            "silent", now);
       }
     }
     // Sessions no longer registered (dropped, replaced, refused) are not remembered.
@@ -331,7 +331,7 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
 }
 
 void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::string& reason,
-                                      absl::Time now) {
+                                      const std::string& why, absl::Time now) {
   session::PrefillOutput out;
   std::optional<std::string> endpoint = prefill->DropSession(session, reason, now, out);
   session_reached.erase(session);
@@ -343,6 +343,7 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
   }
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
+  metrics.SessionDropped(why);
   ApplyLocked(std::move(out));
   Defer([this, session, endpoint = *endpoint] { DropPeer(session, endpoint); });
 }

@@ -395,7 +395,9 @@ struct Sidecar::Impl {
                                            std::vector<Reach>& reach);
   // Prefill, needs mu: drops `session` (its rooms fail with `reason`) and defers forgetting
   // its data plane.
-  void DropSessionLocked(const std::string& session, const std::string& reason, absl::Time now);
+  // `why` labels kvrail_sessions_dropped_total (SidecarMetrics::SessionDropped).
+  void DropSessionLocked(const std::string& session, const std::string& reason,
+                         const std::string& why, absl::Time now);
   void ReregisterIfForgotten();
   // Closes the PUSH sockets that no registration (prefill) or prefill node (decode) uses and
   // that sent nothing for a while: the routes of dropped or rejected sessions, kept alive by

@@ -115,6 +115,8 @@ SidecarMetrics::SidecarMetrics()
                                           metrics::LatencyBuckets())
                             .With()),
       fences_(registry_.AddCounter("kvrail_fences_total", "Failed rooms fenced").With()),
+      sessions_dropped_(registry_.AddCounter("kvrail_sessions_dropped_total",
+                                             "Prefill: decode sessions dropped, by why", {"why"})),
       fence_duration_(registry_
                           .AddHistogram("kvrail_fence_duration_seconds",
                                         "From a failed room's fence to its end",
@@ -248,6 +250,8 @@ void SidecarMetrics::FenceEnded(uint64_t room, absl::Time now) {
   fence_duration_.Observe(absl::ToDoubleSeconds(now - it->second.fence_began));
   it->second.fence_began = absl::InfinitePast();
 }
+
+void SidecarMetrics::SessionDropped(const std::string& why) { sessions_dropped_.With({why}).Add(); }
 
 void SidecarMetrics::FenceObserved(absl::Duration waited) {
   fences_.Add();

@@ -65,6 +65,11 @@ class SidecarMetrics {
   // Decode: a failed room's fence took `waited` (PagesRelease).
   void FenceObserved(absl::Duration waited);
 
+  // Prefill: a decode session dropped, `why` one of refused (its port refuses connections),
+  // other_process (its port answers for another process), silent (--registration-ttl) and
+  // registry (its registry entry expired).
+  void SessionDropped(const std::string& why);
+
   void WriteFailed(const absl::Status& status);
   void HandshakeDone(absl::Duration took, const absl::Status& status);
   void ConnectDone(absl::Duration took, const absl::Status& status);
@@ -96,6 +101,7 @@ class SidecarMetrics {
   metrics::Histogram& handshake_duration_;
   metrics::Histogram& connect_duration_;
   metrics::Counter& fences_;
+  metrics::Family<metrics::Counter>& sessions_dropped_;
   metrics::Histogram& fence_duration_;
   metrics::Family<metrics::Gauge>& arena_bytes_;
   metrics::Gauge& bytes_in_flight_;

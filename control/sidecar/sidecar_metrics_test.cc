@@ -103,6 +103,15 @@ TEST(SidecarMetricsTest, AFenceIsCountedWithItsDuration) {
   EXPECT_EQ(Value(m, "kvrail_fence_duration_seconds_sum"), 1.5);
 }
 
+TEST(SidecarMetricsTest, DroppedSessionsAreCountedByWhy) {
+  SidecarMetrics m;
+  m.SessionDropped("refused");
+  m.SessionDropped("refused");
+  m.SessionDropped("other_process");
+  EXPECT_EQ(Value(m, "kvrail_sessions_dropped_total", {{"why", "refused"}}), 2);
+  EXPECT_EQ(Value(m, "kvrail_sessions_dropped_total", {{"why", "other_process"}}), 1);
+}
+
 TEST(SidecarMetricsTest, TableSizesAreReadAtScrapeTime) {
   SidecarMetrics m;
   SidecarStats stats;
