@@ -202,7 +202,7 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
                 std::move(parsed->spec_candidate_ids), now, out);
       break;
     case TransferPollCode(TransferPoll::kFailed):
-      FailRoom(parsed->room, room,
+      FailRoom(parsed->room, room, FailureCause::kPeerFailed,
                absl::StrCat("Failed to get kvcache from prefill instance, it might be dead "
                             "(prefill TP rank ",
                             parsed->prefill_rank, " reported Failed)"),
@@ -268,7 +268,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
                             std::optional<std::vector<int32_t>> spec_ids, absl::Time now,
                             DecodeOutput& out) {
   if (!room.routed) {
-    FailRoom(room_id, room,
+    FailRoom(room_id, room, FailureCause::kInvalid,
              absl::StrCat("Received KV completion before its transfer route was registered "
                           "(from prefill TP rank ",
                           rank, ")"),
@@ -278,7 +278,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
   const int sender = static_cast<int>(rank);
   if (rank > static_cast<uint32_t>(plan::kMaxTpSize) ||
       !std::binary_search(room.expected.begin(), room.expected.end(), sender)) {
-    FailRoom(room_id, room,
+    FailRoom(room_id, room, FailureCause::kInvalid,
              absl::StrCat("Received KV completion from an unexpected Prefill TP rank ", rank,
                           " (expected ", RankList(room.expected), ")"),
              now, out);
@@ -295,7 +295,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
   if (room.responders.size() < room.expected.size()) return;
   if (room.responders != room.expected) {
     // Unreachable while only ranks of E_d are counted; kept as the reference's own check.
-    FailRoom(room_id, room,
+    FailRoom(room_id, room, FailureCause::kInvalid,
              absl::StrCat("KV completion set ", RankList(room.responders),
                           " differs from the expected Prefill TP ranks ", RankList(room.expected)),
              now, out);
@@ -309,10 +309,11 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
   SetState(room_id, room, TransferPoll::kSuccess, out);
 }
 
-DecodeOutput DecodeRooms::Fail(uint64_t room_id, absl::string_view reason, absl::Time now) {
+DecodeOutput DecodeRooms::Fail(uint64_t room_id, absl::string_view reason, absl::Time now,
+                               FailureCause cause) {
   DecodeOutput out;
   auto found = rooms_.find(room_id);
-  if (found != rooms_.end()) FailRoom(room_id, found->second, Owned(reason), now, out);
+  if (found != rooms_.end()) FailRoom(room_id, found->second, cause, Owned(reason), now, out);
   return out;
 }
 
@@ -325,7 +326,7 @@ DecodeOutput DecodeRooms::FailAll(absl::string_view reason, absl::Time now) {
     }
   }
   std::sort(live.begin(), live.end());
-  for (uint64_t id : live) FailRoom(id, rooms_[id], Owned(reason), now, out);
+  for (uint64_t id : live) FailRoom(id, rooms_[id], FailureCause::kEngine, Owned(reason), now, out);
   return out;
 }
 
@@ -363,7 +364,7 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
   for (uint64_t id : expired) {
     Room& room = rooms_[id];
     FailRoom(
-        id, room,
+        id, room, FailureCause::kTimeout,
         absl::StrCat("waiting timeout: Success from ", RankList(room.responders), " of ",
                      RankList(room.expected), " after ",
                      absl::FormatDuration(now - room.waiting_since), " (limit ",
@@ -394,7 +395,7 @@ DecodeOutput DecodeRooms::OnHealth(absl::string_view bootstrap_address, bool ok,
   }
   std::sort(affected.begin(), affected.end());
   for (uint64_t id : affected) {
-    FailRoom(id, rooms_[id],
+    FailRoom(id, rooms_[id], FailureCause::kPeerFailed,
              absl::StrCat("prefill node ", address, " declared dead after ", failures,
                           " consecutive failed /health probes (CACHEPD §1.6)"),
              now, out);
@@ -422,7 +423,7 @@ DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time n
   }
   std::sort(hit.begin(), hit.end());
   for (uint64_t id : hit) {
-    FailRoom(id, rooms_[id],
+    FailRoom(id, rooms_[id], FailureCause::kPeerFailed,
              absl::StrCat("prefill rank at ", endpoint,
                           " is gone (its CachePD socket refuses connections): its process died"),
              now, out);
@@ -486,10 +487,11 @@ void DecodeRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Dec
   ReportCurrent(room_id, room, out);
 }
 
-void DecodeRooms::FailRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
-                           DecodeOutput& out) {
+void DecodeRooms::FailRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
+                           absl::Time now, DecodeOutput& out) {
   if (room.state == TransferPoll::kFailed) return;
   room.failure_reason = std::move(reason);
+  room.failure_cause = cause;
   // Failed means fenced: every rank of E_d that got a pre-allocation and has not sent Success
   // may still be writing the pages (Z_d ranks never write).
   Fence fence;
@@ -517,6 +519,7 @@ void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput
   event.state = room.state;
   if (room.state == TransferPoll::kFailed) {
     event.reason = room.failure_reason;
+    event.cause = room.failure_cause;
     event.pages = fences_.count(room_id) > 0 ? Pages::kHeld : Pages::kReusable;
   }
   if (room.state == TransferPoll::kSuccess) {
@@ -540,6 +543,7 @@ std::optional<DecodeRoomView> DecodeRooms::Find(uint64_t room_id) const {
   view.state = room.state;
   view.bootstrap_address = room.bootstrap_address;
   view.failure_reason = room.failure_reason;
+  view.failure_cause = room.failure_cause;
   if (room.routed) view.expected_prefill_ranks = room.expected;
   view.responders = room.responders;
   if (room.published) {

@@ -88,6 +88,7 @@ struct DecodeRoomView {
   TransferPoll state = TransferPoll::kBootstrapping;
   std::string bootstrap_address;
   std::string failure_reason;
+  FailureCause failure_cause = FailureCause::kNone;
   std::optional<std::vector<int>> expected_prefill_ranks;  // E_d; nullopt before the route
   std::vector<int> responders;                             // ranks whose Success counted, ascending
   // Published once the responders equal E_d (also on a room that failed meanwhile, as the
@@ -147,7 +148,8 @@ class DecodeRooms {
 
   // A decode-local failure (§1.5 item 2: the bootstrap HTTP requests failed, a send failed,
   // ...). Unknown rooms are ignored; a failed room keeps its first reason.
-  DecodeOutput Fail(uint64_t room, absl::string_view reason, absl::Time now);
+  DecodeOutput Fail(uint64_t room, absl::string_view reason, absl::Time now,
+                    FailureCause cause = FailureCause::kOther);
 
   // The engine restarted and attached again: every room that has not ended fails with `reason`
   // (its pages held until fenced, as Fail).
@@ -200,6 +202,7 @@ class DecodeRooms {
     TransferPoll state = TransferPoll::kBootstrapping;
     std::string bootstrap_address;
     std::string failure_reason;
+    FailureCause failure_cause = FailureCause::kNone;
     bool routed = false;
     bool preallocated = false;             // OnAllocated ran; the waiting timeout runs
     std::vector<int> expected;             // E_d, ascending
@@ -226,8 +229,8 @@ class DecodeRooms {
 
   void SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out);
   void OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now, DecodeOutput& out);
-  void FailRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
-                DecodeOutput& out);
+  void FailRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
+                absl::Time now, DecodeOutput& out);
   void OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
                  std::optional<std::vector<int32_t>> spec_ids, absl::Time now, DecodeOutput& out);
   void ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) const;

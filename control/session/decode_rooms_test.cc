@@ -253,6 +253,7 @@ TEST(DecodeRoomsTest, WaitingTimeoutFailsRoomsStillWaiting) {
   DecodeOutput expired = rooms.Tick(kT0 + absl::Seconds(300));
   ASSERT_THAT(States(expired), ElementsAre(TransferPoll::kFailed));
   EXPECT_EQ(expired.events[0].room, 1u);
+  EXPECT_EQ(expired.events[0].cause, FailureCause::kTimeout);
   EXPECT_THAT(expired.events[0].reason, HasSubstr("waiting timeout"));
   EXPECT_THAT(expired.events[0].reason, HasSubstr("{0} of {0,1}"));
   EXPECT_EQ(rooms.State(2), TransferPoll::kBootstrapping);
@@ -275,6 +276,7 @@ TEST(DecodeRoomsTest, ConsecutiveFailedHealthProbesDeclareThePrefillDead) {
   DecodeOutput dead = rooms.OnHealth(kPrefillA, false, kT0);
   ASSERT_THAT(States(dead), ElementsAre(TransferPoll::kFailed));
   EXPECT_EQ(dead.events[0].room, 1u);
+  EXPECT_EQ(dead.events[0].cause, FailureCause::kPeerFailed);
   EXPECT_THAT(dead.events[0].reason, HasSubstr("declared dead after 3"));
   EXPECT_THAT(dead.dead_prefills, ElementsAre(kPrefillA));
   EXPECT_EQ(rooms.State(2), TransferPoll::kSuccess);
@@ -515,6 +517,7 @@ TEST(DecodeRoomsTest, APrefillRankThatIsGoneFailsItsRoomsAndAnswersItsFences) {
   DecodeOutput gone = rooms.OnPrefillGone(PrefillEndpoint(0), kT0 + absl::Seconds(1));
   ASSERT_THAT(States(gone), ElementsAre(TransferPoll::kFailed));
   EXPECT_EQ(gone.events[0].room, 7u);
+  EXPECT_EQ(gone.events[0].cause, FailureCause::kPeerFailed);
   EXPECT_THAT(gone.events[0].reason, HasSubstr("is gone"));
   EXPECT_EQ(gone.events[0].pages, Pages::kHeld);  // rank 1 may still write room 7
   EXPECT_THAT(FenceTargets(gone, 7), ElementsAre(PrefillEndpoint(1)));

@@ -80,12 +80,13 @@ uint64_t PlannedBytes(const plan::CopyPlan& plan, const layout::Manifest& src,
 }
 
 // A Failed event again, for an engine call about a room that already failed.
-PrefillOutput FailedAgain(uint64_t room, const std::string& reason) {
+PrefillOutput FailedAgain(uint64_t room, const std::string& reason, FailureCause cause) {
   PrefillOutput out;
   RoomEvent event;
   event.room = room;
   event.state = TransferPoll::kFailed;
   event.reason = reason;
+  event.cause = cause;
   out.events.push_back(std::move(event));
   return out;
 }
@@ -207,7 +208,7 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
     AnswerFence(request->room, request->session_id, !room.fence_unproven, out);
     return;
   }
-  AbortRoom(request->room, room,
+  AbortRoom(request->room, room, FailureCause::kAborted,
             absl::StrCat("Decode session ", request->session_id,
                          " gave the room up (kvrail fence request)"),
             now, out);
@@ -268,7 +269,7 @@ void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Ti
   }
   if (options_.accept_restarted_peer && SameDecodeRank(*stored->second, *peer)) {
     // §11.1: the decode restarted with the same session id; its old arena is gone.
-    AbortRoomsOfSession(route->session_id,
+    AbortRoomsOfSession(route->session_id, FailureCause::kPeerFailed,
                         absl::StrCat("Decode session ", route->session_id,
                                      " re-registered with a new reply route or arena base (a "
                                      "restarted decode): its pre-allocations are void"),
@@ -349,7 +350,7 @@ void PrefillRooms::AcceptRegistration(std::shared_ptr<const DecodePeer> peer) {
 
 void PrefillRooms::RejectRegistration(const wire::ReplyRoute& route, const absl::Status& error,
                                       absl::Time now, PrefillOutput& out) {
-  AbortRoomsOfSession(route.session_id,
+  AbortRoomsOfSession(route.session_id, FailureCause::kRefused,
                       absl::StrCat("Decode session ", route.session_id,
                                    " registration rejected: ", error.message()),
                       now, out);
@@ -368,8 +369,9 @@ void PrefillRooms::RejectRegistration(const wire::ReplyRoute& route, const absl:
       error, absl::StrCat("registration of Decode session ", route.session_id, " rejected"));
 }
 
-void PrefillRooms::AbortRoomsOfSession(absl::string_view session_id, absl::string_view reason,
-                                       absl::Time now, PrefillOutput& out) {
+void PrefillRooms::AbortRoomsOfSession(absl::string_view session_id, FailureCause cause,
+                                       absl::string_view reason, absl::Time now,
+                                       PrefillOutput& out) {
   std::vector<uint64_t> affected;
   for (const auto& [id, room] : rooms_) {
     for (const Destination& d : room.destinations) {
@@ -380,7 +382,7 @@ void PrefillRooms::AbortRoomsOfSession(absl::string_view session_id, absl::strin
     }
   }
   std::sort(affected.begin(), affected.end());  // a deterministic order for the messages
-  for (uint64_t id : affected) AbortRoom(id, rooms_[id], Owned(reason), now, out);
+  for (uint64_t id : affected) AbortRoom(id, rooms_[id], cause, Owned(reason), now, out);
 }
 
 void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::Time now,
@@ -558,7 +560,7 @@ absl::Status PrefillRooms::Collect(const Room& room, const DecodePeer& peer) con
 void PrefillRooms::RejectPreallocation(uint64_t room_id, absl::string_view session_id,
                                        const absl::Status& error, absl::Time now,
                                        PrefillOutput& out) {
-  AbortRoom(room_id, rooms_[room_id],
+  AbortRoom(room_id, rooms_[room_id], FailureCause::kInvalid,
             absl::StrCat("invalid pre-allocation metadata: ", error.message()), now, out);
   ReplyFailed(room_id, session_id, out);
   out.rejected = AddContext(
@@ -606,12 +608,15 @@ void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Pr
   RoomEvent event;
   event.room = room_id;
   event.state = next;
-  if (next == TransferPoll::kFailed) event.reason = room.failure_reason;
+  if (next == TransferPoll::kFailed) {
+    event.reason = room.failure_reason;
+    event.cause = room.failure_cause;
+  }
   out.events.push_back(std::move(event));
 }
 
-void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
-                             PrefillOutput& out) {
+void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
+                             absl::Time now, PrefillOutput& out) {
   if (room.state == TransferPoll::kFailed) return;
   if (room.transfer_in_flight) {
     // Failed means fenced: the Failed goes out once the transfer layer says no write of the
@@ -619,12 +624,14 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, std::string reason, a
     if (!room.fencing) {
       room.fencing = true;
       room.failure_reason = std::move(reason);
+      room.failure_cause = cause;
       out.fences.push_back(room_id);
     }
     return;
   }
   if (!room.begun && !room.state.has_value() && room.destinations.empty()) room.first_seen = now;
   room.failure_reason = std::move(reason);
+  room.failure_cause = cause;
   for (const Destination& d : room.destinations) {
     if (!d.peer->dummy) {
       SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kFailed, wire::kNoBootstrapToken,
@@ -649,7 +656,8 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
   const plan::CopyPlan::LayerRange layers{room.layers_sent, final ? INT64_MAX : room.layers_final};
   absl::StatusOr<TransferWork> work = BuildTransfer(room_id, room, source, layers, now);
   if (!work.ok()) {
-    AbortRoom(room_id, room, Owned(work.status().message()), now, out);
+    AbortRoom(room_id, room, FailureCauseOf(work.status()), Owned(work.status().message()), now,
+              out);
     return;
   }
   room.layers_sent = layers.end;
@@ -740,7 +748,10 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     RoomEvent event;
     event.room = room_id;
     event.state = *room.state;
-    if (event.state == TransferPoll::kFailed) event.reason = room.failure_reason;
+    if (event.state == TransferPoll::kFailed) {
+      event.reason = room.failure_reason;
+      event.cause = room.failure_cause;
+    }
     if (event.state == TransferPoll::kBootstrapped) event.windows = WindowsOf(room);
     out.events.push_back(std::move(event));
   }
@@ -779,7 +790,8 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
   if (room.ready.has_value() || room.transfer_started) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " is already ready"));
   }
-  if (room.state == TransferPoll::kFailed) return FailedAgain(room_id, room.failure_reason);
+  if (room.state == TransferPoll::kFailed)
+    return FailedAgain(room_id, room.failure_reason, room.failure_cause);
   PrefillOutput out;
   if (room.layer_source != nullptr && ready.source_manifest.has_value() &&
       !SameManifest(*ready.source_manifest, *room.layer_source)) {
@@ -825,7 +837,8 @@ absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, ": the first LayersReady must give the source manifest"));
   }
-  if (room.state == TransferPoll::kFailed) return FailedAgain(room_id, room.failure_reason);
+  if (room.state == TransferPoll::kFailed)
+    return FailedAgain(room_id, room.failure_reason, room.failure_cause);
   PrefillOutput out;
   if (room.layer_source == nullptr) {
     room.layer_source = std::make_shared<const layout::Manifest>(*std::move(source_manifest));
@@ -868,7 +881,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
 
 PrefillOutput PrefillRooms::OnTransferFailed(uint64_t room_id, absl::string_view failed_session,
                                              absl::string_view reason, absl::Time now,
-                                             bool fence_proven) {
+                                             bool fence_proven, FailureCause cause) {
   PrefillOutput out;
   auto found = rooms_.find(room_id);
   if (found != rooms_.end() && !fence_proven) found->second.fence_unproven = true;
@@ -881,7 +894,8 @@ PrefillOutput PrefillRooms::OnTransferFailed(uint64_t room_id, absl::string_view
   }
   if (found == rooms_.end()) return out;
   found->second.transfer_in_flight = false;
-  AbortRoom(room_id, found->second, absl::StrCat("CachePD transfer failed: ", reason), now, out);
+  AbortRoom(room_id, found->second, cause, absl::StrCat("CachePD transfer failed: ", reason), now,
+            out);
   return out;
 }
 
@@ -889,7 +903,7 @@ void PrefillRooms::FinishFence(uint64_t room_id, Room& room, absl::Time now, Pre
   room.transfer_in_flight = false;
   room.fencing = false;
   std::string reason = std::move(room.failure_reason);
-  AbortRoom(room_id, room, std::move(reason), now, out);
+  AbortRoom(room_id, room, room.failure_cause, std::move(reason), now, out);
   for (const std::string& session : room.fence_waiters) {
     AnswerFence(room_id, session, !room.fence_unproven, out);
   }
@@ -898,11 +912,11 @@ void PrefillRooms::FinishFence(uint64_t room_id, Room& room, absl::Time now, Pre
 
 std::optional<std::string> PrefillRooms::DropSession(absl::string_view session_id,
                                                      absl::string_view reason, absl::Time now,
-                                                     PrefillOutput& out) {
+                                                     PrefillOutput& out, FailureCause cause) {
   auto found = registrations_.find(session_id);
   if (found == registrations_.end()) return std::nullopt;
   std::string endpoint = found->second->reply_endpoint;
-  AbortRoomsOfSession(session_id, reason, now, out);
+  AbortRoomsOfSession(session_id, cause, reason, now, out);
   registrations_.erase(found);
   quarantine_.erase(std::string(session_id));
   return endpoint;
@@ -917,7 +931,8 @@ PrefillOutput PrefillRooms::AbortBegunRooms(absl::string_view reason, absl::Time
     }
   }
   std::sort(begun.begin(), begun.end());
-  for (uint64_t id : begun) AbortRoom(id, rooms_[id], Owned(reason), now, out);
+  for (uint64_t id : begun)
+    AbortRoom(id, rooms_[id], FailureCause::kEngine, Owned(reason), now, out);
   return out;
 }
 
@@ -931,7 +946,7 @@ PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, ab
         absl::StrCat("Abort of room ", room_id, ": no such room here; nothing to abort"));
     return out;
   }
-  AbortRoom(room_id, found->second, Owned(reason), now, out);
+  AbortRoom(room_id, found->second, FailureCause::kAborted, Owned(reason), now, out);
   return out;
 }
 
@@ -945,6 +960,7 @@ void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
     Room tombstone;
     tombstone.state = TransferPoll::kFailed;
     tombstone.failure_reason = std::move(room.failure_reason);
+    tombstone.failure_cause = room.failure_cause;
     tombstone.fence_unproven = room.fence_unproven;
     tombstone.forget_at = now + options_.timeouts.failed_room_ttl;
     DropDestinations(room);
@@ -981,14 +997,14 @@ PrefillOutput PrefillRooms::Tick(absl::Time now) {
   std::sort(unmatched.begin(), unmatched.end());
   for (uint64_t id : bootstrap_expired) {
     AbortRoom(
-        id, rooms_[id],
+        id, rooms_[id], FailureCause::kTimeout,
         absl::StrCat("bootstrap timeout: room still Bootstrapping ",
                      absl::FormatDuration(now - rooms_[id].begun_at), " after it began (limit ",
                      absl::FormatDuration(options_.timeouts.bootstrap_timeout), ", CACHEPD §7.4)"),
         now, out);
   }
   for (uint64_t id : unmatched) {
-    AbortRoom(id, rooms_[id],
+    AbortRoom(id, rooms_[id], FailureCause::kTimeout,
               absl::StrCat("pre-allocations unmatched by a prefill request for ",
                            absl::FormatDuration(now - rooms_[id].first_seen), " (limit ",
                            absl::FormatDuration(options_.timeouts.unmatched_preallocation_timeout),
@@ -1025,6 +1041,7 @@ std::optional<PrefillRoomView> PrefillRooms::Find(uint64_t room_id) const {
   PrefillRoomView view;
   view.state = room.state;
   view.failure_reason = room.failure_reason;
+  view.failure_cause = room.failure_cause;
   for (const Destination& d : room.destinations) {
     view.preallocated_sessions.push_back(d.peer->registration.session_id);
   }

@@ -171,6 +171,7 @@ struct PrefillOutput {
 struct PrefillRoomView {
   std::optional<TransferPoll> state;  // nullopt: pre-allocations are pending, no state yet
   std::string failure_reason;
+  FailureCause failure_cause = FailureCause::kNone;
   std::vector<std::string> preallocated_sessions;  // arrival order; cleared on Success/abort
   bool begun = false;
   bool ready = false;
@@ -284,9 +285,10 @@ class PrefillRooms {
   // `fence_proven` false: the transfer layer could not prove that no write lands any more (a
   // fence that ended in a disconnect, engine/transfer RoomOutcome::fence_proven); the room's
   // fence answers say so.
+  // `cause`: the write failure's (FailureCauseOf its status); a fenced room keeps its own.
   PrefillOutput OnTransferFailed(uint64_t room, absl::string_view failed_session,
-                                 absl::string_view reason, absl::Time now,
-                                 bool fence_proven = true);
+                                 absl::string_view reason, absl::Time now, bool fence_proven = true,
+                                 FailureCause cause = FailureCause::kTransport);
 
   // `abort_room` (§1.5): the room fails with `reason` and every non-dummy destination that has
   // pre-allocated it is sent Failed; its destinations are dropped. A room whose transfer is in
@@ -299,8 +301,11 @@ class PrefillRooms {
   // its rooms fail as for a rejected registration (fenced first when in flight), and its
   // registration, rejection and quarantine are forgotten. Returns its reply endpoint, or
   // nullopt when the session was not registered.
+  // `cause`: kPeerFailed (its endpoint refuses, is silent, answers for another process) or
+  // kExpired (its registry entry expired).
   std::optional<std::string> DropSession(absl::string_view session_id, absl::string_view reason,
-                                         absl::Time now, PrefillOutput& out);
+                                         absl::Time now, PrefillOutput& out,
+                                         FailureCause cause = FailureCause::kPeerFailed);
 
   // The engine restarted and attached again: every room it had begun and that has not ended
   // fails with `reason` (fenced first when in flight, as Abort). Rooms only pre-allocated by
@@ -344,6 +349,7 @@ class PrefillRooms {
   struct Room {
     std::optional<TransferPoll> state;
     std::string failure_reason;
+    FailureCause failure_cause = FailureCause::kNone;
     std::vector<Destination> destinations;
     bool begun = false;
     absl::Time begun_at;
@@ -396,8 +402,8 @@ class PrefillRooms {
   void RejectRegistration(const wire::ReplyRoute& route, const absl::Status& error, absl::Time now,
                           PrefillOutput& out);
   void AcceptRegistration(std::shared_ptr<const DecodePeer> peer);
-  void AbortRoomsOfSession(absl::string_view session_id, absl::string_view reason, absl::Time now,
-                           PrefillOutput& out);
+  void AbortRoomsOfSession(absl::string_view session_id, FailureCause cause,
+                           absl::string_view reason, absl::Time now, PrefillOutput& out);
   void RejectPreallocation(uint64_t room, absl::string_view session_id, const absl::Status& error,
                            absl::Time now, PrefillOutput& out);
   absl::Status Collect(const Room& room, const DecodePeer& peer) const;
@@ -407,8 +413,8 @@ class PrefillRooms {
   void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
   // Each data destination's window, in the order they pre-allocated.
   static std::vector<DecodeWindow> WindowsOf(const Room& room);
-  void AbortRoom(uint64_t room_id, Room& room, std::string reason, absl::Time now,
-                 PrefillOutput& out);
+  void AbortRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
+                 absl::Time now, PrefillOutput& out);
   void MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
   absl::StatusOr<TransferWork> BuildTransfer(uint64_t room_id, const Room& room,
                                              const layout::Manifest* source,

@@ -271,12 +271,15 @@ TEST(PrefillRoomsTest, AbortDuringTheTransferWaitsForTheFenceBeforeSendingFailed
   // A second abort asks nothing more.
   EXPECT_TRUE(rooms.Abort(42, "again", kT0).fences.empty());
 
-  PrefillOutput fenced = rooms.OnTransferFailed(42, SessionOf(0), "cancelled", kT0);
+  PrefillOutput fenced = rooms.OnTransferFailed(42, SessionOf(0), "cancelled", kT0,
+                                                /*fence_proven=*/true, FailureCause::kBounds);
   ASSERT_EQ(fenced.messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).bootstrap_token, -1);
   ASSERT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
   EXPECT_EQ(fenced.events[0].reason, "the engine aborted");
+  // The fence's own failure (a cancel, here said as a bounds one) does not replace the cause.
+  EXPECT_EQ(fenced.events[0].cause, FailureCause::kAborted);
   // The engine's abort is nobody's fault: no quarantine.
   EXPECT_TRUE(rooms.QuarantinedSessions(kT0).empty());
   EXPECT_FALSE(rooms.Find(42)->fencing);
@@ -524,6 +527,7 @@ TEST(PrefillRoomsTest, BootstrapTimeoutFailsABegunRoomStillBootstrapping) {
   EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(119)).events.empty());
   PrefillOutput expired = rooms.Tick(kT0 + absl::Seconds(120));
   ASSERT_THAT(States(expired), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(expired.events[0].cause, FailureCause::kTimeout);
   EXPECT_THAT(expired.events[0].reason, HasSubstr("bootstrap timeout"));
   ASSERT_EQ(expired.messages.size(), 1u);  // the rank that did pre-allocate is told
   EXPECT_EQ(expired.messages[0].endpoint, ReplyEndpointOf(0));
@@ -601,8 +605,10 @@ TEST(PrefillRoomsTest, FailedTransferQuarantinesTheSessionUntilItsTtlOrANewRegis
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   StartTransfer(rooms, 1);
-  PrefillOutput failed = rooms.OnTransferFailed(1, SessionOf(0), "write returned -1", kT0);
+  PrefillOutput failed = rooms.OnTransferFailed(1, SessionOf(0), "write returned -1", kT0,
+                                                /*fence_proven=*/true, FailureCause::kBounds);
   ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].cause, FailureCause::kBounds);
   EXPECT_THAT(failed.events[0].reason, HasSubstr("CachePD transfer failed: write returned -1"));
   EXPECT_EQ(failed.messages.size(), 2u);  // every destination, the written one included
   EXPECT_THAT(rooms.QuarantinedSessions(kT0), ElementsAre(SessionOf(0)));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "control/session/failure_cause.h"
 #include "control/session/transfer_poll.h"
 
 namespace kvrail::session {
@@ -41,8 +42,9 @@ struct DecodeWindow {
 struct RoomEvent {
   uint64_t room = 0;
   TransferPoll state = TransferPoll::kBootstrapping;
-  // kFailed: why, in one line. Empty otherwise.
+  // kFailed: why, in one line, and as a value from a fixed list. Empty and kNone otherwise.
   std::string reason;
+  FailureCause cause = FailureCause::kNone;
   // Decode kSuccess only: the bootstrap token and speculative ids taken from the first Success
   // that carried each (CACHEPD §1.4); -1 and nullopt when none did.
   int64_t bootstrap_token = -1;

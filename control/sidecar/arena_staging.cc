@@ -68,7 +68,7 @@ void Sidecar::Impl::StageLanded(std::vector<std::string> success, uint64_t room,
           absl::StrFormat("staging: copying what prefill rank %d landed back to the arena failed: "
                           "%s",
                           rank, DescribeError(copied)),
-          absl::Now()));
+          absl::Now(), session::FailureCause::kEngine));
     }
   }
   // The copy has returned: the room's pages may be released now (if its fence answers came).

@@ -45,6 +45,7 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     absl::StatusOr<session::DecodeOutput> out =
         decode->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
     if (!out.ok()) return AddContext(out.status(), context);
+    metrics.RoomSeen(expect.room(), absl::Now());  // its clock starts here, whatever comes next
     // --verify-digest hashes the room's destination ranges when its Successes come, and a
     // staged arena copies them back to the GPU.
     if (options.verify_digest || staging != nullptr) {
@@ -56,7 +57,8 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     if (std::optional<absl::StatusOr<session::RoomRoute>> route =
             CachedRouteLocked(expect.room(), expect.bootstrap_address(), dp_group)) {
       if (!route->ok()) {
-        ApplyLocked(decode->Fail(expect.room(), DescribeError(route->status()), absl::Now()));
+        ApplyLocked(decode->Fail(expect.room(), DescribeError(route->status()), absl::Now(),
+                                 session::FailureCause::kBootstrap));
         return absl::OkStatus();
       }
       RouteLocked(expect.room(), **std::move(route), *manifest);
@@ -73,7 +75,7 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
 // Needs mu. CachePD has no decode-to-prefill abort (§1.5): DecodeRooms asks the prefill ranks
 // that may write the room to fence it, and the pages are held until they answer.
 void Sidecar::Impl::AbortDecode(uint64_t room, const std::string& reason) {
-  ApplyLocked(decode->Fail(room, reason, absl::Now()));
+  ApplyLocked(decode->Fail(room, reason, absl::Now(), session::FailureCause::kAborted));
 }
 
 absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeFor(
@@ -159,7 +161,7 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
   if (!routed.ok()) {
     ApplyLocked(
         decode->Fail(room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())),
-                     absl::Now()));
+                     absl::Now(), session::FailureCause::kBootstrap));
     return;
   }
   RouteLocked(room, *std::move(routed), manifest);
@@ -188,13 +190,15 @@ void Sidecar::Impl::RouteLocked(uint64_t room, session::RoomRoute route,
   const absl::Time now = absl::Now();
   absl::StatusOr<session::DecodeOutput> out = decode->OnRoute(room, std::move(route), now);
   if (!out.ok()) {
-    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now));
+    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now,
+                             session::FailureCauseOf(out.status())));
     return;
   }
   ApplyLocked(*std::move(out));
   out = decode->OnAllocated(room, manifest, now);
   if (!out.ok()) {
-    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now));
+    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now,
+                             session::FailureCauseOf(out.status())));
     return;
   }
   ApplyLocked(*std::move(out));

@@ -333,7 +333,9 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
 void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::string& reason,
                                       const std::string& why, absl::Time now) {
   session::PrefillOutput out;
-  std::optional<std::string> endpoint = prefill->DropSession(session, reason, now, out);
+  std::optional<std::string> endpoint = prefill->DropSession(
+      session, reason, now, out,
+      why == "registry" ? session::FailureCause::kExpired : session::FailureCause::kPeerFailed);
   session_reached.erase(session);
   gate.Forget(session);
   keys.Forget(session);

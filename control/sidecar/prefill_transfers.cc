@@ -27,6 +27,9 @@ struct PreparedTransfer {
   std::string session;
   transfer::RoomTransfer request;
   absl::Status error;  // the preparation's, if it failed
+  // Its cause: the handshake's or connect's when the session's link could not be had, else the
+  // status code's (session::FailureCauseOf).
+  session::FailureCause cause = session::FailureCause::kNone;
   // --verify-digest, to a kvrail session: the room digest of the bytes it is sent, for the
   // message before its Success (SendLocked), keyed by the registration's reply endpoint.
   std::optional<uint64_t> digest;
@@ -115,6 +118,7 @@ absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
     awaiting_bootstrap.erase(begin.room());
     return AddContext(begun.status(), context);
   }
+  metrics.RoomSeen(begin.room(), absl::Now());
   ApplyLocked(*std::move(begun));
   return absl::OkStatus();
 }
@@ -165,7 +169,9 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     std::vector<std::string> sessions;
     for (const PreparedTransfer& p : preparation->destinations) {
       if (!p.error.ok()) {
-        ActLocked(transfers.Fail(preparation->room, DescribeError(p.error), p.session, now));
+        const session::FailureCause cause =
+            p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
+        ActLocked(transfers.Fail(preparation->room, DescribeError(p.error), p.session, now, cause));
         return;
       }
       sessions.push_back(p.session);
@@ -249,6 +255,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         }
         if (!link.ok()) {
           slot.error = link.status();
+          slot.cause = session::FailureCause::kHandshake;
         } else {
           slot.request.on_batch =
               metrics.BatchCounter(preparation->room, slot.session, options.lanes);
@@ -341,7 +348,8 @@ void Sidecar::Impl::ActLocked(TransferActions actions) {
     return;
   }
   metrics.FenceEnded(room, now);  // before the room's end forgets its clock
-  ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now, ended.fence_proven),
+  ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now, ended.fence_proven,
+                                        ended.cause),
               &ended);
 }
 

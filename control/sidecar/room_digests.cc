@@ -6,6 +6,7 @@
 // (DecodeRooms::Fail), so the rank whose bytes were wrong is asked to fence too.
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/plan/landing_copies.h"
@@ -54,7 +55,9 @@ bool Sidecar::Impl::LandingInputsLocked(const LiveSuccess& success, const std::s
                         "known here",
                         what, success.rank, cannot,
                         kept_manifest == room_manifests.end() ? "manifest" : "prefill node"),
-        absl::Now()));
+        absl::Now(),
+        absl::StartsWith(what, "--verify-digest") ? session::FailureCause::kDigest
+                                                  : session::FailureCause::kEngine));
     return false;
   }
   manifest = kept_manifest->second;
@@ -77,7 +80,7 @@ bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message)
         absl::StrFormat("--verify-digest: prefill rank %d sent Success without a room digest, and "
                         "its node is kvrail's (start its sidecars with --verify-digest too)",
                         rank),
-        absl::Now()));
+        absl::Now(), session::FailureCause::kDigest));
     ++stats.room_digests_failed;
     return true;
   }
@@ -126,7 +129,7 @@ void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room,
                                        "checked: %s",
                                        rank, DescribeError(landed.status()));
   ++stats.room_digests_failed;
-  ApplyLocked(decode->Fail(room, reason, now));
+  ApplyLocked(decode->Fail(room, reason, now, session::FailureCause::kDigest));
 }
 
 absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> Sidecar::Impl::LandingPlanOf(

@@ -49,7 +49,7 @@ TransferActions RoomTransfers::Submitted(uint64_t room_id) {
 }
 
 TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::string blame,
-                                    absl::Time now) {
+                                    absl::Time now, session::FailureCause cause) {
   TransferActions actions;
   actions.room = room_id;
   auto found = rooms_.find(room_id);
@@ -58,6 +58,7 @@ TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::s
   if (room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
     room.reason = std::move(reason);
+    room.cause = cause;
     room.blame = std::move(blame);
   }
   if (room.ids.empty()) {
@@ -86,6 +87,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   if (!status.ok() && room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
     room.reason = status.ToString();
+    room.cause = session::FailureCauseOf(status);
     room.blame = blame;
     actions.cancel = room.ids;  // the siblings stop too
   }
@@ -107,6 +109,7 @@ void RoomTransfers::EndLocked(uint64_t room_id, Room& room, absl::Time now,
   ended.landed = room.phase != TransferPhase::kFailing;
   ended.reason = std::move(room.reason);
   ended.blame = std::move(room.blame);
+  ended.cause = room.cause;
   ended.bytes = room.bytes;
   ended.copies = room.copies;
   ended.fence_proven = room.fence_proven;

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "control/session/failure_cause.h"
 
 namespace kvrail::sidecar {
 
@@ -43,6 +44,7 @@ struct TransferActions {
     bool landed = false;  // every byte of every destination landed
     std::string reason;   // !landed: the first failure
     std::string blame;    // !landed: the session whose transport failure it was, or empty
+    session::FailureCause cause = session::FailureCause::kNone;  // !landed: the first failure's
     uint64_t bytes = 0;
     uint64_t copies = 0;
     absl::Duration elapsed;  // from Begin
@@ -76,7 +78,9 @@ class RoomTransfers {
   // The room fails (an abort, a failed preparation or submission). `blame` names the session
   // at fault, empty when nobody is. Its first reason stays. Ends it at once when nothing of it
   // is in flight; otherwise cancels what is.
-  TransferActions Fail(uint64_t room, std::string reason, std::string blame, absl::Time now);
+  // `cause`: the failure's (session::FailureCause).
+  TransferActions Fail(uint64_t room, std::string reason, std::string blame, absl::Time now,
+                       session::FailureCause cause = session::FailureCause::kAborted);
 
   // A submitted transfer's outcome (fenced when it failed). A failure fails the room; the room
   // ends with the last outcome. `blame` is the session to blame if the failure is the
@@ -100,6 +104,7 @@ class RoomTransfers {
     TransferPhase phase = TransferPhase::kPreparing;
     std::vector<uint64_t> ids;  // submitted (or being submitted), not yet reported
     std::string reason;         // kFailing: the first failure
+    session::FailureCause cause = session::FailureCause::kNone;
     std::string blame;
     uint64_t bytes = 0;
     uint64_t copies = 0;

@@ -121,6 +121,7 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
   out.set_room(event.room);
   out.set_status(static_cast<v1::TransferPoll>(static_cast<int>(event.state)));
   out.set_reason(event.reason);
+  out.set_cause(std::string(session::FailureCauseLabel(event.cause)));
   out.set_bootstrap_token(event.bootstrap_token);
   if (event.spec_candidate_ids) {
     for (int32_t id : *event.spec_candidate_ids) out.add_speculative_ids(id);
@@ -168,7 +169,7 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
     metrics.RoomSeen(event.room, absl::Now());  // its clock starts at its first event
     return;
   }
-  FinishedRoom ended{event.state, event.reason};
+  FinishedRoom ended{event.state, event.reason, event.cause};
   if (event.state == TransferPoll::kSuccess) {
     ended.bootstrap_token = event.bootstrap_token;
     if (event.spec_candidate_ids) ended.speculative_ids = *event.spec_candidate_ids;
@@ -180,7 +181,8 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
       finished_order.pop_front();
     }
   }
-  metrics.RoomEnded(event.room, event.state == TransferPoll::kSuccess, event.reason, absl::Now());
+  metrics.RoomEnded(event.room, event.state == TransferPoll::kSuccess, event.cause, event.reason,
+                    absl::Now());
   if (event.state == TransferPoll::kSuccess) {
     ++stats.rooms_succeeded;
   } else {
@@ -266,7 +268,8 @@ void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferAction
 void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
   // A decode fails the room whose pre-allocation was lost: it must not wait for ever.
   for (const auto& [room, reason] : SendLocked(out.messages)) {
-    session::DecodeOutput failed = decode->Fail(room, reason, absl::Now());
+    session::DecodeOutput failed =
+        decode->Fail(room, reason, absl::Now(), session::FailureCause::kPeerFailed);
     out.events.insert(out.events.end(), failed.events.begin(), failed.events.end());
     out.releases.insert(out.releases.end(), failed.releases.begin(), failed.releases.end());
     (void)SendLocked(failed.messages);  // its fence requests
@@ -425,6 +428,7 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
       const FinishedRoom& ended = done->second;
       current = ended.state;
       state->set_reason(ended.reason);
+      state->set_cause(std::string(session::FailureCauseLabel(ended.cause)));
       state->set_bootstrap_token(ended.bootstrap_token);
       for (int32_t id : ended.speculative_ids) state->add_speculative_ids(id);
     } else if (prefill) {

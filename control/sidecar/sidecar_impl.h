@@ -151,6 +151,7 @@ struct Sidecar::Impl {
   struct FinishedRoom {
     session::TransferPoll state;
     std::string reason;
+    session::FailureCause cause = session::FailureCause::kNone;
     int64_t bootstrap_token = -1;  // decode Success: as its event (session::RoomEvent)
     std::vector<int32_t> speculative_ids;
   };

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <initializer_list>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -17,45 +15,7 @@ namespace {
 constexpr size_t kMaxClocks = size_t{1} << 20;  // rooms timed at once; more go untimed
 constexpr size_t kMaxReasonChars = 200;
 
-bool Mentions(const std::string& text, std::initializer_list<const char*> words) {
-  for (const char* word : words) {
-    if (text.find(word) != std::string::npos) return true;
-  }
-  return false;
-}
-
 }  // namespace
-
-std::string FailureCause(const std::string& reason) {
-  std::string text = reason;
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  // The first rule that matches wins: the more specific causes first.
-  if (Mentions(text, {"digest"})) return "digest";
-  if (Mentions(text, {"abort", "gave the room up"})) return "aborted";
-  if (Mentions(text, {"max_rooms", "max-rooms", "max_registrations", "too many", "overload"})) {
-    return "overloaded";
-  }
-  if (Mentions(text, {"lease", "expired"})) return "expired";
-  if (Mentions(text, {"handshake", "descriptor"})) return "handshake";
-  // CACHEPD §7.4's bootstrap timeout is a timeout; any other trouble with a bootstrap server
-  // (unreachable, a refused lookup) is the bootstrap's.
-  if (Mentions(text, {"bootstrap timeout"})) return "timeout";
-  if (Mentions(text, {"bootstrap"})) return "bootstrap";
-  if (Mentions(text,
-               {"declared dead", "is gone", "unreachable", "heartbeat", "connection refused"})) {
-    return "peer_failed";
-  }
-  if (Mentions(text, {"timeout", "timed out", "deadline"})) return "timeout";
-  if (Mentions(text, {"fence"})) return "fenced";
-  if (Mentions(text, {"bounds", "outside", "region"})) return "bounds";
-  if (Mentions(text, {"writes on lane", "flush", "posting writes", "transport", "sending to",
-                      "data plane", "data-plane"})) {
-    return "transport";
-  }
-  if (Mentions(text, {"the engine", "engine api", "engine's"})) return "engine";
-  return "other";
-}
 
 std::string StatusCause(const absl::Status& status) {
   switch (status.code()) {
@@ -218,9 +178,9 @@ void SidecarMetrics::RoomFirstByte(uint64_t room, absl::Time now) {
   first_byte_.Observe(absl::ToDoubleSeconds(now - from));
 }
 
-void SidecarMetrics::RoomEnded(uint64_t room, bool succeeded, const std::string& reason,
-                               absl::Time now) {
-  const std::string cause = succeeded ? "" : FailureCause(reason);
+void SidecarMetrics::RoomEnded(uint64_t room, bool succeeded, session::FailureCause failure,
+                               const std::string& reason, absl::Time now) {
+  const std::string cause(succeeded ? "" : session::FailureCauseLabel(failure));
   rooms_.With({succeeded ? "succeeded" : "failed", cause}).Add();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = clocks_.find(room);

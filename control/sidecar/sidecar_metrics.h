@@ -18,17 +18,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "control/session/failure_cause.h"
 #include "control/sidecar/sidecar.h"
 #include "engine/metrics/registry.h"
 #include "engine/transfer/scheduler.h"
 
 namespace kvrail::sidecar {
-
-// The cause label of a failed room, from its one-line reason: one of timeout, peer_failed,
-// fenced, aborted, bounds, handshake, bootstrap, transport, digest, overloaded, expired, engine,
-// other.
-// Never free text: a label's values must stay few.
-std::string FailureCause(const std::string& reason);
 
 // The cause label of a failed write or handshake, from its status: timeout, cancelled,
 // unavailable, bounds, refused, other.
@@ -57,7 +52,10 @@ class SidecarMetrics {
   void RoomFirstByte(uint64_t room, absl::Time now);
   // The room ended: counted by outcome and cause, its duration observed when its clock ran,
   // and a failure becomes kvrail_last_failure_info (`unix_seconds` its value).
-  void RoomEnded(uint64_t room, bool succeeded, const std::string& reason, absl::Time now);
+  // `cause` is the room's (session::FailureCauseLabel): never free text, a label's values stay
+  // few.
+  void RoomEnded(uint64_t room, bool succeeded, session::FailureCause cause,
+                 const std::string& reason, absl::Time now);
 
   // Prefill: a failed room's transfer is being fenced; its fence ended (observed then).
   void FenceBegan(uint64_t room, absl::Time now);

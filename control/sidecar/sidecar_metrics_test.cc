@@ -28,30 +28,12 @@ double Value(const SidecarMetrics& m, const std::string& name, const metrics::La
   return -1;
 }
 
-TEST(FailureCauseTest, ReasonsMapToAFixedVocabulary) {
-  EXPECT_EQ(FailureCause("bootstrap timeout: room still Bootstrapping after 30s"), "timeout");
-  EXPECT_EQ(FailureCause("aborted by the engine"), "aborted");
-  EXPECT_EQ(FailureCause("prefill node 10.0.0.1:8998 declared dead after 3 heartbeats"),
-            "peer_failed");
-  EXPECT_EQ(FailureCause("--verify-digest: prefill rank 0 sent 1, the landed bytes hash 2"),
-            "digest");
-  EXPECT_EQ(FailureCause("transfer 7: writes on lane 1 failed after 0 of 10 bytes: x"),
-            "transport");
-  EXPECT_EQ(FailureCause("session 1.2.3.4:5 refused: its descriptor could not be fetched"),
-            "handshake");
-  EXPECT_EQ(FailureCause("registry lease of session 1.2.3.4:5 expired"), "expired");
-  EXPECT_EQ(FailureCause("route to 127.0.0.1:1: error: bootstrap 127.0.0.1:1: GET "
-                         "/route?engine_rank=-1&target_dp_group=-1: cannot reach the server"),
-            "bootstrap");
-  EXPECT_EQ(FailureCause("the engine went away"), "engine");
-  EXPECT_EQ(FailureCause("something new"), "other");
-}
-
 TEST(SidecarMetricsTest, AFailedRoomCountsItsCauseAndBecomesTheLastFailure) {
   SidecarMetrics m;
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   m.RoomSeen(7, t0);
-  m.RoomEnded(7, false, "aborted by the engine \"now\"\nreally", t0 + absl::Seconds(2));
+  m.RoomEnded(7, false, session::FailureCause::kAborted, "aborted by the engine \"now\"\nreally",
+              t0 + absl::Seconds(2));
   EXPECT_EQ(Value(m, "kvrail_rooms_total", {{"outcome", "failed"}, {"cause", "aborted"}}), 1);
   EXPECT_EQ(Value(m, "kvrail_last_failure_info",
                   {{"cause", "aborted"},
@@ -64,14 +46,15 @@ TEST(SidecarMetricsTest, AFailedRoomCountsItsCauseAndBecomesTheLastFailure) {
   EXPECT_EQ(Value(m, "kvrail_room_duration_seconds_bucket", {{"le", "1"}}), 0);
   EXPECT_EQ(Value(m, "kvrail_room_duration_seconds_bucket", {{"le", "2.5"}}), 1);
   // The next failure replaces it: one series at most.
-  m.RoomEnded(8, false, "bootstrap timeout", t0 + absl::Seconds(3));
+  m.RoomEnded(8, false, session::FailureCause::kTimeout, "bootstrap timeout",
+              t0 + absl::Seconds(3));
   EXPECT_EQ(Value(m, "kvrail_last_failure_info", {{"room", "7"}}), -1);
   EXPECT_EQ(Value(m, "kvrail_last_failure_info", {{"room", "8"}, {"cause", "timeout"}}), 1003);
 }
 
 TEST(SidecarMetricsTest, ASucceededRoomHasAnEmptyCauseAndNoFailure) {
   SidecarMetrics m;
-  m.RoomEnded(1, true, "", absl::Now());
+  m.RoomEnded(1, true, session::FailureCause::kNone, "", absl::Now());
   EXPECT_EQ(Value(m, "kvrail_rooms_total", {{"outcome", "succeeded"}, {"cause", ""}}), 1);
   EXPECT_EQ(Value(m, "kvrail_last_failure_info"), -1);
 }

@@ -255,7 +255,8 @@ TEST_F(AttachArenaTest, AFailedRoomIsCountedByCauseInTheMetrics) {
   }
   ASSERT_TRUE(failed.has_value()) << "room 11 did not fail";
   const std::string text = sidecar_->metrics().Expose();
-  const std::string cause = FailureCause(failed->reason());
+  // The event says why as a word for code (RoomEvent.cause), the one the metrics count under.
+  const std::string cause = failed->cause();
   EXPECT_TRUE(absl::StrContains(
       text, absl::StrCat("kvrail_rooms_total{outcome=\"failed\",cause=\"", cause, "\"} 1\n")))
       << failed->reason() << "\n"

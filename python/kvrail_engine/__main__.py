@@ -98,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
                        curve_server_key=args.curve_server_key) as client:
         if args.command == "poll":
             for room, state in client.poll_states(args.rooms).items():
+                cause = " (%s)" % state.cause if state.cause else ""
                 reason = " " + state.reason if state.reason else ""
-                print("room %d %s%s" % (room, state.status.name, reason))
+                print("room %d %s%s%s" % (room, state.status.name, cause, reason))
             return 0
         start = time.monotonic()
         stats = client.stats()

@@ -293,7 +293,7 @@ class SidecarClient:
             status = _POLL[s.status]
             if status in _ENDED:
                 states[s.room] = RoomState(status, s.reason, s.bootstrap_token,
-                                           tuple(s.speculative_ids))
+                                           tuple(s.speculative_ids), cause=s.cause)
             elif status is TransferPoll.BOOTSTRAPPED and len(s.windows):
                 states[s.room] = RoomState(status, "", -1, (), _windows(s.windows))
             else:  # a room in flight has nothing else to read
@@ -480,7 +480,7 @@ def _windows(windows: Iterable["_pb.DecodeWindow"]) -> Tuple[DecodeWindow, ...]:
 def _event(e: "_pb.RoomEvent") -> RoomEvent:
     return RoomEvent(e.room, _POLL[e.status], e.reason, e.bootstrap_token,
                      list(e.speculative_ids), e.bytes, e.copies, e.seconds, Pages(e.pages),
-                     e.pages_released, e.pages_proven, _windows(e.windows))
+                     e.pages_released, e.pages_proven, _windows(e.windows), e.cause)
 
 
 def _curve_client(socket: zmq.Socket, key_file: str, server_key: str) -> None:

@@ -38,7 +38,10 @@ class RoomEvent(NamedTuple):
     """One room's outcome. A decode Failed with pages HELD is followed by an event of the same
     room with pages_released (status still FAILED) once they may be reused; pages_proven says
     whether every writer was fenced or they were released on a timeout. A prefill room the
-    engine began with begin() also gets one event with status BOOTSTRAPPED and `windows`."""
+    engine began with begin() also gets one event with status BOOTSTRAPPED and `windows`.
+    A Failed one names its `cause`, one word from a fixed list (docs/ENGINE-API.md): aborted,
+    timeout, peer_failed, expired, handshake, transport, bounds, invalid, refused, digest,
+    engine, bootstrap, other."""
 
     room: int
     status: TransferPoll
@@ -52,6 +55,7 @@ class RoomEvent(NamedTuple):
     pages_released: bool = False
     pages_proven: bool = False
     windows: Tuple[DecodeWindow, ...] = ()
+    cause: str = ""
 
 
 class RoomState(NamedTuple):
@@ -64,10 +68,11 @@ class RoomState(NamedTuple):
     bootstrap_token: int
     speculative_ids: Tuple[int, ...]
     windows: Tuple[DecodeWindow, ...] = ()
+    cause: str = ""  # Failed: as its RoomEvent's
 
 
 def failed(room: int, reason: str, pages: Pages, released: bool = False,
            proven: bool = False) -> RoomEvent:
-    """A Failed outcome the client itself reports (the sidecar could not)."""
+    """A Failed outcome the client itself reports (the sidecar could not): cause "other"."""
     return RoomEvent(room, TransferPoll.FAILED, reason, -1, [], 0, 0, 0.0, pages, released,
-                     proven)
+                     proven, cause="other")

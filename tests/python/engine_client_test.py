@@ -97,7 +97,9 @@ class EngineClientTest(unittest.TestCase):
         self.assertEqual(event.room, 9)
         self.assertEqual(event.status, TransferPoll.FAILED)
         self.assertIn("127.0.0.1:1", event.reason)
+        self.assertEqual(event.cause, "bootstrap")  # for code: nobody answers at that address
         self.assertEqual(self.client.poll([9])[9][0], TransferPoll.FAILED)
+        self.assertEqual(self.client.poll_states([9])[9].cause, "bootstrap")
 
     def test_5_drain_events_takes_what_arrived_and_never_waits(self):
         self.assertEqual(self.client.drain_events(), [])
