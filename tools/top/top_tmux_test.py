@@ -173,11 +173,14 @@ class TopTmuxTest(unittest.TestCase):
         decode = self.metrics["decode-sidecar-0"]
         os.kill(listening_pid(int(decode.split(":")[1])), signal.SIGKILL)
 
+        # A scrape in flight at the kill may first say "no answer within 1000 ms (httplib:
+        # Read)"; the next one finds the port closed.
         def down():
             text = pane("live")
             found = rows(text)
             return (found.get(decode, [None, None])[1] == "DOWN" and
-                    found.get(self.metrics["prefill-sidecar-0"], [None, None])[1] == "prefill",
+                    re.search(r"%s +DOWN +cannot reach it" % re.escape(decode), text) is not None
+                    and found.get(self.metrics["prefill-sidecar-0"], [None, None])[1] == "prefill",
                     text)
         text = wait_for("the killed decode sidecar's DOWN row", down)
         self.assertRegex(text, r"%s +DOWN +cannot reach it" % re.escape(decode))
