@@ -353,13 +353,17 @@ TEST_F(HostilePeerTest, TwentyThousandPreallocationsGrowNothing) {
   for (int64_t r : rss) absl::StrAppend(&figures, figures.empty() ? "" : " -> ", r);
   std::printf("prefill RSS (KiB) over rounds of 20000 refused pre-allocations: %s\n",
               figures.c_str());
-  // Past the first round, memory must stop growing: the last round ends within 5% of the
-  // largest the earlier rounds reached.
+  // Past the first round, memory must stop growing: the last round ends within 5% (and at
+  // least 4 MiB) of the largest the earlier rounds reached. Storing the 20000 pre-allocations,
+  // the leak, costs more than 10 MiB a round; the allocator and ZeroMQ's buffers move
+  // a 30 MiB sidecar by a few MiB between rounds that store nothing (CI once saw 29.0 -> 29.0
+  // -> 32.2 MiB; fourteen rounds, 280000 refusals, stayed between 28.2 and 31.7 MiB, no trend).
 #if !defined(__SANITIZE_ADDRESS__)
   // (Under ASan every free goes to its quarantine, 256 MiB by default, first: RSS grows until
   // that is full whatever the code does, so only the tables are checked there.)
   const int64_t earlier = *std::max_element(rss.begin() + 1, rss.end() - 1);
-  EXPECT_LT(rss.back(), earlier + earlier / 20) << "the prefill kept growing: " << figures;
+  EXPECT_LT(rss.back(), earlier + std::max<int64_t>(earlier / 20, 4096))
+      << "the prefill kept growing: " << figures;
 #endif
   ExpectTheVictimServed(1301);
 }
