@@ -281,14 +281,14 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
       }
       if (!prefill) break;
       if (!gone[i].empty()) {
-        DropSessionLocked(peer, gone[i], "other_process", now);
+        DropSessionLocked(peer, gone[i], Drop::kOtherProcess, now);
         continue;
       }
       if (reach[i] == Reach::kRefused) {
         DropSessionLocked(peer,
                           absl::StrCat("Decode session ", peer,
                                        " is gone: its handshake endpoint refuses connections"),
-                          "refused", now);
+                          Drop::kRefused, now);
         continue;
       }
       auto [reached, first] = session_reached.try_emplace(peer, now);
@@ -301,7 +301,7 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
                          "answered no probe for ", absl::FormatDuration(now - reached->second),
                          " (--registration-ttl ", absl::FormatDuration(options.registration_ttl),
                          ")"),
-            "silent", now);
+            Drop::kSilent, now);
       }
     }
     // Sessions no longer registered (dropped, replaced, refused) are not remembered.
@@ -331,11 +331,12 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
 }
 
 void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::string& reason,
-                                      const std::string& why, absl::Time now) {
+                                      Drop why, absl::Time now) {
   session::PrefillOutput out;
-  std::optional<std::string> endpoint = prefill->DropSession(
-      session, reason, now, out,
-      why == "registry" ? session::FailureCause::kExpired : session::FailureCause::kPeerFailed);
+  std::optional<std::string> endpoint =
+      prefill->DropSession(session, reason, now, out,
+                           why == Drop::kRegistry ? session::FailureCause::kExpired
+                                                  : session::FailureCause::kPeerFailed);
   session_reached.erase(session);
   gate.Forget(session);
   keys.Forget(session);
@@ -345,7 +346,8 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
   }
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
-  metrics.SessionDropped(why);
+  static constexpr const char* kLabels[] = {"refused", "other_process", "silent", "registry"};
+  metrics.SessionDropped(session, kLabels[static_cast<int>(why)]);
   ApplyLocked(std::move(out));
   Defer([this, session, endpoint = *endpoint] { DropPeer(session, endpoint); });
 }

@@ -41,7 +41,7 @@ absl::Status Sidecar::Impl::StartRegistry() {
   hooks.gone = [this](const std::string& session, const std::string& reason) {
     Locked locked(*this);
     if (!prefill || prefill->Registration(session) == nullptr) return;
-    DropSessionLocked(session, reason, "registry", absl::Now());
+    DropSessionLocked(session, reason, Drop::kRegistry, absl::Now());
   };
   KVRAIL_ASSIGN_OR_RETURN(registry_descriptors,
                           RegistryDescriptors::Start(endpoint, std::move(hooks)));

@@ -396,9 +396,10 @@ struct Sidecar::Impl {
                                            std::vector<Reach>& reach);
   // Prefill, needs mu: drops `session` (its rooms fail with `reason`) and defers forgetting
   // its data plane.
-  // `why` labels kvrail_sessions_dropped_total (SidecarMetrics::SessionDropped).
-  void DropSessionLocked(const std::string& session, const std::string& reason,
-                         const std::string& why, absl::Time now);
+  // Why a session is dropped: the label of kvrail_sessions_dropped_total and its rooms' cause.
+  enum class Drop { kRefused, kOtherProcess, kSilent, kRegistry };
+  void DropSessionLocked(const std::string& session, const std::string& reason, Drop why,
+                         absl::Time now);
   void ReregisterIfForgotten();
   // Closes the PUSH sockets that no registration (prefill) or prefill node (decode) uses and
   // that sent nothing for a while: the routes of dropped or rejected sessions, kept alive by

@@ -211,7 +211,11 @@ void SidecarMetrics::FenceEnded(uint64_t room, absl::Time now) {
   it->second.fence_began = absl::InfinitePast();
 }
 
-void SidecarMetrics::SessionDropped(const std::string& why) { sessions_dropped_.With({why}).Add(); }
+void SidecarMetrics::SessionDropped(const std::string& session, const std::string& why) {
+  sessions_dropped_.With({why}).Add();
+  bytes_.RemoveWhere(0, session);
+  writes_.RemoveWhere(0, session);
+}
 
 void SidecarMetrics::FenceObserved(absl::Duration waited) {
   fences_.Add();
@@ -240,14 +244,15 @@ void SidecarMetrics::SetArena(const std::string& placement, uint64_t bytes) {
 std::function<void(const transfer::BatchEvent&)> SidecarMetrics::BatchCounter(
     uint64_t room, const std::string& peer, int lanes) {
   struct Lanes {
-    std::vector<metrics::Counter*> bytes;
-    std::vector<metrics::Counter*> writes;
+    // Held, not borrowed: ForgetPeer may remove the series while a transfer still counts.
+    std::vector<std::shared_ptr<metrics::Counter>> bytes;
+    std::vector<std::shared_ptr<metrics::Counter>> writes;
     std::atomic<bool> first_byte{false};
   };
   auto counters = std::make_shared<Lanes>();
   for (int lane = 0; lane < lanes; ++lane) {
-    counters->bytes.push_back(&bytes_.With({peer, absl::StrCat(lane)}));
-    counters->writes.push_back(&writes_.With({peer, absl::StrCat(lane)}));
+    counters->bytes.push_back(bytes_.Share({peer, absl::StrCat(lane)}));
+    counters->writes.push_back(writes_.Share({peer, absl::StrCat(lane)}));
   }
   return [this, room, counters](const transfer::BatchEvent& batch) {
     if (!batch.completed) {

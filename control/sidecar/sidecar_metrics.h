@@ -65,8 +65,9 @@ class SidecarMetrics {
 
   // Prefill: a decode session dropped, `why` one of refused (its port refuses connections),
   // other_process (its port answers for another process), silent (--registration-ttl) and
-  // registry (its registry entry expired).
-  void SessionDropped(const std::string& why);
+  // registry (its registry entry expired). Its kvrail_bytes_total and kvrail_writes_total
+  // series go with it: decodes restarting under new session ids grow no series.
+  void SessionDropped(const std::string& session, const std::string& why);
 
   void WriteFailed(const absl::Status& status);
   void HandshakeDone(absl::Duration took, const absl::Status& status);

@@ -86,13 +86,21 @@ TEST(SidecarMetricsTest, AFenceIsCountedWithItsDuration) {
   EXPECT_EQ(Value(m, "kvrail_fence_duration_seconds_sum"), 1.5);
 }
 
-TEST(SidecarMetricsTest, DroppedSessionsAreCountedByWhy) {
+TEST(SidecarMetricsTest, DroppedSessionsAreCountedByWhyAndTakeTheirPeerSeries) {
   SidecarMetrics m;
-  m.SessionDropped("refused");
-  m.SessionDropped("refused");
-  m.SessionDropped("other_process");
+  auto counter = m.BatchCounter(3, "10.0.0.9:5000", 1);
+  counter({/*lane=*/0, /*bytes=*/100, /*writes=*/2, /*completed=*/true, /*ok=*/true});
+  EXPECT_EQ(Value(m, "kvrail_bytes_total", {{"peer", "10.0.0.9:5000"}}), 100);
+  m.SessionDropped("10.0.0.9:5000", "refused");
+  m.SessionDropped("10.0.0.8:5000", "refused");
+  m.SessionDropped("10.0.0.7:5000", "other_process");
   EXPECT_EQ(Value(m, "kvrail_sessions_dropped_total", {{"why", "refused"}}), 2);
   EXPECT_EQ(Value(m, "kvrail_sessions_dropped_total", {{"why", "other_process"}}), 1);
+  // The dropped peer's series are gone; a batch still in flight counts safely into nothing.
+  EXPECT_EQ(Value(m, "kvrail_bytes_total", {{"peer", "10.0.0.9:5000"}}), -1);
+  EXPECT_EQ(Value(m, "kvrail_writes_total", {{"peer", "10.0.0.9:5000"}}), -1);
+  counter({/*lane=*/0, /*bytes=*/100, /*writes=*/2, /*completed=*/true, /*ok=*/true});
+  EXPECT_EQ(Value(m, "kvrail_bytes_total", {{"peer", "10.0.0.9:5000"}}), -1);
 }
 
 TEST(SidecarMetricsTest, TableSizesAreReadAtScrapeTime) {

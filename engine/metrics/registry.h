@@ -75,17 +75,30 @@ class Family {
       : label_names_(std::move(label_names)), make_(std::move(make)) {}
 
   // The series with these label values (as many as the label names), made on first use.
-  Metric& With(const std::vector<std::string>& values = {}) {
+  Metric& With(const std::vector<std::string>& values = {}) { return *Share(values); }
+
+  // The same, for a caller that may still count into it after the series was removed
+  // (RemoveWhere): it lives as long as the caller holds it, unseen by scrapes.
+  std::shared_ptr<Metric> Share(const std::vector<std::string>& values = {}) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::unique_ptr<Metric>& series = series_[values];
+    std::shared_ptr<Metric>& series = series_[values];
     if (!series) series = make_();
-    return *series;
+    return series;
   }
 
   // Removes every series: for a family that holds at most one, replaced as a whole.
   void Clear() {
     std::lock_guard<std::mutex> lock(mu_);
     series_.clear();
+  }
+
+  // Removes the series whose label `index` (in label-name order) is `value`: a peer that is
+  // gone takes its series with it, so that peers coming and going grow nothing.
+  void RemoveWhere(size_t index, const std::string& value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = series_.begin(); it != series_.end();) {
+      it = index < it->first.size() && it->first[index] == value ? series_.erase(it) : ++it;
+    }
   }
 
   // Calls `visit(labels, metric)` for each series, under the family's lock.
@@ -105,7 +118,7 @@ class Family {
   const std::vector<std::string> label_names_;
   const std::function<std::unique_ptr<Metric>()> make_;
   mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<Metric>> series_;
+  std::map<std::vector<std::string>, std::shared_ptr<Metric>> series_;
 };
 
 class Registry {

@@ -37,6 +37,23 @@ TEST(RegistryTest, ClearRemovesEverySeries) {
   EXPECT_EQ(families[0].samples[0].labels[0].second, "2");
 }
 
+TEST(RegistryTest, RemoveWhereDropsTheSeriesOfOneLabelValueAndSharedOnesStayUsable) {
+  Registry registry;
+  Family<Counter>& bytes = registry.AddCounter("kvrail_test_bytes_total", "test", {"peer", "lane"});
+  bytes.With({"a", "0"}).Add(1);
+  std::shared_ptr<Counter> held = bytes.Share({"b", "0"});
+  bytes.With({"b", "1"}).Add(2);
+  bytes.RemoveWhere(0, "b");
+  held->Add(5);  // a transfer still in flight counts into a series nobody scrapes any more
+  int series = 0;
+  bytes.ForEach([&](const Labels& labels, const Counter&) {
+    ++series;
+    EXPECT_EQ(labels[0].second, "a");
+  });
+  EXPECT_EQ(series, 1);
+  EXPECT_EQ(held->value(), 5);
+}
+
 TEST(RegistryTest, CollectorsAddTheirFamiliesAtEachCollect) {
   Registry registry;
   int calls = 0;
