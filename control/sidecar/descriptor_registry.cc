@@ -57,15 +57,22 @@ void RegistryDescriptors::Stop() {
 }
 
 std::optional<v1::HandshakeDescriptor> RegistryDescriptors::Lookup(const std::string& session) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(session);
-  if (it == entries_.end()) return std::nullopt;
+  std::optional<v1::HandshakeDescriptor> found;
+  int64_t version = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(session);
+    if (it == entries_.end()) return std::nullopt;
+    found = it->second.descriptor;
+    version = it->second.version;
+  }
   hits_.fetch_add(1);
+  // Logged outside mu_, which the watcher's thread needs: a write to a full stderr pipe blocks.
   spdlog::info(
       "prefill: descriptor of session {} taken from the registry (version {}), no "
       "handshake",
-      session, it->second.version);
-  return it->second.descriptor;
+      session, version);
+  return found;
 }
 
 void RegistryDescriptors::OnEvent(const registry::WatchEvent& event) {
