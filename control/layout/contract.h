@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "control/layout/dtype.h"
+#include "control/layout/revision.h"
 
 namespace kvrail::layout {
 
@@ -57,6 +58,10 @@ struct CachePlan {
   std::vector<GroupLayout> groups;
   std::vector<PlaneLayout> planes;
   std::vector<FieldLayout> fields;
+  // 2026-09 (§12.1): the per-LCM-block bytes resident in a rank's arena when its plan was
+  // narrowed to one pipeline stage; then ArenaBytes() is (num_lcm_blocks + 1) times this.
+  // Published contracts carry null (nullopt). Not on the snapshot's wire.
+  std::optional<int64_t> resident_block_bytes;
 };
 
 enum class Retention { kFullHistory, kSlidingWindow };
@@ -79,6 +84,13 @@ struct GroupSpec {
   std::string family = "history";
   TransferPolicy transfer_policy = TransferPolicy::kFullSuffix;
   std::optional<int64_t> checkpoint_granularity;
+  // 2026-09 (§12.1): a sliding-window group the scheduler rebuilds by bounded replay. Changes
+  // no slot selection; compared between peers. The snapshot's form has no such member: false.
+  bool replayable = false;
+  // 2026-09 (§12.1, §12.8): how many cyclic owners hold the group's blocks; block id v > 0 is
+  // owner (v - 1) mod shard_count's local page (v - 1) div shard_count + 1. 1: not sharded.
+  // The snapshot's form has no such member: 1.
+  int64_t shard_count = 1;
 
   // Tokens per block: rows_per_page * entry_stride_tokens, or checkpoint_granularity.
   int64_t block_granularity() const;
@@ -105,6 +117,9 @@ struct Contract {
   CachePlan plan;
   std::vector<GroupSpec> group_specs;        // order is significant (§4.5, §5.3)
   std::vector<SchemaField> transfer_schema;  // only partitioned fields appear
+  // The form the wire was in when parsed (ParseContract), and so the form its sender reads.
+  // A hand-built contract says kNewestRevision.
+  Revision revision = kNewestRevision;
 
   const GroupLayout* FindGroup(absl::string_view group_id) const;
   const PlaneLayout* FindPlane(absl::string_view plane_id) const;
