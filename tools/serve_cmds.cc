@@ -171,6 +171,13 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: a file holding the bearer token the bootstrap server was started "
                   "with (its --token-file); sent with every PUT /route")
       ->check(CLI::ExistingFile);
+  static std::string cachepd_revision = "auto";
+  sub->add_option("--cachepd-revision", cachepd_revision,
+                  "The CachePD revision to speak: auto (both: each peer is answered in the form "
+                  "it sent), or snapshot / 2026-09 to behave as a peer of that revision alone "
+                  "(interop tests; docs/PROTOCOL.md §12.12)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "snapshot", "2026-09"}));
   static std::string sender_proofs = "auto";
   sub->add_option("--sender-proofs", sender_proofs,
                   "Decode: which prefill nodes must prove their statuses and fence answers: auto "
@@ -259,6 +266,7 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.fence_timeout = absl::Seconds(fence_timeout);
     options.fence_wait = absl::Seconds(fence_wait);
     options.registration_ttl = absl::Seconds(registration_ttl);
+    options.cachepd_revision = layout::RevisionFromName(cachepd_revision);
     options.sender_proofs = sender_proofs == "required" ? sidecar::SenderProofs::kRequired
                             : sender_proofs == "off"    ? sidecar::SenderProofs::kOff
                                                         : sidecar::SenderProofs::kAuto;

@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "control/layout/revision.h"
 #include "control/session/timeouts.h"
 #include "engine/zmq_auth/curve.h"
 
@@ -110,6 +112,13 @@ struct SidecarOptions {
   // registers itself (AttachArena): the digest reads the arena on the host. A staged CUDA arena
   // is hashed in its host mirror (below).
   bool verify_digest = false;
+  // The CachePD revision this sidecar speaks (docs/PROTOCOL.md §12.12). nullopt (the default,
+  // --cachepd-revision auto): both, each peer answered in the form it sent. Pinned, the sidecar
+  // behaves as a peer of that revision alone: it emits only that revision's forms and refuses
+  // the other's (a prefill pinned to the snapshot refuses a 2026-09 registration, a decode
+  // pinned to it reads exactly 5 status frames). For interop tests and for a deployment that
+  // must look like one revision; never needed for kvrail to meet a peer of either revision.
+  std::optional<layout::Revision> cachepd_revision;
   // A CUDA arena over a transport that cannot reach GPU memory (Capabilities::gpu_memory false:
   // UCX 1.13 here) is staged through a host mirror of its size that the data plane registers
   // (engine/memory/arena_staging.h): a prefill copies each room's source ranges to the mirror

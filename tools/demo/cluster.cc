@@ -70,6 +70,12 @@ absl::Status Cluster::StartAll() {
     }
   };
   add_metrics(bootstrap, o.prefill_node);
+  const auto add_revision = [](std::vector<std::string>& argv, const std::string& revision) {
+    if (revision.empty()) return;
+    argv.push_back("--cachepd-revision");
+    argv.push_back(revision);
+  };
+  add_revision(bootstrap, o.bootstrap_revision);
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
   KVRAIL_ASSIGN_OR_RETURN(const int port,
                           process::AwaitAnnouncedPort(*bootstrap_member_.process, "bootstrap ready",
@@ -121,6 +127,13 @@ absl::Status Cluster::StartAll() {
             absl::StrCat(o.prefill_pp), std::string("--pp-rank"), absl::StrCat(stage)}) {
         argv.push_back(a);
       }
+    }
+    if (!prefill) {
+      add_revision(argv, o.decode_revision);
+    } else if (o.prefill_revisions.size() == 1) {
+      add_revision(argv, o.prefill_revisions[0]);
+    } else if (static_cast<size_t>(global) < o.prefill_revisions.size()) {
+      add_revision(argv, o.prefill_revisions[global]);
     }
     argv.insert(argv.end(), o.sidecar_args.begin(), o.sidecar_args.end());
     add_metrics(argv, node);

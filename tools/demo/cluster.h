@@ -42,6 +42,12 @@ struct ClusterOptions {
   std::string arena = "sidecar";
   layout::KvShape shape;  // pages: per rank
   int decode_tokens = 8;
+  // The CachePD revision each process is pinned to (--cachepd-revision: "snapshot", "2026-09");
+  // empty: auto, the default. prefill_revisions holds one entry per prefill rank (global,
+  // stage-major) or one for all. For interop tests: a peer of each revision in each role.
+  std::string bootstrap_revision;
+  std::vector<std::string> prefill_revisions;
+  std::string decode_revision;
   // Passed to every sidecar (e.g. {"--heartbeat-interval", "2"}).
   std::vector<std::string> sidecar_args;
   // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
