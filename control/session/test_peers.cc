@@ -113,7 +113,7 @@ std::vector<std::string> StatusFrames(uint64_t room, int status, int prefill_ran
   message.prefill_rank = static_cast<uint32_t>(prefill_rank);
   message.bootstrap_token = token;
   message.spec_candidate_ids = std::move(spec_ids);
-  return Must(wire::BuildStatus(message), "status");
+  return Must(wire::BuildStatus(message, wire::StatusForm::kSnapshot), "status");
 }
 
 }  // namespace kvrail::session::testing

@@ -116,7 +116,7 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   status.bootstrap_token = 77;
   status.spec_candidate_ids = std::vector<int32_t>{1, 2};
   std::vector<zmq::const_buffer> frames;
-  const std::vector<std::string> status_frames = wire::BuildStatus(status).value();
+  const std::vector<std::string> status_frames = wire::BuildStatus(status, wire::StatusForm::kSnapshot).value();
   for (const std::string& f : status_frames) frames.push_back(zmq::buffer(f));
   ASSERT_TRUE(zmq::send_multipart(push, frames));
   std::optional<v1::RoomEvent> event = engine->NextEvent(absl::Seconds(20));
