@@ -800,15 +800,9 @@ std::vector<DecodeWindow> PrefillRooms::WindowsOf(const Room& room) {
   return windows;
 }
 
-absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
-                                                  absl::Time now) {
-  auto found = rooms_.find(room_id);
-  if (found == rooms_.end() || !found->second.begun) {
-    return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
-  }
-  Room& room = found->second;
+absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready) {
   if (ready.bootstrap_token < wire::kNoBootstrapToken) {
-    return absl::InvalidArgumentError(absl::StrCat("room ", room_id, ": bootstrap token ",
+    return absl::InvalidArgumentError(absl::StrCat("room ", room, ": bootstrap token ",
                                                    ready.bootstrap_token,
                                                    " must be -1 (none) or non-negative"));
   }
@@ -816,16 +810,27 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
                                                                : wire::kMaxCachedTokens;
   if (ready.cached_tokens < 0 || ready.cached_tokens > max_cached) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "room ", room_id, ": cached_tokens ", ready.cached_tokens, " must lie in [0, ", max_cached,
+        "room ", room, ": cached_tokens ", ready.cached_tokens, " must lie in [0, ", max_cached,
         ready.source_manifest.has_value() ? "], the prompt length (CACHEPD §12.9)"
                                           : "] (CACHEPD §12.9)"));
   }
   if (ready.first_token_logprob.has_value() &&
       (std::isnan(*ready.first_token_logprob) || *ready.first_token_logprob == HUGE_VAL)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("room ", room_id, ": first_token_logprob ", *ready.first_token_logprob,
+        absl::StrCat("room ", room, ": first_token_logprob ", *ready.first_token_logprob,
                      " is not a log-probability (NaN and +inf are refused; CACHEPD §12.9)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
+                                                  absl::Time now) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.begun) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
+  }
+  Room& room = found->second;
+  KVRAIL_RETURN_IF_ERROR(CheckRoomReady(room_id, ready));
   if (room.ready.has_value() || room.transfer_started) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " is already ready"));
   }

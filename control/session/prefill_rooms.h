@@ -151,6 +151,12 @@ struct RoomReady {
   std::optional<double> first_token_logprob;
 };
 
+// The checks PrefillRooms::Ready makes on what the engine says of `room` (InvalidArgument,
+// naming the field): a token of -1 or more; 0 <= cached_tokens <= the source manifest's
+// prompt_len (2^48 without one); a logprob that is not NaN or +inf (CACHEPD §12.9). A caller
+// may run them first, to refuse a Ready before anything of the room is stored.
+absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready);
+
 // What a call asks the caller to do.
 struct PrefillOutput {
   // Status frames to push, in order (only Failed and Success are ever sent, §3.4).
