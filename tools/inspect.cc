@@ -1,7 +1,6 @@
 #include "tools/inspect.h"
 
 #include <cmath>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>

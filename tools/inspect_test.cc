@@ -73,9 +73,8 @@ TEST(InspectTest, StatusPrintsCachedTokensAndLogprob) {
 }
 
 TEST(InspectTest, ANonFiniteLogprobIsPrintedAsAString) {
-  absl::StatusOr<std::string> out =
-      Inspect({.kind = "status", .lenient_status = true},
-              "3432\n35\n31\n313030\n\n30\n000000000000f87f\n");
+  absl::StatusOr<std::string> out = Inspect({.kind = "status", .lenient_status = true},
+                                            "3432\n35\n31\n313030\n\n30\n000000000000f87f\n");
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(nlohmann::json::parse(*out)["bootstrap_logprob"], "nan");
 }

@@ -97,7 +97,9 @@ void Replay(const json& sequence, bool lenient) {
   ASSERT_TRUE(view.has_value());
   EXPECT_EQ(TransferPollCode(view->state), sequence.at("final_status").get<int>());
   const json& failure = sequence.at("failure");
-  if (!failure.is_null()) EXPECT_THAT(view->failure_reason, HasSubstr(failure.get<std::string>()));
+  if (!failure.is_null()) {
+    EXPECT_THAT(view->failure_reason, HasSubstr(failure.get<std::string>()));
+  }
 
   const json& popped = sequence.at("pop_prefill_metadata");
   const int64_t token = popped.at("bootstrap_token").get<int64_t>();
