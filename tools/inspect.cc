@@ -1,5 +1,6 @@
 #include "tools/inspect.h"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -126,6 +127,15 @@ absl::StatusOr<std::string> InspectPreallocation(const std::vector<std::string>&
   return Dump(out);
 }
 
+// A status's logprob: a number, null for none, and "nan", "inf" or "-inf" for what JSON has no
+// number for (the lenient reader accepts them, CACHEPD §12.9).
+ordered_json LogprobJson(std::optional<double> logprob) {
+  if (!logprob.has_value()) return nullptr;
+  if (std::isnan(*logprob)) return "nan";
+  if (std::isinf(*logprob)) return *logprob > 0 ? "inf" : "-inf";
+  return *logprob;
+}
+
 absl::StatusOr<std::string> InspectStatus(const InspectOptions& options,
                                           const std::vector<std::string>& frames) {
   KVRAIL_ASSIGN_OR_RETURN(wire::StatusMessage status, options.lenient_status
@@ -144,7 +154,11 @@ absl::StatusOr<std::string> InspectStatus(const InspectOptions& options,
        status.status >= 0 && status.status <= 5 ? kPollNames[status.status] : "unknown"},
       {"prefill_rank", status.prefill_rank},
       {"bootstrap_token", status.bootstrap_token},
-      {"spec_candidate_ids", spec}};
+      {"spec_candidate_ids", spec},
+      // CACHEPD §12.9: 0 and null from a 5-frame (snapshot) status.
+      {"revision", status.form == wire::StatusForm::k2026_09 ? "2026-09" : "snapshot"},
+      {"cached_tokens", status.cached_tokens},
+      {"bootstrap_logprob", LogprobJson(status.bootstrap_logprob)}};
   return Dump(out);
 }
 

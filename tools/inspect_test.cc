@@ -52,6 +52,33 @@ TEST(InspectTest, EmptyLineIsAnEmptyFrame) {
   EXPECT_TRUE(FramesFromHexLines("")->empty());
 }
 
+// CACHEPD §12.9: a 7-frame status shows its cached tokens and logprob, a 5-frame one 0 and null.
+TEST(InspectTest, StatusPrintsCachedTokensAndLogprob) {
+  const nlohmann::json vectors = LoadVectors("r2/status_r2.json");
+  const auto& entry = vectors["generated_by_prefill"][0];
+  absl::StatusOr<std::string> out = Inspect({.kind = "status"}, HexLines(entry["frames_hex"]));
+  ASSERT_TRUE(out.ok()) << out.status();
+  nlohmann::json json = nlohmann::json::parse(*out);
+  EXPECT_EQ(json["frames"], 7);
+  EXPECT_EQ(json["revision"], "2026-09");
+  EXPECT_EQ(json["cached_tokens"], entry["parsed"]["cached_tokens"]);
+  EXPECT_EQ(json["bootstrap_logprob"], entry["parsed"]["bootstrap_logprob"]["value"]);
+
+  out = Inspect({.kind = "status"}, "3432\n35\n31\n313030\n\n");
+  ASSERT_TRUE(out.ok()) << out.status();
+  json = nlohmann::json::parse(*out);
+  EXPECT_EQ(json["revision"], "snapshot");
+  EXPECT_EQ(json["cached_tokens"], 0);
+  EXPECT_TRUE(json["bootstrap_logprob"].is_null());
+}
+
+TEST(InspectTest, ANonFiniteLogprobIsPrintedAsAString) {
+  absl::StatusOr<std::string> out = Inspect({.kind = "status", .lenient_status = true},
+                                            "3432\n35\n31\n313030\n\n30\n000000000000f87f\n");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(nlohmann::json::parse(*out)["bootstrap_logprob"], "nan");
+}
+
 TEST(InspectTest, BadHexNamesTheLine) {
   absl::StatusOr<std::string> out = Inspect({.kind = "status"}, "3432\nzz\n31\n");
   ASSERT_FALSE(out.ok());

@@ -198,8 +198,7 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
   Room& room = found->second;
   switch (parsed->status) {
     case TransferPollCode(TransferPoll::kSuccess):
-      OnSuccess(parsed->room, room, parsed->prefill_rank, parsed->bootstrap_token,
-                std::move(parsed->spec_candidate_ids), now, out);
+      OnSuccess(parsed->room, room, *std::move(parsed), now, out);
       break;
     case TransferPollCode(TransferPoll::kFailed):
       FailRoom(parsed->room, room, FailureCause::kPeerFailed,
@@ -264,9 +263,9 @@ void DecodeRooms::OnFencedAnswer(absl::Span<const std::string> frames, absl::Tim
   fences_.erase(found);
 }
 
-void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
-                            std::optional<std::vector<int32_t>> spec_ids, absl::Time now,
-                            DecodeOutput& out) {
+void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage message,
+                            absl::Time now, DecodeOutput& out) {
+  const uint32_t rank = message.prefill_rank;
   if (!room.routed) {
     FailRoom(room_id, room, FailureCause::kInvalid,
              absl::StrCat("Received KV completion before its transfer route was registered "
@@ -286,11 +285,17 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
   }
   auto at = std::lower_bound(room.responders.begin(), room.responders.end(), sender);
   if (at == room.responders.end() || *at != sender) room.responders.insert(at, sender);
-  if (token != wire::kNoBootstrapToken && !room.pending_token.has_value()) {
-    room.pending_token = token;
+  if (message.bootstrap_token != wire::kNoBootstrapToken && !room.pending_token.has_value()) {
+    room.pending_token = message.bootstrap_token;
   }
-  if (spec_ids.has_value() && !room.pending_spec_ids.has_value()) {
-    room.pending_spec_ids = std::move(spec_ids);
+  if (message.spec_candidate_ids.has_value() && !room.pending_spec_ids.has_value()) {
+    room.pending_spec_ids = std::move(message.spec_candidate_ids);
+  }
+  // CACHEPD §12.9: TP ranks report overlapping prefixes, so every Success of an expected rank,
+  // repeated ones included, raises the count to its maximum; the first logprob is kept.
+  room.cached_tokens = std::max(room.cached_tokens, message.cached_tokens);
+  if (message.bootstrap_logprob.has_value() && !room.pending_logprob.has_value()) {
+    room.pending_logprob = message.bootstrap_logprob;
   }
   if (room.responders.size() < room.expected.size()) return;
   if (room.responders != room.expected) {
@@ -305,6 +310,8 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t
     room.published = true;
     room.token = room.pending_token;
     room.spec_ids = room.pending_spec_ids;
+    room.logprob = room.pending_logprob;
+    room.published_cached_tokens = room.cached_tokens;
   }
   SetState(room_id, room, TransferPoll::kSuccess, out);
 }
@@ -525,6 +532,8 @@ void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput
   if (room.state == TransferPoll::kSuccess) {
     event.bootstrap_token = room.token.value_or(wire::kNoBootstrapToken);
     event.spec_candidate_ids = room.spec_ids;
+    event.cached_tokens = room.published_cached_tokens;
+    event.bootstrap_logprob = room.logprob;
   }
   out.events.push_back(std::move(event));
 }
@@ -549,7 +558,9 @@ std::optional<DecodeRoomView> DecodeRooms::Find(uint64_t room_id) const {
   if (room.published) {
     view.bootstrap_token = room.token;
     view.spec_candidate_ids = room.spec_ids;
+    view.bootstrap_logprob = room.logprob;
   }
+  view.cached_tokens = room.cached_tokens;
   return view;
 }
 

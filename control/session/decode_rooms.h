@@ -30,6 +30,7 @@
 #include "control/session/room_output.h"
 #include "control/session/timeouts.h"
 #include "control/session/transfer_poll.h"
+#include "control/wire/status.h"
 
 namespace kvrail::session {
 
@@ -47,7 +48,9 @@ struct DecodeIdentity {
 struct DecodeOptions {
   SessionTimeouts timeouts;
   // Read status frames as the reference does (wire::ParseStatusLenient: signs, spaces,
-  // leading zeros, '_', 3 or 4 frames) instead of strictly (wire::ParseStatus).
+  // leading zeros, '_', 3 or 4 frames, frames after 6 ignored) instead of strictly
+  // (wire::ParseStatus: 5, 6 or 7 canonical frames). Both read the 2026-09 frames 5 and 6
+  // (CACHEPD §12.9).
   bool lenient_status = false;
   // How long a failed room's pages wait for every prefill rank that may write them to answer
   // its fence request (wire/fence.h) before they are released as not provably safe.
@@ -95,6 +98,11 @@ struct DecodeRoomView {
   // reference does): the token and ids from the first Success carrying each.
   std::optional<int64_t> bootstrap_token;
   std::optional<std::vector<int32_t>> spec_candidate_ids;
+  std::optional<double> bootstrap_logprob;
+  // The reference's cached-token table (CACHEPD §12.9): the maximum of 0 and every cached-token
+  // count a Success from a rank of E_d carried so far, repeated Successes included; it goes on
+  // rising after the room succeeded, but the Success event carries the value at completion.
+  int64_t cached_tokens = 0;
 };
 
 class DecodeRooms {
@@ -134,7 +142,8 @@ class DecodeRooms {
   // D10, D11: one status message from a prefill rank (§3.4). A malformed one is dropped; one
   // for an untracked room is ignored. Success from a rank of E_d counts once; from outside E_d,
   // or before the route, it fails the room. The room succeeds when the responders equal E_d
-  // exactly; its event carries the token and the ids from the first Success carrying each.
+  // exactly; its event carries the token, the ids and the logprob from the first Success
+  // carrying each, and the maximum cached-token count of every such Success (CACHEPD §12.9).
   // Failed fails the room. Other codes are merged by the update rule (§7.1). A kvrail fence
   // answer (wire/fence.h) counts its rank as fenced for a room whose pages are held.
   //
@@ -211,9 +220,13 @@ class DecodeRooms {
     std::vector<int> responders;           // ascending, distinct
     std::optional<int64_t> pending_token;  // from the first Success carrying one
     std::optional<std::vector<int32_t>> pending_spec_ids;
+    std::optional<double> pending_logprob;  // from the first Success carrying one (§12.9)
+    int64_t cached_tokens = 0;              // max over Successes of E_d ranks (§12.9)
     bool published = false;
     std::optional<int64_t> token;
     std::optional<std::vector<int32_t>> spec_ids;
+    std::optional<double> logprob;
+    int64_t published_cached_tokens = 0;
     absl::Time waiting_since;
   };
   // A failed room's pages, held until every rank that may write them answered its fence.
@@ -231,8 +244,8 @@ class DecodeRooms {
   void OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now, DecodeOutput& out);
   void FailRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
                 absl::Time now, DecodeOutput& out);
-  void OnSuccess(uint64_t room_id, Room& room, uint32_t rank, int64_t token,
-                 std::optional<std::vector<int32_t>> spec_ids, absl::Time now, DecodeOutput& out);
+  void OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage message, absl::Time now,
+                 DecodeOutput& out);
   void ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) const;
 
   DecodeIdentity identity_;

@@ -26,6 +26,7 @@ using kvrail::session::testing::DecodeContractWire;
 using kvrail::session::testing::DecodeManifest;
 using kvrail::session::testing::DecodeManifestWire;
 using kvrail::session::testing::StatusFrames;
+using kvrail::session::testing::StatusFrames2026_09;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -229,6 +230,50 @@ TEST(DecodeRoomsTest, SuccessNeedsExactlyTheExpectedRanks) {
   ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
   EXPECT_EQ(done.events[0].bootstrap_token, 99);  // the first Success carrying one
   EXPECT_EQ(done.events[0].spec_candidate_ids, (std::vector<int32_t>{4}));
+}
+
+// CACHEPD §12.9: TP ranks report overlapping prefixes; every Success of an expected rank,
+// repeated ones included, raises the count.
+TEST(DecodeRoomsTest, CachedTokensAreTheMaximumOverEverySuccessOfAnExpectedRank) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnMessage(StatusFrames2026_09(7, 5, 0, 40, std::nullopt), kT0);
+  rooms.OnMessage(StatusFrames2026_09(7, 5, 0, 90, std::nullopt), kT0);  // repeated: counts
+  EXPECT_EQ(rooms.Find(7)->cached_tokens, 90);
+  DecodeOutput done = rooms.OnMessage(StatusFrames2026_09(7, 5, 1, 64, std::nullopt), kT0);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].cached_tokens, 90);
+}
+
+TEST(DecodeRoomsTest, TheFirstLogprobThatIsNotNoneIsKept) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1, 2});
+  rooms.OnMessage(StatusFrames2026_09(7, 5, 2, 0, std::nullopt), kT0);
+  rooms.OnMessage(StatusFrames2026_09(7, 5, 0, 0, -0.5), kT0);
+  DecodeOutput done = rooms.OnMessage(StatusFrames2026_09(7, 5, 1, 0, -3.0), kT0);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bootstrap_logprob, -0.5);
+  EXPECT_EQ(rooms.Find(7)->bootstrap_logprob, -0.5);
+}
+
+TEST(DecodeRoomsTest, FiveFrameSendersMeanZeroCachedTokensAndNoLogprob) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0});
+  DecodeOutput done = rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].cached_tokens, 0);
+  EXPECT_EQ(done.events[0].bootstrap_logprob, std::nullopt);
+}
+
+TEST(DecodeRoomsTest, OnlySuccessesOfExpectedRanksCountTheirCachedTokensAndLogprob) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnMessage(StatusFrames2026_09(7, 0, 0, 500, -1.0), kT0);  // Failed: values ignored
+  EXPECT_EQ(rooms.Find(7)->cached_tokens, 0);
+  Waiting(rooms, 8, {0, 1});
+  rooms.OnMessage(StatusFrames2026_09(8, 5, 3, 500, -1.0), kT0);  // unexpected rank
+  EXPECT_EQ(rooms.Find(8)->cached_tokens, 0);
+  EXPECT_EQ(rooms.Find(8)->bootstrap_logprob, std::nullopt);
 }
 
 TEST(DecodeRoomsTest, SuccessFromAnUnexpectedRankFailsTheRoomForGood) {

@@ -1,11 +1,13 @@
 #include "control/session/prefill_rooms.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "control/layout/peer_messages.h"
+#include "control/layout/revision.h"
 #include "control/plan/layerwise.h"
 #include "control/plan/route.h"
 #include "control/wire/dispatch.h"
@@ -17,6 +19,21 @@
 
 namespace kvrail::session {
 namespace {
+
+// The status form a peer is answered in: the form its registration contract came in (CACHEPD
+// §12.9, §12.11). wire::StatusForm mirrors layout::Revision, which control/wire cannot use.
+wire::StatusForm StatusFormFor(layout::Revision revision) {
+  return revision == layout::Revision::kSnapshot ? wire::StatusForm::kSnapshot
+                                                 : wire::StatusForm::k2026_09;
+}
+
+// The status form a rejected registration is answered in: its contract's, when the contract
+// parses; otherwise nothing the peer sent decides, and it is the newest (kNewestRevision). A
+// snapshot reference decode ignores frames after 4 (CACHEPD §3.4), so it still reads that.
+wire::StatusForm StatusFormOfRegistration(absl::Span<const std::string> frames) {
+  absl::StatusOr<layout::DecodedRegistration> decoded = layout::DecodeRegistration(frames);
+  return StatusFormFor(decoded.ok() ? decoded->contract.revision : layout::kNewestRevision);
+}
 
 // Planners are cached per (decode TP size, decode contract): every decode rank of one decode
 // deployment shares one. A bound keeps a stream of distinct contracts from growing it forever.
@@ -245,14 +262,14 @@ void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Ti
   }
   absl::StatusOr<std::shared_ptr<const DecodePeer>> admitted = Admit(*route, frames);
   if (!admitted.ok()) {
-    RejectRegistration(*route, admitted.status(), now, out);
+    RejectRegistration(*route, StatusFormOfRegistration(frames), admitted.status(), now, out);
     return;
   }
   std::shared_ptr<const DecodePeer> peer = *std::move(admitted);
   auto stored = registrations_.find(route->session_id);
   if (stored == registrations_.end()) {
     if (options_.max_registrations > 0 && registrations_.size() >= options_.max_registrations) {
-      RejectRegistration(*route,
+      RejectRegistration(*route, StatusFormFor(peer->contract.revision),
                          absl::ResourceExhaustedError(absl::StrCat(
                              "registration of a new Decode session refused: this prefill rank ",
                              "holds ", registrations_.size(), " registrations already ",
@@ -278,7 +295,7 @@ void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Ti
     AcceptRegistration(std::move(peer));
     return;
   }
-  RejectRegistration(*route,
+  RejectRegistration(*route, StatusFormFor(peer->contract.revision),
                      MakeError(ErrorCategory::kInvalidFrame,
                                "conflicting registration for an active CachePD session "
                                "(CACHEPD §3.2.2)"),
@@ -348,8 +365,9 @@ void PrefillRooms::AcceptRegistration(std::shared_ptr<const DecodePeer> peer) {
   registrations_[session_id] = std::move(peer);
 }
 
-void PrefillRooms::RejectRegistration(const wire::ReplyRoute& route, const absl::Status& error,
-                                      absl::Time now, PrefillOutput& out) {
+void PrefillRooms::RejectRegistration(const wire::ReplyRoute& route, wire::StatusForm form,
+                                      const absl::Status& error, absl::Time now,
+                                      PrefillOutput& out) {
   AbortRoomsOfSession(route.session_id, FailureCause::kRefused,
                       absl::StrCat("Decode session ", route.session_id,
                                    " registration rejected: ", error.message()),
@@ -363,7 +381,7 @@ void PrefillRooms::RejectRegistration(const wire::ReplyRoute& route, const absl:
       }
       rejected_order_.push_back(route.session_id);
     }
-    rejected_[route.session_id] = route;
+    rejected_[route.session_id] = Rejection{route, form};
   }
   out.rejected = AddContext(
       error, absl::StrCat("registration of Decode session ", route.session_id, " rejected"));
@@ -571,30 +589,37 @@ void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
                                PrefillOutput& out) const {
   auto registered = registrations_.find(session_id);
   if (registered != registrations_.end()) {
-    SendStatus(room, registered->second->reply_endpoint, TransferPoll::kFailed,
-               wire::kNoBootstrapToken, std::nullopt, out);
+    SendStatus(room, registered->second->reply_endpoint,
+               StatusFormFor(registered->second->contract.revision), TransferPoll::kFailed, nullptr,
+               out);
     return;
   }
   auto rejected = rejected_.find(session_id);
   if (rejected != rejected_.end()) {
-    SendStatus(room, wire::ReplyEndpoint(rejected->second.endpoint, rejected->second.port),
-               TransferPoll::kFailed, wire::kNoBootstrapToken, std::nullopt, out);
+    const Rejection& rejection = rejected->second;
+    SendStatus(room, wire::ReplyEndpoint(rejection.route.endpoint, rejection.route.port),
+               rejection.form, TransferPoll::kFailed, nullptr, out);
   }
 }
 
-void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, TransferPoll status,
-                              int64_t token, const std::optional<std::vector<int32_t>>& spec_ids,
+void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, wire::StatusForm form,
+                              TransferPoll status, const RoomReady* ready,
                               PrefillOutput& out) const {
   wire::StatusMessage message;
   message.room = room;
   message.status = TransferPollCode(status);
   message.prefill_rank = static_cast<uint32_t>(
       identity_.status_rank >= 0 ? identity_.status_rank : identity_.prefill_tp_rank);
-  message.bootstrap_token = token;
-  message.spec_candidate_ids = spec_ids;
-  absl::StatusOr<std::vector<std::string>> frames = wire::BuildStatus(message);
-  // Rooms come from parsed frames or BeginRoom (both <= 2^63-1), ranks from Create (<= 1023)
-  // and tokens from Ready (>= -1): BuildStatus accepts all of them.
+  if (ready != nullptr) {
+    message.bootstrap_token = ready->bootstrap_token;
+    message.spec_candidate_ids = ready->spec_candidate_ids;
+    message.cached_tokens = ready->cached_tokens;
+    message.bootstrap_logprob = ready->first_token_logprob;
+  }
+  absl::StatusOr<std::vector<std::string>> frames = wire::BuildStatus(message, form);
+  // Rooms come from parsed frames or BeginRoom (both <= 2^63-1), ranks from Create (<= 1023),
+  // and tokens, cached tokens and logprobs from Ready, which checks them as ParseStatus does:
+  // BuildStatus accepts all of them.
   if (!frames.ok()) return;
   out.messages.push_back(OutboundMessage{endpoint, *std::move(frames)});
 }
@@ -634,8 +659,8 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, FailureCause cause, s
   room.failure_cause = cause;
   for (const Destination& d : room.destinations) {
     if (!d.peer->dummy) {
-      SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kFailed, wire::kNoBootstrapToken,
-                 std::nullopt, out);
+      SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
+                 TransferPoll::kFailed, nullptr, out);
     }
   }
   DropDestinations(room);
@@ -775,6 +800,29 @@ std::vector<DecodeWindow> PrefillRooms::WindowsOf(const Room& room) {
   return windows;
 }
 
+absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready) {
+  if (ready.bootstrap_token < wire::kNoBootstrapToken) {
+    return absl::InvalidArgumentError(absl::StrCat("room ", room, ": bootstrap token ",
+                                                   ready.bootstrap_token,
+                                                   " must be -1 (none) or non-negative"));
+  }
+  const int64_t max_cached = ready.source_manifest.has_value() ? ready.source_manifest->prompt_len
+                                                               : wire::kMaxCachedTokens;
+  if (ready.cached_tokens < 0 || ready.cached_tokens > max_cached) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "room ", room, ": cached_tokens ", ready.cached_tokens, " must lie in [0, ", max_cached,
+        ready.source_manifest.has_value() ? "], the prompt length (CACHEPD §12.9)"
+                                          : "] (CACHEPD §12.9)"));
+  }
+  if (ready.first_token_logprob.has_value() &&
+      (std::isnan(*ready.first_token_logprob) || *ready.first_token_logprob == HUGE_VAL)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room, ": first_token_logprob ", *ready.first_token_logprob,
+                     " is not a log-probability (NaN and +inf are refused; CACHEPD §12.9)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
                                                   absl::Time now) {
   auto found = rooms_.find(room_id);
@@ -782,11 +830,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
     return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
   }
   Room& room = found->second;
-  if (ready.bootstrap_token < wire::kNoBootstrapToken) {
-    return absl::InvalidArgumentError(absl::StrCat("room ", room_id, ": bootstrap token ",
-                                                   ready.bootstrap_token,
-                                                   " must be -1 (none) or non-negative"));
-  }
+  KVRAIL_RETURN_IF_ERROR(CheckRoomReady(room_id, ready));
   if (room.ready.has_value() || room.transfer_started) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " is already ready"));
   }
@@ -870,8 +914,8 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
   if (room.state == TransferPoll::kFailed) return out;
   for (const Destination& d : room.destinations) {
     if (d.peer->dummy) continue;
-    SendStatus(room_id, d.peer->reply_endpoint, TransferPoll::kSuccess, room.ready->bootstrap_token,
-               room.ready->spec_candidate_ids, out);
+    SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
+               TransferPoll::kSuccess, &*room.ready, out);
   }
   DropDestinations(room);
   room.ready.reset();
@@ -1070,7 +1114,9 @@ std::vector<std::shared_ptr<const DecodePeer>> PrefillRooms::Registrations() con
 }
 
 std::vector<std::pair<std::string, wire::ReplyRoute>> PrefillRooms::RejectedSessions() const {
-  std::vector<std::pair<std::string, wire::ReplyRoute>> out(rejected_.begin(), rejected_.end());
+  std::vector<std::pair<std::string, wire::ReplyRoute>> out;
+  out.reserve(rejected_.size());
+  for (const auto& [session, rejection] : rejected_) out.emplace_back(session, rejection.route);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }

@@ -38,6 +38,7 @@
 #include "control/session/timeouts.h"
 #include "control/session/transfer_poll.h"
 #include "control/wire/registration.h"
+#include "control/wire/status.h"
 
 namespace kvrail::session {
 
@@ -142,7 +143,19 @@ struct RoomReady {
   std::optional<layout::Manifest> source_manifest;
   int64_t bootstrap_token = -1;  // the first sampled token, or -1 for none
   std::optional<std::vector<int32_t>> spec_candidate_ids;  // nullopt (or empty) for none
+  // The prompt tokens this rank served from its own prefix cache (CACHEPD §12.9 frame 5):
+  // 0 <= cached_tokens <= the source manifest's prompt_len (2^48 without one).
+  int64_t cached_tokens = 0;
+  // The bootstrap token's log-probability (CACHEPD §12.9 frame 6); nullopt for none. Not NaN
+  // and not +inf (what wire::ParseStatus refuses); -inf is allowed.
+  std::optional<double> first_token_logprob;
 };
+
+// The checks PrefillRooms::Ready makes on what the engine says of `room` (InvalidArgument,
+// naming the field): a token of -1 or more; 0 <= cached_tokens <= the source manifest's
+// prompt_len (2^48 without one); a logprob that is not NaN or +inf (CACHEPD §12.9). A caller
+// may run them first, to refuse a Ready before anything of the room is stored.
+absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready);
 
 // What a call asks the caller to do.
 struct PrefillOutput {
@@ -246,7 +259,8 @@ class PrefillRooms {
   // destination session in quarantine, and the total bytes against max_room_bytes. A room
   // that already failed reports a Failed event again and starts nothing.
   // Fails, changing nothing, for a room never begun (NotFound), a second Ready
-  // (FailedPrecondition), or a token below -1 (InvalidArgument).
+  // (FailedPrecondition), or a token below -1, cached tokens out of range or a NaN or +inf
+  // logprob (InvalidArgument, naming the field).
   absl::StatusOr<PrefillOutput> Ready(uint64_t room, RoomReady ready, absl::Time now);
 
   // Layer-wise streaming (CACHEPD §6.11, the whole prompt as one chunk): the fields
@@ -272,8 +286,9 @@ class PrefillRooms {
   // layer-wise streaming, every copy of all its works, the final one included. A room that
   // failed meanwhile (fences) is fenced by this and fails now. Otherwise it becomes Success and
   // each destination is sent Success with this rank, the token and the speculative ids (§1.4,
-  // §3.4); the destinations are dropped. Fails, changing nothing, when the room has no transfer in
-  // flight.
+  // §3.4), and, to a destination whose registration contract was in the 2026-09 form, the
+  // cached tokens and the logprob in 7 frames (§12.9); the destinations are dropped. Fails,
+  // changing nothing, when the room has no transfer in flight.
   absl::StatusOr<PrefillOutput> OnTransferDone(uint64_t room, absl::Time now);
 
   // The transfer ended without landing, and no write of it can land any more (the transfer
@@ -399,8 +414,10 @@ class PrefillRooms {
   absl::StatusOr<std::shared_ptr<const plan::Planner>> PlannerFor(
       int decode_tp_size, const std::string& canonical_contract,
       const layout::Contract& decode_contract);
-  void RejectRegistration(const wire::ReplyRoute& route, const absl::Status& error, absl::Time now,
-                          PrefillOutput& out);
+  // `form`: the status form the rejected peer is answered in (its contract's revision, or the
+  // newest when its contract did not parse).
+  void RejectRegistration(const wire::ReplyRoute& route, wire::StatusForm form,
+                          const absl::Status& error, absl::Time now, PrefillOutput& out);
   void AcceptRegistration(std::shared_ptr<const DecodePeer> peer);
   void AbortRoomsOfSession(absl::string_view session_id, FailureCause cause,
                            absl::string_view reason, absl::Time now, PrefillOutput& out);
@@ -408,8 +425,10 @@ class PrefillRooms {
                            absl::Time now, PrefillOutput& out);
   absl::Status Collect(const Room& room, const DecodePeer& peer) const;
   void ReplyFailed(uint64_t room, absl::string_view session_id, PrefillOutput& out) const;
-  void SendStatus(uint64_t room, const std::string& endpoint, TransferPoll status, int64_t token,
-                  const std::optional<std::vector<int32_t>>& spec_ids, PrefillOutput& out) const;
+  // Sends `status` to `endpoint` in `form` (CACHEPD §3.4, §12.9). A Success carries `ready`'s
+  // token, ids, cached tokens and logprob; a Failed (ready null) -1, none, 0 and none.
+  void SendStatus(uint64_t room, const std::string& endpoint, wire::StatusForm form,
+                  TransferPoll status, const RoomReady* ready, PrefillOutput& out) const;
   void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
   // Each data destination's window, in the order they pre-allocated.
   static std::vector<DecodeWindow> WindowsOf(const Room& room);
@@ -429,7 +448,12 @@ class PrefillRooms {
   // AddDestination and DropDestinations, the only code that changes a room's destinations.
   absl::flat_hash_map<std::string, size_t> session_rooms_;
   absl::flat_hash_map<std::string, std::shared_ptr<const DecodePeer>> registrations_;
-  absl::flat_hash_map<std::string, wire::ReplyRoute> rejected_;
+  // A rejected registration's reply route, and the status form it is answered in (CACHEPD §12.9).
+  struct Rejection {
+    wire::ReplyRoute route;
+    wire::StatusForm form = wire::StatusForm::k2026_09;
+  };
+  absl::flat_hash_map<std::string, Rejection> rejected_;
   std::deque<std::string> rejected_order_;                   // oldest first, for the bound
   absl::flat_hash_map<std::string, absl::Time> quarantine_;  // session -> end of quarantine
   absl::flat_hash_map<PlannerKey, std::shared_ptr<const plan::Planner>> planners_;

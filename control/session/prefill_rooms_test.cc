@@ -6,12 +6,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "control/layout/revision.h"
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
 #include "control/wire/status.h"
@@ -84,6 +87,21 @@ wire::StatusMessage ParsedStatus(const OutboundMessage& message) {
   absl::StatusOr<wire::StatusMessage> parsed = wire::ParseStatus(message.frames);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   return parsed.ok() ? *parsed : wire::StatusMessage{};
+}
+
+// Sets the revision the registration contract of `session` was parsed in. ParseContract will set
+// it from the wire (a colleague's change to control/layout); until that lands every parsed
+// contract says 2026-09, so the tests that depend on the form set it here. The peer is shared
+// as const, but was made mutable (DecodePeer, std::make_shared), so this write is defined.
+void SetPeerRevision(const PrefillRooms& rooms, const std::string& session,
+                     layout::Revision revision) {
+  for (const std::shared_ptr<const DecodePeer>& peer : rooms.Registrations()) {
+    if (peer->registration.session_id == session) {
+      const_cast<DecodePeer&>(*peer).contract.revision = revision;
+      return;
+    }
+  }
+  ADD_FAILURE() << "no registration of " << session;
 }
 
 std::vector<TransferPoll> States(const PrefillOutput& out) {
@@ -175,9 +193,79 @@ TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDest
   EXPECT_FALSE(rooms.OnTransferDone(42, kT0).ok());  // once only
 }
 
+// CACHEPD §12.9, §12.11: each decode peer is answered in the form its registration contract came
+// in: 7 frames (cached tokens, logprob) for a 2026-09 contract, 5 for a snapshot one.
+TEST(PrefillRoomsTest, ASuccessIsSentInEachPeersFormWithTheReadysCachedTokensAndLogprob) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  SetPeerRevision(rooms, SessionOf(0), layout::Revision::k2026_09);
+  SetPeerRevision(rooms, SessionOf(1), layout::Revision::kSnapshot);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  Preallocate(rooms, 42, 1);
+  RoomReady ready = ReadyWith(7);
+  ready.cached_tokens = 5;
+  ready.first_token_logprob = -0.25;
+  ASSERT_TRUE(rooms.Ready(42, ready, kT0).ok());
+  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->messages.size(), 2u);
+  EXPECT_EQ(done->messages[0].endpoint, ReplyEndpointOf(0));
+  EXPECT_THAT(done->messages[0].frames,
+              ElementsAre("42", "5", "0", "7", "", "5", std::string("\0\0\0\0\0\0\xd0\xbf", 8)));
+  EXPECT_EQ(done->messages[1].endpoint, ReplyEndpointOf(1));
+  EXPECT_THAT(done->messages[1].frames, ElementsAre("42", "5", "0", "7", ""));
+}
+
+// CACHEPD §12.9: a Failed carries 0 cached tokens and no logprob, whatever the Ready said.
+TEST(PrefillRoomsTest, AFailedIsSentInEachPeersFormWithZeroCachedTokensAndNoLogprob) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  SetPeerRevision(rooms, SessionOf(0), layout::Revision::k2026_09);
+  SetPeerRevision(rooms, SessionOf(1), layout::Revision::kSnapshot);
+  ASSERT_TRUE(rooms.BeginRoom(43, kT0).ok());
+  Preallocate(rooms, 43, 0);
+  Preallocate(rooms, 43, 1);
+  PrefillOutput aborted = rooms.Abort(43, "scheduler abort", kT0);
+  ASSERT_EQ(aborted.messages.size(), 2u);
+  EXPECT_THAT(aborted.messages[0].frames, ElementsAre("43", "0", "0", "-1", "", "0", ""));
+  EXPECT_THAT(aborted.messages[1].frames, ElementsAre("43", "0", "0", "-1", ""));
+}
+
+TEST(PrefillRoomsTest, ReadyRefusesCachedTokensOutsideThePromptAndANonLogprob) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(44, kT0).ok());
+  const int64_t prompt_len = SourceManifest().prompt_len;
+  RoomReady too_many = ReadyWith(7);
+  too_many.cached_tokens = prompt_len + 1;
+  absl::Status refused = rooms.Ready(44, too_many, kT0).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr(absl::StrCat("cached_tokens ", prompt_len + 1, " must lie in [0, ",
+                                     prompt_len, "], the prompt length")));
+  RoomReady negative = ReadyWith(7);
+  negative.cached_tokens = -1;
+  EXPECT_THAT(std::string(rooms.Ready(44, negative, kT0).status().message()),
+              HasSubstr("cached_tokens -1 must lie in"));
+  RoomReady nan = ReadyWith(7);
+  nan.first_token_logprob = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(std::string(rooms.Ready(44, nan, kT0).status().message()),
+              HasSubstr("first_token_logprob nan is not a log-probability"));
+  RoomReady plus_inf = ReadyWith(7);
+  plus_inf.first_token_logprob = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(rooms.Ready(44, plus_inf, kT0).ok());
+  // Nothing was stored: a valid Ready is still the room's first.
+  RoomReady all = ReadyWith(7);
+  all.cached_tokens = prompt_len;
+  all.first_token_logprob = -std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(rooms.Ready(44, all, kT0).ok());
+}
+
 TEST(PrefillRoomsTest, NoTokenAndNoSpecIdsAreSentAsMinusOneAndAnEmptyFrame) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
+  SetPeerRevision(rooms, SessionOf(0), layout::Revision::kSnapshot);
   ASSERT_TRUE(rooms.BeginRoom(3, kT0).ok());
   Preallocate(rooms, 3, 0);
   Preallocate(rooms, 3, 1);

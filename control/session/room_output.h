@@ -49,6 +49,12 @@ struct RoomEvent {
   // that carried each (CACHEPD §1.4); -1 and nullopt when none did.
   int64_t bootstrap_token = -1;
   std::optional<std::vector<int32_t>> spec_candidate_ids;
+  // Decode kSuccess only (CACHEPD §12.9): the prompt tokens the prefill served from its own
+  // prefix cache, the maximum over every Success of an expected rank (0 when only 5-frame
+  // senders answered), and the bootstrap token's log-probability from the first Success that
+  // carried one (nullopt when none did).
+  int64_t cached_tokens = 0;
+  std::optional<double> bootstrap_logprob;
   // Decode kFailed: whether the pages may be reused now.
   Pages pages = Pages::kUnspecified;
   // Prefill kBootstrapped: each data destination's window, in the order they pre-allocated.

@@ -113,7 +113,19 @@ std::vector<std::string> StatusFrames(uint64_t room, int status, int prefill_ran
   message.prefill_rank = static_cast<uint32_t>(prefill_rank);
   message.bootstrap_token = token;
   message.spec_candidate_ids = std::move(spec_ids);
-  return Must(wire::BuildStatus(message), "status");
+  return Must(wire::BuildStatus(message, wire::StatusForm::kSnapshot), "status");
+}
+
+std::vector<std::string> StatusFrames2026_09(uint64_t room, int status, int prefill_rank,
+                                             int64_t cached_tokens,
+                                             std::optional<double> bootstrap_logprob) {
+  wire::StatusMessage message;
+  message.room = room;
+  message.status = status;
+  message.prefill_rank = static_cast<uint32_t>(prefill_rank);
+  message.cached_tokens = cached_tokens;
+  message.bootstrap_logprob = bootstrap_logprob;
+  return Must(wire::BuildStatus(message, wire::StatusForm::k2026_09), "status");
 }
 
 }  // namespace kvrail::session::testing

@@ -40,6 +40,11 @@ std::vector<std::string> PreallocationFrames(uint64_t room, const std::string& s
 std::vector<std::string> StatusFrames(uint64_t room, int status, int prefill_rank,
                                       int64_t token = -1,
                                       std::optional<std::vector<int32_t>> spec_ids = {});
+// The 7 status frames of the 2026-09 revision (CACHEPD §12.9): a Success or Failed with the
+// cached-token count and the bootstrap logprob (nullopt = none), no token and no ids.
+std::vector<std::string> StatusFrames2026_09(uint64_t room, int status, int prefill_rank,
+                                             int64_t cached_tokens,
+                                             std::optional<double> bootstrap_logprob);
 
 }  // namespace kvrail::session::testing
 

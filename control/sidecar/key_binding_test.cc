@@ -35,7 +35,7 @@ std::vector<std::string> Status(uint32_t rank) {
   wire::StatusMessage s;
   s.room = 11;
   s.prefill_rank = rank;
-  return *wire::BuildStatus(s);
+  return *wire::BuildStatus(s, wire::StatusForm::kSnapshot);
 }
 
 const zmq_auth::KeyIdentity kDecode3{zmq_auth::KeyRole::kDecode, 3, "decode-3"};

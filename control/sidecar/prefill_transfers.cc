@@ -66,12 +66,21 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
     room_ready.spec_candidate_ids =
         std::vector<int32_t>(ready.speculative_ids().begin(), ready.speculative_ids().end());
   }
+  // Checked against the prompt length by PrefillRooms::Ready (CACHEPD §12.9).
+  room_ready.cached_tokens = ready.cached_tokens();
+  if (ready.has_first_token_logprob()) {
+    room_ready.first_token_logprob = ready.first_token_logprob();
+  }
   Locked locked(*this);
   if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
   if (ready.block_tables_size() > 0) {
     KVRAIL_ASSIGN_OR_RETURN(room_ready.source_manifest,
                             ManifestFromTables(ready.block_tables(), ready.prefix_len(),
                                                ready.prompt_len(), context + ": block_tables"));
+  }
+  // Refused before the room is begun, so that a refused Ready stores nothing.
+  if (absl::Status checked = session::CheckRoomReady(ready.room(), room_ready); !checked.ok()) {
+    return AddContext(checked, context);
   }
   const absl::Time now = absl::Now();
   absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);

@@ -16,7 +16,7 @@ namespace kvrail::sidecar {
 namespace {
 
 std::vector<std::string> Success(uint64_t room, uint32_t rank) {
-  return wire::BuildStatus({room, 5, rank, 42, std::nullopt}).value();
+  return wire::BuildStatus({room, 5, rank, 42, std::nullopt}, wire::StatusForm::kSnapshot).value();
 }
 
 std::vector<std::string> ProofOf(const std::string& key, const std::vector<std::string>& message,
@@ -44,7 +44,8 @@ TEST(SenderCheckTest, AForgedSuccessOrAProofForAnotherMessageIsRefused) {
   // A proof made with another key, or for another token, does not match.
   ASSERT_TRUE(check.OnProof(ProofOf(forger.bytes(), Success(7, 0), 7, 0)).ok());
   EXPECT_TRUE(absl::StrContains(check.Check(Success(7, 0)).message(), "does not match"));
-  const auto other = wire::BuildStatus({7, 5, 0, 43, std::nullopt}).value();
+  const auto other =
+      wire::BuildStatus({7, 5, 0, 43, std::nullopt}, wire::StatusForm::kSnapshot).value();
   ASSERT_TRUE(check.OnProof(ProofOf(key.bytes(), other, 7, 0)).ok());
   EXPECT_FALSE(check.Check(Success(7, 0)).ok());
   // Fence answers are proven the same way.

@@ -126,6 +126,8 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
   if (event.spec_candidate_ids) {
     for (int32_t id : *event.spec_candidate_ids) out.add_speculative_ids(id);
   }
+  out.set_cached_tokens(event.cached_tokens);  // decode Success (CACHEPD §12.9); 0 otherwise
+  if (event.bootstrap_logprob) out.set_first_token_logprob(*event.bootstrap_logprob);
   if (ended != nullptr) {
     out.set_bytes(ended->landed ? ended->bytes : 0);
     out.set_copies(ended->copies);
@@ -173,6 +175,8 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
   if (event.state == TransferPoll::kSuccess) {
     ended.bootstrap_token = event.bootstrap_token;
     if (event.spec_candidate_ids) ended.speculative_ids = *event.spec_candidate_ids;
+    ended.cached_tokens = event.cached_tokens;
+    ended.first_token_logprob = event.bootstrap_logprob;
   }
   if (finished.emplace(event.room, std::move(ended)).second) {
     finished_order.push_back(event.room);
@@ -431,6 +435,8 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
       state->set_cause(std::string(session::FailureCauseLabel(ended.cause)));
       state->set_bootstrap_token(ended.bootstrap_token);
       for (int32_t id : ended.speculative_ids) state->add_speculative_ids(id);
+      state->set_cached_tokens(ended.cached_tokens);
+      if (ended.first_token_logprob) state->set_first_token_logprob(*ended.first_token_logprob);
     } else if (prefill) {
       current = prefill->State(room);
       if (current == TransferPoll::kBootstrapped) {

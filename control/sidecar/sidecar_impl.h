@@ -154,6 +154,8 @@ struct Sidecar::Impl {
     session::FailureCause cause = session::FailureCause::kNone;
     int64_t bootstrap_token = -1;  // decode Success: as its event (session::RoomEvent)
     std::vector<int32_t> speculative_ids;
+    int64_t cached_tokens = 0;  // decode Success (CACHEPD §12.9)
+    std::optional<double> first_token_logprob;
   };
   absl::flat_hash_map<uint64_t, FinishedRoom> finished;
   std::deque<uint64_t> finished_order;

@@ -90,7 +90,7 @@ TEST(StatusVectorsTest, PollValuesAreTheStrictStatusRange) {
 TEST(StatusVectorsTest, BuildStatusMatchesTheReferenceSenderByteForByte) {
   for (const json& vector_case : Cases("generated_by_prefill")) {
     SCOPED_TRACE(vector_case.at("name").get<std::string>());
-    auto frames = BuildStatus(MessageFromCall(vector_case.at("call")));
+    auto frames = BuildStatus(MessageFromCall(vector_case.at("call")), StatusForm::kSnapshot);
     ASSERT_TRUE(frames.ok()) << frames.status();
     EXPECT_EQ(*frames, kvrail::testing::VectorFrames(vector_case));
   }
@@ -105,10 +105,14 @@ TEST(StatusVectorsTest, StrictParseReadsTheReferenceSenderFrames) {
   }
 }
 
+// The snapshot's reader ignored every frame after 4 (CACHEPD §3.4); 2026-09 reads frames 5 and
+// 6 (CACHEPD §12.9, which supersedes §3.4 where they disagree). A snapshot case of more than 5
+// frames is therefore checked against §12.9 (SixFramesAreReadAs2026_09 below), not here.
 TEST(StatusVectorsTest, LenientParseMatchesTheReferenceDecode) {
   int divergent = 0;
   for (const json& vector_case : Cases("parse")) {
     SCOPED_TRACE(vector_case.at("name").get<std::string>());
+    if (kvrail::testing::VectorFrames(vector_case).size() > 5) continue;
     const json& result = vector_case.at("result");
     auto message = ParseStatusLenient(kvrail::testing::VectorFrames(vector_case));
     if (!result.at("ok").get<bool>()) {
@@ -130,6 +134,26 @@ TEST(StatusVectorsTest, LenientParseMatchesTheReferenceDecode) {
     EXPECT_EQ(message->spec_candidate_ids, SpecIds(result.at("spec_candidate_ids")));
   }
   EXPECT_LE(divergent, 1);
+}
+
+// six_frames carries "junk" in frame 5: the snapshot reference ignored it; the 2026-09 one reads
+// it as the cached-token count and drops the message (CACHEPD §12.9).
+TEST(StatusVectorsTest, SixFramesAreReadAs2026_09) {
+  for (const json& vector_case : Cases("parse")) {
+    if (vector_case.at("name") != "six_frames") {
+      continue;
+    }
+    const std::vector<std::string> frames = kvrail::testing::VectorFrames(vector_case);
+    ASSERT_EQ(frames.size(), 6u);
+    EXPECT_EQ(frames[5], "junk");
+    auto message = ParseStatusLenient(frames);
+    ASSERT_FALSE(message.ok());
+    EXPECT_THAT(std::string(message.status().message()),
+                HasSubstr("status frame 5 (cached tokens)"));
+    EXPECT_FALSE(ParseStatus(frames).ok());
+    return;
+  }
+  FAIL() << "status.json has no six_frames case";
 }
 
 TEST(StatusVectorsTest, HugeRoomIsRejectedWithAClearMessage) {
@@ -158,7 +182,7 @@ TEST(StatusVectorsTest, StrictParseAcceptsOnlyCanonicalFrameSets) {
     auto lenient = ParseStatusLenient(frames);
     bool canonical = false;
     if (lenient.ok()) {
-      auto rebuilt = BuildStatus(*lenient);
+      auto rebuilt = BuildStatus(*lenient, lenient->form);
       canonical = rebuilt.ok() && *rebuilt == frames;
     }
     auto strict = ParseStatus(frames);

@@ -8,6 +8,7 @@ import time
 from typing import List, Optional
 
 from kvrail_engine.client import SidecarClient, SidecarError
+from kvrail_engine.room_event import RoomState, TransferPoll
 
 DESCRIPTION = """\
 Talk to a kvrail sidecar through its engine API (docs/ENGINE-API.md), as an engine rank does.
@@ -89,6 +90,20 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def state_line(room: int, state: RoomState) -> str:
+    """What `poll` prints of one room: its status, a Failed one's cause and reason, and a
+    decode Success's bootstrap token, cached tokens and first token logprob (CACHEPD 12.9)."""
+    cause = " (%s)" % state.cause if state.cause else ""
+    reason = " " + state.reason if state.reason else ""
+    outcome = ""
+    if state.status == TransferPoll.SUCCESS:
+        logprob = state.first_token_logprob
+        outcome = (" bootstrap_token=%d cached_tokens=%d first_token_logprob=%s"
+                   % (state.bootstrap_token, state.cached_tokens,
+                      "none" if logprob is None else repr(logprob)))
+    return "room %d %s%s%s%s" % (room, state.status.name, cause, reason, outcome)
+
+
 def run(args: argparse.Namespace) -> int:
     endpoint = args.endpoint
     if endpoint.startswith("ipc://") and not os.path.exists(endpoint[len("ipc://"):]):
@@ -98,9 +113,7 @@ def run(args: argparse.Namespace) -> int:
                        curve_server_key=args.curve_server_key) as client:
         if args.command == "poll":
             for room, state in client.poll_states(args.rooms).items():
-                cause = " (%s)" % state.cause if state.cause else ""
-                reason = " " + state.reason if state.reason else ""
-                print("room %d %s%s%s" % (room, state.status.name, cause, reason))
+                print(state_line(room, state))
             return 0
         start = time.monotonic()
         stats = client.stats()

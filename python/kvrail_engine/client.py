@@ -237,17 +237,24 @@ class SidecarClient:
 
     def ready(self, room: int, source_manifest: Text = "", bootstrap_token: int = -1,
               speculative_ids: Iterable[int] = (), block_tables: Optional[BlockTables] = None,
-              window: Optional[Tuple[int, int]] = None) -> "_pb.EngineReply":
+              window: Optional[Tuple[int, int]] = None, cached_tokens: int = 0,
+              first_token_logprob: Optional[float] = None) -> "_pb.EngineReply":
         """Prefill: the room's cache is computed; send it to its decode ranks. The source
         blocks as CachePD manifest JSON, or as `block_tables` (one list of block ids per KV
         cache group, in the contract's group order) with `window` = (prefix_len, prompt_len),
-        the decode's window from the BOOTSTRAPPED event: the sidecar builds the manifest."""
+        the decode's window from the BOOTSTRAPPED event: the sidecar builds the manifest.
+        `cached_tokens`: the prompt tokens served from this prefill's own prefix cache (0 to the
+        prompt length); `first_token_logprob`: the bootstrap token's log-probability, or None.
+        Both reach the decode in the 2026-09 status (CACHEPD 12.9)."""
         request = engine_pb2.EngineRequest()
         request.ready.room = room
         request.ready.source_manifest = _text(source_manifest)
         _set_tables(request.ready, block_tables, window)
         request.ready.bootstrap_token = bootstrap_token
         request.ready.speculative_ids.extend(speculative_ids)
+        request.ready.cached_tokens = cached_tokens
+        if first_token_logprob is not None:
+            request.ready.first_token_logprob = first_token_logprob
         return self._begin(room, request)
 
     def layers_ready(self, room: int, layers: int,
@@ -293,7 +300,9 @@ class SidecarClient:
             status = _POLL[s.status]
             if status in _ENDED:
                 states[s.room] = RoomState(status, s.reason, s.bootstrap_token,
-                                           tuple(s.speculative_ids), cause=s.cause)
+                                           tuple(s.speculative_ids), cause=s.cause,
+                                           cached_tokens=s.cached_tokens,
+                                           first_token_logprob=_logprob(s))
             elif status is TransferPoll.BOOTSTRAPPED and len(s.windows):
                 states[s.room] = RoomState(status, "", -1, (), _windows(s.windows))
             else:  # a room in flight has nothing else to read
@@ -477,10 +486,18 @@ def _windows(windows: Iterable["_pb.DecodeWindow"]) -> Tuple[DecodeWindow, ...]:
                  for w in windows)
 
 
+def _logprob(message: Any) -> Optional[float]:
+    """A RoomEvent's or RoomState's first_token_logprob: None when unset (proto3 optional)."""
+    if message.HasField("first_token_logprob"):
+        return float(message.first_token_logprob)
+    return None
+
+
 def _event(e: "_pb.RoomEvent") -> RoomEvent:
     return RoomEvent(e.room, _POLL[e.status], e.reason, e.bootstrap_token,
                      list(e.speculative_ids), e.bytes, e.copies, e.seconds, Pages(e.pages),
-                     e.pages_released, e.pages_proven, _windows(e.windows), e.cause)
+                     e.pages_released, e.pages_proven, _windows(e.windows), e.cause,
+                     e.cached_tokens, _logprob(e))
 
 
 def _curve_client(socket: zmq.Socket, key_file: str, server_key: str) -> None:

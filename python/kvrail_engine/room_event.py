@@ -2,7 +2,7 @@
 outcome (RoomEvent) or state (RoomState)."""
 
 import enum
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 
 class TransferPoll(enum.IntEnum):
@@ -41,7 +41,11 @@ class RoomEvent(NamedTuple):
     engine began with begin() also gets one event with status BOOTSTRAPPED and `windows`.
     A Failed one names its `cause`, one word from a fixed list (docs/ENGINE-API.md): aborted,
     timeout, peer_failed, expired, handshake, transport, bounds, invalid, refused, digest,
-    engine, bootstrap, other."""
+    engine, bootstrap, other. A decode Success carries, besides the bootstrap token and
+    speculative ids, `cached_tokens` (the prompt tokens the prefill served from its own prefix
+    cache: the largest count any prefill rank reported, 0 from a snapshot-era prefill) and
+    `first_token_logprob` (the bootstrap token's log-probability, None when no rank sent one;
+    CACHEPD 12.9)."""
 
     room: int
     status: TransferPoll
@@ -56,12 +60,14 @@ class RoomEvent(NamedTuple):
     pages_proven: bool = False
     windows: Tuple[DecodeWindow, ...] = ()
     cause: str = ""
+    cached_tokens: int = 0
+    first_token_logprob: Optional[float] = None
 
 
 class RoomState(NamedTuple):
-    """One room's state as poll_states() reports it: bootstrap_token (-1: none) and
-    speculative_ids are a decode Success's, as in its RoomEvent; windows a begun prefill
-    room's, once Bootstrapped."""
+    """One room's state as poll_states() reports it: bootstrap_token (-1: none),
+    speculative_ids, cached_tokens and first_token_logprob are a decode Success's, as in its
+    RoomEvent; windows a begun prefill room's, once Bootstrapped."""
 
     status: TransferPoll
     reason: str
@@ -69,6 +75,8 @@ class RoomState(NamedTuple):
     speculative_ids: Tuple[int, ...]
     windows: Tuple[DecodeWindow, ...] = ()
     cause: str = ""  # Failed: as its RoomEvent's
+    cached_tokens: int = 0
+    first_token_logprob: Optional[float] = None
 
 
 def failed(room: int, reason: str, pages: Pages, released: bool = False,

@@ -130,7 +130,7 @@ class DigestTest : public ::testing::Test {
   }
 
   std::vector<std::string> Success(uint64_t room) {
-    return wire::BuildStatus({room, 5, 0, 7, std::nullopt}).value();
+    return wire::BuildStatus({room, 5, 0, 7, std::nullopt}, wire::StatusForm::kSnapshot).value();
   }
 
   v1::SidecarStats Stats() {

@@ -1,6 +1,7 @@
 // The CachePD frames real sidecar processes emit, read by a fake peer with kvrail's strict
 // parsers (the vectors' rules, CACHEPD §3): a fake prefill rank facing a decode sidecar, and
 // a fake decode rank (with a real UCX data plane) facing a prefill sidecar.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -105,7 +106,8 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   EXPECT_EQ(pre->session_id, parsed->session_id);
   EXPECT_EQ(pre->manifest_wire, layout::SerializeManifest(manifest).value());
 
-  // Answer as the prefill would: Success with a token and speculative ids.
+  // Answer as a 2026-09 prefill would (CACHEPD §12.9): Success with a token, speculative ids,
+  // its cached-token count and the token's logprob, in 7 frames.
   zmq::socket_t push(context, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 2000);
   push.connect(absl::StrCat("tcp://", parsed->endpoint, ":", parsed->port));
@@ -115,8 +117,11 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   status.prefill_rank = 0;
   status.bootstrap_token = 77;
   status.spec_candidate_ids = std::vector<int32_t>{1, 2};
+  status.cached_tokens = 128;
+  status.bootstrap_logprob = -0.25;
   std::vector<zmq::const_buffer> frames;
-  const std::vector<std::string> status_frames = wire::BuildStatus(status).value();
+  const std::vector<std::string> status_frames =
+      wire::BuildStatus(status, wire::StatusForm::k2026_09).value();
   for (const std::string& f : status_frames) frames.push_back(zmq::buffer(f));
   ASSERT_TRUE(zmq::send_multipart(push, frames));
   std::optional<v1::RoomEvent> event = engine->NextEvent(absl::Seconds(20));
@@ -126,6 +131,17 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   EXPECT_EQ(event->bootstrap_token(), 77);
   ASSERT_EQ(event->speculative_ids_size(), 2);
   EXPECT_EQ(event->speculative_ids(1), 2);
+  EXPECT_EQ(event->cached_tokens(), 128);
+  ASSERT_TRUE(event->has_first_token_logprob());
+  EXPECT_EQ(event->first_token_logprob(), -0.25);
+  // Polling says the same (RoomState).
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(5);
+  absl::StatusOr<v1::EngineReply> polled = engine->Call(poll);
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  ASSERT_EQ(polled->states_size(), 1);
+  EXPECT_EQ(polled->states(0).cached_tokens(), 128);
+  EXPECT_EQ(polled->states(0).first_token_logprob(), -0.25);
   (*sidecar)->Signal(SIGTERM);
   EXPECT_EQ((*sidecar)->Wait(absl::Seconds(10)).value_or(-1), 0);
 }
@@ -195,12 +211,24 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
   ready_request.mutable_ready()->set_source_manifest(layout::SerializeManifest(src).value());
   ready_request.mutable_ready()->set_bootstrap_token(123);
   ready_request.mutable_ready()->add_speculative_ids(4);
+  // More cached tokens than the prompt has: refused, naming the field, and nothing is stored.
+  ready_request.mutable_ready()->set_cached_tokens(src.prompt_len + 1);
+  absl::StatusOr<v1::EngineReply> refused = engine->Call(ready_request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("cached_tokens"));
+  ready_request.mutable_ready()->set_cached_tokens(src.prompt_len);
+  ready_request.mutable_ready()->set_first_token_logprob(-0.5);
   ASSERT_TRUE(engine->Call(ready_request).ok());
 
-  // CACHEPD §3.4: 5 frames, strictly valid, sent only after the bytes landed.
+  // CACHEPD §12.9: the registration's contract is in the 2026-09 form, so the status is 7
+  // frames, strictly valid, sent only after the bytes landed, with the Ready's cached tokens
+  // and logprob.
   const std::vector<std::string> status_frames = Receive(pull);
   auto status = wire::ParseStatus(status_frames);
   ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status_frames.size(), 7u);
+  EXPECT_EQ(status->cached_tokens, src.prompt_len);
+  EXPECT_EQ(status->bootstrap_logprob, -0.5);
   EXPECT_EQ(status->room, 9u);
   EXPECT_EQ(status->status, 5);
   EXPECT_EQ(status->prefill_rank, 0u);

@@ -136,7 +136,9 @@ class CurveTest : public ::testing::Test {
     ASSERT_TRUE(d_->Expect(0, room, manifest).ok());
     absl::SleepFor(absl::Milliseconds(200));
     zmq::socket_t push = Push(d_->decode(0).cachepd_endpoint, key, "decode-0");
-    Send(push, wire::BuildStatus({room, 5, static_cast<uint32_t>(rank), 7, std::nullopt}).value());
+    Send(push, wire::BuildStatus({room, 5, static_cast<uint32_t>(rank), 7, std::nullopt},
+                                 wire::StatusForm::kSnapshot)
+                   .value());
     absl::StatusOr<v1::RoomEvent> early = d_->Event(d_->decode(0), room, absl::Seconds(1));
     EXPECT_FALSE(early.ok()) << "the decode published " << early->DebugString();
     ASSERT_TRUE(d_->Ready(room, manifest).ok());

@@ -246,7 +246,8 @@ TEST_F(HostilePeerTest, AForgedSuccessIsNotTakenAndTheRealOneIs) {
   zmq::socket_t to_decode(context_, zmq::socket_type::push);
   to_decode.set(zmq::sockopt::linger, 0);
   to_decode.connect(d_->decode(0).cachepd_endpoint);
-  const std::vector<std::string> forged = wire::BuildStatus({901, 5, 0, 7, std::nullopt}).value();
+  const std::vector<std::string> forged =
+      wire::BuildStatus({901, 5, 0, 7, std::nullopt}, wire::StatusForm::kSnapshot).value();
   std::vector<zmq::const_buffer> parts;
   for (const std::string& f : forged) parts.push_back(zmq::buffer(f));
   ASSERT_TRUE(zmq::send_multipart(to_decode, parts).has_value());
@@ -475,7 +476,7 @@ TEST(DigestDeploymentTest, ARoomLandsCheckedAndAForgedSuccessOrDigestIsRefused) 
   to_decode.connect(d.decode(0).cachepd_endpoint);
   for (const std::vector<std::string>& forged :
        {wire::BuildRoomDigest({1001, 0, 12345}).value(),
-        wire::BuildStatus({1001, 5, 0, 7, std::nullopt}).value()}) {
+        wire::BuildStatus({1001, 5, 0, 7, std::nullopt}, wire::StatusForm::kSnapshot).value()}) {
     std::vector<zmq::const_buffer> parts;
     for (const std::string& f : forged) parts.push_back(zmq::buffer(f));
     ASSERT_TRUE(zmq::send_multipart(to_decode, parts).has_value());

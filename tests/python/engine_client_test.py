@@ -5,6 +5,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ sys.path.insert(0, os.path.join(os.getcwd(), "python"))
 
 from kvrail_engine import (Pages, SidecarArena, SidecarClient, SidecarError,  # noqa: E402
                            TransferPoll)
+from kvrail_engine.__main__ import state_line  # noqa: E402
 from kvrail_engine.client import engine_pb2  # noqa: E402
 
 KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
@@ -191,6 +193,67 @@ class DpGroupTest(unittest.TestCase):
         self.assertIn("Expect.dp_group 2: the prefill node has 2 DP group(s)", self.failure_of(4))
         with self.assertRaisesRegex(SidecarError, "dp_group -1 is not a DP group"):
             self.client.expect(6, self.address, MANIFEST, dp_group=-1)
+
+
+class StatusFramesTest(unittest.TestCase):
+    """A decode room whose prefill rank (a PULL socket here) answers in the 2026-09 form
+    (CACHEPD 12.9): the Success event, poll_states and `python3 -m kvrail_engine poll` carry
+    its cached tokens and first token logprob."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bootstrap, port = start_bootstrap()
+        cls.prefill = zmq.Context.instance().socket(zmq.PULL)
+        cls.prefill.setsockopt(zmq.LINGER, 0)
+        cls.prefill.setsockopt(zmq.RCVTIMEO, 20000)
+        register_prefill_rank(port, 0, world_size=1, dp_size=1,
+                              rank_port=cls.prefill.bind_to_random_port("tcp://127.0.0.1"))
+        cls.address = "127.0.0.1:%d" % port
+        cls.endpoint = "ipc:///tmp/kvrail-pytest-status-%s.sock" % TAG
+        # The fake prefill stands in for a tokenspeed rank, which proves nothing.
+        cls.sidecar = start_decode_sidecar(cls.endpoint, "tcp", ["--sender-proofs", "off"])
+        cls.shm = "/kvrail-pytest-status-%s" % TAG
+        with open("/dev/shm" + cls.shm, "wb") as f:
+            f.truncate(1 << 20)
+        cls.client = SidecarClient(cls.endpoint, timeout=10.0)
+        cls.client.attach_shm(cls.shm, CONTRACT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.sidecar.terminate()
+        cls.sidecar.wait(timeout=10)
+        cls.bootstrap.terminate()
+        cls.bootstrap.wait(timeout=10)
+        cls.prefill.close()
+        os.unlink("/dev/shm" + cls.shm)
+
+    def reply_route(self):
+        """The decode's PULL socket, from its registration (CACHEPD 3.2: frames 1 and 2)."""
+        while True:
+            frames = self.prefill.recv_multipart()
+            if len(frames) == 8 and frames[0] == b"None":
+                return "tcp://%s:%s" % (frames[1].decode(), frames[2].decode())
+
+    def test_a_success_carries_the_cached_tokens_and_the_logprob(self):
+        self.client.expect(3, self.address, MANIFEST)
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 2000)
+        push.connect(self.reply_route())
+        push.send_multipart([b"3", b"5", b"0", b"7919", b"", b"96", struct.pack("<d", -0.125)])
+        push.close()
+        event = self.client.next_event(timeout=30)
+        self.assertIsNotNone(event)
+        self.assertEqual((event.room, event.status), (3, TransferPoll.SUCCESS), event.reason)
+        self.assertEqual(event.bootstrap_token, 7919)
+        self.assertEqual(event.cached_tokens, 96)
+        self.assertEqual(event.first_token_logprob, -0.125)
+        state = self.client.poll_states([3])[3]
+        self.assertEqual((state.cached_tokens, state.first_token_logprob), (96, -0.125))
+
+        # What `python3 -m kvrail_engine poll` prints of it.
+        self.assertEqual(state_line(3, state), "room 3 SUCCESS bootstrap_token=7919 "
+                                               "cached_tokens=96 first_token_logprob=-0.125")
 
 
 class SidecarLossTest(unittest.TestCase):
