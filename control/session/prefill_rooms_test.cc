@@ -28,6 +28,7 @@ using kvrail::session::testing::DecodeManifestWire;
 using kvrail::session::testing::PreallocationFrames;
 using kvrail::session::testing::PrefillContract;
 using kvrail::session::testing::RegistrationFrames;
+using kvrail::session::testing::RegistrationFramesInForm;
 using kvrail::session::testing::ReplyEndpointOf;
 using kvrail::session::testing::SessionOf;
 using kvrail::session::testing::SourceManifest;
@@ -89,19 +90,12 @@ wire::StatusMessage ParsedStatus(const OutboundMessage& message) {
   return parsed.ok() ? *parsed : wire::StatusMessage{};
 }
 
-// Sets the revision the registration contract of `session` was parsed in. ParseContract will set
-// it from the wire (a colleague's change to control/layout); until that lands every parsed
-// contract says 2026-09, so the tests that depend on the form set it here. The peer is shared
-// as const, but was made mutable (DecodePeer, std::make_shared), so this write is defined.
-void SetPeerRevision(const PrefillRooms& rooms, const std::string& session,
-                     layout::Revision revision) {
-  for (const std::shared_ptr<const DecodePeer>& peer : rooms.Registrations()) {
-    if (peer->registration.session_id == session) {
-      const_cast<DecodePeer&>(*peer).contract.revision = revision;
-      return;
-    }
+// Registers decode ranks 0 and 1 with their contracts written in `forms[0]` and `forms[1]`.
+void RegisterInForms(PrefillRooms& rooms, layout::Revision form0, layout::Revision form1) {
+  for (auto [d, form] : {std::pair{0, form0}, std::pair{1, form1}}) {
+    PrefillOutput out = rooms.OnMessage(RegistrationFramesInForm(d, form), kT0);
+    ASSERT_TRUE(out.rejected.ok()) << out.rejected;
   }
-  ADD_FAILURE() << "no registration of " << session;
 }
 
 std::vector<TransferPoll> States(const PrefillOutput& out) {
@@ -197,9 +191,7 @@ TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDest
 // in: 7 frames (cached tokens, logprob) for a 2026-09 contract, 5 for a snapshot one.
 TEST(PrefillRoomsTest, ASuccessIsSentInEachPeersFormWithTheReadysCachedTokensAndLogprob) {
   PrefillRooms rooms = MakeRooms();
-  RegisterBoth(rooms);
-  SetPeerRevision(rooms, SessionOf(0), layout::Revision::k2026_09);
-  SetPeerRevision(rooms, SessionOf(1), layout::Revision::kSnapshot);
+  RegisterInForms(rooms, layout::Revision::k2026_09, layout::Revision::kSnapshot);
   ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
   Preallocate(rooms, 42, 0);
   Preallocate(rooms, 42, 1);
@@ -220,9 +212,7 @@ TEST(PrefillRoomsTest, ASuccessIsSentInEachPeersFormWithTheReadysCachedTokensAnd
 // CACHEPD §12.9: a Failed carries 0 cached tokens and no logprob, whatever the Ready said.
 TEST(PrefillRoomsTest, AFailedIsSentInEachPeersFormWithZeroCachedTokensAndNoLogprob) {
   PrefillRooms rooms = MakeRooms();
-  RegisterBoth(rooms);
-  SetPeerRevision(rooms, SessionOf(0), layout::Revision::k2026_09);
-  SetPeerRevision(rooms, SessionOf(1), layout::Revision::kSnapshot);
+  RegisterInForms(rooms, layout::Revision::k2026_09, layout::Revision::kSnapshot);
   ASSERT_TRUE(rooms.BeginRoom(43, kT0).ok());
   Preallocate(rooms, 43, 0);
   Preallocate(rooms, 43, 1);
@@ -264,8 +254,7 @@ TEST(PrefillRoomsTest, ReadyRefusesCachedTokensOutsideThePromptAndANonLogprob) {
 
 TEST(PrefillRoomsTest, NoTokenAndNoSpecIdsAreSentAsMinusOneAndAnEmptyFrame) {
   PrefillRooms rooms = MakeRooms();
-  RegisterBoth(rooms);
-  SetPeerRevision(rooms, SessionOf(0), layout::Revision::kSnapshot);
+  RegisterBoth(rooms);  // the scenario's contract: the snapshot's form, so 5 frames
   ASSERT_TRUE(rooms.BeginRoom(3, kT0).ok());
   Preallocate(rooms, 3, 0);
   Preallocate(rooms, 3, 1);

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
-#include "control/layout/revision.h"
 #include "control/session/prefill_rooms.h"
 #include "control/session/transfer_poll.h"
 #include "tests/support/vectors.h"
@@ -98,32 +97,11 @@ void KvrailDeviations(const std::string& scenario, size_t step, bool accept_rest
   }
 }
 
-// Whether kvrail reads the scenarios' snapshot-form contracts as 2026-09 ones. A peer is answered
-// in the form its registration contract came in (CACHEPD §12.9, §12.11): 5 frames for these
-// snapshot contracts once ParseContract reads the form from the wire (a colleague's change to
-// control/layout); until then every contract parses as 2026-09 and is answered in 7 frames, the
-// reference's 5 followed by 0 cached tokens and an empty logprob (the scenarios record none).
-bool ScenarioContractsParseAs2026_09() {
-  for (const json& scenario : ScenarioFile().at("scenarios")) {
-    for (const json& step : scenario.at("steps")) {
-      if (step.at("action") != "zmq" || step.at("frames_hex").size() != 8) continue;
-      absl::StatusOr<layout::Contract> contract =
-          layout::ParseContract(FromHex(step.at("frames_hex").at(5).get<std::string>()));
-      if (contract.ok()) return contract->revision == layout::Revision::k2026_09;
-    }
-  }
-  ADD_FAILURE() << "no scenario registers a decode";
-  return false;
-}
-
 std::vector<std::string> ReferenceFrames(const json& notification) {
   std::vector<std::string> frames;
   for (const json& hex : notification.at("frames_hex")) frames.push_back(hex.get<std::string>());
-  static const bool answered_in_2026_09 = ScenarioContractsParseAs2026_09();
-  if (answered_in_2026_09) {
-    frames.push_back(ToHex("0"));
-    frames.push_back("");
-  }
+  // The scenarios' contracts are in the snapshot's form, so every peer is answered in 5 frames,
+  // byte for byte the reference's (CACHEPD §12.9, §12.11).
   return frames;
 }
 

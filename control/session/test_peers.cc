@@ -86,17 +86,32 @@ std::string ReplyEndpointOf(int decode_rank) {
   return absl::StrCat("tcp://10.1.0.", decode_rank + 1, ":", 17000 + decode_rank);
 }
 
-std::vector<std::string> RegistrationFrames(int decode_rank, std::optional<uint16_t> port,
-                                            std::optional<uint64_t> arena_base) {
+namespace {
+
+std::vector<std::string> RegistrationWith(int decode_rank, std::optional<uint16_t> port,
+                                          std::optional<uint64_t> arena_base,
+                                          std::string contract_wire) {
   wire::Registration registration;
   registration.endpoint = absl::StrCat("10.1.0.", decode_rank + 1);
   registration.port = port.value_or(static_cast<uint16_t>(17000 + decode_rank));
   registration.session_id = SessionOf(decode_rank);
   registration.arena_base = arena_base.value_or(0x7e0000000000);
-  registration.contract_wire = DecodeContractWire();
+  registration.contract_wire = std::move(contract_wire);
   registration.decode_tp_size = 4;
   registration.decode_tp_rank = static_cast<uint32_t>(decode_rank);
   return Must(wire::BuildRegistration(registration), "registration");
+}
+
+}  // namespace
+
+std::vector<std::string> RegistrationFrames(int decode_rank, std::optional<uint16_t> port,
+                                            std::optional<uint64_t> arena_base) {
+  return RegistrationWith(decode_rank, port, arena_base, DecodeContractWire());
+}
+
+std::vector<std::string> RegistrationFramesInForm(int decode_rank, layout::Revision form) {
+  return RegistrationWith(decode_rank, {}, {},
+                          Must(layout::SerializeContract(DecodeContract(), form), "contract"));
 }
 
 std::vector<std::string> PreallocationFrames(uint64_t room, const std::string& session_id,

@@ -11,6 +11,7 @@
 
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/layout/revision.h"
 
 namespace kvrail::session::testing {
 
@@ -33,6 +34,9 @@ std::string ReplyEndpointOf(int decode_rank);  // "tcp://10.1.0.<d+1>:<17000+d>"
 // `port` and `arena_base` override the defaults when set.
 std::vector<std::string> RegistrationFrames(int decode_rank, std::optional<uint16_t> port = {},
                                             std::optional<uint64_t> arena_base = {});
+// The same registration with the decode contract written in `form` (CACHEPD §12.1): the
+// scenario's own wire is the snapshot's.
+std::vector<std::string> RegistrationFramesInForm(int decode_rank, layout::Revision form);
 // The 3 pre-allocation frames of `room` from `session_id` with `manifest_wire`.
 std::vector<std::string> PreallocationFrames(uint64_t room, const std::string& session_id,
                                              const std::string& manifest_wire);
