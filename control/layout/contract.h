@@ -80,7 +80,8 @@ struct GroupSpec {
   std::optional<int64_t> sliding_window_tokens;
   // "history" or "state" in practice. Kept as text: the reference never checks it, and its own
   // vectors carry other values that a conforming peer must accept (contracts.json
-  // non_ascii_raw_utf8). Only "state" has a meaning: it allows checkpoint geometry.
+  // non_ascii_raw_utf8). Only "state" has a meaning: it allows checkpoint geometry (and, in the
+  // 2026-09 form, requires it; §12.1).
   std::string family = "history";
   TransferPolicy transfer_policy = TransferPolicy::kFullSuffix;
   std::optional<int64_t> checkpoint_granularity;
