@@ -41,21 +41,43 @@ absl::StatusOr<DecodeRooms> DecodeRooms::Create(DecodeIdentity identity, DecodeO
     return absl::InvalidArgumentError(absl::StrCat("decode TP rank ", identity.decode_tp_rank,
                                                    " is outside 0..", identity.decode_tp_size - 1));
   }
-  wire::Registration registration;
-  registration.endpoint = identity.endpoint;
-  registration.port = identity.port;
-  registration.session_id = identity.session_id;
-  registration.arena_base = identity.arena_base;
-  KVRAIL_ASSIGN_OR_RETURN(registration.contract_wire, layout::SerializeContract(identity.contract));
-  registration.decode_tp_size = static_cast<uint32_t>(identity.decode_tp_size);
-  registration.decode_tp_rank = static_cast<uint32_t>(identity.decode_tp_rank);
-  KVRAIL_ASSIGN_OR_RETURN(std::vector<std::string> frames, wire::BuildRegistration(registration));
-  return DecodeRooms(std::move(identity), options, std::move(frames));
+  // Both forms up front: which one a prefill node reads is known only once its sync answer is.
+  auto frames_in = [&identity](layout::Revision form) -> absl::StatusOr<std::vector<std::string>> {
+    wire::Registration registration;
+    registration.endpoint = identity.endpoint;
+    registration.port = identity.port;
+    registration.session_id = identity.session_id;
+    registration.arena_base = identity.arena_base;
+    KVRAIL_ASSIGN_OR_RETURN(registration.contract_wire,
+                            layout::SerializeContract(identity.contract, form));
+    registration.decode_tp_size = static_cast<uint32_t>(identity.decode_tp_size);
+    registration.decode_tp_rank = static_cast<uint32_t>(identity.decode_tp_rank);
+    return wire::BuildRegistration(registration);
+  };
+  absl::StatusOr<std::vector<std::string>> snapshot = frames_in(layout::Revision::kSnapshot);
+  absl::StatusOr<std::vector<std::string>> newest = frames_in(layout::Revision::k2026_09);
+  // A contract neither form can carry is refused now; one that only one form can carry fails
+  // the rooms routed to a node of the other revision, each with the reason (OnRoute).
+  if (!snapshot.ok() && !newest.ok()) return newest.status();
+  if (options.revision.has_value()) {
+    const auto& pinned = *options.revision == layout::Revision::kSnapshot ? snapshot : newest;
+    if (!pinned.ok()) return pinned.status();
+  }
+  return DecodeRooms(std::move(identity), options, std::move(snapshot), std::move(newest));
 }
 
 DecodeRooms::DecodeRooms(DecodeIdentity identity, DecodeOptions options,
-                         std::vector<std::string> frames)
-    : identity_(std::move(identity)), options_(options), registration_frames_(std::move(frames)) {}
+                         absl::StatusOr<std::vector<std::string>> snapshot_frames,
+                         absl::StatusOr<std::vector<std::string>> frames_2026_09)
+    : identity_(std::move(identity)),
+      options_(options),
+      snapshot_registration_(std::move(snapshot_frames)),
+      registration_2026_09_(std::move(frames_2026_09)) {}
+
+absl::StatusOr<std::vector<std::string>> DecodeRooms::registration_frames(
+    layout::Revision form) const {
+  return form == layout::Revision::kSnapshot ? snapshot_registration_ : registration_2026_09_;
+}
 
 absl::StatusOr<DecodeOutput> DecodeRooms::BeginRoom(uint64_t room_id,
                                                     absl::string_view bootstrap_address,
@@ -126,6 +148,15 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
                      RankList(union_ranks)));
   }
 
+  const layout::Revision form = options_.revision.value_or(route.revision);
+  absl::StatusOr<std::vector<std::string>> registration = registration_frames(form);
+  if (!registration.ok()) {
+    return MakeError(ErrorCategory::kIncompatiblePeer,
+                     absl::StrCat("room ", room_id, ": the prefill node speaks CachePD ",
+                                  layout::RevisionName(form),
+                                  ", whose contract form cannot carry this decode's contract (",
+                                  registration.status().message(), ") (CACHEPD §12.11)"));
+  }
   room.routed = true;
   room.expected = targets.expected_prefill_ranks;
   room.dummies = targets.dummy_tp_ranks;
@@ -134,7 +165,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
                  absl::StrJoin(targets.target_tp_ranks, ",")};
   if (registered_.insert(std::move(key)).second) {
     for (const PrefillTarget& target : room.targets) {
-      out.messages.push_back(OutboundMessage{target.endpoint, registration_frames_});
+      out.messages.push_back(OutboundMessage{target.endpoint, *registration});
     }
   }
   SetState(room_id, room, TransferPoll::kBootstrapped, out);
@@ -187,6 +218,16 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
       options_.lenient_status ? wire::ParseStatusLenient(frames) : wire::ParseStatus(frames);
   if (!parsed.ok()) {
     out.rejected = AddContext(parsed.status(), "status message dropped");
+    return out;
+  }
+  if (options_.revision == layout::Revision::kSnapshot &&
+      parsed->form != wire::StatusForm::kSnapshot) {
+    // As the snapshot's reader, which takes exactly 5 frames (CACHEPD §3.4).
+    out.rejected = MakeError(
+        ErrorCategory::kInvalidFrame,
+        absl::StrCat("status message dropped: ", frames.size(),
+                     " frames, and this decode is pinned to CachePD snapshot, which reads exactly "
+                     "5 (--cachepd-revision snapshot; CACHEPD §3.4, §12.9)"));
     return out;
   }
   auto found = rooms_.find(parsed->room);

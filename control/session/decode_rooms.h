@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/layout/revision.h"
 #include "control/plan/route.h"
 #include "control/session/room_output.h"
 #include "control/session/timeouts.h"
@@ -52,6 +53,11 @@ struct DecodeOptions {
   // (wire::ParseStatus: 5, 6 or 7 canonical frames). Both read the 2026-09 frames 5 and 6
   // (CACHEPD §12.9).
   bool lenient_status = false;
+  // The CachePD revision this decode is pinned to (SidecarOptions::cachepd_revision); nullopt:
+  // both, each prefill node registered with in the form of its own layout (RoomRoute::revision).
+  // Pinned, every registration is written in that form and a status must be in that form too
+  // (the snapshot's reader takes exactly 5 frames), as a peer of that revision alone would.
+  std::optional<layout::Revision> revision;
   // How long a failed room's pages wait for every prefill rank that may write them to answer
   // its fence request (wire/fence.h) before they are released as not provably safe.
   absl::Duration fence_wait = absl::Seconds(10);
@@ -68,6 +74,10 @@ struct RoomRoute {
   int dp_group = 0;             // room mod prefill_dp_size
   plan::DecodeTargets targets;  // E_d, Z_d, T_d of §6.5, from plan::Planner::TargetsFor(d)
   std::vector<PrefillTarget> endpoints;  // exactly one per rank of T_d, any order
+  // The form of the prefill node's layout in its sync answer (CACHEPD §12.12): the registration
+  // this decode sends its ranks is written in it, so that a snapshot-era prefill, which refuses
+  // the 2026-09 contract, and a 2026-09 one, which refuses the snapshot's, both read it.
+  layout::Revision revision = layout::kNewestRevision;
 };
 
 // What a call asks the caller to do.
@@ -203,8 +213,11 @@ class DecodeRooms {
   // Whether a registration was sent for this peer set (§1.3 D5 cache key).
   bool IsRegistered(absl::string_view bootstrap_address, int dp_group,
                     absl::Span<const int> target_ranks) const;
-  // The registration frames this rank sends (§3.2).
-  const std::vector<std::string>& registration_frames() const { return registration_frames_; }
+  // The registration frames this rank sends (§3.2) to a prefill node of revision `form`: its
+  // contract written in that form (§12.1). Fails when the contract cannot be written in it (a
+  // snapshot form cannot carry a narrowed plan's resident_block_bytes).
+  absl::StatusOr<std::vector<std::string>> registration_frames(
+      layout::Revision form = layout::kNewestRevision) const;
 
  private:
   struct Room {
@@ -238,7 +251,9 @@ class DecodeRooms {
   // (bootstrap address, DP group, comma list of T_d): the reference's registration cache key.
   using PeerSetKey = std::tuple<std::string, int, std::string>;
 
-  DecodeRooms(DecodeIdentity identity, DecodeOptions options, std::vector<std::string> frames);
+  DecodeRooms(DecodeIdentity identity, DecodeOptions options,
+              absl::StatusOr<std::vector<std::string>> snapshot_frames,
+              absl::StatusOr<std::vector<std::string>> frames_2026_09);
 
   void SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out);
   void OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now, DecodeOutput& out);
@@ -250,7 +265,9 @@ class DecodeRooms {
 
   DecodeIdentity identity_;
   DecodeOptions options_;
-  std::vector<std::string> registration_frames_;
+  // The registration in each form (§3.2, §12.1), or why the contract cannot be written in it.
+  absl::StatusOr<std::vector<std::string>> snapshot_registration_;
+  absl::StatusOr<std::vector<std::string>> registration_2026_09_;
   absl::flat_hash_map<uint64_t, Room> rooms_;
   absl::flat_hash_map<uint64_t, Fence> fences_;
   std::set<PeerSetKey> registered_;

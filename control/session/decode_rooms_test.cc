@@ -97,10 +97,21 @@ TEST(DecodeRoomsTest, CreateChecksTheIdentity) {
   EXPECT_FALSE(DecodeRooms::Create(identity).ok());
 }
 
+wire::Registration ParsedRegistration(const std::vector<std::string>& frames) {
+  absl::StatusOr<wire::Registration> parsed =
+      wire::ParseRegistration(frames, [](absl::string_view) { return absl::OkStatus(); });
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? *parsed : wire::Registration{};
+}
+
 TEST(DecodeRoomsTest, RegistrationFramesCarryTheIdentityAndTheCanonicalContract) {
   DecodeRooms rooms = MakeRooms({}, 1);
-  absl::StatusOr<wire::Registration> parsed = wire::ParseRegistration(
-      rooms.registration_frames(), [](absl::string_view) { return absl::OkStatus(); });
+  // The scenario's contract came in the snapshot's form; written in it, it is byte for byte.
+  absl::StatusOr<std::vector<std::string>> frames =
+      rooms.registration_frames(layout::Revision::kSnapshot);
+  ASSERT_TRUE(frames.ok()) << frames.status();
+  absl::StatusOr<wire::Registration> parsed =
+      wire::ParseRegistration(*frames, [](absl::string_view) { return absl::OkStatus(); });
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->endpoint, "10.2.0.1");
   EXPECT_EQ(parsed->port, 18000);
@@ -111,6 +122,74 @@ TEST(DecodeRoomsTest, RegistrationFramesCarryTheIdentityAndTheCanonicalContract)
   EXPECT_EQ(parsed->decode_tp_rank, 1u);
 }
 
+// CACHEPD §12.12: a decode registers with a prefill node in the form of that node's layout, so
+// a snapshot-era prefill (which refuses a 2026-09 contract) and a 2026-09 one (which refuses the
+// snapshot's) both read it.
+TEST(DecodeRoomsTest, ARouteRegistersInTheFormOfThePrefillNodesLayout) {
+  DecodeRooms rooms = MakeRooms();
+  for (layout::Revision form : {layout::Revision::kSnapshot, layout::Revision::k2026_09}) {
+    const uint64_t room = form == layout::Revision::kSnapshot ? 1 : 2;
+    ASSERT_TRUE(
+        rooms.BeginRoom(room, form == layout::Revision::kSnapshot ? kPrefillA : kPrefillB, kT0)
+            .ok());
+    RoomRoute route = Route({0});
+    route.revision = form;
+    absl::StatusOr<DecodeOutput> out = rooms.OnRoute(room, route, kT0);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->messages.size(), 1u);
+    absl::StatusOr<layout::Contract> sent =
+        layout::ParseContract(ParsedRegistration(out->messages[0].frames).contract_wire);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    EXPECT_EQ(sent->revision, form);
+  }
+}
+
+// A decode pinned to a revision (--cachepd-revision) writes only its form, whatever the node's.
+TEST(DecodeRoomsTest, APinnedDecodeRegistersInItsOwnFormOnly) {
+  DecodeOptions options;
+  options.revision = layout::Revision::kSnapshot;
+  DecodeRooms rooms = MakeRooms(options);
+  ASSERT_TRUE(rooms.BeginRoom(1, kPrefillA, kT0).ok());
+  RoomRoute route = Route({0});
+  route.revision = layout::Revision::k2026_09;
+  absl::StatusOr<DecodeOutput> out = rooms.OnRoute(1, route, kT0);
+  ASSERT_TRUE(out.ok()) << out.status();
+  absl::StatusOr<layout::Contract> sent =
+      layout::ParseContract(ParsedRegistration(out->messages.at(0).frames).contract_wire);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(sent->revision, layout::Revision::kSnapshot);
+}
+
+// A decode pinned to the snapshot reads status as the snapshot's reader: exactly 5 frames.
+TEST(DecodeRoomsTest, ADecodePinnedToTheSnapshotDropsASevenFrameStatus) {
+  DecodeOptions options;
+  options.revision = layout::Revision::kSnapshot;
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 9, {0});
+  DecodeOutput seven = rooms.OnMessage(StatusFrames2026_09(9, 5, 0, 3, -0.5), kT0);
+  EXPECT_THAT(seven.rejected.message(), HasSubstr("pinned to CachePD snapshot"));
+  EXPECT_EQ(rooms.State(9), TransferPoll::kWaitingForInput);
+  rooms.OnMessage(StatusFrames(9, 5, 0, 4), kT0);
+  EXPECT_EQ(rooms.State(9), TransferPoll::kSuccess);
+}
+
+// A contract that only one form can carry fails the rooms routed to a node of the other
+// revision at once, naming it, instead of registering a contract that node would refuse.
+TEST(DecodeRoomsTest, AContractTheNodesFormCannotCarryFailsTheRoomAtOnceNamingTheRevision) {
+  DecodeIdentity identity = Identity();
+  identity.contract.plan.resident_block_bytes = identity.contract.plan.lcm_block_bytes;
+  identity.contract.revision = layout::Revision::k2026_09;
+  absl::StatusOr<DecodeRooms> rooms = DecodeRooms::Create(identity);
+  ASSERT_TRUE(rooms.ok()) << rooms.status();
+  EXPECT_FALSE(rooms->registration_frames(layout::Revision::kSnapshot).ok());
+  ASSERT_TRUE(rooms->BeginRoom(1, kPrefillA, kT0).ok());
+  RoomRoute route = Route({0});
+  route.revision = layout::Revision::kSnapshot;
+  absl::StatusOr<DecodeOutput> out = rooms->OnRoute(1, route, kT0);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("speaks CachePD snapshot"));
+}
+
 TEST(DecodeRoomsTest, RouteRegistersWithEveryTargetOncePerPeerSet) {
   DecodeRooms rooms = MakeRooms();
   ASSERT_TRUE(rooms.BeginRoom(1, kPrefillA, kT0).ok());
@@ -119,7 +198,7 @@ TEST(DecodeRoomsTest, RouteRegistersWithEveryTargetOncePerPeerSet) {
   ASSERT_EQ(first->messages.size(), 2u);
   EXPECT_EQ(first->messages[0].endpoint, PrefillEndpoint(0));
   EXPECT_EQ(first->messages[1].endpoint, PrefillEndpoint(1));
-  EXPECT_EQ(first->messages[0].frames, rooms.registration_frames());
+  EXPECT_EQ(first->messages[0].frames, *rooms.registration_frames());
   EXPECT_THAT(States(*first), ElementsAre(TransferPoll::kBootstrapped));
   EXPECT_TRUE(rooms.IsRegistered(kPrefillA, 0, {0, 1}));
 

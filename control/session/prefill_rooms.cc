@@ -262,7 +262,10 @@ void PrefillRooms::OnRegistration(absl::Span<const std::string> frames, absl::Ti
   }
   absl::StatusOr<std::shared_ptr<const DecodePeer>> admitted = Admit(*route, frames);
   if (!admitted.ok()) {
-    RejectRegistration(*route, StatusFormOfRegistration(frames), admitted.status(), now, out);
+    RejectRegistration(
+        *route,
+        options_.revision ? StatusFormFor(*options_.revision) : StatusFormOfRegistration(frames),
+        admitted.status(), now, out);
     return;
   }
   std::shared_ptr<const DecodePeer> peer = *std::move(admitted);
@@ -308,6 +311,15 @@ absl::StatusOr<std::shared_ptr<const DecodePeer>> PrefillRooms::Admit(
   auto peer = std::make_shared<DecodePeer>();
   peer->registration = std::move(decoded.frames);
   peer->contract = std::move(decoded.contract);
+  if (options_.revision.has_value() && peer->contract.revision != *options_.revision) {
+    return MakeError(
+        ErrorCategory::kIncompatiblePeer,
+        absl::StrCat("registration contract is in the CachePD ",
+                     layout::RevisionName(peer->contract.revision),
+                     " form, and this prefill is pinned to ",
+                     layout::RevisionName(*options_.revision),
+                     ", whose reference refuses it (--cachepd-revision; CACHEPD §12.11)"));
+  }
   KVRAIL_ASSIGN_OR_RETURN(peer->canonical_contract, layout::SerializeContract(peer->contract));
   peer->reply_endpoint = wire::ReplyEndpoint(route.endpoint, route.port);
 

@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/layout/revision.h"
 #include "control/plan/copy_plan.h"
 #include "control/plan/fragment.h"
 #include "control/plan/owner_filter.h"
@@ -68,6 +69,11 @@ struct PrefillOptions {
   // registration replaces the old one. When false, the reference's rule applies: the
   // registration is rejected as conflicting and the stored one is dropped (§3.2.2, §8).
   bool accept_restarted_peer = true;
+  // The CachePD revision this prefill is pinned to (SidecarOptions::cachepd_revision); nullopt:
+  // both, each decode answered in the form of its registration contract (CACHEPD §12.12).
+  // Pinned, a registration whose contract is in the other form is rejected, as that revision's
+  // reference rejects it (§12.11), so every peer is answered in the pinned form.
+  std::optional<layout::Revision> revision;
   // kvrail: a pre-allocation from a session that pre-allocated the same blocks of the room
   // already is ignored, where the reference fails the room as a "duplicate" (§3.3 step 7): a
   // resend or replay must not abort a live room. The sidecar sets it; other blocks stay an error.

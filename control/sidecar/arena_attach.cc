@@ -279,6 +279,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     prefill_options.max_rooms = options.max_rooms;
     prefill_options.max_rooms_per_session = options.max_rooms_per_session;
     prefill_options.max_registrations = options.max_registrations;
+    prefill_options.revision = options.cachepd_revision;
     KVRAIL_ASSIGN_OR_RETURN(session::PrefillRooms rooms,
                             session::PrefillRooms::Create(identity, prefill_options));
     // What this rank registers with the node's bootstrap server (CACHEPD §1.2, §2.1).
@@ -310,6 +311,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
   session::DecodeOptions decode_options;
   decode_options.timeouts = options.timeouts;
   decode_options.fence_wait = options.fence_wait;
+  decode_options.revision = options.cachepd_revision;
   KVRAIL_ASSIGN_OR_RETURN(session::DecodeRooms rooms,
                           session::DecodeRooms::Create(identity, decode_options));
   Locked locked(*this);

@@ -219,6 +219,14 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
         key_digest = descriptor->session_key_digest();
       }
     }
+    if (verdict.ok() && contract.ok() &&
+        options.cachepd_revision.value_or(contract->revision) == contract->revision) {
+      // The form this decode is answered in, from the form its contract came in (CACHEPD
+      // §12.12): once per verified registration.
+      spdlog::info("event=decode_registration session={} cachepd_revision={} status_frames={}",
+                   check.session_id, std::string(layout::RevisionName(contract->revision)),
+                   contract->revision == layout::Revision::kSnapshot ? 5 : 7);
+    }
     Locked locked(*this);
     if (!verdict.ok()) {
       ++stats.peer_messages_rejected;

@@ -190,8 +190,8 @@ void FuzzAttach(const v1::AttachArena& attach) {
     return absl::StrCat("a decode rank cannot start with an attached contract: ",
                         decode.status().ToString());
   });
-  absl::StatusOr<layout::DecodedRegistration> registration =
-      layout::DecodeRegistration(decode->registration_frames());
+  absl::StatusOr<layout::DecodedRegistration> registration = layout::DecodeRegistration(
+      decode->registration_frames(contract->revision).value_or(std::vector<std::string>{}));
   Check(registration.ok(), [&] {
     return absl::StrCat("a prefill refuses an attached decode's registration: ",
                         registration.status().ToString());
@@ -217,7 +217,8 @@ void FuzzReady(const v1::Ready& ready) {
   // One decode destination that pre-allocated the blocks the source names.
   absl::StatusOr<session::DecodeRooms> decode = NewDecode(f.contract);
   Check(decode.ok(), "the fixed decode does not start");
-  session::PrefillOutput registered = rooms.OnMessage(decode->registration_frames(), kNow);
+  session::PrefillOutput registered = rooms.OnMessage(
+      decode->registration_frames(f.contract.revision).value_or(std::vector<std::string>{}), kNow);
   Check(registered.rejected.ok(), "the fixed decode's registration is refused");
   absl::StatusOr<std::string> blocks =
       source ? layout::SerializeManifest(*source) : absl::StatusOr<std::string>("");
