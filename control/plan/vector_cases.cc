@@ -21,6 +21,48 @@ layout::Contract ParseOrDie(const std::string& name, const nlohmann::json& wire)
 
 }  // namespace
 
+layout::Contract ReadR2Contract(const std::string& name, const nlohmann::json& wire) {
+  const std::string text = wire.get<std::string>();
+  absl::StatusOr<layout::Contract> contract = layout::ParseContract(text);
+  if (contract.ok()) return *std::move(contract);
+  // A parser that reads only the snapshot's form: read the 2026-09 members here (§12.1), parse
+  // the rest as the snapshot's form, and put them back.
+  nlohmann::ordered_json json = nlohmann::ordered_json::parse(text);
+  std::vector<std::pair<bool, int64_t>> added;
+  for (nlohmann::ordered_json& spec : json.at("group_specs")) {
+    added.emplace_back(spec.value("replayable", false), spec.value("shard_count", int64_t{1}));
+    spec.erase("replayable");
+    spec.erase("shard_count");
+  }
+  std::optional<int64_t> resident;
+  if (json.at("plan").contains("resident_block_bytes") &&
+      !json.at("plan").at("resident_block_bytes").is_null()) {
+    resident = json.at("plan").at("resident_block_bytes").get<int64_t>();
+  }
+  json.at("plan").erase("resident_block_bytes");
+  layout::Contract snapshot = ParseOrDie(name, json.dump());
+  for (size_t i = 0; i < added.size(); ++i) {
+    snapshot.group_specs[i].replayable = added[i].first;
+    snapshot.group_specs[i].shard_count = added[i].second;
+  }
+  snapshot.plan.resident_block_bytes = resident;
+  snapshot.revision = layout::Revision::k2026_09;
+  return snapshot;
+}
+
+std::vector<GroupOwnerFilter> OwnerFiltersFromJson(const nlohmann::json& by_group) {
+  std::vector<GroupOwnerFilter> decisions;
+  for (const auto& [group_id, filter] : by_group.items()) {
+    GroupOwnerFilter decision{group_id, std::nullopt};
+    if (!filter.is_null()) {
+      decision.filter =
+          OwnerFilter{filter.at("owner_rank").get<int>(), filter.at("owner_count").get<int>()};
+    }
+    decisions.push_back(std::move(decision));
+  }
+  return decisions;
+}
+
 const nlohmann::json& PlannerCases() {
   static const nlohmann::json* cases =
       new nlohmann::json(kvrail::testing::LoadVectors("planner.json").at("cases"));
