@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -374,6 +377,83 @@ TEST(OwnerFilterTest, ASourceIdBeyondTheVirtualBlockCountFailsTheRoom) {
   EXPECT_TRUE(copies.empty());
   src.groups[0].block_ids[0] = virtual_ids - 1;  // the last virtual id is a page
   EXPECT_TRUE(plan.Expand(src, dst, copies).ok());
+}
+
+std::string ReadExample(const std::string& name) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const std::string path = srcdir != nullptr ? absl::StrCat(srcdir, "/kvrail/examples/", name)
+                                             : absl::StrCat("examples/", name);
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// docs/owner-filters.md "Worked example", as the doc states it.
+TEST(OwnerFilterTest, WorkedExampleOfTheDoc) {
+  const layout::Contract prefill =
+      testing::ReadR2Contract("dcp_prefill_tp4", ReadExample("dcp_prefill_tp4.json"));
+  const layout::Contract decode =
+      testing::ReadR2Contract("dcp_decode", ReadExample("dcp_decode.json"));
+  absl::StatusOr<Planner> planner = Planner::Create(4, 2, prefill, decode);
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  EXPECT_EQ(planner->TargetsFor(0)->target_tp_ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(planner->TargetsFor(1)->target_tp_ranks, (std::vector<int>{2, 3}));
+  EXPECT_TRUE(planner->TargetsFor(0)->dummy_tp_ranks.empty());
+  EXPECT_EQ(planner->RequiredCompletions(0), 2);
+  EXPECT_EQ(planner->RequiredCompletions(1), 2);
+  const Route route = *planner->PlanForDecodeRank(0);
+  ASSERT_EQ(route.sources.size(), 2u);
+  for (const SourceFragments& source : route.sources) {
+    EXPECT_EQ(source.fragments.size(), 2u);
+    EXPECT_EQ(source.owner_filters,
+              (std::vector<GroupOwnerFilter>{{"history", OwnerFilter{source.prefill_rank, 2}}}));
+  }
+
+  absl::StatusOr<layout::Manifest> src =
+      layout::ParseManifest(ReadExample("dcp_prefill_manifest.json"));
+  absl::StatusOr<layout::Manifest> dst =
+      layout::ParseManifest(ReadExample("dcp_decode_manifest.json"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  EXPECT_EQ(layout::LogicalSlots(prefill.group_specs[0], 0, 4).size(), 4);
+  struct Want {
+    int rank;
+    std::vector<int64_t> positions, local_pages, decode_blocks;
+  };
+  for (const Want& want : {Want{0, {0, 2}, {2, 3}, {1, 3}}, Want{1, {1, 3}, {2, 3}, {2, 4}}}) {
+    SCOPED_TRACE(absl::StrCat("prefill rank ", want.rank));
+    const RegistrationOutcome outcome = planner->OnRegistration(want.rank, 0);
+    const OwnerFilter* filter = FindOwnerFilter(outcome.owner_filters, "history");
+    ASSERT_NE(filter, nullptr);
+    absl::StatusOr<OwnedBlocks> owned =
+        SelectOwnedBlocks(*filter, src->groups[0].block_ids, dst->groups[0].block_ids,
+                          VirtualBlockCount(prefill.plan.groups[0].page_count, 2));
+    ASSERT_TRUE(owned.ok()) << owned.status();
+    EXPECT_EQ(owned->positions, want.positions);
+    EXPECT_EQ(owned->source_local_pages, want.local_pages);
+    EXPECT_EQ(owned->destination_block_ids, want.decode_blocks);
+    // The copy plan writes those pages, field by field, and nothing else.
+    CopyPlan plan = *CopyPlan::Bind(prefill, decode, outcome.fragments, outcome.owner_filters);
+    CopyList copies;
+    ASSERT_TRUE(plan.Expand(*src, *dst, copies).ok());
+    std::vector<Copy> expected;
+    for (const layout::FieldLayout* f : prefill.FieldsOfGroup("history")) {
+      for (size_t i = 0; i < want.positions.size(); ++i) {
+        expected.push_back(
+            Copy{static_cast<uint64_t>(*layout::PageOffset(prefill, *f, want.local_pages[i])),
+                 static_cast<uint64_t>(*layout::PageOffset(decode, *decode.FindField(f->field_id),
+                                                           want.decode_blocks[i])),
+                 static_cast<uint64_t>(layout::PayloadBytes(*f))});
+      }
+    }
+    ASSERT_EQ(copies.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(copies.begin()[i].src_offset, expected[i].src_offset) << i;
+      EXPECT_EQ(copies.begin()[i].dst_offset, expected[i].dst_offset) << i;
+      EXPECT_EQ(copies.begin()[i].length, expected[i].length) << i;
+    }
+  }
 }
 
 TEST(OwnerFilterTest, CoverageRejectsGapsDuplicatesAndForeignOwners) {
