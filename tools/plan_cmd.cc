@@ -87,11 +87,10 @@ absl::StatusOr<ordered_json> RoomCopies(const plan::Planner& planner,
   return pairs;
 }
 
-std::string Table(const ordered_json& plan, int prefill_tp, int decode_tp) {
+std::string Table(const ordered_json& plan, int prefill_tp, int decode_tp, bool whole_field) {
   std::string out;
-  absl::StrAppend(
-      &out, absl::StrFormat("route: prefill TP=%d -> decode TP=%d%s\n\n", prefill_tp, decode_tp,
-                            prefill_tp == decode_tp ? " (whole-field copies)" : ""));
+  absl::StrAppend(&out, absl::StrFormat("route: prefill TP=%d -> decode TP=%d%s\n\n", prefill_tp,
+                                        decode_tp, whole_field ? " (whole-field copies)" : ""));
   for (const auto& d : plan["decode_ranks"]) {
     const int rank = d["decode_tp_rank"];
     if (d.contains("error")) {
@@ -186,7 +185,7 @@ absl::StatusOr<std::string> RunPlan(const PlanOptions& options) {
     if (with_room) plan["room_copies"] = room;
     return plan.dump(2) + "\n";
   }
-  std::string out = Table(plan, options.prefill_tp, options.decode_tp);
+  std::string out = Table(plan, options.prefill_tp, options.decode_tp, planner.whole_field_copy());
   if (with_room) {
     absl::StrAppend(&out, "\none room's copies (arena offsets; the data plane adds the bases):\n");
     for (const auto& pair : room) {

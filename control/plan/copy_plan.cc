@@ -89,8 +89,7 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
     const layout::GroupLayout* s = src.FindGroup(spec.group_id);
     const layout::GroupLayout* d = dst.FindGroup(spec.group_id);
     if (d == nullptr) return BindError(absl::StrCat("decode has no group '", spec.group_id, "'"));
-    plan.group_pages_.emplace_back(VirtualBlockCount(s->page_count, spec.shard_count),
-                                   d->page_count);
+    plan.group_pages_.emplace_back(src.VirtualBlockCount(*s), d->page_count);
   }
   plan.whole_field_ = fragments.empty();
   if (dst.group_specs.size() != src.group_specs.size()) {

@@ -173,7 +173,7 @@ class CopyPlan {
              const std::vector<char>* mask, CopyList& out) const;
 
   std::vector<BoundFragment> fragments_;  // sorted by group_index, stable
-  // Block ids per group: src (VirtualBlockCount, §12.2), dst (page_count).
+  // Block id bounds per group: src (Contract::VirtualBlockCount, §12.2), dst (page_count).
   std::vector<std::pair<int64_t, int64_t>> group_pages_;
   std::vector<std::string> fragment_fields_;  // the field of each bound fragment
   std::vector<int64_t> fragment_layers_;      // its layer N (§6.11), or -1

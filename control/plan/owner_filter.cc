@@ -59,10 +59,6 @@ const OwnerFilter* FindOwnerFilter(absl::Span<const GroupOwnerFilter> decisions,
   return &*decision->filter;
 }
 
-int64_t VirtualBlockCount(int64_t page_count, int64_t shard_count) {
-  return 1 + (page_count - 1) * shard_count;
-}
-
 absl::Status ValidateOwnerDecisions(absl::Span<const Fragment> fragments,
                                     absl::Span<const GroupOwnerFilter> decisions,
                                     absl::Span<const layout::GroupSpec> group_specs) {

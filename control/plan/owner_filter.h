@@ -58,10 +58,6 @@ bool operator==(const GroupOwnerFilter& a, const GroupOwnerFilter& b);
 const OwnerFilter* FindOwnerFilter(absl::Span<const GroupOwnerFilter> decisions,
                                    absl::string_view group_id);
 
-// Virtual block ids of a group with `page_count` local pages and `shard_count` owners (§12.2):
-// 1 + (page_count - 1) * shard_count; every manifest id is below it. page_count for 1 owner.
-int64_t VirtualBlockCount(int64_t page_count, int64_t shard_count);
-
 // The reference's registration check of owner-filter decisions (§12.7,
 // validate_rank_owner_filters) against the prefill rank's own group specs:
 //   * every group with shard_count > 1 has a decision, and no other group has one;
@@ -82,7 +78,8 @@ struct OwnedBlocks {
   std::vector<int64_t> destination_block_ids;
 };
 
-// Selects the blocks `filter` owns from paired source (virtual) and destination block ids.
+// Selects the blocks `filter` owns from paired source (virtual) and destination block ids;
+// `virtual_block_count` is the source group's layout::Contract::VirtualBlockCount (§12.2).
 // Errors (invalid-manifest): a source id outside [0, virtual_block_count), naming it; lists of
 // different lengths.
 absl::StatusOr<OwnedBlocks> SelectOwnedBlocks(const OwnerFilter& filter,

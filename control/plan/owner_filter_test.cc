@@ -133,8 +133,8 @@ TEST(OwnerFilterTest, SenderSelectionCasesMatchTheReference) {
   for (const nlohmann::json& c : Dcp().at("sender_selection")) {
     SCOPED_TRACE(c.at("name").get<std::string>());
     const int k = c.at("shard_count").get<int>();
-    EXPECT_EQ(VirtualBlockCount(c.at("page_count").get<int64_t>(), k),
-              c.at("virtual_block_count").get<int64_t>());
+    EXPECT_EQ(1 + (c.at("page_count").get<int64_t>() - 1) * k,
+              c.at("virtual_block_count").get<int64_t>());  // §12.2
     const OwnerFilter filter{c.at("owner_rank").get<int>(), k};
     const auto source = c.at("source_block_ids").get<std::vector<int64_t>>();
     const auto destination = c.at("destination_block_ids").get<std::vector<int64_t>>();
@@ -281,8 +281,7 @@ std::vector<uint8_t> PrefillArena(const layout::Contract& c, int rank) {
 std::pair<layout::Manifest, layout::Manifest> Room(const Case& c) {
   layout::Manifest src, dst;
   for (const layout::GroupSpec& spec : c.prefill.group_specs) {
-    const int64_t virtual_ids =
-        VirtualBlockCount(c.prefill.FindGroup(spec.group_id)->page_count, spec.shard_count);
+    const int64_t virtual_ids = c.prefill.VirtualBlockCount(spec.group_id);
     const int64_t dst_pages = c.decode.FindGroup(spec.group_id)->page_count;
     const int64_t positions = std::min(virtual_ids, dst_pages) - 1;
     layout::ManifestGroup s{spec.group_id, {}}, t{spec.group_id, {}};
@@ -368,7 +367,7 @@ TEST(OwnerFilterTest, ASourceIdBeyondTheVirtualBlockCountFailsTheRoom) {
   const RegistrationOutcome outcome = planner.OnRegistration(1, 0);
   CopyPlan plan = *CopyPlan::Bind(c.prefill, c.decode, outcome.fragments, outcome.owner_filters);
   auto [src, dst] = Room(c);
-  const int64_t virtual_ids = VirtualBlockCount(c.prefill.plan.groups[0].page_count, 4);
+  const int64_t virtual_ids = c.prefill.VirtualBlockCount("history");
   src.groups[0].block_ids[0] = virtual_ids;
   CopyList copies;
   const absl::Status status = plan.Expand(src, dst, copies);
@@ -428,7 +427,7 @@ TEST(OwnerFilterTest, WorkedExampleOfTheDoc) {
     ASSERT_NE(filter, nullptr);
     absl::StatusOr<OwnedBlocks> owned =
         SelectOwnedBlocks(*filter, src->groups[0].block_ids, dst->groups[0].block_ids,
-                          VirtualBlockCount(prefill.plan.groups[0].page_count, 2));
+                          prefill.VirtualBlockCount("history"));
     ASSERT_TRUE(owned.ok()) << owned.status();
     EXPECT_EQ(owned->positions, want.positions);
     EXPECT_EQ(owned->source_local_pages, want.local_pages);
@@ -483,8 +482,6 @@ TEST(OwnerFilterTest, OwnershipFollowsTheVirtualIdNotThePosition) {
   EXPECT_FALSE(o1.Owns(0));
   EXPECT_EQ(o1.LocalPage(2), 1);
   EXPECT_EQ(o1.LocalPage(6), 2);
-  EXPECT_EQ(VirtualBlockCount(6, 4), 21);
-  EXPECT_EQ(VirtualBlockCount(6, 1), 6);
 }
 
 }  // namespace

@@ -22,32 +22,12 @@ layout::Contract ParseOrDie(const std::string& name, const nlohmann::json& wire)
 }  // namespace
 
 layout::Contract ReadR2Contract(const std::string& name, const nlohmann::json& wire) {
-  const std::string text = wire.get<std::string>();
-  absl::StatusOr<layout::Contract> contract = layout::ParseContract(text);
-  if (contract.ok()) return *std::move(contract);
-  // A parser that reads only the snapshot's form: read the 2026-09 members here (§12.1), parse
-  // the rest as the snapshot's form, and put them back.
-  nlohmann::ordered_json json = nlohmann::ordered_json::parse(text);
-  std::vector<std::pair<bool, int64_t>> added;
-  for (nlohmann::ordered_json& spec : json.at("group_specs")) {
-    added.emplace_back(spec.value("replayable", false), spec.value("shard_count", int64_t{1}));
-    spec.erase("replayable");
-    spec.erase("shard_count");
+  layout::Contract contract = ParseOrDie(name, wire);
+  if (contract.revision != layout::Revision::k2026_09) {
+    std::fprintf(stderr, "vector %s: contract is not in the 2026-09 form\n", name.c_str());
+    std::abort();
   }
-  std::optional<int64_t> resident;
-  if (json.at("plan").contains("resident_block_bytes") &&
-      !json.at("plan").at("resident_block_bytes").is_null()) {
-    resident = json.at("plan").at("resident_block_bytes").get<int64_t>();
-  }
-  json.at("plan").erase("resident_block_bytes");
-  layout::Contract snapshot = ParseOrDie(name, json.dump());
-  for (size_t i = 0; i < added.size(); ++i) {
-    snapshot.group_specs[i].replayable = added[i].first;
-    snapshot.group_specs[i].shard_count = added[i].second;
-  }
-  snapshot.plan.resident_block_bytes = resident;
-  snapshot.revision = layout::Revision::k2026_09;
-  return snapshot;
+  return contract;
 }
 
 std::vector<GroupOwnerFilter> OwnerFiltersFromJson(const nlohmann::json& by_group) {
