@@ -96,8 +96,6 @@ void AddPlan(CLI::App& app, int& exit_code) {
                    "One room's source manifest: also print its resolved copies");
   plan->add_option("--decode-manifest", options.decode_manifest_path,
                    "The same room's destination manifest");
-  plan->add_option("--sharded-group", options.sharded_groups,
-                   "GROUP:OWNERS, a block-sharded (KV-parallel) prefill group (CACHEPD §10.3)");
   plan->callback([&exit_code]() { exit_code = PrintResult(kvrail::tools::RunPlan(options)); });
 }
 

@@ -5,7 +5,6 @@
 #include <sstream>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -28,22 +27,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, ErrorCategory cate
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-absl::StatusOr<std::vector<plan::ShardedGroup>> ParseShardedGroups(
-    const std::vector<std::string>& specs) {
-  std::vector<plan::ShardedGroup> out;
-  for (const std::string& spec : specs) {
-    const size_t colon = spec.rfind(':');
-    int owners = 0;
-    if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(absl::string_view(spec).substr(colon + 1), &owners)) {
-      return MakeError(ErrorCategory::kUnsupportedLayout,
-                       absl::StrCat("--sharded-group '", spec, "' must be GROUP:OWNERS"));
-    }
-    out.push_back({spec.substr(0, colon), owners});
-  }
-  return out;
 }
 
 absl::StatusOr<layout::Contract> LoadContract(const std::string& path, absl::string_view flag) {
@@ -104,11 +87,10 @@ absl::StatusOr<ordered_json> RoomCopies(const plan::Planner& planner,
   return pairs;
 }
 
-std::string Table(const ordered_json& plan, int prefill_tp, int decode_tp) {
+std::string Table(const ordered_json& plan, int prefill_tp, int decode_tp, bool whole_field) {
   std::string out;
-  absl::StrAppend(
-      &out, absl::StrFormat("route: prefill TP=%d -> decode TP=%d%s\n\n", prefill_tp, decode_tp,
-                            prefill_tp == decode_tp ? " (whole-field copies)" : ""));
+  absl::StrAppend(&out, absl::StrFormat("route: prefill TP=%d -> decode TP=%d%s\n\n", prefill_tp,
+                                        decode_tp, whole_field ? " (whole-field copies)" : ""));
   for (const auto& d : plan["decode_ranks"]) {
     const int rank = d["decode_tp_rank"];
     if (d.contains("error")) {
@@ -129,11 +111,16 @@ std::string Table(const ordered_json& plan, int prefill_tp, int decode_tp) {
                           fragments.empty() ? "every field, whole pages"
                                             : absl::StrCat(fragments.size(), " fragments")));
       if (source.contains("owner_filters")) {
-        for (const auto& f : source["owner_filters"]) {
-          absl::StrAppend(
-              &out, absl::StrFormat("    owner filter: group %s, slots s with s %% %d == %d\n",
-                                    f["group_id"].get<std::string>(), f["owners"].get<int>(),
-                                    f["owner"].get<int>()));
+        for (const auto& [group, f] : source["owner_filters"].items()) {
+          if (f.is_null()) {
+            absl::StrAppend(&out, absl::StrFormat("    owner filter: group %s, none\n", group));
+            continue;
+          }
+          const int k = f["owner_count"].get<int>();
+          const int o = f["owner_rank"].get<int>();
+          absl::StrAppend(&out, absl::StrFormat("    owner filter: group %s, owner %d of %d: "
+                                                "virtual ids v with (v - 1) %% %d == %d\n",
+                                                group, o, k, k, o));
         }
       }
       if (fragments.empty()) continue;
@@ -176,11 +163,9 @@ absl::StatusOr<std::string> RunPlan(const PlanOptions& options) {
                           LoadContract(options.prefill_contract_path, "--prefill-contract"));
   KVRAIL_ASSIGN_OR_RETURN(layout::Contract decode,
                           LoadContract(options.decode_contract_path, "--decode-contract"));
-  KVRAIL_ASSIGN_OR_RETURN(std::vector<plan::ShardedGroup> sharded,
-                          ParseShardedGroups(options.sharded_groups));
-  KVRAIL_ASSIGN_OR_RETURN(plan::Planner planner,
-                          plan::Planner::Create(options.prefill_tp, options.decode_tp, prefill,
-                                                decode, nullptr, sharded));
+  KVRAIL_ASSIGN_OR_RETURN(
+      plan::Planner planner,
+      plan::Planner::Create(options.prefill_tp, options.decode_tp, prefill, decode));
   ordered_json plan = plan::PlanToJson(planner);
   const bool with_room =
       !options.prefill_manifest_path.empty() || !options.decode_manifest_path.empty();
@@ -200,7 +185,7 @@ absl::StatusOr<std::string> RunPlan(const PlanOptions& options) {
     if (with_room) plan["room_copies"] = room;
     return plan.dump(2) + "\n";
   }
-  std::string out = Table(plan, options.prefill_tp, options.decode_tp);
+  std::string out = Table(plan, options.prefill_tp, options.decode_tp, planner.whole_field_copy());
   if (with_room) {
     absl::StrAppend(&out, "\none room's copies (arena offsets; the data plane adds the bases):\n");
     for (const auto& pair : room) {

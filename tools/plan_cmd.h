@@ -1,7 +1,8 @@
 // `kvrail plan`: print the route between a prefill and a decode deployment (CACHEPD §6): for
 // every decode rank its targets, dummies, expected ranks and fragments per prefill rank; for
 // every (prefill rank, decode rank) pair what the prefill does with that registration; and,
-// given both manifests of one room, the resolved copy list before and after coalescing.
+// given both manifests of one room, the resolved copy list before and after coalescing. Owner
+// filters of page-sharded groups (CACHEPD §12.8) come from the prefill contract's shard_count.
 #ifndef KVRAIL_TOOLS_PLAN_CMD_H_
 #define KVRAIL_TOOLS_PLAN_CMD_H_
 
@@ -20,8 +21,6 @@ struct PlanOptions {
   bool json = false;
   std::string prefill_manifest_path;  // optional, with decode_manifest_path: one room's copies
   std::string decode_manifest_path;
-  // "GROUP:OWNERS" declarations of block-sharded groups (CACHEPD §10.3, owner filters).
-  std::vector<std::string> sharded_groups;
 };
 
 // Returns the text to print (a table, or JSON with --json), or the error to print as

@@ -81,21 +81,15 @@ absl::StatusOr<BoundFragment> BindOne(const layout::Contract& src, const layout:
 absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layout::Contract& dst,
                                         absl::Span<const Fragment> fragments,
                                         absl::Span<const GroupOwnerFilter> owner_filters) {
+  KVRAIL_RETURN_IF_ERROR(AddContext(
+      ValidateOwnerDecisions(fragments, owner_filters, src.group_specs), "address resolution"));
   CopyPlan plan;
-  plan.group_specs_ = src.group_specs;
-  for (const GroupOwnerFilter& f : owner_filters) {
-    if (src.FindGroupSpec(f.group_id) == nullptr || f.filter.owners < 1 || f.filter.owner < 0 ||
-        f.filter.owner >= f.filter.owners) {
-      return BindError(absl::StrCat("owner filter {", f.filter.owners, ", ", f.filter.owner,
-                                    "} of group '", f.group_id, "' is invalid (CACHEPD §10.3)"));
-    }
-  }
   plan.group_count_ = src.group_specs.size();
   for (const layout::GroupSpec& spec : src.group_specs) {
     const layout::GroupLayout* s = src.FindGroup(spec.group_id);
     const layout::GroupLayout* d = dst.FindGroup(spec.group_id);
     if (d == nullptr) return BindError(absl::StrCat("decode has no group '", spec.group_id, "'"));
-    plan.group_pages_.emplace_back(s->page_count, d->page_count);
+    plan.group_pages_.emplace_back(src.VirtualBlockCount(*s), d->page_count);
   }
   plan.whole_field_ = fragments.empty();
   if (dst.group_specs.size() != src.group_specs.size()) {
@@ -146,10 +140,8 @@ absl::StatusOr<CopyPlan> CopyPlan::Bind(const layout::Contract& src, const layou
 
 bool CopyPlan::SendsPosition(const BoundFragment& fragment, const layout::Manifest& room,
                              size_t position) const {
-  if (fragment.owner.owners <= 1) return true;
-  const layout::SlotRange slots =
-      layout::LogicalSlots(group_specs_[fragment.group_index], room.prefix_len, room.prompt_len);
-  return fragment.owner.Owns(slots.begin + static_cast<int64_t>(position));
+  if (fragment.owner.owner_count <= 1) return true;
+  return fragment.owner.Owns(room.groups[fragment.group_index].block_ids[position]);
 }
 
 int64_t CopyPlan::CountCopies(const layout::Manifest& src) const {
@@ -163,7 +155,7 @@ int64_t CopyPlan::CountMasked(const layout::Manifest& src, const std::vector<cha
     if (mask != nullptr && (*mask)[f] == 0) continue;
     if (b.group_index >= static_cast<int>(src.groups.size())) continue;
     const size_t blocks = src.groups[b.group_index].block_ids.size();
-    if (b.owner.owners <= 1) {
+    if (b.owner.owner_count <= 1) {
       count += b.rows * static_cast<int64_t>(blocks);
       continue;
     }
@@ -258,8 +250,8 @@ absl::Status CopyPlan::ExpandChunk(absl::Span<const GroupSelection> selection,
                                   group_count_, ")"));
   }
   for (const BoundFragment& b : fragments_) {
-    if (b.owner.owners > 1) {
-      return BindError("layerwise chunks do not combine with owner filters (CACHEPD §10.3)");
+    if (b.owner.owner_count > 1) {
+      return BindError("layerwise chunks do not combine with owner filters (CACHEPD §12.8)");
     }
   }
   // The chunk as a pair of manifests: source blocks as selected, destination blocks at the
@@ -305,14 +297,6 @@ CopyCursor::CopyCursor(const CopyPlan* plan, const layout::Manifest* src,
 void CopyCursor::EnterFragment() {
   position_ = 0;
   row_ = 0;
-  if (fragment_ >= plan_->fragments_.size()) return;
-  const BoundFragment& b = plan_->fragments_[fragment_];
-  first_slot_ = 0;
-  if (b.owner.owners > 1) {
-    first_slot_ =
-        layout::LogicalSlots(plan_->group_specs_[b.group_index], src_->prefix_len, src_->prompt_len)
-            .begin;
-  }
 }
 
 size_t CopyCursor::Next(Copy* out, size_t capacity) {
@@ -360,7 +344,7 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
     const int64_t src_base = b.src_base, src_stride = b.src_page_stride;
     const int64_t dst_base = b.dst_base, dst_stride = b.dst_page_stride;
     const uint64_t length = static_cast<uint64_t>(b.bytes_per_row);
-    const bool filtered = b.owner.owners > 1;
+    const bool filtered = b.owner.owner_count > 1;
     bool full = false;
     if (b.rows == 1 && !filtered) {
       // Whole-page fragments (the common case after §6.3's row merge).
@@ -373,8 +357,10 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
       }
     } else {
       for (; position_ < blocks && !full; ++position_, row_ = 0) {
-        if (filtered && !b.owner.Owns(first_slot_ + static_cast<int64_t>(position_))) continue;
-        const uint64_t src_page = static_cast<uint64_t>(src_base + s[position_] * src_stride);
+        // A page-sharded group (§12.8): only the owned virtual ids, each from its local page.
+        if (filtered && !b.owner.Owns(s[position_])) continue;
+        const int64_t page = filtered ? b.owner.LocalPage(s[position_]) : s[position_];
+        const uint64_t src_page = static_cast<uint64_t>(src_base + page * src_stride);
         const uint64_t dst_page = static_cast<uint64_t>(dst_base + t[position_] * dst_stride);
         for (; row_ < b.rows; ++row_) {
           if (!emit(Copy{src_page + static_cast<uint64_t>(row_ * b.src_row_stride),

@@ -42,7 +42,9 @@ struct BoundFragment {
   int64_t dst_row_stride = 0;
   int64_t bytes_per_row = 0;
   int64_t rows = 1;
-  OwnerFilter owner;  // a block-sharded group: only slots this rank owns (§10.3); else 1 owner
+  // A page-sharded group's filter (§12.8): only the virtual source ids this rank owns, each
+  // read from its local page. {0, 1} (every id, read as is) for a replicated group.
+  OwnerFilter owner;
 };
 
 class CopyPlan;
@@ -73,7 +75,6 @@ class CopyCursor {
   size_t fragment_ = 0;
   size_t position_ = 0;
   int64_t row_ = 0;
-  int64_t first_slot_ = 0;
   Copy run_{0, 0, 0};  // the pending coalesced run; length 0 when none
 };
 
@@ -84,10 +85,12 @@ class CopyPlan {
   // Binds `fragments` (the registration's, CACHEPD §6.8) to the prefill's own contract `src`
   // and the decode's registered contract `dst`. Empty `fragments` means equal TP: every field
   // of every group is copied whole, fields of a group in field_id order (§6.9).
-  // `owner_filters` (the registration's, §10.3) restrict a sharded group's blocks to the slots
-  // this rank owns. Requires the contracts to have passed CheckPeerContracts. Fails
-  // (unsupported-layout) when a fragment names a field a contract lacks, a fragment reads or
-  // writes outside its page, or a filter names an unknown group or an invalid owner.
+  // `owner_filters` (the registration's decisions, §12.8) restrict a page-sharded group
+  // (src's shard_count k > 1) to the manifest positions whose virtual source id this rank
+  // owns, each read from its local page and written to the decode block at the same position.
+  // Requires the contracts to have passed CheckPeerContracts. Fails (unsupported-layout) when
+  // the decisions break §12.7 (ValidateOwnerDecisions against src's group specs), a fragment
+  // names a field a contract lacks, or a fragment reads or writes outside its page.
   static absl::StatusOr<CopyPlan> Bind(const layout::Contract& src, const layout::Contract& dst,
                                        absl::Span<const Fragment> fragments,
                                        absl::Span<const GroupOwnerFilter> owner_filters = {});
@@ -96,7 +99,8 @@ class CopyPlan {
   // once `out` has grown), in the reference's order: group spec order, then fragment order,
   // then block pairs by position, then rows (§6.9). The manifests are paired group by group;
   // both must name the contract's groups in order with equal block counts, and every block
-  // id must be a page of its side (1..page_count-1). On error nothing is appended.
+  // id must be a page of its side (1..page_count-1; for a page-sharded source group a virtual
+  // id, 1..VirtualBlockCount-1, §12.2, §12.8). On error nothing is appended.
   absl::Status Expand(const layout::Manifest& src, const layout::Manifest& dst,
                       CopyList& out) const;
 
@@ -138,11 +142,16 @@ class CopyPlan {
   // The number of copies Expand would append (before coalescing) for these manifests.
   int64_t CountCopies(const layout::Manifest& src) const;
 
-  // Whether this plan sends manifest position `position` of group `group_index` for a room
-  // with this prompt window: always, unless the group is block-sharded and another rank owns
-  // that slot.
+  // Whether this plan sends manifest position `position` of the fragment's group for a room
+  // whose source manifest is `room`: always, unless the group is page-sharded and another
+  // owner holds the virtual id there (§12.8).
   bool SendsPosition(const BoundFragment& fragment, const layout::Manifest& room,
                      size_t position) const;
+  // The source page of manifest block id `source_id` for `fragment`: the id itself, or for a
+  // page-sharded group the owner's local page (v - 1) div k + 1 (§12.8).
+  static int64_t SourcePage(const BoundFragment& fragment, int64_t source_id) {
+    return fragment.owner.owner_count > 1 ? fragment.owner.LocalPage(source_id) : source_id;
+  }
 
   absl::Span<const BoundFragment> fragments() const { return fragments_; }
   bool whole_field() const { return whole_field_; }
@@ -163,9 +172,9 @@ class CopyPlan {
   void Drain(const layout::Manifest& src, const layout::Manifest& dst, bool coalesce,
              const std::vector<char>* mask, CopyList& out) const;
 
-  std::vector<BoundFragment> fragments_;                  // sorted by group_index, stable
-  std::vector<std::pair<int64_t, int64_t>> group_pages_;  // page_count per group: src, dst
-  std::vector<layout::GroupSpec> group_specs_;
+  std::vector<BoundFragment> fragments_;  // sorted by group_index, stable
+  // Block id bounds per group: src (Contract::VirtualBlockCount, §12.2), dst (page_count).
+  std::vector<std::pair<int64_t, int64_t>> group_pages_;
   std::vector<std::string> fragment_fields_;  // the field of each bound fragment
   std::vector<int64_t> fragment_layers_;      // its layer N (§6.11), or -1
   absl::Status layered_;                      // why fragment_layers_ holds a -1, if it does

@@ -52,7 +52,7 @@ class CopyStream : public CopySource {
       const int64_t dst_span = (b.rows - 1) * b.dst_row_stride;
       for (size_t i = 0; i < s.size(); ++i) {
         if (!plan_->SendsPosition(b, *src_, i)) continue;
-        const int64_t sp = b.src_base + s[i] * b.src_page_stride;
+        const int64_t sp = b.src_base + CopyPlan::SourcePage(b, s[i]) * b.src_page_stride;
         const int64_t dp = b.dst_base + t[i] * b.dst_page_stride;
         e.src_begin = std::min<uint64_t>(e.src_begin, std::min(sp, sp + src_span));
         e.src_end = std::max<uint64_t>(e.src_end, std::max(sp, sp + src_span) + b.bytes_per_row);

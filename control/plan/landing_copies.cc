@@ -29,8 +29,7 @@ absl::StatusOr<CopyPlan> LandingPlan(const PrefillDescription& node, int decode_
     filter = node.pipeline.FilterFor(stage);
   }
   absl::StatusOr<Planner> planner =
-      Planner::Create(stage_tp, decode_tp_size, node.contract, decode, filter ? &*filter : nullptr,
-                      node.sharded_groups);
+      Planner::Create(stage_tp, decode_tp_size, node.contract, decode, filter ? &*filter : nullptr);
   if (!planner.ok()) return AddContext(planner.status(), context);
   const RegistrationOutcome outcome = planner->OnRegistration(p, decode_tp_rank);
   if (outcome.kind != RegistrationOutcome::Kind::kSend) {
@@ -46,6 +45,14 @@ absl::StatusOr<CopyPlan> LandingPlan(const PrefillDescription& node, int decode_
 
 absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destination,
                            CopyList& out) {
+  for (const BoundFragment& fragment : plan.fragments()) {
+    if (fragment.owner.owner_count > 1) {
+      return MakeError(ErrorCategory::kUnsupportedLayout,
+                       "the prefill shards a cache group over pages: which decode blocks each "
+                       "owner writes follows the prefill's virtual block ids, which the decode "
+                       "does not know (CACHEPD §12.8)");
+    }
+  }
   layout::Manifest source = destination;
   for (layout::ManifestGroup& group : source.groups) {
     for (int64_t& block : group.block_ids) block = 1;

@@ -9,11 +9,13 @@
 // (PrefillRooms: Planner::Create for the rank's stage, OnRegistration(p, d), CopyPlan::Bind),
 // so both sides bind the same fragments and owner filters.
 //
-// Destination offsets depend on the destination blocks, the fragments, and the room's prompt
-// window (owner filters, §10.3), never on source block ids; so LandingCopies pairs every
-// destination block with source page 1. Only the source offsets it reports are fictitious, and
-// the decode never reads them. Coalescing depends on source adjacency, so the copies may be cut
-// differently from the prefill's: the digest, taken in destination order, does not mind.
+// Destination offsets depend on the destination blocks and the fragments, never on source block
+// ids; so LandingCopies pairs every destination block with source page 1. The one exception is
+// a page-sharded prefill group (§12.8): which positions an owner writes follows its virtual
+// source ids, so such a plan has no landing the decode can find alone. Only the source offsets it
+// reports are fictitious, and the decode never reads them. Coalescing depends on source adjacency,
+// so the copies may be cut differently from the prefill's: the digest, taken in destination order,
+// does not mind.
 #ifndef KVRAIL_CONTROL_PLAN_LANDING_COPIES_H_
 #define KVRAIL_CONTROL_PLAN_LANDING_COPIES_H_
 
@@ -36,7 +38,8 @@ absl::StatusOr<CopyPlan> LandingPlan(const PrefillDescription& node, int decode_
 
 // Appends the copies `plan` makes for a room pre-allocated at `destination` (which must pass
 // CopyPlan::Expand's checks, with every block a page of the decode's contract), with source
-// page 1 for every block. Errors as Expand's.
+// page 1 for every block. Errors as Expand's; unsupported-layout for a plan with an owner
+// filter (a page-sharded group, §12.8).
 absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destination,
                            CopyList& out);
 

@@ -1,66 +1,91 @@
-// Owner filters for block-sharded (KV-parallel) cache groups (CACHEPD §10.3; semantics in
-// docs/owner-filters.md).
+// Owner filters for page-sharded (DCP) prefill groups (CACHEPD §12.8, §12.7; the shape of
+// §10.3; docs/owner-filters.md).
 //
-// A prefill node may shard a cache group by block ownership: the `owners` prefill TP ranks of
-// an owner subgroup hold the same heads (they are replicas for the TP partition) but each holds
-// only every owners-th block, page-cyclically by logical slot (block-table column):
-//
-//     prefill rank r owns slot s of a sharded group  <=>  s % owners == r % owners.
-//
-// Because the slot is the block-table column, not the manifest position, ownership does not
-// depend on the room's prefix: both peers compute it from (prefix_len, prompt_len) alone.
-// The route then takes, for every byte range of a sharded group that §6.3 would take from one
-// representative rank, all `owners` ranks of its subgroup, each with the filter
-// {owners, r % owners}: every rank of the chosen subgroup serves the decode rank with the
-// blocks it owns ("a KVP-sharded source is never idle").
+// A prefill contract declares a group sharded over k >= 2 owners with its group spec's
+// shard_count = k. Its block ids in the prefill's manifests are then virtual: id v > 0 is held
+// by owner (v - 1) mod k at that owner's local page (v - 1) div k + 1 (id 0 is the null
+// block), and the group's page_count counts local pages. Prefill TP rank p is owner p mod k.
+// A route carries, per source rank, one decision per sharded group: the filter
+// (owner_rank = p mod k, owner_count = k) when the rank's fragments name the group, "none"
+// otherwise. The sender keeps the manifest positions whose source id it owns and copies each
+// from its local page to the decode block at the same position.
 #ifndef KVRAIL_CONTROL_PLAN_OWNER_FILTER_H_
 #define KVRAIL_CONTROL_PLAN_OWNER_FILTER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "control/layout/contract.h"
+#include "control/plan/fragment.h"
 
 namespace kvrail::plan {
 
-// A prefill node's declaration that `group_id` is sharded over `owners` ranks (>= 2).
-struct ShardedGroup {
-  std::string group_id;
-  int owners = 2;
-};
-
-// Which blocks of a sharded group one prefill rank sends: slots s with s % owners == owner.
+// The reference's CachePageOwnerFilter (§12.8): the blocks of a sharded group that owner
+// `owner_rank` of `owner_count` holds.
 struct OwnerFilter {
-  int owners = 1;
-  int owner = 0;
-  bool Owns(int64_t slot) const { return slot % owners == owner; }
+  int owner_rank = 0;
+  int owner_count = 1;
+
+  // Whether this owner holds virtual block id `virtual_id`: v > 0 and (v - 1) mod k == o.
+  bool Owns(int64_t virtual_id) const {
+    return virtual_id > 0 && (virtual_id - 1) % owner_count == owner_rank;
+  }
+  // The owner's local page of virtual block id `virtual_id` (> 0): (v - 1) div k + 1.
+  int64_t LocalPage(int64_t virtual_id) const { return (virtual_id - 1) / owner_count + 1; }
 };
 
 bool operator==(const OwnerFilter& a, const OwnerFilter& b);
 
-// The filter of one sharded group for one prefill rank.
+// The reference's CachePageOwnerFilter constructor check: 0 <= owner_rank < owner_count and
+// owner_count >= 2. Errors (unsupported-layout) name both numbers.
+absl::Status CheckOwnerFilter(const OwnerFilter& filter);
+
+// One prefill rank's owner-filter decision for one sharded group (§12.7, §12.8).
 struct GroupOwnerFilter {
   std::string group_id;
-  OwnerFilter filter;
+  // nullopt is the decision "none": the rank sends nothing of the group.
+  std::optional<OwnerFilter> filter;
 };
 
 bool operator==(const GroupOwnerFilter& a, const GroupOwnerFilter& b);
 
-// The filter of `group_id` in `filters`, or nullptr when that group is not filtered.
-const OwnerFilter* FindOwnerFilter(absl::Span<const GroupOwnerFilter> filters,
+// The filter of `group_id` in `decisions`, or nullptr when it has none (no decision, or "none").
+const OwnerFilter* FindOwnerFilter(absl::Span<const GroupOwnerFilter> decisions,
                                    absl::string_view group_id);
 
-// Checks a declaration against the prefill contract and TP size: each group is a group spec,
-// named once, with 2 <= owners <= prefill_tp and prefill_tp % owners == 0. Errors are
-// unsupported-layout and name the group.
-absl::Status ValidateShardedGroups(absl::Span<const ShardedGroup> sharded,
-                                   const layout::Contract& prefill, int prefill_tp);
+// The reference's registration check of owner-filter decisions (§12.7,
+// validate_rank_owner_filters) against the prefill rank's own group specs:
+//   * every group with shard_count > 1 has a decision, and no other group has one;
+//   * a filter's owner_count equals its group's shard_count;
+//   * a group has a filter exactly when `fragments` name it.
+// An empty `fragments` (the whole-field copy of §6.6) names every group. Errors are
+// unsupported-layout, one line naming the group and the rule.
+absl::Status ValidateOwnerDecisions(absl::Span<const Fragment> fragments,
+                                    absl::Span<const GroupOwnerFilter> decisions,
+                                    absl::Span<const layout::GroupSpec> group_specs);
 
-// The owner count of `group_id`, or 1 when it is not sharded.
-int OwnersOf(absl::Span<const ShardedGroup> sharded, absl::string_view group_id);
+// What a sharded sender keeps of one group of a room (§12.8, the reference's
+// owned_local_pages): the manifest positions i whose source id it owns, the local page of
+// each, and the decode's block at the same position.
+struct OwnedBlocks {
+  std::vector<int64_t> positions;
+  std::vector<int64_t> source_local_pages;
+  std::vector<int64_t> destination_block_ids;
+};
+
+// Selects the blocks `filter` owns from paired source (virtual) and destination block ids;
+// `virtual_block_count` is the source group's layout::Contract::VirtualBlockCount (§12.2).
+// Errors (invalid-manifest): a source id outside [0, virtual_block_count), naming it; lists of
+// different lengths.
+absl::StatusOr<OwnedBlocks> SelectOwnedBlocks(const OwnerFilter& filter,
+                                              absl::Span<const int64_t> source_block_ids,
+                                              absl::Span<const int64_t> destination_block_ids,
+                                              int64_t virtual_block_count);
 
 // One sender of a byte range of a decode rank's pages, as a route describes it.
 struct RangeSender {
@@ -77,13 +102,30 @@ struct RangeSender {
 };
 
 // Proves a decode rank's senders write every manifest block of every byte range exactly once
-// (CACHEPD §10.3, the Rust port's validate_owner_filters): each filter must belong to a
-// sharded group declared in `sharded` with the same owner count and be the sender's own
-// (owner == prefill_rank % owners); the senders of one byte range of a sharded group must
-// hold the owners 0..owners-1 once each, and a byte range of an unsharded group must have
-// exactly one sender, without a filter. Errors are unsupported-layout and name the field.
+// (kvrail's check of a route, in the spirit of the Rust port's validate_owner_filters, §10.3):
+// each filter must belong to a group `prefill` shards with owner_count == shard_count and be
+// the sender's own (owner_rank == prefill_rank % owner_count); the senders of one byte range
+// of a sharded group must hold owners 0..k-1 once each (so each virtual id v > 0, owned by
+// exactly (v - 1) mod k, is sent once); a byte range of an unsharded group must have exactly
+// one sender, without a filter. Errors are unsupported-layout and name the field.
 absl::Status ValidateOwnerCoverage(absl::Span<const RangeSender> senders,
-                                   absl::Span<const ShardedGroup> sharded);
+                                   const layout::Contract& prefill);
+
+// ---- Kept for control/bootstrap until integration (it still reads kvrail's former
+// `cache_sharded_groups` declaration). Nothing in control/plan plans with these: the
+// declaration is the contract's shard_count (§12.8).
+
+// A prefill node's former out-of-contract declaration that `group_id` has `owners` (>= 2).
+struct ShardedGroup {
+  std::string group_id;
+  int owners = 2;
+};
+
+// Checks a declaration against the prefill contract and TP size: each group is a group spec,
+// named once, with 2 <= owners <= prefill_tp and prefill_tp % owners == 0. Errors are
+// unsupported-layout and name the group.
+absl::Status ValidateShardedGroups(absl::Span<const ShardedGroup> sharded,
+                                   const layout::Contract& prefill, int prefill_tp);
 
 }  // namespace kvrail::plan
 

@@ -46,34 +46,37 @@ StageFilter PipelineLayout::FilterFor(int stage) const {
 absl::Status ValidatePipelineLayout(const PipelineLayout& layout, const layout::Contract& wire) {
   if (layout.pp_size < 1 || layout.pp_size > kMaxTpSize) {
     return LayoutError(absl::StrCat("prefill pp_size ", layout.pp_size, " is outside 1..",
-                                    kMaxTpSize, " (CACHEPD §10.2)"));
+                                    kMaxTpSize, " (CACHEPD §12.3)"));
   }
   if (layout.fields_by_stage.size() != static_cast<size_t>(layout.pp_size)) {
     return LayoutError(absl::StrCat("cache_fields_by_stage has ", layout.fields_by_stage.size(),
                                     " stages but prefill_pp_size is ", layout.pp_size,
-                                    " (CACHEPD §10.2)"));
+                                    " (CACHEPD §12.3)"));
   }
   absl::flat_hash_map<absl::string_view, int> stage_of;
   for (int stage = 0; stage < layout.pp_size; ++stage) {
     for (const std::string& field_id : layout.fields_by_stage[stage]) {
       if (wire.FindField(field_id) == nullptr) {
         return LayoutError(absl::StrCat("prefill stage ", stage, " holds field '", field_id,
-                                        "', which the wire contract does not declare "
-                                        "(CACHEPD §10.1)"));
+                                        "', which the wire contract does not declare: cache stage "
+                                        "placement must cover every logical field exactly once "
+                                        "(CACHEPD §12.3)"));
       }
       auto [it, inserted] = stage_of.emplace(field_id, stage);
       if (!inserted) {
         return LayoutError(absl::StrCat("field '", field_id, "' is held by prefill stages ",
                                         it->second, " and ", stage,
-                                        "; each field lives in exactly one stage (CACHEPD §10.1)"));
+                                        "; cache stage placement must cover every logical field "
+                                        "exactly once (CACHEPD §12.3)"));
       }
     }
   }
   for (const layout::FieldLayout& field : wire.plan.fields) {
     if (!stage_of.contains(field.field_id)) {
       return LayoutError(absl::StrCat("field '", field.field_id,
-                                      "' is held by no prefill stage; each field lives in "
-                                      "exactly one stage (CACHEPD §10.1)"));
+                                      "' is held by no prefill stage; cache stage placement "
+                                      "must cover every logical field exactly once "
+                                      "(CACHEPD §12.3)"));
     }
   }
   return absl::OkStatus();
@@ -83,13 +86,13 @@ absl::StatusOr<int> StageTpSize(int prefill_tp_size, int prefill_dp_size, int pr
   if (prefill_tp_size < 1 || prefill_dp_size < 1 || prefill_pp_size < 1) {
     return LayoutError(absl::StrCat("prefill tp_size ", prefill_tp_size, ", dp_size ",
                                     prefill_dp_size, " and pp_size ", prefill_pp_size,
-                                    " must all be positive (CACHEPD §10.2, §10.5)"));
+                                    " must all be positive (CACHEPD §10.5, §12.5)"));
   }
   const int64_t groups = int64_t{prefill_dp_size} * prefill_pp_size;
   if (prefill_tp_size % groups != 0 || prefill_tp_size / groups > kMaxTpSize) {
     return LayoutError(
         absl::StrCat("prefill tp_size ", prefill_tp_size, " is not dp_size * pp_size = ", groups,
-                     " times a stage TP size in 1..", kMaxTpSize, " (CACHEPD §10.2)"));
+                     " times a stage TP size in 1..", kMaxTpSize, " (CACHEPD §12.5)"));
   }
   return static_cast<int>(prefill_tp_size / groups);
 }
@@ -101,7 +104,7 @@ absl::StatusOr<Planner> CreateStagePlanner(const PipelineLayout& layout, int sta
   KVRAIL_RETURN_IF_ERROR(ValidatePipelineLayout(layout, prefill_wire));
   if (stage < 0 || stage >= layout.pp_size) {
     return LayoutError(absl::StrCat("prefill stage ", stage, " is outside 0..", layout.pp_size - 1,
-                                    " (CACHEPD §10.1)"));
+                                    " (CACHEPD §12.6)"));
   }
   return StagePlanner(layout, stage, stage_tp_size, decode_tp_size, prefill_wire, decode);
 }
@@ -126,8 +129,9 @@ absl::StatusOr<PipelineRoute> PlanPipelineRoute(const PipelineLayout& layout, in
     }
     for (SourceFragments& source : route->sources) {
       const int global = GlobalPrefillRank(stage, stage_tp_size, source.prefill_rank);
-      out.sources.push_back(
-          PipelineSource{stage, source.prefill_rank, global, std::move(source.fragments)});
+      out.sources.push_back(PipelineSource{stage, source.prefill_rank, global,
+                                           std::move(source.fragments),
+                                           std::move(source.owner_filters)});
       targets.expected_prefill_ranks.push_back(global);
     }
     if (decode_tp_rank == 0) {

@@ -11,8 +11,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "control/plan/vector_cases.h"
 #include "engine/base/error.h"
+#include "tests/support/vectors.h"
 
 namespace kvrail::plan {
 namespace {
@@ -305,7 +307,8 @@ TEST(PipelineTest, LayoutMustPlaceEveryFieldInExactlyOneStage) {
       {{2, {{"layer.0.k", "layer.0.v", "layer.0.v"}, {"layer.1.k", "layer.1.v"}}},
        "held by prefill stages 0 and 0"},
       {{2, {{"layer.0.k", "layer.0.v", "layer.9.k"}, {"layer.1.k", "layer.1.v"}}},
-       "'layer.9.k', which the wire contract does not declare"},
+       "'layer.9.k', which the wire contract does not declare: cache stage placement must cover "
+       "every logical field exactly once"},
       {{3, {{"layer.0.k", "layer.0.v"}, {"layer.1.k", "layer.1.v"}}}, "has 2 stages"},
       {{0, {}}, "pp_size 0"},
   };
@@ -315,7 +318,7 @@ TEST(PipelineTest, LayoutMustPlaceEveryFieldInExactlyOneStage) {
     ASSERT_FALSE(status.ok());
     EXPECT_EQ(CategoryOf(status), ErrorCategory::kUnsupportedLayout);
     EXPECT_TRUE(Mentions(status, problem)) << status;
-    EXPECT_TRUE(Mentions(status, "CACHEPD §10")) << status;
+    EXPECT_TRUE(Mentions(status, "CACHEPD §12")) << status;
     EXPECT_FALSE(PlanPipelineRoute(layout, 2, 1, 0, wire, Mha().decode).ok());
     EXPECT_FALSE(CreateStagePlanner(layout, 0, 2, 1, wire, Mha().decode).ok());
   }
@@ -355,6 +358,65 @@ TEST(PipelineTest, StageTpSizeDividesTheWorldByDpAndPp) {
 TEST(PipelineTest, GlobalRankIdsAreStageMajor) {
   EXPECT_EQ(GlobalPrefillRank(0, 4, 3), 3);
   EXPECT_EQ(GlobalPrefillRank(2, 4, 1), 9);
+}
+
+// The reference's build_pipeline_transfer_plan (CACHEPD §12.6) on every case of
+// r2/pipeline_r2.json and every decode rank: the same stage-major sources, fragments, owner
+// filters, dummies and T_d, or an error of the same category carrying the reference's words.
+TEST(PipelineTest, EveryR2CaseAndDecodeRankMatchesTheReference) {
+  const nlohmann::json vectors = kvrail::testing::LoadVectors("r2/pipeline_r2.json");
+  int routes = 0;
+  for (const nlohmann::json& entry : vectors.at("cases")) {
+    const std::string name = entry.at("name").get<std::string>();
+    SCOPED_TRACE(name);
+    const int stage_tp = entry.at("prefill_stage_tp_size").get<int>();
+    const int decode_tp = entry.at("decode_tp_size").get<int>();
+    const layout::Contract prefill = testing::ReadR2Contract(name, entry.at("prefill_contract"));
+    const layout::Contract decode = testing::ReadR2Contract(name, entry.at("decode_contract"));
+    PipelineLayout placement;
+    placement.fields_by_stage =
+        entry.at("cache_fields_by_stage").get<std::vector<std::vector<std::string>>>();
+    placement.pp_size = static_cast<int>(placement.fields_by_stage.size());
+    ASSERT_EQ(entry.at("routes").size(), static_cast<size_t>(decode_tp));
+    for (const nlohmann::json& want : entry.at("routes")) {
+      const int d = want.at("decode_tp_rank").get<int>();
+      SCOPED_TRACE(absl::StrCat("d=", d));
+      absl::StatusOr<PipelineRoute> route =
+          PlanPipelineRoute(placement, stage_tp, decode_tp, d, prefill, decode);
+      if (!want.at("ok").get<bool>()) {
+        ASSERT_FALSE(route.ok());
+        EXPECT_EQ(CategoryOf(route.status()), testing::CategoryOfReferenceError(want["error"]));
+        const std::string message = want["error"]["message"].get<std::string>();
+        absl::string_view words = message;
+        absl::ConsumePrefix(&words, "Cache-transfer ");
+        EXPECT_TRUE(Mentions(route.status(), words)) << route.status() << " vs " << words;
+        continue;
+      }
+      ASSERT_TRUE(route.ok()) << route.status();
+      const nlohmann::json& by_rank = want.at("fragments_by_prefill_rank");
+      std::vector<int> sources;
+      for (const PipelineSource& source : route->sources) {
+        sources.push_back(source.prefill_rank);
+        EXPECT_EQ(source.prefill_rank,
+                  GlobalPrefillRank(source.stage, stage_tp, source.stage_tp_rank));
+        const std::string key = std::to_string(source.prefill_rank);
+        ASSERT_TRUE(by_rank.contains(key)) << key;
+        EXPECT_EQ(source.fragments, testing::FragmentsFromJson(by_rank.at(key))) << key;
+        EXPECT_EQ(source.owner_filters,
+                  testing::OwnerFiltersFromJson(want.at("owner_filters_by_prefill_rank").at(key)))
+            << key;
+      }
+      EXPECT_EQ(sources, testing::IntsFromJson(want.at("target_prefill_ranks")));
+      EXPECT_EQ(route->whole_field_copy,
+                by_rank.size() == 1 && by_rank.begin()->empty() && stage_tp == decode_tp);
+      EXPECT_EQ(route->targets.expected_prefill_ranks,
+                testing::IntsFromJson(want.at("target_prefill_ranks")));
+      EXPECT_EQ(route->targets.dummy_tp_ranks, testing::IntsFromJson(want.at("dummy_ranks")));
+      EXPECT_EQ(route->targets.target_tp_ranks, testing::IntsFromJson(want.at("targets_T_d")));
+      ++routes;
+    }
+  }
+  EXPECT_GE(routes, 6);
 }
 
 }  // namespace

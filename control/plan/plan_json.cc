@@ -8,13 +8,15 @@
 namespace kvrail::plan {
 namespace {
 
-// kvrail's extension (§10.3), present only for sharded groups:
-// [{"group_id": ..., "owners": N, "owner": i}, ...].
-nlohmann::ordered_json OwnerFiltersToJson(const std::vector<GroupOwnerFilter>& filters) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const GroupOwnerFilter& f : filters) {
-    out.push_back(
-        {{"group_id", f.group_id}, {"owners", f.filter.owners}, {"owner", f.filter.owner}});
+// The route's owner-filter decisions as the vectors spell them (§12.8):
+// {"<group_id>": {"owner_rank": o, "owner_count": k} or null for "none", ...}.
+nlohmann::ordered_json OwnerFiltersToJson(const std::vector<GroupOwnerFilter>& decisions) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const GroupOwnerFilter& d : decisions) {
+    out[d.group_id] = d.filter.has_value()
+                          ? nlohmann::ordered_json{{"owner_rank", d.filter->owner_rank},
+                                                   {"owner_count", d.filter->owner_count}}
+                          : nlohmann::ordered_json(nullptr);
   }
   return out;
 }
@@ -55,6 +57,9 @@ nlohmann::ordered_json PlanToJson(const Planner& planner) {
   const int decode_tp = planner.decode_tp_size();
   nlohmann::ordered_json out;
   out["ok"] = true;
+  if (!planner.sharded_group_ids().empty()) {
+    out["sharded_group_ids"] = planner.sharded_group_ids();
+  }
 
   nlohmann::ordered_json& served = out["decode_ranks_by_prefill_rank"];
   served = nlohmann::ordered_json::array();

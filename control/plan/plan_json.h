@@ -24,8 +24,10 @@ nlohmann::ordered_json ErrorToJson(const absl::Status& status);
 
 // The ok shape: {"ok": true, decode_ranks_by_prefill_rank, decode_ranks (each with its route
 // and targets, or its error), prefill_registrations (every (p, d) pair, p-major),
-// required_counts}. Computes every route and every registration: P * D registrations, so
-// meant for inspection, not for the data path.
+// required_counts}. When the prefill shards groups (§12.8), also "sharded_group_ids", and each
+// source and registration carries "owner_filters": {group_id: {owner_rank, owner_count} or
+// null for "none"}, as dcp_r2.json spells them. Computes every route and every registration: P * D
+// registrations, so meant for inspection, not for the data path.
 nlohmann::ordered_json PlanToJson(const Planner& planner);
 
 // PlanToJson of the planner, or, when Create failed,

@@ -52,21 +52,19 @@ bool Contains(const std::vector<int>& sorted, int value) {
 
 absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
                                         const layout::Contract& prefill,
-                                        const layout::Contract& decode, const StageFilter* stage,
-                                        absl::Span<const ShardedGroup> sharded) {
+                                        const layout::Contract& decode, const StageFilter* stage) {
   KVRAIL_RETURN_IF_ERROR(CheckTpSize("prefill", prefill_tp));
   KVRAIL_RETURN_IF_ERROR(CheckTpSize("decode", decode_tp));
-  KVRAIL_RETURN_IF_ERROR(ValidateShardedGroups(sharded, prefill, prefill_tp));
 
-  // The fields a pipeline stage holds; nullopt when the planner routes every field (§10.1).
+  // The fields a pipeline stage holds; nullopt when the planner routes every field (§12.6).
   std::optional<absl::flat_hash_set<std::string>> held;
   if (stage != nullptr) {
     held.emplace();
     for (const std::string& field_id : stage->field_ids) {
       if (prefill.FindField(field_id) == nullptr) {
-        return LayoutError(absl::StrCat("pipeline stage holds field '", field_id,
-                                        "', which the prefill contract does not declare "
-                                        "(CACHEPD §10.1)"));
+        return LayoutError(absl::StrCat("stage placement contains unknown cache fields: '",
+                                        field_id,
+                                        "' is no field of the prefill contract (CACHEPD §12.6)"));
       }
       held->insert(field_id);
     }
@@ -81,7 +79,36 @@ absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
   Planner planner;
   planner.prefill_tp_ = prefill_tp;
   planner.decode_tp_ = decode_tp;
-  planner.whole_field_copy_ = prefill_tp == decode_tp && !held.has_value() && sharded.empty();
+
+  // Page-sharded groups (§12.8): declared by the prefill's shard_count; the decode must hold
+  // every block, and each owner subgroup must fit the prefill TP ranks.
+  for (const layout::GroupSpec& spec : decode.group_specs) {
+    if (spec.shard_count != 1) {
+      return LayoutError(absl::StrCat("cache group '", spec.group_id,
+                                      "' is sharded on Decode; PD transfer into a DCP-sharded "
+                                      "destination is not supported (CACHEPD §12.8)"));
+    }
+  }
+  for (const layout::GroupSpec& spec : prefill.group_specs) {
+    if (spec.shard_count == 1) continue;
+    if (spec.shard_count < 1 || prefill_tp % spec.shard_count != 0) {
+      return LayoutError(absl::StrCat("cache group '", spec.group_id, "' shard count ",
+                                      spec.shard_count, " does not divide Prefill TP=", prefill_tp,
+                                      " (CACHEPD §12.8)"));
+    }
+    for (const layout::FieldLayout* field : prefill.FieldsOfGroup(spec.group_id)) {
+      if (prefill.FindPartition(field->field_id) != nullptr) {
+        return LayoutError(absl::StrCat("cache group '", spec.group_id, "' is sharded over ",
+                                        spec.shard_count, " owners but its field '",
+                                        field->field_id,
+                                        "' has a head partition; a sharded group's fields must "
+                                        "be replicated in TP (CACHEPD §12.8)"));
+      }
+    }
+    planner.sharded_group_ids_.push_back(spec.group_id);
+  }
+  planner.whole_field_copy_ =
+      prefill_tp == decode_tp && !held.has_value() && planner.sharded_group_ids_.empty();
 
   for (const layout::GroupSpec& spec : prefill.group_specs) {
     std::vector<const layout::FieldLayout*> prefill_fields = prefill.FieldsOfGroup(spec.group_id);
@@ -100,7 +127,8 @@ absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
       }
 
       Segment segment;
-      segment.owners = OwnersOf(sharded, spec.group_id);
+      // Checked above: 1, or a divisor of prefill_tp <= kMaxTpSize.
+      segment.owners = static_cast<int>(spec.shard_count);
       segment.group_id = spec.group_id;
       segment.field_id = pf.field_id;
       segment.prefill_payload_bytes = layout::PayloadBytes(pf);
@@ -132,13 +160,6 @@ absl::StatusOr<Planner> Planner::Create(int prefill_tp, int decode_tp,
             ShardMap::Create(df.field_id, *partition, df.shape[axis], decode_tp);
         if (!decode_shards.ok()) {
           return AddContext(decode_shards.status(), "decode side");
-        }
-        if (prefill_shards->replica_group_size() % segment.owners != 0) {
-          return LayoutError(absl::StrCat("sharded group '", spec.group_id, "' has ",
-                                          segment.owners, " owners, which do not divide the ",
-                                          prefill_shards->replica_group_size(),
-                                          " prefill replicas of field '", pf.field_id,
-                                          "' at TP=", prefill_tp, " (CACHEPD §10.3)"));
         }
         segment.prefill_shards = *std::move(prefill_shards);
         segment.decode_shards = *std::move(decode_shards);
@@ -192,7 +213,7 @@ void Planner::ForEachFragment(int d, Visit&& visit) const {
       f.dst_row_stride_bytes = segment.decode_payload_bytes;
       MergeRows(f);
       const int base = static_cast<int>(static_cast<int64_t>(d) * prefill_tp_ / decode_tp_);
-      // A sharded group takes the whole owner subgroup around the reference's source (§10.3).
+      // A sharded group takes the whole owner subgroup around the reference's source (§12.8).
       const int first = base - base % segment.owners;
       for (int p = first; p < first + segment.owners; ++p) visit(p, segment, f);
       continue;
@@ -226,8 +247,7 @@ void Planner::ForEachFragment(int d, Visit&& visit) const {
         f.src_byte_offset = (pi.local_offset + a - pi.global_begin) * segment.inner_bytes;
         f.dst_byte_offset = (di.local_offset + a - di.global_begin) * segment.inner_bytes;
         MergeRows(f);
-        // Owners divide the replica group, so p .. p + owners - 1 are replicas of shard s.
-        for (int owner = 0; owner < segment.owners; ++owner) visit(p + owner, segment, f);
+        visit(p, segment, f);  // partitioned fields are never sharded (Create)
       }
     }
   }
@@ -327,6 +347,7 @@ RegistrationOutcome Planner::OnRegistration(int p, int d) const {
   if (d == 0 && served.empty()) {
     outcome.kind = RegistrationOutcome::Kind::kDummy;
     outcome.expected_decode_ranks = {0};
+    outcome.owner_filters = NoOwnerFilters();
     return outcome;
   }
   outcome.error = LayoutError(
@@ -337,13 +358,26 @@ RegistrationOutcome Planner::OnRegistration(int p, int d) const {
 }
 
 std::vector<GroupOwnerFilter> Planner::OwnerFiltersFor(int p, int d) const {
-  std::vector<GroupOwnerFilter> filters;
+  std::vector<GroupOwnerFilter> decisions = NoOwnerFilters();
+  if (decisions.empty()) return decisions;
   ForEachFragment(d, [&](int source, const Segment& segment, const Fragment&) {
     if (source != p || segment.owners == 1) return;
-    if (!filters.empty() && filters.back().group_id == segment.group_id) return;
-    filters.push_back({segment.group_id, OwnerFilter{segment.owners, p % segment.owners}});
+    for (GroupOwnerFilter& decision : decisions) {
+      if (decision.group_id == segment.group_id) {
+        decision.filter = OwnerFilter{p % segment.owners, segment.owners};
+      }
+    }
   });
-  return filters;
+  return decisions;
+}
+
+std::vector<GroupOwnerFilter> Planner::NoOwnerFilters() const {
+  std::vector<GroupOwnerFilter> decisions;
+  decisions.reserve(sharded_group_ids_.size());
+  for (const std::string& group_id : sharded_group_ids_) {
+    decisions.push_back({group_id, std::nullopt});
+  }
+  return decisions;
 }
 
 int Planner::RequiredPreallocations(int p) const {

@@ -45,28 +45,30 @@ class Planner {
   //      shard mapping (§6.2) on the prefill side with TP P and the decode side with TP D;
   //   5. S_p for every prefill rank p (and E_d for every decode rank d).
   // `stage`, when given, restricts steps 3 to 5 to the fields a prefill pipeline stage holds
-  // (§10.1; see pipeline.h). Its ids must name fields of `prefill`; a filter naming every
-  // field is the same as none. A filter naming only some fields turns off the whole-field copy
-  // of P == D, because the stage must not send fields it does not hold: its route is then the
-  // explicit fragments of §6.3.
-  // `sharded`, when not empty, declares block-sharded groups of the prefill node (§10.3,
-  // owner_filter.h): every byte range of such a group comes from all ranks of an owner
-  // subgroup, each sending the blocks it owns. It requires, for each partitioned field of a
-  // sharded group, that the owners divide the field's prefill replica-group size, and it too
-  // turns off the whole-field copy. Empty gives exactly §6.
+  // (§12.6; see pipeline.h). An id that names no field of `prefill` fails ("stage placement
+  // contains unknown cache fields"); a filter naming every field is the same as none. A filter
+  // naming only some fields turns off the whole-field copy of P == D, because the stage must
+  // not send fields it does not hold: its route is then the explicit fragments of §6.3. A
+  // filter naming no field leaves nothing to route: every decode rank "has no source fragments".
+  // Page-sharded groups (§12.8) are the prefill contract's group specs with shard_count k > 1.
+  // Create refuses a decode group spec with shard_count != 1, P mod k != 0, and a partitioned
+  // field in a sharded group. A sharded group's (replicated) field is sent by every rank of
+  // the subgroup [r - r mod k, r - r mod k + k) around its §6.3 source r = floor(d * P / D),
+  // each with its owner filter; any sharded group turns off the whole-field copy.
   // Errors: the peer check's incompatible-peer error as is; every other refusal is
-  // unsupported-layout and names the field, the TP size or the rank, and the rule.
+  // unsupported-layout and names the field or group, the TP size or the rank, and the rule.
   static absl::StatusOr<Planner> Create(int prefill_tp, int decode_tp,
                                         const layout::Contract& prefill,
                                         const layout::Contract& decode,
-                                        const StageFilter* stage = nullptr,
-                                        absl::Span<const ShardedGroup> sharded = {});
+                                        const StageFilter* stage = nullptr);
 
   int prefill_tp_size() const { return prefill_tp_; }
   int decode_tp_size() const { return decode_tp_; }
-  // True when every route is a whole-field copy from the same-index rank (§6.6): P == D and no
-  // stage filter leaves fields out.
+  // True when every route is a whole-field copy from the same-index rank (§6.6, §12.6): P == D,
+  // no stage filter leaves fields out, and no group is sharded.
   bool whole_field_copy() const { return whole_field_copy_; }
+  // The prefill contract's sharded groups (shard_count > 1), in group spec order (§12.8).
+  const std::vector<std::string>& sharded_group_ids() const { return sharded_group_ids_; }
 
   // `plan_for_decode_rank(d)` (§6.1). Whole-field copy: one source, prefill rank d, with no
   // fragments. Otherwise the fragments of §6.3 grouped by source rank, ascending, each list in
@@ -85,8 +87,10 @@ class Planner {
   absl::StatusOr<DecodeTargets> TargetsFor(int d) const;
 
   // Prefill rank p's decision on decode rank d's registration (§3.2.2, §6.8):
-  //   * kSend when p is a source of d's route: fragments = route[p], expected = S_p;
-  //   * else kDummy when d == 0 and S_p is empty: no fragments, expected = {0};
+  //   * kSend when p is a source of d's route: fragments = route[p], expected = S_p, and
+  //     route[p]'s owner-filter decisions;
+  //   * else kDummy when d == 0 and S_p is empty: no fragments, expected = {0}, every sharded
+  //     group's decision "none" (§12.7);
   //   * else kReject: the route's own error when PlanForDecodeRank(d) fails, otherwise
   //     "targets the wrong prefill TP rank" (unsupported-layout); also for p outside 0..P-1.
   RegistrationOutcome OnRegistration(int p, int d) const;
@@ -112,29 +116,33 @@ class Planner {
     int64_t rows = 1;            // prod(prefill_shape[:axis])
     int64_t src_row_stride = 0;  // prefill_shape[axis] * inner_bytes
     int64_t dst_row_stride = 0;  // decode_shape[axis] * inner_bytes
-    int owners = 1;              // > 1 when the segment's group is block-sharded (§10.3)
+    int owners = 1;              // the group's shard_count: > 1 when page-sharded (§12.8)
   };
 
   Planner() = default;
 
   // Calls visit(prefill_rank, segment, fragment) for every fragment of decode rank d's route
   // (P != D or a partial stage), in segment-pair order, then ascending prefill rank, then part
-  // order. For a block-sharded group each fragment is visited once per rank of its owner
-  // subgroup, ascending. The fragment's group_id and field_id are left empty: callers that keep
+  // order. A sharded group's fragment is visited once per rank of its owner subgroup,
+  // ascending. The fragment's group_id and field_id are left empty: callers that keep
   // fragments take them from the segment. No allocation.
   template <typename Visit>
   void ForEachFragment(int d, Visit&& visit) const;
 
   absl::Status CheckDecodeRank(int d) const;
 
-  // The owner filters prefill rank p applies when sending to decode rank d: one per sharded
-  // group with a fragment from p, in group order.
+  // Prefill rank p's owner-filter decisions for decode rank d (§12.8): one per sharded group,
+  // in group spec order, the filter (p mod k, k) when p sends a fragment of the group to d,
+  // "none" otherwise.
   std::vector<GroupOwnerFilter> OwnerFiltersFor(int p, int d) const;
+  // Every sharded group's decision "none": a dummy's (§12.7).
+  std::vector<GroupOwnerFilter> NoOwnerFilters() const;
 
   int prefill_tp_ = 1;
   int decode_tp_ = 1;
   bool whole_field_copy_ = false;
   std::vector<Segment> segments_;
+  std::vector<std::string> sharded_group_ids_;
   std::vector<std::vector<int>> served_by_prefill_rank_;  // S_p
   std::vector<std::vector<int>> sources_of_decode_rank_;  // E_d; empty when the route fails
 };

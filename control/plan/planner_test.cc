@@ -298,6 +298,8 @@ TEST(PlannerTest, StageFilterMustNameContractFields) {
   ASSERT_FALSE(planner.ok());
   EXPECT_EQ(CategoryOf(planner.status()), ErrorCategory::kUnsupportedLayout);
   EXPECT_TRUE(Mentions(planner.status(), "'layer.99.k'")) << planner.status();
+  EXPECT_TRUE(Mentions(planner.status(), "stage placement contains unknown cache fields"))
+      << planner.status();
 }
 
 TEST(PlannerTest, StageFilterHoldingEveryFieldIsThePlainPlanner) {

@@ -17,8 +17,9 @@ namespace kvrail::plan {
 struct SourceFragments {
   int prefill_rank = 0;
   std::vector<Fragment> fragments;
-  // One filter per sharded group this rank sends (§10.3): it sends only the blocks it owns.
-  // Empty when the prefill declares no sharded group.
+  // One decision per sharded group of the prefill contract, in group spec order (§12.8): the
+  // filter (p mod k, k) for a group this rank's fragments name (it sends only the blocks it
+  // owns), "none" for the others. Empty when no group is sharded.
   std::vector<GroupOwnerFilter> owner_filters;
 };
 
@@ -58,15 +59,15 @@ struct RegistrationOutcome {
   // kSend: S_p, the decode ranks p serves (its pre-allocations per room). kDummy: {0}.
   // kReject: empty.
   std::vector<int> expected_decode_ranks;
-  // kSend: the owner filters of the sharded groups this rank sends (§10.3); empty otherwise,
-  // and always empty for a dummy (the Rust port sets every filter to None there).
+  // kSend: route[p]'s owner-filter decisions (§12.8). kDummy: every sharded group's decision
+  // "none" (§12.7). kReject: empty. Empty whenever no group is sharded.
   std::vector<GroupOwnerFilter> owner_filters;
   // kReject: why. OK otherwise.
   absl::Status error;
 };
 
 // The senders of a route's byte ranges, for ValidateOwnerCoverage. A whole-field route has no
-// fragments and gives none (block sharding always routes by fragments). The senders point
+// fragments and gives none (a sharded group always routes by fragments, §12.6). The senders point
 // into `route`, which must outlive them.
 std::vector<RangeSender> RangeSendersOf(const Route& route);
 

@@ -1,10 +1,13 @@
-// Property test of the whole send path (CACHEPD §4.6, §5.2, §6, §10.1): random but valid
+// Property test of the whole send path (CACHEPD §4.6, §5.2, §6, §12.6, §12.8): random but valid
 // prefill/decode contract pairs are planned (Planner or the pipeline stage planners), bound and
 // expanded into copies (CopyPlan), and the copies are applied to simulated arenas byte by byte.
 //
 // Every prefill page holds, for each local element, bytes derived from (field, source block id,
 // the element's GLOBAL coordinates, byte in element), so a byte that arrives from the wrong
-// field, the wrong page, the wrong shard or the wrong byte of an element does not match. After
+// field, the wrong page, the wrong shard or the wrong byte of an element does not match. For a
+// page-sharded prefill group (shard_count k) the source block id is virtual: rank p's local page
+// L holds virtual block (L - 1) * k + p mod k + 1, so a byte from the wrong owner or the wrong
+// local page does not match either. After
 // a room, each decode rank's arena must hold exactly the pattern of its own global coordinates
 // in every payload byte of every page its manifest names, written exactly once, and nothing
 // else may have been written.
@@ -92,6 +95,7 @@ enum class CaseKind {
   kEqualTp,            // P == D, one stage: whole-field copy
   kPipeline,           // 2-3 prefill stages splitting the fields
   kConsecutiveBlocks,  // block ids run consecutively on both sides: copies coalesce
+  kSharded,            // page-sharded prefill groups (§12.8), one stage or 2-3 stages
 };
 
 struct Model {
@@ -102,6 +106,7 @@ struct Model {
   std::vector<std::vector<int>> stage_fields;  // field indices per stage, when pp > 1
   int64_t prefix_granularity = 1;
   std::vector<GroupSpec> specs;
+  std::vector<int64_t> shard_counts;  // per spec: the prefill's shard_count (§12.8); decode 1
   std::vector<FieldModel> fields;
   int64_t prefix_len = 0;
   int64_t prompt_len = 1;
@@ -222,7 +227,8 @@ FieldModel RandomField(std::mt19937_64& rng, const Model& m, int group,
   for (int i = 0; i < rank; ++i) {
     f.global_shape.push_back(Uniform(rng, 1, 4));
   }
-  if (rng() % 3 != 0) {
+  // A page-sharded group's fields are replicated in TP (§12.8).
+  if (m.shard_counts[group] == 1 && rng() % 3 != 0) {
     layout::Partition p;
     p.axis = Uniform(rng, 0, rank - 1);
     PickShards(rng, m.prefill_tp, m.decode_tp, f);
@@ -265,6 +271,10 @@ Model RandomModel(std::mt19937_64& rng, CaseKind kind) {
       m.prefill_tp = PickTp(rng, 16);
       m.decode_tp = rng() % 4 == 0 ? m.prefill_tp : PickTp(rng, 64);
       break;
+    case CaseKind::kSharded:
+      m.prefill_tp = static_cast<int>(PickOne<int64_t>(rng, {2, 4, 6, 8, 12, 16}));
+      m.decode_tp = rng() % 4 == 0 ? m.prefill_tp : PickTp(rng, 64);
+      break;
     default:
       m.prefill_tp = PickTp(rng, 64);
       m.decode_tp = PickTp(rng, 64);
@@ -277,6 +287,17 @@ Model RandomModel(std::mt19937_64& rng, CaseKind kind) {
   for (int g = 0; g < groups; ++g) {
     m.specs.push_back(RandomGroupSpec(rng, g));
   }
+  m.shard_counts.assign(groups, 1);
+  if (kind == CaseKind::kSharded) {
+    // At least one group sharded, over a divisor k >= 2 of P.
+    std::vector<int64_t> owners = DivisorsUpTo(m.prefill_tp, m.prefill_tp);
+    owners.erase(owners.begin());  // 1
+    for (int g = 0; g < groups; ++g) {
+      if (g == 0 || rng() % 2 == 0) m.shard_counts[g] = PickOne(rng, owners);
+    }
+  }
+  const bool pipelined =
+      kind == CaseKind::kPipeline || (kind == CaseKind::kSharded && rng() % 3 == 0);
   std::set<std::string> ids;
   for (int g = 0; g < groups; ++g) {
     const int n = static_cast<int>(Uniform(rng, 1, 8));
@@ -284,11 +305,11 @@ Model RandomModel(std::mt19937_64& rng, CaseKind kind) {
       m.fields.push_back(RandomField(rng, m, g, ids));
     }
   }
-  while (kind == CaseKind::kPipeline && m.fields.size() < 3) {
+  while (pipelined && m.fields.size() < 3) {
     m.fields.push_back(RandomField(rng, m, 0, ids));
   }
 
-  if (kind == CaseKind::kPipeline) {
+  if (pipelined) {
     m.pp = static_cast<int>(Uniform(rng, 2, 3));
     m.stage_fields.assign(m.pp, {});
     std::vector<int> order(m.fields.size());
@@ -346,6 +367,9 @@ Contract LayOut(std::mt19937_64& rng, const Model& m, const std::vector<int>& fi
   c.plan.prefix_granularity = m.prefix_granularity;
   c.plan.num_lcm_blocks = packing.num_lcm_blocks;
   c.group_specs = m.specs;
+  if (!decode_side) {
+    for (size_t g = 0; g < m.specs.size(); ++g) c.group_specs[g].shard_count = m.shard_counts[g];
+  }
   for (size_t g = 0; g < m.specs.size(); ++g) {
     c.plan.groups.push_back({m.specs[g].group_id, packing.blocks_per_lcm[g],
                              1 + packing.num_lcm_blocks * packing.blocks_per_lcm[g]});
@@ -436,7 +460,8 @@ std::vector<std::vector<int64_t>> RandomBlockTables(std::mt19937_64& rng, const 
   std::vector<std::vector<int64_t>> tables;
   for (size_t g = 0; g < m.specs.size(); ++g) {
     const layout::SlotRange slots = layout::LogicalSlots(m.specs[g], m.prefix_len, m.prompt_len);
-    const int64_t pages = c.FindGroup(m.specs[g].group_id)->page_count;
+    // Virtual ids for a page-sharded prefill group (§12.2); page ids otherwise.
+    const int64_t pages = c.VirtualBlockCount(m.specs[g].group_id);
     std::vector<int64_t> ids(pages - 1);
     std::iota(ids.begin(), ids.end(), 1);
     const int64_t needed = slots.size();
@@ -536,6 +561,7 @@ struct Stats {
   int packed_sides = 0;
   int sliding_window_groups = 0;
   int snapshot_groups = 0;
+  int sharded_groups = 0;
   int nonzero_prefix = 0;
   int64_t copies = 0;
   int64_t coalesced_copies = 0;
@@ -568,7 +594,8 @@ class CaseRunner {
   void CheckShardMap(const FieldModel& f, int64_t shards, int tp, int rank, int64_t local_extent);
   // Binds, expands and applies one source's fragments to decode rank d's arenas.
   void Send(int d, int global_rank, int tp_rank, const Contract& source_contract,
-            const std::vector<Fragment>& fragments);
+            const std::vector<Fragment>& fragments,
+            const std::vector<GroupOwnerFilter>& owner_filters);
   void CheckDecodeArena(int d);
   void RunOneStage();
   void RunPipeline();
@@ -600,7 +627,8 @@ std::string CaseRunner::Describe() const {
   std::ostringstream os;
   os << "  case: P=" << m_.prefill_tp << " D=" << m_.decode_tp << " pp=" << m_.pp
      << " prefix_len=" << m_.prefix_len << " prompt_len=" << m_.prompt_len
-     << " prefix_granularity=" << m_.prefix_granularity << "\n";
+     << " prefix_granularity=" << m_.prefix_granularity << " shard_counts=["
+     << absl::StrJoin(m_.shard_counts, ",") << "]\n";
   for (const FieldModel& f : m_.fields) {
     os << "  field " << f.id << " group=" << m_.specs[f.group].group_id
        << " dtype=" << layout::DTypeName(f.dtype) << " global_shape=["
@@ -681,8 +709,11 @@ const std::vector<uint8_t>* CaseRunner::PrefillArena(int global_rank, int tp_ran
         GlobalElementOfLocal(f, f.prefill_shards, m_.prefill_tp, tp_rank);
     const int64_t element = layout::DTypeSize(f.dtype);
     const int64_t pages = contract.FindGroup(layout.group_id)->page_count;
+    const int64_t k = contract.FindGroupSpec(layout.group_id)->shard_count;
     for (int64_t page = 0; page < pages; ++page) {
       const int64_t offset = *layout::PageOffset(contract, layout, page);
+      // The block this page holds: a virtual id for a page-sharded group (§12.8).
+      const int64_t block = page == 0 ? 0 : (page - 1) * k + tp_rank % k + 1;
       for (size_t e = 0; e < global.size(); ++e) {
         for (int64_t b = 0; b < element; ++b) {
           const size_t at = static_cast<size_t>(offset + static_cast<int64_t>(e) * element + b);
@@ -691,7 +722,7 @@ const std::vector<uint8_t>* CaseRunner::PrefillArena(int global_rank, int tp_ran
             return nullptr;
           }
           owned[at] = true;
-          arena[at] = PatternByte(fi, page, global[e], b);
+          arena[at] = PatternByte(fi, block, global[e], b);
         }
       }
     }
@@ -700,9 +731,11 @@ const std::vector<uint8_t>* CaseRunner::PrefillArena(int global_rank, int tp_ran
 }
 
 void CaseRunner::Send(int d, int global_rank, int tp_rank, const Contract& source_contract,
-                      const std::vector<Fragment>& fragments) {
+                      const std::vector<Fragment>& fragments,
+                      const std::vector<GroupOwnerFilter>& owner_filters) {
   const std::string where = absl::StrCat("prefill rank ", global_rank, " -> decode rank ", d);
-  absl::StatusOr<CopyPlan> plan = CopyPlan::Bind(source_contract, decode_, fragments);
+  absl::StatusOr<CopyPlan> plan =
+      CopyPlan::Bind(source_contract, decode_, fragments, owner_filters);
   if (!plan.ok()) {
     Fail(absl::StrCat(where, ": CopyPlan::Bind failed: ", plan.status().ToString()));
     return;
@@ -841,9 +874,14 @@ void CaseRunner::RunOneStage() {
       Fail(absl::StrCat("PlanForDecodeRank(", d, ") failed: ", route.status().ToString()));
       return;
     }
-    if (route->whole_field_copy != (m_.prefill_tp == m_.decode_tp)) {
+    const bool sharded = !planner->sharded_group_ids().empty();
+    if (route->whole_field_copy != (m_.prefill_tp == m_.decode_tp && !sharded)) {
       Fail(absl::StrCat("decode rank ", d, ": whole_field_copy is ", route->whole_field_copy,
-                        " with P=", m_.prefill_tp, " D=", m_.decode_tp));
+                        " with P=", m_.prefill_tp, " D=", m_.decode_tp, " sharded=", sharded));
+    }
+    const absl::Status covered = ValidateOwnerCoverage(RangeSendersOf(*route), prefill_);
+    if (!covered.ok()) {
+      Fail(absl::StrCat("decode rank ", d, ": ", covered.ToString()));
     }
     stats_.whole_field_routes += route->whole_field_copy ? 1 : 0;
     absl::StatusOr<DecodeTargets> targets = planner->TargetsFor(d);
@@ -864,13 +902,14 @@ void CaseRunner::RunOneStage() {
       // What the prefill sends is what it decides on the registration (§6.8).
       RegistrationOutcome outcome = planner->OnRegistration(p, d);
       if (outcome.kind != RegistrationOutcome::Kind::kSend ||
-          outcome.fragments != source.fragments) {
+          outcome.fragments != source.fragments || outcome.owner_filters != source.owner_filters) {
         Fail(absl::StrCat("prefill rank ", p, " answers decode rank ", d, "'s registration with ",
                           OutcomeName(outcome.kind), " and ", outcome.fragments.size(),
-                          " fragments; the decode's route has ", source.fragments.size()));
+                          " fragments; the decode's route has ", source.fragments.size(),
+                          " (or other owner filters)"));
         return;
       }
-      Send(d, p, p, prefill_, outcome.fragments);
+      Send(d, p, p, prefill_, outcome.fragments, outcome.owner_filters);
       if (Failed()) {
         return;
       }
@@ -920,7 +959,8 @@ void CaseRunner::RunPipeline() {
       }
       RegistrationOutcome outcome = planners[source.stage].OnRegistration(source.stage_tp_rank, d);
       if (outcome.kind != RegistrationOutcome::Kind::kSend ||
-          outcome.fragments != source.fragments || outcome.fragments.empty()) {
+          outcome.fragments != source.fragments || outcome.fragments.empty() ||
+          outcome.owner_filters != source.owner_filters) {
         Fail(absl::StrCat("stage ", source.stage, " rank ", source.stage_tp_rank,
                           " answers decode rank ", d, "'s registration with ",
                           OutcomeName(outcome.kind), " and ", outcome.fragments.size(),
@@ -928,7 +968,8 @@ void CaseRunner::RunPipeline() {
         return;
       }
       // The stage sends from its own arena, laid out by its local contract (§10.1).
-      Send(d, source.prefill_rank, source.stage_tp_rank, stage_[source.stage], outcome.fragments);
+      Send(d, source.prefill_rank, source.stage_tp_rank, stage_[source.stage], outcome.fragments,
+           outcome.owner_filters);
       if (Failed()) {
         return;
       }
@@ -1012,6 +1053,7 @@ void CaseRunner::Run() {
     stats_.snapshot_groups +=
         spec.transfer_policy == layout::TransferPolicy::kLatestSnapshot ? 1 : 0;
   }
+  for (int64_t k : m_.shard_counts) stats_.sharded_groups += k > 1 ? 1 : 0;
 
   if (m_.pp > 1) {
     RunPipeline();
@@ -1054,6 +1096,7 @@ Stats RunCases(CaseKind kind, uint64_t first_seed, int count) {
             << " packed_sides=" << stats.packed_sides
             << " sliding_window_groups=" << stats.sliding_window_groups
             << " snapshot_groups=" << stats.snapshot_groups
+            << " sharded_groups=" << stats.sharded_groups
             << " nonzero_prefix=" << stats.nonzero_prefix << " copies=" << stats.copies
             << " coalesced=" << stats.coalesced_copies
             << " whole_field_runs_merged=" << stats.whole_field_runs_merged
@@ -1095,6 +1138,20 @@ TEST(RoutePropertyTest, PipelineStagesTogetherDeliverEveryByteExactlyOnce) {
   }
   EXPECT_EQ(stats.pipeline_cases, stats.cases);
   EXPECT_EQ(stats.whole_field_routes, 0);
+}
+
+// §12.8: a page-sharded group's blocks come from every owner of the subgroup, each block (a
+// virtual id) from the owner holding it at its local page, once; at equal TP too.
+TEST(RoutePropertyTest, ShardedGroupsDeliverEveryBlockExactlyOnceFromItsOwner) {
+  const Stats stats = RunCases(CaseKind::kSharded, 5000, 150);
+  if (SingleSeed()) {
+    return;
+  }
+  EXPECT_GE(stats.sharded_groups, stats.cases);
+  EXPECT_GT(stats.pipeline_cases, 20);
+  EXPECT_GT(stats.heterogeneous_tp, 50);
+  EXPECT_EQ(stats.whole_field_routes, 0);
+  EXPECT_GT(stats.bytes_checked, 0);
 }
 
 TEST(RoutePropertyTest, CoalescingConsecutivePagesNeverChangesTheBytesWritten) {

@@ -21,6 +21,28 @@ layout::Contract ParseOrDie(const std::string& name, const nlohmann::json& wire)
 
 }  // namespace
 
+layout::Contract ReadR2Contract(const std::string& name, const nlohmann::json& wire) {
+  layout::Contract contract = ParseOrDie(name, wire);
+  if (contract.revision != layout::Revision::k2026_09) {
+    std::fprintf(stderr, "vector %s: contract is not in the 2026-09 form\n", name.c_str());
+    std::abort();
+  }
+  return contract;
+}
+
+std::vector<GroupOwnerFilter> OwnerFiltersFromJson(const nlohmann::json& by_group) {
+  std::vector<GroupOwnerFilter> decisions;
+  for (const auto& [group_id, filter] : by_group.items()) {
+    GroupOwnerFilter decision{group_id, std::nullopt};
+    if (!filter.is_null()) {
+      decision.filter =
+          OwnerFilter{filter.at("owner_rank").get<int>(), filter.at("owner_count").get<int>()};
+    }
+    decisions.push_back(std::move(decision));
+  }
+  return decisions;
+}
+
 const nlohmann::json& PlannerCases() {
   static const nlohmann::json* cases =
       new nlohmann::json(kvrail::testing::LoadVectors("planner.json").at("cases"));

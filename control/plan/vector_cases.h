@@ -1,5 +1,5 @@
-// Test support: reads planner.json and descriptors.json cases (tests/data/cachepd/VECTORS.md)
-// into kvrail types.
+// Test support: reads planner.json and descriptors.json cases (tests/data/cachepd/VECTORS.md),
+// and the contracts and owner filters of the 2026-09 vectors (r2/), into kvrail types.
 #ifndef KVRAIL_CONTROL_PLAN_VECTOR_CASES_H_
 #define KVRAIL_CONTROL_PLAN_VECTOR_CASES_H_
 
@@ -10,6 +10,7 @@
 
 #include "control/layout/contract.h"
 #include "control/plan/fragment.h"
+#include "control/plan/owner_filter.h"
 #include "engine/base/error.h"
 
 namespace kvrail::plan::testing {
@@ -36,6 +37,14 @@ PlannerCase ReadPlannerCase(const nlohmann::json& entry);
 // wrong Prefill TP rank") are unsupported-layout; CacheContractError (the peer check) is
 // incompatible-peer.
 std::optional<ErrorCategory> CategoryOfReferenceError(const nlohmann::json& error);
+
+// A contract of an r2/ vector (a 2026-09 wire, CACHEPD §12.1), its shard_count and replayable
+// members included. Aborts as ReadPlannerCase does.
+layout::Contract ReadR2Contract(const std::string& name, const nlohmann::json& wire);
+
+// {"<group_id>": {"owner_rank", "owner_count"} or null, ...} as dcp_r2.json spells a rank's
+// owner-filter decisions, in the object's order.
+std::vector<GroupOwnerFilter> OwnerFiltersFromJson(const nlohmann::json& by_group);
 
 Fragment FragmentFromJson(const nlohmann::json& json);
 std::vector<Fragment> FragmentsFromJson(const nlohmann::json& json);

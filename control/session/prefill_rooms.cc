@@ -360,8 +360,7 @@ absl::StatusOr<std::shared_ptr<const plan::Planner>> PrefillRooms::PlannerFor(
   KVRAIL_ASSIGN_OR_RETURN(
       plan::Planner planner,
       plan::Planner::Create(identity_.prefill_tp_size, decode_tp_size, identity_.contract,
-                            decode_contract, identity_.stage ? &*identity_.stage : nullptr,
-                            identity_.sharded));
+                            decode_contract, identity_.stage ? &*identity_.stage : nullptr));
   if (planners_.size() >= kMaxCachedPlanners) planners_.clear();
   auto shared = std::make_shared<const plan::Planner>(std::move(planner));
   planners_.emplace(std::move(key), shared);

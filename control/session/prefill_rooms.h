@@ -52,10 +52,9 @@ struct PrefillIdentity {
   int status_rank = -1;
   // The rank's own contract: the planner's prefill layout (§6.8) and the copies' source side.
   layout::Contract contract;
-  // §10.1: the fields this rank's pipeline stage holds; nullopt = every field.
+  // §12.6: the fields this rank's pipeline stage holds; nullopt = every field. Page-sharded
+  // groups (§12.8) are the contract's own (GroupSpec::shard_count).
   std::optional<plan::StageFilter> stage;
-  // §10.3: block-sharded groups of the prefill node; empty = none.
-  std::vector<plan::ShardedGroup> sharded;
 };
 
 struct PrefillOptions {
@@ -109,6 +108,8 @@ struct DecodePeer {
   bool dummy = false;  // a rendezvous-only registration (§6.5): no copies, expects {0}
   // route[p] for a data registration (§6.8); empty for a whole-field copy (P == D) or a dummy.
   std::vector<plan::Fragment> fragments;
+  // route[p]'s owner-filter decisions, one per page-sharded group (§12.7, §12.8); a dummy's
+  // are all "none"; empty when no group is sharded.
   std::vector<plan::GroupOwnerFilter> owner_filters;
   // S_p, the decode ranks each room needs a pre-allocation from; {0} for a dummy. Its size is
   // the room's fan-out, Planner::RequiredPreallocations(p) (§6.5).

@@ -53,7 +53,8 @@ layout::Manifest RoomManifest(const layout::Contract& contract, int64_t prefix, 
   std::vector<std::vector<int64_t>> tables;
   for (size_t g = 0; g < contract.group_specs.size(); ++g) {
     const layout::GroupSpec& spec = contract.group_specs[g];
-    const int64_t pages = contract.FindGroup(spec.group_id)->page_count;
+    // Block ids are virtual for a page-sharded group (CACHEPD §12.2); page ids otherwise.
+    const int64_t pages = contract.VirtualBlockCount(spec.group_id);
     const int64_t slots = (prompt + spec.block_granularity() - 1) / spec.block_granularity();
     std::vector<int64_t>& table = tables.emplace_back();
     for (int64_t k = 0; k < slots; ++k) {
@@ -76,12 +77,21 @@ std::vector<std::pair<int64_t, int64_t>> Windows(const layout::Contract& contrac
 }
 
 // plan_fuzz: "<case> <P> <p> <D> <d> <base> <mode>\n<source>\n<destination>". Mode 1 goes
-// through the rooms layer too; 3 makes the room ready before its pre-allocations.
+// through the rooms layer too; 3 makes the room ready before its pre-allocations; 5 and 13 put
+// the prefill rank in stage 0 or 1 of a two-stage pipeline (CACHEPD §12.6). Cases count
+// kPlanCases, then kShardedPlanCases (page-sharded prefill groups, §12.8).
 Seeds PlanSeeds() {
   Seeds seeds;
   constexpr uint64_t kBase = 0x7e0000000000;
-  for (size_t i = 0; i < std::size(kvrail::fuzz::kPlanCases); ++i) {
-    const kvrail::fuzz::PlannerCase c = kvrail::fuzz::LoadPlannerCase(kvrail::fuzz::kPlanCases[i]);
+  std::vector<kvrail::fuzz::PlannerCase> cases;
+  for (const char* name : kvrail::fuzz::kPlanCases) {
+    cases.push_back(kvrail::fuzz::LoadPlannerCase(name));
+  }
+  for (const kvrail::fuzz::ShardedPlanCase& sharded : kvrail::fuzz::kShardedPlanCases) {
+    cases.push_back(kvrail::fuzz::LoadShardedPlannerCase(sharded));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const kvrail::fuzz::PlannerCase& c = cases[i];
     const auto planner =
         kvrail::plan::Planner::Create(c.prefill_tp_size, c.decode_tp_size, c.prefill, c.decode);
     Check(planner.ok(), absl::StrCat(c.name, " does not plan"));
@@ -104,6 +114,8 @@ Seeds PlanSeeds() {
     seed("ready_first", 0, 0, kBase, 3, 0, 5);
     // A decode arena that ends exactly at 2^64.
     seed("arena_at_top", 0, 0, 0 - static_cast<uint64_t>(c.decode.ArenaBytes()), 1, 0, 5);
+    seed("stage0", 0, 0, kBase, 5, 0, 5);
+    seed("stage1", 0, 0, kBase, 13, 0, 5);
   }
   return seeds;
 }

@@ -4,7 +4,11 @@
 // Input (text): line 1 "<case> <P> <p> <D> <d> <arena base> <mode>" in decimal, where <case>
 // picks one of kPlanCases (planner_cases.h) and missing or unreadable numbers take the case's
 // own P and D, rank 0, base 0x7e0000000000 and mode 0; line 2 the room's source manifest wire;
-// the rest its destination manifest wire.
+// the rest its destination manifest wire. <case> counts kPlanCases, then kShardedPlanCases
+// (page-sharded prefill groups, CACHEPD §12.8: virtual source ids, owner filters).
+// Bit 2 of <mode> puts the prefill rank in a two-stage pipeline (§12.6): stage 0 holds the
+// first half of the prefill contract's fields in plan order, stage 1 the rest; bit 3 picks
+// stage 1. The rank then plans with its stage's filter.
 //
 // Every input: prefill rank p of P decides decode rank d of D's registration as
 // session::PrefillRooms does (Planner::Create, OnRegistration, CopyPlan::Bind: built once per
@@ -23,7 +27,9 @@
 // expanded and checked against the registered base: [base, base + ArenaBytes), and the bytes
 // the rooms layer planned.
 //
-// Properties: no crash, leak or undefined behaviour, and the ones above.
+// Properties: no crash, leak or undefined behaviour, and the ones above; and every route the
+// planner makes writes each byte range once per block (ValidateOwnerCoverage: one sender, or
+// for a sharded group the owners 0..k-1 once each).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -38,6 +44,7 @@
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
 #include "control/plan/planner.h"
+#include "control/plan/stage_filter.h"
 #include "control/session/prefill_rooms.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
@@ -61,6 +68,8 @@ const std::vector<PlannerCase>& Cases() {
     auto* loaded = new std::vector<PlannerCase>;
     for (const char* name : kvrail::fuzz::kPlanCases)
       loaded->push_back(kvrail::fuzz::LoadPlannerCase(name));
+    for (const kvrail::fuzz::ShardedPlanCase& sharded : kvrail::fuzz::kShardedPlanCases)
+      loaded->push_back(kvrail::fuzz::LoadShardedPlannerCase(sharded));
     return loaded;
   }();
   return *cases;
@@ -75,7 +84,20 @@ struct Header {
   uint64_t arena_base = 0x7e0000000000;
   bool through_rooms = false;
   bool ready_first = false;
+  int stage = -1;  // -1: one stage holding every field; else 0 or 1 of two (§12.6)
 };
+
+// The fields stage `stage` of the two-stage placement holds: the first or second half of the
+// prefill contract's fields in plan order.
+plan::StageFilter StageOf(const layout::Contract& prefill, int stage) {
+  plan::StageFilter filter;
+  const size_t n = prefill.plan.fields.size();
+  for (size_t i = 0; i < n; ++i) {
+    if ((i < (n + 1) / 2) == (stage == 0))
+      filter.field_ids.push_back(prefill.plan.fields[i].field_id);
+  }
+  return filter;
+}
 
 Header ReadHeader(absl::string_view line) {
   std::vector<absl::string_view> words =
@@ -96,6 +118,7 @@ Header ReadHeader(absl::string_view line) {
   (void)absl::SimpleAtoi(words[6], &mode);
   h.through_rooms = (mode & 1) != 0;
   h.ready_first = (mode & 2) != 0;
+  if ((mode & 4) != 0) h.stage = (mode & 8) != 0 ? 1 : 0;
   return h;
 }
 
@@ -146,27 +169,39 @@ struct Decision {
 };
 
 const Decision& Decide(const Header& h) {
-  using PlannerKey = std::tuple<const PlannerCase*, int, int>;
-  using Key = std::tuple<const PlannerCase*, int, int, int, int>;
+  using PlannerKey = std::tuple<const PlannerCase*, int, int, int>;
+  using Key = std::tuple<const PlannerCase*, int, int, int, int, int>;
   static auto* const planners = new std::map<PlannerKey, absl::StatusOr<plan::Planner>>;
   static auto* const decisions = new std::map<Key, Decision>;
   const int P = static_cast<int>(h.prefill_tp_size);
   const int p = static_cast<int>(h.prefill_tp_rank);
   const int D = static_cast<int>(h.decode_tp_size);
   const int d = static_cast<int>(h.decode_tp_rank);
-  const Key key{h.contracts, P, p, D, d};
+  const Key key{h.contracts, P, p, D, d, h.stage};
   if (auto found = decisions->find(key); found != decisions->end()) return found->second;
   if (planners->size() > 1024) planners->clear();  // the fuzzer tries many sizes
   if (decisions->size() > 4096) decisions->clear();
-  auto planner = planners->find({h.contracts, P, D});
+  auto planner = planners->find({h.contracts, P, D, h.stage});
   if (planner == planners->end()) {
+    const std::optional<plan::StageFilter> stage =
+        h.stage < 0 ? std::nullopt : std::optional(StageOf(h.contracts->prefill, h.stage));
     planner = planners
-                  ->emplace(PlannerKey{h.contracts, P, D},
-                            plan::Planner::Create(P, D, h.contracts->prefill, h.contracts->decode))
+                  ->emplace(PlannerKey{h.contracts, P, D, h.stage},
+                            plan::Planner::Create(P, D, h.contracts->prefill, h.contracts->decode,
+                                                  stage ? &*stage : nullptr))
                   .first;
   }
   Decision decision;
   if (planner->second.ok()) {
+    absl::StatusOr<plan::Route> route = planner->second->PlanForDecodeRank(d);
+    if (route.ok()) {
+      const absl::Status covered =
+          plan::ValidateOwnerCoverage(plan::RangeSendersOf(*route), h.contracts->prefill);
+      Check(covered.ok(), [&] {
+        return absl::StrCat("decode rank ", d,
+                            "'s route does not write each block once: ", covered.ToString());
+      });
+    }
     plan::RegistrationOutcome outcome = planner->second->OnRegistration(p, d);
     if (outcome.kind == plan::RegistrationOutcome::Kind::kDummy) decision.accepted = true;
     if (outcome.kind == plan::RegistrationOutcome::Kind::kSend) {
@@ -216,6 +251,7 @@ void FuzzRooms(const Header& h, const std::optional<layout::Manifest>& source,
   identity.prefill_tp_size = static_cast<int>(h.prefill_tp_size);
   identity.prefill_tp_rank = static_cast<int>(h.prefill_tp_rank);
   identity.contract = h.contracts->prefill;
+  if (h.stage >= 0) identity.stage = StageOf(h.contracts->prefill, h.stage);
   absl::StatusOr<session::PrefillRooms> rooms = session::PrefillRooms::Create(identity);
   if (!rooms.ok()) return;
   const absl::Time now = absl::FromUnixSeconds(1000);

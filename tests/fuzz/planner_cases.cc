@@ -41,4 +41,11 @@ PlannerCase LoadPlannerCase(absl::string_view name) {
   return {};
 }
 
+PlannerCase LoadShardedPlannerCase(const ShardedPlanCase& sharded) {
+  PlannerCase c = LoadPlannerCase(sharded.name);
+  c.name = absl::StrCat(sharded.name, "_dcp", sharded.shard_count);
+  for (layout::GroupSpec& spec : c.prefill.group_specs) spec.shard_count = sharded.shard_count;
+  return c;
+}
+
 }  // namespace kvrail::fuzz

@@ -28,6 +28,14 @@ struct PlannerCase {
 inline constexpr const char* kPlanCases[] = {"mha_kv8_p1_d1", "gqa_kv4_p2_d8", "mla_p4_d2",
                                              "mha_kv6_p2_d3", "qwen35_hybrid_p2_d4"};
 
+// plan_fuzz's page-sharded cases (CACHEPD §12.8), after kPlanCases in its case index: the
+// kPlanCases case `name` with every prefill group spec sharded over `shard_count` owners.
+struct ShardedPlanCase {
+  const char* name;
+  int shard_count;
+};
+inline constexpr ShardedPlanCase kShardedPlanCases[] = {{"mla_p4_d2", 2}, {"mla_p4_d2", 4}};
+
 // engine_api_fuzz's one contract, on both sides (P = D = 1): this case's decode contract (cut
 // for TP 1), with three state groups (latest snapshot) and a full-history group.
 inline constexpr char kEngineApiCase[] = "qwen35_hybrid_p2_d1";
@@ -35,6 +43,10 @@ inline constexpr char kEngineApiCase[] = "qwen35_hybrid_p2_d1";
 // The case named `name`, parsed and checked; aborts when the vectors lack it or it does not
 // parse or fit (a build mistake, not a finding).
 PlannerCase LoadPlannerCase(absl::string_view name);
+
+// LoadPlannerCase(sharded.name) with every prefill group's shard_count set, named
+// "<name>_dcp<shard_count>".
+PlannerCase LoadShardedPlannerCase(const ShardedPlanCase& sharded);
 
 }  // namespace kvrail::fuzz
 
