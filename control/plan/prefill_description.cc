@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -14,11 +16,13 @@ namespace kvrail::plan {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
-absl::Status DescriptionError(absl::string_view member, absl::string_view problem) {
+absl::Status DescriptionError(absl::string_view member, absl::string_view problem,
+                              absl::string_view section = "CACHEPD §2.3, §10.5") {
   return MakeError(
       ErrorCategory::kUnsupportedLayout,
-      absl::StrCat("bootstrap description ", member, ": ", problem, " (CACHEPD §2.3, §10.5)"));
+      absl::StrCat("bootstrap description ", member, ": ", problem, " (", section, ")"));
 }
 
 // A positive size: a JSON integer, or a string holding one (whitespace trimmed), as §10.5.
@@ -47,7 +51,81 @@ absl::StatusOr<int> ReadSize(const json& body, const char* member, std::optional
   return static_cast<int>(value);
 }
 
+absl::Status FormError(absl::string_view member, absl::string_view problem) {
+  return MakeError(ErrorCategory::kInvalidContract,
+                   absl::StrCat("contract ", member, ": ", problem, " (CACHEPD §12.1)"));
+}
+
+// Whether `root` is a contract in 2026-09's form: its group specs carry `replayable`.
+bool Is2026Form(const ordered_json& root) {
+  if (!root.is_object()) return false;
+  auto specs = root.find("group_specs");
+  if (specs == root.end() || !specs->is_array()) return false;
+  for (const ordered_json& spec : *specs) {
+    if (spec.is_object() && spec.contains("replayable")) return true;
+  }
+  return false;
+}
+
+// TEMPORARY (see the header): takes 2026-09's members out of `root`, leaving the snapshot form
+// ParseContract reads, and puts them into `contract` after it parsed.
+absl::StatusOr<layout::Contract> Parse2026Form(ordered_json root) {
+  struct Added {
+    bool replayable = false;
+    int64_t shard_count = 1;
+  };
+  std::vector<Added> added;
+  size_t i = 0;
+  for (ordered_json& spec : root["group_specs"]) {
+    const std::string path = absl::StrCat("group_specs[", i++, "]");
+    if (!spec.is_object()) return FormError(path, "must be an object");
+    Added a;
+    auto replayable = spec.find("replayable");
+    if (replayable == spec.end() || !replayable->is_boolean()) {
+      return FormError(absl::StrCat(path, ".replayable"), "is required and must be a bool");
+    }
+    a.replayable = replayable->get<bool>();
+    spec.erase("replayable");
+    if (auto shards = spec.find("shard_count"); shards != spec.end()) {
+      if (!shards->is_number_integer() || shards->get<int64_t>() < 1) {
+        return FormError(absl::StrCat(path, ".shard_count"), "must be an integer above 0");
+      }
+      a.shard_count = shards->get<int64_t>();
+      spec.erase("shard_count");
+    }
+    added.push_back(a);
+  }
+  std::optional<int64_t> resident;
+  if (auto plan = root.find("plan"); plan != root.end() && plan->is_object()) {
+    if (auto bytes = plan->find("resident_block_bytes"); bytes != plan->end()) {
+      if (!bytes->is_null() && (!bytes->is_number_integer() || bytes->get<int64_t>() < 0)) {
+        return FormError("plan.resident_block_bytes", "must be null or an integer >= 0");
+      }
+      if (!bytes->is_null()) resident = bytes->get<int64_t>();
+      plan->erase("resident_block_bytes");
+    }
+  }
+  KVRAIL_ASSIGN_OR_RETURN(layout::Contract contract,
+                          layout::ParseContract(root.dump(-1, ' ', /*ensure_ascii=*/true)));
+  for (size_t g = 0; g < added.size(); ++g) {
+    contract.group_specs[g].replayable = added[g].replayable;
+    contract.group_specs[g].shard_count = added[g].shard_count;
+  }
+  contract.plan.resident_block_bytes = resident;
+  contract.revision = layout::Revision::k2026_09;
+  return contract;
+}
+
 }  // namespace
+
+absl::StatusOr<layout::Contract> ParseContractOfEitherForm(absl::string_view wire) {
+  const ordered_json root = ordered_json::parse(wire.begin(), wire.end(), nullptr,
+                                                /*allow_exceptions=*/false);
+  if (!root.is_discarded() && Is2026Form(root)) return Parse2026Form(root);
+  KVRAIL_ASSIGN_OR_RETURN(layout::Contract contract, layout::ParseContract(wire));
+  contract.revision = layout::Revision::kSnapshot;
+  return contract;
+}
 
 absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view body_text) {
   json body = json::parse(body_text.begin(), body_text.end(), nullptr, /*allow_exceptions=*/false);
@@ -66,19 +144,28 @@ absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view bod
   for (unsigned char c : wire) {
     if (c >= 0x80) return DescriptionError("cache_layout", "must be ASCII");
   }
-  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
+  absl::StatusOr<layout::Contract> contract = ParseContractOfEitherForm(wire);
   if (!contract.ok()) return AddContext(contract.status(), "bootstrap description cache_layout");
   out.contract = *std::move(contract);
+  out.revision = out.contract.revision;
   KVRAIL_ASSIGN_OR_RETURN(out.world_size, ReadSize(body, "prefill_tp_size", std::nullopt));
   KVRAIL_ASSIGN_OR_RETURN(out.dp_size, ReadSize(body, "prefill_dp_size", std::nullopt));
+  // §12.5: prefill_pp_size defaults to 1 (a snapshot server's answer has none).
   KVRAIL_ASSIGN_OR_RETURN(out.pp_size, ReadSize(body, "prefill_pp_size", 1));
+  // The reference computes P = prefill_tp_size // (dp * pp), flooring (§12.5); kvrail requires
+  // the division to be exact, since a remainder means ranks the route would miss or invent.
   KVRAIL_ASSIGN_OR_RETURN(out.stage_tp_size, StageTpSize(out.world_size, out.dp_size, out.pp_size));
 
   auto stages = body.find("cache_fields_by_stage");
   if (stages == body.end() || stages->is_null()) {
+    // §12.5 SHOULD: no placement is one stage holding every field. The newer reference decode
+    // fails the room instead; a snapshot server never sends the member (§2.2).
     if (out.pp_size != 1) {
       return DescriptionError("cache_fields_by_stage",
-                              "is required when prefill_pp_size is above 1");
+                              absl::StrCat("is missing or null, which means one stage holding "
+                                           "every field, but prefill_pp_size is ",
+                                           out.pp_size),
+                              "CACHEPD §12.5");
     }
     out.pipeline = PipelineLayout::SingleStage(out.contract);
   } else {
