@@ -96,7 +96,8 @@ const json& CaseNamed(const std::string& name) {
 
 // Whether a contract wire declares a block-sharded group (CACHEPD §12.8).
 bool Sharded(const std::string& wire) {
-  for (const json& spec : json::parse(wire)["group_specs"]) {
+  const json contract = json::parse(wire);
+  for (const json& spec : contract["group_specs"]) {
     if (spec.value("shard_count", 1) != 1) return true;
   }
   return false;
