@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -19,6 +20,7 @@ using nlohmann::ordered_json;
 
 constexpr absl::string_view kParseSection = "CACHEPD §4.3";
 constexpr absl::string_view kCheckSection = "CACHEPD §4.4";
+constexpr absl::string_view kRevisionSection = "CACHEPD §12.1";
 
 absl::Status ContractError(absl::string_view path, absl::string_view problem,
                            absl::string_view section = kCheckSection) {
@@ -26,9 +28,9 @@ absl::Status ContractError(absl::string_view path, absl::string_view problem,
                    absl::StrCat("contract ", path, ": ", problem, " (", section, ")"));
 }
 
-absl::Status PeerError(absl::string_view problem) {
+absl::Status PeerError(absl::string_view problem, absl::string_view section = "CACHEPD §4.5") {
   return MakeError(ErrorCategory::kIncompatiblePeer,
-                   absl::StrCat("prefill/decode contract mismatch: ", problem, " (CACHEPD §4.5)"));
+                   absl::StrCat("prefill/decode contract mismatch: ", problem, " (", section, ")"));
 }
 
 // Reads one of `names` from `obj[key]` into the enum value at the same index.
@@ -126,13 +128,22 @@ absl::StatusOr<FieldLayout> ReadFieldLayout(const json& value, const std::string
   return field;
 }
 
-absl::StatusOr<GroupSpec> ReadGroupSpec(const json& value, const std::string& path) {
+// A group spec as the wire carried it: which of 2026-09's members it had decides the form.
+struct WireGroupSpec {
+  GroupSpec spec;
+  bool has_replayable = false;
+  bool has_shard_count = false;
+};
+
+absl::StatusOr<WireGroupSpec> ReadGroupSpec(const json& value, const std::string& path) {
   KVRAIL_ASSIGN_OR_RETURN(
       JsonObject obj, JsonObject::Of(value, path, ErrorCategory::kInvalidContract, kParseSection));
-  KVRAIL_RETURN_IF_ERROR(obj.OnlyMembers({"group_id", "retention", "rows_per_page",
-                                          "entry_stride_tokens", "sliding_window_tokens", "family",
-                                          "transfer_policy", "checkpoint_granularity"}));
-  GroupSpec spec;
+  // Both revisions' members (§4.1, §12.1); anything else is refused in either form (§4.3 item 4).
+  KVRAIL_RETURN_IF_ERROR(obj.OnlyMembers(
+      {"group_id", "retention", "rows_per_page", "entry_stride_tokens", "sliding_window_tokens",
+       "replayable", "family", "transfer_policy", "checkpoint_granularity", "shard_count"}));
+  WireGroupSpec wire;
+  GroupSpec& spec = wire.spec;
   KVRAIL_ASSIGN_OR_RETURN(spec.group_id, obj.String("group_id"));
   if (!obj.Has("retention")) return obj.MemberError("retention", "required member is missing");
   KVRAIL_ASSIGN_OR_RETURN(spec.retention,
@@ -153,7 +164,58 @@ absl::StatusOr<GroupSpec> ReadGroupSpec(const json& value, const std::string& pa
                                                                          kPolicies, std::nullopt));
   KVRAIL_ASSIGN_OR_RETURN(spec.checkpoint_granularity,
                           obj.OptionalInt("checkpoint_granularity", 1, kMaxContractInteger));
-  return spec;
+  // 2026-09's members (§12.1), with errors citing that section. replayable is a JSON bool (the
+  // reference would take null or 0 and write them back; no newer peer emits them). shard_count
+  // is an integer, not a bool or float or string; its sign is checked with the other §12.1
+  // rules in ValidateGroupSpec, null is refused (the reference's check fails on it too).
+  KVRAIL_ASSIGN_OR_RETURN(
+      JsonObject revised,
+      JsonObject::Of(value, path, ErrorCategory::kInvalidContract, kRevisionSection));
+  wire.has_replayable = revised.Has("replayable");
+  if (wire.has_replayable) {
+    KVRAIL_ASSIGN_OR_RETURN(spec.replayable, revised.Bool("replayable"));
+  }
+  wire.has_shard_count = revised.Has("shard_count");
+  if (wire.has_shard_count) {
+    KVRAIL_ASSIGN_OR_RETURN(
+        spec.shard_count,
+        revised.Int("shard_count", std::numeric_limits<int64_t>::min(), kMaxContractInteger));
+  }
+  return wire;
+}
+
+// The form of a contract wire (§12.1), from its group specs, then its plan.
+absl::StatusOr<Revision> WireForm(const std::vector<WireGroupSpec>& specs,
+                                  bool plan_has_resident_block_bytes) {
+  const auto with_replayable =
+      std::find_if(specs.begin(), specs.end(), [](const auto& s) { return s.has_replayable; });
+  if (with_replayable == specs.end()) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].has_shard_count) {
+        return ContractError(
+            absl::StrCat("group_specs[", i, "].replayable"),
+            absl::StrCat("group '", specs[i].spec.group_id,
+                         "' has shard_count but no replayable; a 2026-09 group spec carries both "
+                         "(replayable is required), a snapshot one neither"),
+            kRevisionSection);
+      }
+    }
+    // No group spec says: a plan member only 2026-09 writes does (an empty contract).
+    return specs.empty() && plan_has_resident_block_bytes ? Revision::k2026_09
+                                                          : Revision::kSnapshot;
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!specs[i].has_replayable) {
+      return ContractError(
+          absl::StrCat("group_specs[", i, "].replayable"),
+          absl::StrCat("required member is missing from group '", specs[i].spec.group_id,
+                       "': group_specs[", with_replayable - specs.begin(),
+                       "] has replayable, so the wire is in the 2026-09 form, where every group "
+                       "spec carries it"),
+          kRevisionSection);
+    }
+  }
+  return Revision::k2026_09;
 }
 
 absl::StatusOr<SchemaField> ReadSchemaField(const json& value, const std::string& path) {
@@ -232,7 +294,37 @@ absl::Status ValidatePartition(const Contract& contract, const SchemaField& entr
   return absl::OkStatus();
 }
 
-absl::Status ValidateGroupSpec(const GroupSpec& spec, const std::string& path) {
+// The geometry rules §12.1 adds to §4.4: checkpoint geometry only with full_history retention,
+// and a state family only with checkpoint geometry.
+absl::Status CheckRevisedGeometry(const GroupSpec& spec, const std::string& path) {
+  if (spec.checkpoint_granularity.has_value() && spec.retention != Retention::kFullHistory) {
+    return ContractError(absl::StrCat(path, ".retention"),
+                         absl::StrCat("group '", spec.group_id,
+                                      "': checkpoint geometry keeps checkpoints that never "
+                                      "slide out; declare full_history retention"),
+                         kRevisionSection);
+  }
+  if (!spec.checkpoint_granularity.has_value() && spec.family == "state") {
+    return ContractError(absl::StrCat(path, ".family"),
+                         absl::StrCat("group '", spec.group_id,
+                                      "': a state-family group must use checkpoint geometry"),
+                         kRevisionSection);
+  }
+  return absl::OkStatus();
+}
+
+// The group-spec checks of `form`, in its reference's order: §4.4 for the snapshot; for 2026-09
+// §12.1's (shard_count, then checkpoint geometry and full_history, or a non-state family with
+// row geometry and replayable only on a sliding window). The rules on the members 2026-09 adds
+// hold in both forms: a snapshot wire always passes them (replayable false, shard_count 1).
+absl::Status ValidateGroupSpec(const GroupSpec& spec, Revision form, const std::string& path) {
+  if (spec.shard_count < 1) {
+    return ContractError(absl::StrCat(path, ".shard_count"),
+                         absl::StrCat("group '", spec.group_id, "': shard_count must be >= 1, got ",
+                                      spec.shard_count),
+                         kRevisionSection);
+  }
+  const bool revised = form == Revision::k2026_09;
   if (spec.checkpoint_granularity.has_value()) {
     if (spec.rows_per_page.has_value() || spec.entry_stride_tokens.has_value()) {
       return ContractError(path, absl::StrCat("group '", spec.group_id,
@@ -246,15 +338,25 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec, const std::string& path) {
     if (*spec.checkpoint_granularity <= 0) {
       return ContractError(path, "checkpoint_granularity must be > 0");
     }
-  } else if (!spec.rows_per_page.has_value() || !spec.entry_stride_tokens.has_value()) {
-    return ContractError(path, absl::StrCat("group '", spec.group_id,
-                                            "': declare either row geometry (rows_per_page + "
-                                            "entry_stride_tokens) or checkpoint_granularity"));
+    if (revised) KVRAIL_RETURN_IF_ERROR(CheckRevisedGeometry(spec, path));
   } else {
+    if (revised) KVRAIL_RETURN_IF_ERROR(CheckRevisedGeometry(spec, path));
+    if (!spec.rows_per_page.has_value() || !spec.entry_stride_tokens.has_value()) {
+      return ContractError(path, absl::StrCat("group '", spec.group_id,
+                                              "': declare either row geometry (rows_per_page + "
+                                              "entry_stride_tokens) or checkpoint_granularity"));
+    }
     int64_t granularity;
     if (!CheckedMul(*spec.rows_per_page, *spec.entry_stride_tokens, &granularity)) {
       return ContractError(path, "rows_per_page * entry_stride_tokens is too large");
     }
+  }
+  if (spec.replayable && spec.retention != Retention::kSlidingWindow) {
+    return ContractError(absl::StrCat(path, ".replayable"),
+                         absl::StrCat("group '", spec.group_id,
+                                      "': only a sliding_window group can be replayable (a "
+                                      "full-history group is prefix-closed and shared)"),
+                         kRevisionSection);
   }
   if (spec.retention == Retention::kSlidingWindow && !spec.sliding_window_tokens.has_value()) {
     return ContractError(path, absl::StrCat("group '", spec.group_id,
@@ -344,7 +446,20 @@ std::vector<const FieldLayout*> Contract::FieldsOfGroup(absl::string_view group_
   return out;
 }
 
-int64_t Contract::ArenaBytes() const { return (plan.num_lcm_blocks + 1) * plan.lcm_block_bytes; }
+int64_t Contract::ArenaBytes() const {
+  return (plan.num_lcm_blocks + 1) * plan.resident_block_bytes.value_or(plan.lcm_block_bytes);
+}
+
+int64_t Contract::VirtualBlockCount(absl::string_view group_id) const {
+  const GroupLayout* group = FindGroup(group_id);
+  return group == nullptr ? 0 : VirtualBlockCount(*group);
+}
+
+int64_t Contract::VirtualBlockCount(const GroupLayout& group) const {
+  const GroupSpec* spec = FindGroupSpec(group.group_id);
+  const int64_t shards = spec == nullptr ? 1 : spec->shard_count;
+  return 1 + (group.page_count - 1) * shards;
+}
 
 int64_t PayloadBytes(const FieldLayout& field) {
   int64_t bytes = DTypeSize(field.dtype);
@@ -401,7 +516,19 @@ absl::StatusOr<Contract> ParseContract(absl::string_view wire) {
   KVRAIL_ASSIGN_OR_RETURN(contract.plan.groups, ReadRecords(plan, "groups", &ReadGroupLayout));
   KVRAIL_ASSIGN_OR_RETURN(contract.plan.planes, ReadRecords(plan, "planes", &ReadPlaneLayout));
   KVRAIL_ASSIGN_OR_RETURN(contract.plan.fields, ReadRecords(plan, "fields", &ReadFieldLayout));
-  KVRAIL_ASSIGN_OR_RETURN(contract.group_specs, ReadRecords(top, "group_specs", &ReadGroupSpec));
+  // Read in either form: the snapshot's reference ignores unknown plan members (§4.3 item 4),
+  // so a value here does not make the wire 2026-09 when its group specs are the snapshot's.
+  KVRAIL_ASSIGN_OR_RETURN(
+      JsonObject revised_plan,
+      JsonObject::Of(root.at("plan"), "plan", ErrorCategory::kInvalidContract, kRevisionSection));
+  KVRAIL_ASSIGN_OR_RETURN(contract.plan.resident_block_bytes,
+                          revised_plan.OptionalInt("resident_block_bytes", 0, kMaxContractInteger));
+  KVRAIL_ASSIGN_OR_RETURN(std::vector<WireGroupSpec> specs,
+                          ReadRecords(top, "group_specs", &ReadGroupSpec));
+  KVRAIL_ASSIGN_OR_RETURN(contract.revision,
+                          WireForm(specs, revised_plan.Has("resident_block_bytes")));
+  contract.group_specs.reserve(specs.size());
+  for (WireGroupSpec& spec : specs) contract.group_specs.push_back(std::move(spec.spec));
   KVRAIL_ASSIGN_OR_RETURN(JsonObject schema, top.Object("transfer_schema"));
   KVRAIL_ASSIGN_OR_RETURN(contract.transfer_schema,
                           ReadRecords(schema, "fields", &ReadSchemaField));
@@ -414,6 +541,18 @@ absl::Status ValidateContract(const Contract& contract) {
   int64_t arena_bytes;
   if (!CheckedMul(plan.num_lcm_blocks + 1, plan.lcm_block_bytes, &arena_bytes)) {
     return ContractError("plan", "(num_lcm_blocks + 1) * lcm_block_bytes is too large");
+  }
+  // A narrowed plan keeps part of each parent block resident (§12.1), never more than the whole
+  // parent: kvrail requires 0 <= resident_block_bytes <= lcm_block_bytes (the reference reads it
+  // unchecked). Then the arena above bounds ArenaBytes() too.
+  if (plan.resident_block_bytes.has_value() &&
+      (*plan.resident_block_bytes < 0 || *plan.resident_block_bytes > plan.lcm_block_bytes)) {
+    return ContractError("plan.resident_block_bytes",
+                         absl::StrCat("must be in [0, lcm_block_bytes ", plan.lcm_block_bytes,
+                                      "] (the bytes of a parent block a narrowed plan keeps), "
+                                      "got ",
+                                      *plan.resident_block_bytes, " (kvrail strict rule)"),
+                         kRevisionSection);
   }
   KVRAIL_RETURN_IF_ERROR(
       RequireUniqueIds(plan.groups, "plan.groups", "group_id",
@@ -453,11 +592,21 @@ absl::Status ValidateContract(const Contract& contract) {
   for (size_t i = 0; i < contract.group_specs.size(); ++i) {
     const GroupSpec& spec = contract.group_specs[i];
     const std::string path = absl::StrCat("group_specs[", i, "]");
-    KVRAIL_RETURN_IF_ERROR(ValidateGroupSpec(spec, path));
-    if (contract.FindGroup(spec.group_id) == nullptr) {
+    KVRAIL_RETURN_IF_ERROR(ValidateGroupSpec(spec, contract.revision, path));
+    const GroupLayout* layout = contract.FindGroup(spec.group_id);
+    if (layout == nullptr) {
       return ContractError(absl::StrCat(path, ".group_id"),
                            absl::StrCat("group '", spec.group_id,
                                         "' has no plan.groups entry (kvrail strict rule)"));
+    }
+    // Manifests address virtual block ids below 1 + (page_count - 1) * shard_count (§12.2).
+    int64_t virtual_pages;
+    if (!CheckedMul(layout->page_count - 1, spec.shard_count, &virtual_pages) ||
+        virtual_pages >= kMaxContractInteger) {
+      return ContractError(absl::StrCat(path, ".shard_count"),
+                           absl::StrCat("group '", spec.group_id, "': 1 + (page_count - 1) * ",
+                                        "shard_count exceeds 2^52"),
+                           "CACHEPD §12.2");
     }
   }
   for (size_t i = 0; i < plan.groups.size(); ++i) {
@@ -489,7 +638,49 @@ absl::Status ValidateContract(const Contract& contract) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether `form` can carry `contract` (see SerializeContract in contract.h).
+absl::Status CheckWritableAs(const Contract& contract, Revision form) {
+  for (size_t i = 0; i < contract.group_specs.size(); ++i) {
+    const GroupSpec& spec = contract.group_specs[i];
+    const std::string path = absl::StrCat("group_specs[", i, "]");
+    if (form == Revision::kSnapshot && spec.shard_count != 1) {
+      return ContractError(
+          absl::StrCat(path, ".shard_count"),
+          absl::StrCat("group '", spec.group_id, "' has shard_count ", spec.shard_count,
+                       ", which the snapshot form cannot express"),
+          kRevisionSection);
+    }
+    if (form == Revision::k2026_09) {
+      absl::Status valid = CheckRevisedGeometry(spec, path);
+      if (!valid.ok()) {
+        return MakeError(ErrorCategory::kInvalidContract,
+                         absl::StrCat("cannot write the 2026-09 form: ", valid.message()));
+      }
+    }
+  }
+  if (form == Revision::kSnapshot && contract.plan.resident_block_bytes.has_value()) {
+    return ContractError("plan.resident_block_bytes",
+                         absl::StrCat("is ", *contract.plan.resident_block_bytes,
+                                      ", which the snapshot form cannot express (its peer would "
+                                      "size the arena by lcm_block_bytes)"),
+                         kRevisionSection);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> SerializeContract(const Contract& contract) {
+  return SerializeContract(contract, contract.revision);
+}
+
+absl::StatusOr<std::string> SerializeContract(const Contract& contract, Revision form) {
+  KVRAIL_RETURN_IF_ERROR(CheckWritableAs(contract, form));
+  // §4.1's member order; 2026-09 adds replayable after sliding_window_tokens, shard_count last in
+  // a group spec and resident_block_bytes last in the plan (§12.1).
+  const bool revised = form == Revision::k2026_09;
   ordered_json groups = ordered_json::array();
   for (const GroupLayout& g : contract.plan.groups) {
     groups.push_back({{"group_id", g.group_id},
@@ -514,14 +705,17 @@ absl::StatusOr<std::string> SerializeContract(const Contract& contract) {
   }
   ordered_json specs = ordered_json::array();
   for (const GroupSpec& s : contract.group_specs) {
-    specs.push_back({{"group_id", s.group_id},
-                     {"retention", RetentionName(s.retention)},
-                     {"rows_per_page", OptionalToJson(s.rows_per_page)},
-                     {"entry_stride_tokens", OptionalToJson(s.entry_stride_tokens)},
-                     {"sliding_window_tokens", OptionalToJson(s.sliding_window_tokens)},
-                     {"family", s.family},
-                     {"transfer_policy", TransferPolicyName(s.transfer_policy)},
-                     {"checkpoint_granularity", OptionalToJson(s.checkpoint_granularity)}});
+    ordered_json spec = {{"group_id", s.group_id},
+                         {"retention", RetentionName(s.retention)},
+                         {"rows_per_page", OptionalToJson(s.rows_per_page)},
+                         {"entry_stride_tokens", OptionalToJson(s.entry_stride_tokens)},
+                         {"sliding_window_tokens", OptionalToJson(s.sliding_window_tokens)}};
+    if (revised) spec["replayable"] = s.replayable;
+    spec["family"] = s.family;
+    spec["transfer_policy"] = TransferPolicyName(s.transfer_policy);
+    spec["checkpoint_granularity"] = OptionalToJson(s.checkpoint_granularity);
+    if (revised) spec["shard_count"] = s.shard_count;
+    specs.push_back(std::move(spec));
   }
   ordered_json schema = ordered_json::array();
   for (const SchemaField& e : contract.transfer_schema) {
@@ -531,13 +725,14 @@ absl::StatusOr<std::string> SerializeContract(const Contract& contract) {
                         {"global_extent", e.partition.global_extent},
                         {"global_parts", e.partition.global_parts}}}});
   }
-  ordered_json root = {{"plan",
-                        {{"prefix_granularity", contract.plan.prefix_granularity},
-                         {"lcm_block_bytes", contract.plan.lcm_block_bytes},
-                         {"num_lcm_blocks", contract.plan.num_lcm_blocks},
-                         {"groups", std::move(groups)},
-                         {"planes", std::move(planes)},
-                         {"fields", std::move(fields)}}},
+  ordered_json plan = {{"prefix_granularity", contract.plan.prefix_granularity},
+                       {"lcm_block_bytes", contract.plan.lcm_block_bytes},
+                       {"num_lcm_blocks", contract.plan.num_lcm_blocks},
+                       {"groups", std::move(groups)},
+                       {"planes", std::move(planes)},
+                       {"fields", std::move(fields)}};
+  if (revised) plan["resident_block_bytes"] = OptionalToJson(contract.plan.resident_block_bytes);
+  ordered_json root = {{"plan", std::move(plan)},
                        {"group_specs", std::move(specs)},
                        {"transfer_schema", {{"fields", std::move(schema)}}}};
   KVRAIL_ASSIGN_OR_RETURN(std::string wire,
@@ -582,22 +777,30 @@ absl::Status CheckPeerContracts(const Contract& prefill, const Contract& decode)
   for (size_t i = 0; i < prefill.group_specs.size(); ++i) {
     const GroupSpec& p = prefill.group_specs[i];
     const GroupSpec& d = decode.group_specs[i];
-    // The members §4.5 item 3 compares, in its order.
-    const std::pair<const char*, bool> members[] = {
-        {"family", p.family == d.family},
-        {"rows_per_page", p.rows_per_page == d.rows_per_page},
-        {"entry_stride_tokens", p.entry_stride_tokens == d.entry_stride_tokens},
-        {"checkpoint_granularity", p.checkpoint_granularity == d.checkpoint_granularity},
-        {"retention", p.retention == d.retention},
-        {"sliding_window_tokens", p.sliding_window_tokens == d.sliding_window_tokens},
-        {"transfer_policy", p.transfer_policy == d.transfer_policy},
+    // The members §4.5 item 3 compares, in its order, then replayable (§12.1). shard_count is
+    // not compared: a prefill may shard a group its decode holds whole (§12.8).
+    struct Member {
+      const char* name;
+      bool equal;
+      absl::string_view section;
     };
-    const char* differs = nullptr;
-    for (const auto& [name, equal] : members) {
-      if (!equal && differs == nullptr) differs = name;
-    }
-    if (differs != nullptr) {
-      return PeerError(absl::StrCat("group '", p.group_id, "' ", differs, " differs"));
+    const Member members[] = {
+        {"family", p.family == d.family, "CACHEPD §4.5"},
+        {"rows_per_page", p.rows_per_page == d.rows_per_page, "CACHEPD §4.5"},
+        {"entry_stride_tokens", p.entry_stride_tokens == d.entry_stride_tokens, "CACHEPD §4.5"},
+        {"checkpoint_granularity", p.checkpoint_granularity == d.checkpoint_granularity,
+         "CACHEPD §4.5"},
+        {"retention", p.retention == d.retention, "CACHEPD §4.5"},
+        {"sliding_window_tokens", p.sliding_window_tokens == d.sliding_window_tokens,
+         "CACHEPD §4.5"},
+        {"transfer_policy", p.transfer_policy == d.transfer_policy, "CACHEPD §4.5"},
+        {"replayable", p.replayable == d.replayable, kRevisionSection},
+    };
+    for (const Member& member : members) {
+      if (!member.equal) {
+        return PeerError(absl::StrCat("group '", p.group_id, "' ", member.name, " differs"),
+                         member.section);
+      }
     }
   }
   for (const GroupSpec& spec : prefill.group_specs) {

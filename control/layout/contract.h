@@ -80,7 +80,8 @@ struct GroupSpec {
   std::optional<int64_t> sliding_window_tokens;
   // "history" or "state" in practice. Kept as text: the reference never checks it, and its own
   // vectors carry other values that a conforming peer must accept (contracts.json
-  // non_ascii_raw_utf8). Only "state" has a meaning: it allows checkpoint geometry.
+  // non_ascii_raw_utf8). Only "state" has a meaning: it allows checkpoint geometry (and, in the
+  // 2026-09 form, requires it; §12.1).
   std::string family = "history";
   TransferPolicy transfer_policy = TransferPolicy::kFullSuffix;
   std::optional<int64_t> checkpoint_granularity;
@@ -129,8 +130,15 @@ struct Contract {
   const Partition* FindPartition(absl::string_view field_id) const;
   // The fields of `group_id`, sorted by field_id in code-point order (§4.5 item 4, §6.1).
   std::vector<const FieldLayout*> FieldsOfGroup(absl::string_view group_id) const;
-  // (num_lcm_blocks + 1) * lcm_block_bytes (§4.6).
+  // The bytes of the rank's arena: (num_lcm_blocks + 1) * lcm_block_bytes (§4.6), or, for a
+  // plan narrowed to one pipeline stage, (num_lcm_blocks + 1) * resident_block_bytes (§12.1).
   int64_t ArenaBytes() const;
+  // The bound on the block ids of `group_id`'s manifests (CACHEPD §12.2):
+  // 1 + (page_count - 1) * shard_count, so ids 1..VirtualBlockCount - 1 are valid. With
+  // shard_count 1 that is page_count (§5.2, §5.3). ValidateContract keeps it <= 2^52. 0 for a
+  // group the plan lacks.
+  int64_t VirtualBlockCount(absl::string_view group_id) const;
+  int64_t VirtualBlockCount(const GroupLayout& group) const;
 };
 
 // prod(shape) * element size: the payload bytes of one page of `field` (§4.6).
@@ -145,22 +153,40 @@ std::vector<int64_t> GlobalShape(const FieldLayout& field, const Partition* part
 absl::StatusOr<int64_t> PageOffset(const Contract& contract, const FieldLayout& field,
                                    int64_t page);
 
-// Parses a contract wire (§4.3) and runs every check of §4.4 plus kvrail's strict rules
-// (docs/cachepd-strictness.md). Errors are category invalid-contract and name the member.
+// Parses a contract wire of either revision (§4.3; §12.1) and runs every check of §4.4 (and,
+// for a 2026-09 wire, §12.1's) plus kvrail's strict rules (docs/cachepd-strictness.md). Errors
+// are category invalid-contract and name the member.
+//
+// The wire decides its form (contract.revision): a group spec with `replayable` makes it
+// 2026-09, and then every group spec must carry it; a spec with `shard_count` but without
+// `replayable` is refused. Without group specs, `plan.resident_block_bytes` (even null) makes
+// it 2026-09. Otherwise it is the snapshot's, checked exactly as the snapshot reference checks.
 absl::StatusOr<Contract> ParseContract(absl::string_view wire);
 
-// Runs the checks ParseContract runs on an already-built contract.
+// Runs the checks ParseContract runs on an already-built contract, those of
+// `contract.revision`'s form.
 absl::Status ValidateContract(const Contract& contract);
 
-// The canonical wire of §4.2, byte-identical to the reference's to_wire_bytes().
-// Fails (invalid-contract) when the result would exceed kMaxContractBytes.
+// The canonical wire of `form` (§4.2; for 2026-09 with §12.1's members and order),
+// byte-identical to that revision's reference to_wire_bytes(). Fails (invalid-contract) when the
+// result would exceed kMaxContractBytes, and when `form` cannot carry the contract:
+//  * snapshot: a group with shard_count != 1, or plan.resident_block_bytes set. A replayable
+//    group is written without the member: §12.1 says it changes no slot selection, and a
+//    snapshot peer compares nothing about it (§4.5), so the snapshot peer reads the same plan.
+//  * 2026-09: a group spec that breaks a §12.1 check the snapshot lacks (checkpoint geometry
+//    with sliding_window retention; a state family with row geometry), which a 2026-09 peer
+//    would refuse.
+absl::StatusOr<std::string> SerializeContract(const Contract& contract, Revision form);
+
+// SerializeContract(contract, contract.revision): the form the contract's wire came in.
 absl::StatusOr<std::string> SerializeContract(const Contract& contract);
 
 // Checks that every page of every field lies inside [0, ArenaBytes()). The reference never
 // checks this (§4.4); kvrail runs it when an arena is attached to a contract.
 absl::Status CheckArenaFits(const Contract& contract);
 
-// The prefill/decode pair check of §4.5. Errors are category incompatible-peer.
+// The prefill/decode pair check of §4.5, which also compares `replayable` (§12.1) and never
+// shard_count (§12.8: only the prefill may shard). Errors are category incompatible-peer.
 absl::Status CheckPeerContracts(const Contract& prefill, const Contract& decode);
 
 }  // namespace kvrail::layout

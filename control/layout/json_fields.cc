@@ -109,6 +109,15 @@ absl::StatusOr<std::optional<int64_t>> JsonObject::OptionalInt(absl::string_view
   return std::optional<int64_t>(value);
 }
 
+absl::StatusOr<bool> JsonObject::Bool(absl::string_view key) const {
+  const json* member = Find(key);
+  if (member == nullptr) return MemberError(key, "required member is missing");
+  if (!member->is_boolean()) {
+    return MemberError(key, absl::StrCat("must be true or false, got ", TypeName(*member)));
+  }
+  return member->get<bool>();
+}
+
 absl::StatusOr<std::string> JsonObject::String(absl::string_view key) const {
   const json* member = Find(key);
   if (member == nullptr) return MemberError(key, "required member is missing");

@@ -42,6 +42,8 @@ class JsonObject {
   // An optional integer: absent or null gives nullopt.
   absl::StatusOr<std::optional<int64_t>> OptionalInt(absl::string_view key, int64_t min = 0,
                                                      int64_t max = kInt64Max) const;
+  // A required JSON boolean (true or false; not null, not 0 or 1).
+  absl::StatusOr<bool> Bool(absl::string_view key) const;
   absl::StatusOr<std::string> String(absl::string_view key) const;
   // An optional string: absent or null gives nullopt.
   absl::StatusOr<std::optional<std::string>> OptionalString(absl::string_view key) const;

@@ -154,14 +154,16 @@ absl::Status ValidateManifest(const Manifest& manifest, const Contract& contract
                        slots.begin, "..", slots.end, ")"),
           kSection);
     }
-    const GroupLayout* layout = contract.FindGroup(group.group_id);
+    // Ids are virtual block ids: below 1 + (page_count - 1) * shard_count (§12.2), which is
+    // page_count for an unsharded group (§5.3).
+    const int64_t bound = contract.VirtualBlockCount(group.group_id);
     for (size_t j = 0; j < group.block_ids.size(); ++j) {
       int64_t id = group.block_ids[j];
-      if (id <= 0 || id >= layout->page_count) {
+      if (id <= 0 || id >= bound) {
         return ManifestError(
             absl::StrCat("groups[", i, "].block_ids[", j, "]: block ", id, " of group '",
-                         group.group_id, "' is outside 1..", layout->page_count - 1),
-            kSection);
+                         group.group_id, "' is outside 1..", bound - 1),
+            "CACHEPD §5.3, §12.2");
       }
     }
   }
@@ -193,7 +195,7 @@ absl::StatusOr<Manifest> BuildManifest(const Contract& contract,
   manifest.prompt_len = prompt_len;
   for (size_t i = 0; i < contract.group_specs.size(); ++i) {
     const GroupSpec& spec = contract.group_specs[i];
-    const GroupLayout* layout = contract.FindGroup(spec.group_id);
+    const int64_t bound = contract.VirtualBlockCount(spec.group_id);  // §12.2
     SlotRange slots = LogicalSlots(spec, prefix_len, prompt_len);
     ManifestGroup group{spec.group_id, {}};
     for (int64_t slot = slots.begin; slot < slots.end; ++slot) {
@@ -204,11 +206,10 @@ absl::StatusOr<Manifest> BuildManifest(const Contract& contract,
             kSection);
       }
       int64_t id = block_tables[i][slot];
-      if (id <= 0 || id >= layout->page_count) {
-        return ManifestError(
-            absl::StrCat("group '", spec.group_id, "' slot ", slot, " holds block ", id,
-                         ", outside 1..", layout->page_count - 1),
-            kSection);
+      if (id <= 0 || id >= bound) {
+        return ManifestError(absl::StrCat("group '", spec.group_id, "' slot ", slot,
+                                          " holds block ", id, ", outside 1..", bound - 1),
+                             "CACHEPD §5.2, §12.2");
       }
       group.block_ids.push_back(id);
     }

@@ -55,11 +55,13 @@ absl::StatusOr<std::string> SerializeManifest(const Manifest& manifest);
 
 // §5.3 validate_cache_manifest against `contract` (on the prefill: the decode's contract), in
 // the reference's order: window, group order, prefix alignment, per-group count and bounds.
+// Block ids are bounded by the group's virtual block count (§12.2): 0 < id <
+// contract.VirtualBlockCount(group), which is page_count for an unsharded group.
 absl::Status ValidateManifest(const Manifest& manifest, const Contract& contract);
 
 // §5.2 build_cache_block_manifest: the manifest of one request whose block table for group i
 // (in group_specs order) is block_tables[i]. Each needed slot must exist in the table and hold
-// an id in 1..page_count-1.
+// an id in 1..VirtualBlockCount(group)-1 (page_count - 1 for an unsharded group; §12.2).
 absl::StatusOr<Manifest> BuildManifest(const Contract& contract,
                                        absl::Span<const std::vector<int64_t>> block_tables,
                                        int64_t prefix_len, int64_t prompt_len);

@@ -26,6 +26,11 @@ const nlohmann::json& Slots() {
   return *vectors;
 }
 
+const nlohmann::json& ContractsR2() {
+  static const nlohmann::json* vectors = new nlohmann::json(LoadVectors("r2/contracts_r2.json"));
+  return *vectors;
+}
+
 Contract ManifestContract() { return *ParseContract(Manifests()["contract"].get<std::string>()); }
 
 // Every vector: where the reference accepts (and does not recommend rejecting), kvrail parses
@@ -103,6 +108,70 @@ TEST(SlotsVectorsTest, BuildManifestMatchesTheReference) {
       EXPECT_EQ(CategoryOf(manifest.status()), ErrorCategory::kInvalidManifest);
     }
   }
+}
+
+// 2026-09: block ids are bounded by the virtual block count (CACHEPD §12.2).
+TEST(ManifestR2VectorsTest, BlockBoundsMatchTheReference) {
+  int cases = 0;
+  for (const auto& entry : ContractsR2()["manifest_bounds"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    absl::StatusOr<Contract> contract = ParseContract(entry["layout"].get<std::string>());
+    ASSERT_TRUE(contract.ok()) << contract.status();
+    absl::StatusOr<Manifest> manifest = ParseManifest(entry["manifest"].get<std::string>());
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    absl::Status status = ValidateManifest(*manifest, *contract);
+    if (entry["result"]["ok"].get<bool>()) {
+      EXPECT_TRUE(status.ok()) << status;
+    } else {
+      ASSERT_FALSE(status.ok());
+      EXPECT_EQ(CategoryOf(status), ErrorCategory::kInvalidManifest) << status;
+    }
+    ++cases;
+  }
+  EXPECT_GT(cases, 0);
+}
+
+// One history group of 6 local pages (ids 1..5), sharded over `shards` owners.
+Contract ShardedContract(int64_t shards) {
+  for (const auto& entry : ContractsR2()["manifest_bounds"]) {
+    if (entry["name"] != "sharded_virtual_id_in_range") continue;
+    Contract contract = *ParseContract(entry["layout"].get<std::string>());
+    contract.group_specs[0].shard_count = shards;
+    return contract;
+  }
+  ADD_FAILURE() << "no sharded_virtual_id_in_range case";
+  return Contract();
+}
+
+Manifest OneBlock(int64_t id) {
+  Manifest manifest;
+  manifest.groups = {{"history", {id}}};
+  manifest.prefix_len = 0;
+  manifest.prompt_len = 1;
+  return manifest;
+}
+
+TEST(ManifestTest, ShardedGroupIdsAreBoundedByTheVirtualBlockCount) {
+  const Contract contract = ShardedContract(4);  // 1 + (6 - 1) * 4 = 21
+  EXPECT_TRUE(ValidateManifest(OneBlock(1), contract).ok());
+  EXPECT_TRUE(ValidateManifest(OneBlock(20), contract).ok());
+  absl::Status status = ValidateManifest(OneBlock(21), contract);
+  EXPECT_EQ(CategoryOf(status), ErrorCategory::kInvalidManifest);
+  EXPECT_NE(status.message().find("outside 1..20"), absl::string_view::npos) << status;
+  EXPECT_FALSE(ValidateManifest(OneBlock(0), contract).ok());
+}
+
+TEST(ManifestTest, UnshardedGroupIdsAreBoundedByThePageCount) {
+  const Contract contract = ShardedContract(1);
+  EXPECT_TRUE(ValidateManifest(OneBlock(5), contract).ok());
+  EXPECT_FALSE(ValidateManifest(OneBlock(6), contract).ok());
+}
+
+TEST(ManifestTest, BuildManifestTakesVirtualIdsOfAShardedGroup) {
+  const std::vector<std::vector<int64_t>> table = {{20}};
+  EXPECT_TRUE(BuildManifest(ShardedContract(4), table, 0, 1).ok());
+  absl::StatusOr<Manifest> unsharded = BuildManifest(ShardedContract(1), table, 0, 1);
+  EXPECT_EQ(CategoryOf(unsharded.status()), ErrorCategory::kInvalidManifest);
 }
 
 TEST(ManifestTest, ErrorsNameTheGroupAndBlock) {

@@ -28,6 +28,7 @@
 #include "control/bootstrap/registration.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/layout/revision.h"
 #include "control/plan/pipeline.h"
 #include "control/plan/planner.h"
 #include "engine/transport/loopback/loopback_transport.h"
@@ -232,6 +233,41 @@ Seeds EngineApiSeeds() {
   return seeds;
 }
 
+// contract_fuzz: contract wires of both revisions (CACHEPD §4, §12.1): the r2 vectors' (valid,
+// invalid, peer pairs, manifest-bound layouts), and the snapshot vectors' canonical contracts
+// written in the 2026-09 form. (The snapshot vectors' own wires are the hand-written seeds.)
+Seeds ContractSeeds() {
+  Seeds seeds;
+  const nlohmann::json r2 = kvrail::testing::LoadVectors("r2/contracts_r2.json");
+  for (const char* kind : {"valid", "invalid"}) {
+    for (const nlohmann::json& entry : r2.at(kind)) {
+      seeds[absl::StrCat("gen_r2_", entry.at("name").get<std::string>())] =
+          entry.at("wire").get<std::string>();
+    }
+  }
+  for (const nlohmann::json& entry : r2.at("peer_check")) {
+    for (const char* side : {"prefill", "decode"}) {
+      seeds[absl::StrCat("gen_r2_", entry.at("name").get<std::string>(), "_", side)] =
+          entry.at(side).get<std::string>();
+    }
+  }
+  for (const nlohmann::json& entry : r2.at("manifest_bounds")) {
+    seeds[absl::StrCat("gen_r2_", entry.at("name").get<std::string>())] =
+        entry.at("layout").get<std::string>();
+  }
+  const nlohmann::json snapshot = kvrail::testing::LoadVectors("contracts.json");
+  for (const nlohmann::json& entry : snapshot.at("valid")) {
+    const absl::StatusOr<layout::Contract> contract =
+        layout::ParseContract(kvrail::testing::VectorInput(entry));
+    if (!contract.ok()) continue;  // the vectors kvrail refuses (strict_recommendation reject)
+    const absl::StatusOr<std::string> wire =
+        layout::SerializeContract(*contract, layout::Revision::k2026_09);
+    if (!wire.ok() || wire->size() > kMaxSeedBytes) continue;
+    seeds[absl::StrCat("gen_2026_09_", entry.at("name").get<std::string>())] = *wire;
+  }
+  return seeds;
+}
+
 v1::Region* AddRegion(v1::HandshakeDescriptor& d, uint64_t base, uint64_t length, std::string key,
                       v1::MemoryKind kind = v1::MEMORY_KIND_HOST) {
   v1::Region* region = d.add_regions();
@@ -384,5 +420,6 @@ int main(int argc, char** argv) {
   Write(root / "engine_api", EngineApiSeeds());
   Write(root / "descriptor", DescriptorSeeds());
   Write(root / "bootstrap", BootstrapSeeds());
+  Write(root / "contract", ContractSeeds());
   return 0;
 }

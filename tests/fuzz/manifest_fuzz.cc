@@ -1,6 +1,9 @@
 // Fuzz harness: the manifest parser (CACHEPD §5.1), serialiser and validator (§5.3) against
-// the manifests.json contract. Properties: no crash, leak or UB; rejections carry
-// invalid-manifest; accepted manifests round-trip through their canonical wire.
+// the manifests.json contract, and against the same contract with its history group sharded
+// over 4 owners (§12.2, §12.8). Properties: no crash, leak or UB; rejections carry
+// invalid-manifest; accepted manifests round-trip through their canonical wire; a manifest
+// valid against the unsharded contract is valid against the sharded one (whose virtual block
+// ids only extend the range).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -50,8 +53,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (CategoryOf(manifest.status()) != ErrorCategory::kInvalidManifest) std::abort();
     return 0;
   }
+  static const kvrail::layout::Contract* sharded = [] {
+    auto* c = new kvrail::layout::Contract(*contract);
+    c->revision = kvrail::layout::Revision::k2026_09;
+    c->group_specs[0].shard_count = 4;
+    if (!kvrail::layout::ValidateContract(*c).ok()) std::abort();
+    return c;
+  }();
   absl::Status valid = kvrail::layout::ValidateManifest(*manifest, *contract);
   if (!valid.ok() && CategoryOf(valid) != ErrorCategory::kInvalidManifest) std::abort();
+  absl::Status valid_sharded = kvrail::layout::ValidateManifest(*manifest, *sharded);
+  if (!valid_sharded.ok() && CategoryOf(valid_sharded) != ErrorCategory::kInvalidManifest) {
+    std::abort();
+  }
+  if (valid.ok() && !valid_sharded.ok()) std::abort();
   absl::StatusOr<std::string> canonical = kvrail::layout::SerializeManifest(*manifest);
   if (!canonical.ok()) return 0;
   absl::StatusOr<kvrail::layout::Manifest> again = kvrail::layout::ParseManifest(*canonical);
