@@ -134,7 +134,8 @@ TEST_F(BootstrapClientTest, RegistersSyncsAndLooksUpRanks) {
   EXPECT_EQ(description->world_size, 4);
   EXPECT_EQ(description->dp_size, 2);
   EXPECT_EQ(description->stage_tp_size, 2);
-  EXPECT_EQ(*layout::SerializeContract(description->contract), ReferenceLayout());
+  EXPECT_EQ(*layout::SerializeContract(description->contract, layout::Revision::kSnapshot),
+            ReferenceLayout());
   absl::StatusOr<RankEndpoint> endpoint = client.LookupRank(1, 1);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   EXPECT_EQ(*endpoint, (RankEndpoint{"10.2.0.3", 18003}));

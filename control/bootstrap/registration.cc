@@ -9,11 +9,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "control/bootstrap/contract_form.h"
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
 #include "control/bootstrap/stage_placement.h"
-#include "control/plan/prefill_description.h"
 #include "control/wire/python_int.h"
 #include "engine/base/error.h"
 #include "engine/zmq_auth/key_file.h"
@@ -131,7 +129,7 @@ bool FloorQuotientIsZero(int64_t a, int64_t b) { return b > 0 ? 0 <= a && a < b 
 struct LayoutWire {
   layout::Contract contract;
   std::string canonical;   // in the wire's own form
-  std::string comparable;  // in the 2026-09 form
+  std::string comparable;  // in the 2026-09 form, when that form can carry it
 };
 
 // §2.1 step 1, §12.3 step 2: an ASCII string that parses as a contract of either form, and its
@@ -144,20 +142,21 @@ absl::StatusOr<LayoutWire> ReadLayoutWire(absl::string_view wire) {
                                                  "is invalid)"));
     }
   }
-  absl::StatusOr<layout::Contract> contract = plan::ParseContractOfEitherForm(wire);
+  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
   if (!contract.ok()) {
     return Raises("cache_layout",
                   absl::StrCat("is not a valid contract: ", contract.status().message()));
   }
-  absl::StatusOr<std::string> canonical = SerializeContractIn(*contract, contract->revision);
-  absl::StatusOr<std::string> comparable =
-      SerializeContractIn(*contract, layout::Revision::k2026_09);
-  if (!canonical.ok() || !comparable.ok()) {
+  absl::StatusOr<std::string> canonical = layout::SerializeContract(*contract, contract->revision);
+  if (!canonical.ok()) {
     return Raises("cache_layout",
-                  absl::StrCat("does not re-serialise: ",
-                               (canonical.ok() ? comparable : canonical).status().message()));
+                  absl::StrCat("does not re-serialise: ", canonical.status().message()));
   }
-  return LayoutWire{*std::move(contract), *std::move(canonical), *std::move(comparable)};
+  // A snapshot contract the 2026-09 form cannot carry (§12.1's stricter group-spec checks) has
+  // no 2026-09 twin to agree with, so its own canonical wire serves as the comparable one.
+  absl::StatusOr<std::string> comparable =
+      layout::SerializeContract(*contract, layout::Revision::k2026_09);
+  return LayoutWire{*std::move(contract), *canonical, comparable.ok() ? *comparable : *canonical};
 }
 
 absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
@@ -338,7 +337,7 @@ absl::StatusOr<std::string> CanonicalLayout(absl::string_view wire) {
 
 absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration) {
   const layout::Revision form = registration.contract.revision;
-  KVRAIL_ASSIGN_OR_RETURN(std::string wire, SerializeContractIn(registration.contract, form));
+  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(registration.contract, form));
   const plan::PipelineLayout placement =
       registration.pipeline.value_or(plan::PipelineLayout::SingleStage(registration.contract));
   nlohmann::ordered_json body;

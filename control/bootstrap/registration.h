@@ -86,7 +86,8 @@ struct ParsedRegistration {
   std::string canonical_layout;
   // In the 2026-09 form whatever the registration's: the form the consistency rule of §2.1 and
   // §12.3 step 7 compares byte for byte, so that ranks registering one contract in different
-  // forms (a node mid-upgrade) agree.
+  // forms (a node mid-upgrade) agree. (A snapshot contract the 2026-09 form cannot carry, which
+  // no 2026-09 registration can equal: its own canonical wire.)
   std::string comparable_layout;
 };
 
@@ -120,7 +121,7 @@ absl::StatusOr<std::string> CanonicalLayout(absl::string_view wire);
 // (members in the order above). The 2026-09 form always has pp_size and cache_fields_by_stage
 // (one stage holding every field, in plan order, when `pipeline` is unset); the snapshot form
 // has them only when `pipeline` is set. Fails when the contract does not serialise in that
-// form (§4.2; the snapshot's cannot say shard_count != 1, contract_form.h).
+// form (§4.2; the snapshot's cannot say shard_count != 1, layout::SerializeContract).
 absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration);
 
 }  // namespace kvrail::bootstrap

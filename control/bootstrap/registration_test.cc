@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "control/bootstrap/contract_form.h"
 #include "control/bootstrap/refusal.h"
 #include "control/layout/revision.h"
 #include "control/plan/prefill_description.h"
@@ -119,10 +118,10 @@ std::string Layout2026() {
 
 // The same contract in the snapshot's form.
 std::string SnapshotFormOf(const std::string& wire) {
-  absl::StatusOr<layout::Contract> contract = plan::ParseContractOfEitherForm(wire);
+  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
   EXPECT_TRUE(contract.ok()) << contract.status();
   absl::StatusOr<std::string> snapshot =
-      SerializeContractIn(*contract, layout::Revision::kSnapshot);
+      layout::SerializeContract(*contract, layout::Revision::kSnapshot);
   EXPECT_TRUE(snapshot.ok()) << snapshot.status();
   return *snapshot;
 }

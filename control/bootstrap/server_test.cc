@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "control/bootstrap/contract_form.h"
 #include "control/bootstrap/python_json.h"
 #include "control/layout/revision.h"
 #include "control/plan/prefill_description.h"
@@ -253,10 +252,10 @@ TEST(BootstrapServerVectorsTest, AutoAcceptsWhatTheNewerReferenceRefusesAsSnapsh
     const json answer = json::parse(DumpPythonJson(server.SyncAnswer()));
     // The layout is relayed in the form it was registered in.
     absl::StatusOr<layout::Contract> relayed =
-        plan::ParseContractOfEitherForm(answer["cache_layout"].get<std::string>());
+        layout::ParseContract(answer["cache_layout"].get<std::string>());
     ASSERT_TRUE(relayed.ok()) << relayed.status();
     absl::StatusOr<layout::Contract> sent =
-        plan::ParseContractOfEitherForm(put["json_body"]["cache_layout"].get<std::string>());
+        layout::ParseContract(put["json_body"]["cache_layout"].get<std::string>());
     ASSERT_TRUE(sent.ok()) << sent.status();
     EXPECT_EQ(relayed->revision, sent->revision);
   }
@@ -591,7 +590,7 @@ std::string Layout2026() {
 }
 
 std::string SnapshotFormOf(const std::string& wire) {
-  return *SerializeContractIn(*plan::ParseContractOfEitherForm(wire), layout::Revision::kSnapshot);
+  return *layout::SerializeContract(*layout::ParseContract(wire), layout::Revision::kSnapshot);
 }
 
 // A registration of rank `engine_rank` of a one-stage node of two ranks, with `layout`, and

@@ -16,7 +16,6 @@ namespace kvrail::plan {
 namespace {
 
 using nlohmann::json;
-using nlohmann::ordered_json;
 
 absl::Status DescriptionError(absl::string_view member, absl::string_view problem,
                               absl::string_view section = "CACHEPD §2.3, §10.5") {
@@ -51,81 +50,7 @@ absl::StatusOr<int> ReadSize(const json& body, const char* member, std::optional
   return static_cast<int>(value);
 }
 
-absl::Status FormError(absl::string_view member, absl::string_view problem) {
-  return MakeError(ErrorCategory::kInvalidContract,
-                   absl::StrCat("contract ", member, ": ", problem, " (CACHEPD §12.1)"));
-}
-
-// Whether `root` is a contract in 2026-09's form: its group specs carry `replayable`.
-bool Is2026Form(const ordered_json& root) {
-  if (!root.is_object()) return false;
-  auto specs = root.find("group_specs");
-  if (specs == root.end() || !specs->is_array()) return false;
-  for (const ordered_json& spec : *specs) {
-    if (spec.is_object() && spec.contains("replayable")) return true;
-  }
-  return false;
-}
-
-// TEMPORARY (see the header): takes 2026-09's members out of `root`, leaving the snapshot form
-// ParseContract reads, and puts them into `contract` after it parsed.
-absl::StatusOr<layout::Contract> Parse2026Form(ordered_json root) {
-  struct Added {
-    bool replayable = false;
-    int64_t shard_count = 1;
-  };
-  std::vector<Added> added;
-  size_t i = 0;
-  for (ordered_json& spec : root["group_specs"]) {
-    const std::string path = absl::StrCat("group_specs[", i++, "]");
-    if (!spec.is_object()) return FormError(path, "must be an object");
-    Added a;
-    auto replayable = spec.find("replayable");
-    if (replayable == spec.end() || !replayable->is_boolean()) {
-      return FormError(absl::StrCat(path, ".replayable"), "is required and must be a bool");
-    }
-    a.replayable = replayable->get<bool>();
-    spec.erase("replayable");
-    if (auto shards = spec.find("shard_count"); shards != spec.end()) {
-      if (!shards->is_number_integer() || shards->get<int64_t>() < 1) {
-        return FormError(absl::StrCat(path, ".shard_count"), "must be an integer above 0");
-      }
-      a.shard_count = shards->get<int64_t>();
-      spec.erase("shard_count");
-    }
-    added.push_back(a);
-  }
-  std::optional<int64_t> resident;
-  if (auto plan = root.find("plan"); plan != root.end() && plan->is_object()) {
-    if (auto bytes = plan->find("resident_block_bytes"); bytes != plan->end()) {
-      if (!bytes->is_null() && (!bytes->is_number_integer() || bytes->get<int64_t>() < 0)) {
-        return FormError("plan.resident_block_bytes", "must be null or an integer >= 0");
-      }
-      if (!bytes->is_null()) resident = bytes->get<int64_t>();
-      plan->erase("resident_block_bytes");
-    }
-  }
-  KVRAIL_ASSIGN_OR_RETURN(layout::Contract contract,
-                          layout::ParseContract(root.dump(-1, ' ', /*ensure_ascii=*/true)));
-  for (size_t g = 0; g < added.size(); ++g) {
-    contract.group_specs[g].replayable = added[g].replayable;
-    contract.group_specs[g].shard_count = added[g].shard_count;
-  }
-  contract.plan.resident_block_bytes = resident;
-  contract.revision = layout::Revision::k2026_09;
-  return contract;
-}
-
 }  // namespace
-
-absl::StatusOr<layout::Contract> ParseContractOfEitherForm(absl::string_view wire) {
-  const ordered_json root = ordered_json::parse(wire.begin(), wire.end(), nullptr,
-                                                /*allow_exceptions=*/false);
-  if (!root.is_discarded() && Is2026Form(root)) return Parse2026Form(root);
-  KVRAIL_ASSIGN_OR_RETURN(layout::Contract contract, layout::ParseContract(wire));
-  contract.revision = layout::Revision::kSnapshot;
-  return contract;
-}
 
 absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view body_text) {
   json body = json::parse(body_text.begin(), body_text.end(), nullptr, /*allow_exceptions=*/false);
@@ -144,7 +69,7 @@ absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view bod
   for (unsigned char c : wire) {
     if (c >= 0x80) return DescriptionError("cache_layout", "must be ASCII");
   }
-  absl::StatusOr<layout::Contract> contract = ParseContractOfEitherForm(wire);
+  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
   if (!contract.ok()) return AddContext(contract.status(), "bootstrap description cache_layout");
   out.contract = *std::move(contract);
   out.revision = out.contract.revision;

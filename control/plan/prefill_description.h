@@ -50,13 +50,6 @@ struct PrefillDescription {
 // or the contract's invalid-contract, and name the member.
 absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view body);
 
-// Parses a contract wire of either form (CACHEPD §4.1, §12.1); the result's `revision` is the
-// form `wire` was in: a wire whose group specs carry `replayable` is 2026-09's, any other the
-// snapshot's. Errors are ParseContract's (invalid-contract), naming the member.
-// TEMPORARY ADAPTER: layout::ParseContract reads only the snapshot form for now. Once it reads
-// 2026-09 wires and sets Contract::revision, this becomes a call to it, then goes.
-absl::StatusOr<layout::Contract> ParseContractOfEitherForm(absl::string_view wire);
-
 }  // namespace kvrail::plan
 
 #endif  // KVRAIL_CONTROL_PLAN_PREFILL_DESCRIPTION_H_

@@ -146,7 +146,7 @@ TEST(DecodeSyncVectorsTest, EveryCaseIsReadAndRoutedAsTheSpecSays) {
       EXPECT_EQ(d->stage_tp_size, c["parallel_info"]["prefill_tp_size_per_dp_rank"].get<int>());
     }
     absl::StatusOr<layout::Contract> decode =
-        ParseContractOfEitherForm(c["decode_contract"].get<std::string>());
+        layout::ParseContract(c["decode_contract"].get<std::string>());
     ASSERT_TRUE(decode.ok()) << decode.status();
     absl::StatusOr<PipelineRoute> route =
         PlanPipelineRoute(d->pipeline, d->stage_tp_size, c["decode_tp_size"].get<int>(),
