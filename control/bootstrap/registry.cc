@@ -147,13 +147,12 @@ absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegist
   if (node_.cache_layout.has_value()) {
     // §12.3 step 6: the placement, the order inside each stage included.
     if (!SamePlacement(*node_.pipeline, placed_, r.pipeline)) {
-      return Refuse(Refusal::kReferenceRaises,
-                    absl::StrCat("registration cache_fields_by_stage: CachePD prefill ranks "
-                                 "registered incompatible field placement: ",
-                                 PlacementText(r.pipeline, true),
-                                 " differs from the first "
-                                 "registration's ",
-                                 PlacementText(node_.pipeline, placed_), " (CACHEPD §12.3)"));
+      return Refuse(
+          Refusal::kReferenceRaises,
+          absl::StrCat("registration cache_fields_by_stage: CachePD prefill ranks "
+                       "registered incompatible field placement: ",
+                       PlacementText(r.pipeline, true), " differs from the first registration's ",
+                       PlacementText(node_.pipeline, placed_), " (CACHEPD §12.3)"));
     }
     // §2.1 step 1, §12.3 step 7: byte-for-byte comparison of the canonical forms, both in the
     // 2026-09 form whatever form each registration came in.
