@@ -25,6 +25,7 @@
 #include "control/bootstrap/server.h"
 #include "control/bootstrap/server_metrics.h"
 #include "control/bootstrap/token.h"
+#include "control/layout/revision.h"
 #include "control/metrics_http/metrics_server.h"
 #include "control/registry/bootstrap_store.h"
 #include "control/registry/metrics_entry.h"
@@ -135,6 +136,7 @@ absl::StatusOr<bootstrap::BootstrapServerOptions> ServerOptions(const BootstrapO
   if (!options.token_file.empty()) {
     KVRAIL_ASSIGN_OR_RETURN(out.token, bootstrap::ReadTokenFile(options.token_file));
   }
+  out.cachepd_revision = layout::RevisionFromName(options.cachepd_revision);  // auto: nullopt
   if (options.world_size > 0) out.configured.world_size = options.world_size;
   if (options.dp_size > 0) out.configured.dp_size = options.dp_size;
   if (!options.cache_layout_file.empty()) {
@@ -198,7 +200,7 @@ int RunBootstrap(const BootstrapOptions& options) {
         body.ok()) {
       s->Save(event.outcome.dp_group, event.outcome.rank_in_group, *body);
     }
-    if (serving != nullptr) s->PublishNode(serving->registry().Describe().ToJson().dump());
+    if (serving != nullptr) s->PublishNode(serving->SyncAnswer().dump());
   };
   const std::string token_text = server_options->token;
   server_options->on_refusal = [logger, limiter](const bootstrap::RefusalEvent& event) {
@@ -222,7 +224,7 @@ int RunBootstrap(const BootstrapOptions& options) {
     // The ready line promises the node can be found: wait for its description to be in etcd,
     // but not forever (etcd answered Open just now; if it went since, say so and go on: the
     // lease's thread keeps trying).
-    store->PublishNode(server.registry().Describe().ToJson().dump());
+    store->PublishNode(server.SyncAnswer().dump());
     const bool node_written = store->AwaitNodeWritten(kNodeWriteDeadline);
     logger->info("event=registry_loaded registrations={} node_write={}", stored->size(),
                  node_written ? "done"
@@ -249,9 +251,11 @@ int RunBootstrap(const BootstrapOptions& options) {
     if (!leased.ok()) return fail(leased.status());
     metrics_entry = *std::move(leased);
   }
-  logger->info("event=listening host={} port={} token={} max_connections={} request_deadline_ms={}",
-               options.host, server.port(), token ? "required" : "none", options.max_connections,
-               Milliseconds(options.request_deadline_seconds).count());
+  logger->info(
+      "event=listening host={} port={} token={} max_connections={} request_deadline_ms={} "
+      "cachepd_revision={}",
+      options.host, server.port(), token ? "required" : "none", options.max_connections,
+      Milliseconds(options.request_deadline_seconds).count(), options.cachepd_revision);
   // stdout carries one line for whoever started us (logs go to stderr), as the sidecar's
   // "sidecar ready" does: with --port 0 it is how a parent learns the port without racing
   // another process for one it picked.
@@ -352,6 +356,16 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
                    "renewing it")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 3600.0));
+  command
+      ->add_option(
+          "--cachepd-revision", options.cachepd_revision,
+          "The CachePD revision to speak: auto (both: PUT /route is accepted in the snapshot's "
+          "and 2026-09's form, and the sync answer is 2026-09's, which snapshot decodes read "
+          "too), or snapshot / 2026-09 to behave as a server of that revision alone: snapshot "
+          "answers the sync with its three members and refuses 2026-09 contracts; 2026-09 "
+          "refuses snapshot-era registrations with 500 (interop tests; CACHEPD §12.11)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "snapshot", "2026-09"}));
   AddConfigFile(command, std::cout);  // every flag above, and any added below, is a key
   command->callback([&exit_code]() { exit_code = RunBootstrap(options); });
 }

@@ -42,6 +42,9 @@ struct BootstrapOptions {
   // start. Empty: off.
   std::string registry;
   double registry_ttl_seconds = 10;
+  // --cachepd-revision: "auto" (both revisions, the default), "snapshot" or "2026-09" (behave
+  // as a server of that revision alone; control/bootstrap/server.h).
+  std::string cachepd_revision = "auto";
 };
 
 // Serves until SIGINT or SIGTERM arrives. Returns the process exit code: 0 after a signal,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kvrail bootstrap` end to end: start it on a free port, register a prefill rank with curl,
 # read the sync answer, the rank's endpoint and /health, refuse a bad registration, refuse a
-# busy port, and exit 0 on SIGTERM and on SIGINT.
+# busy port, and exit 0 on SIGTERM and on SIGINT; --cachepd-revision pins a revision.
 set -u
 kvrail="tools/kvrail"
 ex="examples"
@@ -54,8 +54,12 @@ sync=$(curl -sS "$url/route?engine_rank=-1&target_dp_group=-1")
 expect sync-json "$py" - "$sync" "$ex/prefill_contract.json" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
-assert list(d) == ["prefill_tp_size", "prefill_dp_size", "cache_layout"], d
-assert d["prefill_tp_size"] == 2 and d["prefill_dp_size"] == 1
+# auto: the 2026-09 answer (CACHEPD §12.4), its placement one stage holding every field.
+assert list(d) == ["prefill_tp_size", "prefill_dp_size", "prefill_pp_size", "cache_layout",
+                   "cache_fields_by_stage"], d
+assert d["prefill_tp_size"] == 2 and d["prefill_dp_size"] == 1 and d["prefill_pp_size"] == 1
+fields = [f["field_id"] for f in json.load(open(sys.argv[2]))["plan"]["fields"]]
+assert d["cache_fields_by_stage"] == [fields], d["cache_fields_by_stage"]
 assert json.loads(d["cache_layout"]) == json.load(open(sys.argv[2]))
 assert " " not in d["cache_layout"] and "\n" not in d["cache_layout"]  # canonical (§4.2)
 PY
@@ -142,6 +146,29 @@ kill -TERM "$pid"
 wait "$pid"
 expect token-log grep -q "event=registration_refused http_status=401" "$tmp/token.log"
 expect token-log-registered grep -q "event=registered engine_rank=1" "$tmp/token.log"
+
+# --cachepd-revision snapshot: the snapshot's three-member sync answer (CACHEPD §2.2).
+start "$tmp/snapshot.log" --port 0 --host 127.0.0.1 --cachepd-revision snapshot
+url="http://127.0.0.1:$port"
+expect snapshot-listening grep -q "event=listening .*cachepd_revision=snapshot" "$tmp/snapshot.log"
+expect snapshot-put test "$(curl -sS -X PUT --data-binary @"$tmp/put.json" "$url/route")" = OK
+expect snapshot-sync "$py" -c 'import json, sys
+assert list(json.loads(sys.argv[1])) == ["prefill_tp_size", "prefill_dp_size", "cache_layout"]' \
+  "$(curl -sS "$url/route?engine_rank=-1&target_dp_group=-1")"
+kill -TERM "$pid"
+wait "$pid"
+# --cachepd-revision 2026-09: a snapshot-era registration is refused with 500 naming the
+# revision mismatch, as the newer reference refuses it (CACHEPD §12.3, §12.11).
+start "$tmp/r2.log" --port 0 --host 127.0.0.1 --cachepd-revision 2026-09
+url="http://127.0.0.1:$port"
+r2=$(curl -sS -o "$tmp/r2.out" -w '%{http_code}' -X PUT --data-binary @"$tmp/put.json" \
+  "$url/route")
+expect r2-refuses-snapshot test "$r2" = 500
+expect r2-names-mismatch grep -q "revision mismatch" "$tmp/r2.out"
+kill -TERM "$pid"
+wait "$pid"
+"$kvrail" bootstrap --port 0 --cachepd-revision 2025 2>/dev/null
+expect bad-revision-exit test $? -eq 2
 
 printf 'two words\n' >"$tmp/bad-token"
 "$kvrail" bootstrap --port 0 --host 127.0.0.1 --token-file "$tmp/bad-token" 2>"$tmp/bad-token.log"

@@ -16,7 +16,6 @@
 namespace kvrail::bootstrap {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
@@ -44,12 +43,11 @@ BootstrapClient::BootstrapClient(std::string host, int port, BootstrapClientOpti
 
 std::string BootstrapClient::address() const { return absl::StrCat(host_, ":", port_); }
 
-absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(const std::string& method,
-                                                              const std::string& target,
-                                                              const std::string& body, int retries,
-                                                              const NotReady& not_ready) const {
+absl::StatusOr<BootstrapClient::Answer> BootstrapClient::Call(
+    const std::string& method, const std::string& target, const std::string& body, int retries,
+    const NotReady& not_ready, std::optional<Clock::time_point> call_deadline) const {
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + options_.deadline;
+  const Clock::time_point deadline = call_deadline.value_or(start + options_.deadline);
   const std::string request = absl::StrCat("bootstrap ", address(), ": ", method, " ", target);
   milliseconds backoff = options_.backoff;
   int attempts = 0;
@@ -122,15 +120,61 @@ absl::Status BootstrapClient::Refused(const std::string& method, const std::stri
   return absl::InvalidArgumentError(message);
 }
 
-absl::Status BootstrapClient::RegisterPrefillRank(const PrefillRegistration& registration) const {
-  absl::StatusOr<std::string> body = SerializeRegistration(registration);
+absl::StatusOr<layout::Revision> BootstrapClient::ServerRevisionBy(
+    Clock::time_point deadline) const {
+  const std::string target = "/route?engine_rank=-1&target_dp_group=-1";
+  KVRAIL_ASSIGN_OR_RETURN(Answer answer,
+                          Call("GET", target, "", options_.retries, nullptr, deadline));
+  if (answer.status != 200) return Refused("GET", target, answer);
+  const nlohmann::json body = nlohmann::json::parse(answer.body, nullptr, false);
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("bootstrap ", address(), ": GET ", target,
+                                                   ": body ", Excerpt(answer.body),
+                                                   " is not a JSON object (CACHEPD §2.2)"));
+  }
+  // §12.4: a 2026-09 server always answers the member, null before any registration.
+  return body.contains("cache_fields_by_stage") ? layout::Revision::k2026_09
+                                                : layout::Revision::kSnapshot;
+}
+
+absl::StatusOr<layout::Revision> BootstrapClient::ServerRevision() const {
+  return ServerRevisionBy(Clock::now() + options_.deadline);
+}
+
+absl::Status BootstrapClient::RegisterPrefillRank(const PrefillRegistration& registration,
+                                                  layout::Revision* registered_form) const {
+  const Clock::time_point deadline = Clock::now() + options_.deadline;
+  const std::string target = "/route";
+  layout::Revision form;
+  if (options_.cachepd_revision.has_value()) {
+    form = *options_.cachepd_revision;
+  } else {
+    KVRAIL_ASSIGN_OR_RETURN(form, ServerRevisionBy(deadline));
+  }
+  if (form == layout::Revision::kSnapshot) {
+    for (const layout::GroupSpec& spec : registration.contract.group_specs) {
+      if (spec.shard_count != 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "bootstrap ", address(), ": PUT /route: revision mismatch: group '", spec.group_id,
+            "' has shard_count ", spec.shard_count, ", which the snapshot revision ",
+            options_.cachepd_revision ? "this prefill is pinned to (--cachepd-revision)"
+                                      : "the server speaks (no cache_fields_by_stage in its "
+                                        "sync answer)",
+            " cannot express (CACHEPD §12.8, §12.11)"));
+      }
+    }
+  }
+  PrefillRegistration in_form = registration;
+  in_form.contract.revision = form;
+  absl::StatusOr<std::string> body = SerializeRegistration(in_form);
   if (!body.ok()) {
     return AddContext(body.status(),
                       absl::StrCat("bootstrap ", address(), ": PUT /route: registration"));
   }
-  const std::string target = "/route";
-  KVRAIL_ASSIGN_OR_RETURN(Answer answer, Call("PUT", target, *body, options_.retries, nullptr));
+  KVRAIL_ASSIGN_OR_RETURN(Answer answer,
+                          Call("PUT", target, *body, options_.retries, nullptr, deadline));
   if (answer.status != 200) return Refused("PUT", target, answer);
+  if (registered_form != nullptr) *registered_form = form;
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "control/bootstrap/registration.h"
+#include "control/layout/revision.h"
 #include "control/plan/prefill_description.h"
 
 namespace kvrail::bootstrap {
@@ -35,6 +36,10 @@ struct BootstrapClientOptions {
   // started with that token requires (docs/SECURITY.md). GETs never carry it. Empty: nothing
   // changes on the wire.
   std::string bearer_token;
+  // The CachePD revision a prefill registers in (the sidecar's --cachepd-revision). nullopt
+  // (auto, the default): the server's, learnt from its sync answer (ServerRevision). Pinned:
+  // that revision's form, whatever the server speaks.
+  std::optional<layout::Revision> cachepd_revision;
 };
 
 // A header kvrail's bootstrap server adds to its GET /route answers (bodies stay the
@@ -49,12 +54,28 @@ class BootstrapClient {
   // "host:port", as errors name the server.
   std::string address() const;
 
-  // PUT /route with `registration` (§2.1), with the bearer token when one is set. OK on 200.
-  // Transport failures are retried; any other answer is the server's verdict and fails at once:
-  // FailedPrecondition for 409 (disagrees with the node's first registration or configuration,
-  // or the rank is registered at another endpoint), Unauthenticated for 401 (the token is
-  // missing or wrong), InvalidArgument otherwise (the reference answers 500 to every refusal).
-  absl::Status RegisterPrefillRank(const PrefillRegistration& registration) const;
+  // Registers `registration` (PUT /route) in the form of the server's revision: first it reads
+  // the sync answer (ServerRevision) unless options.cachepd_revision pins the form, then it
+  // PUTs the body in that form (SerializeRegistration with contract.revision set to it): for
+  // 2026-09, pp_size and cache_fields_by_stage always and the contract in the 2026-09 form
+  // (§12.3); for the snapshot, the snapshot's body and contract (§2.1). With the bearer token
+  // when one is set. OK on 200, and then `*registered_form` (optional) is the form used, for
+  // the caller to log once. Both requests share the call's deadline, and their transport
+  // failures are retried (a server still starting).
+  // Failures: FailedPrecondition, without a PUT, for a contract the server's revision cannot
+  // express (shard_count != 1 against a snapshot server), naming the revision mismatch. The
+  // server's verdict fails at once: FailedPrecondition for 409 (disagrees with the node's first
+  // registration or configuration, or the rank is registered at another endpoint),
+  // Unauthenticated for 401 (the token is missing or wrong), InvalidArgument otherwise (the
+  // reference answers 500 to every refusal; a sync answer that is not a JSON object too).
+  absl::Status RegisterPrefillRank(const PrefillRegistration& registration,
+                                   layout::Revision* registered_form = nullptr) const;
+
+  // The revision the server speaks, from one sync answer (GET /route?engine_rank=-1&
+  // target_dp_group=-1), which it does not wait to be filled: a member cache_fields_by_stage,
+  // even null, says 2026-09 (§12.4); without it, the snapshot (§2.2). Transport failures are
+  // retried; a non-200 answer or a body that is not a JSON object fails at once.
+  absl::StatusOr<layout::Revision> ServerRevision() const;
 
   // GET /route?engine_rank=-1&target_dp_group=-1 (§2.2), parsed with ParsePrefillDescription
   // (§2.3, §10.2). An answer with null sizes or layout means no prefill rank has registered
@@ -82,9 +103,14 @@ class BootstrapClient {
   // Returns why `answer` means "ask again later", or nullopt when it is final.
   using NotReady = std::function<std::optional<std::string>(const Answer&)>;
 
+  using Clock = std::chrono::steady_clock;
+
+  // One request, its transport failures retried and its not-ready answers asked again, until
+  // `deadline` (default: options.deadline from now).
   absl::StatusOr<Answer> Call(const std::string& method, const std::string& target,
-                              const std::string& body, int retries,
-                              const NotReady& not_ready) const;
+                              const std::string& body, int retries, const NotReady& not_ready,
+                              std::optional<Clock::time_point> deadline = std::nullopt) const;
+  absl::StatusOr<layout::Revision> ServerRevisionBy(Clock::time_point deadline) const;
   absl::Status Refused(const std::string& method, const std::string& target,
                        const Answer& answer) const;
 

@@ -134,7 +134,8 @@ TEST_F(BootstrapClientTest, RegistersSyncsAndLooksUpRanks) {
   EXPECT_EQ(description->world_size, 4);
   EXPECT_EQ(description->dp_size, 2);
   EXPECT_EQ(description->stage_tp_size, 2);
-  EXPECT_EQ(*layout::SerializeContract(description->contract), ReferenceLayout());
+  EXPECT_EQ(*layout::SerializeContract(description->contract, layout::Revision::kSnapshot),
+            ReferenceLayout());
   absl::StatusOr<RankEndpoint> endpoint = client.LookupRank(1, 1);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   EXPECT_EQ(*endpoint, (RankEndpoint{"10.2.0.3", 18003}));
@@ -169,6 +170,111 @@ TEST_F(BootstrapClientTest, ARefusedRegistrationNamesTheServerStatusAndBody) {
   EXPECT_NE(range.message().find("answered 400"), std::string::npos) << range;
 }
 
+// Against kvrail's server (auto, whose sync answer has cache_fields_by_stage) the client
+// registers in the 2026-09 form (§12.3); the node then relays a 2026-09 layout.
+TEST_F(BootstrapClientTest, RegistersInThe2026FormWithA2026Server) {
+  BootstrapClient client = Client();
+  layout::Revision form = layout::Revision::kSnapshot;
+  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0), &form).ok());
+  EXPECT_EQ(form, layout::Revision::k2026_09);
+  EXPECT_EQ(server_.registry().Describe().layout_revision, layout::Revision::k2026_09);
+  absl::StatusOr<plan::PrefillDescription> description = client.Sync();
+  ASSERT_TRUE(description.ok()) << description.status();
+  EXPECT_EQ(description->revision, layout::Revision::k2026_09);
+}
+
+// A server pinned to the snapshot (kvrail bootstrap --cachepd-revision snapshot), as the
+// snapshot's reference server answers.
+class SnapshotServerTest : public ::testing::Test {
+ protected:
+  static BootstrapServerOptions Options() {
+    BootstrapServerOptions options;
+    options.cachepd_revision = layout::Revision::kSnapshot;
+    return options;
+  }
+  void SetUp() override { ASSERT_TRUE(server_.Start("127.0.0.1", 0).ok()); }
+  BootstrapServer server_{Options()};
+};
+
+TEST_F(SnapshotServerTest, RegistersInTheSnapshotFormWithASnapshotServer) {
+  BootstrapClient client("127.0.0.1", server_.port(), Quick());
+  EXPECT_EQ(*client.ServerRevision(), layout::Revision::kSnapshot);
+  layout::Revision form = layout::Revision::k2026_09;
+  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0), &form).ok());
+  EXPECT_EQ(form, layout::Revision::kSnapshot);
+  EXPECT_EQ(server_.registry().Describe().layout_revision, layout::Revision::kSnapshot);
+  EXPECT_EQ(server_.registry().Describe().cache_layout, ReferenceLayout());
+}
+
+TEST_F(SnapshotServerTest, AShardedContractFailsAtOnceAgainstASnapshotServer) {
+  BootstrapClient client("127.0.0.1", server_.port(), Quick());
+  PrefillRegistration sharded = Rank(0);
+  sharded.contract.group_specs[0].shard_count = 2;
+  absl::Status status = client.RegisterPrefillRank(sharded);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("revision mismatch"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("shard_count 2"), std::string::npos) << status;
+  EXPECT_TRUE(server_.registry().Table().empty());  // no PUT was made
+}
+
+TEST(BootstrapClientRevisionTest, TheRevisionIsTheSyncAnswersStageMemberEvenNull) {
+  std::string answer;
+  ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(answer, "application/json");
+  });
+  BootstrapClient client("127.0.0.1", server.port(), Quick());
+  answer = R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})";
+  EXPECT_EQ(*client.ServerRevision(), layout::Revision::kSnapshot);
+  answer = R"({"prefill_tp_size": null, "prefill_dp_size": null, "prefill_pp_size": 1, )"
+           R"("cache_layout": null, "cache_fields_by_stage": null})";
+  EXPECT_EQ(*client.ServerRevision(), layout::Revision::k2026_09);
+  answer = "[]";
+  EXPECT_EQ(client.ServerRevision().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BootstrapClientRevisionTest, APinnedClientRegistersInItsFormWithoutAsking) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  ScriptedServer server([&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(absl::StrCat(req.method, " ", req.body.empty() ? "" : "body"));
+    const json body = json::parse(req.body, nullptr, false);
+    if (req.method == "PUT") seen.push_back(body.contains("pp_size") ? "2026-09" : "snapshot");
+    res.set_content("OK", "text/plain");
+  });
+  BootstrapClientOptions options = Quick();
+  options.cachepd_revision = layout::Revision::k2026_09;
+  layout::Revision form = layout::Revision::kSnapshot;
+  ASSERT_TRUE(BootstrapClient("127.0.0.1", server.port(), options)
+                  .RegisterPrefillRank(Rank(0), &form)
+                  .ok());
+  EXPECT_EQ(form, layout::Revision::k2026_09);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"PUT body", "2026-09"}));
+}
+
+// A prefill often starts before its node's bootstrap server: the revision's GET waits for it
+// within the call's retries, and the registration goes through.
+TEST(BootstrapClientRevisionTest, RegistersWithAServerThatComesUpDuringTheRetries) {
+  const int port = UnusedPort();
+  BootstrapServer server;
+  std::thread late([&server, port] {
+    std::this_thread::sleep_for(milliseconds(200));
+    ASSERT_TRUE(server.Start("127.0.0.1", port).ok());
+  });
+  BootstrapClientOptions options = Quick();
+  options.retries = 50;
+  options.backoff = milliseconds(20);
+  options.max_backoff = milliseconds(50);
+  layout::Revision form = layout::Revision::kSnapshot;
+  absl::Status status =
+      BootstrapClient("127.0.0.1", port, options).RegisterPrefillRank(Rank(0), &form);
+  late.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(form, layout::Revision::k2026_09);
+  EXPECT_EQ(server.registry().Table().size(), 1u);
+}
+
 TEST(BootstrapClientTokenTest, RegistersWithTheBearerTokenWhenGivenOne) {
   BootstrapServerOptions server_options;
   server_options.token = "s3cret.Token";
@@ -198,10 +304,10 @@ TEST(BootstrapClientTokenTest, SendsTheTokenOnlyWithPuts) {
   BootstrapClientOptions options = Quick();
   options.bearer_token = "abc";
   BootstrapClient client("127.0.0.1", server.port(), options);
-  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());
+  ASSERT_TRUE(client.RegisterPrefillRank(Rank(0)).ok());  // a GET for the revision, the PUT
   ASSERT_TRUE(client.LookupRank(0, 0).ok());
   std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(seen, (std::vector<std::string>{"PUT Bearer abc", "GET "}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"GET ", "PUT Bearer abc", "GET "}));
 }
 
 TEST_F(BootstrapClientTest, SyncGivesUpAtTheDeadlineWhenNoRankRegisters) {

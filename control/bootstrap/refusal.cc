@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "engine/base/error.h"
 
 namespace kvrail::bootstrap {
 namespace {
@@ -27,7 +28,9 @@ int StatusFor(Refusal refusal) {
 
 }  // namespace
 
-absl::Status Refuse(Refusal refusal, absl::string_view message) {
+absl::Status Refuse(Refusal refusal, absl::string_view text) {
+  // MakeError's message is `text` with control characters written as \xNN; only that is kept.
+  const std::string message(MakeError(ErrorCategory::kInvalidFrame, text).message());
   absl::Status status = refusal == Refusal::kConflict       ? absl::FailedPreconditionError(message)
                         : refusal == Refusal::kUnauthorized ? absl::UnauthenticatedError(message)
                                                             : absl::InvalidArgumentError(message);

@@ -25,7 +25,8 @@ enum class Refusal {
 };
 
 // An error status carrying `refusal`: InvalidArgument for the first two, FailedPrecondition
-// for a conflict, Unauthenticated for a missing or wrong token.
+// for a conflict, Unauthenticated for a missing or wrong token. Its message is `message` with
+// control characters written as \xNN, so it is one line whatever input it quotes.
 absl::Status Refuse(Refusal refusal, absl::string_view message);
 
 // The HTTP status that answers `status`: 200 for OK, the refusal's status when it carries one,

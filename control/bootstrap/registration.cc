@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
+#include "control/bootstrap/stage_placement.h"
 #include "control/wire/python_int.h"
 #include "engine/base/error.h"
 #include "engine/zmq_auth/key_file.h"
@@ -127,10 +128,12 @@ bool FloorQuotientIsZero(int64_t a, int64_t b) { return b > 0 ? 0 <= a && a < b 
 
 struct LayoutWire {
   layout::Contract contract;
-  std::string canonical;
+  std::string canonical;   // in the wire's own form
+  std::string comparable;  // in the 2026-09 form, when that form can carry it
 };
 
-// §2.1 step 1: an ASCII string that parses as a contract, and its canonical form.
+// §2.1 step 1, §12.3 step 2: an ASCII string that parses as a contract of either form, and its
+// canonical forms.
 absl::StatusOr<LayoutWire> ReadLayoutWire(absl::string_view wire) {
   for (size_t i = 0; i < wire.size(); ++i) {
     if (static_cast<unsigned char>(wire[i]) >= 0x80) {
@@ -144,12 +147,16 @@ absl::StatusOr<LayoutWire> ReadLayoutWire(absl::string_view wire) {
     return Raises("cache_layout",
                   absl::StrCat("is not a valid contract: ", contract.status().message()));
   }
-  absl::StatusOr<std::string> canonical = layout::SerializeContract(*contract);
+  absl::StatusOr<std::string> canonical = layout::SerializeContract(*contract, contract->revision);
   if (!canonical.ok()) {
     return Raises("cache_layout",
                   absl::StrCat("does not re-serialise: ", canonical.status().message()));
   }
-  return LayoutWire{*std::move(contract), *std::move(canonical)};
+  // A snapshot contract the 2026-09 form cannot carry (§12.1's stricter group-spec checks) has
+  // no 2026-09 twin to agree with, so its own canonical wire serves as the comparable one.
+  absl::StatusOr<std::string> comparable =
+      layout::SerializeContract(*contract, layout::Revision::k2026_09);
+  return LayoutWire{*std::move(contract), *canonical, comparable.ok() ? *comparable : *canonical};
 }
 
 absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
@@ -160,59 +167,57 @@ absl::Status ReadLayout(const json& body, ParsedRegistration& out) {
   KVRAIL_ASSIGN_OR_RETURN(LayoutWire read, ReadLayoutWire(layout->get_ref<const std::string&>()));
   out.registration.contract = std::move(read.contract);
   out.canonical_layout = std::move(read.canonical);
+  out.comparable_layout = std::move(read.comparable);
   return absl::OkStatus();
 }
 
-absl::Status ReadPipeline(const json& body, PrefillRegistration& out) {
-  int64_t pp_size = 1;
-  if (const json* value = Find(body, "pp_size"); value != nullptr && !value->is_null()) {
-    if (!value->is_number_integer()) {
-      return BadRequest("pp_size", absl::StrCat("must be an integer, got ", Quote(*value)),
-                        "CACHEPD §10.2");
-    }
-    pp_size = ClampToInt64(*value);
-    if (pp_size < 1 || pp_size > plan::kMaxTpSize) {
-      return BadRequest("pp_size", absl::StrCat(pp_size, " is outside 1..", plan::kMaxTpSize),
-                        "CACHEPD §10.2");
-    }
+// A server pinned to one revision refuses a contract in the other's form (§12.11), as a
+// reference server of that revision does: 500.
+absl::Status CheckPinnedForm(layout::Revision form, std::optional<layout::Revision> pinned) {
+  if (!pinned.has_value() || *pinned == form) return absl::OkStatus();
+  const std::string mismatch =
+      absl::StrCat("the contract is in the ", layout::RevisionName(form),
+                   " form, and this bootstrap server is pinned to CachePD revision ",
+                   layout::RevisionName(*pinned), " (--cachepd-revision), whose ");
+  if (*pinned == layout::Revision::k2026_09) {
+    return Refuse(Refusal::kReferenceRaises,
+                  absl::StrCat("registration cache_layout: revision mismatch: ", mismatch,
+                               "contracts require replayable in every group spec (CachePD "
+                               "bootstrap layout is invalid; CACHEPD §12.1, §12.11)"));
   }
-  const json* stages = Find(body, "cache_fields_by_stage");
-  if (stages == nullptr || stages->is_null()) {
-    if (pp_size != 1) {
-      return BadRequest("cache_fields_by_stage",
-                        absl::StrCat("is required when pp_size is ", pp_size,
-                                     ": every field must be placed in one stage"),
-                        "CACHEPD §10.1, §10.2");
-    }
-    return absl::OkStatus();
+  return Refuse(Refusal::kReferenceRaises,
+                absl::StrCat("registration cache_layout: revision mismatch: ", mismatch,
+                             "contracts have no replayable or shard_count (unknown members; "
+                             "CACHEPD §4.3, §12.11)"));
+}
+
+// Why the stage placement is required of this registration, or "" when it is optional.
+std::string PlacementRequiredBecause(layout::Revision form,
+                                     std::optional<layout::Revision> pinned) {
+  if (pinned == layout::Revision::k2026_09) {
+    return "revision mismatch: a registration without pp_size and cache_fields_by_stage is "
+           "snapshot-era, and this bootstrap server is pinned to CachePD revision 2026-09 "
+           "(--cachepd-revision), which requires both (CACHEPD §12.3, §12.11)";
   }
-  if (!stages->is_array()) {
-    return BadRequest("cache_fields_by_stage", "must be a list of lists of field ids",
-                      "CACHEPD §10.2");
+  if (form == layout::Revision::k2026_09) {
+    return "a registration whose contract is in the 2026-09 form carries its stage placement";
   }
-  plan::PipelineLayout pipeline;
-  pipeline.pp_size = static_cast<int>(pp_size);
-  for (const json& stage : *stages) {
-    if (!stage.is_array()) {
-      return BadRequest("cache_fields_by_stage", "each stage must be a list of field ids",
-                        "CACHEPD §10.2");
-    }
-    std::vector<std::string> ids;
-    for (const json& id : stage) {
-      if (!id.is_string()) {
-        return BadRequest("cache_fields_by_stage",
-                          absl::StrCat("field ids must be strings, got ", Quote(id)),
-                          "CACHEPD §10.2");
-      }
-      ids.push_back(id.get<std::string>());
-    }
-    pipeline.fields_by_stage.push_back(std::move(ids));
+  return "";
+}
+
+absl::Status ReadPlacement(const json& body, std::optional<layout::Revision> pinned,
+                           PrefillRegistration& out) {
+  const std::string required = PlacementRequiredBecause(out.contract.revision, pinned);
+  KVRAIL_ASSIGN_OR_RETURN(out.pipeline, ReadStagePlacement(body, out.contract, required));
+  if (pinned == layout::Revision::kSnapshot && out.pipeline.has_value() &&
+      out.pipeline->pp_size > 1) {
+    return BadRequest("pp_size",
+                      absl::StrCat(out.pipeline->pp_size,
+                                   " stages, and this bootstrap server is pinned to CachePD "
+                                   "revision snapshot (--cachepd-revision), whose sync answer "
+                                   "cannot describe stages"),
+                      "CACHEPD §2.2, §12.4");
   }
-  absl::Status fits = plan::ValidatePipelineLayout(pipeline, out.contract);
-  if (!fits.ok()) {
-    return BadRequest("cache_fields_by_stage", fits.message(), "CACHEPD §10.1");
-  }
-  out.pipeline = std::move(pipeline);
   return absl::OkStatus();
 }
 
@@ -243,7 +248,8 @@ bool operator==(const RankEndpoint& a, const RankEndpoint& b) {
          a.curve_public_key == b.curve_public_key;
 }
 
-absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
+absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text,
+                                                     std::optional<layout::Revision> pinned) {
   if (NestingDepth(text) > kMaxBodyDepth) {
     return Raises("body", absl::StrCat("nests deeper than ", kMaxBodyDepth, " levels"));
   }
@@ -260,8 +266,11 @@ absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
   KVRAIL_ASSIGN_OR_RETURN(const json* rank_ip, Required(body, "rank_ip"));
   KVRAIL_ASSIGN_OR_RETURN(int64_t rank_port, ReadPythonInt(body, "rank_port"));
   KVRAIL_ASSIGN_OR_RETURN(int64_t engine_rank, ReadPythonInt(body, "engine_rank"));
-  // 2. The layout check, for every role (§2.1 step 1).
+  // 2. The layout check, for every role (§2.1 step 1, §12.3 step 2).
   KVRAIL_RETURN_IF_ERROR(ReadLayout(body, parsed));
+  KVRAIL_RETURN_IF_ERROR(CheckPinnedForm(out.contract.revision, pinned));
+  // 3 to 5. The stage placement (§12.3).
+  KVRAIL_RETURN_IF_ERROR(ReadPlacement(body, pinned, out));
   // 3. world_size // dp_size, and for a prefill engine_rank // that: a zero divisor raises.
   const bool prefill = role->is_string() && role->get_ref<const std::string&>() == kPrefillRole;
   if (dp_size == 0) return Raises("dp_size", "is 0, and world_size // dp_size divides by it");
@@ -301,14 +310,13 @@ absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
   }
   out.engine_rank = static_cast<int>(std::clamp<int64_t>(engine_rank, -1, kMaxWorldSize));
 
-  KVRAIL_RETURN_IF_ERROR(ReadPipeline(body, out));
   absl::StatusOr<int> stage_tp = plan::StageTpSize(out.world_size, out.dp_size, out.PpSize());
   if (!stage_tp.ok()) {
     return BadRequest(
         "world_size",
         absl::StrCat(world_size, " must be a multiple of dp_size (", dp_size, ") * pp_size (",
                      out.PpSize(), "): ", stage_tp.status().message()),
-        "CACHEPD §2.1, §10.2");
+        "CACHEPD §2.1, §12.3");
   }
   KVRAIL_RETURN_IF_ERROR(ReadShardedGroups(body, out, *stage_tp));
   if (const json* key = Find(body, "curve_public_key"); key != nullptr) {
@@ -324,22 +332,29 @@ absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text) {
 
 absl::StatusOr<std::string> CanonicalLayout(absl::string_view wire) {
   KVRAIL_ASSIGN_OR_RETURN(LayoutWire read, ReadLayoutWire(wire));
-  return std::move(read.canonical);
+  return std::move(read.comparable);
 }
 
 absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration) {
-  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(registration.contract));
+  const layout::Revision form = registration.contract.revision;
+  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(registration.contract, form));
+  const plan::PipelineLayout placement =
+      registration.pipeline.value_or(plan::PipelineLayout::SingleStage(registration.contract));
   nlohmann::ordered_json body;
   body["role"] = registration.role;
   body["world_size"] = registration.world_size;
   body["dp_size"] = registration.dp_size;
+  if (form == layout::Revision::k2026_09) {  // §12.3: always, before the endpoint
+    body["pp_size"] = placement.pp_size;
+    body["cache_fields_by_stage"] = placement.fields_by_stage;
+  }
   body["rank_ip"] = registration.endpoint.rank_ip;
   body["rank_port"] = registration.endpoint.rank_port;
   body["engine_rank"] = registration.engine_rank;
   body["cache_layout"] = std::move(wire);
-  if (registration.pipeline.has_value()) {
-    body["pp_size"] = registration.pipeline->pp_size;
-    body["cache_fields_by_stage"] = registration.pipeline->fields_by_stage;
+  if (form == layout::Revision::kSnapshot && registration.pipeline.has_value()) {
+    body["pp_size"] = placement.pp_size;  // kvrail's snapshot-era pipelined prefills
+    body["cache_fields_by_stage"] = placement.fields_by_stage;
   }
   if (!registration.sharded_groups.empty()) {
     nlohmann::ordered_json groups = nlohmann::ordered_json::array();

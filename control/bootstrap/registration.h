@@ -1,16 +1,23 @@
-// A prefill rank's registration with the bootstrap server: the JSON body of `PUT /route`
-// (CACHEPD §2.1), read by the server and written by the client.
+// A prefill rank's registration with the bootstrap server: the JSON body of `PUT /route`,
+// read by the server and written by the client. Two forms (CACHEPD §2.1, §12.3):
 //
+// 2026-09 (§12.3; the contract in 2026-09's form, §12.1), members in this order:
+//   {"role": "Prefill", "world_size": 4, "dp_size": 1, "pp_size": 2,
+//    "cache_fields_by_stage": [["layer.0.k"], ["layer.1.k"]],
+//    "rank_ip": "10.2.0.1", "rank_port": 18001, "engine_rank": 1,
+//    "cache_layout": "<contract wire, 2026-09 form>", ...kvrail's members below}
+// snapshot (§2.1; the contract in the snapshot's form):
 //   {"role": "Prefill", "world_size": 4, "dp_size": 2, "rank_ip": "10.2.0.1",
-//    "rank_port": 18001, "engine_rank": 1, "cache_layout": "<contract wire>",
-//    "pp_size": 2,                                   // optional, default 1 (§10.1, §10.2)
-//    "cache_fields_by_stage": [["layer.0.k"], ...],  // optional; required when pp_size > 1
-//    "cache_sharded_groups": [{"group_id": "history", "owners": 2}],  // kvrail, optional
-//    "curve_public_key": "<Z85>"}  // kvrail with CURVE on, optional (docs/SECURITY.md)
+//    "rank_port": 18001, "engine_rank": 1, "cache_layout": "<contract wire, snapshot form>",
+//    "pp_size": 2, "cache_fields_by_stage": [...],   // kvrail snapshot-era prefills, pp > 1
+//    ...kvrail's members below}
+// kvrail's own members, in either form:
+//    "cache_sharded_groups": [{"group_id": "history", "owners": 2}],  // optional
+//    "curve_public_key": "<Z85>"}  // with CURVE on, optional (docs/SECURITY.md)
 //
-// A Python prefill sends only the first seven members. The pipeline members follow the
-// reference's later bootstrap (every rank of every stage sends the same wire contract and the
-// same whole placement); the server relays them in the sync answer (§10.2), where
+// The form of a registration is its contract's (Contract::revision). Every stage of a
+// pipelined node sends the same wire contract, the whole model's, and the same whole placement
+// (§12.3, §12.6); the server relays them in the sync answer (§12.4), where
 // control/plan/prefill_description.h reads them.
 #ifndef KVRAIL_CONTROL_BOOTSTRAP_REGISTRATION_H_
 #define KVRAIL_CONTROL_BOOTSTRAP_REGISTRATION_H_
@@ -22,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "control/layout/contract.h"
+#include "control/layout/revision.h"
 #include "control/plan/owner_filter.h"
 #include "control/plan/pipeline.h"
 
@@ -55,10 +63,13 @@ struct PrefillRegistration {
   // dp_rank * (world_size / dp_size) + the rank's index within its DP group, where a group's
   // ranks are numbered stage-major when pp_size > 1 (control/plan/pipeline.h).
   int engine_rank = 0;
-  layout::Contract contract;  // the wire contract (for a pipelined node: the whole model's)
-  // The kvrail / Rust extensions (§10.1–§10.3). Absent: the rank is a Python prefill's, one
-  // stage holding every field and no block-sharded group.
+  // The wire contract (for a pipelined node: the whole model's). Its `revision` is the form
+  // the registration is in: SerializeRegistration writes that form, ParseRegistration sets it.
+  layout::Contract contract;
+  // The stage placement (§12.3). Absent: a snapshot-era registration without one, which means
+  // one stage holding every field (SerializeRegistration writes that stage in the 2026-09 form).
   std::optional<plan::PipelineLayout> pipeline;
+  // kvrail's extension (§10.3): block-sharded groups.
   std::vector<plan::ShardedGroup> sharded_groups;
 
   // world_size / dp_size: how many ranks one DP group has, across its stages.
@@ -68,31 +79,49 @@ struct PrefillRegistration {
   int PpSize() const { return pipeline ? pipeline->pp_size : 1; }
 };
 
-// A registration the server accepted as well-formed, with its layout's canonical wire (§4.2):
-// the form the consistency rule of §2.1 compares byte for byte.
+// A registration the server accepted as well-formed, with its layout's canonical wires (§4.2).
 struct ParsedRegistration {
   PrefillRegistration registration;
+  // In the registration's own form: what the sync answer relays when it is the first.
   std::string canonical_layout;
+  // In the 2026-09 form whatever the registration's: the form the consistency rule of §2.1 and
+  // §12.3 step 7 compares byte for byte, so that ranks registering one contract in different
+  // forms (a node mid-upgrade) agree. (A snapshot contract the 2026-09 form cannot carry, which
+  // no 2026-09 registration can equal: its own canonical wire.)
+  std::string comparable_layout;
 };
 
-// Reads a PUT /route body. Checks, in the reference's order, that the body is a JSON object,
-// that role, world_size, dp_size, rank_ip, rank_port and engine_rank are present (rank_port and
-// engine_rank as Python's int() reads them: a JSON integer or a string holding one), and that
-// cache_layout is a string of ASCII that parses as a contract; those failures are refusals of
-// kind kReferenceRaises (500). Then kvrail's own rules, kBadRequest (400): sizes are positive
-// integers with world_size a multiple of dp_size * pp_size, a prefill's engine_rank lies in
-// [0, world_size), rank_port in 1..65535, rank_ip a non-empty string without spaces, the
-// pipeline and sharding members are well-formed and fit the contract, and curve_public_key,
-// when present, is a Z85 CURVE key. Every error names the
-// member and the rule, in one line.
-absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view body);
+// Reads a PUT /route body. Checks, in the reference's order (§12.3), that the body is a JSON
+// object, that role, world_size, dp_size, rank_ip, rank_port and engine_rank are present
+// (rank_port and engine_rank as Python's int() reads them: a JSON integer or a string holding
+// one), that cache_layout is a string of ASCII that parses as a contract of either form, and
+// the stage placement (stage_placement.h: required when the contract is in the 2026-09 form);
+// those failures are refusals of kind kReferenceRaises (500). Then kvrail's own rules,
+// kBadRequest (400): sizes are positive integers with world_size a multiple of dp_size *
+// pp_size, a prefill's engine_rank lies in [0, world_size), rank_port in 1..65535, rank_ip a
+// non-empty string without spaces, the sharding members are well-formed and fit the contract,
+// and curve_public_key, when present, is a Z85 CURVE key. Every error names the member and the
+// rule, in one line.
+//
+// `pinned` (kvrail bootstrap --cachepd-revision): a server that speaks one revision alone
+// refuses the other's registrations with 500, as a reference server of that revision does,
+// in one line naming the mismatch: pinned to 2026-09, a snapshot-form contract or a body
+// without the stage placement (§12.3, §12.11); pinned to the snapshot, a 2026-09-form contract
+// (§4.3 step 4: unknown members). Pinned to the snapshot, a placement of more than one stage is
+// refused too (400): the snapshot's sync answer cannot describe stages.
+absl::StatusOr<ParsedRegistration> ParseRegistration(
+    absl::string_view body, std::optional<layout::Revision> pinned = std::nullopt);
 
-// The canonical wire (§4.2) of the contract `wire` holds, which must be ASCII and parse as a
-// contract (§2.1 step 1); the errors are ParseRegistration's for cache_layout.
+// The revision-neutral canonical wire (ParsedRegistration::comparable_layout) of the contract
+// `wire` holds, which must be ASCII and parse as a contract of either form (§2.1 step 1); the
+// errors are ParseRegistration's for cache_layout.
 absl::StatusOr<std::string> CanonicalLayout(absl::string_view wire);
 
-// Writes the PUT /route body for `registration` (members in the order above; the pipeline
-// members only when set). Fails when the contract does not serialise (§4.2).
+// Writes the PUT /route body for `registration` in the form of registration.contract.revision
+// (members in the order above). The 2026-09 form always has pp_size and cache_fields_by_stage
+// (one stage holding every field, in plan order, when `pipeline` is unset); the snapshot form
+// has them only when `pipeline` is set. Fails when the contract does not serialise in that
+// form (§4.2; the snapshot's cannot say shard_count != 1, layout::SerializeContract).
 absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& registration);
 
 }  // namespace kvrail::bootstrap

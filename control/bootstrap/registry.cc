@@ -34,8 +34,10 @@ std::string LayoutDifference(absl::string_view stored, absl::string_view got) {
                       excerpt(stored), "...\", this one \"...", excerpt(got), "...\"");
 }
 
-std::string PlacementText(const std::optional<plan::PipelineLayout>& pipeline) {
-  if (!pipeline.has_value()) return "no stage placement (one stage holding every field)";
+std::string PlacementText(const std::optional<plan::PipelineLayout>& pipeline, bool placed) {
+  if (!placed || !pipeline.has_value()) {
+    return "no stage placement (one stage holding every field)";
+  }
   std::vector<std::string> stages;
   for (const auto& stage : pipeline->fields_by_stage) {
     stages.push_back(absl::StrCat("[", absl::StrJoin(stage, ","), "]"));
@@ -51,10 +53,13 @@ std::string GroupsText(const std::vector<plan::ShardedGroup>& groups) {
   return absl::StrCat("sharded groups [", absl::StrJoin(parts, ","), "]");
 }
 
-bool SamePipeline(const std::optional<plan::PipelineLayout>& a,
-                  const std::optional<plan::PipelineLayout>& b) {
-  if (a.has_value() != b.has_value()) return false;
-  return !a.has_value() || (a->pp_size == b->pp_size && a->fields_by_stage == b->fields_by_stage);
+// §12.3 step 6: the stored placement (`placed`: the first registration gave it) against a
+// registration's. No placement means one stage holding every field.
+bool SamePlacement(const plan::PipelineLayout& stored, bool placed,
+                   const std::optional<plan::PipelineLayout>& got) {
+  if (!got.has_value()) return stored.pp_size == 1;
+  if (!placed) return got->pp_size == 1;
+  return stored.pp_size == got->pp_size && stored.fields_by_stage == got->fields_by_stage;
 }
 
 bool SameGroups(const std::vector<plan::ShardedGroup>& a,
@@ -95,14 +100,16 @@ bool FromHostOf(const std::string& peer_ip, const RankEndpoint& registered) {
 
 }  // namespace
 
-nlohmann::ordered_json NodeDescription::ToJson() const {
+nlohmann::ordered_json NodeDescription::ToJson(layout::Revision revision) const {
+  const bool r2026 = revision == layout::Revision::k2026_09;
   nlohmann::ordered_json out;
   out["prefill_tp_size"] = world_size ? nlohmann::ordered_json(*world_size) : nullptr;
   out["prefill_dp_size"] = dp_size ? nlohmann::ordered_json(*dp_size) : nullptr;
+  if (r2026) out["prefill_pp_size"] = pipeline ? pipeline->pp_size : 1;
   out["cache_layout"] = cache_layout ? nlohmann::ordered_json(*cache_layout) : nullptr;
-  if (pipeline.has_value()) {
-    out["prefill_pp_size"] = pipeline->pp_size;
-    out["cache_fields_by_stage"] = pipeline->fields_by_stage;
+  if (r2026) {
+    out["cache_fields_by_stage"] =
+        pipeline ? nlohmann::ordered_json(pipeline->fields_by_stage) : nullptr;
   }
   if (!sharded_groups.empty()) {
     nlohmann::ordered_json groups = nlohmann::ordered_json::array();
@@ -128,32 +135,39 @@ absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegist
                         "--dp-size");
   }
   if (configured_.canonical_layout.has_value() &&
-      *configured_.canonical_layout != parsed.canonical_layout) {
+      *configured_.canonical_layout != parsed.comparable_layout) {
     return Unconfigured(
         "cache_layout", "the contract",
         absl::StrCat("the configured one (",
-                     LayoutDifference(*configured_.canonical_layout, parsed.canonical_layout), ")"),
+                     LayoutDifference(*configured_.canonical_layout, parsed.comparable_layout),
+                     ")"),
         "--cache-layout");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (node_.cache_layout.has_value()) {
-    // §2.1 step 1: byte-for-byte comparison of the canonical forms.
-    if (*node_.cache_layout != parsed.canonical_layout) {
+    // §12.3 step 6: the placement, the order inside each stage included.
+    if (!SamePlacement(*node_.pipeline, placed_, r.pipeline)) {
+      return Refuse(
+          Refusal::kReferenceRaises,
+          absl::StrCat("registration cache_fields_by_stage: CachePD prefill ranks "
+                       "registered incompatible field placement: ",
+                       PlacementText(r.pipeline, true), " differs from the first registration's ",
+                       PlacementText(node_.pipeline, placed_), " (CACHEPD §12.3)"));
+    }
+    // §2.1 step 1, §12.3 step 7: byte-for-byte comparison of the canonical forms, both in the
+    // 2026-09 form whatever form each registration came in.
+    if (comparable_layout_ != parsed.comparable_layout) {
       return Refuse(Refusal::kReferenceRaises,
                     absl::StrCat("registration cache_layout: CachePD prefill ranks registered "
                                  "incompatible layouts: ",
-                                 LayoutDifference(*node_.cache_layout, parsed.canonical_layout),
-                                 " (CACHEPD §2.1)"));
+                                 LayoutDifference(comparable_layout_, parsed.comparable_layout),
+                                 " (CACHEPD §2.1, §12.3)"));
     }
     if (*node_.world_size != r.world_size) {
       return Conflict("world_size", absl::StrCat(r.world_size), absl::StrCat(*node_.world_size));
     }
     if (*node_.dp_size != r.dp_size) {
       return Conflict("dp_size", absl::StrCat(r.dp_size), absl::StrCat(*node_.dp_size));
-    }
-    if (!SamePipeline(node_.pipeline, r.pipeline)) {
-      return Conflict("cache_fields_by_stage", PlacementText(r.pipeline),
-                      PlacementText(node_.pipeline));
     }
     if (!SameGroups(node_.sharded_groups, r.sharded_groups)) {
       return Conflict("cache_sharded_groups", GroupsText(r.sharded_groups),
@@ -194,7 +208,10 @@ absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegist
     node_.world_size = r.world_size;
     node_.dp_size = r.dp_size;
     node_.cache_layout = parsed.canonical_layout;
-    node_.pipeline = r.pipeline;
+    node_.layout_revision = r.contract.revision;
+    comparable_layout_ = parsed.comparable_layout;
+    placed_ = r.pipeline.has_value();
+    node_.pipeline = r.pipeline.value_or(plan::PipelineLayout::SingleStage(r.contract));
     node_.sharded_groups = r.sharded_groups;
   }
   outcome.registered_ranks = registered_ranks_;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "control/bootstrap/registration.h"
+#include "control/layout/revision.h"
 #include "control/plan/owner_filter.h"
 #include "control/plan/pipeline.h"
 
@@ -21,17 +22,26 @@ namespace kvrail::bootstrap {
 // What the sync answer (GET /route with engine_rank=-1 and target_dp_group=-1) describes.
 // Every member is unset until the first registration is accepted.
 struct NodeDescription {
-  std::optional<int> world_size;  // prefill_tp_size: the world, not the TP size (§2.2)
+  std::optional<int> world_size;  // prefill_tp_size: the world, not the TP size (§2.2, §12.4)
   std::optional<int> dp_size;
-  std::optional<std::string> cache_layout;  // canonical wire (§4.2)
+  // The first accepted registration's canonical wire (§4.2), in that registration's form, and
+  // that form: a decode of either revision then reads a layout of the revision its node's
+  // prefills speak.
+  std::optional<std::string> cache_layout;
+  std::optional<layout::Revision> layout_revision;
+  // The stage placement: the first accepted registration's, or one stage holding every field
+  // in plan order when it had none (§12.4).
   std::optional<plan::PipelineLayout> pipeline;
   std::vector<plan::ShardedGroup> sharded_groups;
 
-  // The answer's members: prefill_tp_size, prefill_dp_size and cache_layout in that order
-  // (null while unset, §2.2), then prefill_pp_size and cache_fields_by_stage when the node
-  // registered a stage placement (§10.2), then cache_sharded_groups when it declared any.
-  // A Python-style node's answer is therefore exactly the reference's.
-  nlohmann::ordered_json ToJson() const;
+  // The answer in the form of `revision`:
+  //   2026-09 (§12.4): prefill_tp_size, prefill_dp_size, prefill_pp_size (1 while unset),
+  //     cache_layout, cache_fields_by_stage (null while unset), in that order;
+  //   snapshot (§2.2): prefill_tp_size, prefill_dp_size, cache_layout;
+  // sizes and layout null while unset; then, in either, kvrail's cache_sharded_groups when the
+  // node declared any. A snapshot reference decode reads only its three members (§2.3), so the
+  // 2026-09 answer serves both.
+  nlohmann::ordered_json ToJson(layout::Revision revision = layout::kNewestRevision) const;
 };
 
 // What an accepted registration changed, for the server's log.
@@ -56,7 +66,7 @@ using RouteTable = std::map<int, std::map<int, RankEndpoint>>;
 struct ConfiguredNode {
   std::optional<int> world_size;
   std::optional<int> dp_size;
-  std::optional<std::string> canonical_layout;  // CanonicalLayout()'s form
+  std::optional<std::string> canonical_layout;  // CanonicalLayout()'s (revision-neutral) form
 };
 
 // Who sent a registration, for the rule that guards a registered rank's endpoint.
@@ -72,11 +82,17 @@ class PrefillRegistry {
   // Records `parsed` (ParseRegistration's result) as §2.1 does, all or nothing:
   //   * its world_size, dp_size and canonical layout must equal the configured ones, if any
   //     (kConflict, 409);
-  //   * its canonical layout must equal byte for byte the one stored by the first accepted
-  //     registration, if any ("incompatible layouts": a kReferenceRaises refusal, 500);
-  //   * its world_size, dp_size, pp_size, stage placement and sharded groups must equal the
-  //     first registration's (kConflict, 409; the reference keeps the first silently and files
-  //     later ranks by their own sizes);
+  //   * its stage placement must equal the first accepted registration's, the order inside
+  //     each stage included (§12.3 step 6, "incompatible field placement": kReferenceRaises,
+  //     500). A registration without a placement means one stage holding every field: it
+  //     matches any single-stage placement, and a placement of one stage matches it;
+  //   * its canonical layout must equal byte for byte the first accepted registration's, both
+  //     in the 2026-09 form (ParsedRegistration::comparable_layout), so one contract
+  //     registered in either form agrees ("incompatible layouts", §2.1 step 1, §12.3 step 7:
+  //     kReferenceRaises, 500);
+  //   * its world_size, dp_size and sharded groups must equal the first registration's
+  //     (kConflict, 409; the reference keeps the first silently and files later ranks by
+  //     their own sizes);
   //   * a "Prefill" rank is filed under table[engine_rank / (world / dp)][engine_rank % (world
   //     / dp)]. Registering again with the same endpoint changes nothing (§2.1). Another
   //     endpoint replaces the registered one only when `from` comes from the registered
@@ -98,9 +114,11 @@ class PrefillRegistry {
  private:
   const ConfiguredNode configured_;
   mutable std::mutex mu_;
-  NodeDescription node_;      // guarded by mu_
-  RouteTable table_;          // guarded by mu_
-  int registered_ranks_ = 0;  // guarded by mu_
+  NodeDescription node_;           // guarded by mu_
+  std::string comparable_layout_;  // guarded by mu_; the first's, in the 2026-09 form
+  bool placed_ = false;            // guarded by mu_; the first registration had a placement
+  RouteTable table_;               // guarded by mu_
+  int registered_ranks_ = 0;       // guarded by mu_
 };
 
 }  // namespace kvrail::bootstrap

@@ -31,7 +31,11 @@ ParsedRegistration Rank(int engine_rank, int world_size = 4, int dp_size = 2) {
 
 TEST(PrefillRegistryTest, DescriptionIsNullUntilTheFirstRegistration) {
   PrefillRegistry registry;
+  // §12.4: prefill_pp_size is 1 and cache_fields_by_stage null before any PUT.
   EXPECT_EQ(DumpPythonJson(registry.Describe().ToJson()),
+            R"({"prefill_tp_size": null, "prefill_dp_size": null, "prefill_pp_size": 1, )"
+            R"("cache_layout": null, "cache_fields_by_stage": null})");
+  EXPECT_EQ(DumpPythonJson(registry.Describe().ToJson(layout::Revision::kSnapshot)),
             R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})");
   ASSERT_TRUE(registry.Register(Rank(0)).ok());
   NodeDescription d = registry.Describe();
@@ -64,7 +68,7 @@ TEST(PrefillRegistryTest, ARefusedRegistrationRecordsNothing) {
   PrefillRegistry registry;
   ASSERT_TRUE(registry.Register(Rank(0)).ok());
   ParsedRegistration other = Rank(1);
-  other.canonical_layout += " ";
+  other.comparable_layout += " ";
   absl::Status status = registry.Register(other).status();
   EXPECT_EQ(HttpStatusOf(status), 500);
   EXPECT_NE(status.message().find("from byte"), std::string::npos) << status;
@@ -101,7 +105,7 @@ TEST(PrefillRegistryTest, AConfiguredNodeRefusesOtherSizesAndLayoutsFromTheFirst
   ConfiguredNode configured;
   configured.world_size = 4;
   configured.dp_size = 2;
-  configured.canonical_layout = Rank(0).canonical_layout;
+  configured.canonical_layout = Rank(0).comparable_layout;
   PrefillRegistry registry(configured);
   struct Case {
     const char* name;
@@ -109,7 +113,7 @@ TEST(PrefillRegistryTest, AConfiguredNodeRefusesOtherSizesAndLayoutsFromTheFirst
     const char* names;
   };
   ParsedRegistration layout = Rank(0);
-  layout.canonical_layout += " ";
+  layout.comparable_layout += " ";
   const Case cases[] = {
       {"world", Rank(0, 8, 2), "world_size: 8 differs from 4"},
       {"dp", Rank(0, 4, 4), "dp_size: 4 differs from 2"},

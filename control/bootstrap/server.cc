@@ -68,7 +68,7 @@ absl::StatusOr<int64_t> QueryInt(const std::string& text, absl::string_view name
   return value;
 }
 
-void AnswerGetRoute(const PrefillRegistry& registry, const httplib::Request& req,
+void AnswerGetRoute(const BootstrapServer& server, const httplib::Request& req,
                     httplib::Response& res) {
   const std::string engine_rank = req.get_param_value("engine_rank");
   const std::string dp_group = req.get_param_value("target_dp_group");
@@ -83,10 +83,10 @@ void AnswerGetRoute(const PrefillRegistry& registry, const httplib::Request& req
   // Beside the reference's bytes: the node's ranks are kvrail sidecars (client.h).
   res.set_header(kKvrailNodeHeader, "1");
   if (*rank == -1 && *group == -1) {
-    Answer(res, 200, DumpPythonJson(registry.Describe().ToJson()), kJson);
+    Answer(res, 200, DumpPythonJson(server.SyncAnswer()), kJson);
     return;
   }
-  absl::StatusOr<RankEndpoint> endpoint = registry.Lookup(*rank, *group);
+  absl::StatusOr<RankEndpoint> endpoint = server.registry().Lookup(*rank, *group);
   if (!endpoint.ok()) return AnswerRefusal(res, endpoint.status());
   nlohmann::ordered_json body;
   body["rank_ip"] = endpoint->rank_ip;
@@ -114,7 +114,8 @@ void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& opt
       !AuthorizationCarries(req.get_header_value(kAuthorizationHeader), options.token)) {
     event.status = Unauthorized(req);
     res.set_header("WWW-Authenticate", "Bearer");
-  } else if (absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(req.body);
+  } else if (absl::StatusOr<ParsedRegistration> parsed =
+                 ParseRegistration(req.body, options.cachepd_revision);
              !parsed.ok()) {
     event.status = parsed.status();
   } else {
@@ -292,7 +293,7 @@ BootstrapServer::BootstrapServer(BootstrapServerOptions options)
   });
   http.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == kRoutePath) {
-      AnswerGetRoute(registry_, req, res);
+      AnswerGetRoute(*this, req, res);
     } else if (req.path == kHealthPath) {
       Answer(res, 200, "OK", kText);  // §1.6: always 200 "OK"
     } else {
@@ -314,5 +315,9 @@ absl::Status BootstrapServer::Start(const std::string& host, int port) {
 }
 
 void BootstrapServer::Stop() { intake_.Stop(); }
+
+nlohmann::ordered_json BootstrapServer::SyncAnswer() const {
+  return registry_.Describe().ToJson(options_.cachepd_revision.value_or(layout::kNewestRevision));
+}
 
 }  // namespace kvrail::bootstrap

@@ -5,7 +5,8 @@
 // Answers, byte for byte as the reference's (tests/data/cachepd/bootstrap.json):
 //   PUT /route                       200 text/plain "OK"; refusals below
 //   GET /route?engine_rank=-1&target_dp_group=-1
-//                                    200 application/json, NodeDescription::ToJson()
+//                                    200 application/json, SyncAnswer(): the 2026-09 answer
+//                                    (§12.4), or the snapshot's (§2.2) when pinned to it
 //   GET /route?engine_rank=r&target_dp_group=g
 //                                    200 application/json {"rank_ip": ..., "rank_port": ...}
 //   GET /route, a parameter missing or empty
@@ -45,12 +46,14 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "control/bootstrap/intake.h"
 #include "control/bootstrap/registry.h"
+#include "control/layout/revision.h"
 
 namespace kvrail::bootstrap {
 
@@ -98,6 +101,12 @@ struct BootstrapServerOptions {
   std::string token;
   // The node's sizes and layout, when fixed before any rank registers (registry.h).
   ConfiguredNode configured;
+  // The CachePD revision the server speaks (`kvrail bootstrap --cachepd-revision`). nullopt
+  // (auto, the default): registrations of both forms (CACHEPD §2.1, §12.3) are accepted, and
+  // the sync answer is 2026-09's (§12.4), which a snapshot decode reads too (§2.3). Pinned, for
+  // interop tests and operators who must emulate one revision: registrations of the other are
+  // refused (ParseRegistration) and the sync answer has that revision's members.
+  std::optional<layout::Revision> cachepd_revision;
 };
 
 class BootstrapServer {
@@ -122,6 +131,9 @@ class BootstrapServer {
   void Stop();
 
   const PrefillRegistry& registry() const { return registry_; }
+
+  // The sync answer's JSON: registry().Describe() in the form of the server's revision.
+  nlohmann::ordered_json SyncAnswer() const;
 
  private:
   const BootstrapServerOptions options_;

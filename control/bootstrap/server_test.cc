@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "control/bootstrap/python_json.h"
+#include "control/layout/revision.h"
 #include "control/plan/prefill_description.h"
 #include "tests/support/vectors.h"
 
@@ -93,6 +95,172 @@ json Registration(int engine_rank, int world_size = 4, int dp_size = 2) {
           {"cache_layout", ReferenceLayout()}};
 }
 
+// What a scenario's sync answers should read: the vector's own (`expected`), or, for the
+// snapshot's vectors against a server answering in the 2026-09 form, the same answer with
+// prefill_pp_size and cache_fields_by_stage in their places (§12.4).
+using SyncForm = std::function<std::string(const std::string& expected)>;
+
+std::string AsVectorSays(const std::string& expected) { return expected; }
+
+// The snapshot's sync answer in 2026-09's form: prefill_pp_size 1 after prefill_dp_size, and
+// after cache_layout one stage holding every field in plan order (null before any PUT).
+std::string In2026Form(const std::string& snapshot_answer) {
+  const nlohmann::ordered_json answer = nlohmann::ordered_json::parse(snapshot_answer);
+  nlohmann::ordered_json out;
+  out["prefill_tp_size"] = answer["prefill_tp_size"];
+  out["prefill_dp_size"] = answer["prefill_dp_size"];
+  out["prefill_pp_size"] = 1;
+  out["cache_layout"] = answer["cache_layout"];
+  out["cache_fields_by_stage"] = nullptr;
+  if (answer["cache_layout"].is_string()) {
+    nlohmann::ordered_json stage = nlohmann::ordered_json::array();
+    const json contract = json::parse(answer["cache_layout"].get<std::string>());
+    for (const auto& field : contract["plan"]["fields"]) {
+      stage.push_back(field["field_id"].get<std::string>());
+    }
+    nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+    stages.push_back(std::move(stage));
+    out["cache_fields_by_stage"] = std::move(stages);
+  }
+  return DumpPythonJson(out);
+}
+
+bool IsSync(const json& exchange) {
+  return exchange["method"] == "GET" && exchange["query"].value("engine_rank", "") == "-1" &&
+         exchange["query"].value("target_dp_group", "") == "-1";
+}
+
+// Replays `scenario` (bootstrap.json, r2/bootstrap_r2.json) against a fresh server with
+// `options`: status, content type and body of every exchange, and the final table. Where the
+// reference raised (500), kvrail's body is one line; with `same_words`, it holds the
+// reference's message (or, for a KeyError, the missing member's name).
+void ReplayScenario(const json& scenario, const BootstrapServerOptions& options,
+                    const SyncForm& sync_form, bool same_words = false) {
+  SCOPED_TRACE(scenario["name"].get<std::string>());
+  BootstrapServer server(options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  int index = 0;
+  for (const json& exchange : scenario["exchanges"]) {
+    SCOPED_TRACE(absl::StrCat("exchange ", index++, ": ", exchange["method"].get<std::string>(),
+                              " ", exchange["path"].get<std::string>()));
+    std::map<std::string, std::string> query;
+    for (const auto& [key, value] : exchange["query"].items()) query[key] = value;
+    const std::string body = exchange["json_body"].is_null() ? "" : exchange["json_body"].dump();
+    const Reply reply = Send(server.port(), exchange["method"], exchange["path"], query, body);
+    const json& expected = exchange["response"];
+    EXPECT_EQ(reply.status, expected["status"].get<int>()) << reply.body;
+    if (expected.contains("handler_exception")) {
+      // The reference raised; aiohttp's 500 body is its own. kvrail says why in one line.
+      EXPECT_EQ(reply.content_type, "text/plain");
+      EXPECT_FALSE(reply.body.empty());
+      EXPECT_EQ(reply.body.find('\n'), std::string::npos) << reply.body;
+      const json& raised = expected["handler_exception"];
+      std::string says = raised["message"].get<std::string>();
+      if (raised["class"] == "KeyError") says = says.substr(1, says.size() - 2);  // 'member'
+      if (same_words) EXPECT_NE(reply.body.find(says), std::string::npos) << reply.body;
+    } else {
+      EXPECT_EQ(reply.content_type, expected["content_type"].get<std::string>());
+      const std::string want = expected["body"].get<std::string>();
+      EXPECT_EQ(reply.body, IsSync(exchange) ? sync_form(want) : want);
+    }
+  }
+  RouteTable expected_table;
+  for (const auto& [group, ranks] : scenario["final_table"].items()) {
+    for (const auto& [rank, endpoint] : ranks.items()) {
+      expected_table[std::stoi(group)][std::stoi(rank)] =
+          RankEndpoint{endpoint["rank_ip"], endpoint["rank_port"]};
+    }
+  }
+  EXPECT_TRUE(server.registry().Table() == expected_table);
+  if (scenario.contains("final_pp_size")) {
+    EXPECT_EQ(server.SyncAnswer()["prefill_pp_size"].get<int>(),
+              scenario["final_pp_size"].get<int>());
+  }
+}
+
+BootstrapServerOptions Pinned(layout::Revision revision) {
+  BootstrapServerOptions options;
+  options.cachepd_revision = revision;
+  return options;
+}
+
+// Every scenario of bootstrap.json against a server pinned to the snapshot: the snapshot
+// reference's answers byte for byte.
+TEST(BootstrapServerVectorsTest, PinnedToTheSnapshotReplaysEverySnapshotScenarioExactly) {
+  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
+  ASSERT_EQ(vectors["format"], "cachepd-bootstrap-v1");
+  ASSERT_GE(vectors["scenarios"].size(), 2u);
+  for (const json& scenario : vectors["scenarios"]) {
+    ReplayScenario(scenario, Pinned(layout::Revision::kSnapshot), AsVectorSays);
+  }
+}
+
+// The same against the default server (auto): the same answers, except that every sync
+// answer is 2026-09's (§12.4), which a snapshot decode reads as the snapshot's (§2.3).
+TEST(BootstrapServerVectorsTest, AutoReplaysEverySnapshotScenarioWithThe2026SyncAnswer) {
+  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
+  for (const json& scenario : vectors["scenarios"]) {
+    ReplayScenario(scenario, BootstrapServerOptions{}, In2026Form);
+  }
+}
+
+// Every scenario of r2/bootstrap_r2.json against a server pinned to 2026-09: the newer
+// reference's answers byte for byte, its refusals of snapshot-era registrations included.
+TEST(BootstrapServerVectorsTest, PinnedTo2026ReplaysEvery2026ScenarioExactly) {
+  const json vectors = kvrail::testing::LoadVectors("r2/bootstrap_r2.json");
+  ASSERT_EQ(vectors["format"], "cachepd-bootstrap-r2");
+  ASSERT_GE(vectors["scenarios"].size(), 2u);
+  for (const json& scenario : vectors["scenarios"]) {
+    ReplayScenario(scenario, Pinned(layout::Revision::k2026_09), AsVectorSays,
+                   /*same_words=*/true);
+  }
+}
+
+// The r2 scenario in which the reference refuses a snapshot-form contract, which kvrail (auto)
+// accepts since it can (§12.11): AutoAcceptsWhatTheNewerReferenceRefusesAsSnapshotEra. (A
+// body without a placement but with a 2026-09-form contract, snapshot_era_put, is refused by
+// both: that contract's form requires the placement.)
+bool SnapshotEraScenario(const json& scenario) {
+  return scenario["name"] == "snapshot_form_contract";
+}
+
+TEST(BootstrapServerVectorsTest, AutoReplaysEvery2026ScenarioButTheSnapshotEraOnes) {
+  const json vectors = kvrail::testing::LoadVectors("r2/bootstrap_r2.json");
+  int skipped = 0;
+  for (const json& scenario : vectors["scenarios"]) {
+    if (SnapshotEraScenario(scenario)) {
+      ++skipped;
+      continue;
+    }
+    ReplayScenario(scenario, BootstrapServerOptions{}, AsVectorSays, /*same_words=*/true);
+  }
+  EXPECT_EQ(skipped, 1);
+}
+
+TEST(BootstrapServerVectorsTest, AutoAcceptsWhatTheNewerReferenceRefusesAsSnapshotEra) {
+  const json vectors = kvrail::testing::LoadVectors("r2/bootstrap_r2.json");
+  for (const json& scenario : vectors["scenarios"]) {
+    if (!SnapshotEraScenario(scenario)) continue;
+    SCOPED_TRACE(scenario["name"].get<std::string>());
+    BootstrapServer server;
+    ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+    const json& put = scenario["exchanges"][0];
+    ASSERT_EQ(put["method"], "PUT");
+    const Reply reply = Send(server.port(), "PUT", "/route", {}, put["json_body"].dump());
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    EXPECT_EQ(server.registry().Table().size(), 1u);
+    const json answer = json::parse(DumpPythonJson(server.SyncAnswer()));
+    // The layout is relayed in the form it was registered in.
+    absl::StatusOr<layout::Contract> relayed =
+        layout::ParseContract(answer["cache_layout"].get<std::string>());
+    ASSERT_TRUE(relayed.ok()) << relayed.status();
+    absl::StatusOr<layout::Contract> sent =
+        layout::ParseContract(put["json_body"]["cache_layout"].get<std::string>());
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    EXPECT_EQ(relayed->revision, sent->revision);
+  }
+}
+
 class BootstrapServerTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(server_.Start("127.0.0.1", 0).ok()); }
@@ -106,47 +274,6 @@ class BootstrapServerTest : public ::testing::Test {
 
   BootstrapServer server_;
 };
-
-// Every scenario of bootstrap.json, against a fresh server: status, content type and body of
-// every exchange, and the final table.
-TEST(BootstrapServerVectorsTest, ReplaysEveryScenarioExactly) {
-  const json vectors = kvrail::testing::LoadVectors("bootstrap.json");
-  ASSERT_EQ(vectors["format"], "cachepd-bootstrap-v1");
-  ASSERT_GE(vectors["scenarios"].size(), 2u);
-  for (const json& scenario : vectors["scenarios"]) {
-    SCOPED_TRACE(scenario["name"].get<std::string>());
-    BootstrapServer server;
-    ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
-    int index = 0;
-    for (const json& exchange : scenario["exchanges"]) {
-      SCOPED_TRACE(absl::StrCat("exchange ", index++, ": ", exchange["method"].get<std::string>(),
-                                " ", exchange["path"].get<std::string>()));
-      std::map<std::string, std::string> query;
-      for (const auto& [key, value] : exchange["query"].items()) query[key] = value;
-      const std::string body = exchange["json_body"].is_null() ? "" : exchange["json_body"].dump();
-      const Reply reply = Send(server.port(), exchange["method"], exchange["path"], query, body);
-      const json& expected = exchange["response"];
-      EXPECT_EQ(reply.status, expected["status"].get<int>()) << reply.body;
-      if (expected.contains("handler_exception")) {
-        // The reference raised; aiohttp's 500 body is its own. kvrail says why in one line.
-        EXPECT_EQ(reply.content_type, "text/plain");
-        EXPECT_FALSE(reply.body.empty());
-        EXPECT_EQ(reply.body.find('\n'), std::string::npos) << reply.body;
-      } else {
-        EXPECT_EQ(reply.content_type, expected["content_type"].get<std::string>());
-        EXPECT_EQ(reply.body, expected["body"].get<std::string>());
-      }
-    }
-    RouteTable expected_table;
-    for (const auto& [group, ranks] : scenario["final_table"].items()) {
-      for (const auto& [rank, endpoint] : ranks.items()) {
-        expected_table[std::stoi(group)][std::stoi(rank)] =
-            RankEndpoint{endpoint["rank_ip"], endpoint["rank_port"]};
-      }
-    }
-    EXPECT_TRUE(server.registry().Table() == expected_table);
-  }
-}
 
 TEST_F(BootstrapServerTest, HealthAnswersOkToGetAndHead) {
   Reply get = Get("/health");
@@ -222,13 +349,18 @@ TEST_F(BootstrapServerTest, SyncIsAllNullUntilTheFirstRegistration) {
   Reply reply = Sync();
   EXPECT_EQ(reply.status, 200);
   EXPECT_EQ(reply.body,
-            R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})");
+            R"({"prefill_tp_size": null, "prefill_dp_size": null, "prefill_pp_size": 1, )"
+            R"("cache_layout": null, "cache_fields_by_stage": null})");
   ASSERT_EQ(Put(Registration(3)).status, 200);
   json sync = json::parse(Sync().body);
   EXPECT_EQ(sync["prefill_tp_size"], 4);
   EXPECT_EQ(sync["prefill_dp_size"], 2);
-  EXPECT_EQ(sync["cache_layout"], ReferenceLayout());
-  EXPECT_EQ(sync.size(), 3u);  // a Python-style node gets exactly the reference's members
+  EXPECT_EQ(sync["prefill_pp_size"], 1);
+  EXPECT_EQ(sync["cache_layout"], ReferenceLayout());  // in the form it was registered in
+  // A registration without a placement: one stage holding every field, in plan order (§12.4).
+  EXPECT_EQ(sync["cache_fields_by_stage"],
+            json::array({{"layer.0.k", "layer.0.latent", "layer.1.conv"}}));
+  EXPECT_EQ(sync.size(), 5u);
 }
 
 TEST_F(BootstrapServerTest, LookupFilesRanksByDpGroup) {
@@ -347,6 +479,8 @@ TEST_F(BootstrapServerTest, MalformedRegistrationsAre500LikeTheReference) {
       {"dp_size zero", with("dp_size", 0), "dp_size"},
       {"world smaller than dp", with("world_size", 1), "world_size"},
       {"deep nesting", std::string(5000, '[') + std::string(5000, ']'), "body"},
+      // §12.3 step 3: pp_size makes it a placement, and the placement is missing.
+      {"pp without placement", with("pp_size", 2), "cache_fields_by_stage"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -384,7 +518,6 @@ TEST_F(BootstrapServerTest, WhatTheReferenceNeverChecksIs400NamingTheRule) {
       {"negative dp", with("dp_size", -1), "dp_size"},
       {"empty rank_ip", with("rank_ip", ""), "rank_ip"},
       {"rank_ip not a string", with("rank_ip", 10), "rank_ip"},
-      {"pp without placement", with("pp_size", 2), "cache_fields_by_stage"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -403,9 +536,6 @@ TEST_F(BootstrapServerTest, RanksThatDisagreeWithTheFirstRegistrationAre409) {
   Reply dp = Put(Registration(1, /*world_size=*/4, /*dp_size=*/4));
   EXPECT_EQ(dp.status, 409);
   EXPECT_NE(dp.body.find("dp_size"), std::string::npos) << dp.body;
-  json placed = Registration(1);
-  placed["cache_fields_by_stage"] = {{"layer.0.k", "layer.0.latent", "layer.1.conv"}};
-  EXPECT_EQ(Put(placed).status, 409);
   EXPECT_EQ(server_.registry().Table()[0].size(), 1u);
 }
 
@@ -443,15 +573,123 @@ TEST_F(BootstrapServerTest, APipelinedNodeDescribesItsStages) {
   moved["pp_size"] = 2;
   moved["cache_fields_by_stage"] = {{"layer.0.k"}, {"layer.0.latent", "layer.1.conv"}};
   Reply conflict = Put(moved);
-  EXPECT_EQ(conflict.status, 409);
-  EXPECT_NE(conflict.body.find("cache_fields_by_stage"), std::string::npos) << conflict.body;
+  EXPECT_EQ(conflict.status, 500);  // §12.3 step 6: the newer reference raises
+  EXPECT_NE(conflict.body.find("incompatible field placement"), std::string::npos) << conflict.body;
 
   json unplaced = Registration(0, 8, 2);
   unplaced["pp_size"] = 2;
   unplaced["cache_fields_by_stage"] = {{"layer.0.k"}, {"layer.1.conv"}};  // latent nowhere
   Reply missing = Put(unplaced);
-  EXPECT_EQ(missing.status, 400);
+  EXPECT_EQ(missing.status, 500);  // §12.3 step 4
   EXPECT_NE(missing.body.find("layer.0.latent"), std::string::npos) << missing.body;
+}
+
+// The r2 vectors' contract (2026-09 form) and the same contract in the snapshot's form.
+std::string Layout2026() {
+  return kvrail::testing::LoadVectors("r2/bootstrap_r2.json")["contract_used"].get<std::string>();
+}
+
+std::string SnapshotFormOf(const std::string& wire) {
+  return *layout::SerializeContract(*layout::ParseContract(wire), layout::Revision::kSnapshot);
+}
+
+// A registration of rank `engine_rank` of a one-stage node of two ranks, with `layout`, and
+// the 2026-09 members when `with_placement`.
+json Registration2026(int engine_rank, const std::string& layout, bool with_placement) {
+  json body = {{"role", "Prefill"},
+               {"world_size", 2},
+               {"dp_size", 1},
+               {"rank_ip", absl::StrCat("10.2.0.", engine_rank)},
+               {"rank_port", 18000 + engine_rank},
+               {"engine_rank", engine_rank},
+               {"cache_layout", layout}};
+  if (with_placement) {
+    body["pp_size"] = 1;
+    body["cache_fields_by_stage"] = {
+        {"layer.0.k", "layer.1.k", "layer.0.latent", "layer.1.latent"}};
+  }
+  return body;
+}
+
+// A node mid-upgrade: one rank still registers the snapshot's form, the next the 2026-09 form
+// of the same contract. They agree; the sync relays the first one's form (§12.4).
+TEST_F(BootstrapServerTest, ASnapshotFormThenA2026FormOfOneContractAgree) {
+  ASSERT_EQ(Put(Registration2026(0, SnapshotFormOf(Layout2026()), false)).status, 200);
+  Reply second = Put(Registration2026(1, Layout2026(), true));
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(server_.registry().Table()[0].size(), 2u);
+  const json sync = json::parse(Sync().body);
+  EXPECT_EQ(sync["cache_layout"], SnapshotFormOf(Layout2026()));
+  EXPECT_EQ(server_.registry().Describe().layout_revision, layout::Revision::kSnapshot);
+}
+
+TEST_F(BootstrapServerTest, A2026FormThenASnapshotFormOfOneContractAgree) {
+  ASSERT_EQ(Put(Registration2026(0, Layout2026(), true)).status, 200);
+  Reply second = Put(Registration2026(1, SnapshotFormOf(Layout2026()), false));
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(json::parse(Sync().body)["cache_layout"], Layout2026());
+  EXPECT_EQ(server_.registry().Describe().layout_revision, layout::Revision::k2026_09);
+}
+
+TEST_F(BootstrapServerTest, AnotherContractInTheOtherFormIsAnIncompatibleLayout) {
+  ASSERT_EQ(Put(Registration2026(0, Layout2026(), true)).status, 200);
+  json contract = json::parse(SnapshotFormOf(Layout2026()));
+  contract["plan"]["num_lcm_blocks"] = 6;
+  Reply reply = Put(Registration2026(1, contract.dump(), false));
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_NE(reply.body.find("incompatible layouts"), std::string::npos) << reply.body;
+  EXPECT_EQ(server_.registry().Table()[0].size(), 1u);
+}
+
+TEST_F(BootstrapServerTest, ARegistrationWithoutPlacementMatchesOneStageInAnyOrder) {
+  json reordered = Registration2026(0, Layout2026(), true);
+  reordered["cache_fields_by_stage"] = {
+      {"layer.1.latent", "layer.0.k", "layer.1.k", "layer.0.latent"}};
+  ASSERT_EQ(Put(reordered).status, 200);
+  EXPECT_EQ(Put(Registration2026(1, SnapshotFormOf(Layout2026()), false)).status, 200);
+  // Explicit placements compare as lists, the order within a stage included (§12.3 step 6).
+  Reply differs = Put(Registration2026(1, Layout2026(), true));
+  EXPECT_EQ(differs.status, 500);
+  EXPECT_NE(differs.body.find("incompatible field placement"), std::string::npos) << differs.body;
+}
+
+TEST_F(BootstrapServerTest, AFirstRegistrationWithoutPlacementRefusesTwoStages) {
+  ASSERT_EQ(Put(Registration2026(0, SnapshotFormOf(Layout2026()), false)).status, 200);
+  json staged = Registration2026(1, Layout2026(), true);
+  staged["pp_size"] = 2;
+  staged["cache_fields_by_stage"] = std::vector<std::vector<std::string>>{
+      {"layer.0.k", "layer.0.latent"}, {"layer.1.k", "layer.1.latent"}};
+  Reply reply = Put(staged);
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_NE(reply.body.find("incompatible field placement"), std::string::npos) << reply.body;
+}
+
+TEST(BootstrapServerRevisionTest, PinnedToTheSnapshotTheSyncHasItsThreeMembers) {
+  BootstrapServer server(Pinned(layout::Revision::kSnapshot));
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  Reply r2 =
+      Send(server.port(), "PUT", "/route", {}, Registration2026(0, Layout2026(), true).dump());
+  EXPECT_EQ(r2.status, 500);
+  EXPECT_NE(r2.body.find("revision mismatch"), std::string::npos) << r2.body;
+  ASSERT_EQ(Send(server.port(), "PUT", "/route", {},
+                 Registration2026(0, SnapshotFormOf(Layout2026()), false).dump())
+                .status,
+            200);
+  const json sync = json::parse(
+      Send(server.port(), "GET", "/route", {{"engine_rank", "-1"}, {"target_dp_group", "-1"}})
+          .body);
+  EXPECT_EQ(sync.size(), 3u);
+  EXPECT_EQ(sync["cache_layout"], SnapshotFormOf(Layout2026()));
+}
+
+TEST(BootstrapServerRevisionTest, PinnedTo2026ASnapshotFormContractIsRefused) {
+  BootstrapServer server(Pinned(layout::Revision::k2026_09));
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  Reply reply = Send(server.port(), "PUT", "/route", {},
+                     Registration2026(0, SnapshotFormOf(Layout2026()), true).dump());
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_NE(reply.body.find("revision mismatch"), std::string::npos) << reply.body;
+  EXPECT_TRUE(server.registry().Table().empty());
 }
 
 TEST_F(BootstrapServerTest, ReportsEveryRegistrationOnce) {
@@ -810,7 +1048,8 @@ TEST(BootstrapServerConfiguredTest, AStrayFirstRegistrationCannotFixTheNodesSize
   EXPECT_NE(stray.body.find("--world-size"), std::string::npos) << stray.body;
   EXPECT_EQ(
       Send(server.port(), "GET", "/route", {{"engine_rank", "-1"}, {"target_dp_group", "-1"}}).body,
-      R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})");
+      R"({"prefill_tp_size": null, "prefill_dp_size": null, "prefill_pp_size": 1, )"
+      R"("cache_layout": null, "cache_fields_by_stage": null})");
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(Send(server.port(), "PUT", "/route", {}, Registration(rank).dump()).status, 200);
   }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -15,10 +17,11 @@ namespace {
 
 using nlohmann::json;
 
-absl::Status DescriptionError(absl::string_view member, absl::string_view problem) {
+absl::Status DescriptionError(absl::string_view member, absl::string_view problem,
+                              absl::string_view section = "CACHEPD §2.3, §10.5") {
   return MakeError(
       ErrorCategory::kUnsupportedLayout,
-      absl::StrCat("bootstrap description ", member, ": ", problem, " (CACHEPD §2.3, §10.5)"));
+      absl::StrCat("bootstrap description ", member, ": ", problem, " (", section, ")"));
 }
 
 // A positive size: a JSON integer, or a string holding one (whitespace trimmed), as §10.5.
@@ -69,16 +72,25 @@ absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view bod
   absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
   if (!contract.ok()) return AddContext(contract.status(), "bootstrap description cache_layout");
   out.contract = *std::move(contract);
+  out.revision = out.contract.revision;
   KVRAIL_ASSIGN_OR_RETURN(out.world_size, ReadSize(body, "prefill_tp_size", std::nullopt));
   KVRAIL_ASSIGN_OR_RETURN(out.dp_size, ReadSize(body, "prefill_dp_size", std::nullopt));
+  // §12.5: prefill_pp_size defaults to 1 (a snapshot server's answer has none).
   KVRAIL_ASSIGN_OR_RETURN(out.pp_size, ReadSize(body, "prefill_pp_size", 1));
+  // The reference computes P = prefill_tp_size // (dp * pp), flooring (§12.5); kvrail requires
+  // the division to be exact, since a remainder means ranks the route would miss or invent.
   KVRAIL_ASSIGN_OR_RETURN(out.stage_tp_size, StageTpSize(out.world_size, out.dp_size, out.pp_size));
 
   auto stages = body.find("cache_fields_by_stage");
   if (stages == body.end() || stages->is_null()) {
+    // §12.5 SHOULD: no placement is one stage holding every field. The newer reference decode
+    // fails the room instead; a snapshot server never sends the member (§2.2).
     if (out.pp_size != 1) {
       return DescriptionError("cache_fields_by_stage",
-                              "is required when prefill_pp_size is above 1");
+                              absl::StrCat("is missing or null, which means one stage holding "
+                                           "every field, but prefill_pp_size is ",
+                                           out.pp_size),
+                              "CACHEPD §12.5");
     }
     out.pipeline = PipelineLayout::SingleStage(out.contract);
   } else {

@@ -4,7 +4,9 @@
 //
 // The input is split into requests at every two-byte separator 0x00 0xFF (as wire_fuzz splits
 // frames); a request that starts with '?' is a GET /route query string, any other a PUT /route
-// body. All of them go, in order, to one PrefillRegistry.
+// body. All of them go, in order, to one PrefillRegistry. A first request "!snapshot" or
+// "!2026-09" pins the server to that revision (kvrail bootstrap --cachepd-revision); otherwise
+// it speaks both (auto).
 //
 // The server's own routing (control/bootstrap/server.cc AnswerGetRoute: which parameters, and
 // Python's int() of each) is not exposed; it is replayed here on the same calls: httplib's
@@ -16,8 +18,12 @@
 // (400 or 500) and a one-line reason; an accepted one serialises and parses back to the same
 // registration; a refused registration changes nothing (all or nothing); an accepted one is
 // what Lookup answers for its rank, the route table is exactly the accepted ranks, and the
-// node's description is the first accepted registration's; every answer body is printable
-// ASCII JSON (Python's json.dumps) that reads back as the value written.
+// node's description is the first accepted registration's, its layout in that registration's
+// form (CACHEPD §12.4); registrations are compared in the revision-neutral form, so one
+// contract in either form agrees; a pinned server accepts only its revision's registrations; a
+// sync answer has cache_fields_by_stage exactly when it is 2026-09's, and prefill_pp_size is
+// its number of stages; every answer body is printable ASCII JSON (Python's json.dumps) that
+// reads back as the value written.
 #include <httplib.h>
 
 #include <cstdint>
@@ -35,6 +41,8 @@
 #include "control/bootstrap/refusal.h"
 #include "control/bootstrap/registration.h"
 #include "control/bootstrap/registry.h"
+#include "control/layout/revision.h"
+#include "control/plan/pipeline.h"
 #include "control/wire/python_int.h"
 #include "tests/fuzz/check.h"
 
@@ -61,6 +69,7 @@ std::vector<std::string> SplitRequests(const uint8_t* data, size_t size) {
 
 // The registry as the accepted registrations say it must be.
 struct Model {
+  std::optional<kvrail::layout::Revision> pinned;
   std::optional<bootstrap::ParsedRegistration> first;
   std::map<std::pair<int64_t, int64_t>, bootstrap::RankEndpoint> ranks;  // (group, rank)
 };
@@ -90,13 +99,19 @@ void CheckTable(const bootstrap::PrefillRegistry& registry, const Model& model) 
   Check(filed == model.ranks.size(), "the route table lost an accepted rank");
 }
 
+// The placement a registration means: its own, or one stage holding every field.
+kvrail::plan::PipelineLayout PlacementOf(const bootstrap::PrefillRegistration& r) {
+  return r.pipeline.value_or(kvrail::plan::PipelineLayout::SingleStage(r.contract));
+}
+
 void CheckSameRegistration(const bootstrap::PrefillRegistration& a,
                            const bootstrap::PrefillRegistration& b) {
+  const kvrail::plan::PipelineLayout pa = PlacementOf(a);
+  const kvrail::plan::PipelineLayout pb = PlacementOf(b);
   Check(a.role == b.role && a.world_size == b.world_size && a.dp_size == b.dp_size &&
             a.endpoint == b.endpoint && a.engine_rank == b.engine_rank &&
-            a.pipeline.has_value() == b.pipeline.has_value() &&
-            (!a.pipeline || (a.pipeline->pp_size == b.pipeline->pp_size &&
-                             a.pipeline->fields_by_stage == b.pipeline->fields_by_stage)) &&
+            a.contract.revision == b.contract.revision && pa.pp_size == pb.pp_size &&
+            pa.fields_by_stage == pb.fields_by_stage &&
             a.sharded_groups.size() == b.sharded_groups.size(),
         "a registration does not read back as itself");
   for (size_t i = 0; i < a.sharded_groups.size(); ++i) {
@@ -106,8 +121,14 @@ void CheckSameRegistration(const bootstrap::PrefillRegistration& a,
   }
 }
 
+// The sync answer in the form the server speaks.
+nlohmann::ordered_json SyncAnswer(const bootstrap::PrefillRegistry& registry, const Model& model) {
+  return registry.Describe().ToJson(model.pinned.value_or(kvrail::layout::kNewestRevision));
+}
+
 void Put(bootstrap::PrefillRegistry& registry, Model& model, const std::string& body) {
-  absl::StatusOr<bootstrap::ParsedRegistration> parsed = bootstrap::ParseRegistration(body);
+  absl::StatusOr<bootstrap::ParsedRegistration> parsed =
+      bootstrap::ParseRegistration(body, model.pinned);
   if (!parsed.ok()) {
     const int http = bootstrap::HttpStatusOf(parsed.status());
     Check(http == 400 || http == 500,
@@ -119,26 +140,34 @@ void Put(bootstrap::PrefillRegistry& registry, Model& model, const std::string& 
   }
   absl::StatusOr<std::string> again = bootstrap::SerializeRegistration(parsed->registration);
   Check(again.ok(), "an accepted registration does not serialise");
-  absl::StatusOr<bootstrap::ParsedRegistration> reparsed = bootstrap::ParseRegistration(*again);
-  Check(reparsed.ok() && reparsed->canonical_layout == parsed->canonical_layout,
+  absl::StatusOr<bootstrap::ParsedRegistration> reparsed =
+      bootstrap::ParseRegistration(*again, model.pinned);
+  Check(reparsed.ok() && reparsed->canonical_layout == parsed->canonical_layout &&
+            reparsed->comparable_layout == parsed->comparable_layout,
         "an accepted registration does not parse back");
   CheckSameRegistration(parsed->registration, reparsed->registration);
+  const kvrail::layout::Revision form = parsed->registration.contract.revision;
+  Check(!model.pinned || *model.pinned == form,
+        "a pinned server accepts a registration of the other revision");
+  Check(form == kvrail::layout::Revision::kSnapshot || parsed->registration.pipeline.has_value(),
+        "a 2026-09 registration is accepted without its stage placement");
 
   const bootstrap::RouteTable table_before = registry.Table();
-  const nlohmann::ordered_json node_before = registry.Describe().ToJson();
+  const nlohmann::ordered_json node_before = SyncAnswer(registry, model);
   absl::StatusOr<bootstrap::RegistrationOutcome> outcome = registry.Register(*parsed);
   if (!outcome.ok()) {
     const int http = bootstrap::HttpStatusOf(outcome.status());
     Check(http == 409 || http == 500,
           [&] { return absl::StrCat("a refused registration answers HTTP ", http); });
     Check(model.first.has_value(), "the first registration was refused");
-    Check(registry.Table() == table_before && registry.Describe().ToJson() == node_before,
+    Check(registry.Table() == table_before && SyncAnswer(registry, model) == node_before,
           "a refused registration changed the registry");
     return;
   }
   const bootstrap::PrefillRegistration& r = parsed->registration;
   if (!model.first) model.first = *parsed;
-  Check(parsed->canonical_layout == model.first->canonical_layout &&
+  Check(parsed->comparable_layout == model.first->comparable_layout &&
+            PlacementOf(r).pp_size == PlacementOf(model.first->registration).pp_size &&
             r.world_size == model.first->registration.world_size &&
             r.dp_size == model.first->registration.dp_size,
         "the registry accepts a registration that differs from the node's first");
@@ -156,7 +185,8 @@ void Put(bootstrap::PrefillRegistry& registry, Model& model, const std::string& 
   const bootstrap::NodeDescription node = registry.Describe();
   Check(node.world_size == model.first->registration.world_size &&
             node.dp_size == model.first->registration.dp_size &&
-            node.cache_layout == model.first->canonical_layout,
+            node.cache_layout == model.first->canonical_layout &&
+            node.layout_revision == model.first->registration.contract.revision,
         "the node description is not the first registration's");
 }
 
@@ -173,7 +203,16 @@ void Get(const bootstrap::PrefillRegistry& registry, const Model& model, const s
   absl::StatusOr<int64_t> group = kvrail::wire::ParsePythonInt(dp_group, kMin, kMax, "group");
   if (!rank.ok() || !group.ok()) return;  // 500, as the reference's int() raises
   if (*rank == -1 && *group == -1) {
-    CheckAnswer(registry.Describe().ToJson());
+    const nlohmann::ordered_json answer = SyncAnswer(registry, model);
+    CheckAnswer(answer);
+    const bool r2026 = model.pinned != kvrail::layout::Revision::kSnapshot;
+    Check(answer.contains("cache_fields_by_stage") == r2026 &&
+              answer.contains("prefill_pp_size") == r2026,
+          "a sync answer's members are not its revision's (CACHEPD §2.2, §12.4)");
+    if (r2026 && answer["cache_fields_by_stage"].is_array()) {
+      Check(answer["prefill_pp_size"] == answer["cache_fields_by_stage"].size(),
+            "prefill_pp_size is not the number of stages");
+    }
     return;
   }
   absl::StatusOr<bootstrap::RankEndpoint> endpoint = registry.Lookup(*rank, *group);
@@ -198,7 +237,12 @@ void Get(const bootstrap::PrefillRegistry& registry, const Model& model, const s
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bootstrap::PrefillRegistry registry;
   Model model;
-  for (const std::string& request : SplitRequests(data, size)) {
+  std::vector<std::string> requests = SplitRequests(data, size);
+  if (!requests.empty() && !requests[0].empty() && requests[0][0] == '!') {
+    model.pinned = kvrail::layout::RevisionFromName(absl::string_view(requests[0]).substr(1));
+    requests.erase(requests.begin());
+  }
+  for (const std::string& request : requests) {
     if (!request.empty() && request[0] == '?') {
       Get(registry, model, request.substr(1));
     } else {

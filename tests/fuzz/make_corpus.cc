@@ -357,21 +357,33 @@ std::string Query(const nlohmann::json& query) {
 Seeds BootstrapSeeds() {
   Seeds seeds;
   const std::string separator("\x00\xff", 2);
-  const nlohmann::json vectors = kvrail::testing::LoadVectors("bootstrap.json");
-  for (const nlohmann::json& scenario : vectors.at("scenarios")) {
-    std::vector<std::string> requests;
-    for (const nlohmann::json& exchange : scenario.at("exchanges")) {
-      if (exchange.at("path") != "/route") continue;
-      if (exchange.at("method") == "GET") {
-        requests.push_back(Query(exchange.at("query")));
-      } else if (exchange.at("method") == "PUT" && exchange.at("json_body").is_object()) {
-        const nlohmann::ordered_json body = exchange.at("json_body");
-        requests.push_back(kvrail::bootstrap::DumpPythonJson(body));
-        seeds[absl::StrCat("gen_", scenario.at("name").get<std::string>(), "_put_",
-                           requests.size())] = requests.back();
+  // The snapshot's scenarios (auto, and pinned to the snapshot) and 2026-09's (auto, and
+  // pinned to 2026-09): a first request "!<revision>" pins the server (bootstrap_fuzz.cc).
+  for (const auto& [file, pin] :
+       std::vector<std::pair<std::string, std::string>>{{"bootstrap.json", ""},
+                                                        {"bootstrap.json", "snapshot"},
+                                                        {"r2/bootstrap_r2.json", ""},
+                                                        {"r2/bootstrap_r2.json", "2026-09"}}) {
+    const nlohmann::json vectors = kvrail::testing::LoadVectors(file);
+    const std::string prefix = pin.empty() ? "gen_" : absl::StrCat("gen_", pin, "_");
+    for (const nlohmann::json& scenario : vectors.at("scenarios")) {
+      std::vector<std::string> requests;
+      if (!pin.empty()) requests.push_back("!" + pin);
+      for (const nlohmann::json& exchange : scenario.at("exchanges")) {
+        if (exchange.at("path") != "/route") continue;
+        if (exchange.at("method") == "GET") {
+          requests.push_back(Query(exchange.at("query")));
+        } else if (exchange.at("method") == "PUT" && exchange.at("json_body").is_object()) {
+          const nlohmann::ordered_json body = exchange.at("json_body");
+          requests.push_back(kvrail::bootstrap::DumpPythonJson(body));
+          if (pin.empty()) {
+            seeds[absl::StrCat(prefix, scenario.at("name").get<std::string>(), "_put_",
+                               requests.size())] = requests.back();
+          }
+        }
       }
+      seeds[prefix + scenario.at("name").get<std::string>()] = absl::StrJoin(requests, separator);
     }
-    seeds["gen_" + scenario.at("name").get<std::string>()] = absl::StrJoin(requests, separator);
   }
   // kvrail's extensions (§10.1 to §10.3): a pipelined node with a sharded group.
   const kvrail::fuzz::PlannerCase c = kvrail::fuzz::LoadPlannerCase(kvrail::fuzz::kEngineApiCase);
