@@ -129,10 +129,12 @@ def links(lines):
 
 def check_link(root, path, target, protocol_slugs):
     """An error message for a broken relative link, or None."""
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("#"):
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
         return None
     file_part, _, anchor = target.partition("#")
-    if file_part.startswith("/"):
+    if not file_part:
+        resolved = path  # an anchor of the same file
+    elif file_part.startswith("/"):
         resolved = os.path.normpath(file_part.lstrip("/"))
     else:
         resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part))
