@@ -329,9 +329,16 @@ absl::Status Sidecar::Impl::RegisterWithBootstrap() const {
   // connection for up to about 5.5 s (backoff 0.1 s doubling to 1 s), inside the client's 10 s
   // deadline, instead of giving up after 0.7 s.
   client_options.retries = 8;
+  client_options.cachepd_revision = options.cachepd_revision;
   bootstrap::BootstrapClient client(server.first, server.second, client_options);
-  KVRAIL_RETURN_IF_ERROR(client.RegisterPrefillRank(*registration));
-  bootstrap_registrations.fetch_add(1);
+  layout::Revision form = layout::kNewestRevision;
+  KVRAIL_RETURN_IF_ERROR(client.RegisterPrefillRank(*registration, &form));
+  // The first registration says which revision the node's bootstrap server speaks, and so the
+  // form its decodes read this rank's layout in (CACHEPD §12.12).
+  if (bootstrap_registrations.fetch_add(1) == 0) {
+    spdlog::info("event=bootstrap_registered bootstrap={} cachepd_revision={}", options.bootstrap,
+                 std::string(layout::RevisionName(form)));
+  }
   return absl::OkStatus();
 }
 

@@ -105,10 +105,10 @@ absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeF
   }
   // Once per prefill node: the revision its layout speaks, and so the form this decode
   // registers with its ranks in (CACHEPD §12.12).
-  spdlog::info("event=prefill_node bootstrap={} cachepd_revision={} registers_as={}", address,
-               std::string(layout::RevisionName(description.contract.revision)),
-               std::string(layout::RevisionName(
-                   options.cachepd_revision.value_or(description.contract.revision))));
+  spdlog::info(
+      "event=prefill_node bootstrap={} cachepd_revision={} registers_as={}", address,
+      std::string(layout::RevisionName(description.revision)),
+      std::string(layout::RevisionName(options.cachepd_revision.value_or(description.revision))));
   node->description = std::move(description);
   Locked locked(*this);
   nodes[address] = node;
@@ -155,7 +155,7 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
     KVRAIL_ASSIGN_OR_RETURN(route.dp_group,
                             plan::DpGroupOf(room, node->description.dp_size, dp_group));
     route.targets = node->targets;
-    route.revision = node->description.contract.revision;
+    route.revision = node->description.revision;
     for (int rank : route.targets.target_tp_ranks) {
       KVRAIL_ASSIGN_OR_RETURN(std::string endpoint,
                               EndpointFor(address, *node, route.dp_group, rank));
@@ -184,7 +184,7 @@ std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLock
   if (!group.ok()) return group.status();
   route.dp_group = *group;
   route.targets = node.targets;
-  route.revision = node.description.contract.revision;
+  route.revision = node.description.revision;
   for (int rank : route.targets.target_tp_ranks) {
     auto endpoint = node.endpoints.find({route.dp_group, rank});
     if (endpoint == node.endpoints.end()) return std::nullopt;

@@ -75,6 +75,12 @@ void Say(const std::string& line) {
 
 }  // namespace
 
+int64_t ExpectedCachedTokens(uint64_t room, int64_t prompt_tokens) {
+  return std::min<int64_t>(static_cast<int64_t>(room % 7), prompt_tokens);
+}
+
+double ExpectedLogprob(uint64_t room) { return -static_cast<double>(room % 64) / 16; }
+
 std::vector<int32_t> ExpectedTokens(const layout::KvShape& shape, int tp_size, int tp_rank,
                                     uint64_t room, int64_t prompt_tokens, int64_t bootstrap_token,
                                     int count) {
@@ -164,6 +170,10 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
       request.mutable_ready()->set_source_manifest(manifest_wire);
       request.mutable_ready()->set_bootstrap_token(room.token);
       request.mutable_ready()->add_speculative_ids(static_cast<int32_t>(room.id % 1000));
+      // The 2026-09 status values (CACHEPD §12.9), which a decode of that revision gets back:
+      // ExpectedCachedTokens and ExpectedLogprob.
+      request.mutable_ready()->set_cached_tokens(ExpectedCachedTokens(room.id, room.prompt));
+      request.mutable_ready()->set_first_token_logprob(ExpectedLogprob(room.id));
     } else {
       request.mutable_expect()->set_room(room.id);
       request.mutable_expect()->set_bootstrap_address(options.bootstrap);
@@ -200,6 +210,12 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
       } else if (const std::string polled = PolledAsEvent(*sidecar, event); !polled.empty()) {
         Say(absl::StrCat("done ", room.id, " failed ", polled));
       } else {
+        // What the prefill sent beside the token: a 2026-09 status carries the Ready's values,
+        // a snapshot one none (0 and none).
+        Say(absl::StrCat("values ", room.id, " cached_tokens=", event.cached_tokens(),
+                         " first_token_logprob=",
+                         event.has_first_token_logprob() ? absl::StrCat(event.first_token_logprob())
+                                                         : std::string("none")));
         const uint64_t digest = rank.Digest(room.manifest, room.id, arena);
         const std::vector<int32_t> tokens = ToyDecode(
             digest ^ static_cast<uint64_t>(event.bootstrap_token()), options.decode_tokens);

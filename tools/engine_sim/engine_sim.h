@@ -56,6 +56,12 @@ std::vector<int32_t> ExpectedTokens(const layout::KvShape& shape, int tp_size, i
                                     uint64_t room, int64_t prompt_tokens, int64_t bootstrap_token,
                                     int count);
 
+// The cached-token count and first-token logprob a prefill engine-sim puts in a room's Ready
+// (CACHEPD §12.9): what a decode engine-sim's "values" line shows when its prefill node and it
+// speak 2026-09; against a snapshot peer the line shows 0 and none.
+int64_t ExpectedCachedTokens(uint64_t room, int64_t prompt_tokens);
+double ExpectedLogprob(uint64_t room);  // exact in binary: -(room mod 64) / 16
+
 }  // namespace kvrail::sim
 
 #endif  // KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_
