@@ -794,7 +794,13 @@ absl::Status CheckPeerContracts(const Contract& prefill, const Contract& decode)
         {"sliding_window_tokens", p.sliding_window_tokens == d.sliding_window_tokens,
          "CACHEPD §4.5"},
         {"transfer_policy", p.transfer_policy == d.transfer_policy, "CACHEPD §4.5"},
-        {"replayable", p.replayable == d.replayable, kRevisionSection},
+        // Compared only when both wires can state it: a snapshot-form contract has no such member,
+        // and replayable changes no slot selection (§12.1), so the bytes either side moves are
+        // the same; kvrail meets a snapshot-era peer here where the newer reference cannot.
+        {"replayable",
+         p.replayable == d.replayable || prefill.revision == Revision::kSnapshot ||
+             decode.revision == Revision::kSnapshot,
+         kRevisionSection},
     };
     for (const Member& member : members) {
       if (!member.equal) {

@@ -185,8 +185,10 @@ absl::StatusOr<std::string> SerializeContract(const Contract& contract);
 // checks this (§4.4); kvrail runs it when an arena is attached to a contract.
 absl::Status CheckArenaFits(const Contract& contract);
 
-// The prefill/decode pair check of §4.5, which also compares `replayable` (§12.1) and never
-// shard_count (§12.8: only the prefill may shard). Errors are category incompatible-peer.
+// The prefill/decode pair check of §4.5, which also compares `replayable` (§12.1) when both
+// contracts are in the 2026-09 form (a snapshot-form contract cannot state it, and it changes no
+// slot selection), and never shard_count (§12.8: only the prefill may shard). Errors are
+// category incompatible-peer.
 absl::Status CheckPeerContracts(const Contract& prefill, const Contract& decode);
 
 }  // namespace kvrail::layout

@@ -410,6 +410,20 @@ TEST(ContractPeerTest, ReplayableMustMatch) {
       << status;
 }
 
+// A snapshot-form decode contract cannot state replayable, and replayable changes no slot
+// selection (§12.1): a replayable prefill group meets it, where the newer reference cannot.
+TEST(ContractPeerTest, ReplayableIsComparedOnlyWhenBothFormsCanStateIt) {
+  const Contract prefill =
+      *ParseContract(R2Case("valid", "replayable_sliding")["canonical_wire"].get<std::string>());
+  absl::StatusOr<std::string> snapshot_wire = SerializeContract(prefill, Revision::kSnapshot);
+  ASSERT_TRUE(snapshot_wire.ok()) << snapshot_wire.status();
+  const Contract decode = *ParseContract(*snapshot_wire);
+  ASSERT_EQ(decode.revision, Revision::kSnapshot);
+  EXPECT_FALSE(decode.group_specs[0].replayable);
+  EXPECT_TRUE(CheckPeerContracts(prefill, decode).ok());
+  EXPECT_TRUE(CheckPeerContracts(decode, prefill).ok());
+}
+
 TEST(ContractPeerTest, ShardCountIsNotCompared) {
   Contract prefill = *ParseContract(OneGroupWire());
   const Contract decode = prefill;
