@@ -54,7 +54,17 @@ absl::StatusOr<std::string> Dump(const ordered_json& value) {
 absl::StatusOr<std::string> InspectContract(const InspectOptions& options,
                                             absl::string_view input) {
   KVRAIL_ASSIGN_OR_RETURN(layout::Contract contract, layout::ParseContract(input));
-  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(contract));
+  layout::Revision form = contract.revision;
+  if (!options.contract_form.empty()) {
+    std::optional<layout::Revision> named = layout::RevisionFromName(options.contract_form);
+    if (!named.has_value()) {
+      return MakeError(ErrorCategory::kInvalidContract,
+                       absl::StrCat("--as ", options.contract_form,
+                                    ": a CachePD revision is snapshot or 2026-09"));
+    }
+    form = *named;
+  }
+  KVRAIL_ASSIGN_OR_RETURN(std::string wire, layout::SerializeContract(contract, form));
   if (!options.peer_contract_path.empty()) {
     KVRAIL_ASSIGN_OR_RETURN(std::string peer_text,
                             ReadFile(options.peer_contract_path, ErrorCategory::kInvalidContract));

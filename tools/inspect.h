@@ -12,8 +12,11 @@
 namespace kvrail::tools {
 
 struct InspectOptions {
-  std::string kind;                     // contract, manifest, registration, preallocation, status
-  std::string peer_contract_path;       // contract: --peer FILE (the decode side's contract)
+  std::string kind;                // contract, manifest, registration, preallocation, status
+  std::string peer_contract_path;  // contract: --peer FILE (the decode side's contract)
+  // contract: --as snapshot|2026-09, the CachePD form to print (CACHEPD §12.1); empty: the
+  // form the input was in.
+  std::string contract_form;
   std::string contract_path;            // manifest: --contract FILE (validate against it, §5.3)
   bool lenient_status = false;          // status: --lenient, the reference decode's own parser
   std::vector<std::string> hex_frames;  // frames given as arguments (else read from stdin)

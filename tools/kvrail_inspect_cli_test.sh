@@ -26,6 +26,17 @@ check() {  # check NAME EXPECTED_RC EXPECTED_STDERR_PREFIX -- command...
   rm -f "$out" "$err"
 }
 check contract 0 "" -- "$kvrail" inspect contract <"$examples/prefill_contract.json"
+# Both CachePD revisions (CACHEPD §12.1): a contract printed in the other form reads back, and a
+# form that cannot carry it is refused in one line.
+check contract-as-snapshot 0 "" -- "$kvrail" inspect contract --as snapshot <"$examples/prefill_contract.json"
+check contract-as-2026-09 0 "" -- "$kvrail" inspect contract --as 2026-09 <"$examples/prefill_contract.json"
+if ! "$kvrail" inspect contract --as 2026-09 <"$examples/prefill_contract.json" | grep -q '"replayable":false'; then
+  echo "FAIL contract-as-2026-09: no replayable member"; fail=1
+fi
+if "$kvrail" inspect contract --as snapshot <"$examples/prefill_contract.json" | grep -q 'replayable'; then
+  echo "FAIL contract-as-snapshot: a replayable member"; fail=1
+fi
+check sharded-as-snapshot 1 "error: invalid-contract: " -- "$kvrail" inspect contract --as snapshot <"$examples/dcp_prefill_tp4.json"
 check contract-peer 0 "" -- "$kvrail" inspect contract --peer "$examples/decode_contract_tp1.json" <"$examples/prefill_contract.json"
 check manifest 0 "" -- "$kvrail" inspect manifest --contract "$examples/prefill_contract.json" <"$examples/manifest.json"
 check registration 0 "" -- "$kvrail" inspect registration <"$examples/registration.hex"

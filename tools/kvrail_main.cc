@@ -47,11 +47,13 @@ void AddInspect(CLI::App& app, int& exit_code) {
     const char* help;
   };
   const Kind kinds[] = {
-      {"contract", "A contract as JSON text on stdin; prints its canonical wire (CACHEPD §4.2)"},
+      {"contract",
+       "A contract of either CachePD revision as JSON text on stdin; prints its canonical wire "
+       "(CACHEPD §4.2, §12.1)"},
       {"manifest", "A manifest as JSON text on stdin; prints its canonical wire (CACHEPD §5.1)"},
       {"registration", "The 8 registration frames as hex (CACHEPD §3.2)"},
       {"preallocation", "The 3 pre-allocation frames as hex (CACHEPD §3.3)"},
-      {"status", "The 5 status frames as hex (CACHEPD §3.4)"},
+      {"status", "The 5 status frames (or 6 or 7, CACHEPD §12.9) as hex (CACHEPD §3.4)"},
   };
   for (const Kind& kind : kinds) {
     CLI::App* sub = inspect->add_subcommand(kind.name, kind.help);
@@ -59,6 +61,10 @@ void AddInspect(CLI::App& app, int& exit_code) {
     if (name == "contract") {
       sub->add_option("--peer", options.peer_contract_path,
                       "The decode side's contract: also run the pair check (CACHEPD §4.5)");
+      sub->add_option("--as", options.contract_form,
+                      "Print the canonical wire in this CachePD revision's form: snapshot or "
+                      "2026-09 (default: the form it came in; CACHEPD §12.1)")
+          ->check(CLI::IsMember({"snapshot", "2026-09"}));
     } else if (name == "manifest") {
       sub->add_option("--contract", options.contract_path,
                       "Validate against this contract (CACHEPD §5.3)");
