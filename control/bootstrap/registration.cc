@@ -221,26 +221,6 @@ absl::Status ReadPlacement(const json& body, std::optional<layout::Revision> pin
   return absl::OkStatus();
 }
 
-absl::Status ReadShardedGroups(const json& body, PrefillRegistration& out, int stage_tp_size) {
-  const json* groups = Find(body, "cache_sharded_groups");
-  if (groups == nullptr || groups->is_null()) return absl::OkStatus();
-  constexpr absl::string_view kShape = "entries are {\"group_id\": string, \"owners\": integer}";
-  if (!groups->is_array()) return BadRequest("cache_sharded_groups", kShape, "CACHEPD §10.3");
-  for (const json& g : *groups) {
-    if (!g.is_object() || !g.contains("group_id") || !g["group_id"].is_string() ||
-        !g.contains("owners") || !g["owners"].is_number_integer()) {
-      return BadRequest("cache_sharded_groups", absl::StrCat(kShape, ", got ", Quote(g)),
-                        "CACHEPD §10.3");
-    }
-    // Clamped only to fit an int; ValidateShardedGroups names the owners rule.
-    const int64_t owners = std::clamp<int64_t>(ClampToInt64(g["owners"]), -1, kMaxWorldSize);
-    out.sharded_groups.push_back({g["group_id"].get<std::string>(), static_cast<int>(owners)});
-  }
-  absl::Status fits = plan::ValidateShardedGroups(out.sharded_groups, out.contract, stage_tp_size);
-  if (!fits.ok()) return BadRequest("cache_sharded_groups", fits.message(), "CACHEPD §10.3");
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 bool operator==(const RankEndpoint& a, const RankEndpoint& b) {
@@ -318,7 +298,6 @@ absl::StatusOr<ParsedRegistration> ParseRegistration(absl::string_view text,
                      out.PpSize(), "): ", stage_tp.status().message()),
         "CACHEPD §2.1, §12.3");
   }
-  KVRAIL_RETURN_IF_ERROR(ReadShardedGroups(body, out, *stage_tp));
   if (const json* key = Find(body, "curve_public_key"); key != nullptr) {
     if (!key->is_string() ||
         !zmq_auth::CheckZ85Key(key->get_ref<const std::string&>(), "curve_public_key").ok()) {
@@ -355,13 +334,6 @@ absl::StatusOr<std::string> SerializeRegistration(const PrefillRegistration& reg
   if (form == layout::Revision::kSnapshot && registration.pipeline.has_value()) {
     body["pp_size"] = placement.pp_size;  // kvrail's snapshot-era pipelined prefills
     body["cache_fields_by_stage"] = placement.fields_by_stage;
-  }
-  if (!registration.sharded_groups.empty()) {
-    nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-    for (const plan::ShardedGroup& g : registration.sharded_groups) {
-      groups.push_back({{"group_id", g.group_id}, {"owners", g.owners}});
-    }
-    body["cache_sharded_groups"] = std::move(groups);
   }
   if (!registration.endpoint.curve_public_key.empty()) {
     body["curve_public_key"] = registration.endpoint.curve_public_key;

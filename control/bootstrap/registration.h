@@ -5,15 +5,16 @@
 //   {"role": "Prefill", "world_size": 4, "dp_size": 1, "pp_size": 2,
 //    "cache_fields_by_stage": [["layer.0.k"], ["layer.1.k"]],
 //    "rank_ip": "10.2.0.1", "rank_port": 18001, "engine_rank": 1,
-//    "cache_layout": "<contract wire, 2026-09 form>", ...kvrail's members below}
+//    "cache_layout": "<contract wire, 2026-09 form>", ...kvrail's member below}
 // snapshot (§2.1; the contract in the snapshot's form):
 //   {"role": "Prefill", "world_size": 4, "dp_size": 2, "rank_ip": "10.2.0.1",
 //    "rank_port": 18001, "engine_rank": 1, "cache_layout": "<contract wire, snapshot form>",
 //    "pp_size": 2, "cache_fields_by_stage": [...],   // kvrail snapshot-era prefills, pp > 1
-//    ...kvrail's members below}
-// kvrail's own members, in either form:
-//    "cache_sharded_groups": [{"group_id": "history", "owners": 2}],  // optional
+//    ...kvrail's member below}
+// kvrail's own member, in either form:
 //    "curve_public_key": "<Z85>"}  // with CURVE on, optional (docs/SECURITY.md)
+// Other members are ignored, as the reference ignores them (among them an older kvrail
+// prefill's own sharding declaration: the contract's shard_count declares sharding now, §12.8).
 //
 // The form of a registration is its contract's (Contract::revision). Every stage of a
 // pipelined node sends the same wire contract, the whole model's, and the same whole placement
@@ -24,13 +25,11 @@
 
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "control/layout/contract.h"
 #include "control/layout/revision.h"
-#include "control/plan/owner_filter.h"
 #include "control/plan/pipeline.h"
 
 namespace kvrail::bootstrap {
@@ -69,8 +68,6 @@ struct PrefillRegistration {
   // The stage placement (§12.3). Absent: a snapshot-era registration without one, which means
   // one stage holding every field (SerializeRegistration writes that stage in the 2026-09 form).
   std::optional<plan::PipelineLayout> pipeline;
-  // kvrail's extension (§10.3): block-sharded groups.
-  std::vector<plan::ShardedGroup> sharded_groups;
 
   // world_size / dp_size: how many ranks one DP group has, across its stages.
   int RanksPerDpGroup() const { return world_size / dp_size; }
@@ -99,9 +96,8 @@ struct ParsedRegistration {
 // those failures are refusals of kind kReferenceRaises (500). Then kvrail's own rules,
 // kBadRequest (400): sizes are positive integers with world_size a multiple of dp_size *
 // pp_size, a prefill's engine_rank lies in [0, world_size), rank_port in 1..65535, rank_ip a
-// non-empty string without spaces, the sharding members are well-formed and fit the contract,
-// and curve_public_key, when present, is a Z85 CURVE key. Every error names the member and the
-// rule, in one line.
+// non-empty string without spaces, and curve_public_key, when present, is a Z85 CURVE key.
+// Every error names the member and the rule, in one line.
 //
 // `pinned` (kvrail bootstrap --cachepd-revision): a server that speaks one revision alone
 // refuses the other's registrations with 500, as a reference server of that revision does,

@@ -51,7 +51,6 @@ TEST(RegistrationTest, RoundTripsThroughSerialize) {
   ParsedRegistration parsed = *ParseRegistration(Body().dump());
   parsed.registration.pipeline =
       plan::PipelineLayout{1, {{"layer.0.k", "layer.0.latent", "layer.1.conv"}}};
-  parsed.registration.sharded_groups = {{"history", 2}};
   absl::StatusOr<std::string> body = SerializeRegistration(parsed.registration);
   ASSERT_TRUE(body.ok()) << body.status();
   absl::StatusOr<ParsedRegistration> again = ParseRegistration(*body);
@@ -61,7 +60,6 @@ TEST(RegistrationTest, RoundTripsThroughSerialize) {
   ASSERT_TRUE(again->registration.pipeline.has_value());
   EXPECT_EQ(again->registration.pipeline->fields_by_stage,
             parsed.registration.pipeline->fields_by_stage);
-  ASSERT_EQ(again->registration.sharded_groups.size(), 1u);
   EXPECT_EQ(again->canonical_layout, ReferenceLayout());
 }
 
@@ -101,12 +99,22 @@ TEST(RegistrationTest, RefusalsCarryTheirHttpStatus) {
   EXPECT_EQ(HttpStatusOf(Refuse(Refusal::kConflict, "x")), 409);
 }
 
-TEST(RegistrationTest, AShardedGroupMustFitTheStageWidth) {
-  json body = Body();
-  body["cache_sharded_groups"] = {{{"group_id", "history"}, {"owners", 4}}};  // stage TP is 2
-  absl::Status status = ParseRegistration(body.dump()).status();
-  EXPECT_EQ(HttpStatusOf(status), 400);
-  EXPECT_NE(status.message().find("cache_sharded_groups"), std::string::npos) << status;
+// An older kvrail prefill still sends its former sharding declaration beside the contract;
+// like any member the reference does not read, it is ignored, whatever it holds (the
+// contract's shard_count declares sharding, CACHEPD §12.8).
+TEST(RegistrationTest, AnOlderKvrailPrefillsShardingDeclarationIsIgnored) {
+  for (const json& declaration :
+       {json::array({{{"group_id", "history"}, {"owners", 4}}}), json("not a list")}) {
+    SCOPED_TRACE(declaration.dump());
+    json body = Body();
+    body["cache_sharded_groups"] = declaration;
+    absl::StatusOr<ParsedRegistration> parsed = ParseRegistration(body.dump());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->canonical_layout, ReferenceLayout());
+    absl::StatusOr<std::string> written = SerializeRegistration(parsed->registration);
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(*written, *SerializeRegistration(ParseRegistration(Body().dump())->registration));
+  }
 }
 
 // The contract the newer reference's bootstrap scenarios register: 2026-09's form (§12.1).

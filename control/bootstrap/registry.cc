@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -45,14 +46,6 @@ std::string PlacementText(const std::optional<plan::PipelineLayout>& pipeline, b
   return absl::StrCat("placement [", absl::StrJoin(stages, ","), "]");
 }
 
-std::string GroupsText(const std::vector<plan::ShardedGroup>& groups) {
-  if (groups.empty()) return "no sharded group";
-  std::vector<std::string> parts;
-  parts.reserve(groups.size());
-  for (const auto& g : groups) parts.push_back(absl::StrCat(g.group_id, ":", g.owners));
-  return absl::StrCat("sharded groups [", absl::StrJoin(parts, ","), "]");
-}
-
 // §12.3 step 6: the stored placement (`placed`: the first registration gave it) against a
 // registration's. No placement means one stage holding every field.
 bool SamePlacement(const plan::PipelineLayout& stored, bool placed,
@@ -60,14 +53,6 @@ bool SamePlacement(const plan::PipelineLayout& stored, bool placed,
   if (!got.has_value()) return stored.pp_size == 1;
   if (!placed) return got->pp_size == 1;
   return stored.pp_size == got->pp_size && stored.fields_by_stage == got->fields_by_stage;
-}
-
-bool SameGroups(const std::vector<plan::ShardedGroup>& a,
-                const std::vector<plan::ShardedGroup>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const plan::ShardedGroup& x, const plan::ShardedGroup& y) {
-                      return x.group_id == y.group_id && x.owners == y.owners;
-                    });
 }
 
 absl::Status Unconfigured(absl::string_view member, absl::string_view got,
@@ -110,13 +95,6 @@ nlohmann::ordered_json NodeDescription::ToJson(layout::Revision revision) const 
   if (r2026) {
     out["cache_fields_by_stage"] =
         pipeline ? nlohmann::ordered_json(pipeline->fields_by_stage) : nullptr;
-  }
-  if (!sharded_groups.empty()) {
-    nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-    for (const plan::ShardedGroup& g : sharded_groups) {
-      groups.push_back({{"group_id", g.group_id}, {"owners", g.owners}});
-    }
-    out["cache_sharded_groups"] = std::move(groups);
   }
   return out;
 }
@@ -169,10 +147,6 @@ absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegist
     if (*node_.dp_size != r.dp_size) {
       return Conflict("dp_size", absl::StrCat(r.dp_size), absl::StrCat(*node_.dp_size));
     }
-    if (!SameGroups(node_.sharded_groups, r.sharded_groups)) {
-      return Conflict("cache_sharded_groups", GroupsText(r.sharded_groups),
-                      GroupsText(node_.sharded_groups));
-    }
   }
 
   RegistrationOutcome outcome;
@@ -212,7 +186,6 @@ absl::StatusOr<RegistrationOutcome> PrefillRegistry::Register(const ParsedRegist
     comparable_layout_ = parsed.comparable_layout;
     placed_ = r.pipeline.has_value();
     node_.pipeline = r.pipeline.value_or(plan::PipelineLayout::SingleStage(r.contract));
-    node_.sharded_groups = r.sharded_groups;
   }
   outcome.registered_ranks = registered_ranks_;
   return outcome;

@@ -9,12 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "control/bootstrap/registration.h"
 #include "control/layout/revision.h"
-#include "control/plan/owner_filter.h"
 #include "control/plan/pipeline.h"
 
 namespace kvrail::bootstrap {
@@ -32,15 +30,13 @@ struct NodeDescription {
   // The stage placement: the first accepted registration's, or one stage holding every field
   // in plan order when it had none (§12.4).
   std::optional<plan::PipelineLayout> pipeline;
-  std::vector<plan::ShardedGroup> sharded_groups;
 
   // The answer in the form of `revision`:
   //   2026-09 (§12.4): prefill_tp_size, prefill_dp_size, prefill_pp_size (1 while unset),
   //     cache_layout, cache_fields_by_stage (null while unset), in that order;
   //   snapshot (§2.2): prefill_tp_size, prefill_dp_size, cache_layout;
-  // sizes and layout null while unset; then, in either, kvrail's cache_sharded_groups when the
-  // node declared any. A snapshot reference decode reads only its three members (§2.3), so the
-  // 2026-09 answer serves both.
+  // sizes and layout null while unset. A snapshot reference decode reads only its three members
+  // (§2.3), so the 2026-09 answer serves both.
   nlohmann::ordered_json ToJson(layout::Revision revision = layout::kNewestRevision) const;
 };
 

@@ -553,7 +553,6 @@ TEST_F(BootstrapServerTest, APipelinedNodeDescribesItsStages) {
     json body = Registration(rank, /*world_size=*/8, /*dp_size=*/2);
     body["pp_size"] = 2;
     body["cache_fields_by_stage"] = stages;
-    body["cache_sharded_groups"] = {{{"group_id", "history"}, {"owners", 2}}};
     ASSERT_EQ(Put(body).status, 200) << rank;
   }
   Reply sync = Sync();
@@ -564,7 +563,6 @@ TEST_F(BootstrapServerTest, APipelinedNodeDescribesItsStages) {
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->pp_size, 2);
   EXPECT_EQ(parsed->stage_tp_size, 2);
-  ASSERT_EQ(parsed->sharded_groups.size(), 1u);
   // Global rank 7 is DP group 1, stage 1, TP rank 1: index 3 within its group.
   EXPECT_EQ(Get("/route", {{"engine_rank", "3"}, {"target_dp_group", "1"}}).body,
             R"({"rank_ip": "10.2.0.7", "rank_port": 18007})");
@@ -582,6 +580,20 @@ TEST_F(BootstrapServerTest, APipelinedNodeDescribesItsStages) {
   Reply missing = Put(unplaced);
   EXPECT_EQ(missing.status, 500);  // §12.3 step 4
   EXPECT_NE(missing.body.find("layer.0.latent"), std::string::npos) << missing.body;
+}
+
+// Older kvrail prefills send their former sharding declaration; ranks that differ in it are all
+// filed, and the sync answer does not relay it (the contract's shard_count declares sharding,
+// CACHEPD §12.8).
+TEST_F(BootstrapServerTest, AnOlderKvrailPrefillsShardingDeclarationIsNeitherComparedNorRelayed) {
+  for (int rank = 0; rank < 4; ++rank) {
+    json body = Registration(rank);
+    body["cache_sharded_groups"] = {{{"group_id", "history"}, {"owners", 1 + rank % 2}}};
+    ASSERT_EQ(Put(body).status, 200) << rank;
+  }
+  EXPECT_EQ(server_.registry().Table().size(), 2u);
+  json description = json::parse(Sync().body);
+  EXPECT_FALSE(description.contains("cache_sharded_groups")) << description;
 }
 
 // The r2 vectors' contract (2026-09 form) and the same contract in the snapshot's form.

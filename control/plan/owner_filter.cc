@@ -196,25 +196,4 @@ absl::Status ValidateOwnerCoverage(absl::Span<const RangeSender> senders,
   return absl::OkStatus();
 }
 
-absl::Status ValidateShardedGroups(absl::Span<const ShardedGroup> sharded,
-                                   const layout::Contract& prefill, int prefill_tp) {
-  std::set<std::string> seen;
-  for (const ShardedGroup& g : sharded) {
-    auto fail = [&g](absl::string_view rule) {
-      return MakeError(ErrorCategory::kUnsupportedLayout,
-                       absl::StrCat("sharded group '", g.group_id, "' with ", g.owners,
-                                    " owners: ", rule, " (CACHEPD §10.3)"));
-    };
-    if (prefill.FindGroupSpec(g.group_id) == nullptr) {
-      return fail("the prefill contract has no such group spec");
-    }
-    if (!seen.insert(g.group_id).second) return fail("the group is declared twice");
-    if (g.owners < 2 || g.owners > prefill_tp || prefill_tp % g.owners != 0) {
-      return fail(absl::StrCat("owners must be in 2..", prefill_tp, " and divide the prefill TP ",
-                               prefill_tp));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace kvrail::plan

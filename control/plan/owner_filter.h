@@ -111,22 +111,6 @@ struct RangeSender {
 absl::Status ValidateOwnerCoverage(absl::Span<const RangeSender> senders,
                                    const layout::Contract& prefill);
 
-// ---- Kept for control/bootstrap until integration (it still reads kvrail's former
-// `cache_sharded_groups` declaration). Nothing in control/plan plans with these: the
-// declaration is the contract's shard_count (§12.8).
-
-// A prefill node's former out-of-contract declaration that `group_id` has `owners` (>= 2).
-struct ShardedGroup {
-  std::string group_id;
-  int owners = 2;
-};
-
-// Checks a declaration against the prefill contract and TP size: each group is a group spec,
-// named once, with 2 <= owners <= prefill_tp and prefill_tp % owners == 0. Errors are
-// unsupported-layout and name the group.
-absl::Status ValidateShardedGroups(absl::Span<const ShardedGroup> sharded,
-                                   const layout::Contract& prefill, int prefill_tp);
-
 }  // namespace kvrail::plan
 
 #endif  // KVRAIL_CONTROL_PLAN_OWNER_FILTER_H_

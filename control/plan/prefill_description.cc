@@ -112,25 +112,6 @@ absl::StatusOr<PrefillDescription> ParsePrefillDescription(absl::string_view bod
     KVRAIL_RETURN_IF_ERROR(ValidatePipelineLayout(out.pipeline, out.contract));
   }
 
-  auto sharded = body.find("cache_sharded_groups");
-  if (sharded != body.end() && !sharded->is_null()) {
-    if (!sharded->is_array()) return DescriptionError("cache_sharded_groups", "must be a list");
-    for (const json& g : *sharded) {
-      if (!g.is_object() || !g.contains("group_id") || !g["group_id"].is_string() ||
-          !g.contains("owners") || !g["owners"].is_number_integer()) {
-        return DescriptionError("cache_sharded_groups",
-                                "entries are {\"group_id\": string, \"owners\": integer}");
-      }
-      const int64_t owners = g["owners"].is_number_unsigned()
-                                 ? static_cast<int64_t>(std::min<uint64_t>(
-                                       g["owners"].get<uint64_t>(), uint64_t{1} << 20))
-                                 : g["owners"].get<int64_t>();
-      out.sharded_groups.push_back({g["group_id"].get<std::string>(),
-                                    static_cast<int>(std::clamp<int64_t>(owners, 0, 1 << 20))});
-    }
-    KVRAIL_RETURN_IF_ERROR(
-        ValidateShardedGroups(out.sharded_groups, out.contract, out.stage_tp_size));
-  }
   return out;
 }
 

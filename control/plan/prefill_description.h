@@ -6,22 +6,20 @@
 //    "cache_layout": "<contract wire>",   // either form (§4.1, §12.1)
 //    "cache_fields_by_stage": [["layer.0.k", ...], ...],  // 2026-09; missing or null: one
 //                                                         // stage holding every field (§12.5)
-//    "cache_sharded_groups": [{"group_id": "...", "owners": N}, ...]}  // kvrail, optional
+//   }
 //
+// Other members are ignored, as the reference decode ignores them (among them an older kvrail
+// server's own sharding declaration: the contract's shard_count declares sharding now, §12.8).
 // A snapshot server sends only prefill_tp_size, prefill_dp_size and cache_layout (§2.2); this
-// parser then yields one stage holding every field and no sharded group, so the route is
-// exactly §6. Where the newer reference decode fails such a room (§12.5), kvrail follows the
-// SHOULD of §12.5 and reads it.
+// parser then yields one stage holding every field, so the route is exactly §6. Where the newer
+// reference decode fails such a room (§12.5), kvrail follows the SHOULD of §12.5 and reads it.
 #ifndef KVRAIL_CONTROL_PLAN_PREFILL_DESCRIPTION_H_
 #define KVRAIL_CONTROL_PLAN_PREFILL_DESCRIPTION_H_
-
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "control/layout/contract.h"
 #include "control/layout/revision.h"
-#include "control/plan/owner_filter.h"
 #include "control/plan/pipeline.h"
 
 namespace kvrail::plan {
@@ -33,7 +31,6 @@ struct PrefillDescription {
   int stage_tp_size = 1;      // P of one DP group of one stage: world / (dp * pp)
   layout::Contract contract;  // the wire contract every prefill rank registered (§2.1)
   PipelineLayout pipeline;    // fields_by_stage; one stage with every field by default
-  std::vector<ShardedGroup> sharded_groups;
   // The form cache_layout was in (contract.revision): the revision the node's prefills speak,
   // and so the form a decode registers with them in (§12.11).
   layout::Revision revision = layout::kNewestRevision;

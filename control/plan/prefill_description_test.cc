@@ -26,7 +26,7 @@ std::string ReferenceSyncBody() {
   return last;
 }
 
-TEST(PrefillDescriptionTest, PythonPrefillDefaultsToOneStageAndNoSharding) {
+TEST(PrefillDescriptionTest, PythonPrefillDefaultsToOneStage) {
   absl::StatusOr<PrefillDescription> d = ParsePrefillDescription(ReferenceSyncBody());
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->world_size, 4);
@@ -35,21 +35,32 @@ TEST(PrefillDescriptionTest, PythonPrefillDefaultsToOneStageAndNoSharding) {
   EXPECT_EQ(d->stage_tp_size, 2);
   ASSERT_EQ(d->pipeline.fields_by_stage.size(), 1u);
   EXPECT_EQ(d->pipeline.fields_by_stage[0].size(), d->contract.plan.fields.size());
-  EXPECT_TRUE(d->sharded_groups.empty());
 }
 
-TEST(PrefillDescriptionTest, ReadsPipelineStagesAndShardedGroups) {
+TEST(PrefillDescriptionTest, ReadsPipelineStages) {
   nlohmann::json body = nlohmann::json::parse(ReferenceSyncBody());
   body["prefill_tp_size"] = "8 ";  // strings with whitespace are accepted (§10.5)
   body["prefill_pp_size"] = 2;
   body["cache_fields_by_stage"] = {{"layer.0.k", "layer.0.latent"}, {"layer.1.conv"}};
-  body["cache_sharded_groups"] = {{{"group_id", "history"}, {"owners", 2}}};
   absl::StatusOr<PrefillDescription> d = ParsePrefillDescription(body.dump());
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->stage_tp_size, 2);
   ASSERT_EQ(d->pipeline.fields_by_stage.size(), 2u);
-  ASSERT_EQ(d->sharded_groups.size(), 1u);
-  EXPECT_EQ(d->sharded_groups[0].owners, 2);
+}
+
+// An older kvrail server still relays its prefills' former sharding declaration; like any
+// member the reference decode does not read, it is ignored, whatever it holds (the contract's
+// shard_count declares sharding, CACHEPD §12.8).
+TEST(PrefillDescriptionTest, AnOlderKvrailServersShardingDeclarationIsIgnored) {
+  nlohmann::json body = nlohmann::json::parse(ReferenceSyncBody());
+  body["cache_sharded_groups"] = {{{"group_id", "nope"}, {"owners", 3}}};
+  absl::StatusOr<PrefillDescription> d = ParsePrefillDescription(body.dump());
+  ASSERT_TRUE(d.ok()) << d.status();
+  const PrefillDescription plain = *ParsePrefillDescription(ReferenceSyncBody());
+  EXPECT_EQ(d->world_size, plain.world_size);
+  EXPECT_EQ(d->stage_tp_size, plain.stage_tp_size);
+  EXPECT_EQ(*layout::SerializeContract(d->contract, d->revision),
+            *layout::SerializeContract(plain.contract, plain.revision));
 }
 
 TEST(PrefillDescriptionTest, RejectsWhatARustPeerRejects) {
@@ -67,7 +78,6 @@ TEST(PrefillDescriptionTest, RejectsWhatARustPeerRejects) {
   EXPECT_FALSE(with("prefill_tp_size", "1_0").ok());
   EXPECT_FALSE(with("prefill_pp_size", 2).ok());  // no stage list for two stages
   EXPECT_FALSE(with("cache_fields_by_stage", {{"layer.0.k"}}).ok());  // fields missing
-  EXPECT_FALSE(with("cache_sharded_groups", {{{"group_id", "nope"}, {"owners", 2}}}).ok());
   EXPECT_FALSE(ParsePrefillDescription("[]").ok());
   EXPECT_FALSE(ParsePrefillDescription(
                    R"({"prefill_tp_size": null, "prefill_dp_size": null, "cache_layout": null})")

@@ -561,7 +561,7 @@ struct Stats {
   int packed_sides = 0;
   int sliding_window_groups = 0;
   int snapshot_groups = 0;
-  int sharded_groups = 0;
+  int groups_sharded = 0;
   int nonzero_prefix = 0;
   int64_t copies = 0;
   int64_t coalesced_copies = 0;
@@ -1053,7 +1053,7 @@ void CaseRunner::Run() {
     stats_.snapshot_groups +=
         spec.transfer_policy == layout::TransferPolicy::kLatestSnapshot ? 1 : 0;
   }
-  for (int64_t k : m_.shard_counts) stats_.sharded_groups += k > 1 ? 1 : 0;
+  for (int64_t k : m_.shard_counts) stats_.groups_sharded += k > 1 ? 1 : 0;
 
   if (m_.pp > 1) {
     RunPipeline();
@@ -1096,7 +1096,7 @@ Stats RunCases(CaseKind kind, uint64_t first_seed, int count) {
             << " packed_sides=" << stats.packed_sides
             << " sliding_window_groups=" << stats.sliding_window_groups
             << " snapshot_groups=" << stats.snapshot_groups
-            << " sharded_groups=" << stats.sharded_groups
+            << " groups_sharded=" << stats.groups_sharded
             << " nonzero_prefix=" << stats.nonzero_prefix << " copies=" << stats.copies
             << " coalesced=" << stats.coalesced_copies
             << " whole_field_runs_merged=" << stats.whole_field_runs_merged
@@ -1147,7 +1147,7 @@ TEST(RoutePropertyTest, ShardedGroupsDeliverEveryBlockExactlyOnceFromItsOwner) {
   if (SingleSeed()) {
     return;
   }
-  EXPECT_GE(stats.sharded_groups, stats.cases);
+  EXPECT_GE(stats.groups_sharded, stats.cases);
   EXPECT_GT(stats.pipeline_cases, 20);
   EXPECT_GT(stats.heterogeneous_tp, 50);
   EXPECT_EQ(stats.whole_field_routes, 0);

@@ -385,7 +385,7 @@ Seeds BootstrapSeeds() {
       seeds[prefix + scenario.at("name").get<std::string>()] = absl::StrJoin(requests, separator);
     }
   }
-  // kvrail's extensions (§10.1 to §10.3): a pipelined node with a sharded group.
+  // A pipelined node (§12.3) whose contract shards a group over two owners (§12.8).
   const kvrail::fuzz::PlannerCase c = kvrail::fuzz::LoadPlannerCase(kvrail::fuzz::kEngineApiCase);
   std::vector<std::string> requests;
   for (int rank = 0; rank < 4; ++rank) {
@@ -395,8 +395,9 @@ Seeds BootstrapSeeds() {
     r.endpoint = {"10.2.0.1", 18000 + rank};
     r.engine_rank = rank;
     r.contract = c.decode;
+    r.contract.revision = kvrail::layout::Revision::k2026_09;  // the form that says shard_count
+    r.contract.group_specs.back().shard_count = 2;
     r.pipeline = kvrail::plan::PipelineLayout{2, TwoStages(c.decode)};
-    r.sharded_groups.push_back({c.decode.group_specs.back().group_id, 2});
     requests.push_back(*kvrail::bootstrap::SerializeRegistration(r));
   }
   requests.push_back("?engine_rank=-1&target_dp_group=-1");
