@@ -257,9 +257,11 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
 void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended) {
   // A lost status is logged (its decode's waiting timeout and fence still end the room there).
   (void)SendLocked(out.messages);
+  // Counted and remembered before the engine hears of it: a scrape or Poll after the event sees
+  // the room ended.
   for (const session::RoomEvent& event : out.events) {
-    Publish(event, ended);
     FinishLocked(event);
+    Publish(event, ended);
   }
   for (const auto& [session, endpoint] : out.replaced) {
     // A restarted decode took over the session id: the old process's link and route go.
@@ -279,8 +281,8 @@ void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
     (void)SendLocked(failed.messages);  // its fence requests
   }
   for (const session::RoomEvent& event : out.events) {
+    FinishLocked(event);  // before the engine hears of it, as on a prefill
     Publish(event);
-    FinishLocked(event);
   }
   for (const session::PagesRelease& release : out.releases) {
     // Failed means fenced: no release while a copy back into the room's pages is running.
