@@ -1,0 +1,60 @@
+#include "control/sidecar/owner_loop.h"
+
+#include <pthread.h>
+
+namespace kvrail::sidecar {
+
+OwnerLoop::OwnerLoop(const std::string& name) {
+  std::promise<void> started;
+  std::future<void> has_started = started.get_future();
+  thread_ = std::thread([this, &started] {
+    owner_id_ = std::this_thread::get_id();
+    started.set_value();
+    Run();
+  });
+  pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+  has_started.wait();  // owner_id_ is set before any caller can ask OnOwner
+}
+
+OwnerLoop::~OwnerLoop() { Stop(); }
+
+bool OwnerLoop::Post(std::function<void()> job) {
+  MutexLock lock(&mu_);
+  // The owner thread may still post while it drains at Stop (a job's follow-up work).
+  if (stopping_ && !OnOwner()) return false;
+  jobs_.push_back(std::move(job));
+  work_.notify_one();
+  return true;
+}
+
+void OwnerLoop::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    work_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t OwnerLoop::queued() const {
+  MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+void OwnerLoop::Run() {
+  while (true) {
+    std::function<void()> job;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await(work_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !jobs_.empty();
+      });
+      if (jobs_.empty()) return;  // stopping, and every posted job has run
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();  // what it captured goes with it, outside the lock
+  }
+}
+
+}  // namespace kvrail::sidecar
