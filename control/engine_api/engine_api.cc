@@ -23,6 +23,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::engine_api {
 namespace {
@@ -143,6 +144,7 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
   server->mailbox_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (server->mailbox_->wake_fd < 0) return absl::InternalError("engine API: eventfd failed");
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
+  NameThread(server->thread_, "kvrail-engapi");
   return server;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/metrics/exposition.h"
 #include "engine/metrics/registry.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::metrics_http {
 
@@ -63,6 +64,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     http.listen_after_bind();
     self->listen_returned_.store(true);
   });
+  NameThread(server->thread_, "kvrail-metrics");  // httplib's request workers are its own, unnamed
   return server;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::registry {
 
@@ -19,6 +20,7 @@ absl::StatusOr<std::unique_ptr<LeasePublisher>> LeasePublisher::Start(const std:
   if (!lease.ok()) return lease.status();
   auto publisher = std::unique_ptr<LeasePublisher>(new LeasePublisher(endpoint, ttl, *lease));
   publisher->thread_ = std::thread([p = publisher.get()] { p->Run(); });
+  NameThread(publisher->thread_, "kvrail-lease");
   return publisher;
 }
 

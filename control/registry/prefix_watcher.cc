@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/registry/gateway_json.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::registry {
 namespace {
@@ -30,6 +31,7 @@ absl::StatusOr<std::unique_ptr<PrefixWatcher>> PrefixWatcher::Start(
   auto revision = watcher->Relist();
   if (!revision.ok()) return revision.status();
   watcher->thread_ = std::thread([w = watcher.get()] { w->Run(); });
+  NameThread(watcher->thread_, "kvrail-regwatch");
   return watcher;
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::registry {
 
@@ -15,6 +16,7 @@ WriteQueue::WriteQueue(WriteFn write, WriteQueueOptions options)
       // Once per outage: the writer retries every few seconds for as long as it lasts.
       outage_(options_.what, absl::InfiniteDuration()) {
   thread_ = std::thread([this] { Run(); });
+  NameThread(thread_, "kvrail-regwrite");
 }
 
 WriteQueue::~WriteQueue() { Stop(absl::ZeroDuration()); }

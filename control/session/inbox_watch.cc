@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::session {
 namespace {
@@ -80,6 +81,7 @@ absl::StatusOr<std::unique_ptr<InboxWatch>> InboxWatch::Start(void* context, voi
   }
   // The thread owns the monitor socket from here on (thread creation orders the handover).
   watch->thread_ = std::thread([w = watch.get(), monitor] { w->Run(monitor); });
+  NameThread(watch->thread_, "kvrail-inbwatch");
   return watch;
 }
 

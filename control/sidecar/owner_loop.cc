@@ -1,6 +1,6 @@
 #include "control/sidecar/owner_loop.h"
 
-#include <pthread.h>
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::sidecar {
 
@@ -12,7 +12,7 @@ OwnerLoop::OwnerLoop(const std::string& name) {
     started.set_value();
     Run();
   });
-  pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+  NameThread(thread_, name);
   has_started.wait();  // owner_id_ is set before any caller can ask OnOwner
 }
 

@@ -19,6 +19,7 @@
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
+#include "engine/sync/thread_name.h"
 #include "engine/transport/factory.h"
 
 namespace kvrail::sidecar {
@@ -651,7 +652,9 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
                             : impl->session_id);
   impl->metrics.SetStatsSource([raw] { return raw->Stats(); });
   impl->inbox_thread = std::thread([raw] { raw->InboxLoop(); });
+  NameThread(impl->inbox_thread, "kvrail-inbox");
   impl->ticker_thread = std::thread([raw] { raw->TickerLoop(); });
+  NameThread(impl->ticker_thread, "kvrail-ticker");
   spdlog::info(
       "{} sidecar rank {}/{}: engine API {}, CachePD {}{}{}{}", impl->role_name, options.tp_rank,
       options.tp_size, impl->api->endpoint(), impl->inbox->endpoint(),

@@ -1,20 +1,17 @@
 #include "control/sidecar/strand_pool.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::sidecar {
 
 StrandPool::StrandPool(int threads, const std::string& name) {
   for (int i = 0; i < std::max(1, threads); ++i) {
     threads_.emplace_back([this] { Run(); });
-    // Thread names are at most 15 characters.
-    pthread_setname_np(threads_.back().native_handle(),
-                       absl::StrCat(name, i).substr(0, 15).c_str());
+    NameThread(threads_.back(), absl::StrCat(name, i));
   }
 }
 

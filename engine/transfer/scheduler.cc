@@ -18,6 +18,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/sync/thread_name.h"
 #include "engine/transfer/lane_calls.h"
 
 namespace kvrail::transfer {
@@ -727,6 +728,7 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
   core_->fence_timeout = options.fence_timeout;
   core_->disconnect_fences = caps.disconnect_fences;
   core_->delivery = std::thread([core = core_.get()] { core->Run(); });
+  NameThread(core_->delivery, "kvrail-sched");
 }
 
 Scheduler::~Scheduler() {

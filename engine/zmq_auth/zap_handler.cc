@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sync/thread_name.h"
 
 namespace kvrail::zmq_auth {
 namespace {
@@ -54,6 +55,7 @@ absl::StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(void* context, Zap
                                                " (one handler per ZeroMQ context)"));
   }
   handler->thread_ = std::thread([h = handler.get()] { h->Run(); });
+  NameThread(handler->thread_, "kvrail-zap");
   return handler;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
+#include "engine/sync/thread_name.h"
 #include "engine/transport/bounds.h"
 
 namespace kvrail::transport {
@@ -37,6 +38,7 @@ FaultTransport::FaultTransport(std::unique_ptr<Transport> inner)
   lanes_.resize(capabilities_.lanes);
   counters_.held.assign(capabilities_.lanes, 0);
   delivery_ = std::thread([this] { RunDelivery(); });
+  NameThread(delivery_, "kvrail-faultdlv");
 }
 
 FaultTransport::~FaultTransport() { Close(); }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
+#include "engine/sync/thread_name.h"
 #include "engine/transport/zmq_request/zmq_request.h"
 
 namespace kvrail::transport {
@@ -145,6 +146,7 @@ absl::StatusOr<std::unique_ptr<HandshakeServer>> HandshakeServer::Start(
   server->session_id_ = absl::StrFormat("%s:%d", advertise_host, server->port_);
   KVRAIL_RETURN_IF_ERROR(ParseSessionId(server->session_id_).status());
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
+  NameThread(server->thread_, "kvrail-handshk");
   return server;
 }
 

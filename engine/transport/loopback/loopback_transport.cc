@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "engine/base/error.h"
+#include "engine/sync/thread_name.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/shared_region.h"
 
@@ -193,6 +194,7 @@ LoopbackTransport::LoopbackTransport(const LoopbackOptions& options, uint64_t id
           .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
       } {
   progress_ = std::thread([this] { RunProgress(); });
+  NameThread(progress_, "kvrail-loopback");
   // Written before anyone can read it: the progress thread reads it only from a job, which it
   // takes under mu_ after Create returned, and other threads only once Create returned.
   progress_id_ = progress_.get_id();

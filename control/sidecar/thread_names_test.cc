@@ -1,0 +1,66 @@
+// Every thread of a running sidecar carries a name (docs/ARCHITECTURE.md, "Threads"): one that
+// kvrail gave it, or the one its library gives its own (ZeroMQ's, UCX's). A thread that kept the
+// process's name is one nobody can tell apart in top -H, perf or gdb.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "control/sidecar/sidecar.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+std::string Comm(const std::string& path) {
+  std::ifstream in(path);
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+// The names of this process's threads but the calling one (the test's main thread).
+std::multiset<std::string> OtherThreadNames() {
+  std::multiset<std::string> names;
+  const std::string self = std::to_string(gettid());
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return names;
+  while (dirent* entry = readdir(dir)) {
+    const std::string tid = entry->d_name;
+    if (tid == "." || tid == ".." || tid == self) continue;
+    names.insert(Comm("/proc/self/task/" + tid + "/comm"));
+  }
+  closedir(dir);
+  return names;
+}
+
+void ExpectEveryThreadNamed(Role role) {
+  SidecarOptions options;
+  options.role = role;
+  options.engine_endpoint = "tcp://127.0.0.1:0";
+  options.tls = "tcp";
+  options.lanes = 2;
+  options.bootstrap = "127.0.0.1:1";  // a prefill's (asked only once an arena attaches)
+  auto sidecar = Sidecar::Start(options);
+  ASSERT_TRUE(sidecar.ok()) << sidecar.status();
+  const std::string process = Comm("/proc/self/comm");
+  const std::multiset<std::string> names = OtherThreadNames();
+  EXPECT_EQ(names.count(process), 0u)
+      << names.count(process) << " thread(s) kept the process's name " << process
+      << "; the others: " << absl::StrJoin(names, ", ");
+}
+
+TEST(ThreadNamesTest, EveryThreadOfADecodeSidecarHasAName) {
+  ExpectEveryThreadNamed(Role::kDecode);
+}
+
+TEST(ThreadNamesTest, EveryThreadOfAPrefillSidecarHasAName) {
+  ExpectEveryThreadNamed(Role::kPrefill);
+}
+
+}  // namespace
+}  // namespace kvrail::sidecar
