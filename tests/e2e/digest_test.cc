@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cluster/process/subprocess.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
@@ -30,7 +31,6 @@
 #include "control/wire/status.h"
 #include "engine/memory/arena.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail {
 namespace {

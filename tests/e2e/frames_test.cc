@@ -12,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "cluster/process/subprocess.h"
 #include "control/bootstrap/client.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
@@ -29,7 +30,6 @@
 #include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail {
 namespace {

@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cluster/cluster.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/demo/cluster.h"
 #include "tools/engine_sim/engine_sim.h"
 
 namespace kvrail {
@@ -51,7 +51,7 @@ class RevisionCluster {
     char dir[] = "/tmp/kvrail-revision-XXXXXX";
     if (mkdtemp(dir) == nullptr) return nullptr;
     self->log_dir_ = dir;
-    demo::ClusterOptions options;
+    cluster::ClusterOptions options;
     options.kvrail = Kvrail();
     options.prefill_tp = 2;
     options.decode_tp = 1;
@@ -61,14 +61,14 @@ class RevisionCluster {
     options.bootstrap_revision = pins.bootstrap;
     options.prefill_revisions = pins.prefills;
     options.decode_revision = pins.decode;
-    absl::StatusOr<std::unique_ptr<demo::Cluster>> cluster = demo::Cluster::Start(options);
+    absl::StatusOr<std::unique_ptr<cluster::Cluster>> cluster = cluster::Cluster::Start(options);
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     if (!cluster.ok()) return nullptr;
     self->cluster_ = *std::move(cluster);
     return self;
   }
 
-  demo::Cluster& cluster() { return *cluster_; }
+  cluster::Cluster& cluster() { return *cluster_; }
 
   // Runs `room` on every engine-sim (prefill ranks first, then the decode), or on the decode's
   // alone, and waits for each one's outcome.
@@ -108,7 +108,7 @@ class RevisionCluster {
  private:
   RevisionCluster() = default;
   std::string log_dir_;
-  std::unique_ptr<demo::Cluster> cluster_;
+  std::unique_ptr<cluster::Cluster> cluster_;
 };
 
 std::string ValuesOf2026_09(uint64_t room, int64_t prompt) {

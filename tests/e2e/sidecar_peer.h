@@ -9,9 +9,9 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "cluster/process/subprocess.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::e2e {
 

@@ -1,4 +1,4 @@
-#include "tools/demo/cluster.h"
+#include "cluster/cluster.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/base/error.h"
 
-namespace kvrail::demo {
+namespace kvrail::cluster {
 namespace {
 
 using process::Subprocess;
@@ -233,4 +233,4 @@ void Cluster::Stop() {
   (void)rmdir(dir_.c_str());
 }
 
-}  // namespace kvrail::demo
+}  // namespace kvrail::cluster
