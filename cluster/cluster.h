@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,7 +106,8 @@ class Cluster {
  private:
   explicit Cluster(ClusterOptions options) : options_(std::move(options)) {}
   absl::Status StartAll();
-  absl::StatusOr<Member> Spawn(const std::string& name, std::vector<std::string> argv);
+  absl::StatusOr<Member> Spawn(const std::string& name, std::vector<std::string> argv,
+                               const std::map<std::string, std::string>& env = {});
   void Watch(int index);
 
   ClusterOptions options_;

@@ -25,8 +25,6 @@
 namespace kvrail {
 namespace {
 
-using e2e::Kvrail;
-
 layout::KvShape SmallShape() {
   layout::KvShape shape;
   shape.layers = 2;
@@ -47,8 +45,9 @@ struct Route {
 class DemoRouteTest : public ::testing::TestWithParam<Route> {};
 
 TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
-  std::vector<std::string> argv = {Kvrail(),       "demo", "--layers",     "2",   "--rooms", "6",
-                                   "--min-prompt", "64",   "--max-prompt", "400", "--json"};
+  std::vector<std::string> argv = {
+      testing::KvrailBinary(), "demo", "--layers",     "2",   "--rooms", "6",
+      "--min-prompt",          "64",   "--max-prompt", "400", "--json"};
   for (const std::string& a : GetParam().args) argv.push_back(a);
   auto demo = process::Subprocess::Start(argv);
   ASSERT_TRUE(demo.ok()) << demo.status();
@@ -136,7 +135,7 @@ class Outcomes {
 
 cluster::ClusterOptions Options(int p, int d) {
   cluster::ClusterOptions options;
-  options.kvrail = Kvrail();
+  options.kvrail = testing::KvrailBinary();
   options.prefill_tp = p;
   options.decode_tp = d;
   options.shape = SmallShape();

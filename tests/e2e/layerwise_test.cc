@@ -28,7 +28,6 @@
 namespace kvrail {
 namespace {
 
-using e2e::Kvrail;
 using e2e::RoomManifest;
 using e2e::SmallContract;
 
@@ -42,7 +41,7 @@ class LayerwiseTest : public ::testing::Test {
  protected:
   void SetUp() override {
     cluster::ClusterOptions options;
-    options.kvrail = Kvrail();
+    options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 1;
     options.decode_tp = 1;
     options.transport = "tcp";

@@ -26,8 +26,6 @@
 namespace kvrail {
 namespace {
 
-using e2e::Kvrail;
-
 constexpr char kSnapshot[] = "snapshot";
 constexpr char k2026_09[] = "2026-09";
 
@@ -52,7 +50,7 @@ class RevisionCluster {
     if (mkdtemp(dir) == nullptr) return nullptr;
     self->log_dir_ = dir;
     cluster::ClusterOptions options;
-    options.kvrail = Kvrail();
+    options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 2;
     options.decode_tp = 1;
     options.shape.layers = 2;

@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "cluster/cluster.h"
 #include "cluster/process/subprocess.h"
+#include "tests/support/kvrail_binary.h"
 #include "tests/support/ports.h"
 
 namespace kvrail {
@@ -27,11 +27,6 @@ namespace {
 
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr int kRooms = 6;
-
-std::string Kvrail() {
-  char resolved[PATH_MAX];
-  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
-}
 
 std::string TempDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -43,7 +38,7 @@ class PrometheusScrapeTest : public ::testing::Test {
   void SetUp() override {
     if (access(kPrometheus, X_OK) != 0) GTEST_SKIP() << kPrometheus << " is not installed";
     cluster::ClusterOptions options;
-    options.kvrail = Kvrail();
+    options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 1;
     options.decode_tp = 1;
     options.shape.layers = 2;
