@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cluster/process/subprocess.h"
 #include "control/bootstrap/server.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
@@ -24,7 +25,6 @@
 #include "control/sidecar/sidecar.h"
 #include "engine/base/error.h"
 #include "engine/memory/arena.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 namespace {

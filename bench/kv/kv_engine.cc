@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "cluster/cluster.h"
+#include "cluster/kv_pattern.h"
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
@@ -20,8 +22,6 @@
 #include "control/plan/copy_plan.h"
 #include "control/plan/planner.h"
 #include "engine/base/error.h"
-#include "tools/demo/cluster.h"
-#include "tools/engine_sim/kv_pattern.h"
 
 namespace kvrail::bench {
 namespace {
@@ -135,7 +135,7 @@ class KvCaseRunner::Impl {
     KVRAIL_ASSIGN_OR_RETURN(dst_wire_, layout::SerializeManifest(dst_));
     KVRAIL_RETURN_IF_ERROR(CountUncoalesced());
 
-    demo::ClusterOptions options;
+    cluster::ClusterOptions options;
     options.kvrail = spec_.kvrail;
     options.prefill_tp = spec_.prefill_tp;
     options.decode_tp = spec_.decode_tp;
@@ -147,7 +147,7 @@ class KvCaseRunner::Impl {
     options.log_dir = spec_.log_dir;
     options.engine_sims = false;
     options.sidecar_args = spec_.sidecar_args;
-    KVRAIL_ASSIGN_OR_RETURN(cluster_, demo::Cluster::Start(options));
+    KVRAIL_ASSIGN_OR_RETURN(cluster_, cluster::Cluster::Start(options));
     KVRAIL_ASSIGN_OR_RETURN(const std::string prefill_wire,
                             layout::SerializeContract(prefill_contract_));
     KVRAIL_ASSIGN_OR_RETURN(const std::string decode_wire,
@@ -372,7 +372,7 @@ class KvCaseRunner::Impl {
   std::string src_wire_, dst_wire_;
   uint64_t uncoalesced_ = 0;
   int64_t first_byte_offset_ = 0;
-  std::unique_ptr<demo::Cluster> cluster_;
+  std::unique_ptr<cluster::Cluster> cluster_;
   std::vector<Rank> prefill_, decode_;
 };
 

@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/cluster.h"
 #include "control/layout/kv_shape.h"
-#include "tools/demo/cluster.h"
 
 namespace kvrail::bench {
 
@@ -40,7 +40,7 @@ struct KvCaseSpec {
   int64_t tokens = 0;
   std::string transport = "tcp";  // tcp, shm, or netns (tcp between two network namespaces)
   // netns: where each node runs (tools/demo Cluster); unused otherwise.
-  demo::NodeHost prefill_node, decode_node;
+  cluster::NodeHost prefill_node, decode_node;
   int sample_every = 16;
   // Layer-wise streaming (CACHEPD §6.11, engine API LayersReady): 0 runs the default mode (one
   // Ready per room). N > 0: the bench engine simulates a forward pass of `layer_compute` per

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/kv/kv_report.h"
 #include "bench/kv/plot_kv_script.h"
+#include "cluster/process/subprocess.h"
 #include "engine/base/error.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 

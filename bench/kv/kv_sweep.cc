@@ -19,7 +19,7 @@
 #include "bench/kv/kv_engine.h"
 #include "bench/kv/kv_presets.h"
 #include "bench/raw/memcpy_limit.h"
-#include "bench/raw/netns.h"
+#include "cluster/netns.h"
 #include "engine/base/error.h"
 
 namespace kvrail::bench {
@@ -164,12 +164,12 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
   const auto started = std::chrono::steady_clock::now();
   KvSweepResult result;
   std::vector<PlannedCase> cases;
-  // netns: two hosts on this machine (bench/raw/netns.h), the prefill node in one network
+  // netns: two hosts on this machine (cluster/netns.h), the prefill node in one network
   // namespace and the decode node in the other, joined by a veth pair; made once for the sweep.
-  std::optional<NetnsPair> hosts;
+  std::optional<cluster::NetnsPair> hosts;
   for (const std::string& transport : options.transports) {
     if (transport == "netns") {
-      absl::StatusOr<NetnsPair> pair = NetnsPair::Create();
+      absl::StatusOr<cluster::NetnsPair> pair = cluster::NetnsPair::Create();
       if (!pair.ok()) {
         result.notes.push_back(absl::StrCat("netns: skipped: ", pair.status().message()));
         continue;
@@ -232,7 +232,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     if (c.transport == "netns") {
       for (auto [node, host] : {std::pair{&spec.prefill_node, &hosts->initiator()},
                                 std::pair{&spec.decode_node, &hosts->target()}}) {
-        node->prefix = NetnsPair::ExecPrefix(host->netns);
+        node->prefix = cluster::NetnsPair::ExecPrefix(host->netns);
         node->host = host->address;
         node->net_devices = host->device;
       }

@@ -31,10 +31,11 @@
 #include "absl/types/span.h"
 #include "bench/raw/cpu_usage.h"
 #include "bench/raw/memcpy_limit.h"
-#include "bench/raw/netns.h"
 #include "bench/raw/perftest.h"
 #include "bench/raw/raw_target.h"
 #include "bench/raw/write_window.h"
+#include "cluster/netns.h"
+#include "cluster/process/subprocess.h"
 #include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
@@ -43,7 +44,6 @@
 #include "engine/transport/factory.h"
 #include "engine/transport/transport.h"
 #include "engine/transport/ucx/ucx_transport.h"  // UcxTuningEnvironment, for ucx_perftest
-#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 namespace {
@@ -688,13 +688,13 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
 // The netns rows: namespaces here, the measurement in a child inside the first of them.
 absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
                                                  Progress& progress) {
-  absl::StatusOr<NetnsPair> pair = NetnsPair::Create();
+  absl::StatusOr<cluster::NetnsPair> pair = cluster::NetnsPair::Create();
   if (!pair.ok()) return pair.status();
   std::vector<std::string> blocks, batches;
   for (uint64_t block : options.block_sizes) blocks.push_back(absl::StrCat(block));
   for (int batch : options.batch_sizes) batches.push_back(absl::StrCat(batch));
   SpawnOptions spec = SpawnOptions::ContainedTool();
-  spec.argv = NetnsPair::ExecPrefix(pair->initiator().netns);
+  spec.argv = cluster::NetnsPair::ExecPrefix(pair->initiator().netns);
   spec.argv.insert(spec.argv.end(),
                    {options.self_exe, "bench", "raw", "--transport", "netns", "--block-sizes",
                     absl::StrJoin(blocks, ","), "--batch-sizes", absl::StrJoin(batches, ","),
@@ -843,7 +843,7 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
         where.local_device = where.target_device = "lo";
       } else if (transport == RawTransport::kNetns) {
         const NetnsSide& side = *options.netns_side;
-        where.target_prefix = NetnsPair::ExecPrefix(side.target_netns);
+        where.target_prefix = cluster::NetnsPair::ExecPrefix(side.target_netns);
         where.local_device = side.local_device;
         where.target_device = side.target_device;
         where.target_host = side.target_address;

@@ -21,7 +21,7 @@
 // measures UCX; perftest's ib_write_bw is not run); over the software provider (softverbs) a row
 // is a functional run whose rates are never shown as a bandwidth (RawRow::bandwidth_claim).
 //
-// netns: two network namespaces joined by a veth pair (netns.h); the target and the
+// netns: two network namespaces joined by a veth pair (cluster/netns.h); the target and the
 // ucx_perftest server run in one, and the measuring side in the other: this binary re-runs
 // itself there (`--netns-side`) and reads its rows as JSON.
 #ifndef KVRAIL_BENCH_RAW_RAW_BENCH_H_

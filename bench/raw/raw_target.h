@@ -26,10 +26,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/raw/raw_flags.h"
+#include "cluster/process/subprocess.h"
 #include "engine/transport/factory.h"
 #include "engine/transport/ucx/ucx_transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::bench {
 

@@ -1,10 +1,7 @@
 #include "control/bootstrap/client.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/server.h"
 #include "control/layout/contract.h"
+#include "tests/support/ports.h"
 #include "tests/support/vectors.h"
 
 namespace kvrail::bootstrap {
@@ -55,20 +53,6 @@ BootstrapClientOptions Quick() {
   options.max_backoff = milliseconds(20);
   options.deadline = milliseconds(5000);
   return options;
-}
-
-// A port nothing listens on: bound once by the kernel's choice, then released.
-int UnusedPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // Holds a scripted server's answers until it is opened (at the latest after 30 s), so that a
@@ -256,7 +240,9 @@ TEST(BootstrapClientRevisionTest, APinnedClientRegistersInItsFormWithoutAsking) 
 // A prefill often starts before its node's bootstrap server: the revision's GET waits for it
 // within the call's retries, and the registration goes through.
 TEST(BootstrapClientRevisionTest, RegistersWithAServerThatComesUpDuringTheRetries) {
-  const int port = UnusedPort();
+  const absl::StatusOr<int> free = kvrail::testing::FreePort();
+  ASSERT_TRUE(free.ok()) << free.status();
+  const int port = *free;  // nothing listens on it
   BootstrapServer server;
   std::thread late([&server, port] {
     std::this_thread::sleep_for(milliseconds(200));
@@ -368,7 +354,9 @@ TEST(BootstrapClientScriptedTest, LookupAsksAgainUntilTheRankHasRegistered) {
 }
 
 TEST(BootstrapClientDownTest, AServerThatIsDownFailsAfterTheRetriesWithAClearError) {
-  const int port = UnusedPort();
+  const absl::StatusOr<int> free = kvrail::testing::FreePort();
+  ASSERT_TRUE(free.ok()) << free.status();
+  const int port = *free;  // nothing listens on it
   BootstrapClient client("127.0.0.1", port, Quick());
   absl::Status status = client.Sync().status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;

@@ -6,8 +6,9 @@
 #include <memory>
 
 #include "absl/time/clock.h"
-#include "control/registry/etcd_fixture.h"
-#include "control/registry/etcd_process.h"
+#include "tests/support/etcd_fixture.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/ports.h"
 
 namespace kvrail::registry {
 namespace {
@@ -107,7 +108,7 @@ TEST_F(EtcdClientTest, PutToAnUnknownLeaseNamesEtcdsMessage) {
 }
 
 TEST(EtcdClientDownTest, ErrorsNameTheEndpointAndTheCall) {
-  auto port = PickFreePort();
+  auto port = testing::FreePort();
   ASSERT_TRUE(port.ok());
   const std::string endpoint = absl::StrCat("127.0.0.1:", *port);
   EtcdClient client(endpoint, absl::Milliseconds(500));

@@ -7,8 +7,9 @@
 
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
-#include "control/registry/etcd_fixture.h"
-#include "control/registry/etcd_process.h"
+#include "tests/support/etcd_fixture.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/ports.h"
 
 namespace kvrail::registry {
 namespace {
@@ -71,7 +72,7 @@ TEST_F(LeasePublisherTest, ALostLeaseIsGrantedAnewWithEveryKey) {
 }
 
 TEST(LeasePublisherDownTest, StartFailsNamingTheEndpoint) {
-  auto port = PickFreePort();
+  auto port = testing::FreePort();
   ASSERT_TRUE(port.ok());
   const std::string endpoint = absl::StrCat("127.0.0.1:", *port);
   auto publisher = LeasePublisher::Start(endpoint, absl::Seconds(10));

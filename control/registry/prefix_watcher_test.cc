@@ -11,8 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
-#include "control/registry/etcd_fixture.h"
-#include "control/registry/etcd_process.h"
+#include "tests/support/etcd_fixture.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/ports.h"
 
 namespace kvrail::registry {
 namespace {
@@ -140,7 +141,7 @@ TEST_F(PrefixWatcherTest, StopEndsAnOpenStream) {
 }
 
 TEST(PrefixWatcherDownTest, StartFailsNamingTheEndpoint) {
-  auto port = PickFreePort();
+  auto port = testing::FreePort();
   ASSERT_TRUE(port.ok());
   const std::string endpoint = absl::StrCat("127.0.0.1:", *port);
   Seen seen;

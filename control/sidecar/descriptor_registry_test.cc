@@ -11,8 +11,9 @@
 
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
-#include "control/registry/etcd_fixture.h"
 #include "control/registry/keys.h"
+#include "tests/support/etcd_fixture.h"
+#include "tests/support/ports.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -129,7 +130,7 @@ TEST_F(DescriptorRegistryTest, AMalformedEntryIsIgnored) {
 }
 
 TEST(DescriptorRegistryDownTest, ARegistryDownAtStartIsAnErrorNamingIt) {
-  auto port = registry::PickFreePort();
+  auto port = testing::FreePort();
   ASSERT_TRUE(port.ok());
   const std::string endpoint = absl::StrCat("127.0.0.1:", *port);
   auto descriptors = RegistryDescriptors::Start(endpoint, {});

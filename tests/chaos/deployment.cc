@@ -2,7 +2,6 @@
 
 #include <signal.h>
 
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -12,22 +11,18 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cluster/sidecar_command.h"
 #include "control/layout/kv_shape.h"
 #include "engine/base/error.h"
 #include "engine/memory/pattern.h"
+#include "tests/support/kvrail_binary.h"
 
 namespace kvrail::chaos {
 namespace {
 
 constexpr uint64_t kPatternSeed = 41;
-
-std::string Kvrail() {
-  char resolved[PATH_MAX];
-  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
-}
 
 std::string LogPath(const std::string& name) {
   const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
@@ -64,8 +59,9 @@ absl::Status Deployment::StartAll() {
   KVRAIL_ASSIGN_OR_RETURN(contract_, layout::BuildKvContract(shape, 1));
   const std::string bind = options_.prefill_prefix.empty() ? "127.0.0.1" : options_.prefill_host;
   std::vector<std::string> argv = options_.prefill_prefix;
-  for (const std::string& a : {Kvrail(), std::string("bootstrap"), std::string("--host"), bind,
-                               std::string("--port"), std::string("0")}) {
+  for (const std::string& a :
+       {testing::KvrailBinary(), std::string("bootstrap"), std::string("--host"), bind,
+        std::string("--port"), std::string("0")}) {
     argv.push_back(a);
   }
   const size_t port_arg = argv.size() - 1;
@@ -114,43 +110,25 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
   Rank rank;
   rank.name = name;
   rank.engine_endpoint = absl::StrCat("ipc:///tmp/kvrail-chaos-", tag_, "-", name, ".sock");
-  std::vector<std::string> argv = prefill ? options_.prefill_prefix : options_.decode_prefix;
-  const std::string& net_devices = prefill ? options_.net_devices : options_.decode_net_devices;
-  for (const std::string& a :
-       {Kvrail(), std::string("sidecar"), std::string("--role"),
-        std::string(prefill ? "prefill" : "decode"), std::string("--engine-endpoint"),
-        rank.engine_endpoint, std::string("--host"),
-        prefill ? options_.prefill_host : options_.decode_host}) {
-    argv.push_back(a);
-  }
-  std::map<std::string, std::string> env;
-  if (options_.tls == "verbs") {
-    // The verbs backend over the software provider, a rail on each of the sidecar's network
-    // devices ("veth0,veth1": softverbs0 and softverbs1): a link set down there cuts the rail
-    // as it cuts tcp.
-    for (const char* a : {"--transport", "verbs", "--verbs-provider", "softverbs"}) {
-      argv.push_back(a);
-    }
-    std::vector<std::string> rails;
-    for (absl::string_view device : absl::StrSplit(net_devices, ',')) {
-      rails.push_back(absl::StrCat("softverbs", rails.size(), "=", device));
-    }
-    env["KVRAIL_SOFTVERBS_RAILS"] = absl::StrJoin(rails, ",");
-  } else {
-    for (const std::string& a :
-         {std::string("--tls"), options_.tls, std::string("--net-devices"), net_devices}) {
-      argv.push_back(a);
-    }
-  }
-  if (prefill) {
-    argv.push_back("--bootstrap");
-    argv.push_back(bootstrap_address_);
-  }
-  for (const std::string& a : prefill ? options_.prefill_args : options_.decode_args) {
-    argv.push_back(a);
-  }
+  cluster::SidecarCommand command;
+  command.kvrail = testing::KvrailBinary();
+  command.prefix = prefill ? options_.prefill_prefix : options_.decode_prefix;
+  command.role = prefill ? "prefill" : "decode";
+  command.engine_endpoint = rank.engine_endpoint;
+  command.host = prefill ? options_.prefill_host : options_.decode_host;
+  // "sm" and "tcp" are UCX's transports; "verbs" is the verbs backend over the software
+  // provider, a rail on each of the sidecar's network devices, so a link set down there cuts
+  // the rail as it cuts tcp.
+  command.transport = options_.tls == "sm" ? "shm" : options_.tls;
+  if (options_.tls == "verbs") command.verbs_provider = "softverbs";
+  command.net_devices = prefill ? options_.net_devices : options_.decode_net_devices;
+  if (prefill) command.bootstrap = bootstrap_address_;
+  command.args = prefill ? options_.prefill_args : options_.decode_args;
+  cluster::Command line = cluster::SidecarCommandLine(command);
+  if (prefill) line.env.insert(options_.prefill_env.begin(), options_.prefill_env.end());
   KVRAIL_ASSIGN_OR_RETURN(
-      rank.sidecar, process::Subprocess::Start(argv, env, LogPath(absl::StrCat("chaos-", name))));
+      rank.sidecar,
+      process::Subprocess::Start(line.argv, line.env, LogPath(absl::StrCat("chaos-", name))));
   KVRAIL_ASSIGN_OR_RETURN(const std::string ready,
                           rank.sidecar->ReadUntil("sidecar ready", absl::Seconds(30)));
   // "sidecar ready engine=... cachepd=... session=..."

@@ -14,11 +14,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/process/subprocess.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "engine/memory/arena.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::chaos {
 

@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "bench/raw/netns.h"
+#include "cluster/netns.h"
 #include "tests/chaos/deployment.h"
 
 namespace kvrail::chaos {
@@ -25,11 +25,11 @@ namespace kvrail::chaos {
 // Runs the prefill node (bootstrap, prefill sidecar) in `pair`'s initiator namespace and the
 // decodes in its target, over UCX tcp on the veth pair (or `tls` "verbs": the verbs backend, its
 // software rails on the veth ends).
-inline void PlaceInNamespaces(const bench::NetnsPair& pair, DeploymentOptions& options,
+inline void PlaceInNamespaces(const cluster::NetnsPair& pair, DeploymentOptions& options,
                               const std::string& tls = "tcp") {
   options.tls = tls;
-  options.prefill_prefix = bench::NetnsPair::ExecPrefix(pair.initiator().netns);
-  options.decode_prefix = bench::NetnsPair::ExecPrefix(pair.target().netns);
+  options.prefill_prefix = cluster::NetnsPair::ExecPrefix(pair.initiator().netns);
+  options.decode_prefix = cluster::NetnsPair::ExecPrefix(pair.target().netns);
   options.prefill_host = pair.initiator().address;
   options.decode_host = pair.target().address;
   options.net_devices = pair.initiator().device;
@@ -66,9 +66,9 @@ class FenceTest : public ::testing::TestWithParam<const char*> {
     if (param == "netns" || param == "netns_verbs") {
       // The prefill node in one namespace, the decode in another, over a veth pair.
       ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
-      absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
+      absl::StatusOr<cluster::NetnsPair> pair = cluster::NetnsPair::Create();
       ASSERT_TRUE(pair.ok()) << pair.status();
-      netns_ = std::make_unique<bench::NetnsPair>(*std::move(pair));
+      netns_ = std::make_unique<cluster::NetnsPair>(*std::move(pair));
       PlaceInNamespaces(*netns_, options, param == "netns" ? "tcp" : "verbs");
     } else {
       options.tls = param;
@@ -136,7 +136,7 @@ class FenceTest : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(d.Landed(0, manifest));
   }
 
-  std::unique_ptr<bench::NetnsPair> netns_;  // outlives the deployment in it
+  std::unique_ptr<cluster::NetnsPair> netns_;  // outlives the deployment in it
   std::unique_ptr<Deployment> deployment_;
 };
 

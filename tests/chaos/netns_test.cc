@@ -4,7 +4,7 @@
 // its deadline plus the fence bound, the decode hears Failed once the link is back and is told
 // its pages are free only as far as the fence could prove, and a new room lands over the healed
 // link. The fence suite (fence_suite.h) runs here too, over the veth pair.
-#include "bench/raw/netns.h"
+#include "cluster/netns.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -32,9 +32,9 @@ class NetnsFaultTest : public ::testing::TestWithParam<const char*> {
  protected:
   void Start(std::vector<std::string> prefill_args, std::vector<std::string> decode_args) {
     ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
-    absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
+    absl::StatusOr<cluster::NetnsPair> pair = cluster::NetnsPair::Create();
     ASSERT_TRUE(pair.ok()) << pair.status();
-    pair_ = std::make_unique<bench::NetnsPair>(*std::move(pair));
+    pair_ = std::make_unique<cluster::NetnsPair>(*std::move(pair));
     DeploymentOptions options;
     options.pages = 129;
     PlaceInNamespaces(*pair_, options, GetParam());
@@ -82,7 +82,7 @@ class NetnsFaultTest : public ::testing::TestWithParam<const char*> {
   }
 
   bool skipped_ = false;  // CutOffMidRoom: the room landed before the link went down
-  std::unique_ptr<bench::NetnsPair> pair_;  // outlives the deployment in it
+  std::unique_ptr<cluster::NetnsPair> pair_;  // outlives the deployment in it
   std::unique_ptr<Deployment> deployment_;
 };
 
@@ -170,7 +170,7 @@ TEST_P(NetnsFaultTest, ASessionCutOffPastTheRegistrationTtlIsDropped) {
 struct SecondLink {
   std::string initiator_device, target_device;
 };
-absl::StatusOr<SecondLink> AddSecondLink(const bench::NetnsPair& pair) {
+absl::StatusOr<SecondLink> AddSecondLink(const cluster::NetnsPair& pair) {
   const int n = static_cast<int>(getpid() % 200) + 20;
   SecondLink link{absl::StrCat("kvr2a", getpid() % 100000),
                   absl::StrCat("kvr2b", getpid() % 100000)};
@@ -199,7 +199,7 @@ absl::StatusOr<SecondLink> AddSecondLink(const bench::NetnsPair& pair) {
 // costs no room, only its retry").
 TEST(MultiRailTest, ARailCutMidRoomCostsNoRoomOnlyItsRetry) {
   ASSERT_EQ(geteuid(), 0u) << "needs root (network namespaces); CI runs it as root";
-  absl::StatusOr<bench::NetnsPair> pair = bench::NetnsPair::Create();
+  absl::StatusOr<cluster::NetnsPair> pair = cluster::NetnsPair::Create();
   ASSERT_TRUE(pair.ok()) << pair.status();
   absl::StatusOr<SecondLink> second = AddSecondLink(*pair);
   ASSERT_TRUE(second.ok()) << second.status();

@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cluster/process/subprocess.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
@@ -30,14 +31,12 @@
 #include "control/wire/status.h"
 #include "engine/memory/arena.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail {
 namespace {
 
 using process::Subprocess;
 
-using e2e::Kvrail;
 using e2e::RoomManifest;
 using e2e::SmallContract;
 
@@ -50,9 +49,16 @@ class DigestTest : public ::testing::Test {
     ASSERT_TRUE(e2e::RegisterFakePrefillRank(*bootstrap_, pull_, contract_));
     const std::string api =
         absl::StrCat("ipc:///tmp/kvrail-digest-", process::ProcessTag(), "-d.sock");
-    std::vector<std::string> argv = {
-        Kvrail(), "sidecar",           "--role", "decode", "--tls", "tcp", "--fence-wait",
-        "20",     "--engine-endpoint", api};
+    std::vector<std::string> argv = {testing::KvrailBinary(),
+                                     "sidecar",
+                                     "--role",
+                                     "decode",
+                                     "--tls",
+                                     "tcp",
+                                     "--fence-wait",
+                                     "20",
+                                     "--engine-endpoint",
+                                     api};
     argv.insert(argv.end(), decode_args.begin(), decode_args.end());
     sidecar_ = Subprocess::Start(argv).value();
     ASSERT_TRUE(sidecar_->ReadUntil("sidecar ready", absl::Seconds(30)).ok());

@@ -18,14 +18,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cluster/cluster.h"
+#include "cluster/process/subprocess.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/demo/cluster.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail {
 namespace {
-
-using e2e::Kvrail;
 
 layout::KvShape SmallShape() {
   layout::KvShape shape;
@@ -47,8 +45,9 @@ struct Route {
 class DemoRouteTest : public ::testing::TestWithParam<Route> {};
 
 TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
-  std::vector<std::string> argv = {Kvrail(),       "demo", "--layers",     "2",   "--rooms", "6",
-                                   "--min-prompt", "64",   "--max-prompt", "400", "--json"};
+  std::vector<std::string> argv = {
+      testing::KvrailBinary(), "demo", "--layers",     "2",   "--rooms", "6",
+      "--min-prompt",          "64",   "--max-prompt", "400", "--json"};
   for (const std::string& a : GetParam().args) argv.push_back(a);
   auto demo = process::Subprocess::Start(argv);
   ASSERT_TRUE(demo.ok()) << demo.status();
@@ -109,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Outcome lines of the cluster's engine-sims, kept by (sim, room) as they arrive.
 class Outcomes {
  public:
-  explicit Outcomes(demo::Cluster& cluster) : cluster_(cluster) {}
+  explicit Outcomes(cluster::Cluster& cluster) : cluster_(cluster) {}
   // The rest of engine-sim `index`'s "done <room> ..." line ("ok ..." or "failed ...").
   absl::StatusOr<std::string> Wait(int index, uint64_t room, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
@@ -130,13 +129,13 @@ class Outcomes {
   }
 
  private:
-  demo::Cluster& cluster_;
+  cluster::Cluster& cluster_;
   std::map<std::pair<int, uint64_t>, std::string> seen_;
 };
 
-demo::ClusterOptions Options(int p, int d) {
-  demo::ClusterOptions options;
-  options.kvrail = Kvrail();
+cluster::ClusterOptions Options(int p, int d) {
+  cluster::ClusterOptions options;
+  options.kvrail = testing::KvrailBinary();
   options.prefill_tp = p;
   options.decode_tp = d;
   options.shape = SmallShape();
@@ -145,9 +144,9 @@ demo::ClusterOptions Options(int p, int d) {
 }
 
 TEST(FailureTest, APrefillNodeKilledMidRoomFailsTheDecodesRoomsWithinTheHeartbeatWindow) {
-  auto cluster = demo::Cluster::Start(Options(2, 1));
+  auto cluster = cluster::Cluster::Start(Options(2, 1));
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  demo::Cluster& c = **cluster;
+  cluster::Cluster& c = **cluster;
   Outcomes outcomes(c);
   // Warm up: one room end to end, so the decode has registered with the prefill ranks.
   c.SendAll(1, 128, 5);
@@ -178,9 +177,9 @@ TEST(FailureTest, APrefillNodeKilledMidRoomFailsTheDecodesRoomsWithinTheHeartbea
 }
 
 TEST(FailureTest, ADecodeKilledFailsThePrefillsRoomsAndTheSidecarServesOn) {
-  auto cluster = demo::Cluster::Start(Options(1, 1));
+  auto cluster = cluster::Cluster::Start(Options(1, 1));
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  demo::Cluster& c = **cluster;
+  cluster::Cluster& c = **cluster;
   Outcomes outcomes(c);
   // Room 1 reaches the decode first: its pre-allocation lands at the prefill.
   c.Send(1, 1, 256, 3);
@@ -202,11 +201,11 @@ TEST(FailureTest, ADecodeKilledFailsThePrefillsRoomsAndTheSidecarServesOn) {
 TEST(FailureTest, AMalformedPeerFrameIsRefusedWithAReasonAndOtherRoomsGoOn) {
   char dir[] = "/tmp/kvrail-e2e-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  demo::ClusterOptions options = Options(1, 1);
+  cluster::ClusterOptions options = Options(1, 1);
   options.log_dir = dir;
-  auto cluster = demo::Cluster::Start(options);
+  auto cluster = cluster::Cluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  demo::Cluster& c = **cluster;
+  cluster::Cluster& c = **cluster;
   Outcomes outcomes(c);
   {
     zmq::context_t context;

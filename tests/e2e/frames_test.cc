@@ -12,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "cluster/process/subprocess.h"
 #include "control/bootstrap/client.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
@@ -29,14 +30,12 @@
 #include "engine/transport/factory.h"
 #include "engine/transport/handshake/handshake.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail {
 namespace {
 
 using process::Subprocess;
 
-using e2e::Kvrail;
 using e2e::Receive;
 using e2e::RoomManifest;
 using e2e::SmallContract;
@@ -66,8 +65,9 @@ TEST(SidecarFramesTest, ADecodeSidecarsRegistrationAndPreallocationParseStrictly
   // The fake prefill stands in for tokenspeed's, which proves nothing; it registers with
   // kvrail's bootstrap server, which says its node is kvrail's: so proofs are off here, as for
   // any node mixing tokenspeed prefill ranks into a kvrail bootstrap (docs/SECURITY.md).
-  auto sidecar = Subprocess::Start({Kvrail(), "sidecar", "--role", "decode", "--engine-endpoint",
-                                    api, "--tls", "tcp", "--sender-proofs", "off"});
+  auto sidecar =
+      Subprocess::Start({testing::KvrailBinary(), "sidecar", "--role", "decode",
+                         "--engine-endpoint", api, "--tls", "tcp", "--sender-proofs", "off"});
   ASSERT_TRUE(sidecar.ok());
   ASSERT_TRUE((*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30)).ok());
   const std::string arena_name = absl::StrCat("/kvrail-frames-", process::ProcessTag(), "-d");
@@ -152,8 +152,9 @@ TEST(SidecarFramesTest, APrefillSidecarWritesTheRoomThenSendsAStrictSuccessStatu
   // The real prefill sidecar and its arena, patterned.
   const std::string api =
       absl::StrCat("ipc:///tmp/kvrail-frames-", process::ProcessTag(), "-p.sock");
-  auto sidecar = Subprocess::Start({Kvrail(), "sidecar", "--role", "prefill", "--engine-endpoint",
-                                    api, "--bootstrap", bootstrap.address, "--tls", "tcp"});
+  auto sidecar = Subprocess::Start({testing::KvrailBinary(), "sidecar", "--role", "prefill",
+                                    "--engine-endpoint", api, "--bootstrap", bootstrap.address,
+                                    "--tls", "tcp"});
   ASSERT_TRUE(sidecar.ok());
   absl::StatusOr<std::string> ready = (*sidecar)->ReadUntil("sidecar ready", absl::Seconds(30));
   ASSERT_TRUE(ready.ok()) << ready.status();

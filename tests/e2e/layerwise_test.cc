@@ -17,18 +17,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cluster/cluster.h"
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/demo/cluster.h"
 
 namespace kvrail {
 namespace {
 
-using e2e::Kvrail;
 using e2e::RoomManifest;
 using e2e::SmallContract;
 
@@ -41,13 +40,13 @@ struct Engine {
 class LayerwiseTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    demo::ClusterOptions options;
-    options.kvrail = Kvrail();
+    cluster::ClusterOptions options;
+    options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 1;
     options.decode_tp = 1;
     options.transport = "tcp";
     options.engine_sims = false;
-    absl::StatusOr<std::unique_ptr<demo::Cluster>> cluster = demo::Cluster::Start(options);
+    absl::StatusOr<std::unique_ptr<cluster::Cluster>> cluster = cluster::Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
     prefill_ = Open(cluster_->prefill_sidecar(0).engine_endpoint);
@@ -132,7 +131,7 @@ class LayerwiseTest : public ::testing::Test {
   const layout::Manifest src_ = RoomManifest(contract_, {1, 2, 3});
   const layout::Manifest dst_ = RoomManifest(contract_, {4, 7, 9});
   std::optional<plan::CopyPlan> plan_;
-  std::unique_ptr<demo::Cluster> cluster_;
+  std::unique_ptr<cluster::Cluster> cluster_;
   Engine prefill_, decode_;
 };
 

@@ -19,14 +19,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cluster/cluster.h"
 #include "tests/e2e/sidecar_peer.h"
-#include "tools/demo/cluster.h"
 #include "tools/engine_sim/engine_sim.h"
 
 namespace kvrail {
 namespace {
-
-using e2e::Kvrail;
 
 constexpr char kSnapshot[] = "snapshot";
 constexpr char k2026_09[] = "2026-09";
@@ -51,8 +49,8 @@ class RevisionCluster {
     char dir[] = "/tmp/kvrail-revision-XXXXXX";
     if (mkdtemp(dir) == nullptr) return nullptr;
     self->log_dir_ = dir;
-    demo::ClusterOptions options;
-    options.kvrail = Kvrail();
+    cluster::ClusterOptions options;
+    options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 2;
     options.decode_tp = 1;
     options.shape.layers = 2;
@@ -61,14 +59,14 @@ class RevisionCluster {
     options.bootstrap_revision = pins.bootstrap;
     options.prefill_revisions = pins.prefills;
     options.decode_revision = pins.decode;
-    absl::StatusOr<std::unique_ptr<demo::Cluster>> cluster = demo::Cluster::Start(options);
+    absl::StatusOr<std::unique_ptr<cluster::Cluster>> cluster = cluster::Cluster::Start(options);
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     if (!cluster.ok()) return nullptr;
     self->cluster_ = *std::move(cluster);
     return self;
   }
 
-  demo::Cluster& cluster() { return *cluster_; }
+  cluster::Cluster& cluster() { return *cluster_; }
 
   // Runs `room` on every engine-sim (prefill ranks first, then the decode), or on the decode's
   // alone, and waits for each one's outcome.
@@ -108,7 +106,7 @@ class RevisionCluster {
  private:
   RevisionCluster() = default;
   std::string log_dir_;
-  std::unique_ptr<demo::Cluster> cluster_;
+  std::unique_ptr<cluster::Cluster> cluster_;
 };
 
 std::string ValuesOf2026_09(uint64_t room, int64_t prompt) {

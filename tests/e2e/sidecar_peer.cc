@@ -1,6 +1,5 @@
 #include "tests/e2e/sidecar_peer.h"
 
-#include <climits>
 #include <cstdlib>
 #include <utility>
 #include <zmq_addon.hpp>
@@ -10,11 +9,6 @@
 #include "control/layout/kv_shape.h"
 
 namespace kvrail::e2e {
-
-std::string Kvrail() {
-  char resolved[PATH_MAX];
-  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
-}
 
 layout::Contract SmallContract() {
   layout::KvShape shape;
@@ -30,7 +24,8 @@ layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int6
 }
 
 Bootstrap::Bootstrap() {
-  server = process::Subprocess::Start({Kvrail(), "bootstrap", "--host", "127.0.0.1", "--port", "0"})
+  server = process::Subprocess::Start(
+               {testing::KvrailBinary(), "bootstrap", "--host", "127.0.0.1", "--port", "0"})
                .value();
   port = process::AwaitAnnouncedPort(*server, "bootstrap ready", absl::Seconds(30)).value();
   address = absl::StrCat("127.0.0.1:", port);

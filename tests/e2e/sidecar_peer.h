@@ -9,14 +9,12 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "cluster/process/subprocess.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
-#include "tools/process/subprocess.h"
+#include "tests/support/kvrail_binary.h"
 
 namespace kvrail::e2e {
-
-// The kvrail binary in the test's runfiles, by absolute path.
-std::string Kvrail();
 
 // Two layers of k and v, 16 pages, TP 1.
 layout::Contract SmallContract();

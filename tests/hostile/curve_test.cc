@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "cluster/process/subprocess.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
@@ -28,7 +29,6 @@
 #include "engine/transport/handshake/handshake.h"
 #include "engine/zmq_auth/key_file.h"
 #include "tests/chaos/deployment.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::hostile {
 namespace {

@@ -1,14 +1,11 @@
 // Debian's real Prometheus scrapes a running cluster (bootstrap, one prefill and one decode
-// sidecar, their engine-sims: tools/demo/cluster.h with --metrics-port 0 everywhere) every
+// sidecar, their engine-sims: cluster/cluster.h with --metrics-port 0 everywhere) every
 // second, and its HTTP API answers a rate of kvrail_rooms_total that agrees with the rooms run.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -20,8 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "tools/demo/cluster.h"
-#include "tools/process/subprocess.h"
+#include "cluster/cluster.h"
+#include "cluster/process/subprocess.h"
+#include "tests/support/kvrail_binary.h"
+#include "tests/support/ports.h"
 
 namespace kvrail {
 namespace {
@@ -29,48 +28,27 @@ namespace {
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr int kRooms = 6;
 
-std::string Kvrail() {
-  char resolved[PATH_MAX];
-  return realpath("tools/kvrail", resolved) != nullptr ? resolved : "tools/kvrail";
-}
-
 std::string TempDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
   return dir != nullptr ? dir : "/tmp";
-}
-
-// A TCP port on 127.0.0.1 that the kernel says is free now.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 class PrometheusScrapeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (access(kPrometheus, X_OK) != 0) GTEST_SKIP() << kPrometheus << " is not installed";
-    demo::ClusterOptions options;
-    options.kvrail = Kvrail();
+    cluster::ClusterOptions options;
+    options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 1;
     options.decode_tp = 1;
     options.shape.layers = 2;
     options.shape.pages = 64;
     options.metrics = true;
-    auto cluster = demo::Cluster::Start(options);
+    auto cluster = cluster::Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    for (const demo::Member* m : {&cluster_->bootstrap_server(), &cluster_->prefill_sidecar(0),
-                                  &cluster_->decode_sidecar(0)}) {
+    for (const cluster::Member* m : {&cluster_->bootstrap_server(), &cluster_->prefill_sidecar(0),
+                                     &cluster_->decode_sidecar(0)}) {
       ASSERT_FALSE(m->metrics.empty()) << m->name << " announced no metrics=host:port";
       targets_.push_back(absl::StrCat("'", m->metrics, "'"));
     }
@@ -78,8 +56,9 @@ class PrometheusScrapeTest : public ::testing::Test {
     std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                           << "scrape_configs:\n  - job_name: kvrail\n    static_configs:\n"
                           << "      - targets: [" << absl::StrJoin(targets_, ", ") << "]\n";
-    port_ = FreePort();
-    ASSERT_NE(port_, 0);
+    const absl::StatusOr<int> port = kvrail::testing::FreePort();
+    ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
     process::SpawnOptions spawn = process::SpawnOptions::ContainedTool();
     spawn.argv = {kPrometheus, absl::StrCat("--config.file=", config),
                   absl::StrCat("--storage.tsdb.path=", TempDir(), "/tsdb"),
@@ -132,7 +111,7 @@ class PrometheusScrapeTest : public ::testing::Test {
     return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
   }
 
-  std::unique_ptr<demo::Cluster> cluster_;
+  std::unique_ptr<cluster::Cluster> cluster_;
   std::vector<std::string> targets_;
   int port_ = 0;
   std::unique_ptr<process::Subprocess> prometheus_;

@@ -17,10 +17,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cluster/process/subprocess.h"
 #include "engine/base/error.h"
 #include "engine/memory/arena.h"
 #include "engine/memory/pattern.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::testing {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "cluster/process/subprocess.h"
 #include "engine/memory/arena.h"
 #include "tests/transfer/route_fixture.h"
-#include "tools/process/subprocess.h"
 
 namespace kvrail::testing {
 

@@ -26,13 +26,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cluster/cluster.h"
 #include "engine/base/error.h"
 #include "engine/transport/factory.h"
-#include "tools/demo/cluster.h"
 #include "tools/engine_sim/engine_sim.h"
 
 namespace kvrail::demo {
 namespace {
+
+using cluster::Cluster;
+using cluster::ClusterOptions;
+using cluster::Member;
 
 struct RoomRecord {
   int64_t prompt = 0;

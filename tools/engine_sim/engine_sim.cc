@@ -17,12 +17,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cluster/kv_pattern.h"
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/manifest.h"
 #include "engine/base/error.h"
 #include "engine/memory/arena.h"
-#include "tools/engine_sim/kv_pattern.h"
 
 namespace kvrail::sim {
 namespace {

@@ -1,12 +1,13 @@
 // A disaggregated deployment on this machine, as processes: one bootstrap server (the prefill
 // node's), P prefill sidecars and D decode sidecars, each with its engine-sim. The demo runs
 // rooms through it; the end-to-end tests also kill parts of it and speak CachePD to it.
-#ifndef KVRAIL_TOOLS_DEMO_CLUSTER_H_
-#define KVRAIL_TOOLS_DEMO_CLUSTER_H_
+#ifndef KVRAIL_CLUSTER_CLUSTER_H_
+#define KVRAIL_CLUSTER_CLUSTER_H_
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/process/subprocess.h"
 #include "control/layout/kv_shape.h"
-#include "tools/process/subprocess.h"
 
-namespace kvrail::demo {
+namespace kvrail::cluster {
 
 // One node's host: the argv prefix that runs its processes there (`ip netns exec <ns>`, or
 // none), the address they bind and are reached at, and their UCX tcp device (empty: UCX's
@@ -105,7 +106,8 @@ class Cluster {
  private:
   explicit Cluster(ClusterOptions options) : options_(std::move(options)) {}
   absl::Status StartAll();
-  absl::StatusOr<Member> Spawn(const std::string& name, std::vector<std::string> argv);
+  absl::StatusOr<Member> Spawn(const std::string& name, std::vector<std::string> argv,
+                               const std::map<std::string, std::string>& env = {});
   void Watch(int index);
 
   ClusterOptions options_;
@@ -120,6 +122,6 @@ class Cluster {
   bool stopped_ = false;
 };
 
-}  // namespace kvrail::demo
+}  // namespace kvrail::cluster
 
-#endif  // KVRAIL_TOOLS_DEMO_CLUSTER_H_
+#endif  // KVRAIL_CLUSTER_CLUSTER_H_

@@ -1,4 +1,4 @@
-#include "bench/raw/netns.h"
+#include "cluster/netns.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,11 +22,11 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "tools/process/subprocess.h"
+#include "cluster/process/subprocess.h"
 
 extern char** environ;
 
-namespace kvrail::bench {
+namespace kvrail::cluster {
 namespace {
 
 using process::SpawnOptions;
@@ -203,4 +203,4 @@ void NetnsPair::Remove() {
   DisarmCleanup();
 }
 
-}  // namespace kvrail::bench
+}  // namespace kvrail::cluster

@@ -1,14 +1,14 @@
 // Two hosts on one machine: two network namespaces joined by a veth pair, with addresses that
 // exist only inside them (docs MACHINE-NOTES, "Two hosts on one machine"). Needs root.
-#ifndef KVRAIL_BENCH_RAW_NETNS_H_
-#define KVRAIL_BENCH_RAW_NETNS_H_
+#ifndef KVRAIL_CLUSTER_NETNS_H_
+#define KVRAIL_CLUSTER_NETNS_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
-namespace kvrail::bench {
+namespace kvrail::cluster {
 
 // One end: the namespace, its veth interface and that interface's IPv4 address.
 struct NetnsHost {
@@ -50,6 +50,6 @@ class NetnsPair {
   bool owned_ = false;
 };
 
-}  // namespace kvrail::bench
+}  // namespace kvrail::cluster
 
-#endif  // KVRAIL_BENCH_RAW_NETNS_H_
+#endif  // KVRAIL_CLUSTER_NETNS_H_

@@ -1,4 +1,4 @@
-#include "tools/demo/cluster.h"
+#include "cluster/cluster.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -7,9 +7,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cluster/sidecar_command.h"
 #include "engine/base/error.h"
 
-namespace kvrail::demo {
+namespace kvrail::cluster {
 namespace {
 
 using process::Subprocess;
@@ -40,12 +41,13 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
 
 Cluster::~Cluster() { Stop(); }
 
-absl::StatusOr<Member> Cluster::Spawn(const std::string& name, std::vector<std::string> argv) {
+absl::StatusOr<Member> Cluster::Spawn(const std::string& name, std::vector<std::string> argv,
+                                      const std::map<std::string, std::string>& env) {
   Member member;
   member.name = name;
   const std::string log =
       options_.log_dir.empty() ? "" : absl::StrCat(options_.log_dir, "/", name, ".log");
-  KVRAIL_ASSIGN_OR_RETURN(member.process, Subprocess::Start(argv, {}, log));
+  KVRAIL_ASSIGN_OR_RETURN(member.process, Subprocess::Start(argv, env, log));
   return member;
 }
 
@@ -85,7 +87,6 @@ absl::Status Cluster::StartAll() {
     bootstrap_member_.metrics =
         AnnouncedField(bootstrap_member_.process->transcript(), "bootstrap ready", "metrics");
   }
-  const std::string tls = o.transport == "shm" ? "sm" : "tcp";
   std::vector<std::string> shape = {"--layers",      absl::StrCat(o.shape.layers),
                                     "--kv-heads",    absl::StrCat(o.shape.kv_heads),
                                     "--head-dim",    absl::StrCat(o.shape.head_dim),
@@ -99,32 +100,24 @@ absl::Status Cluster::StartAll() {
     const int global = prefill ? stage * o.prefill_tp + rank : rank;
     const std::string endpoint = absl::StrCat("ipc://", dir_, "/", role, global, ".sock");
     const NodeHost& node = prefill ? o.prefill_node : o.decode_node;
-    std::vector<std::string> argv = node.prefix;
-    for (const std::string& a :
-         {o.kvrail, std::string("sidecar"), std::string("--role"), role,
-          std::string("--engine-endpoint"), endpoint, std::string("--tp-size"), absl::StrCat(tp),
-          std::string("--tp-rank"), absl::StrCat(rank), std::string("--host"), node.host}) {
+    SidecarCommand command;
+    command.kvrail = o.kvrail;
+    command.prefix = node.prefix;
+    command.role = role;
+    command.engine_endpoint = endpoint;
+    command.host = node.host;
+    command.transport = o.transport;
+    command.verbs_provider = o.verbs_provider;
+    command.net_devices = node.net_devices;
+    if (prefill) command.bootstrap = bootstrap_;
+    std::vector<std::string>& argv = command.args;
+    for (const std::string& a : {std::string("--tp-size"), absl::StrCat(tp),
+                                 std::string("--tp-rank"), absl::StrCat(rank)}) {
       argv.push_back(a);
     }
-    if (o.transport == "verbs") {
-      argv.push_back("--transport");
-      argv.push_back("verbs");
-      if (!o.verbs_provider.empty()) {
-        argv.push_back("--verbs-provider");
-        argv.push_back(o.verbs_provider);
-      }
-    } else {
-      argv.push_back("--tls");
-      argv.push_back(tls);
-    }
-    if (!node.net_devices.empty() && o.transport != "verbs") {
-      argv.push_back("--net-devices");
-      argv.push_back(node.net_devices);
-    }
     if (prefill) {
-      for (const std::string& a :
-           {std::string("--bootstrap"), bootstrap_, std::string("--pp-size"),
-            absl::StrCat(o.prefill_pp), std::string("--pp-rank"), absl::StrCat(stage)}) {
+      for (const std::string& a : {std::string("--pp-size"), absl::StrCat(o.prefill_pp),
+                                   std::string("--pp-rank"), absl::StrCat(stage)}) {
         argv.push_back(a);
       }
     }
@@ -137,7 +130,9 @@ absl::Status Cluster::StartAll() {
     }
     argv.insert(argv.end(), o.sidecar_args.begin(), o.sidecar_args.end());
     add_metrics(argv, node);
-    KVRAIL_ASSIGN_OR_RETURN(Member sidecar, Spawn(absl::StrCat(role, "-sidecar-", global), argv));
+    const Command line = SidecarCommandLine(command);
+    KVRAIL_ASSIGN_OR_RETURN(Member sidecar,
+                            Spawn(absl::StrCat(role, "-sidecar-", global), line.argv, line.env));
     absl::StatusOr<std::string> ready =
         sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
     if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
@@ -233,4 +228,4 @@ void Cluster::Stop() {
   (void)rmdir(dir_.c_str());
 }
 
-}  // namespace kvrail::demo
+}  // namespace kvrail::cluster

@@ -1,15 +1,15 @@
 // For tests: a real etcd (/usr/bin/etcd, Debian's etcd-server) as a single member on 127.0.0.1,
 // with client and peer ports the kernel picked free and its data under $TEST_TMPDIR. Killed (its
 // whole process group) when the object goes.
-#ifndef KVRAIL_CONTROL_REGISTRY_ETCD_PROCESS_H_
-#define KVRAIL_CONTROL_REGISTRY_ETCD_PROCESS_H_
+#ifndef KVRAIL_TESTS_SUPPORT_ETCD_PROCESS_H_
+#define KVRAIL_TESTS_SUPPORT_ETCD_PROCESS_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "tools/process/subprocess.h"
+#include "cluster/process/subprocess.h"
 
 namespace kvrail::registry {
 
@@ -38,9 +38,6 @@ class EtcdProcess {
   int client_port_ = 0;
 };
 
-// A TCP port on 127.0.0.1 the kernel had free just now.
-absl::StatusOr<int> PickFreePort();
-
 }  // namespace kvrail::registry
 
-#endif  // KVRAIL_CONTROL_REGISTRY_ETCD_PROCESS_H_
+#endif  // KVRAIL_TESTS_SUPPORT_ETCD_PROCESS_H_

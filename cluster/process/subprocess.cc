@@ -1,4 +1,4 @@
-#include "tools/process/subprocess.h"
+#include "cluster/process/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>

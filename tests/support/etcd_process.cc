@@ -1,51 +1,30 @@
-#include "control/registry/etcd_process.h"
+#include "tests/support/etcd_process.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/registry/etcd_client.h"
+#include "tests/support/ports.h"
 
 namespace kvrail::registry {
-
-absl::StatusOr<int> PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const std::string error = std::strerror(errno);
-    close(fd);
-    return absl::InternalError(absl::StrCat("binding 127.0.0.1:0: ", error));
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(int client_port,
                                                                 std::string data_dir,
                                                                 absl::Duration timeout) {
   static std::atomic<int> serial{0};
   if (client_port == 0) {
-    auto port = PickFreePort();
+    auto port = testing::FreePort();
     if (!port.ok()) return port.status();
     client_port = *port;
   }
-  auto peer_port = PickFreePort();
+  auto peer_port = testing::FreePort();
   if (!peer_port.ok()) return peer_port.status();
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string base = tmp != nullptr ? tmp : "/tmp";

@@ -3,8 +3,8 @@
 // timeout. A child never outlives the Subprocess object: the destructor kills and reaps it
 // (its whole process group when `contained`), and a contained child is also killed when the
 // thread that started it dies, so an interrupted bench leaves nothing running.
-#ifndef KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
-#define KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
+#ifndef KVRAIL_CLUSTER_PROCESS_SUBPROCESS_H_
+#define KVRAIL_CLUSTER_PROCESS_SUBPROCESS_H_
 
 #include <sys/types.h>
 
@@ -131,4 +131,4 @@ const std::string& ProcessTag();
 
 }  // namespace kvrail::process
 
-#endif  // KVRAIL_TOOLS_PROCESS_SUBPROCESS_H_
+#endif  // KVRAIL_CLUSTER_PROCESS_SUBPROCESS_H_

@@ -7,8 +7,8 @@
 // split into runs: for each outer index (over axes before a) and each local index l on axis a,
 // a run of prod(s(a+1..n)) * element bytes, generated from a seed of the run's global
 // coordinates. Replicated fields are one run per outer index with global index 0.
-#ifndef KVRAIL_TOOLS_ENGINE_SIM_KV_PATTERN_H_
-#define KVRAIL_TOOLS_ENGINE_SIM_KV_PATTERN_H_
+#ifndef KVRAIL_CLUSTER_KV_PATTERN_H_
+#define KVRAIL_CLUSTER_KV_PATTERN_H_
 
 #include <cstdint>
 #include <vector>
@@ -70,4 +70,4 @@ std::vector<int32_t> ToyDecode(uint64_t digest, int count);
 
 }  // namespace kvrail::sim
 
-#endif  // KVRAIL_TOOLS_ENGINE_SIM_KV_PATTERN_H_
+#endif  // KVRAIL_CLUSTER_KV_PATTERN_H_

@@ -1,4 +1,4 @@
-#include "tools/engine_sim/kv_pattern.h"
+#include "cluster/kv_pattern.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
 // A gtest fixture whose suite shares one real etcd (EtcdProcess), started before its first test
 // and killed after its last.
-#ifndef KVRAIL_CONTROL_REGISTRY_ETCD_FIXTURE_H_
-#define KVRAIL_CONTROL_REGISTRY_ETCD_FIXTURE_H_
+#ifndef KVRAIL_TESTS_SUPPORT_ETCD_FIXTURE_H_
+#define KVRAIL_TESTS_SUPPORT_ETCD_FIXTURE_H_
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "control/registry/etcd_process.h"
+#include "tests/support/etcd_process.h"
 
 namespace kvrail::registry {
 
@@ -29,4 +29,4 @@ class EtcdFixture : public ::testing::Test {
 
 }  // namespace kvrail::registry
 
-#endif  // KVRAIL_CONTROL_REGISTRY_ETCD_FIXTURE_H_
+#endif  // KVRAIL_TESTS_SUPPORT_ETCD_FIXTURE_H_
