@@ -95,5 +95,21 @@ class Flags(unittest.TestCase):
         self.assertEqual(errors, ["names `kvrail soak`, which `kvrail --help` does not list"])
 
 
+class SectionCitations(unittest.TestCase):
+    def test_a_title_the_doc_does_not_contain_is_reported(self):
+        import os, tempfile
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "docs"))
+            with open(os.path.join(root, "docs", "A.md"), "w") as f:
+                f.write("# A\n\n- **Failed means\n  fenced.** text\n")
+            with open(os.path.join(root, "x.cc"), "w") as f:
+                f.write('// (docs/A.md, "Failed means fenced")\n// (docs/A.md, "Isolation")\n')
+            errors, checked = claims.check_section_citations(
+                root, ["docs/A.md", "x.cc"], {"A.md": "docs/A.md"})
+        self.assertEqual(checked, 2)
+        self.assertEqual(errors, ['x.cc:2: cites A.md, "Isolation", which docs/A.md does not '
+                                  'contain'])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -17,6 +17,8 @@ but third_party/) are read line by line. This check fails when a doc
     "`--registration-ttl` (60 s)", "(default 64)", "(default: off)", "`auto` by default",
     "`--transport ucx` (the default") that differs from the default its `--help` states, or
     states one for a flag its `--help` marks REQUIRED.
+  * cites a section of a doc by its title, in a doc or in any tracked source
+    (`docs/ARCHITECTURE.md, "Failed means fenced"`), and that doc does not contain the title.
 Relative markdown links and protocol citations are doc_links_test's.
 
 Usage: doc_claims_test.py [ROOT [KVRAIL]]. Without ROOT (under Bazel) the root is the source
@@ -83,6 +85,8 @@ PATH = re.compile(r"(?<![\w./@:~$<>-])((?:[A-Za-z0-9_.+-]+/)+[A-Za-z0-9_.*+@-]*)
                   r"(?::([A-Za-z0-9_][A-Za-z0-9_.+-]*))?")
 LABEL = re.compile(r"(?<![\w/:])//([A-Za-z0-9_./-]*)(?::([A-Za-z0-9_.+-]+))?")
 BARE_DOC = re.compile(r"(?<![\w./-])([A-Z][A-Za-z0-9_-]*\.md)\b")
+SECTION_CITATION = re.compile(r"\b([A-Z][A-Za-z0-9-]*\.md),? \"([^\"]{3,})\"")
+CITING_SUFFIXES = (".cc", ".h", ".py", ".proto", ".md", ".sh", ".bzl", ".bazel", ".toml")
 HELP_OPTION = re.compile(r"^  (-\S+)(.*)$")
 # What CLI11 prints after an option's names: its type (an upper-case word, a range, choices),
 # "=DEFAULT", " ..." for a list, " REQUIRED"; then the description, or nothing for a flag.
@@ -355,6 +359,32 @@ def continuation(lines, number_):
     return " ".join(out)
 
 
+def squeezed(text):
+    """Text as a title citation is compared: no markup, one space, lower case."""
+    return re.sub(r"\s+", " ", re.sub(r"[`*_]", "", text)).strip().lower()
+
+
+def check_section_citations(root, files, docs_by_name):
+    """Errors for `X.md, "Title"` citations whose doc does not contain Title, and a count."""
+    errors, checked, texts = [], 0, {}
+    for path in files:
+        if not path.endswith(CITING_SUFFIXES) or path.startswith(SKIPPED_DIRS):
+            continue
+        for number_, line in enumerate(read_lines(root, path), 1):
+            for match in SECTION_CITATION.finditer(line):
+                name, title = match.group(1), match.group(2)
+                doc = docs_by_name.get(name)
+                if doc is None:
+                    continue  # a document outside the tree, or a bare name checked elsewhere
+                if doc not in texts:
+                    texts[doc] = squeezed("\n".join(read_lines(root, doc)))
+                checked += 1
+                if squeezed(title) not in texts[doc]:
+                    errors.append("%s:%d: cites %s, \"%s\", which %s does not contain"
+                                  % (path, number_, name, title, doc))
+    return errors, checked
+
+
 def main():
     root = source_root()
     kvrail = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("KVRAIL_BIN")
@@ -440,15 +470,21 @@ def main():
                     1 for m in FLAG_SPAN.finditer(line)
                     if default_claim(line[m.end():] + " " + following, m.group(2)) is not None)
 
+    docs_by_name = {}
+    for doc in docs:
+        docs_by_name.setdefault(os.path.basename(doc), doc)
+    citation_errors, counts["sections"] = check_section_citations(root, files, docs_by_name)
+    errors.extend(citation_errors)
     for error in errors:
         print(error)
     if counts["paths"] < 100 or counts["flags"] < 100 or counts["defaults"] < 10:
         print("found only %(paths)d paths, %(flags)d flags and %(defaults)d defaults: the docs "
               "were not found" % counts)
         return 1
-    print("%d docs: %d paths, %d flags (%d kvrail commands' --help) and %d defaults checked: "
-          "%d wrong" % (len(docs), counts["paths"], counts["flags"], len(commands),
-                        counts["defaults"], len(errors)))
+    print("%d docs: %d paths, %d flags (%d kvrail commands' --help), %d defaults and %d section "
+          "citations checked: %d wrong" % (len(docs), counts["paths"], counts["flags"],
+                                           len(commands), counts["defaults"],
+                                           counts["sections"], len(errors)))
     return 1 if errors else 0
 
 
