@@ -316,7 +316,7 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
   raw->add_option("--rooms", raw_flags.rooms,
-                  "Rooms (batches) in flight per lane at most, through the scheduler");
+                  "Rooms (batches) in flight per lane at most, through the scheduler (default 64)");
   raw->add_option("--seconds", raw_flags.seconds, "Measured seconds per row")
       ->capture_default_str();
   raw->add_option("--repeat", raw_flags.repeat,

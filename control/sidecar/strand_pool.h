@@ -2,7 +2,7 @@
 // order they were posted; jobs of different keys run in parallel. The sidecar runs what may
 // block on a peer (descriptor fetches, connects, copy expansion) in that peer's strand, so one
 // dead or slow peer holds one thread of the pool and delays only its own rooms
-// (docs/ARCHITECTURE.md, "Isolation").
+// (docs/ARCHITECTURE.md, "Threads of a sidecar").
 //
 // A key's strand exists only while it has jobs: nothing grows with the number of peers ever
 // seen. Thread-safe.

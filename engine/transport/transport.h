@@ -31,9 +31,13 @@
 //     batch (one queue per transport): after a Flush, OK or not, nothing before it lands.
 //     Disconnect: no write to the peer starts once it returns, and the one copying then has
 //     ended before its batch's completion.
-//   * ucx: Flush is ucp_ep_flush_nbx: it completes once every earlier put has completed at the
-//     peer, OK or not. An error without that flush: the endpoint had failed (tcp's peer-failure
-//     handling), and UCX sends nothing more on a failed endpoint. Disconnect does NOT fence (b):
+//   * ucx: where tcp may carry the bytes, writes are kvrail's own active messages and a Flush
+//     sends the lane's count of them, completing OK once the target answers that it checked and
+//     copied that many (a refused write fails it); over shared memory a Flush is
+//     ucp_ep_flush_nbx, which completes once every earlier put has completed at the peer (stores
+//     into a peer's mapped segment are done, behind a release fence, before it). An error
+//     without an answer: the endpoint had failed (peer-failure handling), and UCX sends nothing
+//     more on a failed endpoint. Disconnect does NOT fence (b):
 //     it force-closes the endpoints (UCP_EP_CLOSE_FLAG_FORCE) and cancels the peer's queued
 //     work, but writes UCX already handed over (to the kernel's socket buffers over tcp, into
 //     the peer's receive FIFO over shared memory) may still be copied by the peer after it

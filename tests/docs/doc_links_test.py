@@ -18,8 +18,9 @@ checkout, every file under ROOT but bazel-* and hidden directories.
 
 import os
 import re
-import subprocess
 import sys
+
+from doc_tree import CODE_SPAN, prose_lines, read_lines, source_root, tracked_files
 
 PROTOCOL = "docs/PROTOCOL.md"
 CITING_SUFFIXES = (".cc", ".h", ".py", ".proto", ".md", ".sh", ".bzl", ".bazel", ".service",
@@ -32,54 +33,8 @@ CITATION = re.compile(r"(?:CACHEPD|PROTOCOL\.md),?\s*§" + NUMBER)
 OWN_REFERENCE = re.compile(r"§" + NUMBER)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 HEADING_SECTION = re.compile(r"^§" + NUMBER + r"\b")
-FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
-CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
-
-
-def source_root():
-    if len(sys.argv) > 1:
-        return os.path.abspath(sys.argv[1])
-    runfiles = os.environ.get("TEST_SRCDIR")
-    workspace = os.environ.get("TEST_WORKSPACE", "kvrail")
-    if not runfiles:
-        return os.getcwd()
-    readme = os.path.join(runfiles, workspace, "README.md")
-    return os.path.dirname(os.path.realpath(readme))
-
-
-def tracked_files(root):
-    try:
-        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
-        return sorted(p for p in out.decode("utf-8").split("\0") if p)
-    except (OSError, subprocess.CalledProcessError):
-        files = []
-        for top, dirs, names in os.walk(root):
-            dirs[:] = [d for d in dirs if not d.startswith((".", "bazel-"))]
-            for name in names:
-                files.append(os.path.relpath(os.path.join(top, name), root))
-        return sorted(files)
-
-
-def read_lines(root, path):
-    try:
-        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-            return f.read().splitlines()
-    except OSError:
-        return []
-
-
-def prose_lines(lines):
-    """(line number, text) of the lines outside fenced code blocks."""
-    fenced = False
-    for number, line in enumerate(lines, 1):
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        if not fenced:
-            yield number, line
 
 
 def github_slug(heading, seen):
