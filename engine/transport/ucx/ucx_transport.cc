@@ -31,14 +31,13 @@
 #include "engine/memory/prefault.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/landing_copy.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/shared_region.h"
 
 namespace kvrail::transport {
 namespace ucx_internal {
 
 struct RegionState {
-  uint64_t base = 0;
-  uint64_t length = 0;
   ucp_mem_h memh = nullptr;
   std::string rkey;    // ucp_rkey_pack bytes
   int shared_fd = -1;  // Allocate's "ucx-shm" placement: our dup of UCX's segment fd
@@ -930,16 +929,12 @@ absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   const uint64_t base = reinterpret_cast<uintptr_t>(region.base);
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
-  for (const auto& [id, entry] : regions_) {
-    KVRAIL_RETURN_IF_ERROR(CheckDisjoint(region, id, entry->base, entry->length));
-  }
+  KVRAIL_RETURN_IF_ERROR(regions_.CheckDisjoint(region));
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = region.base;
   mp.length = region.length;
   auto state = std::make_unique<RegionState>();
-  state->base = base;
-  state->length = region.length;
   ucs_status_t s = ucp_mem_map(static_cast<ucp_context_h>(context_), &mp, &state->memh);
   if (s != UCS_OK) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -955,11 +950,8 @@ absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
   }
   state->rkey.assign(static_cast<const char*>(packed), packed_size);
   ucp_rkey_buffer_release(packed);
-  const RegionId id = next_region_++;
   AllLanes writing(lanes_);
-  regions_.emplace(id, std::move(state));
-  ++version_;
-  return id;
+  return regions_.Add(base, region.length, std::move(state));
 }
 
 absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
@@ -993,17 +985,15 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
           ucp_rkey_pack(context, state->memh, &packed, &packed_size) == UCS_OK) {
         state->rkey.assign(static_cast<const char*>(packed), packed_size);
         ucp_rkey_buffer_release(packed);
-        state->base = reinterpret_cast<uintptr_t>(attr.address);
-        state->length = length;
-        SharedRegion shared{.region = next_region_++,
+        const int shared_fd = state->shared_fd;
+        AllLanes writing(lanes_);
+        SharedRegion shared{.region = regions_.Add(reinterpret_cast<uintptr_t>(attr.address),
+                                                   length, std::move(state)),
                             .base = attr.address,
                             .length = length,
-                            .fd = state->shared_fd,
+                            .fd = shared_fd,
                             .fd_offset = backing->offset,
                             .placement = "ucx-shm"};
-        AllLanes writing(lanes_);
-        regions_.emplace(shared.region, std::move(state));
-        ++version_;
         return shared;
       }
       state->Release(context);
@@ -1018,15 +1008,11 @@ absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {
 absl::Status UcxTransport::Deregister(RegionId region) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
-  auto it = regions_.find(region);
-  if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrFormat("Deregister: region %d is not registered", region));
-  }
+  if (regions_.Find(region) == nullptr) return RegionNotRegistered(region);
   {
     AllLanes writing(lanes_);  // no post checks, no lane sends from or copies into it now
-    it->second->Release(static_cast<ucp_context_h>(context_));
-    regions_.erase(it);
-    ++version_;
+    KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<RegionState> removed, regions_.Remove(region));
+    removed->Release(static_cast<ucp_context_h>(context_));
   }
   if (auto owned = allocated_.find(region); owned != allocated_.end()) allocated_.erase(owned);
   return absl::OkStatus();
@@ -1036,14 +1022,14 @@ absl::StatusOr<v1::HandshakeDescriptor> UcxTransport::LocalDescriptor() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("LocalDescriptor: the transport is closed");
   v1::HandshakeDescriptor descriptor;
-  descriptor.set_version(version_);
+  descriptor.set_version(regions_.version());
   descriptor.set_transport(v1::TRANSPORT_KIND_UCX);
   for (const auto& lane : lanes_) descriptor.add_lanes()->set_address(lane->address);
   for (const auto& [id, entry] : regions_) {
     v1::Region* region = descriptor.add_regions();
-    region->set_base(entry->base);
-    region->set_length(entry->length);
-    region->set_remote_key(entry->rkey);
+    region->set_base(entry.base);
+    region->set_length(entry.length);
+    region->set_remote_key(entry.entry->rkey);
     region->set_memory_kind(v1::MEMORY_KIND_HOST);
   }
   return descriptor;
@@ -1228,14 +1214,14 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
   const auto context = [&] { return BatchContext(peer, lane, source); };
   KVRAIL_ASSIGN_OR_RETURN(Started started, Start(peer, lane, done, context));
   Lane& home = *started.home;
-  auto region = regions_.find(source);
-  if (region == regions_.end()) {
+  const auto* region = regions_.Find(source);
+  if (region == nullptr) {
     return absl::NotFoundError(
         absl::StrFormat("%s: source region %d is not registered", context(), source));
   }
   // Checked here, so that a bad batch is refused at once; the lane's thread sends it as it is.
   Op* op = home.TakeOpLocked();
-  if (absl::Status checked = CheckWrites(writes, region->second->length, started.state->regions,
+  if (absl::Status checked = CheckWrites(writes, region->length, started.state->regions,
                                          capabilities_.max_write_bytes, &op->region_of);
       !checked.ok()) {
     op->region_of.clear();
@@ -1243,7 +1229,7 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
     return AddContext(checked, context());
   }
   op->source = source;
-  op->base = reinterpret_cast<const std::byte*>(region->second->base);
+  op->base = reinterpret_cast<const std::byte*>(region->base);
   op->writes.assign(writes.begin(), writes.end());
   home.PushLocked(op, *started.state, OpKind::kBatch, std::move(done));
   return absl::OkStatus();
@@ -1302,7 +1288,7 @@ void UcxTransport::Issue(Lane& lane, Op* op) {
     return;
   }
   // Deregister withdrew the source while the batch waited: its bytes are not touched.
-  if (regions_.find(op->source) == regions_.end()) {
+  if (regions_.Find(op->source) == nullptr) {
     lane.Finish(op, absl::CancelledError(absl::StrFormat(
                         "%s: the source region was deregistered before the batch was sent",
                         BatchContext(state.id, lane.index, op->source))));
@@ -1467,10 +1453,7 @@ void UcxTransport::SendAmFlush(Lane& lane, PeerLane& pl, Op* op) {
 }
 
 bool UcxTransport::RegisteredLocked(uint64_t address, uint64_t length) const {
-  for (const auto& [id, region] : regions_) {
-    if (RangeInside(address, length, region->base, region->length)) return true;
-  }
-  return false;
+  return regions_.Covering(address, length).has_value();
 }
 
 int UcxTransport::OnWriteAm(void* arg, const void* header, size_t header_length, void* data,
@@ -1690,8 +1673,7 @@ void UcxTransport::ReleaseAll() {
   std::lock_guard<std::mutex> lock(mu_);
   if (released_) return;
   released_ = true;
-  for (auto& [id, region] : regions_) region->Release(static_cast<ucp_context_h>(context_));
-  regions_.clear();
+  for (auto& region : regions_.TakeAll()) region->Release(static_cast<ucp_context_h>(context_));
   allocated_.clear();
   // A lane whose thread never started (Create failed) still has its worker.
   for (auto& lane : lanes_) {

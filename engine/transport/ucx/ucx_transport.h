@@ -124,6 +124,7 @@
 #include "absl/types/span.h"
 #include "engine/memory/arena.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
@@ -272,13 +273,13 @@ class UcxTransport final : public Transport {
 
   mutable std::mutex mu_;
   // Written with mu_ and every lane's mutexes held; read with any of them (a post holds only its
-  // lane's queue mutex, a lane's thread its worker mutex). allocated_ and next_* are mu_'s alone.
+  // lane's queue mutex, a lane's thread its worker mutex). allocated_ and next_peer_ are mu_'s
+  // alone.
   bool closed_ = false;    // Close was called: no new work
   bool released_ = false;  // ReleaseAll ran: regions unmapped, workers destroyed
-  uint64_t version_ = 1;
-  RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
-  std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
+  // The registrations and the descriptor version (region_table.h).
+  RegionTable<std::unique_ptr<ucx_internal::RegionState>> regions_;
   std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memfd placements
   std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
   // mu_'s alone: peers whose Connect is waiting for wireup, so that Close can end them.

@@ -17,6 +17,7 @@
 #include "engine/memory/cuda_arena.h"
 #include "engine/memory/cuda_dmabuf.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/shared_region.h"
 #include "engine/transport/verbs/verbs_connector.h"
 #include "engine/transport/verbs/verbs_rail.h"
@@ -25,10 +26,8 @@ namespace kvrail::transport {
 namespace verbs_internal {
 
 struct RegionState {
-  RegionId id = 0;
   bool cuda = false;
-  uint64_t base = 0;
-  uint64_t length = 0;
+  uint64_t base = 0;             // the work requests' source addresses start here
   std::vector<ibv_mr*> mrs;      // one per rail
   std::unique_ptr<Arena> arena;  // Allocate's memfd placement
   // Batches holding this region as their source and not yet complete; Deregister waits for
@@ -352,12 +351,9 @@ absl::StatusOr<RegionId> VerbsTransport::Register(const LocalRegion& region) {
   KVRAIL_RETURN_IF_ERROR(CheckLocalRegion(region, capabilities_.gpu_memory));
   std::unique_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
-  for (const auto& [id, entry] : regions_) {
-    KVRAIL_RETURN_IF_ERROR(CheckDisjoint(region, id, entry->base, entry->length));
-  }
+  KVRAIL_RETURN_IF_ERROR(regions_.CheckDisjoint(region));
   auto entry = std::make_shared<RegionState>();
   entry->base = reinterpret_cast<uint64_t>(region.base);
-  entry->length = region.length;
   entry->cuda = region.cuda;
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   // A dmabuf of the GPU range, registered at the range's own address as its IOVA, so that peers
@@ -383,20 +379,18 @@ absl::StatusOr<RegionId> VerbsTransport::Register(const LocalRegion& region) {
     entry->mrs.push_back(mr);
   }
   if (dmabuf.fd >= 0) close(dmabuf.fd);
-  entry->id = next_region_++;
-  ++version_;
-  regions_.emplace(entry->id, entry);
-  return entry->id;
+  const uint64_t base = entry->base;
+  return regions_.Add(base, region.length, std::move(entry));
 }
 
 absl::StatusOr<SharedRegion> VerbsTransport::Allocate(uint64_t length) {
   KVRAIL_ASSIGN_OR_RETURN(MemfdAllocation allocation, AllocateOnMemfd(*this, length));
   std::unique_lock<std::shared_mutex> lock(mu_);
-  auto it = regions_.find(allocation.shared.region);
-  if (it == regions_.end()) {
+  auto* found = regions_.Find(allocation.shared.region);
+  if (found == nullptr) {
     return absl::FailedPreconditionError("Allocate: the region went away while it was made");
   }
-  it->second->arena = std::move(allocation.arena);
+  found->entry->arena = std::move(allocation.arena);
   return allocation.shared;
 }
 
@@ -405,13 +399,7 @@ absl::Status VerbsTransport::Deregister(RegionId region) {
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
-    auto it = regions_.find(region);
-    if (it == regions_.end()) {
-      return absl::NotFoundError(absl::StrCat("Deregister: region ", region, " is not registered"));
-    }
-    entry = std::move(it->second);
-    regions_.erase(it);
-    ++version_;
+    KVRAIL_ASSIGN_OR_RETURN(entry, regions_.Remove(region));
   }
   // Batches that name the region's lkeys end first (landed or failed), unless this runs on a
   // lane's thread, whose own completions could then never come.
@@ -432,7 +420,7 @@ absl::StatusOr<v1::HandshakeDescriptor> VerbsTransport::LocalDescriptor() const 
   std::shared_lock<std::shared_mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("LocalDescriptor: the transport is closed");
   v1::HandshakeDescriptor descriptor;
-  descriptor.set_version(version_);
+  descriptor.set_version(regions_.version());
   descriptor.set_transport(v1::TRANSPORT_KIND_VERBS);
   for (const auto& lane : lanes_) {
     const Rail& rail = *lane->rail;
@@ -451,10 +439,10 @@ absl::StatusOr<v1::HandshakeDescriptor> VerbsTransport::LocalDescriptor() const 
   }
   for (const auto& [id, entry] : regions_) {
     v1::Region* region = descriptor.add_regions();
-    region->set_base(entry->base);
-    region->set_length(entry->length);
-    region->set_remote_key(PackRkeys(entry->mrs));
-    region->set_memory_kind(entry->cuda ? v1::MEMORY_KIND_CUDA : v1::MEMORY_KIND_HOST);
+    region->set_base(entry.base);
+    region->set_length(entry.length);
+    region->set_remote_key(PackRkeys(entry.entry->mrs));
+    region->set_memory_kind(entry.entry->cuda ? v1::MEMORY_KIND_CUDA : v1::MEMORY_KIND_HOST);
   }
   return descriptor;
 }
@@ -787,15 +775,15 @@ absl::Status VerbsTransport::PostWrites(PeerId peer, int lane, RegionId source,
   if (p == peers_.end()) {
     return absl::NotFoundError(absl::StrCat("PostWrites: peer ", peer, " is not connected"));
   }
-  auto r = regions_.find(source);
-  if (r == regions_.end()) {
+  const auto* r = regions_.Find(source);
+  if (r == nullptr) {
     return absl::NotFoundError(absl::StrCat("PostWrites: region ", source, " is not registered"));
   }
   auto op = std::make_unique<Op>();
-  KVRAIL_RETURN_IF_ERROR(CheckWrites(writes, r->second->length, p->second->remote,
+  KVRAIL_RETURN_IF_ERROR(CheckWrites(writes, r->length, p->second->remote,
                                      capabilities_.max_write_bytes, &op->remote_region));
   op->done = std::move(done);
-  op->source = r->second;
+  op->source = r->entry;
   op->writes.assign(writes.begin(), writes.end());
   {
     std::lock_guard<std::mutex> region_lock(op->source->mu);
@@ -1318,12 +1306,12 @@ void VerbsTransport::RetireQpLocked(QpState& qp, Destroy when) {
 void VerbsTransport::Close() {
   std::lock_guard<std::mutex> close_lock(close_mu_);
   std::map<PeerId, std::shared_ptr<PeerState>> peers;
-  std::map<RegionId, std::shared_ptr<RegionState>> regions;
+  std::vector<std::shared_ptr<RegionState>> regions;
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (closed_) return;
     peers.swap(peers_);
-    regions.swap(regions_);
+    regions = regions_.TakeAll();
     closed_ = true;
   }
   for (auto& [id, state] : peers) {
@@ -1346,7 +1334,7 @@ void VerbsTransport::Close() {
     responders_.clear();
   }
   // Registrations withdrawn: peers' writes into them fail with a remote access error.
-  for (auto& [id, entry] : regions) {
+  for (auto& entry : regions) {
     for (ibv_mr* mr : entry->mrs) api_.dereg_mr(mr);
     entry->mrs.clear();
   }

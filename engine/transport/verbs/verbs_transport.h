@@ -68,6 +68,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/transport.h"
 #include "engine/transport/verbs/rails.h"
 #include "engine/transport/verbs/verbs_api.h"
@@ -231,11 +232,10 @@ class VerbsTransport final : public Transport {
 
   mutable std::shared_mutex mu_;
   bool closed_ = false;
-  uint64_t version_ = 1;
-  RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
   uint64_t next_connection_ = 1;
-  std::map<RegionId, std::shared_ptr<verbs_internal::RegionState>> regions_;
+  // The registrations and the descriptor version (region_table.h).
+  RegionTable<std::shared_ptr<verbs_internal::RegionState>> regions_;
   std::map<PeerId, std::shared_ptr<verbs_internal::PeerState>> peers_;
 
   // The responder QPs of peers' connects, by connection id.
