@@ -33,6 +33,7 @@
 #include "engine/transport/landing_copy.h"
 #include "engine/transport/region_table.h"
 #include "engine/transport/shared_region.h"
+#include "engine/transport/ucx/am_protocol.h"
 
 namespace kvrail::transport {
 namespace ucx_internal {
@@ -53,41 +54,10 @@ struct RegionState {
 struct PeerState;
 struct Lane;
 
-// The header of every active message of the write path ("Writes over tcp" in the header file).
-// `token` names the writer's connection and lane at the target; the other words depend on the
-// message: a write's destination address; a flush's message count and number.
-struct AmHeader {
-  uint64_t token = 0;
-  uint64_t a = 0;
-  uint64_t b = 0;
-};
-
-// A target's answer to a flush: it has handled `count` of the flush's messages; `refused` (0 or
-// 1) says whether one of them, since the previous answer, was refused, and which.
-struct FlushReply {
-  uint64_t token = 0;
-  uint64_t seq = 0;
-  uint64_t refused = 0;
-  uint64_t refused_address = 0;
-  uint64_t refused_length = 0;
-};
-
-// Active-message ids on every lane's worker.
-// kWritesAm: several small writes in one message (a staged relayout, docs/ARCHITECTURE.md
-// "Small rows over tcp"): the header's `a` is their count n; the payload holds n PackedWrites,
-// then each write's bytes in that order.
-enum AmId : unsigned { kWriteAm = 1, kFlushAm = 2, kFlushReplyAm = 3, kByeAm = 4, kWritesAm = 5 };
-
-// One write of a kWritesAm message: where its bytes go at the target, and how many.
-struct PackedWrite {
-  uint64_t address = 0;
-  uint64_t length = 0;
-};
-
 enum class OpKind {
   kBatch,    // PostWrites
   kFlush,    // Flush over puts (and Connect's wireup): ucp_ep_flush_nbx
-  kAmFlush,  // Flush over active messages: done when the peer's FlushReply arrives
+  kAmFlush,  // Flush over active messages: done when the peer's am::FlushReply arrives
   // Jobs that only the lane's queue carries, never delivered:
   kConnect,  // Connect: the peer's endpoint on this lane; then the op is the wireup's kFlush
   kClose,    // Disconnect, Close, a failed Connect: cancel the peer's ops here, close its endpoint
@@ -108,10 +78,12 @@ struct Op {
   uint64_t seq = 0;      // kAmFlush: the number the peer's answer names
   // Active-message headers: UCX reads each until its send completes. Reserved before the first
   // send (so none moves) and kept with its capacity when the op is recycled.
-  std::vector<AmHeader> headers;
+  std::vector<am::AmHeader> headers;
   // kWritesAm messages: their entries and the gather list UCX reads each payload from (entries
   // first, then the writes' source bytes), kept like `headers` until the sends complete.
-  std::vector<PackedWrite> packed;
+  std::vector<am::PackedWrite> packed;
+  // The batch cut into active messages (am_protocol.h, PlanMessages).
+  std::vector<am::AmMessage> plan;
   std::vector<ucp_dt_iov_t> gather;
   // A batch as PostWrites checked it: the source region (sent only while it is registered),
   // its bytes, the writes and each one's index in the peer's descriptor regions (its rkey).
@@ -130,15 +102,13 @@ struct Op {
 struct alignas(64) PeerLane {
   PeerState* peer = nullptr;  // with `lane`, the endpoint's error handler's argument
   int lane = 0;
-  uint64_t token = 0;  // the active-message path: this connection's name at the target
+  am::AmWriter writer;  // the active-message path: this connection's token, messages, flushes
   ucp_ep_h ep = nullptr;
   bool peer_mode = false;         // the endpoint has peer-failure handling
   std::vector<ucp_rkey_h> rkeys;  // [descriptor region index]
   absl::Status error;             // first failure of a batch since the lane's last Flush
   ucs_status_t failed = UCS_OK;   // set by UCX's error handler
   std::deque<Op*> ops;            // undelivered batches and flushes, oldest first
-  uint64_t sent = 0;              // the active-message path: write messages sent so far,
-  uint64_t flushes = 0;           // and the last flush's number
 };
 
 // A connected (or connecting) peer. Everything but `closed` and `why` is fixed before its
@@ -178,7 +148,7 @@ struct PeerState {
       PeerLane& pl = lanes[lane];
       pl.peer = this;
       pl.lane = lane;
-      pl.token = (uint64_t{random()} << 32) ^ random() ^ (uint64_t(lane) << 56);
+      pl.writer = am::AmWriter((uint64_t{random()} << 32) ^ random() ^ (uint64_t(lane) << 56));
       pl.rkeys.assign(region_count, nullptr);
     }
   }
@@ -189,26 +159,6 @@ struct PeerState {
       if (rkey != nullptr) ucp_rkey_destroy(rkey);
       rkey = nullptr;
     }
-  }
-};
-
-// What a target keeps per writer connection and lane (its token) on the active-message path.
-struct Inbound {
-  uint64_t handled = 0;  // write messages handled (copied or refused)
-  // The first write refused since the last answer.
-  bool refused = false;
-  uint64_t refused_address = 0;
-  uint64_t refused_length = 0;
-  // Flushes that arrived before all of their writes (count, number): answered once handled
-  // reaches the count.
-  std::vector<std::pair<uint64_t, uint64_t>> waiting;
-
-  // A write refused: the first since the last answer is the one the answer names.
-  void Refuse(uint64_t address, uint64_t length) {
-    if (refused) return;
-    refused = true;
-    refused_address = address;
-    refused_length = length;
   }
 };
 
@@ -265,7 +215,7 @@ struct Lane {
   // The active-message path: this lane's peers by token (for their flushes' answers), and what
   // it keeps for each writer that writes into it.
   std::unordered_map<uint64_t, PeerState*> outbound;
-  std::unordered_map<uint64_t, Inbound> inbound;
+  am::AmTarget target;
 
   // mu held. An op for a post, from the spare ones when there is one.
   Op* TakeOpLocked() {
@@ -336,18 +286,21 @@ struct Lane {
   // Keeps a finished op (or a job done with) for a later post, with its vectors' capacity up to
   // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB).
   void Recycle(Op* op) {
-    std::vector<AmHeader> headers = std::move(op->headers);
-    std::vector<PackedWrite> packed = std::move(op->packed);
+    std::vector<am::AmHeader> headers = std::move(op->headers);
+    std::vector<am::PackedWrite> packed = std::move(op->packed);
+    std::vector<am::AmMessage> plan = std::move(op->plan);
     std::vector<ucp_dt_iov_t> gather = std::move(op->gather);
     std::vector<Write> writes = std::move(op->writes);
     std::vector<int> region_of = std::move(op->region_of);
     headers.clear();
     packed.clear();
+    plan.clear();
     gather.clear();
     writes.clear();
     region_of.clear();
     *op = Op();
     if (headers.capacity() <= 4096) op->headers = std::move(headers);
+    if (plan.capacity() <= 4096) op->plan = std::move(plan);
     if (packed.capacity() <= 4096 && gather.capacity() <= 8192) {
       op->packed = std::move(packed);
       op->gather = std::move(gather);
@@ -410,11 +363,8 @@ class AllLanes {
 }  // namespace ucx_internal
 
 using ucx_internal::AllLanes;
-using ucx_internal::AmHeader;
 using ucx_internal::ConnectWait;
-using ucx_internal::FlushReply;
 using ucx_internal::FromUcs;
-using ucx_internal::Inbound;
 using ucx_internal::Lane;
 using ucx_internal::Op;
 using ucx_internal::OpKind;
@@ -483,64 +433,34 @@ void SendOwnedAm(ucp_ep_h ep, unsigned id, Header* owned) {
   if (!UCS_PTR_IS_PTR(request)) delete owned;  // done at once, or failed
 }
 
-// The target answers a flush of `token`, numbered `seq`, through `reply_ep`, reporting (and
-// forgetting) the first write refused since its last answer.
-void AnswerFlush(ucp_ep_h reply_ep, uint64_t token, uint64_t seq, Inbound& in) {
-  auto* reply = new FlushReply{.token = token,
-                               .seq = seq,
-                               .refused = in.refused ? uint64_t{1} : 0,
-                               .refused_address = in.refused_address,
-                               .refused_length = in.refused_length};
-  in.refused = false;
-  SendOwnedAm(reply_ep, ucx_internal::kFlushReplyAm, reply);
-}
-
-// The flushes of `in` whose writes have all been handled are answered.
-void AnswerWaitingFlushes(ucp_ep_h reply_ep, uint64_t token, Inbound& in) {
-  auto& waiting = in.waiting;
-  for (auto it = waiting.begin(); it != waiting.end();) {
-    if (it->first > in.handled) {
-      ++it;
-      continue;
-    }
-    AnswerFlush(reply_ep, token, it->second, in);
-    it = waiting.erase(it);
-  }
-}
-
-// An active message's header as `Header`; false when its length is another's. (UCX does not
-// align headers, hence the copy.)
-template <typename Header>
-bool ReadHeader(const void* header, size_t header_length, Header* out) {
-  if (header_length != sizeof(Header)) return false;
-  std::memcpy(out, header, sizeof(Header));
-  return true;
-}
-
 // The writer's endpoint, from which a message's answer goes back; nullptr when the writer did
 // not send one (not a kvrail writer).
 ucp_ep_h ReplyEndpoint(const ucp_am_recv_param_t* param) {
   return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
 }
 
-// The target's side of a flush: answered at once when every write it counts has been handled,
-// or once they are.
-// After a write message: the flushes that waited for it (and the ones before) are answered.
-void AnswerHandledFlushes(const ucp_am_recv_param_t* param, uint64_t token, Inbound& in) {
-  if (in.waiting.empty()) return;
-  if (ucp_ep_h reply_ep = ReplyEndpoint(param); reply_ep != nullptr) {
-    AnswerWaitingFlushes(reply_ep, token, in);
+// Answers a flush through the writer's reply endpoint; best effort (SendOwnedAm).
+class ReplyThrough {
+ public:
+  explicit ReplyThrough(ucp_ep_h reply_ep) : reply_ep_(reply_ep) {}
+  void operator()(const am::FlushReply& reply) const {
+    SendOwnedAm(reply_ep_, am::kFlushReplyAm, new am::FlushReply(reply));
   }
-}
 
+ private:
+  ucp_ep_h reply_ep_;
+};
+
+// The target's side of a flush (am::AmTarget::OnFlush).
 ucs_status_t OnFlushAm(void* arg, const void* header, size_t header_length, void* /*data*/,
                        size_t /*length*/, const ucp_am_recv_param_t* param) {
+  am::AmHeader flush;
+  if (!am::ReadHeader(header, header_length, &flush)) return UCS_OK;
   ucp_ep_h reply_ep = ReplyEndpoint(param);
-  AmHeader flush;
-  if (!ReadHeader(header, header_length, &flush) || reply_ep == nullptr) return UCS_OK;
-  Inbound& in = static_cast<Lane*>(arg)->inbound[flush.token];
-  in.waiting.emplace_back(flush.a, flush.b);
-  AnswerWaitingFlushes(reply_ep, flush.token, in);
+  if (reply_ep == nullptr) return UCS_OK;
+  const ReplyThrough send(reply_ep);
+  const am::Reply reply(send);
+  static_cast<Lane*>(arg)->target.OnFlush(flush, &reply);
   return UCS_OK;
 }
 
@@ -548,22 +468,15 @@ ucs_status_t OnFlushAm(void* arg, const void* header, size_t header_length, void
 // lane's batches, else with the refusal the target reports, else OK.
 ucs_status_t OnFlushReplyAm(void* arg, const void* header, size_t header_length, void* /*data*/,
                             size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
-  FlushReply reply;
-  if (!ReadHeader(header, header_length, &reply)) return UCS_OK;
+  am::FlushReply reply;
+  if (!am::ReadHeader(header, header_length, &reply)) return UCS_OK;
   Lane& lane = *static_cast<Lane*>(arg);
   auto found = lane.outbound.find(reply.token);
   if (found == lane.outbound.end()) return UCS_OK;  // disconnected since
   PeerState& peer = *found->second;
   for (Op* op : peer.lanes[lane.index].ops) {
     if (op->kind != OpKind::kAmFlush || op->seq != reply.seq) continue;
-    absl::Status status;
-    if (reply.refused != 0) {
-      status = absl::UnavailableError(absl::StrFormat(
-          "flush to peer %d lane %d: the peer refused a write of %u bytes at 0x%x: not inside a "
-          "region it has registered (deregistered since its descriptor was fetched?)",
-          peer.id, lane.index, reply.refused_length, reply.refused_address));
-    }
-    lane.FinishFlush(op, std::move(status));
+    lane.FinishFlush(op, am::FlushReplyStatus(reply, peer.id, lane.index));
     break;
   }
   return UCS_OK;
@@ -572,9 +485,9 @@ ucs_status_t OnFlushReplyAm(void* arg, const void* header, size_t header_length,
 // A writer that disconnects says goodbye: the target forgets what it kept for it.
 ucs_status_t OnByeAm(void* arg, const void* header, size_t header_length, void* /*data*/,
                      size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
-  AmHeader bye;
-  if (!ReadHeader(header, header_length, &bye)) return UCS_OK;
-  static_cast<Lane*>(arg)->inbound.erase(bye.token);
+  am::AmHeader bye;
+  if (!am::ReadHeader(header, header_length, &bye)) return UCS_OK;
+  static_cast<Lane*>(arg)->target.OnBye(bye);
   return UCS_OK;
 }
 
@@ -877,21 +790,21 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
     Lane& added = *lanes_.emplace_back(std::move(lane));
     // Every lane serves both sides of the active-message path: a peer may write either way.
     const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
-        {ucx_internal::kWriteAm,
+        {am::kWriteAm,
          [](void* arg, const void* header, size_t header_length, void* data, size_t length,
             const ucp_am_recv_param_t* param) {
            return static_cast<ucs_status_t>(
                OnWriteAm(arg, header, header_length, data, length, param));
          }},
-        {ucx_internal::kWritesAm,
+        {am::kWritesAm,
          [](void* arg, const void* header, size_t header_length, void* data, size_t length,
             const ucp_am_recv_param_t* param) {
            return static_cast<ucs_status_t>(
                OnWritesAm(arg, header, header_length, data, length, param));
          }},
-        {ucx_internal::kFlushAm, OnFlushAm},
-        {ucx_internal::kFlushReplyAm, OnFlushReplyAm},
-        {ucx_internal::kByeAm, OnByeAm},
+        {am::kFlushAm, OnFlushAm},
+        {am::kFlushReplyAm, OnFlushReplyAm},
+        {am::kByeAm, OnByeAm},
     };
     for (const auto& [id, callback] : handlers) {
       ucp_am_handler_param_t hp{};
@@ -1162,7 +1075,7 @@ void UcxTransport::IssueConnect(Lane& lane, Op* op) {
     }
   }
   if (index == 0) MapRegions(state);
-  lane.outbound[pl.token] = &state;
+  lane.outbound[pl.writer.token()] = &state;
   // UCX's wireup finishes with a flush of the new endpoint, progressed by this thread: an
   // unreachable peer is reported by Connect, and no wireup message is left pending when either
   // side's worker is destroyed (UCX 1.13 asserts on a pending wireup reply at
@@ -1349,22 +1262,12 @@ std::byte* UcxTransport::MappedAddress(const PeerState& state, int region, uint6
 }
 
 void UcxTransport::IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
-  const uint64_t slice = am_slice_bytes_;
-  // Writes this small share messages (kWritesAm): a head-sliced room's rows of a KiB or two
-  // would otherwise cost a message, a handler call and a flush count each.
-  const uint64_t packable = slice / 8;
-  size_t messages = 0, small = 0;
-  for (const Write& w : op->writes) {
-    if (w.length <= packable) {
-      ++small;
-    } else {
-      messages += (w.length + slice - 1) / slice;
-    }
-  }
+  am::PlanMessages(op->writes, am_slice_bytes_, &op->plan);
   // UCX reads headers, entries and gather lists until each send completes: none may move.
-  op->headers.reserve(messages + small);
-  op->packed.reserve(small);
-  op->gather.reserve(2 * small);
+  const am::PlanSizes sizes = am::SizesOf(op->plan);
+  op->headers.reserve(sizes.headers);
+  op->packed.reserve(sizes.packed);
+  op->gather.reserve(sizes.gather);
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // Eager: the target gets each message whole inside its progress and never has to ask for it
@@ -1373,77 +1276,49 @@ void UcxTransport::IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
   ucp_request_param_t gathered = param;
   gathered.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
   gathered.datatype = ucp_dt_make_iov();
-  const auto send = [&](unsigned id, const AmHeader& header, const void* data, size_t length,
-                        const ucp_request_param_t& how, size_t index) {
-    ucs_status_ptr_t request =
-        ucp_am_send_nbx(pl.ep, id, &header, sizeof(header), data, length, &how);
-    if (UCS_PTR_IS_ERR(request)) {
-      op->status =
-          PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
-                                               BatchContext(pl.peer->id, lane.index, op->source),
-                                               index, op->writes.size()));
-      return false;
-    }
-    ++pl.sent;
-    if (request != nullptr) ++op->requests;
-    return true;
-  };
-  const size_t count = op->writes.size();
-  for (size_t i = 0; i < count;) {
-    const Write& w = op->writes[i];
-    // A run of small writes that fits one message, entries and bytes together.
-    size_t end = i;
-    uint64_t bytes = 0;
-    while (end < count && op->writes[end].length <= packable &&
-           (end - i + 1) * sizeof(ucx_internal::PackedWrite) + bytes + op->writes[end].length <=
-               slice) {
-      bytes += op->writes[end].length;
-      ++end;
-    }
-    if (end - i >= 2) {
+  for (const am::AmMessage& message : op->plan) {
+    am::AmHeader& header = op->headers.emplace_back(pl.writer.WriteHeader(message, op->writes));
+    ucs_status_ptr_t request;
+    if (message.id == am::kWritesAm) {
+      // One gather list: the entry table, then each write's source bytes.
       const size_t first_entry = op->packed.size();
       const size_t first_iov = op->gather.size();
-      op->gather.push_back({nullptr, (end - i) * sizeof(ucx_internal::PackedWrite)});
-      for (size_t k = i; k < end; ++k) {
+      op->gather.push_back({nullptr, (message.end - message.first) * sizeof(am::PackedWrite)});
+      for (size_t k = message.first; k < message.end; ++k) {
         const Write& small_write = op->writes[k];
         op->packed.push_back({small_write.remote_address, small_write.length});
         op->gather.push_back(
             {const_cast<std::byte*>(op->base + small_write.local_offset), small_write.length});
       }
       op->gather[first_iov].buffer = &op->packed[first_entry];
-      AmHeader& header = op->headers.emplace_back();
-      header.token = pl.token;
-      header.a = end - i;
-      if (!send(ucx_internal::kWritesAm, header, &op->gather[first_iov], end - i + 1, gathered,
-                i)) {
-        return;
-      }
-      i = end;
-      continue;
+      request = ucp_am_send_nbx(pl.ep, am::kWritesAm, &header, sizeof(header),
+                                &op->gather[first_iov], message.end - message.first + 1, &gathered);
+    } else {
+      const Write& w = op->writes[message.first];
+      request = ucp_am_send_nbx(pl.ep, am::kWriteAm, &header, sizeof(header),
+                                op->base + w.local_offset + message.offset, message.length, &param);
     }
-    for (uint64_t done = 0; done < w.length; done += slice) {
-      const uint64_t length = std::min(slice, w.length - done);
-      AmHeader& header = op->headers.emplace_back();
-      header.token = pl.token;
-      header.a = w.remote_address + done;
-      if (!send(ucx_internal::kWriteAm, header, op->base + w.local_offset + done, length, param,
-                i)) {
-        return;
-      }
+    if (UCS_PTR_IS_ERR(request)) {
+      op->status =
+          PostFailure(request, absl::StrFormat("%s: write %d of %d: ucp_am_send_nbx",
+                                               BatchContext(pl.peer->id, lane.index, op->source),
+                                               message.first, op->writes.size()));
+      return;
     }
-    ++i;
+    pl.writer.Sent();
+    if (request != nullptr) ++op->requests;
   }
 }
 
 void UcxTransport::SendAmFlush(Lane& lane, PeerLane& pl, Op* op) {
-  op->seq = ++pl.flushes;
-  op->headers.push_back({.token = pl.token, .a = pl.sent, .b = op->seq});
+  const am::AmHeader& header = op->headers.emplace_back(pl.writer.NextFlush());
+  op->seq = header.b;
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
   Lane::Hold(op);
-  ucs_status_ptr_t request = ucp_am_send_nbx(pl.ep, ucx_internal::kFlushAm, &op->headers.back(),
-                                             sizeof(AmHeader), nullptr, 0, &param);
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(pl.ep, am::kFlushAm, &header, sizeof(header), nullptr, 0, &param);
   if (UCS_PTR_IS_PTR(request)) ++op->requests;
   if (!lane.Release(op)) return;
   if (UCS_PTR_IS_ERR(request)) {
@@ -1452,74 +1327,57 @@ void UcxTransport::SendAmFlush(Lane& lane, PeerLane& pl, Op* op) {
   }
 }
 
+// Where an active-message write lands at the target: memory this transport has registered
+// now, read on the lane's thread holding its worker mutex.
+class UcxTransport::RegisteredMemory final : public am::AmLanding {
+ public:
+  explicit RegisteredMemory(const UcxTransport& transport) : transport_(transport) {}
+  bool Registered(uint64_t address, uint64_t length) const override {
+    return transport_.RegisteredLocked(address, length);
+  }
+  void Copy(uint64_t address, const std::byte* bytes, uint64_t length) override {
+    LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(address)), bytes, length);
+  }
+  void Fence() override { LandingFence(); }
+
+ private:
+  const UcxTransport& transport_;
+};
+
 bool UcxTransport::RegisteredLocked(uint64_t address, uint64_t length) const {
   return regions_.Covering(address, length).has_value();
 }
 
 int UcxTransport::OnWriteAm(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const void* param_ptr) {
-  const auto* param = static_cast<const ucp_am_recv_param_t*>(param_ptr);
-  AmHeader write;
-  if (!ReadHeader(header, header_length, &write)) return UCS_OK;
-  Lane& lane = *static_cast<Lane*>(arg);
-  Inbound& in = lane.inbound[write.token];
-  ++in.handled;
-  // Bounds before bytes, at the target too: only into memory registered now (a writer's
-  // descriptor may be stale). A rendezvous never comes from a kvrail writer (eager only).
-  const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
-  if (whole && lane.transport->RegisteredLocked(write.a, length)) {
-    LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(write.a)),
-                static_cast<const std::byte*>(data), length);
-    LandingFence();  // landed before any flush this message completes is answered
-  } else {
-    in.Refuse(write.a, length);
-  }
-  AnswerHandledFlushes(param, write.token, in);
-  return UCS_OK;
+  return OnWriteMessage(am::kWriteAm, arg, header, header_length, data, length, param_ptr);
 }
 
 int UcxTransport::OnWritesAm(void* arg, const void* header, size_t header_length, void* data,
                              size_t length, const void* param_ptr) {
+  return OnWriteMessage(am::kWritesAm, arg, header, header_length, data, length, param_ptr);
+}
+
+int UcxTransport::OnWriteMessage(unsigned id, void* arg, const void* header, size_t header_length,
+                                 void* data, size_t length, const void* param_ptr) {
   const auto* param = static_cast<const ucp_am_recv_param_t*>(param_ptr);
-  AmHeader writes;
-  if (!ReadHeader(header, header_length, &writes)) return UCS_OK;
+  am::AmHeader parsed;
+  if (!am::ReadHeader(header, header_length, &parsed)) return UCS_OK;
   Lane& lane = *static_cast<Lane*>(arg);
-  Inbound& in = lane.inbound[writes.token];
-  ++in.handled;
-  // The entries, then the bytes: the message must hold exactly what its entries say.
-  const uint64_t n = writes.a;
+  RegisteredMemory landing(*lane.transport);
+  // A rendezvous never comes from a kvrail writer (eager only).
   const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
-  if (!whole || n == 0 || n > length / sizeof(ucx_internal::PackedWrite)) {
-    in.Refuse(0, length);
+  const ucp_ep_h reply_ep = ReplyEndpoint(param);
+  const ReplyThrough send(reply_ep);
+  const am::Reply reply(send);
+  const auto* bytes = static_cast<const std::byte*>(data);
+  if (id == am::kWritesAm) {
+    lane.target.OnWrites(parsed, bytes, length, whole, landing,
+                         reply_ep != nullptr ? &reply : nullptr);
   } else {
-    const auto* bytes = static_cast<const std::byte*>(data);
-    const uint64_t payload = length - n * sizeof(ucx_internal::PackedWrite);
-    uint64_t total = 0;
-    for (uint64_t k = 0; k < n && total <= payload; ++k) {
-      ucx_internal::PackedWrite entry;
-      std::memcpy(&entry, bytes + k * sizeof(ucx_internal::PackedWrite), sizeof(entry));
-      total += std::min(entry.length, payload + 1);
-    }
-    if (total != payload) {
-      in.Refuse(0, length);
-    } else {
-      // Bounds before bytes, each write on its own, as for kWriteAm.
-      uint64_t offset = n * sizeof(ucx_internal::PackedWrite);
-      for (uint64_t k = 0; k < n; ++k) {
-        ucx_internal::PackedWrite entry;
-        std::memcpy(&entry, bytes + k * sizeof(ucx_internal::PackedWrite), sizeof(entry));
-        if (lane.transport->RegisteredLocked(entry.address, entry.length)) {
-          LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(entry.address)),
-                      bytes + offset, entry.length);
-        } else {
-          in.Refuse(entry.address, entry.length);
-        }
-        offset += entry.length;
-      }
-      LandingFence();  // every row landed before any flush this message completes is answered
-    }
+    lane.target.OnWrite(parsed, bytes, length, whole, landing,
+                        reply_ep != nullptr ? &reply : nullptr);
   }
-  AnswerHandledFlushes(param, writes.token, in);
   return UCS_OK;
 }
 
@@ -1541,13 +1399,13 @@ void UcxTransport::IssueClose(Lane& lane, Op* job) {
   const int index = lane.index;
   PeerLane& pl = peer->lanes[index];
   while (!pl.ops.empty()) lane.Finish(pl.ops.front(), Cancellation(*pl.ops.front(), peer->why));
-  lane.outbound.erase(pl.token);
+  lane.outbound.erase(pl.writer.token());
   if (pl.ep == nullptr) {
     peer->DestroyRkeys(index);
     return;
   }
   if (am_writes_ && pl.failed == UCS_OK) {
-    SendOwnedAm(pl.ep, ucx_internal::kByeAm, new AmHeader{.token = pl.token});
+    SendOwnedAm(pl.ep, am::kByeAm, new am::AmHeader{.token = pl.writer.token()});
   }
   // A force close (see "Fencing" in the header): UCX drops what it still queues for the peer
   // and sends nothing more. UCX allows it only on endpoints with peer-failure handling; the

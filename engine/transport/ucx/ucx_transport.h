@@ -262,6 +262,11 @@ class UcxTransport final : public Transport {
                                         void* data, size_t length, const void* param);
   static int /*ucs_status_t*/ OnWritesAm(void* arg, const void* header, size_t header_length,
                                          void* data, size_t length, const void* param);
+  // Both of those: the message to the lane's am::AmTarget, which lands it in RegisteredMemory.
+  static int /*ucs_status_t*/ OnWriteMessage(unsigned id, void* arg, const void* header,
+                                             size_t header_length, void* data, size_t length,
+                                             const void* param);
+  class RegisteredMemory;
 
   Capabilities capabilities_;
 
