@@ -280,7 +280,7 @@ TEST(AmProtocolTest, ARefusalIsReportedOnceThenForgotten) {
 
 TEST(AmProtocolTest, TheFirstRefusalSinceTheLastAnswerIsTheOneNamed) {
   AmLink link(1024, 256);
-  const std::string source(64, 'z');
+  const std::string source(300, 'z');
   link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase + 1000, .length = 8},
                           Write{.local_offset = 0, .remote_address = kBase + 2000, .length = 300}});
   link.SendFlush();
