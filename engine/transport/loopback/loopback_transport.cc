@@ -23,6 +23,7 @@
 #include "engine/base/error.h"
 #include "engine/sync/thread_name.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/shared_region.h"
 
 namespace kvrail::transport {
@@ -210,14 +211,10 @@ absl::StatusOr<RegionId> LoopbackTransport::Register(const LocalRegion& region) 
   KVRAIL_RETURN_IF_ERROR(CheckLocalRegion(region, capabilities_.gpu_memory));
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("Register: the transport is closed");
-  for (const auto& [id, entry] : regions_) {
-    KVRAIL_RETURN_IF_ERROR(CheckDisjoint(region, id, entry->address(), entry->length));
-  }
-  const RegionId id = next_region_++;
-  regions_.emplace(id,
-                   Registry::Get().AddRegion(static_cast<std::byte*>(region.base), region.length));
-  ++version_;
-  return id;
+  KVRAIL_RETURN_IF_ERROR(regions_.CheckDisjoint(region));
+  return regions_.Add(
+      reinterpret_cast<uintptr_t>(region.base), region.length,
+      Registry::Get().AddRegion(static_cast<std::byte*>(region.base), region.length));
 }
 
 absl::StatusOr<SharedRegion> LoopbackTransport::Allocate(uint64_t length) {
@@ -233,18 +230,11 @@ absl::Status LoopbackTransport::Deregister(RegionId region) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::FailedPreconditionError("Deregister: the transport is closed");
-    auto it = regions_.find(region);
-    if (it == regions_.end()) {
-      return absl::NotFoundError(
-          absl::StrFormat("Deregister: region %d is not registered", region));
-    }
-    entry = std::move(it->second);
-    regions_.erase(it);
+    KVRAIL_ASSIGN_OR_RETURN(entry, regions_.Remove(region));
     if (auto owned = allocated_.find(region); owned != allocated_.end()) {
       allocated = std::move(owned->second);
       allocated_.erase(owned);
     }
-    ++version_;
   }
   Registry::Get().RemoveRegion(entry->key);
   entry->Revoke();
@@ -255,7 +245,7 @@ absl::StatusOr<v1::HandshakeDescriptor> LoopbackTransport::LocalDescriptor() con
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::FailedPreconditionError("LocalDescriptor: the transport is closed");
   v1::HandshakeDescriptor descriptor;
-  descriptor.set_version(version_);
+  descriptor.set_version(regions_.version());
   descriptor.set_transport(v1::TRANSPORT_KIND_LOOPBACK);
   for (int lane = 0; lane < capabilities_.lanes; ++lane) {
     std::string address;
@@ -263,7 +253,8 @@ absl::StatusOr<v1::HandshakeDescriptor> LoopbackTransport::LocalDescriptor() con
     loopback_internal::PutLe(address, static_cast<uint64_t>(lane), 4);
     descriptor.add_lanes()->set_address(std::move(address));
   }
-  for (const auto& [id, entry] : regions_) {
+  for (const auto& [id, registered] : regions_) {
+    const RegionEntry* entry = registered.entry.get();
     v1::Region* region = descriptor.add_regions();
     region->set_base(entry->address());
     region->set_length(entry->length);
@@ -362,12 +353,12 @@ absl::Status LoopbackTransport::PostWrites(PeerId peer, int lane, RegionId sourc
     auto found = FindPeer(peer, lane);
     if (!found.ok()) return AddContext(found.status(), context);
     job.peer = *std::move(found);
-    auto it = regions_.find(source);
-    if (it == regions_.end()) {
+    const auto* registered = regions_.Find(source);
+    if (registered == nullptr) {
       return absl::NotFoundError(
           absl::StrFormat("%s: source region %d is not registered", context, source));
     }
-    job.source = it->second;
+    job.source = registered->entry;
   }
   // Bounds before bytes: the whole batch, outside the lock, before it is queued.
   KVRAIL_RETURN_IF_ERROR(AddContext(
@@ -415,8 +406,7 @@ void LoopbackTransport::Close() {
       first = true;
       closed_ = true;
       stopping_.store(true);
-      for (auto& [id, entry] : regions_) regions.push_back(std::move(entry));
-      regions_.clear();
+      regions = regions_.TakeAll();
       for (auto& [id, peer] : peers_) peer->disconnected.store(true);
       peers_.clear();
       changed_.notify_all();

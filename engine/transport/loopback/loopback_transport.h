@@ -36,6 +36,7 @@
 #include "absl/types/span.h"
 #include "engine/memory/arena.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/transport.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
@@ -121,10 +122,9 @@ class LoopbackTransport final : public Transport {
   // Guarded by mu_:
   bool closed_ = false;
   bool revoked_ = false;  // Close has withdrawn every registration
-  uint64_t version_ = 1;
-  RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
-  std::map<RegionId, std::shared_ptr<loopback_internal::RegionEntry>> regions_;
+  // The registrations and the descriptor version (region_table.h).
+  RegionTable<std::shared_ptr<loopback_internal::RegionEntry>> regions_;
   std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memory, freed at Deregister
   absl::flat_hash_map<PeerId, std::shared_ptr<Peer>> peers_;
   std::deque<Job> queue_;

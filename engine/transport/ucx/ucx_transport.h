@@ -103,6 +103,17 @@
 //     Allocate is written with plain stores and is not exposed to this.
 //   * Over shared memory in one process a closed peer is never reported dead (UCX's keepalive
 //     checks the peer's pid, which is alive). See ucx_conformance_test and its BUILD target.
+//
+// Files, one seam each (all in namespace ucx_internal but this facade and the protocol):
+//   ucx_options.h   what a transport is made with; UCX's tuning environment for ucx_perftest
+//   ucx_context.*   options checked, UCX's configuration, ucp_init, writes over puts or messages
+//   ucx_lane.*      a lane: worker, thread, job queue, operations, completions (RunLane, Issue)
+//   ucx_endpoint.*  a peer and its endpoint per lane: the connect and close jobs, the wireup
+//   ucx_memory.*    registration (ucp_mem_map, rkeys) and Allocate's "ucx-shm" segment
+//   ucx_puts.*      writes over shared memory: stores into a peer's mapped segment, else puts
+//   ucx_am.*        kvrail's active-message protocol over UCX, both ends (handlers, sends)
+//   am_protocol.*   that protocol as pure code: layouts, batch to messages, both state machines
+//   ucx_transport.* the Transport facade that wires these together
 #ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
 #define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_TRANSPORT_H_
 
@@ -123,54 +134,16 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/memory/arena.h"
-#include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
+#include "engine/transport/ucx/ucx_options.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
 namespace kvrail::transport {
 
-struct UcxOptions {
-  int lanes = 2;
-  // Written to UCX's TLS setting as given ("sm,self", "tcp", ...); empty keeps UCX's default
-  // (or the UCX_TLS environment variable).
-  std::string tls;
-  // Written to UCX's NET_DEVICES setting as given ("lo" for tcp on loopback); empty keeps the
-  // default.
-  std::string net_devices;
-  uint64_t max_write_bytes = uint64_t{16} << 20;
-  uint64_t max_inflight_bytes_per_endpoint = uint64_t{64} << 20;
-  // UCX's tcp segment sizes in bytes (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE). UCX's own
-  // defaults (8 KiB and 64 KiB) cut every put into 8 KiB sends, each one send(2) and a trip
-  // through the peer's progress; 64 KiB and 256 KiB moved 2.5x the bytes per second on this
-  // machine's loopback and veth (bench/raw/README.md). 0 keeps UCX's default; UCX_TCP_TX_SEG_SIZE
-  // or UCX_TCP_RX_SEG_SIZE in the environment wins over these. Create rejects a tx segment
-  // outside [1 KiB, 16 MiB] and an rx segment smaller than the tx one (a peer's rx segment must
-  // hold this side's tx segment: give both ends the same options).
-  uint64_t tcp_tx_seg_bytes = uint64_t{64} << 10;
-  uint64_t tcp_rx_seg_bytes = uint64_t{256} << 10;
-  // How often UCX checks that its peers are alive (UCX_KEEPALIVE_INTERVAL; also tcp's keepalive
-  // idle time and probe interval, UCX_TCP_KEEPIDLE and UCX_TCP_KEEPINTVL, in whole seconds). A
-  // peer process that died is seen within about this over shared memory, where nothing else
-  // tells; over tcp its kernel usually resets the connection at once, and keepalive catches a
-  // host or link that vanished. UCX's defaults are 20 s and 10 s; zero keeps them; the
-  // operator's environment wins. Create rejects a negative interval.
-  absl::Duration keepalive_interval = absl::Seconds(1);
-  // How long Connect waits for UCX's wireup with every lane of the peer; then it fails with
-  // DeadlineExceeded naming the peer. Create rejects a timeout that is not positive.
-  absl::Duration connect_timeout = absl::Seconds(5);
-};
-
-// The UCX environment that gives another UCX program (ucx_perftest) the settings `options`
-// gives a UcxTransport beyond TLS and NET_DEVICES: {"UCX_TCP_TX_SEG_SIZE", "65536"}, ...
-std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options);
-
 namespace ucx_internal {
-struct ConnectWait;
 struct Lane;
-struct Op;
-struct PeerLane;
 struct PeerState;
-struct RegionState;
+struct Shared;
 }  // namespace ucx_internal
 
 class UcxTransport final : public Transport {
@@ -208,10 +181,6 @@ class UcxTransport final : public Transport {
   UcxTransport(const UcxOptions& options);
   absl::Status Init(const UcxOptions& options);
 
-  // The lane's thread: take the queued jobs and issue them, progress, reap closed endpoints
-  // (holding the lane's worker mutex), then deliver completions (holding nothing); at Close,
-  // tear the lane down, destroy its worker and deliver what is left.
-  void RunLane(ucx_internal::Lane& lane);
   bool OnLaneThread() const;
   // After every lane's thread has ended: unmaps the regions (and destroys a worker whose
   // thread never started).
@@ -220,22 +189,6 @@ class UcxTransport final : public Transport {
   // lane. Once per peer; later calls do nothing.
   void ClosePeer(const std::shared_ptr<ucx_internal::PeerState>& peer, const char* why);
 
-  // On `lane`'s thread, holding its worker mutex: the UCX calls of one job. A batch or flush
-  // of a closed peer is cancelled, and a batch whose source was deregistered too.
-  void Issue(ucx_internal::Lane& lane, ucx_internal::Op* op);
-  // A connect job: the peer's endpoint on this lane, its rkeys, and the wireup flush whose
-  // completion (or this job's failure) tells the peer's ConnectWait.
-  void IssueConnect(ucx_internal::Lane& lane, ucx_internal::Op* op);
-  // A close job: cancels the peer's operations on this lane and closes its endpoint.
-  void IssueClose(ucx_internal::Lane& lane, ucx_internal::Op* job);
-  // The active-message write path (over tcp, see above): a batch's and a flush's sends.
-  void IssueAmWrites(ucx_internal::Lane& lane, ucx_internal::PeerLane& pl, ucx_internal::Op* op);
-  void SendAmFlush(ucx_internal::Lane& lane, ucx_internal::PeerLane& pl, ucx_internal::Op* op);
-  // At Close, on the lane's thread: finishes the endpoints' closes, drains, destroys the worker.
-  void TearDown(ucx_internal::Lane& lane);
-  // On a lane's thread holding its worker mutex (in UCX's active-message callback): whether
-  // [address, address + length) lies inside one registered region.
-  bool RegisteredLocked(uint64_t address, uint64_t length) const;
   // What a post and a flush start with: `done` is set, the lane exists, its queue mutex is held
   // (`lock`) and `peer` is connected. Errors carry context().
   struct Started {
@@ -248,20 +201,6 @@ class UcxTransport final : public Transport {
   // mu_ or any lane's queue mutex held: the connected peer, or why not.
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
-  // The regions of `state` that UCX maps into this process, through lane 0's rkeys (on lane 0's
-  // thread, in its connect job).
-  static void MapRegions(ucx_internal::PeerState& state);
-  // Where a write to `address` of region `region` of the peer lands in this process, if UCX
-  // maps that region here (a plain store then writes it); else null.
-  static std::byte* MappedAddress(const ucx_internal::PeerState& state, int region,
-                                  uint64_t address);
-  // The target's side of an active-message write (a ucp_am_recv_callback_t; arg is the Lane):
-  // checks it against the registered regions and copies it in.
-  static int /*ucs_status_t*/ OnWriteAm(void* arg, const void* header, size_t header_length,
-                                        void* data, size_t length, const void* param);
-  static int /*ucs_status_t*/ OnWritesAm(void* arg, const void* header, size_t header_length,
-                                         void* data, size_t length, const void* param);
-
   Capabilities capabilities_;
 
   void* context_ = nullptr;  // ucp_context_h, destroyed by the destructor
@@ -272,22 +211,18 @@ class UcxTransport final : public Transport {
 
   mutable std::mutex mu_;
   // Written with mu_ and every lane's mutexes held; read with any of them (a post holds only its
-  // lane's queue mutex, a lane's thread its worker mutex). allocated_ and next_* are mu_'s alone.
+  // lane's queue mutex, a lane's thread its worker mutex). allocated_ and next_peer_ are mu_'s
+  // alone.
   bool closed_ = false;    // Close was called: no new work
   bool released_ = false;  // ReleaseAll ran: regions unmapped, workers destroyed
-  uint64_t version_ = 1;
-  RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
-  std::map<RegionId, std::unique_ptr<ucx_internal::RegionState>> regions_;
+  // What the lanes read of the transport (ucx_lane.h): the registrations and the descriptor
+  // version, written as the fields above, and the fixed choice of puts or active messages.
+  std::unique_ptr<ucx_internal::Shared> shared_;
   std::map<RegionId, std::unique_ptr<Arena>> allocated_;  // Allocate's memfd placements
   std::map<PeerId, std::shared_ptr<ucx_internal::PeerState>> peers_;
   // mu_'s alone: peers whose Connect is waiting for wireup, so that Close can end them.
   std::vector<std::shared_ptr<ucx_internal::PeerState>> connecting_;
-  // Endpoints ask UCX for peer-failure handling; cleared, once, when UCX has none to give.
-  std::atomic<bool> peer_errors_{true};
-  // Fixed by Init: writes go as active messages of at most am_slice_bytes_ (tcp may carry them).
-  bool am_writes_ = false;
-  uint64_t am_slice_bytes_ = 0;
   absl::Duration connect_timeout_;
 
   std::mutex join_mu_;  // one joiner at a time

@@ -49,6 +49,20 @@
 // never across a wait; each lane has a mutex for its table of QPs and its queue of completions
 // to deliver. Order: mu_, then a QP's, then its lane's. Completions run on the lane's thread with
 // no lock held.
+//
+// Files, one seam each (namespace verbs_internal but this facade):
+//   verbs_api.h, libibverbs_api.cc  the seam every verbs call goes through
+//   verbs_rail.*       a rail: device, port, PD, GID (the context)
+//   rails.*            multi-rail planning (pure)
+//   verbs_lane.*       a lane: its CQs and event channels, its thread, its completions
+//   verbs_qp.*         a QP driven RESET -> INIT -> RTR -> RTS, and destroyed
+//   verbs_peer.h       a peer and, per lane, its QP's queue of batches and flushes
+//   verbs_posting.cc   posting, completions, failure and failover of a QP's queue
+//   verbs_connect.cc   the QP exchange, both ends (requester and responder), retiring QPs
+//   verbs_worker.cc    reconnects, releases and rail probes, off the lanes' threads
+//   verbs_memory.*     registration: MRs per rail, rkeys packed and unpacked
+//   verbs_connector.*  the QP exchange's wire (ZeroMQ)
+//   verbs_transport.*  the Transport facade that wires these together
 #ifndef KVRAIL_ENGINE_TRANSPORT_VERBS_VERBS_TRANSPORT_H_
 #define KVRAIL_ENGINE_TRANSPORT_VERBS_VERBS_TRANSPORT_H_
 
@@ -68,6 +82,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/transport/region_table.h"
 #include "engine/transport/transport.h"
 #include "engine/transport/verbs/rails.h"
 #include "engine/transport/verbs/verbs_api.h"
@@ -162,8 +177,6 @@ class VerbsTransport final : public Transport {
   explicit VerbsTransport(const VerbsOptions& options);
   absl::Status Init();
 
-  // Lane threads.
-  void RunLane(verbs_internal::LaneState& lane);
   // One work completion of `lane`'s CQ.
   void OnCompletion(verbs_internal::LaneState& lane, const ibv_wc& wc);
   // QP mutex held: posts what fits of the QP's queued ops.
@@ -196,14 +209,6 @@ class VerbsTransport final : public Transport {
                          const absl::Status& otherwise = absl::OkStatus());
   // QP mutex held: `status` is what the next flush reports, unless an earlier failure is.
   static void NoteFailureLocked(verbs_internal::QpState& qp, const absl::Status& status);
-  void QueueCompletion(verbs_internal::LaneState& lane, Completion done, absl::Status status);
-  void Wake(verbs_internal::LaneState& lane);
-
-  // A QP of this transport for `lane`, in RESET -> INIT. Null with the error.
-  absl::StatusOr<ibv_qp*> CreateQp(const Rail& rail, ibv_cq* cq, const std::string& where);
-  absl::Status QpToRtr(ibv_qp* qp, const Rail& rail, const v1::VerbsQpInfo& remote, ibv_mtu mtu);
-  absl::Status QpToRts(ibv_qp* qp, uint32_t psn);
-  void DestroyQp(ibv_qp* qp);
 
   // Connect exchange: a requester QP for each of `lanes` of `peer`, on the QP's chosen rail to
   // its chosen peer lane, each exchange waiting at most `timeout`.
@@ -231,11 +236,10 @@ class VerbsTransport final : public Transport {
 
   mutable std::shared_mutex mu_;
   bool closed_ = false;
-  uint64_t version_ = 1;
-  RegionId next_region_ = 1;
   PeerId next_peer_ = 1;
   uint64_t next_connection_ = 1;
-  std::map<RegionId, std::shared_ptr<verbs_internal::RegionState>> regions_;
+  // The registrations and the descriptor version (region_table.h).
+  RegionTable<std::shared_ptr<verbs_internal::RegionState>> regions_;
   std::map<PeerId, std::shared_ptr<verbs_internal::PeerState>> peers_;
 
   // The responder QPs of peers' connects, by connection id.

@@ -1,0 +1,153 @@
+#include "engine/transport/ucx/am_protocol.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/types/span.h"
+
+namespace kvrail::transport::am {
+
+void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<AmMessage>* plan) {
+  plan->clear();
+  const uint64_t packable = slice / 8;
+  const size_t count = writes.size();
+  for (size_t i = 0; i < count;) {
+    // A run of small writes that fits one message, entries and bytes together.
+    size_t end = i;
+    uint64_t bytes = 0;
+    while (end < count && writes[end].length <= packable &&
+           (end - i + 1) * sizeof(PackedWrite) + bytes + writes[end].length <= slice) {
+      bytes += writes[end].length;
+      ++end;
+    }
+    if (end - i >= 2) {
+      plan->push_back(AmMessage{.id = kWritesAm, .first = i, .end = end, .length = bytes});
+      i = end;
+      continue;
+    }
+    const Write& w = writes[i];
+    for (uint64_t done = 0; done < w.length; done += slice) {
+      plan->push_back(AmMessage{.id = kWriteAm,
+                                .first = i,
+                                .end = i + 1,
+                                .offset = done,
+                                .length = std::min(slice, w.length - done)});
+    }
+    ++i;
+  }
+}
+
+PlanSizes SizesOf(absl::Span<const AmMessage> plan) {
+  PlanSizes sizes;
+  sizes.headers = plan.size();
+  for (const AmMessage& message : plan) {
+    if (message.id != kWritesAm) continue;
+    sizes.packed += message.end - message.first;
+    sizes.gather += 1 + (message.end - message.first);
+  }
+  return sizes;
+}
+
+AmHeader AmWriter::WriteHeader(const AmMessage& message, absl::Span<const Write> writes) const {
+  AmHeader header;
+  header.token = token_;
+  header.a = message.id == kWritesAm ? message.end - message.first
+                                     : writes[message.first].remote_address + message.offset;
+  return header;
+}
+
+absl::Status FlushReplyStatus(const FlushReply& reply, PeerId peer, int lane) {
+  if (reply.refused == 0) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat(
+      "flush to peer %d lane %d: the peer refused a write of %u bytes at 0x%x: not inside a "
+      "region it has registered (deregistered since its descriptor was fetched?)",
+      peer, lane, reply.refused_length, reply.refused_address));
+}
+
+void AmTarget::Inbound::Refuse(uint64_t address, uint64_t length) {
+  if (refused) return;  // the first since the last answer is the one the answer names
+  refused = true;
+  refused_address = address;
+  refused_length = length;
+}
+
+void AmTarget::AnswerHandled(uint64_t token, Inbound& in, const Reply& reply) {
+  auto& waiting = in.waiting;
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    if (it->first > in.handled) {
+      ++it;
+      continue;
+    }
+    reply(FlushReply{.token = token,
+                     .seq = it->second,
+                     .refused = in.refused ? uint64_t{1} : 0,
+                     .refused_address = in.refused_address,
+                     .refused_length = in.refused_length});
+    in.refused = false;
+    it = waiting.erase(it);
+  }
+}
+
+void AmTarget::OnWrite(const AmHeader& header, const std::byte* data, uint64_t length, bool whole,
+                       AmLanding& landing, const Reply* reply) {
+  Inbound& in = inbound_[header.token];
+  ++in.handled;
+  if (whole && landing.Registered(header.a, length)) {
+    landing.Copy(header.a, data, length);
+    landing.Fence();  // landed before any flush this message completes is answered
+  } else {
+    in.Refuse(header.a, length);
+  }
+  if (reply != nullptr && !in.waiting.empty()) AnswerHandled(header.token, in, *reply);
+}
+
+void AmTarget::OnWrites(const AmHeader& header, const std::byte* data, uint64_t length, bool whole,
+                        AmLanding& landing, const Reply* reply) {
+  Inbound& in = inbound_[header.token];
+  ++in.handled;
+  // The entries, then the bytes: the message must hold exactly what its entries say.
+  const uint64_t n = header.a;
+  if (!whole || n == 0 || n > length / sizeof(PackedWrite)) {
+    in.Refuse(0, length);
+  } else {
+    const uint64_t payload = length - n * sizeof(PackedWrite);
+    uint64_t total = 0;
+    for (uint64_t k = 0; k < n && total <= payload; ++k) {
+      PackedWrite entry;
+      std::memcpy(&entry, data + k * sizeof(PackedWrite), sizeof(entry));
+      total += std::min(entry.length, payload + 1);
+    }
+    if (total != payload) {
+      in.Refuse(0, length);
+    } else {
+      // Bounds before bytes, each write on its own, as for kWriteAm.
+      uint64_t offset = n * sizeof(PackedWrite);
+      for (uint64_t k = 0; k < n; ++k) {
+        PackedWrite entry;
+        std::memcpy(&entry, data + k * sizeof(PackedWrite), sizeof(entry));
+        if (landing.Registered(entry.address, entry.length)) {
+          landing.Copy(entry.address, data + offset, entry.length);
+        } else {
+          in.Refuse(entry.address, entry.length);
+        }
+        offset += entry.length;
+      }
+      landing.Fence();  // every row landed before any flush this message completes is answered
+    }
+  }
+  if (reply != nullptr && !in.waiting.empty()) AnswerHandled(header.token, in, *reply);
+}
+
+void AmTarget::OnFlush(const AmHeader& header, const Reply* reply) {
+  if (reply == nullptr) return;  // not a kvrail writer: nobody to answer
+  Inbound& in = inbound_[header.token];
+  in.waiting.emplace_back(header.a, header.b);
+  AnswerHandled(header.token, in, *reply);
+}
+
+}  // namespace kvrail::transport::am

@@ -1,0 +1,407 @@
+// kvrail's active-message write protocol, both ends, without UCX: a writer's messages are
+// handed to a target in this process, as a lane's thread would hand them over.
+#include "engine/transport/ucx/am_protocol.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+
+namespace kvrail::transport::am {
+namespace {
+
+// Registered memory at the target: one buffer at a fixed fake address.
+class FakeMemory final : public AmLanding {
+ public:
+  static constexpr uint64_t kBase = 0x10000;
+  explicit FakeMemory(size_t length) : bytes_(length, std::byte{0}) {}
+
+  bool Registered(uint64_t address, uint64_t length) const override {
+    return registered_ && address >= kBase && length <= bytes_.size() &&
+           address - kBase <= bytes_.size() - length;
+  }
+  void Copy(uint64_t address, const std::byte* bytes, uint64_t length) override {
+    ASSERT_TRUE(Registered(address, length));
+    std::memcpy(bytes_.data() + (address - kBase), bytes, length);
+    ++copies_;
+    fenced_ = false;
+  }
+  void Fence() override { fenced_ = true; }
+
+  void Deregister() { registered_ = false; }
+  std::string Read(uint64_t address, size_t length) const {
+    return std::string(reinterpret_cast<const char*>(bytes_.data() + (address - kBase)), length);
+  }
+  int copies() const { return copies_; }
+  bool fenced() const { return fenced_; }
+
+ private:
+  std::vector<std::byte> bytes_;
+  bool registered_ = true;
+  int copies_ = 0;
+  bool fenced_ = true;
+};
+
+// One writer lane, one target lane, and the wire between them: each message the writer plans
+// is encoded as the UCX glue sends it (header, then payload), and handed to the target.
+class AmLink {
+ public:
+  explicit AmLink(uint64_t slice, size_t memory = 1 << 16)
+      : slice_(slice), writer_(0xfeed), landing_(memory) {}
+
+  // Sends a batch from `source` as messages; returns how many.
+  size_t SendBatch(const std::string& source, const std::vector<Write>& writes) {
+    PlanMessages(writes, slice_, &plan_);
+    for (const AmMessage& message : plan_) {
+      const AmHeader header = writer_.WriteHeader(message, writes);
+      std::vector<std::byte> payload;
+      if (message.id == kWritesAm) {
+        for (size_t k = message.first; k < message.end; ++k) {
+          const PackedWrite entry{writes[k].remote_address, writes[k].length};
+          Append(payload, &entry, sizeof(entry));
+        }
+        for (size_t k = message.first; k < message.end; ++k) {
+          Append(payload, source.data() + writes[k].local_offset, writes[k].length);
+        }
+        target_.OnWrites(header, payload.data(), payload.size(), true, landing_, Replier());
+      } else {
+        const Write& w = writes[message.first];
+        Append(payload, source.data() + w.local_offset + message.offset, message.length);
+        target_.OnWrite(header, payload.data(), payload.size(), true, landing_, Replier());
+      }
+      writer_.Sent();
+    }
+    return plan_.size();
+  }
+
+  // Sends a flush; its number.
+  uint64_t SendFlush() {
+    const AmHeader flush = writer_.NextFlush();
+    target_.OnFlush(flush, Replier());
+    return flush.b;
+  }
+
+  const std::vector<FlushReply>& replies() const { return replies_; }
+  AmWriter& writer() { return writer_; }
+  AmTarget& target() { return target_; }
+  FakeMemory& landing() { return landing_; }
+  const std::vector<AmMessage>& plan() const { return plan_; }
+  const Reply* Replier() { return &reply_; }
+
+ private:
+  static void Append(std::vector<std::byte>& out, const void* data, size_t length) {
+    const auto* bytes = static_cast<const std::byte*>(data);
+    out.insert(out.end(), bytes, bytes + length);
+  }
+
+  uint64_t slice_;
+  AmWriter writer_;
+  AmTarget target_;
+  FakeMemory landing_;
+  std::vector<AmMessage> plan_;
+  std::vector<FlushReply> replies_;
+  std::function<void(const FlushReply&)> record_ = [this](const FlushReply& r) {
+    replies_.push_back(r);
+  };
+  Reply reply_{record_};
+};
+
+constexpr uint64_t kBase = FakeMemory::kBase;
+
+// ---------------------------------------------------------------------------------------------
+// The codec.
+
+TEST(AmCodecTest, AHeaderIsReadOnlyFromItsOwnLength) {
+  const AmHeader sent{.token = 7, .a = 0x1234, .b = 9};
+  AmHeader read;
+  ASSERT_TRUE(ReadHeader(&sent, sizeof(sent), &read));
+  EXPECT_EQ(read.token, 7u);
+  EXPECT_EQ(read.a, 0x1234u);
+  EXPECT_EQ(read.b, 9u);
+  FlushReply reply;
+  EXPECT_FALSE(ReadHeader(&sent, sizeof(sent), &reply));
+  EXPECT_FALSE(ReadHeader(&sent, sizeof(sent) - 1, &read));
+}
+
+TEST(AmCodecTest, AHeaderIsReadFromUnalignedBytes) {
+  alignas(8) std::byte buffer[sizeof(FlushReply) + 1];
+  const FlushReply sent{
+      .token = 1, .seq = 2, .refused = 1, .refused_address = 3, .refused_length = 4};
+  std::memcpy(buffer + 1, &sent, sizeof(sent));
+  FlushReply read;
+  ASSERT_TRUE(ReadHeader(buffer + 1, sizeof(sent), &read));
+  EXPECT_EQ(read.seq, 2u);
+  EXPECT_EQ(read.refused_length, 4u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer's side: how a batch becomes messages.
+
+TEST(AmPlanTest, ALargeWriteIsSlicedInOrder) {
+  std::vector<AmMessage> plan;
+  PlanMessages({Write{.local_offset = 0, .remote_address = kBase, .length = 2500}}, 1000, &plan);
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0].offset, 0u);
+  EXPECT_EQ(plan[1].offset, 1000u);
+  EXPECT_EQ(plan[2].offset, 2000u);
+  EXPECT_EQ(plan[2].length, 500u);
+  for (const AmMessage& m : plan) EXPECT_EQ(m.id, kWriteAm);
+}
+
+TEST(AmPlanTest, SmallNeighboursShareOneMessageWithTheirEntries) {
+  // slice 1024: writes of at most 128 bytes pack; each costs its bytes and a 16-byte entry.
+  std::vector<Write> writes;
+  for (int i = 0; i < 4; ++i) {
+    writes.push_back({.local_offset = 100u * i, .remote_address = kBase + 100u * i, .length = 100});
+  }
+  std::vector<AmMessage> plan;
+  PlanMessages(writes, 1024, &plan);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].id, kWritesAm);
+  EXPECT_EQ(plan[0].first, 0u);
+  EXPECT_EQ(plan[0].end, 4u);
+  const PlanSizes sizes = SizesOf(plan);
+  EXPECT_EQ(sizes.headers, 1u);
+  EXPECT_EQ(sizes.packed, 4u);
+  EXPECT_EQ(sizes.gather, 5u);
+}
+
+TEST(AmPlanTest, APackedMessageNeverPassesTheSlice) {
+  // 116 bytes + 16 of entry: 7 writes fill 924 of 1024; the eighth would pass it.
+  std::vector<Write> writes;
+  for (int i = 0; i < 9; ++i) {
+    writes.push_back({.local_offset = 0, .remote_address = kBase + 128u * i, .length = 116});
+  }
+  std::vector<AmMessage> plan;
+  PlanMessages(writes, 1024, &plan);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].end - plan[0].first, 7u);
+  EXPECT_EQ(plan[1].first, 7u);
+  EXPECT_EQ(plan[1].end, 9u);
+  EXPECT_EQ(plan[1].id, kWritesAm);
+}
+
+TEST(AmPlanTest, ALoneSmallWriteAndALargeOneGoAsPlainWrites) {
+  std::vector<AmMessage> plan;
+  PlanMessages({Write{.local_offset = 0, .remote_address = kBase, .length = 10},
+                Write{.local_offset = 0, .remote_address = kBase + 64, .length = 900}},
+               1024, &plan);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].id, kWriteAm);
+  EXPECT_EQ(plan[0].length, 10u);
+  EXPECT_EQ(plan[1].id, kWriteAm);
+  EXPECT_EQ(plan[1].first, 1u);
+}
+
+TEST(AmWriterTest, AFlushCountsEveryMessageSentAndIsNumberedFromOne) {
+  AmWriter writer(42);
+  writer.Sent();
+  writer.Sent();
+  const AmHeader first = writer.NextFlush();
+  EXPECT_EQ(first.token, 42u);
+  EXPECT_EQ(first.a, 2u);
+  EXPECT_EQ(first.b, 1u);
+  writer.Sent();
+  const AmHeader second = writer.NextFlush();
+  EXPECT_EQ(second.a, 3u);
+  EXPECT_EQ(second.b, 2u);
+}
+
+TEST(AmWriterTest, AFlushReplyWithARefusalIsUnavailableNamingTheWrite) {
+  EXPECT_TRUE(FlushReplyStatus(FlushReply{.token = 1, .seq = 1}, 3, 1).ok());
+  const absl::Status refused = FlushReplyStatus(
+      FlushReply{.seq = 1, .refused = 1, .refused_address = 0x2000, .refused_length = 64}, 3, 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("peer 3 lane 1"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("64 bytes at 0x2000"), std::string::npos) << refused;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both ends.
+
+TEST(AmProtocolTest, WritesLandAndTheFlushAfterThemIsAnsweredOk) {
+  AmLink link(1024);
+  const std::string source = std::string(3000, 'x') + "abcdefgh";
+  link.SendBatch(source,
+                 {Write{.local_offset = 0, .remote_address = kBase, .length = 3000},
+                  Write{.local_offset = 3000, .remote_address = kBase + 4000, .length = 4},
+                  Write{.local_offset = 3004, .remote_address = kBase + 5000, .length = 4}});
+  const uint64_t seq = link.SendFlush();
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].seq, seq);
+  EXPECT_EQ(link.replies()[0].refused, 0u);
+  EXPECT_EQ(link.landing().Read(kBase, 3000), std::string(3000, 'x'));
+  EXPECT_EQ(link.landing().Read(kBase + 4000, 4), "abcd");
+  EXPECT_EQ(link.landing().Read(kBase + 5000, 4), "efgh");
+  EXPECT_TRUE(link.landing().fenced());
+}
+
+TEST(AmProtocolTest, AFlushThatOvertakesItsWritesIsAnsweredOnceTheyAreHandled) {
+  AmLink link(1024);
+  // The flush counts two messages the target has not seen yet.
+  link.target().OnFlush(AmHeader{.token = link.writer().token(), .a = 2, .b = 1}, link.Replier());
+  EXPECT_TRUE(link.replies().empty());
+  const std::string source(10, 'y');
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase, .length = 10}});
+  EXPECT_TRUE(link.replies().empty());
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase + 10, .length = 10}});
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].seq, 1u);
+}
+
+TEST(AmProtocolTest, AWriteOutsideRegisteredMemoryIsRefusedAndTheNextFlushSaysSo) {
+  AmLink link(1024, /*memory=*/256);
+  const std::string source(64, 'z');
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase + 224, .length = 64}});
+  EXPECT_EQ(link.landing().copies(), 0);
+  link.SendFlush();
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused, 1u);
+  EXPECT_EQ(link.replies()[0].refused_address, kBase + 224);
+  EXPECT_EQ(link.replies()[0].refused_length, 64u);
+}
+
+TEST(AmProtocolTest, ARefusalIsReportedOnceThenForgotten) {
+  AmLink link(1024, 256);
+  const std::string source(64, 'z');
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase + 1000, .length = 8}});
+  link.SendFlush();
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase, .length = 8}});
+  link.SendFlush();
+  ASSERT_EQ(link.replies().size(), 2u);
+  EXPECT_EQ(link.replies()[0].refused, 1u);
+  EXPECT_EQ(link.replies()[1].refused, 0u);
+}
+
+TEST(AmProtocolTest, TheFirstRefusalSinceTheLastAnswerIsTheOneNamed) {
+  AmLink link(1024, 256);
+  const std::string source(300, 'z');
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase + 1000, .length = 8},
+                          Write{.local_offset = 0, .remote_address = kBase + 2000, .length = 300}});
+  link.SendFlush();
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused_address, kBase + 1000);
+}
+
+TEST(AmProtocolTest, AWriteIntoDeregisteredMemoryIsRefused) {
+  AmLink link(1024);
+  link.landing().Deregister();
+  const std::string source(8, 'q');
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase, .length = 8}});
+  link.SendFlush();
+  EXPECT_EQ(link.landing().copies(), 0);
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused, 1u);
+}
+
+TEST(AmProtocolTest, APackedMessageLandsEachGoodRowAndRefusesTheBadOne) {
+  AmLink link(1024, 256);
+  const std::string source = "aaaabbbbcccc";
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase, .length = 4},
+                          Write{.local_offset = 4, .remote_address = kBase + 4096, .length = 4},
+                          Write{.local_offset = 8, .remote_address = kBase + 8, .length = 4}});
+  ASSERT_EQ(link.plan().size(), 1u);
+  ASSERT_EQ(link.plan()[0].id, kWritesAm);
+  link.SendFlush();
+  EXPECT_EQ(link.landing().Read(kBase, 4), "aaaa");
+  EXPECT_EQ(link.landing().Read(kBase + 8, 4), "cccc");
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused_address, kBase + 4096);
+}
+
+// A packed message's entries must account for exactly the bytes that follow them.
+void ExpectMalformedPackedMessageRefusedWhole(uint64_t count, std::vector<PackedWrite> entries,
+                                              size_t bytes) {
+  AmTarget target;
+  FakeMemory memory(256);
+  std::vector<std::byte> payload(entries.size() * sizeof(PackedWrite) + bytes, std::byte{1});
+  if (!entries.empty()) std::memcpy(payload.data(), entries.data(), entries.size() * 16);
+  std::vector<FlushReply> replies;
+  std::function<void(const FlushReply&)> record = [&](const FlushReply& r) {
+    replies.push_back(r);
+  };
+  const Reply reply(record);
+  target.OnWrites(AmHeader{.token = 5, .a = count}, payload.data(), payload.size(), true, memory,
+                  &reply);
+  target.OnFlush(AmHeader{.token = 5, .a = 1, .b = 1}, &reply);
+  EXPECT_EQ(memory.copies(), 0);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].refused, 1u);
+  EXPECT_EQ(replies[0].refused_address, 0u);
+  EXPECT_EQ(replies[0].refused_length, payload.size());
+}
+
+TEST(AmProtocolTest, APackedMessageWithNoEntriesIsRefusedWhole) {
+  ExpectMalformedPackedMessageRefusedWhole(0, {}, 8);
+}
+
+TEST(AmProtocolTest, APackedMessageClaimingMoreEntriesThanItHoldsIsRefusedWhole) {
+  ExpectMalformedPackedMessageRefusedWhole(3, {{kBase, 4}}, 4);
+}
+
+TEST(AmProtocolTest, APackedMessageWhoseLengthsDoNotAddUpIsRefusedWhole) {
+  ExpectMalformedPackedMessageRefusedWhole(2, {{kBase, 4}, {kBase + 8, 4}}, 9);
+  ExpectMalformedPackedMessageRefusedWhole(2, {{kBase, 4}, {kBase + 8, UINT64_MAX}}, 8);
+}
+
+TEST(AmProtocolTest, AMessageThatDidNotArriveWholeIsRefused) {
+  AmLink link(1024);
+  const std::byte bytes[8] = {};
+  link.target().OnWrite(AmHeader{.token = 9, .a = kBase}, bytes, 8, /*whole=*/false, link.landing(),
+                        link.Replier());
+  EXPECT_EQ(link.landing().copies(), 0);
+  link.target().OnFlush(AmHeader{.token = 9, .a = 1, .b = 1}, link.Replier());
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused, 1u);
+}
+
+TEST(AmProtocolTest, AFlushFromAWriterThatCannotBeAnsweredIsDropped) {
+  AmTarget target;
+  target.OnFlush(AmHeader{.token = 3, .a = 0, .b = 1}, nullptr);
+  EXPECT_EQ(target.writers(), 0u);
+}
+
+TEST(AmProtocolTest, WritesAreCountedEvenWhenTheWriterCannotBeAnswered) {
+  AmLink link(1024);
+  const std::byte bytes[8] = {};
+  link.target().OnWrite(AmHeader{.token = 9, .a = kBase}, bytes, 8, true, link.landing(), nullptr);
+  EXPECT_EQ(link.landing().copies(), 1);
+  link.target().OnFlush(AmHeader{.token = 9, .a = 1, .b = 1}, link.Replier());
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused, 0u);
+}
+
+TEST(AmProtocolTest, ByeForgetsTheWriter) {
+  AmLink link(1024);
+  const std::string source(8, 'b');
+  link.SendBatch(source, {Write{.local_offset = 0, .remote_address = kBase, .length = 8}});
+  EXPECT_EQ(link.target().writers(), 1u);
+  link.target().OnBye(AmHeader{.token = link.writer().token()});
+  EXPECT_EQ(link.target().writers(), 0u);
+}
+
+TEST(AmProtocolTest, TwoWritersAreCountedApart) {
+  AmTarget target;
+  FakeMemory memory(256);
+  std::vector<FlushReply> replies;
+  std::function<void(const FlushReply&)> record = [&](const FlushReply& r) {
+    replies.push_back(r);
+  };
+  const Reply reply(record);
+  const std::byte bytes[8] = {};
+  target.OnWrite(AmHeader{.token = 1, .a = kBase}, bytes, 8, true, memory, &reply);
+  // Writer 2 counts one message, but has sent none: its flush waits.
+  target.OnFlush(AmHeader{.token = 2, .a = 1, .b = 1}, &reply);
+  EXPECT_TRUE(replies.empty());
+  target.OnFlush(AmHeader{.token = 1, .a = 1, .b = 1}, &reply);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].token, 1u);
+}
+
+}  // namespace
+}  // namespace kvrail::transport::am

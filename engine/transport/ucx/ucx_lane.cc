@@ -1,0 +1,285 @@
+#include "engine/transport/ucx/ucx_lane.h"
+
+#include <pthread.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/transport/ucx/am_protocol.h"
+#include "engine/transport/ucx/ucx_am.h"
+#include "engine/transport/ucx/ucx_context.h"
+#include "engine/transport/ucx/ucx_endpoint.h"
+#include "engine/transport/ucx/ucx_puts.h"
+
+namespace kvrail::transport::ucx_internal {
+namespace {
+
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
+// ucp_worker_progress, where UCX's emulated puts copy peers' bytes into our registered memory.
+// Under ThreadSanitizer those copies are ignored: the reader (the application, after a Flush
+// completed on the initiator) is ordered after them only through UCX's uninstrumented shared
+// memory or socket acknowledgements, which TSan cannot see, so every landed byte would be a
+// false race. Our own state touched in UCX callbacks is the lane's thread's own, and the regions it
+// reads there are written only while every lane's worker mutex is held (the caller holds its own).
+unsigned ProgressWorker(void* worker) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_begin();
+#endif
+  const unsigned events = ucp_worker_progress(static_cast<ucp_worker_h>(worker));
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_end();
+#endif
+  return events;
+}
+
+// Every request's completion (puts, flushes, active messages), on the op's lane's thread: a
+// batch completes when its last request does, a flush with its request or the peer's answer.
+void OnPutDone(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  ucp_request_free(request);
+  --op->requests;
+  if (op->delivered) {
+    if (op->requests == 0) op->home->Recycle(op);
+    return;
+  }
+  switch (op->kind) {
+    case OpKind::kFlush:
+      op->home->FinishFlush(
+          op, FromUcs(status, absl::StrFormat("flush to peer %d lane %d", op->peer->id, op->lane)));
+      return;
+    case OpKind::kAmFlush:
+      // Its message left; the peer's answer completes it (OnFlushReplyAm), or the endpoint's
+      // failure does (OnEndpointError).
+      if (status != UCS_OK) {
+        op->home->FinishFlush(
+            op, absl::UnavailableError(absl::StrFormat("flush to peer %d lane %d: UCX: %s",
+                                                       op->peer->id, op->lane, Ucs(status))));
+      }
+      return;
+    case OpKind::kBatch:
+      break;
+    case OpKind::kConnect:
+    case OpKind::kClose:
+      return;  // jobs only: never a request's user data
+  }
+  if (status != UCS_OK && op->status.ok()) {
+    // Unavailable even when UCX says cancelled: it cancels when the endpoint failed, and the
+    // transport's own cancellations (Disconnect, Close) deliver the op before UCX does.
+    op->status = absl::UnavailableError(absl::StrFormat("batch to peer %d lane %d: write: UCX: %s",
+                                                        op->peer->id, op->lane, Ucs(status)));
+  }
+  if (op->requests == 0) op->home->Finish(op, op->status);
+}
+
+}  // namespace
+
+ucp_request_param_t RequestParam(Op* op) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = OnPutDone;
+  param.user_data = op;
+  return param;
+}
+
+absl::Status PostFailure(ucs_status_ptr_t request, const std::string& what) {
+  return absl::UnavailableError(absl::StrFormat("%s: %s", what, Ucs(UCS_PTR_STATUS(request))));
+}
+
+std::string BatchContext(PeerId peer, int lane, RegionId source) {
+  return absl::StrFormat("PostWrites to peer %d lane %d from region %d", peer, lane, source);
+}
+std::string FlushContext(PeerId peer, int lane) {
+  return absl::StrFormat("Flush of peer %d lane %d", peer, lane);
+}
+
+absl::Status Cancellation(const Op& op, const char* why) {
+  return absl::CancelledError(absl::StrFormat("%s to peer %d lane %d: %s before it completed",
+                                              op.kind == OpKind::kBatch ? "batch" : "flush",
+                                              op.peer->id, op.lane, why));
+}
+
+absl::Status AddLane(ucp_context_h context, int index, Shared* shared,
+                     std::vector<std::unique_ptr<Lane>>& lanes) {
+  auto lane = std::make_unique<Lane>();
+  lane->index = index;
+  lane->shared = shared;
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Serialised: this thread sets it up, then only the lane's thread calls into it.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucs_status_t s = ucp_worker_create(context, &wp, &lane->worker);
+  if (s != UCS_OK) {
+    return FromUcs(s, absl::StrFormat("ucx: ucp_worker_create for lane %d", index));
+  }
+  Lane& added = *lanes.emplace_back(std::move(lane));
+  // Every lane serves both sides of the active-message path: a peer may write either way.
+  if (absl::Status handlers = SetAmHandlers(added); !handlers.ok()) return handlers;
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  s = ucp_worker_get_address(added.worker, &address, &length);
+  if (s != UCS_OK) {
+    return FromUcs(s, absl::StrFormat("ucx: ucp_worker_get_address for lane %d", index));
+  }
+  added.address.assign(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(added.worker, address);
+  return absl::OkStatus();
+}
+
+void Issue(Lane& lane, Op* op) {
+  switch (op->kind) {
+    case OpKind::kConnect:
+      IssueConnect(lane, op);
+      return;
+    case OpKind::kClose:
+      IssueClose(lane, op);
+      return;
+    case OpKind::kBatch:
+    case OpKind::kFlush:
+    case OpKind::kAmFlush:
+      break;
+  }
+  PeerState& state = *op->peer;
+  PeerLane& pl = state.lanes[lane.index];
+  pl.ops.push_back(op);  // undelivered from here on
+  const bool batch = op->kind == OpKind::kBatch;
+  // A peer closed while this waited in the queue: cancelled, never sent (its close job is
+  // queued behind it).
+  if (state.closed) {
+    lane.Finish(op, Cancellation(*op, state.why));
+    return;
+  }
+  if (pl.failed != UCS_OK) {
+    const std::string context =
+        batch ? BatchContext(state.id, lane.index, op->source) : FlushContext(state.id, lane.index);
+    absl::Status failed =
+        FromUcs(pl.failed, absl::StrFormat("%s: the peer's endpoint failed", context));
+    if (batch) {
+      lane.Finish(op, std::move(failed));
+    } else {
+      lane.FinishFlush(op, std::move(failed));
+    }
+    return;
+  }
+  if (!batch) {
+    if (lane.shared->am_writes) {
+      SendAmFlush(lane, pl, op);
+    } else {
+      StartFlush(lane, pl.ep, op, FlushContext(state.id, lane.index) + ": ucp_ep_flush_nbx");
+    }
+    return;
+  }
+  // Deregister withdrew the source while the batch waited: its bytes are not touched.
+  if (lane.shared->regions.Find(op->source) == nullptr) {
+    lane.Finish(op, absl::CancelledError(absl::StrFormat(
+                        "%s: the source region was deregistered before the batch was sent",
+                        BatchContext(state.id, lane.index, op->source))));
+    return;
+  }
+  Lane::Hold(op);
+  if (lane.shared->am_writes) {
+    IssueAmWrites(lane, pl, op);
+  } else {
+    IssuePuts(lane, pl, op);
+  }
+  if (lane.Release(op) && op->requests == 0) lane.Finish(op, op->status);
+}
+
+// At the lane's stop, on its thread: finishes the endpoints' closes, drains, destroys the worker.
+void TearDown(Lane& lane) {
+  // Endpoints closed by Close finish after a little progress; then let messages in flight
+  // (wireup, acknowledgements of peers' puts) drain before the worker goes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!lane.closing.empty() && std::chrono::steady_clock::now() < deadline) {
+    ProgressWorker(lane.worker);
+    lane.ReapClosed();
+  }
+  // Closes that did not finish (a flushing close to a peer that stopped answering) are
+  // released to UCX, which asserts at ucp_worker_destroy on a close request still held.
+  for (auto& [request, peer] : lane.closing) {
+    ucp_request_free(request);
+    peer->DestroyRkeys(lane.index);
+  }
+  lane.closing.clear();
+  for (int quiet = 0, rounds = 0; quiet < 16 && rounds < 100000; ++rounds) {
+    quiet = ProgressWorker(lane.worker) == 0 ? quiet + 1 : 0;
+  }
+  ucp_worker_destroy(lane.worker);
+  lane.worker = nullptr;
+}
+
+void RunLane(Lane& lane) {
+  // Named for top -H, perf and gdb: "ucx-lane0", "ucx-lane1", ...
+  pthread_setname_np(pthread_self(), absl::StrFormat("ucx-lane%d", lane.index).c_str());
+  int idle = 0;
+  constexpr int kDeliveriesPerProgress = 8;
+  int unpolled = 0;               // delivery rounds since the last progress
+  std::vector<Op*> jobs;          // keeps its capacity from round to round, as does
+  std::vector<Ready> delivering;  // this one
+  while (true) {
+    bool stop = false;
+    unsigned events = 0;
+    size_t issued = 0;
+    {
+      std::lock_guard<std::mutex> working(lane.worker_mu);
+      {
+        std::lock_guard<std::mutex> queue(lane.mu);
+        lane.TakeJobsLocked(jobs);
+        stop = lane.stop;
+      }
+      // In the order they were queued: a lane's flush follows the batches it covers.
+      for (Op* job : jobs) Issue(lane, job);
+      issued = jobs.size();
+      jobs.clear();
+      if (stop) {
+        TearDown(lane);
+      } else {
+        // Completions delivered last round may have posted puts that finished at once (over
+        // shared memory a put is a copy, done before ucp_put_nbx returns): deliver those before
+        // polling UCX again, polling at least every kDeliveriesPerProgress rounds so that
+        // flushes, wireup and peers' messages still move. Polling once per post, perf put about
+        // 8 % of a lane's time in ucp_worker_progress at 64 KiB writes over shm.
+        if (lane.ready.empty() || ++unpolled >= kDeliveriesPerProgress) {
+          unpolled = 0;
+          events = ProgressWorker(lane.worker);
+        }
+        if (!lane.closing.empty()) lane.ReapClosed();
+      }
+    }
+    // No lock held: a completion may post, flush, register, disconnect or close.
+    const bool delivered = !lane.ready.empty();
+    if (delivered) {
+      delivering.swap(lane.ready);
+      for (Ready& r : delivering) r.done(std::move(r.status));
+      delivering.clear();  // destroys the callables
+    }
+    if (stop) return;
+    if (events > 0 || issued > 0 || delivered) {
+      idle = 0;
+      continue;
+    }
+    // Back off when idle: spin a little, then sleep up to 1 ms; a new job wakes us at once.
+    if (++idle < 64) {
+      std::this_thread::yield();
+      continue;
+    }
+    const auto nap = std::chrono::microseconds(std::min(1000, 10 * (idle - 63)));
+    std::unique_lock<std::mutex> queue(lane.mu);
+    lane.changed.wait_for(queue, nap, [&lane] { return !lane.jobs.empty() || lane.stop; });
+  }
+}
+
+}  // namespace kvrail::transport::ucx_internal

@@ -1,0 +1,290 @@
+// The UCX backend's lanes (ucx_transport.h, "Threading" and "Locks"): one worker per lane, the
+// thread that alone calls into it, and the queue of jobs that feeds that thread; the operations
+// (batches, flushes, connect and close jobs) the queue carries, their completions, and the
+// thread's loop (RunLane): take the queued jobs and issue them (Issue: over puts, ucx_puts.h, or
+// active messages, ucx_am.h; connects and closes, ucx_endpoint.h), progress the worker, then
+// deliver completions holding no lock.
+#ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_LANE_H_
+#define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_LANE_H_
+
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/transport/transport.h"
+#include "engine/transport/ucx/am_protocol.h"
+#include "engine/transport/ucx/ucx_endpoint.h"
+#include "engine/transport/ucx/ucx_memory.h"
+
+namespace kvrail::transport::ucx_internal {
+
+// What the lanes' threads read of their transport. `regions` is written holding the transport's
+// mutex and every lane's mutexes of both kinds (AllLanes), and read holding any one of them (a
+// post its lane's queue mutex, a lane's thread its worker mutex). The rest is fixed once Create
+// returns, but `peer_errors`, cleared once, when UCX has no peer-failure handling to give.
+struct Shared {
+  Regions regions;
+  // Writes go as active messages of at most am_slice_bytes (tcp may carry them); else puts.
+  bool am_writes = false;
+  uint64_t am_slice_bytes = 0;
+  // Endpoints ask UCX for peer-failure handling; cleared, once, when UCX has none to give.
+  std::atomic<bool> peer_errors{true};
+};
+
+enum class OpKind {
+  kBatch,    // PostWrites
+  kFlush,    // Flush over puts (and Connect's wireup): ucp_ep_flush_nbx
+  kAmFlush,  // Flush over active messages: done when the peer's am::FlushReply arrives
+  // Jobs that only the lane's queue carries, never delivered:
+  kConnect,  // Connect: the peer's endpoint on this lane; then the op is the wireup's kFlush
+  kClose,    // Disconnect, Close, a failed Connect: cancel the peer's ops here, close its endpoint
+};
+
+// One job of a lane's queue, and then (batches and flushes) one operation in UCX. Filled by the
+// posting thread under the lane's queue mutex; the lane's thread's alone once it is taken off
+// the queue. Freed, or recycled, once it is delivered and no UCX request still points at it.
+struct Op {
+  PeerState* peer = nullptr;  // kept alive by the peer's close jobs until its endpoints close
+  int lane = 0;
+  OpKind kind = OpKind::kBatch;
+  int requests = 0;  // UCX requests outstanding with this op as user data
+  bool delivered = false;
+  absl::Status status;  // the first failure of a batch's puts
+  Completion done;
+  Lane* home = nullptr;  // the lane whose ready list gets the completion
+  uint64_t seq = 0;      // kAmFlush: the number the peer's answer names
+  // Active-message headers: UCX reads each until its send completes. Reserved before the first
+  // send (so none moves) and kept with its capacity when the op is recycled.
+  std::vector<am::AmHeader> headers;
+  // kWritesAm messages: their entries and the gather list UCX reads each payload from (entries
+  // first, then the writes' source bytes), kept like `headers` until the sends complete.
+  std::vector<am::PackedWrite> packed;
+  // The batch cut into active messages (am_protocol.h, PlanMessages).
+  std::vector<am::AmMessage> plan;
+  std::vector<ucp_dt_iov_t> gather;
+  // A batch as PostWrites checked it: the source region (sent only while it is registered),
+  // its bytes, the writes and each one's index in the peer's descriptor regions (its rkey).
+  // The vectors keep their capacity when the op is recycled.
+  RegionId source = 0;
+  const std::byte* base = nullptr;
+  std::vector<Write> writes;
+  std::vector<int> region_of;
+  // kClose: the peer, alive until its endpoint on this lane has closed.
+  std::shared_ptr<PeerState> closing;
+};
+
+struct Ready {
+  Completion done;
+  absl::Status status;
+};
+
+// One lane: a worker, the thread that alone calls into it, and the queue that feeds that thread.
+struct Lane {
+  int index = 0;
+  Shared* shared = nullptr;       // the transport's, read as its comment says
+  ucp_worker_h worker = nullptr;  // made by AddLane; destroyed by the thread (or ReleaseAll)
+  std::string address;            // ucp_worker_get_address bytes
+  std::thread thread;
+
+  // Held by the lane's thread while it calls into the worker (its jobs, then a progress), never
+  // while it delivers completions or sleeps; posts, flushes and Connect never take it. The calls
+  // that change what the thread reads there (the regions, a peer's `closed`) take every lane's,
+  // so that when they return no lane still copies into a withdrawn region or sends for a closed
+  // peer. Taken before `mu`.
+  std::mutex worker_mu;
+
+  // The queue's mutex: held to push or take jobs, never across a UCX call or a wait.
+  std::mutex mu;
+  std::condition_variable changed;
+  // Guarded by mu:
+  std::vector<Op*> jobs;  // oldest first; the thread takes them all at once
+  bool stop = false;      // Close: tear down and exit
+  // Ops for the next posts (a post over shared memory is a copy of a few microseconds, and a
+  // malloc and a free per post showed in perf); at most kSpareOps.
+  static constexpr size_t kSpareOps = 256;
+  std::vector<std::unique_ptr<Op>> spare;
+
+  // The thread's own:
+  std::vector<Ready> ready;  // swapped with the delivery round's, so delivery never allocates
+  std::vector<std::unique_ptr<Op>> recycled;  // finished ops, handed to `spare` at the next take
+  // Endpoint-close requests, each with the peer whose rkeys on this lane go when it finishes.
+  std::vector<std::pair<void*, std::shared_ptr<PeerState>>> closing;
+  // The active-message path: this lane's peers by token (for their flushes' answers), and what
+  // it keeps for each writer that writes into it.
+  std::unordered_map<uint64_t, PeerState*> outbound;
+  am::AmTarget target;
+
+  // mu held. An op for a post, from the spare ones when there is one.
+  Op* TakeOpLocked() {
+    if (spare.empty()) return new Op;
+    Op* op = spare.back().release();
+    spare.pop_back();
+    return op;
+  }
+
+  // mu held. Queues `op` as a job of `kind` for `peer` on this lane and wakes the thread.
+  void PushLocked(Op* op, PeerState& peer, OpKind kind, Completion done) {
+    op->peer = &peer;
+    op->lane = index;
+    op->kind = kind;
+    op->done = std::move(done);
+    op->home = this;
+    jobs.push_back(op);
+    changed.notify_one();
+  }
+
+  // mu held, on the thread. Takes every queued job into `taken` (empty) and gives the ops that
+  // finished since back to the spare ones.
+  void TakeJobsLocked(std::vector<Op*>& taken) {
+    taken.swap(jobs);
+    for (auto& op : recycled) {
+      if (spare.size() >= kSpareOps) break;
+      spare.push_back(std::move(op));
+    }
+    recycled.clear();  // deletes what did not fit
+  }
+
+  // On the thread, from here on. Moves `op`'s completion onto the ready list once; recycles it
+  // when UCX is done too.
+  void Finish(Op* op, absl::Status status) {
+    if (!op->delivered) {
+      op->delivered = true;
+      PeerLane& pl = op->peer->lanes[op->lane];
+      auto& ops = pl.ops;
+      if (ops.front() == op) {
+        ops.pop_front();  // the usual case: a lane's operations finish in order
+      } else {
+        ops.erase(std::find(ops.begin(), ops.end(), op));
+      }
+      if (op->kind == OpKind::kBatch && !status.ok() && pl.error.ok()) pl.error = status;
+      ready.push_back({std::move(op->done), std::move(status)});
+    }
+    if (op->requests == 0) Recycle(op);
+  }
+
+  // Around the UCX calls that post `op`: UCX may call back inside them (an endpoint that fails
+  // while sending finishes the op), and the hold keeps the op alive until Release.
+  static void Hold(Op* op) { ++op->requests; }
+  // Ends the hold. Returns false when `op` has been delivered meanwhile (and maybe recycled:
+  // the caller must not touch it again); true when it is still the caller's.
+  bool Release(Op* op) {
+    --op->requests;
+    if (!op->delivered) return true;
+    if (op->requests == 0) Recycle(op);
+    return false;
+  }
+
+  // A flush's outcome: the first failure of the batches before it, else `status`.
+  void FinishFlush(Op* op, absl::Status status) {
+    absl::Status result = std::exchange(op->peer->lanes[op->lane].error, absl::OkStatus());
+    Finish(op, result.ok() ? std::move(status) : std::move(result));
+  }
+
+  // Keeps a finished op (or a job done with) for a later post, with its vectors' capacity up to
+  // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB).
+  void Recycle(Op* op) {
+    std::vector<am::AmHeader> headers = std::move(op->headers);
+    std::vector<am::PackedWrite> packed = std::move(op->packed);
+    std::vector<am::AmMessage> plan = std::move(op->plan);
+    std::vector<ucp_dt_iov_t> gather = std::move(op->gather);
+    std::vector<Write> writes = std::move(op->writes);
+    std::vector<int> region_of = std::move(op->region_of);
+    headers.clear();
+    packed.clear();
+    plan.clear();
+    gather.clear();
+    writes.clear();
+    region_of.clear();
+    *op = Op();
+    if (headers.capacity() <= 4096) op->headers = std::move(headers);
+    if (plan.capacity() <= 4096) op->plan = std::move(plan);
+    if (packed.capacity() <= 4096 && gather.capacity() <= 8192) {
+      op->packed = std::move(packed);
+      op->gather = std::move(gather);
+    }
+    if (writes.capacity() <= 1024) {
+      op->writes = std::move(writes);
+      op->region_of = std::move(region_of);
+    }
+    recycled.emplace_back(op);
+  }
+
+  // Frees the close requests that finished, and their peers' rkeys on this lane.
+  void ReapClosed() {
+    closing.erase(std::remove_if(closing.begin(), closing.end(),
+                                 [this](std::pair<void*, std::shared_ptr<PeerState>>& entry) {
+                                   if (ucp_request_check_status(entry.first) == UCS_INPROGRESS) {
+                                     return false;
+                                   }
+                                   ucp_request_free(entry.first);
+                                   entry.second->DestroyRkeys(index);
+                                   return true;
+                                 }),
+                  closing.end());
+  }
+};
+
+// Every lane's worker mutex, then every lane's queue mutex, each in lane order, released in
+// reverse: with the transport's mu_, what a writer of the transport-wide state holds. A post
+// reads that state holding only its lane's queue mutex, a lane's thread holding only its
+// worker mutex.
+class AllLanes {
+ public:
+  explicit AllLanes(const std::vector<std::unique_ptr<Lane>>& lanes) : lanes_(lanes) {
+    for (const auto& lane : lanes_) lane->worker_mu.lock();
+    for (const auto& lane : lanes_) lane->mu.lock();
+  }
+  ~AllLanes() {
+    for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) (*it)->mu.unlock();
+    for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) (*it)->worker_mu.unlock();
+  }
+  AllLanes(const AllLanes&) = delete;
+  AllLanes& operator=(const AllLanes&) = delete;
+
+ private:
+  const std::vector<std::unique_ptr<Lane>>& lanes_;
+};
+
+// Makes lane `index`: its worker on `context` (serialised: this thread sets it up, then only the
+// lane's thread calls into it), the active-message handlers (ucx_am.h) and its address, and
+// appends it to `lanes` once its worker exists (so that a failure later still destroys it).
+// Unavailable with UCX's status, naming the call and the lane.
+absl::Status AddLane(ucp_context_h context, int index, Shared* shared,
+                     std::vector<std::unique_ptr<Lane>>& lanes);
+
+// The lane's thread: take the queued jobs and issue them, progress, reap closed endpoints
+// (holding the lane's worker mutex), then deliver completions (holding nothing); at `stop`,
+// tear the lane down (its endpoints' closes finished, the worker destroyed) and deliver what is
+// left. Named "ucx-lane<index>".
+void RunLane(Lane& lane);
+
+// On `lane`'s thread, holding its worker mutex: the UCX calls of one job. A batch or flush of a
+// closed peer is cancelled, and a batch whose source was deregistered too.
+void Issue(Lane& lane, Op* op);
+
+// What a post and a flush give UCX with every request: the completion handler, and the op.
+ucp_request_param_t RequestParam(Op* op);
+// A write's failure to start, as a batch reports it: Unavailable (UCX cancels only the requests
+// of an endpoint that failed).
+absl::Status PostFailure(ucs_status_ptr_t request, const std::string& what);
+// What a batch's and a flush's errors start with.
+std::string BatchContext(PeerId peer, int lane, RegionId source);
+std::string FlushContext(PeerId peer, int lane);
+// A batch's or a flush's cancellation: Disconnect, Close, or a failed Connect (`why`).
+absl::Status Cancellation(const Op& op, const char* why);
+
+}  // namespace kvrail::transport::ucx_internal
+
+#endif  // KVRAIL_ENGINE_TRANSPORT_UCX_UCX_LANE_H_

@@ -1,0 +1,52 @@
+// What a UcxTransport is made with (ucx_transport.h), and the UCX environment that gives another
+// UCX program (ucx_perftest) the same tuning.
+#ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_OPTIONS_H_
+#define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace kvrail::transport {
+
+struct UcxOptions {
+  int lanes = 2;
+  // Written to UCX's TLS setting as given ("sm,self", "tcp", ...); empty keeps UCX's default
+  // (or the UCX_TLS environment variable).
+  std::string tls;
+  // Written to UCX's NET_DEVICES setting as given ("lo" for tcp on loopback); empty keeps the
+  // default.
+  std::string net_devices;
+  uint64_t max_write_bytes = uint64_t{16} << 20;
+  uint64_t max_inflight_bytes_per_endpoint = uint64_t{64} << 20;
+  // UCX's tcp segment sizes in bytes (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE). UCX's own
+  // defaults (8 KiB and 64 KiB) cut every put into 8 KiB sends, each one send(2) and a trip
+  // through the peer's progress; 64 KiB and 256 KiB moved 2.5x the bytes per second on this
+  // machine's loopback and veth (bench/raw/README.md). 0 keeps UCX's default; UCX_TCP_TX_SEG_SIZE
+  // or UCX_TCP_RX_SEG_SIZE in the environment wins over these. Create rejects a tx segment
+  // outside [1 KiB, 16 MiB] and an rx segment smaller than the tx one (a peer's rx segment must
+  // hold this side's tx segment: give both ends the same options).
+  uint64_t tcp_tx_seg_bytes = uint64_t{64} << 10;
+  uint64_t tcp_rx_seg_bytes = uint64_t{256} << 10;
+  // How often UCX checks that its peers are alive (UCX_KEEPALIVE_INTERVAL; also tcp's keepalive
+  // idle time and probe interval, UCX_TCP_KEEPIDLE and UCX_TCP_KEEPINTVL, in whole seconds). A
+  // peer process that died is seen within about this over shared memory, where nothing else
+  // tells; over tcp its kernel usually resets the connection at once, and keepalive catches a
+  // host or link that vanished. UCX's defaults are 20 s and 10 s; zero keeps them; the
+  // operator's environment wins. Create rejects a negative interval.
+  absl::Duration keepalive_interval = absl::Seconds(1);
+  // How long Connect waits for UCX's wireup with every lane of the peer; then it fails with
+  // DeadlineExceeded naming the peer. Create rejects a timeout that is not positive.
+  absl::Duration connect_timeout = absl::Seconds(5);
+};
+
+// The UCX environment that gives another UCX program (ucx_perftest) the settings `options`
+// gives a UcxTransport beyond TLS and NET_DEVICES: {"UCX_TCP_TX_SEG_SIZE", "65536"}, ...
+std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options);
+
+}  // namespace kvrail::transport
+
+#endif  // KVRAIL_ENGINE_TRANSPORT_UCX_UCX_OPTIONS_H_
