@@ -10,6 +10,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/base/config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "control/session/room_world.h"
@@ -18,7 +19,14 @@ namespace kvrail::session::testing {
 namespace {
 
 constexpr int kSteps = 300;
+// About 2 s of CPU in a plain build; a sanitizer build runs a tenth of them, within its
+// timeout on a busy machine (every invariant is checked on every seed either way).
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || defined(ABSL_HAVE_THREAD_SANITIZER) || \
+    defined(ABSL_HAVE_MEMORY_SANITIZER)
+constexpr uint64_t kDefaultSeeds = 100;
+#else
 constexpr uint64_t kDefaultSeeds = 1000;
+#endif
 
 uint64_t EnvNumber(const char* name, uint64_t fallback) {
   const char* value = std::getenv(name);
