@@ -246,9 +246,11 @@ class PrefillRooms {
 
   // The engine has the request (the reference's sender creation): the room becomes
   // Bootstrapping unless its pre-allocations already made it Bootstrapped (§1.3), and its
-  // bootstrap timeout starts. Beginning a begun room changes nothing. The output always holds
-  // one event with the room's state after the call (also when it did not change, e.g. a room
-  // that already failed or completed). Fails (InvalidArgument) for a room above 2^63-1.
+  // bootstrap timeout starts. Beginning a begun room changes nothing. The output holds one
+  // event with the room's state after the call (also when it did not change). Fails, changing
+  // nothing and reporting nothing: InvalidArgument for a room above 2^63-1; FailedPrecondition
+  // for a room that already ended ("room N already failed: <reason>", EndedRoomError): its one
+  // terminal event went out when it ended.
   absl::StatusOr<PrefillOutput> BeginRoom(uint64_t room, absl::Time now);
 
   // Whether the engine began `room` (BeginRoom) and it is still tracked.
@@ -263,11 +265,13 @@ class PrefillRooms {
   // otherwise the work is handed back by the call that completes its pre-allocations. Checked
   // before anything is copied, failing the room when broken: the source manifest against the
   // own contract (§5.3), each destination's prompt window and block counts against it, no
-  // destination session in quarantine, and the total bytes against max_room_bytes. A room
-  // that already failed reports a Failed event again and starts nothing.
-  // Fails, changing nothing, for a room never begun (NotFound), a second Ready
-  // (FailedPrecondition), or a token below -1, cached tokens out of range or a NaN or +inf
-  // logprob (InvalidArgument, naming the field).
+  // destination session in quarantine, and the total bytes against max_room_bytes.
+  // Fails, changing nothing and reporting nothing, for a room that already ended
+  // (FailedPrecondition, EndedRoomError: its true end and reason), a room never begun
+  // (NotFound), a second Ready (FailedPrecondition), a token below -1, cached tokens out of
+  // range or a NaN or +inf logprob (InvalidArgument, naming the field), or a source manifest
+  // whose window [prefix_len, prompt_len) differs from a window a decode pre-allocated
+  // (InvalidArgument naming both: the Bootstrapped event told the engine that window).
   absl::StatusOr<PrefillOutput> Ready(uint64_t room, RoomReady ready, absl::Time now);
 
   // Layer-wise streaming (CACHEPD §6.11, the whole prompt as one chunk): the fields
@@ -277,9 +281,9 @@ class PrefillRooms {
   // final by then. The room's Ready later sends the rest (final = true) and its Success goes
   // out, as in the default mode, only once everything has landed. The first call's
   // `source_manifest` is the room's; a later one (or the Ready's) may leave it out, or must
-  // equal it. Checked as Ready checks the work, failing the room when broken. A room that
-  // already failed reports a Failed event again and starts nothing.
-  // Fails, changing nothing, for a room never begun (NotFound), one already Ready
+  // equal it. Checked as Ready checks the work, failing the room when broken.
+  // Fails, changing nothing, for a room that already ended (as Ready), a source manifest whose
+  // window differs from a decode's (as Ready), a room never begun (NotFound), one already Ready
   // (FailedPrecondition), a contract with a field not of the form layer.<N>.<suffix>
   // (FailedPrecondition), `layers` < 1 or below an earlier call's, or a source manifest that
   // differs from the first (InvalidArgument).
@@ -447,6 +451,12 @@ class PrefillRooms {
                                              plan::CopyPlan::LayerRange layers,
                                              absl::Time now) const;
   bool Quarantined(absl::string_view session_id, absl::Time now) const;
+  // Whether the room reached Success or Failed (its one terminal event went out).
+  static bool Ended(const Room& room);
+  // A source manifest whose window [prefix_len, prompt_len) differs from a destination's
+  // pre-allocated one: InvalidArgument naming both (a Ready or LayersReady is refused with it).
+  static absl::Status CheckWindows(uint64_t room_id, const Room& room,
+                                   const layout::Manifest& source);
 
   PrefillIdentity identity_;
   PrefillOptions options_;

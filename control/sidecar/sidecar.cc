@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "control/session/ended_room.h"
 #include "control/sidecar/advertise_host.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "control/wire/digest.h"
@@ -146,6 +147,12 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
   api->Publish(out);
 }
 
+absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
+  auto done = finished.find(room);
+  if (done == finished.end()) return absl::OkStatus();
+  return session::EndedRoomError(room, done->second.state, done->second.reason);
+}
+
 void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
   v1::RoomEvent out;
   out.set_room(release.room);
@@ -164,6 +171,13 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
     spdlog::warn("decode room {} pages released unproven: {}", release.room, release.reason);
   }
   api->Publish(out);
+}
+
+bool Sidecar::Impl::RepeatedEndLocked(const session::RoomEvent& event) const {
+  if (!Terminal(event.state) || !finished.contains(event.room)) return false;
+  spdlog::error("{} room {}: a second terminal event ({}) dropped: the engine was told once",
+                role_name, event.room, std::string(session::TransferPollName(event.state)));
+  return true;
 }
 
 void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
@@ -258,6 +272,7 @@ void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferAction
   // A lost status is logged (its decode's waiting timeout and fence still end the room there).
   (void)SendLocked(out.messages);
   for (const session::RoomEvent& event : out.events) {
+    if (RepeatedEndLocked(event)) continue;
     Publish(event, ended);
     FinishLocked(event);
   }
@@ -279,6 +294,7 @@ void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
     (void)SendLocked(failed.messages);  // its fence requests
   }
   for (const session::RoomEvent& event : out.events) {
+    if (RepeatedEndLocked(event)) continue;
     Publish(event);
     FinishLocked(event);
   }
