@@ -108,10 +108,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
   }
   Room& room = found->second;
   DecodeOutput out;
-  if (room.state == TransferPoll::kFailed) {
-    ReportCurrent(room_id, room, out);
-    return out;
-  }
+  if (room.state == TransferPoll::kFailed) return out;  // its one Failed went out already
   if (room.routed) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " already has a route"));
   }
@@ -148,6 +145,22 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
                      RankList(union_ranks)));
   }
 
+  for (const PrefillTarget& target : endpoints) {
+    auto gone = gone_prefills_.find(target.endpoint);
+    if (gone == gone_prefills_.end() ||
+        !std::binary_search(targets.expected_prefill_ranks.begin(),
+                            targets.expected_prefill_ranks.end(), target.rank)) {
+      continue;
+    }
+    // Nothing is sent to any rank: the live ones would copy a room that cannot succeed.
+    FailRoom(room_id, room, FailureCause::kPeerFailed,
+             absl::StrCat("prefill rank ", target.rank, " at ", target.endpoint,
+                          " is gone (its CachePD socket refused connections ",
+                          absl::FormatDuration(now - gone->second),
+                          " ago, and has not listened since): the room is not routed to it"),
+             now, out);
+    return out;
+  }
   const layout::Revision form = options_.revision.value_or(route.revision);
   absl::StatusOr<std::vector<std::string>> registration = registration_frames(form);
   if (!registration.ok()) {
@@ -181,10 +194,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnAllocated(uint64_t room_id,
   }
   Room& room = found->second;
   DecodeOutput out;
-  if (room.state == TransferPoll::kFailed) {
-    ReportCurrent(room_id, room, out);
-    return out;
-  }
+  if (room.state == TransferPoll::kFailed) return out;  // its one Failed went out already
   if (!room.routed || room.preallocated) {
     return absl::FailedPreconditionError(absl::StrCat(
         "room ", room_id,
@@ -454,6 +464,13 @@ DecodeOutput DecodeRooms::OnHealth(absl::string_view bootstrap_address, bool ok,
 
 DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time now) {
   DecodeOutput out;
+  if (gone_prefills_.size() >= kMaxGonePrefills && !gone_prefills_.contains(endpoint)) {
+    auto oldest =
+        std::min_element(gone_prefills_.begin(), gone_prefills_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    gone_prefills_.erase(oldest);
+  }
+  gone_prefills_.try_emplace(Owned(endpoint), now);
   std::vector<uint64_t> hit;
   for (const auto& [id, room] : rooms_) {
     if (!room.preallocated || room.state == TransferPoll::kSuccess ||
@@ -501,6 +518,16 @@ DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time n
                                     }),
                      out.messages.end());
   return out;
+}
+
+void DecodeRooms::OnPrefillListening(absl::string_view endpoint) { gone_prefills_.erase(endpoint); }
+
+std::vector<std::string> DecodeRooms::GonePrefills() const {
+  std::vector<std::string> endpoints;
+  endpoints.reserve(gone_prefills_.size());
+  for (const auto& [endpoint, since] : gone_prefills_) endpoints.push_back(endpoint);
+  std::sort(endpoints.begin(), endpoints.end());
+  return endpoints;
 }
 
 std::vector<std::string> DecodeRooms::PrefillEndpoints() const {

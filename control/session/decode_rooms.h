@@ -133,7 +133,9 @@ class DecodeRooms {
   // D3 to D6: the room's route is known. Records E_d (the exact set of ranks whose Success the
   // room needs) and, unless this peer set (bootstrap address, DP group, T_d) was registered
   // before, returns the registration for every rank of T_d. The room becomes Bootstrapped.
-  // A room that failed meanwhile stays Failed (reported again) and nothing is sent.
+  // A room that failed meanwhile stays Failed (reported nothing again: its one terminal event
+  // went out) and nothing is sent. A route whose E_d holds a rank at an endpoint known gone
+  // (OnPrefillGone) fails the room at once, naming it, and sends nothing.
   // Fails, changing nothing: NotFound for an untracked room; FailedPrecondition when the room
   // already has a route; InvalidArgument when E_d is empty, T_d is not the sorted union of
   // E_d and Z_d, Z_d is not empty off decode rank 0, or the endpoints are not one per T_d rank.
@@ -142,8 +144,8 @@ class DecodeRooms {
   // D7 to D9: blocks are allocated. Returns the pre-allocation for every rank of T_d, the
   // canonical manifest for E_d and an empty one for Z_d (§3.3, §6.5); the room becomes
   // WaitingForInput and its waiting timeout starts. A room that failed meanwhile stays Failed
-  // (reported again) and nothing is sent. Fails, changing nothing: NotFound for an untracked
-  // room; FailedPrecondition when the room has no route yet or already pre-allocated (its
+  // (reported nothing again) and nothing is sent. Fails, changing nothing: NotFound for an
+  // untracked room; FailedPrecondition when the room has no route yet or already pre-allocated (its
   // state does not decide: a peer's status message may have raised it, §3.4 item 4);
   // InvalidArgument when the manifest fails §5.3 against this rank's contract.
   absl::StatusOr<DecodeOutput> OnAllocated(uint64_t room, const layout::Manifest& manifest,
@@ -187,8 +189,16 @@ class DecodeRooms {
   // The prefill rank whose PULL socket is `endpoint` is gone (nobody listens there any more: its
   // process died), which CACHEPD's heartbeat cannot see while the node's bootstrap server lives.
   // Every room it still owes a Success fails, and its fences are answered: a process that is
-  // gone writes nothing more. The caller probes (sidecar/liveness.h).
+  // gone writes nothing more. The caller probes (sidecar/liveness.h). The endpoint is
+  // remembered as gone (GonePrefills; at most kMaxGonePrefills, the oldest forgotten first):
+  // until it listens again, a room whose route expects a Success from it fails in OnRoute,
+  // naming the rank, and nothing is sent to any rank of that route.
   DecodeOutput OnPrefillGone(absl::string_view endpoint, absl::Time now);
+  // A probe of a gone prefill endpoint was accepted: a process listens there again.
+  void OnPrefillListening(absl::string_view endpoint);
+  // The prefill endpoints remembered as gone, to probe until they listen again; sorted.
+  std::vector<std::string> GonePrefills() const;
+  static constexpr size_t kMaxGonePrefills = 1024;
   // The prefill endpoints worth probing: those of rooms waiting for a Success, and of fences
   // waiting for an answer; sorted, distinct.
   std::vector<std::string> PrefillEndpoints() const;
@@ -272,6 +282,8 @@ class DecodeRooms {
   absl::flat_hash_map<uint64_t, Fence> fences_;
   std::set<PeerSetKey> registered_;
   absl::flat_hash_map<std::string, int> health_failures_;  // bootstrap address -> count
+  // Prefill PULL endpoints whose socket refused connections, and since when (OnPrefillGone).
+  absl::flat_hash_map<std::string, absl::Time> gone_prefills_;
 };
 
 }  // namespace kvrail::session

@@ -287,18 +287,22 @@ TEST(DecodeRoomsTest, APeersIntermediateStatusDoesNotSkipTheRoomsOwnSteps) {
   EXPECT_THAT(States(rooms.Tick(kT0 + absl::Seconds(400))), ElementsAre(TransferPoll::kFailed));
 }
 
-TEST(DecodeRoomsTest, CallsOnAFailedRoomReportItAndSendNothing) {
+// Exactly one terminal event per room: a route or allocation that comes after the room failed
+// (the engine aborted while the bootstrap lookup ran) sends nothing and reports nothing again.
+TEST(DecodeRoomsTest, CallsOnAFailedRoomSendNothingAndReportNothingAgain) {
   DecodeRooms rooms = MakeRooms();
   ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());
-  rooms.Fail(42, "bootstrap GET failed", kT0);
+  ASSERT_THAT(States(rooms.Fail(42, "bootstrap GET failed", kT0)),
+              ElementsAre(TransferPoll::kFailed));
   absl::StatusOr<DecodeOutput> routed = rooms.OnRoute(42, Route({0}), kT0);
   ASSERT_TRUE(routed.ok());
   EXPECT_TRUE(routed->messages.empty());
-  ASSERT_THAT(States(*routed), ElementsAre(TransferPoll::kFailed));
-  EXPECT_EQ(routed->events[0].reason, "bootstrap GET failed");
+  EXPECT_TRUE(routed->events.empty());
   absl::StatusOr<DecodeOutput> allocated = rooms.OnAllocated(42, DecodeManifest(), kT0);
   ASSERT_TRUE(allocated.ok());
   EXPECT_TRUE(allocated->messages.empty());
+  EXPECT_TRUE(allocated->events.empty());
+  EXPECT_EQ(rooms.Find(42)->failure_reason, "bootstrap GET failed");
 }
 
 TEST(DecodeRoomsTest, SuccessNeedsExactlyTheExpectedRanks) {
@@ -660,6 +664,37 @@ TEST(DecodeRoomsTest, AnUnprovenFenceAnswerReleasesThePagesAsUnproven) {
   ASSERT_EQ(answered.releases.size(), 1u);
   EXPECT_FALSE(answered.releases[0].proven);
   EXPECT_THAT(answered.releases[0].reason, HasSubstr("disconnecting"));
+}
+
+// The newcomer's finding: a new room routed to a prefill rank already known to be gone (its
+// CachePD socket refused connections) fails at once, naming the rank, and sends nothing to any
+// rank: the live ones are not made to copy a room that cannot succeed.
+TEST(DecodeRoomsTest, ANewRoomRoutedToAPrefillRankKnownGoneFailsAtOnceNamingIt) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnPrefillGone(PrefillEndpoint(1), kT0);
+  ASSERT_TRUE(rooms.BeginRoom(9, kPrefillA, kT0).ok());
+  absl::StatusOr<DecodeOutput> routed = rooms.OnRoute(9, Route({0, 1}), kT0);
+  ASSERT_TRUE(routed.ok()) << routed.status();
+  EXPECT_TRUE(routed->messages.empty());
+  ASSERT_THAT(States(*routed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(routed->events[0].cause, FailureCause::kPeerFailed);
+  EXPECT_THAT(routed->events[0].reason, HasSubstr("prefill rank 1"));
+  EXPECT_THAT(routed->events[0].reason, HasSubstr(PrefillEndpoint(1)));
+  EXPECT_EQ(routed->events[0].pages, Pages::kReusable);
+  absl::StatusOr<DecodeOutput> allocated = rooms.OnAllocated(9, DecodeManifest(), kT0);
+  ASSERT_TRUE(allocated.ok());
+  EXPECT_TRUE(allocated->messages.empty());
+}
+
+// A gone rank is probed again (GonePrefills); once it listens, rooms are routed to it again.
+TEST(DecodeRoomsTest, APrefillRankListeningAgainIsRoutedToAgain) {
+  DecodeRooms rooms = MakeRooms();
+  rooms.OnPrefillGone(PrefillEndpoint(1), kT0);
+  EXPECT_THAT(rooms.GonePrefills(), ElementsAre(PrefillEndpoint(1)));
+  rooms.OnPrefillListening(PrefillEndpoint(1));
+  EXPECT_TRUE(rooms.GonePrefills().empty());
+  Waiting(rooms, 9, {0, 1});
 }
 
 }  // namespace
