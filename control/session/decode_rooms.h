@@ -12,6 +12,7 @@
 #define KVRAIL_CONTROL_SESSION_DECODE_ROOMS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -156,8 +157,11 @@ class DecodeRooms {
   // or before the route, it fails the room. The room succeeds when the responders equal E_d
   // exactly; its event carries the token, the ids and the logprob from the first Success
   // carrying each, and the maximum cached-token count of every such Success (CACHEPD §12.9).
-  // Failed fails the room. Other codes are merged by the update rule (§7.1). A kvrail fence
-  // answer (wire/fence.h) counts its rank as fenced for a room whose pages are held.
+  // Failed fails the room (cause kPeerFailed, "it might be dead", as CachePD can say no more;
+  // from a kvrail rank that sent its room outcome first, its own cause and "prefill rank N:
+  // <its reason>"). Other codes are merged by the update rule (§7.1). A kvrail fence answer
+  // (wire/fence.h) counts its rank as fenced for a room whose pages are held; a kvrail room
+  // outcome (wire/outcome.h) from a rank of the room's T_d is kept for its Success or Failed.
   //
   // Failed means fenced, on this side too: a room that fails after its pre-allocations went out
   // is reported with Pages::kHeld, unless every rank of E_d already sent Success, and every
@@ -213,7 +217,12 @@ class DecodeRooms {
 
   // --- views ------------------------------------------------------------------------------
 
+  // CachePD's state of the room (CACHEPD §7.1, as the reference's decode has it).
   std::optional<TransferPoll> State(uint64_t room) const;
+  // What the engine is shown (Poll): State(), except kTransferring from the moment the room's
+  // pre-allocations went out (a prefill rank may write its pages from then on) until it ends,
+  // where CachePD's decode says WaitingForInput.
+  std::optional<TransferPoll> EngineState(uint64_t room) const;
   std::optional<DecodeRoomView> Find(uint64_t room) const;
   size_t room_count() const { return rooms_.size(); }
   // Rooms whose pages wait for fence answers.
@@ -251,6 +260,16 @@ class DecodeRooms {
     std::optional<double> logprob;
     int64_t published_cached_tokens = 0;
     absl::Time waiting_since;
+    absl::Time success_at;  // when it became Success
+    // kvrail prefill ranks' room outcomes (wire/outcome.h), by rank of T_d: what each wrote
+    // here, or its own cause and reason, for the Success or Failed that follows it.
+    struct Outcome {
+      uint64_t bytes = 0;
+      uint64_t copies = 0;
+      std::string cause;
+      std::string reason;
+    };
+    std::map<int, Outcome> outcomes;
   };
   // A failed room's pages, held until every rank that may write them answered its fence.
   struct Fence {
@@ -267,6 +286,7 @@ class DecodeRooms {
 
   void SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out);
   void OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now, DecodeOutput& out);
+  void OnRoomOutcome(absl::Span<const std::string> frames, DecodeOutput& out);
   void FailRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
                 absl::Time now, DecodeOutput& out);
   void OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage message, absl::Time now,

@@ -14,6 +14,7 @@
 
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
+#include "control/wire/outcome.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 #include "engine/base/error.h"
@@ -695,6 +696,66 @@ TEST(DecodeRoomsTest, APrefillRankListeningAgainIsRoutedToAgain) {
   rooms.OnPrefillListening(PrefillEndpoint(1));
   EXPECT_TRUE(rooms.GonePrefills().empty());
   Waiting(rooms, 9, {0, 1});
+}
+
+// The newcomer's finding: between kvrail peers the prefill's own cause and reason come on
+// kvrail's room outcome message (wire/outcome.h) right before its Failed, and the decode's
+// Failed event carries them instead of "it might be dead".
+TEST(DecodeRoomsTest, AKvrailPrefillsFailureCarriesItsOwnCauseAndReason) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  DecodeOutput told = rooms.OnMessage(
+      wire::BuildRoomOutcome({7, 1, 0, 0, "aborted", "aborted by its engine: preempted"}).value(),
+      kT0);
+  EXPECT_TRUE(told.rejected.ok()) << told.rejected;
+  EXPECT_TRUE(told.events.empty());
+  DecodeOutput failed = rooms.OnMessage(StatusFrames(7, 0, 1, -1), kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].cause, FailureCause::kAborted);
+  EXPECT_EQ(failed.events[0].reason, "prefill rank 1: aborted by its engine: preempted");
+}
+
+// A tokenspeed prefill sends no outcome: its Failed says what CachePD lets the decode know.
+TEST(DecodeRoomsTest, APrefillFailedWithoutAnOutcomeIsReportedAsCachePDDoes) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0});
+  DecodeOutput failed = rooms.OnMessage(StatusFrames(7, 0, 0, -1), kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].cause, FailureCause::kPeerFailed);
+  EXPECT_THAT(failed.events[0].reason, HasSubstr("it might be dead"));
+}
+
+// The newcomer's finding: a decode Success reported bytes=0 copies=0 seconds=0. It carries the
+// bytes and copies the expected ranks said they wrote here, and the time from the
+// pre-allocations to the Success.
+TEST(DecodeRoomsTest, ASuccessCarriesTheBytesCopiesAndSecondsThatLanded) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnMessage(wire::BuildRoomOutcome({7, 0, 4096, 2, "", ""}).value(), kT0);
+  rooms.OnMessage(wire::BuildRoomOutcome({7, 1, 1024, 1, "", ""}).value(), kT0);
+  rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0 + absl::Milliseconds(10));
+  DecodeOutput done = rooms.OnMessage(StatusFrames(7, 5, 1, 12), kT0 + absl::Milliseconds(30));
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bytes, 5120u);
+  EXPECT_EQ(done.events[0].copies, 3u);
+  EXPECT_EQ(done.events[0].elapsed, absl::Milliseconds(30));
+}
+
+// The newcomer's finding: the decode showed WAITING_FOR_INPUT while bytes landed. Once its
+// pre-allocations went out a byte may land, and the engine is shown TRANSFERRING until the end
+// (CachePD's own state, State(), stays the reference's WaitingForInput, CACHEPD §7.1).
+TEST(DecodeRoomsTest, TheEngineIsShownTransferringOnceThePreallocationsWentOut) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(7, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kBootstrapping);
+  ASSERT_TRUE(rooms.OnRoute(7, Route({0}), kT0).ok());
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kBootstrapped);
+  ASSERT_TRUE(rooms.OnAllocated(7, DecodeManifest(), kT0).ok());
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kTransferring);
+  EXPECT_EQ(rooms.State(7), TransferPoll::kWaitingForInput);
+  rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0);
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kSuccess);
+  EXPECT_EQ(rooms.EngineState(8), std::nullopt);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "control/wire/dispatch.h"
 #include "control/wire/fence.h"
 #include "control/wire/limits.h"
+#include "control/wire/outcome.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
@@ -589,6 +590,14 @@ void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
                                PrefillOutput& out) const {
   auto registered = registrations_.find(session_id);
   if (registered != registrations_.end()) {
+    auto failed = rooms_.find(room);
+    if (failed != rooms_.end() && failed->second.state == TransferPoll::kFailed) {
+      SendOutcome(room, registered->second->reply_endpoint, 0, 0, failed->second.failure_cause,
+                  failed->second.failure_reason, out);
+    } else {
+      SendOutcome(room, registered->second->reply_endpoint, 0, 0, FailureCause::kRefused,
+                  "its pre-allocation was refused (this prefill rank's log says why)", out);
+    }
     SendStatus(room, registered->second->reply_endpoint,
                StatusFormFor(registered->second->contract.revision), TransferPoll::kFailed, nullptr,
                out);
@@ -600,6 +609,27 @@ void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
     SendStatus(room, wire::ReplyEndpoint(rejection.route.endpoint, rejection.route.port),
                rejection.form, TransferPoll::kFailed, nullptr, out);
   }
+}
+
+void PrefillRooms::SendOutcome(uint64_t room, const std::string& endpoint, uint64_t bytes,
+                               uint64_t copies, FailureCause cause, const std::string& reason,
+                               PrefillOutput& out) const {
+  if (!options_.send_outcomes) return;
+  wire::RoomOutcomeMessage message;
+  message.room = room;
+  message.prefill_rank = static_cast<uint32_t>(
+      identity_.status_rank >= 0 ? identity_.status_rank : identity_.prefill_tp_rank);
+  message.bytes = bytes;
+  message.copies = copies;
+  message.cause = std::string(FailureCauseLabel(cause));
+  // One line, within the frame's bound: a control byte becomes a space, the rest is cut.
+  message.reason = reason.substr(0, wire::kMaxOutcomeReasonBytes);
+  for (char& c : message.reason) {
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  absl::StatusOr<std::vector<std::string>> frames = wire::BuildRoomOutcome(message);
+  if (!frames.ok()) return;  // every field above fits
+  out.messages.push_back(OutboundMessage{endpoint, *std::move(frames)});
 }
 
 void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, wire::StatusForm form,
@@ -659,6 +689,8 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, FailureCause cause, s
   room.failure_cause = cause;
   for (const Destination& d : room.destinations) {
     if (!d.peer->dummy) {
+      SendOutcome(room_id, d.peer->reply_endpoint, 0, 0, room.failure_cause, room.failure_reason,
+                  out);
       SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
                  TransferPoll::kFailed, nullptr, out);
     }
@@ -693,6 +725,9 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
     DropDestinations(room);
     SetState(room_id, room, TransferPoll::kSuccess, out);
     return;
+  }
+  for (const TransferDestination& d : work->destinations) {
+    room.bytes_by_session[d.peer->registration.session_id] += d.bytes;
   }
   room.transfer_started = final;
   room.transfer_in_flight = true;
@@ -923,7 +958,8 @@ absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
 
 // --- transfer layer -----------------------------------------------------------------------
 
-absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, absl::Time now) {
+absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(
+    uint64_t room_id, absl::Time now, const std::map<std::string, uint64_t>& copies_by_session) {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || !found->second.transfer_in_flight) {
     return absl::FailedPreconditionError(
@@ -943,6 +979,12 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
   if (room.state == TransferPoll::kFailed) return out;
   for (const Destination& d : room.destinations) {
     if (d.peer->dummy) continue;
+    const std::string& session = d.peer->registration.session_id;
+    auto bytes = room.bytes_by_session.find(session);
+    auto copies = copies_by_session.find(session);
+    SendOutcome(
+        room_id, d.peer->reply_endpoint, bytes == room.bytes_by_session.end() ? 0 : bytes->second,
+        copies == copies_by_session.end() ? 0 : copies->second, FailureCause::kNone, "", out);
     SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
                TransferPoll::kSuccess, &*room.ready, out);
   }

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,11 @@ struct PrefillOptions {
   // process that reaches the socket could otherwise abort any room, and grow the room table
   // with Failed rooms. The sidecar sets it (docs/SECURITY.md).
   bool unknown_sessions_change_nothing = false;
+  // kvrail: right before each Success or Failed status, a room outcome (wire/outcome.h) to the
+  // same destination: the bytes and copies this rank wrote to it, or the failure's cause and
+  // reason, which CachePD's Failed cannot carry. The caller pushes it only to kvrail sessions
+  // (a decode that is not kvrail is never sent one). The sidecar sets it.
+  bool send_outcomes = false;
   // The most rooms tracked at once; a pre-allocation that would make another is answered
   // Failed and stores nothing. 0: no bound. Rooms the engine begins are not refused.
   size_t max_rooms = 0;
@@ -300,7 +306,9 @@ class PrefillRooms {
   // §3.4), and, to a destination whose registration contract was in the 2026-09 form, the
   // cached tokens and the logprob in 7 frames (§12.9); the destinations are dropped. Fails,
   // changing nothing, when the room has no transfer in flight.
-  absl::StatusOr<PrefillOutput> OnTransferDone(uint64_t room, absl::Time now);
+  // `copies_by_session`: the copies posted to each destination session (its room outcome).
+  absl::StatusOr<PrefillOutput> OnTransferDone(
+      uint64_t room, absl::Time now, const std::map<std::string, uint64_t>& copies_by_session = {});
 
   // The transfer ended without landing, and no write of it can land any more (the transfer
   // layer fenced it). For a room that failed meanwhile (fences) this is its fence: it fails now
@@ -392,6 +400,8 @@ class PrefillRooms {
     bool transfer_in_flight = false;
     bool fencing = false;         // failed while in flight: the Failed waits for the fence
     bool fence_unproven = false;  // its fence could not prove that no write lands any more
+    // The bytes handed out as work to each destination session, for its room outcome.
+    absl::flat_hash_map<std::string, uint64_t> bytes_by_session;
     // Decode sessions that asked for a fence of the room (wire/fence.h), answered once fenced.
     std::vector<std::string> fence_waiters;
   };
@@ -440,6 +450,9 @@ class PrefillRooms {
   // token, ids, cached tokens and logprob; a Failed (ready null) -1, none, 0 and none.
   void SendStatus(uint64_t room, const std::string& endpoint, wire::StatusForm form,
                   TransferPoll status, const RoomReady* ready, PrefillOutput& out) const;
+  // send_outcomes: the room outcome (wire/outcome.h) that goes right before a status.
+  void SendOutcome(uint64_t room, const std::string& endpoint, uint64_t bytes, uint64_t copies,
+                   FailureCause cause, const std::string& reason, PrefillOutput& out) const;
   void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
   // Each data destination's window, in the order they pre-allocated.
   static std::vector<DecodeWindow> WindowsOf(const Room& room);

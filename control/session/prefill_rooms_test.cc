@@ -17,6 +17,7 @@
 #include "control/layout/revision.h"
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
+#include "control/wire/outcome.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
 
@@ -185,6 +186,50 @@ TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDest
   EXPECT_THAT(States(*done), ElementsAre(TransferPoll::kSuccess));
   EXPECT_TRUE(rooms.Find(42)->preallocated_sessions.empty());
   EXPECT_FALSE(rooms.OnTransferDone(42, kT0).ok());  // once only
+}
+
+// kvrail peers (PrefillOptions::send_outcomes): right before each Success, a room outcome
+// (wire/outcome.h) with what this rank wrote to that destination.
+TEST(PrefillRoomsTest, ASuccessIsPrecededByTheBytesAndCopiesWrittenToThatDestination) {
+  PrefillOptions options;
+  options.send_outcomes = true;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  TransferWork work = StartTransfer(rooms, 42);
+  absl::StatusOr<PrefillOutput> done =
+      rooms.OnTransferDone(42, kT0, {{SessionOf(0), 3}, {SessionOf(1), 4}});
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->messages.size(), 4u);
+  for (int d : {0, 1}) {
+    const OutboundMessage& told = done->messages[2 * d];
+    EXPECT_EQ(told.endpoint, ReplyEndpointOf(d));
+    absl::StatusOr<wire::RoomOutcomeMessage> outcome = wire::ParseRoomOutcome(told.frames);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(outcome->room, 42u);
+    EXPECT_EQ(outcome->bytes, work.destinations[d].bytes);
+    EXPECT_EQ(outcome->copies, d == 0 ? 3u : 4u);
+    EXPECT_EQ(outcome->cause, "");
+    EXPECT_EQ(ParsedStatus(done->messages[2 * d + 1]).status, 5);
+  }
+}
+
+// The newcomer's finding: the decode was told "it might be dead" when the prefill's engine
+// aborted. Between kvrail peers the Failed is preceded by the prefill's own cause and reason.
+TEST(PrefillRoomsTest, AFailedIsPrecededByThePrefillsOwnCauseAndReason) {
+  PrefillOptions options;
+  options.send_outcomes = true;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  PrefillOutput aborted = rooms.Abort(42, "aborted by its engine: preempted", kT0);
+  ASSERT_EQ(aborted.messages.size(), 2u);
+  absl::StatusOr<wire::RoomOutcomeMessage> outcome =
+      wire::ParseRoomOutcome(aborted.messages[0].frames);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->cause, "aborted");
+  EXPECT_EQ(outcome->reason, "aborted by its engine: preempted");
+  EXPECT_EQ(ParsedStatus(aborted.messages[1]).status, 0);
 }
 
 // CACHEPD §12.9, §12.11: each decode peer is answered in the form its registration contract came

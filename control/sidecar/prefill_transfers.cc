@@ -355,7 +355,8 @@ void Sidecar::Impl::ActLocked(TransferActions actions) {
   const absl::Time now = absl::Now();
   if (ended.landed) {
     stats.bytes_sent += ended.bytes;
-    absl::StatusOr<session::PrefillOutput> out = prefill->OnTransferDone(room, now);
+    absl::StatusOr<session::PrefillOutput> out =
+        prefill->OnTransferDone(room, now, ended.copies_by_session);
     if (out.ok()) ApplyLocked(*std::move(out), &ended);
     return;
   }

@@ -16,6 +16,7 @@
 #include "control/sidecar/advertise_host.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "control/wire/digest.h"
+#include "control/wire/outcome.h"
 #include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
@@ -133,6 +134,11 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
     out.set_bytes(ended->landed ? ended->bytes : 0);
     out.set_copies(ended->copies);
     out.set_seconds(absl::ToDoubleSeconds(ended->elapsed));
+  } else if (decode && event.state == TransferPoll::kSuccess) {
+    // What landed here, as the prefill ranks told it, from the pre-allocations on.
+    out.set_bytes(event.bytes);
+    out.set_copies(event.copies);
+    out.set_seconds(absl::ToDoubleSeconds(event.elapsed));
   }
   // A prefill room ends only once fenced (RoomTransfers); a decode room says.
   switch (event.pages) {
@@ -227,6 +233,11 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
     }
   };
   for (const session::OutboundMessage& m : messages) {
+    // A room outcome is kvrail's own (wire/outcome.h): only a kvrail session, one whose key
+    // this prefill holds, is sent one; a tokenspeed decode sees CachePD's frames alone.
+    if (prefill && wire::IsRoomOutcome(m.frames) && !gate.KeyFor(m.endpoint).has_value()) {
+      continue;
+    }
     if (prefill) {
       // --verify-digest: the room digest of what this rank wrote to that session goes right
       // before its Success (control/wire/digest.h), proven as the Success is.
@@ -273,8 +284,8 @@ void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferAction
   (void)SendLocked(out.messages);
   for (const session::RoomEvent& event : out.events) {
     if (RepeatedEndLocked(event)) continue;
+    FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event, ended);
-    FinishLocked(event);
   }
   for (const auto& [session, endpoint] : out.replaced) {
     // A restarted decode took over the session id: the old process's link and route go.
@@ -295,8 +306,8 @@ void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
   }
   for (const session::RoomEvent& event : out.events) {
     if (RepeatedEndLocked(event)) continue;
+    FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event);
-    FinishLocked(event);
   }
   for (const session::PagesRelease& release : out.releases) {
     // Failed means fenced: no release while a copy back into the room's pages is running.
@@ -465,7 +476,7 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
         }
       }
     } else if (decode) {
-      current = decode->State(room);
+      current = decode->EngineState(room);  // Transferring once a byte may land
     }
     if (!current) {
       state->set_status(v1::TRANSFER_POLL_FAILED);
