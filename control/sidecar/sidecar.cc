@@ -162,7 +162,7 @@ absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
 void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
   v1::RoomEvent out;
   out.set_room(release.room);
-  out.set_status(v1::TRANSFER_POLL_FAILED);
+  out.set_status(v1::TRANSFER_POLL_PAGES_RELEASED);  // a notice, not a second Failed
   out.set_reason(release.reason);
   out.set_pages(v1::PAGES_REUSABLE);
   out.set_pages_released(true);
