@@ -441,6 +441,8 @@ void EngineApiClient::Watch() {
       failed->set_bootstrap_token(-1);
       if (gone.value_or(false)) {
         failed->set_pages(v1::PAGES_REUSABLE);
+        // Told Failed (held) already: this is the release notice, not a second Failed.
+        if (held) failed->set_status(v1::TRANSFER_POLL_PAGES_RELEASED);
         failed->set_pages_released(held);
         failed->set_pages_proven(held);
         failed->set_reason(held ? "pages released: the sidecar process is gone"

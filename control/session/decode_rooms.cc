@@ -10,6 +10,7 @@
 #include "control/plan/planner.h"
 #include "control/wire/fence.h"
 #include "control/wire/limits.h"
+#include "control/wire/outcome.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
@@ -108,10 +109,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
   }
   Room& room = found->second;
   DecodeOutput out;
-  if (room.state == TransferPoll::kFailed) {
-    ReportCurrent(room_id, room, out);
-    return out;
-  }
+  if (room.state == TransferPoll::kFailed) return out;  // its one Failed went out already
   if (room.routed) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " already has a route"));
   }
@@ -148,6 +146,22 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
                      RankList(union_ranks)));
   }
 
+  for (const PrefillTarget& target : endpoints) {
+    auto gone = gone_prefills_.find(target.endpoint);
+    if (gone == gone_prefills_.end() ||
+        !std::binary_search(targets.expected_prefill_ranks.begin(),
+                            targets.expected_prefill_ranks.end(), target.rank)) {
+      continue;
+    }
+    // Nothing is sent to any rank: the live ones would copy a room that cannot succeed.
+    FailRoom(room_id, room, FailureCause::kPeerFailed,
+             absl::StrCat("prefill rank ", target.rank, " at ", target.endpoint,
+                          " is gone (its CachePD socket refused connections ",
+                          absl::FormatDuration(now - gone->second),
+                          " ago, and has not listened since): the room is not routed to it"),
+             now, out);
+    return out;
+  }
   const layout::Revision form = options_.revision.value_or(route.revision);
   absl::StatusOr<std::vector<std::string>> registration = registration_frames(form);
   if (!registration.ok()) {
@@ -181,10 +195,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnAllocated(uint64_t room_id,
   }
   Room& room = found->second;
   DecodeOutput out;
-  if (room.state == TransferPoll::kFailed) {
-    ReportCurrent(room_id, room, out);
-    return out;
-  }
+  if (room.state == TransferPoll::kFailed) return out;  // its one Failed went out already
   if (!room.routed || room.preallocated) {
     return absl::FailedPreconditionError(absl::StrCat(
         "room ", room_id,
@@ -214,6 +225,10 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
     OnFencedAnswer(frames, now, out);
     return out;
   }
+  if (wire::IsRoomOutcome(frames)) {
+    OnRoomOutcome(frames, out);
+    return out;
+  }
   absl::StatusOr<wire::StatusMessage> parsed =
       options_.lenient_status ? wire::ParseStatusLenient(frames) : wire::ParseStatus(frames);
   if (!parsed.ok()) {
@@ -241,13 +256,21 @@ DecodeOutput DecodeRooms::OnMessage(absl::Span<const std::string> frames, absl::
     case TransferPollCode(TransferPoll::kSuccess):
       OnSuccess(parsed->room, room, *std::move(parsed), now, out);
       break;
-    case TransferPollCode(TransferPoll::kFailed):
+    case TransferPollCode(TransferPoll::kFailed): {
+      auto told = room.outcomes.find(static_cast<int>(parsed->prefill_rank));
+      if (told != room.outcomes.end() && !told->second.cause.empty()) {
+        FailRoom(parsed->room, room, FailureCauseFromLabel(told->second.cause),
+                 absl::StrCat("prefill rank ", parsed->prefill_rank, ": ", told->second.reason),
+                 now, out);
+        break;
+      }
       FailRoom(parsed->room, room, FailureCause::kPeerFailed,
                absl::StrCat("Failed to get kvcache from prefill instance, it might be dead "
                             "(prefill TP rank ",
                             parsed->prefill_rank, " reported Failed)"),
                now, out);
       break;
+    }
     default: {
       // §3.4 item 4: merged by the update rule, unvalidated, as the reference does.
       std::optional<TransferPoll> poll = TransferPollFromCode(parsed->status);
@@ -304,6 +327,26 @@ void DecodeRooms::OnFencedAnswer(absl::Span<const std::string> frames, absl::Tim
   fences_.erase(found);
 }
 
+void DecodeRooms::OnRoomOutcome(absl::Span<const std::string> frames, DecodeOutput& out) {
+  absl::StatusOr<wire::RoomOutcomeMessage> outcome = wire::ParseRoomOutcome(frames);
+  if (!outcome.ok()) {
+    out.rejected = AddContext(outcome.status(), "room outcome dropped");
+    return;
+  }
+  auto found = rooms_.find(outcome->room);
+  const int rank = static_cast<int>(outcome->prefill_rank);
+  if (found == rooms_.end() || !found->second.routed ||
+      std::none_of(found->second.targets.begin(), found->second.targets.end(),
+                   [rank](const PrefillTarget& t) { return t.rank == rank; })) {
+    out.rejected = absl::NotFoundError(absl::StrCat("room outcome of room ", outcome->room,
+                                                    " from prefill rank ", rank,
+                                                    ", not a target of a live room: ignored"));
+    return;
+  }
+  found->second.outcomes[rank] = Room::Outcome{
+      outcome->bytes, outcome->copies, std::move(outcome->cause), std::move(outcome->reason)};
+}
+
 void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage message,
                             absl::Time now, DecodeOutput& out) {
   const uint32_t rank = message.prefill_rank;
@@ -349,6 +392,7 @@ void DecodeRooms::OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage me
   }
   if (!room.published) {
     room.published = true;
+    room.success_at = now;
     room.token = room.pending_token;
     room.spec_ids = room.pending_spec_ids;
     room.logprob = room.pending_logprob;
@@ -454,6 +498,13 @@ DecodeOutput DecodeRooms::OnHealth(absl::string_view bootstrap_address, bool ok,
 
 DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time now) {
   DecodeOutput out;
+  if (gone_prefills_.size() >= kMaxGonePrefills && !gone_prefills_.contains(endpoint)) {
+    auto oldest =
+        std::min_element(gone_prefills_.begin(), gone_prefills_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    gone_prefills_.erase(oldest);
+  }
+  gone_prefills_.try_emplace(Owned(endpoint), now);
   std::vector<uint64_t> hit;
   for (const auto& [id, room] : rooms_) {
     if (!room.preallocated || room.state == TransferPoll::kSuccess ||
@@ -501,6 +552,16 @@ DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time n
                                     }),
                      out.messages.end());
   return out;
+}
+
+void DecodeRooms::OnPrefillListening(absl::string_view endpoint) { gone_prefills_.erase(endpoint); }
+
+std::vector<std::string> DecodeRooms::GonePrefills() const {
+  std::vector<std::string> endpoints;
+  endpoints.reserve(gone_prefills_.size());
+  for (const auto& [endpoint, since] : gone_prefills_) endpoints.push_back(endpoint);
+  std::sort(endpoints.begin(), endpoints.end());
+  return endpoints;
 }
 
 std::vector<std::string> DecodeRooms::PrefillEndpoints() const {
@@ -571,6 +632,13 @@ void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput
     event.pages = fences_.count(room_id) > 0 ? Pages::kHeld : Pages::kReusable;
   }
   if (room.state == TransferPoll::kSuccess) {
+    for (int rank : room.expected) {
+      auto told = room.outcomes.find(rank);
+      if (told == room.outcomes.end()) continue;
+      event.bytes += told->second.bytes;
+      event.copies += told->second.copies;
+    }
+    event.elapsed = room.success_at - room.waiting_since;
     event.bootstrap_token = room.token.value_or(wire::kNoBootstrapToken);
     event.spec_candidate_ids = room.spec_ids;
     event.cached_tokens = room.published_cached_tokens;
@@ -583,6 +651,16 @@ std::optional<TransferPoll> DecodeRooms::State(uint64_t room) const {
   auto found = rooms_.find(room);
   if (found == rooms_.end()) return std::nullopt;
   return found->second.state;
+}
+
+std::optional<TransferPoll> DecodeRooms::EngineState(uint64_t room) const {
+  auto found = rooms_.find(room);
+  if (found == rooms_.end()) return std::nullopt;
+  const Room& r = found->second;
+  if (r.preallocated && r.state != TransferPoll::kSuccess && r.state != TransferPoll::kFailed) {
+    return TransferPoll::kTransferring;
+  }
+  return r.state;
 }
 
 std::optional<DecodeRoomView> DecodeRooms::Find(uint64_t room_id) const {

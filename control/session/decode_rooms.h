@@ -12,6 +12,7 @@
 #define KVRAIL_CONTROL_SESSION_DECODE_ROOMS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -133,7 +134,9 @@ class DecodeRooms {
   // D3 to D6: the room's route is known. Records E_d (the exact set of ranks whose Success the
   // room needs) and, unless this peer set (bootstrap address, DP group, T_d) was registered
   // before, returns the registration for every rank of T_d. The room becomes Bootstrapped.
-  // A room that failed meanwhile stays Failed (reported again) and nothing is sent.
+  // A room that failed meanwhile stays Failed (reported nothing again: its one terminal event
+  // went out) and nothing is sent. A route whose E_d holds a rank at an endpoint known gone
+  // (OnPrefillGone) fails the room at once, naming it, and sends nothing.
   // Fails, changing nothing: NotFound for an untracked room; FailedPrecondition when the room
   // already has a route; InvalidArgument when E_d is empty, T_d is not the sorted union of
   // E_d and Z_d, Z_d is not empty off decode rank 0, or the endpoints are not one per T_d rank.
@@ -142,8 +145,8 @@ class DecodeRooms {
   // D7 to D9: blocks are allocated. Returns the pre-allocation for every rank of T_d, the
   // canonical manifest for E_d and an empty one for Z_d (§3.3, §6.5); the room becomes
   // WaitingForInput and its waiting timeout starts. A room that failed meanwhile stays Failed
-  // (reported again) and nothing is sent. Fails, changing nothing: NotFound for an untracked
-  // room; FailedPrecondition when the room has no route yet or already pre-allocated (its
+  // (reported nothing again) and nothing is sent. Fails, changing nothing: NotFound for an
+  // untracked room; FailedPrecondition when the room has no route yet or already pre-allocated (its
   // state does not decide: a peer's status message may have raised it, §3.4 item 4);
   // InvalidArgument when the manifest fails §5.3 against this rank's contract.
   absl::StatusOr<DecodeOutput> OnAllocated(uint64_t room, const layout::Manifest& manifest,
@@ -154,8 +157,11 @@ class DecodeRooms {
   // or before the route, it fails the room. The room succeeds when the responders equal E_d
   // exactly; its event carries the token, the ids and the logprob from the first Success
   // carrying each, and the maximum cached-token count of every such Success (CACHEPD §12.9).
-  // Failed fails the room. Other codes are merged by the update rule (§7.1). A kvrail fence
-  // answer (wire/fence.h) counts its rank as fenced for a room whose pages are held.
+  // Failed fails the room (cause kPeerFailed, "it might be dead", as CachePD can say no more;
+  // from a kvrail rank that sent its room outcome first, its own cause and "prefill rank N:
+  // <its reason>"). Other codes are merged by the update rule (§7.1). A kvrail fence answer
+  // (wire/fence.h) counts its rank as fenced for a room whose pages are held; a kvrail room
+  // outcome (wire/outcome.h) from a rank of the room's T_d is kept for its Success or Failed.
   //
   // Failed means fenced, on this side too: a room that fails after its pre-allocations went out
   // is reported with Pages::kHeld, unless every rank of E_d already sent Success, and every
@@ -187,8 +193,16 @@ class DecodeRooms {
   // The prefill rank whose PULL socket is `endpoint` is gone (nobody listens there any more: its
   // process died), which CACHEPD's heartbeat cannot see while the node's bootstrap server lives.
   // Every room it still owes a Success fails, and its fences are answered: a process that is
-  // gone writes nothing more. The caller probes (sidecar/liveness.h).
+  // gone writes nothing more. The caller probes (sidecar/liveness.h). The endpoint is
+  // remembered as gone (GonePrefills; at most kMaxGonePrefills, the oldest forgotten first):
+  // until it listens again, a room whose route expects a Success from it fails in OnRoute,
+  // naming the rank, and nothing is sent to any rank of that route.
   DecodeOutput OnPrefillGone(absl::string_view endpoint, absl::Time now);
+  // A probe of a gone prefill endpoint was accepted: a process listens there again.
+  void OnPrefillListening(absl::string_view endpoint);
+  // The prefill endpoints remembered as gone, to probe until they listen again; sorted.
+  std::vector<std::string> GonePrefills() const;
+  static constexpr size_t kMaxGonePrefills = 1024;
   // The prefill endpoints worth probing: those of rooms waiting for a Success, and of fences
   // waiting for an answer; sorted, distinct.
   std::vector<std::string> PrefillEndpoints() const;
@@ -203,7 +217,12 @@ class DecodeRooms {
 
   // --- views ------------------------------------------------------------------------------
 
+  // CachePD's state of the room (CACHEPD §7.1, as the reference's decode has it).
   std::optional<TransferPoll> State(uint64_t room) const;
+  // What the engine is shown (Poll): State(), except kTransferring from the moment the room's
+  // pre-allocations went out (a prefill rank may write its pages from then on) until it ends,
+  // where CachePD's decode says WaitingForInput.
+  std::optional<TransferPoll> EngineState(uint64_t room) const;
   std::optional<DecodeRoomView> Find(uint64_t room) const;
   size_t room_count() const { return rooms_.size(); }
   // Rooms whose pages wait for fence answers.
@@ -241,6 +260,16 @@ class DecodeRooms {
     std::optional<double> logprob;
     int64_t published_cached_tokens = 0;
     absl::Time waiting_since;
+    absl::Time success_at;  // when it became Success
+    // kvrail prefill ranks' room outcomes (wire/outcome.h), by rank of T_d: what each wrote
+    // here, or its own cause and reason, for the Success or Failed that follows it.
+    struct Outcome {
+      uint64_t bytes = 0;
+      uint64_t copies = 0;
+      std::string cause;
+      std::string reason;
+    };
+    std::map<int, Outcome> outcomes;
   };
   // A failed room's pages, held until every rank that may write them answered its fence.
   struct Fence {
@@ -257,6 +286,7 @@ class DecodeRooms {
 
   void SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out);
   void OnFencedAnswer(absl::Span<const std::string> frames, absl::Time now, DecodeOutput& out);
+  void OnRoomOutcome(absl::Span<const std::string> frames, DecodeOutput& out);
   void FailRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
                 absl::Time now, DecodeOutput& out);
   void OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage message, absl::Time now,
@@ -272,6 +302,8 @@ class DecodeRooms {
   absl::flat_hash_map<uint64_t, Fence> fences_;
   std::set<PeerSetKey> registered_;
   absl::flat_hash_map<std::string, int> health_failures_;  // bootstrap address -> count
+  // Prefill PULL endpoints whose socket refused connections, and since when (OnPrefillGone).
+  absl::flat_hash_map<std::string, absl::Time> gone_prefills_;
 };
 
 }  // namespace kvrail::session

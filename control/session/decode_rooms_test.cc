@@ -14,6 +14,7 @@
 
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
+#include "control/wire/outcome.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/registration.h"
 #include "engine/base/error.h"
@@ -287,18 +288,22 @@ TEST(DecodeRoomsTest, APeersIntermediateStatusDoesNotSkipTheRoomsOwnSteps) {
   EXPECT_THAT(States(rooms.Tick(kT0 + absl::Seconds(400))), ElementsAre(TransferPoll::kFailed));
 }
 
-TEST(DecodeRoomsTest, CallsOnAFailedRoomReportItAndSendNothing) {
+// Exactly one terminal event per room: a route or allocation that comes after the room failed
+// (the engine aborted while the bootstrap lookup ran) sends nothing and reports nothing again.
+TEST(DecodeRoomsTest, CallsOnAFailedRoomSendNothingAndReportNothingAgain) {
   DecodeRooms rooms = MakeRooms();
   ASSERT_TRUE(rooms.BeginRoom(42, kPrefillA, kT0).ok());
-  rooms.Fail(42, "bootstrap GET failed", kT0);
+  ASSERT_THAT(States(rooms.Fail(42, "bootstrap GET failed", kT0)),
+              ElementsAre(TransferPoll::kFailed));
   absl::StatusOr<DecodeOutput> routed = rooms.OnRoute(42, Route({0}), kT0);
   ASSERT_TRUE(routed.ok());
   EXPECT_TRUE(routed->messages.empty());
-  ASSERT_THAT(States(*routed), ElementsAre(TransferPoll::kFailed));
-  EXPECT_EQ(routed->events[0].reason, "bootstrap GET failed");
+  EXPECT_TRUE(routed->events.empty());
   absl::StatusOr<DecodeOutput> allocated = rooms.OnAllocated(42, DecodeManifest(), kT0);
   ASSERT_TRUE(allocated.ok());
   EXPECT_TRUE(allocated->messages.empty());
+  EXPECT_TRUE(allocated->events.empty());
+  EXPECT_EQ(rooms.Find(42)->failure_reason, "bootstrap GET failed");
 }
 
 TEST(DecodeRoomsTest, SuccessNeedsExactlyTheExpectedRanks) {
@@ -660,6 +665,97 @@ TEST(DecodeRoomsTest, AnUnprovenFenceAnswerReleasesThePagesAsUnproven) {
   ASSERT_EQ(answered.releases.size(), 1u);
   EXPECT_FALSE(answered.releases[0].proven);
   EXPECT_THAT(answered.releases[0].reason, HasSubstr("disconnecting"));
+}
+
+// The newcomer's finding: a new room routed to a prefill rank already known to be gone (its
+// CachePD socket refused connections) fails at once, naming the rank, and sends nothing to any
+// rank: the live ones are not made to copy a room that cannot succeed.
+TEST(DecodeRoomsTest, ANewRoomRoutedToAPrefillRankKnownGoneFailsAtOnceNamingIt) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnPrefillGone(PrefillEndpoint(1), kT0);
+  ASSERT_TRUE(rooms.BeginRoom(9, kPrefillA, kT0).ok());
+  absl::StatusOr<DecodeOutput> routed = rooms.OnRoute(9, Route({0, 1}), kT0);
+  ASSERT_TRUE(routed.ok()) << routed.status();
+  EXPECT_TRUE(routed->messages.empty());
+  ASSERT_THAT(States(*routed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(routed->events[0].cause, FailureCause::kPeerFailed);
+  EXPECT_THAT(routed->events[0].reason, HasSubstr("prefill rank 1"));
+  EXPECT_THAT(routed->events[0].reason, HasSubstr(PrefillEndpoint(1)));
+  EXPECT_EQ(routed->events[0].pages, Pages::kReusable);
+  absl::StatusOr<DecodeOutput> allocated = rooms.OnAllocated(9, DecodeManifest(), kT0);
+  ASSERT_TRUE(allocated.ok());
+  EXPECT_TRUE(allocated->messages.empty());
+}
+
+// A gone rank is probed again (GonePrefills); once it listens, rooms are routed to it again.
+TEST(DecodeRoomsTest, APrefillRankListeningAgainIsRoutedToAgain) {
+  DecodeRooms rooms = MakeRooms();
+  rooms.OnPrefillGone(PrefillEndpoint(1), kT0);
+  EXPECT_THAT(rooms.GonePrefills(), ElementsAre(PrefillEndpoint(1)));
+  rooms.OnPrefillListening(PrefillEndpoint(1));
+  EXPECT_TRUE(rooms.GonePrefills().empty());
+  Waiting(rooms, 9, {0, 1});
+}
+
+// The newcomer's finding: between kvrail peers the prefill's own cause and reason come on
+// kvrail's room outcome message (wire/outcome.h) right before its Failed, and the decode's
+// Failed event carries them instead of "it might be dead".
+TEST(DecodeRoomsTest, AKvrailPrefillsFailureCarriesItsOwnCauseAndReason) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  DecodeOutput told = rooms.OnMessage(
+      wire::BuildRoomOutcome({7, 1, 0, 0, "aborted", "aborted by its engine: preempted"}).value(),
+      kT0);
+  EXPECT_TRUE(told.rejected.ok()) << told.rejected;
+  EXPECT_TRUE(told.events.empty());
+  DecodeOutput failed = rooms.OnMessage(StatusFrames(7, 0, 1, -1), kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].cause, FailureCause::kAborted);
+  EXPECT_EQ(failed.events[0].reason, "prefill rank 1: aborted by its engine: preempted");
+}
+
+// A tokenspeed prefill sends no outcome: its Failed says what CachePD lets the decode know.
+TEST(DecodeRoomsTest, APrefillFailedWithoutAnOutcomeIsReportedAsCachePDDoes) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0});
+  DecodeOutput failed = rooms.OnMessage(StatusFrames(7, 0, 0, -1), kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].cause, FailureCause::kPeerFailed);
+  EXPECT_THAT(failed.events[0].reason, HasSubstr("it might be dead"));
+}
+
+// The newcomer's finding: a decode Success reported bytes=0 copies=0 seconds=0. It carries the
+// bytes and copies the expected ranks said they wrote here, and the time from the
+// pre-allocations to the Success.
+TEST(DecodeRoomsTest, ASuccessCarriesTheBytesCopiesAndSecondsThatLanded) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  rooms.OnMessage(wire::BuildRoomOutcome({7, 0, 4096, 2, "", ""}).value(), kT0);
+  rooms.OnMessage(wire::BuildRoomOutcome({7, 1, 1024, 1, "", ""}).value(), kT0);
+  rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0 + absl::Milliseconds(10));
+  DecodeOutput done = rooms.OnMessage(StatusFrames(7, 5, 1, 12), kT0 + absl::Milliseconds(30));
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bytes, 5120u);
+  EXPECT_EQ(done.events[0].copies, 3u);
+  EXPECT_EQ(done.events[0].elapsed, absl::Milliseconds(30));
+}
+
+// The newcomer's finding: the decode showed WAITING_FOR_INPUT while bytes landed. Once its
+// pre-allocations went out a byte may land, and the engine is shown TRANSFERRING until the end
+// (CachePD's own state, State(), stays the reference's WaitingForInput, CACHEPD §7.1).
+TEST(DecodeRoomsTest, TheEngineIsShownTransferringOnceThePreallocationsWentOut) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(7, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kBootstrapping);
+  ASSERT_TRUE(rooms.OnRoute(7, Route({0}), kT0).ok());
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kBootstrapped);
+  ASSERT_TRUE(rooms.OnAllocated(7, DecodeManifest(), kT0).ok());
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kTransferring);
+  EXPECT_EQ(rooms.State(7), TransferPoll::kWaitingForInput);
+  rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0);
+  EXPECT_EQ(rooms.EngineState(7), TransferPoll::kSuccess);
+  EXPECT_EQ(rooms.EngineState(8), std::nullopt);
 }
 
 }  // namespace

@@ -36,6 +36,15 @@ absl::string_view FailureCauseLabel(FailureCause cause) {
   return "other";
 }
 
+FailureCause FailureCauseFromLabel(absl::string_view label) {
+  for (int i = static_cast<int>(FailureCause::kNone); i <= static_cast<int>(FailureCause::kOther);
+       ++i) {
+    const auto cause = static_cast<FailureCause>(i);
+    if (FailureCauseLabel(cause) == label) return cause;
+  }
+  return FailureCause::kOther;
+}
+
 FailureCause FailureCauseOf(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:

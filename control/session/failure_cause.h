@@ -31,6 +31,10 @@ enum class FailureCause {
 // "invalid", "refused", "digest", "engine", "bootstrap", "other"; "" for kNone.
 absl::string_view FailureCauseLabel(FailureCause cause);
 
+// The cause whose label is `label` (FailureCauseLabel); kOther for a word not in the list, kNone
+// for "".
+FailureCause FailureCauseFromLabel(absl::string_view label);
+
 // The cause of a failed call by its status code, for failures that come as a Status from a
 // layer that does not know rooms (the data plane, the planner): DeadlineExceeded is kTimeout,
 // OutOfRange kBounds, InvalidArgument kInvalid, PermissionDenied, Unauthenticated and

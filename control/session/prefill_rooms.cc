@@ -10,9 +10,11 @@
 #include "control/layout/revision.h"
 #include "control/plan/layerwise.h"
 #include "control/plan/route.h"
+#include "control/session/ended_room.h"
 #include "control/wire/dispatch.h"
 #include "control/wire/fence.h"
 #include "control/wire/limits.h"
+#include "control/wire/outcome.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
@@ -94,18 +96,6 @@ uint64_t PlannedBytes(const plan::CopyPlan& plan, const layout::Manifest& src,
     total += positions * static_cast<uint64_t>(f.rows) * static_cast<uint64_t>(f.bytes_per_row);
   }
   return total;
-}
-
-// A Failed event again, for an engine call about a room that already failed.
-PrefillOutput FailedAgain(uint64_t room, const std::string& reason, FailureCause cause) {
-  PrefillOutput out;
-  RoomEvent event;
-  event.room = room;
-  event.state = TransferPoll::kFailed;
-  event.reason = reason;
-  event.cause = cause;
-  out.events.push_back(std::move(event));
-  return out;
 }
 
 bool SameManifest(const layout::Manifest& a, const layout::Manifest& b) {
@@ -226,7 +216,7 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
     return;
   }
   AbortRoom(request->room, room, FailureCause::kAborted,
-            absl::StrCat("Decode session ", request->session_id,
+            absl::StrCat("aborted by the decode: Decode session ", request->session_id,
                          " gave the room up (kvrail fence request)"),
             now, out);
   if (room.fencing) {
@@ -600,6 +590,14 @@ void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
                                PrefillOutput& out) const {
   auto registered = registrations_.find(session_id);
   if (registered != registrations_.end()) {
+    auto failed = rooms_.find(room);
+    if (failed != rooms_.end() && failed->second.state == TransferPoll::kFailed) {
+      SendOutcome(room, registered->second->reply_endpoint, 0, 0, failed->second.failure_cause,
+                  failed->second.failure_reason, out);
+    } else {
+      SendOutcome(room, registered->second->reply_endpoint, 0, 0, FailureCause::kRefused,
+                  "its pre-allocation was refused (this prefill rank's log says why)", out);
+    }
     SendStatus(room, registered->second->reply_endpoint,
                StatusFormFor(registered->second->contract.revision), TransferPoll::kFailed, nullptr,
                out);
@@ -611,6 +609,27 @@ void PrefillRooms::ReplyFailed(uint64_t room, absl::string_view session_id,
     SendStatus(room, wire::ReplyEndpoint(rejection.route.endpoint, rejection.route.port),
                rejection.form, TransferPoll::kFailed, nullptr, out);
   }
+}
+
+void PrefillRooms::SendOutcome(uint64_t room, const std::string& endpoint, uint64_t bytes,
+                               uint64_t copies, FailureCause cause, const std::string& reason,
+                               PrefillOutput& out) const {
+  if (!options_.send_outcomes) return;
+  wire::RoomOutcomeMessage message;
+  message.room = room;
+  message.prefill_rank = static_cast<uint32_t>(
+      identity_.status_rank >= 0 ? identity_.status_rank : identity_.prefill_tp_rank);
+  message.bytes = bytes;
+  message.copies = copies;
+  message.cause = std::string(FailureCauseLabel(cause));
+  // One line, within the frame's bound: a control byte becomes a space, the rest is cut.
+  message.reason = reason.substr(0, wire::kMaxOutcomeReasonBytes);
+  for (char& c : message.reason) {
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  absl::StatusOr<std::vector<std::string>> frames = wire::BuildRoomOutcome(message);
+  if (!frames.ok()) return;  // every field above fits
+  out.messages.push_back(OutboundMessage{endpoint, *std::move(frames)});
 }
 
 void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, wire::StatusForm form,
@@ -670,6 +689,8 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, FailureCause cause, s
   room.failure_cause = cause;
   for (const Destination& d : room.destinations) {
     if (!d.peer->dummy) {
+      SendOutcome(room_id, d.peer->reply_endpoint, 0, 0, room.failure_cause, room.failure_reason,
+                  out);
       SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
                  TransferPoll::kFailed, nullptr, out);
     }
@@ -704,6 +725,9 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
     DropDestinations(room);
     SetState(room_id, room, TransferPoll::kSuccess, out);
     return;
+  }
+  for (const TransferDestination& d : work->destinations) {
+    room.bytes_by_session[d.peer->registration.session_id] += d.bytes;
   }
   room.transfer_started = final;
   room.transfer_in_flight = true;
@@ -771,6 +795,9 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, " is above 2^63-1 (CACHEPD Terminology)"));
   }
+  if (auto ended = rooms_.find(room_id); ended != rooms_.end() && Ended(ended->second)) {
+    return EndedRoomError(room_id, *ended->second.state, ended->second.failure_reason);
+  }
   PrefillOutput out;
   Room& room = rooms_[room_id];
   if (!room.begun) {
@@ -784,10 +811,6 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     RoomEvent event;
     event.room = room_id;
     event.state = *room.state;
-    if (event.state == TransferPoll::kFailed) {
-      event.reason = room.failure_reason;
-      event.cause = room.failure_cause;
-    }
     if (event.state == TransferPoll::kBootstrapped) event.windows = WindowsOf(room);
     out.events.push_back(std::move(event));
   }
@@ -809,6 +832,28 @@ std::vector<DecodeWindow> PrefillRooms::WindowsOf(const Room& room) {
                        destination.manifest->prefix_len, destination.manifest->prompt_len});
   }
   return windows;
+}
+
+bool PrefillRooms::Ended(const Room& room) {
+  return room.state == TransferPoll::kFailed || room.state == TransferPoll::kSuccess;
+}
+
+absl::Status PrefillRooms::CheckWindows(uint64_t room_id, const Room& room,
+                                        const layout::Manifest& source) {
+  for (const Destination& destination : room.destinations) {
+    if (destination.manifest == nullptr) continue;  // a dummy: no window
+    const layout::Manifest& window = *destination.manifest;
+    if (window.prefix_len == source.prefix_len && window.prompt_len == source.prompt_len) continue;
+    const wire::Registration& registration = destination.peer->registration;
+    return MakeError(
+        ErrorCategory::kInvalidManifest,
+        absl::StrCat("room ", room_id, ": the source manifest covers the window [",
+                     source.prefix_len, ", ", source.prompt_len, "), but Decode session ",
+                     registration.session_id, " (decode TP rank ", registration.decode_tp_rank,
+                     ") pre-allocated [", window.prefix_len, ", ", window.prompt_len,
+                     ") (CACHEPD §6.9): refused, the room is unchanged"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready) {
@@ -837,6 +882,9 @@ absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready) {
 absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
                                                   absl::Time now) {
   auto found = rooms_.find(room_id);
+  if (found != rooms_.end() && Ended(found->second)) {
+    return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
+  }
   if (found == rooms_.end() || !found->second.begun) {
     return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
   }
@@ -845,14 +893,15 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
   if (room.ready.has_value() || room.transfer_started) {
     return absl::FailedPreconditionError(absl::StrCat("room ", room_id, " is already ready"));
   }
-  if (room.state == TransferPoll::kFailed)
-    return FailedAgain(room_id, room.failure_reason, room.failure_cause);
-  PrefillOutput out;
   if (room.layer_source != nullptr && ready.source_manifest.has_value() &&
       !SameManifest(*ready.source_manifest, *room.layer_source)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "room ", room_id, ": the source manifest differs from the one its LayersReady gave"));
   }
+  if (ready.source_manifest.has_value()) {
+    KVRAIL_RETURN_IF_ERROR(CheckWindows(room_id, room, *ready.source_manifest));
+  }
+  PrefillOutput out;
   room.ready = std::move(ready);
   MaybeStartTransfer(room_id, room, now, out);
   return out;
@@ -862,6 +911,9 @@ absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
     uint64_t room_id, std::optional<layout::Manifest> source_manifest, int64_t layers,
     absl::Time now) {
   auto found = rooms_.find(room_id);
+  if (found != rooms_.end() && Ended(found->second)) {
+    return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
+  }
   if (found == rooms_.end() || !found->second.begun) {
     return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
   }
@@ -892,8 +944,9 @@ absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, ": the first LayersReady must give the source manifest"));
   }
-  if (room.state == TransferPoll::kFailed)
-    return FailedAgain(room_id, room.failure_reason, room.failure_cause);
+  if (source_manifest.has_value()) {
+    KVRAIL_RETURN_IF_ERROR(CheckWindows(room_id, room, *source_manifest));
+  }
   PrefillOutput out;
   if (room.layer_source == nullptr) {
     room.layer_source = std::make_shared<const layout::Manifest>(*std::move(source_manifest));
@@ -905,7 +958,8 @@ absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
 
 // --- transfer layer -----------------------------------------------------------------------
 
-absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, absl::Time now) {
+absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(
+    uint64_t room_id, absl::Time now, const std::map<std::string, uint64_t>& copies_by_session) {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || !found->second.transfer_in_flight) {
     return absl::FailedPreconditionError(
@@ -925,6 +979,12 @@ absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(uint64_t room_id, abs
   if (room.state == TransferPoll::kFailed) return out;
   for (const Destination& d : room.destinations) {
     if (d.peer->dummy) continue;
+    const std::string& session = d.peer->registration.session_id;
+    auto bytes = room.bytes_by_session.find(session);
+    auto copies = copies_by_session.find(session);
+    SendOutcome(
+        room_id, d.peer->reply_endpoint, bytes == room.bytes_by_session.end() ? 0 : bytes->second,
+        copies == copies_by_session.end() ? 0 : copies->second, FailureCause::kNone, "", out);
     SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
                TransferPoll::kSuccess, &*room.ready, out);
   }

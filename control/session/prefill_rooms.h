@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,11 @@ struct PrefillOptions {
   // process that reaches the socket could otherwise abort any room, and grow the room table
   // with Failed rooms. The sidecar sets it (docs/SECURITY.md).
   bool unknown_sessions_change_nothing = false;
+  // kvrail: right before each Success or Failed status, a room outcome (wire/outcome.h) to the
+  // same destination: the bytes and copies this rank wrote to it, or the failure's cause and
+  // reason, which CachePD's Failed cannot carry. The caller pushes it only to kvrail sessions
+  // (a decode that is not kvrail is never sent one). The sidecar sets it.
+  bool send_outcomes = false;
   // The most rooms tracked at once; a pre-allocation that would make another is answered
   // Failed and stores nothing. 0: no bound. Rooms the engine begins are not refused.
   size_t max_rooms = 0;
@@ -246,9 +252,11 @@ class PrefillRooms {
 
   // The engine has the request (the reference's sender creation): the room becomes
   // Bootstrapping unless its pre-allocations already made it Bootstrapped (§1.3), and its
-  // bootstrap timeout starts. Beginning a begun room changes nothing. The output always holds
-  // one event with the room's state after the call (also when it did not change, e.g. a room
-  // that already failed or completed). Fails (InvalidArgument) for a room above 2^63-1.
+  // bootstrap timeout starts. Beginning a begun room changes nothing. The output holds one
+  // event with the room's state after the call (also when it did not change). Fails, changing
+  // nothing and reporting nothing: InvalidArgument for a room above 2^63-1; FailedPrecondition
+  // for a room that already ended ("room N already failed: <reason>", EndedRoomError): its one
+  // terminal event went out when it ended.
   absl::StatusOr<PrefillOutput> BeginRoom(uint64_t room, absl::Time now);
 
   // Whether the engine began `room` (BeginRoom) and it is still tracked.
@@ -263,11 +271,13 @@ class PrefillRooms {
   // otherwise the work is handed back by the call that completes its pre-allocations. Checked
   // before anything is copied, failing the room when broken: the source manifest against the
   // own contract (§5.3), each destination's prompt window and block counts against it, no
-  // destination session in quarantine, and the total bytes against max_room_bytes. A room
-  // that already failed reports a Failed event again and starts nothing.
-  // Fails, changing nothing, for a room never begun (NotFound), a second Ready
-  // (FailedPrecondition), or a token below -1, cached tokens out of range or a NaN or +inf
-  // logprob (InvalidArgument, naming the field).
+  // destination session in quarantine, and the total bytes against max_room_bytes.
+  // Fails, changing nothing and reporting nothing, for a room that already ended
+  // (FailedPrecondition, EndedRoomError: its true end and reason), a room never begun
+  // (NotFound), a second Ready (FailedPrecondition), a token below -1, cached tokens out of
+  // range or a NaN or +inf logprob (InvalidArgument, naming the field), or a source manifest
+  // whose window [prefix_len, prompt_len) differs from a window a decode pre-allocated
+  // (InvalidArgument naming both: the Bootstrapped event told the engine that window).
   absl::StatusOr<PrefillOutput> Ready(uint64_t room, RoomReady ready, absl::Time now);
 
   // Layer-wise streaming (CACHEPD §6.11, the whole prompt as one chunk): the fields
@@ -277,9 +287,9 @@ class PrefillRooms {
   // final by then. The room's Ready later sends the rest (final = true) and its Success goes
   // out, as in the default mode, only once everything has landed. The first call's
   // `source_manifest` is the room's; a later one (or the Ready's) may leave it out, or must
-  // equal it. Checked as Ready checks the work, failing the room when broken. A room that
-  // already failed reports a Failed event again and starts nothing.
-  // Fails, changing nothing, for a room never begun (NotFound), one already Ready
+  // equal it. Checked as Ready checks the work, failing the room when broken.
+  // Fails, changing nothing, for a room that already ended (as Ready), a source manifest whose
+  // window differs from a decode's (as Ready), a room never begun (NotFound), one already Ready
   // (FailedPrecondition), a contract with a field not of the form layer.<N>.<suffix>
   // (FailedPrecondition), `layers` < 1 or below an earlier call's, or a source manifest that
   // differs from the first (InvalidArgument).
@@ -296,7 +306,9 @@ class PrefillRooms {
   // §3.4), and, to a destination whose registration contract was in the 2026-09 form, the
   // cached tokens and the logprob in 7 frames (§12.9); the destinations are dropped. Fails,
   // changing nothing, when the room has no transfer in flight.
-  absl::StatusOr<PrefillOutput> OnTransferDone(uint64_t room, absl::Time now);
+  // `copies_by_session`: the copies posted to each destination session (its room outcome).
+  absl::StatusOr<PrefillOutput> OnTransferDone(
+      uint64_t room, absl::Time now, const std::map<std::string, uint64_t>& copies_by_session = {});
 
   // The transfer ended without landing, and no write of it can land any more (the transfer
   // layer fenced it). For a room that failed meanwhile (fences) this is its fence: it fails now
@@ -388,6 +400,8 @@ class PrefillRooms {
     bool transfer_in_flight = false;
     bool fencing = false;         // failed while in flight: the Failed waits for the fence
     bool fence_unproven = false;  // its fence could not prove that no write lands any more
+    // The bytes handed out as work to each destination session, for its room outcome.
+    absl::flat_hash_map<std::string, uint64_t> bytes_by_session;
     // Decode sessions that asked for a fence of the room (wire/fence.h), answered once fenced.
     std::vector<std::string> fence_waiters;
   };
@@ -436,6 +450,9 @@ class PrefillRooms {
   // token, ids, cached tokens and logprob; a Failed (ready null) -1, none, 0 and none.
   void SendStatus(uint64_t room, const std::string& endpoint, wire::StatusForm form,
                   TransferPoll status, const RoomReady* ready, PrefillOutput& out) const;
+  // send_outcomes: the room outcome (wire/outcome.h) that goes right before a status.
+  void SendOutcome(uint64_t room, const std::string& endpoint, uint64_t bytes, uint64_t copies,
+                   FailureCause cause, const std::string& reason, PrefillOutput& out) const;
   void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
   // Each data destination's window, in the order they pre-allocated.
   static std::vector<DecodeWindow> WindowsOf(const Room& room);
@@ -447,6 +464,12 @@ class PrefillRooms {
                                              plan::CopyPlan::LayerRange layers,
                                              absl::Time now) const;
   bool Quarantined(absl::string_view session_id, absl::Time now) const;
+  // Whether the room reached Success or Failed (its one terminal event went out).
+  static bool Ended(const Room& room);
+  // A source manifest whose window [prefix_len, prompt_len) differs from a destination's
+  // pre-allocated one: InvalidArgument naming both (a Ready or LayersReady is refused with it).
+  static absl::Status CheckWindows(uint64_t room_id, const Room& room,
+                                   const layout::Manifest& source);
 
   PrefillIdentity identity_;
   PrefillOptions options_;

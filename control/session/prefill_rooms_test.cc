@@ -17,6 +17,7 @@
 #include "control/layout/revision.h"
 #include "control/session/test_peers.h"
 #include "control/wire/fence.h"
+#include "control/wire/outcome.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
 
@@ -187,6 +188,50 @@ TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDest
   EXPECT_FALSE(rooms.OnTransferDone(42, kT0).ok());  // once only
 }
 
+// kvrail peers (PrefillOptions::send_outcomes): right before each Success, a room outcome
+// (wire/outcome.h) with what this rank wrote to that destination.
+TEST(PrefillRoomsTest, ASuccessIsPrecededByTheBytesAndCopiesWrittenToThatDestination) {
+  PrefillOptions options;
+  options.send_outcomes = true;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  TransferWork work = StartTransfer(rooms, 42);
+  absl::StatusOr<PrefillOutput> done =
+      rooms.OnTransferDone(42, kT0, {{SessionOf(0), 3}, {SessionOf(1), 4}});
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->messages.size(), 4u);
+  for (int d : {0, 1}) {
+    const OutboundMessage& told = done->messages[2 * d];
+    EXPECT_EQ(told.endpoint, ReplyEndpointOf(d));
+    absl::StatusOr<wire::RoomOutcomeMessage> outcome = wire::ParseRoomOutcome(told.frames);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(outcome->room, 42u);
+    EXPECT_EQ(outcome->bytes, work.destinations[d].bytes);
+    EXPECT_EQ(outcome->copies, d == 0 ? 3u : 4u);
+    EXPECT_EQ(outcome->cause, "");
+    EXPECT_EQ(ParsedStatus(done->messages[2 * d + 1]).status, 5);
+  }
+}
+
+// The newcomer's finding: the decode was told "it might be dead" when the prefill's engine
+// aborted. Between kvrail peers the Failed is preceded by the prefill's own cause and reason.
+TEST(PrefillRoomsTest, AFailedIsPrecededByThePrefillsOwnCauseAndReason) {
+  PrefillOptions options;
+  options.send_outcomes = true;
+  PrefillRooms rooms = MakeRooms(options);
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  PrefillOutput aborted = rooms.Abort(42, "aborted by its engine: preempted", kT0);
+  ASSERT_EQ(aborted.messages.size(), 2u);
+  absl::StatusOr<wire::RoomOutcomeMessage> outcome =
+      wire::ParseRoomOutcome(aborted.messages[0].frames);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->cause, "aborted");
+  EXPECT_EQ(outcome->reason, "aborted by its engine: preempted");
+  EXPECT_EQ(ParsedStatus(aborted.messages[1]).status, 0);
+}
+
 // CACHEPD §12.9, §12.11: each decode peer is answered in the form its registration contract came
 // in: 7 frames (cached tokens, logprob) for a 2026-09 contract, 5 for a snapshot one.
 TEST(PrefillRoomsTest, ASuccessIsSentInEachPeersFormWithTheReadysCachedTokensAndLogprob) {
@@ -317,7 +362,9 @@ TEST(PrefillRoomsTest, RoomExactlyAtTheByteCapIsSent) {
   EXPECT_EQ(StartTransfer(rooms, 42).total_bytes, 228u);
 }
 
-TEST(PrefillRoomsTest, SourceManifestWithAnotherPromptWindowFailsTheRoom) {
+// The decodes' windows are known once the room is Bootstrapped (its Bootstrapped event carried
+// them): a Ready that contradicts them is refused in its reply and changes nothing.
+TEST(PrefillRoomsTest, AReadyWhoseWindowDiffersFromTheDecodesIsRefusedAndLeavesTheRoomAsItWas) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
@@ -327,10 +374,32 @@ TEST(PrefillRoomsTest, SourceManifestWithAnotherPromptWindowFailsTheRoom) {
   ready.source_manifest->prefix_len = 4;
   ready.source_manifest->groups[0].block_ids = {2, 3};
   absl::StatusOr<PrefillOutput> out = rooms.Ready(42, ready, kT0);
-  ASSERT_TRUE(out.ok());
-  EXPECT_TRUE(out->transfers.empty());
-  ASSERT_THAT(States(*out), ElementsAre(TransferPoll::kFailed));
-  EXPECT_THAT(out->events[0].reason, HasSubstr("prompt window"));
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("covers the window [4, 7)"));
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("pre-allocated [2, 7)"));
+  EXPECT_THAT(out.status().message(), HasSubstr(SessionOf(0)));
+  EXPECT_EQ(rooms.State(42), TransferPoll::kBootstrapped);
+  EXPECT_FALSE(rooms.Find(42)->ready);
+  absl::StatusOr<PrefillOutput> right = rooms.Ready(42, ReadyWith(1), kT0);
+  ASSERT_TRUE(right.ok()) << right.status();
+  EXPECT_EQ(right->transfers.size(), 1u);
+}
+
+// Before the decodes pre-allocated, their window is not known: the room fails when the work is
+// built (CACHEPD §6.9).
+TEST(PrefillRoomsTest, AWindowOnlyKnownAfterTheReadyFailsTheRoomWhenItIsKnown) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(42, kT0).ok());
+  RoomReady ready = ReadyWith(1);
+  ready.source_manifest->prefix_len = 4;
+  ready.source_manifest->groups[0].block_ids = {2, 3};
+  ASSERT_TRUE(rooms.Ready(42, ready, kT0).ok());
+  Preallocate(rooms, 42, 0);
+  PrefillOutput out = Preallocate(rooms, 42, 1);
+  EXPECT_TRUE(out.transfers.empty());
+  ASSERT_THAT(States(out), ElementsAre(TransferPoll::kBootstrapped, TransferPoll::kFailed));
+  EXPECT_THAT(out.events[1].reason, HasSubstr("prompt window"));
 }
 
 // Failed means fenced: an abort while the transfer is in flight asks for the fence, and the
@@ -423,10 +492,68 @@ TEST(PrefillRoomsTest, AFenceRequestForARoomNotMovingFailsItAndIsAnsweredAtOnce)
   ASSERT_THAT(States(asked), ElementsAre(TransferPoll::kFailed));
   ASSERT_EQ(asked.messages.size(), 2u);  // Failed to the pre-allocated destination, the answer
   EXPECT_TRUE(IsFencedAnswerFor(asked.messages[1], 6, 0));
-  // The engine's Ready later starts nothing.
+  // The engine's Ready later is refused, naming the failure, and starts nothing.
   absl::StatusOr<PrefillOutput> ready = rooms.Ready(6, ReadyWith(1), kT0);
-  ASSERT_TRUE(ready.ok());
-  EXPECT_TRUE(ready->transfers.empty());
+  EXPECT_THAT(ready.status().message(), HasSubstr("room 6 already failed: aborted by the decode"));
+}
+
+// The newcomer's finding: the decode gave the room up while the engine was in its forward
+// pass. The room failed once (one event); the sidecar freed it at that event; the engine's
+// later Ready is refused naming what happened, and nothing reports the room again.
+TEST(PrefillRoomsTest, AReadyAfterTheDecodeGaveTheRoomUpIsRefusedNamingItAndReportsNothing) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  ASSERT_TRUE(rooms.BeginRoom(7, kT0).ok());
+  Preallocate(rooms, 7, 0);
+  Preallocate(rooms, 7, 1);
+  PrefillOutput gave_up = rooms.OnMessage(FenceRequestFrames(7, 0), kT0);
+  ASSERT_THAT(States(gave_up), ElementsAre(TransferPoll::kFailed));
+  rooms.Free(7, kT0);  // the sidecar frees a room at its terminal event
+  absl::StatusOr<PrefillOutput> ready = rooms.Ready(7, ReadyWith(1), kT0);
+  EXPECT_EQ(ready.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ready.status().message(), HasSubstr("room 7 already failed: aborted by the decode"));
+  EXPECT_THAT(ready.status().message(), HasSubstr(SessionOf(0)));
+  EXPECT_THAT(ready.status().message(), ::testing::Not(HasSubstr("never begun")));
+  absl::StatusOr<PrefillOutput> layers = rooms.LayersReady(7, SourceManifest(), 1, kT0);
+  EXPECT_THAT(layers.status().message(), HasSubstr("room 7 already failed: "));
+  absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(7, kT0);
+  EXPECT_THAT(begun.status().message(), HasSubstr("room 7 already failed: "));
+}
+
+// Exactly one terminal event per room, whatever follows its end: an engine's Begin, Ready,
+// LayersReady and Abort, a late fence request or pre-allocation, a dropped session, ticks.
+TEST(PrefillRoomsTest, ARoomReportsExactlyOneTerminalEventWhateverFollows) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  std::vector<RoomEvent> events;
+  const auto keep = [&events](const PrefillOutput& out) {
+    events.insert(events.end(), out.events.begin(), out.events.end());
+  };
+  const auto keep_or = [&keep](const absl::StatusOr<PrefillOutput>& out) {
+    if (out.ok()) keep(*out);
+  };
+  keep_or(rooms.BeginRoom(7, kT0));
+  keep(Preallocate(rooms, 7, 0));
+  keep(rooms.Abort(7, "aborted by the engine", kT0));
+  keep(rooms.Abort(7, "again", kT0));
+  keep(rooms.OnMessage(FenceRequestFrames(7, 0), kT0));
+  keep(Preallocate(rooms, 7, 1));
+  keep_or(rooms.BeginRoom(7, kT0));
+  keep_or(rooms.Ready(7, ReadyWith(1), kT0));
+  keep_or(rooms.LayersReady(7, SourceManifest(), 1, kT0));
+  keep(rooms.Tick(kT0 + absl::Seconds(1)));
+  rooms.Free(7, kT0);
+  keep_or(rooms.Ready(7, ReadyWith(1), kT0));
+  keep(rooms.Abort(7, "after free", kT0));
+  PrefillOutput dropped;
+  rooms.DropSession(SessionOf(0), "gone", kT0, dropped);
+  keep(dropped);
+  keep(rooms.AbortBegunRooms("engine restarted", kT0));
+  int terminal = 0;
+  for (const RoomEvent& e : events) {
+    if (e.state == TransferPoll::kFailed || e.state == TransferPoll::kSuccess) ++terminal;
+  }
+  EXPECT_EQ(terminal, 1);
 }
 
 TEST(PrefillRoomsTest, AFenceRequestForAnUnknownOrEndedRoomIsAnsweredAtOnceAndMakesNoState) {
@@ -581,19 +708,23 @@ TEST(PrefillRoomsTest, ARepeatedPreallocationIsIgnoredWhenAskedTo) {
   EXPECT_NE(rooms.State(12), TransferPoll::kFailed);
 }
 
-TEST(PrefillRoomsTest, BeginRoomReportsARoomThatAlreadyFailed) {
+// Exactly one terminal event per room: a Begin or Ready of a room that failed before the
+// engine began it is refused, naming the failure, and reports nothing again.
+TEST(PrefillRoomsTest, BeginAndReadyOfARoomThatAlreadyFailedAreRefusedNamingTheFailure) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   // A pre-allocation from an unknown session fails the room before the engine has it.
-  rooms.OnMessage(PreallocationFrames(30, "10.9.9.9:1", DecodeManifestWire()), kT0);
+  PrefillOutput failed =
+      rooms.OnMessage(PreallocationFrames(30, "10.9.9.9:1", DecodeManifestWire()), kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
   absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(30, kT0);
-  ASSERT_TRUE(begun.ok());
-  ASSERT_THAT(States(*begun), ElementsAre(TransferPoll::kFailed));
-  EXPECT_THAT(begun->events[0].reason, HasSubstr("unregistered Decode session"));
+  EXPECT_EQ(begun.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(begun.status().message(), HasSubstr("room 30 already failed: "));
+  EXPECT_THAT(begun.status().message(), HasSubstr("unregistered Decode session"));
   absl::StatusOr<PrefillOutput> ready = rooms.Ready(30, ReadyWith(1), kT0);
-  ASSERT_TRUE(ready.ok());
-  EXPECT_THAT(States(*ready), ElementsAre(TransferPoll::kFailed));
-  EXPECT_TRUE(ready->transfers.empty());
+  EXPECT_EQ(ready.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ready.status().message(), HasSubstr("room 30 already failed: "));
+  EXPECT_EQ(rooms.State(30), TransferPoll::kFailed);
 }
 
 TEST(PrefillRoomsTest, BootstrapTimeoutFailsABegunRoomStillBootstrapping) {
@@ -1068,11 +1199,10 @@ TEST(PrefillRoomsTest, AnAbortBetweenLayersWaitsForTheFenceOfTheLayersInFlight) 
   ASSERT_EQ(fenced.messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
   EXPECT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
-  // Later layers of a failed room start nothing.
+  // Later layers of a failed room start nothing and are refused, naming the failure.
   absl::StatusOr<PrefillOutput> late = rooms.LayersReady(42, std::nullopt, 2, kT0);
-  ASSERT_TRUE(late.ok());
-  EXPECT_TRUE(late->transfers.empty());
-  EXPECT_THAT(States(*late), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(std::string(late.status().message()),
+              HasSubstr("room 42 already failed: the engine aborted"));
 }
 
 }  // namespace

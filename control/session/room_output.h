@@ -55,6 +55,12 @@ struct RoomEvent {
   // carried one (nullopt when none did).
   int64_t cached_tokens = 0;
   std::optional<double> bootstrap_logprob;
+  // Decode kSuccess: what landed here, the sum over the expected prefill ranks of what each
+  // said it wrote here (kvrail's room outcome, wire/outcome.h; 0 from a rank that is not
+  // kvrail), and the time from the pre-allocations to the Success.
+  uint64_t bytes = 0;
+  uint64_t copies = 0;
+  absl::Duration elapsed;
   // Decode kFailed: whether the pages may be reused now.
   Pages pages = Pages::kUnspecified;
   // Prefill kBootstrapped: each data destination's window, in the order they pre-allocated.

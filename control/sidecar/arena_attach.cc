@@ -276,6 +276,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     prefill_options.max_room_bytes = options.max_room_bytes;
     prefill_options.ignore_repeated_preallocations = true;  // docs/SECURITY.md
     prefill_options.unknown_sessions_change_nothing = true;
+    prefill_options.send_outcomes = true;  // to kvrail sessions only (SendLocked)
     prefill_options.max_rooms = options.max_rooms;
     prefill_options.max_rooms_per_session = options.max_rooms_per_session;
     prefill_options.max_registrations = options.max_registrations;

@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -282,9 +284,22 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
     for (size_t i = 0; i < peers.size(); ++i) {
       const std::string& peer = peers[i];
       if (decode) {
-        if (reach[i] != Reach::kRefused) continue;
+        const std::vector<std::string> known_gone = decode->GonePrefills();
+        const bool was_gone = std::binary_search(known_gone.begin(), known_gone.end(), peer);
+        if (reach[i] == Reach::kListening && was_gone) {
+          spdlog::info("decode: prefill rank at {} listens again", peer);
+          decode->OnPrefillListening(peer);
+        }
+        if (reach[i] != Reach::kRefused || was_gone) continue;
         spdlog::warn("decode: prefill rank at {} is gone (connection refused)", peer);
         ApplyLocked(decode->OnPrefillGone(peer, now));
+        // The next room looks the rank up again: one restarted on another port is found there,
+        // and one the bootstrap server still lists here fails at once (DecodeRooms::OnRoute).
+        for (auto& [address, node] : nodes) {
+          for (auto it = node->endpoints.begin(); it != node->endpoints.end();) {
+            it = it->second == peer ? node->endpoints.erase(it) : std::next(it);
+          }
+        }
         continue;
       }
       if (!prefill) break;
@@ -464,6 +479,13 @@ void Sidecar::Impl::TickerLoop() {
         if (decode) {
           probe = decode->BootstrapAddresses();
           peers = decode->PrefillEndpoints();
+          // Gone ranks too, until they listen again (a new room is not routed to them).
+          const size_t live = peers.size();
+          for (std::string& gone : decode->GonePrefills()) {
+            if (!std::binary_search(peers.begin(), peers.begin() + live, gone)) {
+              peers.push_back(std::move(gone));
+            }
+          }
         } else {
           for (const auto& peer : prefill->Registrations()) {
             peers.push_back(peer->registration.session_id);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "control/plan/copy_stream.h"
 #include "control/plan/room_digest.h"
+#include "control/session/ended_room.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "engine/base/error.h"
 
@@ -82,10 +83,10 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   if (absl::Status checked = session::CheckRoomReady(ready.room(), room_ready); !checked.ok()) {
     return AddContext(checked, context);
   }
+  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(ready.room()), context));
   const absl::Time now = absl::Now();
   absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);
   if (!begun.ok()) return AddContext(begun.status(), context);
-  // BeginRoom reports the current state; only a terminal one is news to the engine.
   ApplyLocked(*std::move(begun));
   absl::StatusOr<session::PrefillOutput> out =
       prefill->Ready(ready.room(), std::move(room_ready), now);
@@ -116,6 +117,7 @@ absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
   }
   Locked locked(*this);
   if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(begin.room()), context));
   // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
   // pre-allocation comes after this call or came before it (BeginRoom then reports it).
   const bool first = !prefill->Begun(begin.room());
@@ -145,10 +147,11 @@ absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
   }
   Locked locked(*this);
   if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(layers.room()), context));
   const absl::Time now = absl::Now();
   absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(layers.room(), now);
   if (!begun.ok()) return AddContext(begun.status(), context);
-  ApplyLocked(*std::move(begun));  // as for Ready: only a terminal state is news
+  ApplyLocked(*std::move(begun));
   absl::StatusOr<session::PrefillOutput> out =
       prefill->LayersReady(layers.room(), std::move(source), layers.layers(), now);
   if (!out.ok()) return AddContext(out.status(), context);
@@ -352,7 +355,8 @@ void Sidecar::Impl::ActLocked(TransferActions actions) {
   const absl::Time now = absl::Now();
   if (ended.landed) {
     stats.bytes_sent += ended.bytes;
-    absl::StatusOr<session::PrefillOutput> out = prefill->OnTransferDone(room, now);
+    absl::StatusOr<session::PrefillOutput> out =
+        prefill->OnTransferDone(room, now, ended.copies_by_session);
     if (out.ok()) ApplyLocked(*std::move(out), &ended);
     return;
   }

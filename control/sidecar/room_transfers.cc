@@ -76,6 +76,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   auto owner = owners_.find(transfer_id);
   if (owner == owners_.end()) return actions;
   const uint64_t room_id = owner->second.room;
+  const std::string session = std::move(owner->second.session);
   actions.room = room_id;
   owners_.erase(owner);
   auto found = rooms_.find(room_id);
@@ -84,6 +85,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   room.ids.erase(std::remove(room.ids.begin(), room.ids.end(), transfer_id), room.ids.end());
   room.fence_proven = room.fence_proven && fence_proven;
   room.copies += copies;
+  room.copies_by_session[session] += copies;
   if (!status.ok() && room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
     room.reason = status.ToString();
@@ -112,6 +114,7 @@ void RoomTransfers::EndLocked(uint64_t room_id, Room& room, absl::Time now,
   ended.cause = room.cause;
   ended.bytes = room.bytes;
   ended.copies = room.copies;
+  ended.copies_by_session = std::move(room.copies_by_session);
   ended.fence_proven = room.fence_proven;
   ended.elapsed = now - room.started;
   actions.ended = std::move(ended);

@@ -47,7 +47,8 @@ struct TransferActions {
     session::FailureCause cause = session::FailureCause::kNone;  // !landed: the first failure's
     uint64_t bytes = 0;
     uint64_t copies = 0;
-    absl::Duration elapsed;  // from Begin
+    std::map<std::string, uint64_t> copies_by_session;  // the copies posted to each session
+    absl::Duration elapsed;                             // from Begin
     // !landed: every transfer's fence proved that nothing of it lands any more
     // (transfer::RoomOutcome::fence_proven).
     bool fence_proven = true;
@@ -108,6 +109,7 @@ class RoomTransfers {
     std::string blame;
     uint64_t bytes = 0;
     uint64_t copies = 0;
+    std::map<std::string, uint64_t> copies_by_session;
     absl::Time started;
     bool fence_proven = true;
   };

@@ -4,6 +4,7 @@
 #include "control/sidecar/session_key.h"
 #include "control/wire/digest.h"
 #include "control/wire/fence.h"
+#include "control/wire/outcome.h"
 #include "control/wire/proof.h"
 #include "control/wire/status.h"
 
@@ -19,6 +20,11 @@ std::optional<std::pair<uint64_t, uint32_t>> RoomAndRank(absl::Span<const std::s
     absl::StatusOr<wire::RoomDigestMessage> digest = wire::ParseRoomDigest(message);
     if (!digest.ok()) return std::nullopt;
     return std::make_pair(digest->room, digest->prefill_rank);
+  }
+  if (wire::IsRoomOutcome(message)) {
+    absl::StatusOr<wire::RoomOutcomeMessage> outcome = wire::ParseRoomOutcome(message);
+    if (!outcome.ok()) return std::nullopt;
+    return std::make_pair(outcome->room, outcome->prefill_rank);
   }
   absl::StatusOr<wire::StatusMessage> status = wire::ParseStatusLenient(message);
   if (!status.ok()) return std::nullopt;
@@ -46,9 +52,10 @@ absl::Status SenderCheck::Check(absl::Span<const std::string> message) {
         "a message that names no room and prefill rank cannot be proven: dropped");
   }
   auto kept = tags_.find(*id);
-  const char* what = wire::IsFencedAnswer(message) ? "fence answer"
-                     : wire::IsRoomDigest(message) ? "room digest"
-                                                   : "status";
+  const char* what = wire::IsFencedAnswer(message)  ? "fence answer"
+                     : wire::IsRoomDigest(message)  ? "room digest"
+                     : wire::IsRoomOutcome(message) ? "room outcome"
+                                                    : "status";
   if (kept == tags_.end()) {
     return absl::PermissionDeniedError(absl::StrFormat(
         "%s of room %d from prefill rank %d refused: no sender proof came right before it, and "

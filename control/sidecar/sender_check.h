@@ -46,7 +46,8 @@ class SenderCheck {
   std::deque<std::pair<uint64_t, uint32_t>> order_;            // oldest first
 };
 
-// The room and prefill rank a status, room digest or fence answer names, if it parses that far.
+// The room and prefill rank a status, room digest, room outcome or fence answer names, if it
+// parses that far.
 // A prefill proves each message it names to a keyed session, the digest before a Success and
 // the Success itself each with a proof of its own.
 std::optional<std::pair<uint64_t, uint32_t>> RoomAndRank(absl::Span<const std::string> message);

@@ -12,9 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "control/session/ended_room.h"
 #include "control/sidecar/advertise_host.h"
 #include "control/sidecar/sidecar_impl.h"
 #include "control/wire/digest.h"
+#include "control/wire/outcome.h"
 #include "control/wire/proof.h"
 #include "control/wire/registration.h"
 #include "control/wire/status.h"
@@ -133,6 +135,11 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
     out.set_bytes(ended->landed ? ended->bytes : 0);
     out.set_copies(ended->copies);
     out.set_seconds(absl::ToDoubleSeconds(ended->elapsed));
+  } else if (decode && event.state == TransferPoll::kSuccess) {
+    // What landed here, as the prefill ranks told it, from the pre-allocations on.
+    out.set_bytes(event.bytes);
+    out.set_copies(event.copies);
+    out.set_seconds(absl::ToDoubleSeconds(event.elapsed));
   }
   // A prefill room ends only once fenced (RoomTransfers); a decode room says.
   switch (event.pages) {
@@ -147,10 +154,16 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
   api->Publish(out);
 }
 
+absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
+  auto done = finished.find(room);
+  if (done == finished.end()) return absl::OkStatus();
+  return session::EndedRoomError(room, done->second.state, done->second.reason);
+}
+
 void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
   v1::RoomEvent out;
   out.set_room(release.room);
-  out.set_status(v1::TRANSFER_POLL_FAILED);
+  out.set_status(v1::TRANSFER_POLL_PAGES_RELEASED);  // a notice, not a second Failed
   out.set_reason(release.reason);
   out.set_pages(v1::PAGES_REUSABLE);
   out.set_pages_released(true);
@@ -165,6 +178,13 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
     spdlog::warn("decode room {} pages released unproven: {}", release.room, release.reason);
   }
   api->Publish(out);
+}
+
+bool Sidecar::Impl::RepeatedEndLocked(const session::RoomEvent& event) const {
+  if (!Terminal(event.state) || !finished.contains(event.room)) return false;
+  spdlog::error("{} room {}: a second terminal event ({}) dropped: the engine was told once",
+                role_name, event.room, std::string(session::TransferPollName(event.state)));
+  return true;
 }
 
 void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
@@ -214,6 +234,11 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
     }
   };
   for (const session::OutboundMessage& m : messages) {
+    // A room outcome is kvrail's own (wire/outcome.h): only a kvrail session, one whose key
+    // this prefill holds, is sent one; a tokenspeed decode sees CachePD's frames alone.
+    if (prefill && wire::IsRoomOutcome(m.frames) && !gate.KeyFor(m.endpoint).has_value()) {
+      continue;
+    }
     if (prefill) {
       // --verify-digest: the room digest of what this rank wrote to that session goes right
       // before its Success (control/wire/digest.h), proven as the Success is.
@@ -258,10 +283,9 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
 void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended) {
   // A lost status is logged (its decode's waiting timeout and fence still end the room there).
   (void)SendLocked(out.messages);
-  // Counted and remembered before the engine hears of it: a scrape or Poll after the event sees
-  // the room ended.
   for (const session::RoomEvent& event : out.events) {
-    FinishLocked(event);
+    if (RepeatedEndLocked(event)) continue;
+    FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event, ended);
   }
   for (const auto& [session, endpoint] : out.replaced) {
@@ -282,7 +306,8 @@ void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
     (void)SendLocked(failed.messages);  // its fence requests
   }
   for (const session::RoomEvent& event : out.events) {
-    FinishLocked(event);  // before the engine hears of it, as on a prefill
+    if (RepeatedEndLocked(event)) continue;
+    FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event);
   }
   for (const session::PagesRelease& release : out.releases) {
@@ -452,7 +477,7 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
         }
       }
     } else if (decode) {
-      current = decode->State(room);
+      current = decode->EngineState(room);  // Transferring once a byte may land
     }
     if (!current) {
       state->set_status(v1::TRANSFER_POLL_FAILED);

@@ -236,7 +236,14 @@ struct Sidecar::Impl {
   void Defer(std::function<void()> call) { deferred.push_back(std::move(call)); }
 
   // --- sidecar.cc: outputs ------------------------------------------------------------------
+  // Needs mu: whether `event` would end a room whose terminal event went out already (the
+  // state machines never make one; it is logged and dropped, never published): exactly one
+  // terminal event per room and role.
+  bool RepeatedEndLocked(const session::RoomEvent& event) const;
   void Publish(const session::RoomEvent& event, const TransferActions::Ended* ended = nullptr);
+  // Needs mu, prefill: why an engine call about `room` is refused when its terminal event went
+  // out already ("room N already failed: <reason>", session::EndedRoomError); OK otherwise.
+  absl::Status EndedLocked(uint64_t room) const;
   void PublishRelease(const session::PagesRelease& release);
   void FinishLocked(const session::RoomEvent& event);
   std::vector<std::pair<uint64_t, std::string>> SendLocked(

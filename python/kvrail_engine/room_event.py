@@ -14,6 +14,9 @@ class TransferPoll(enum.IntEnum):
     WAITING_FOR_INPUT = 3
     TRANSFERRING = 4
     SUCCESS = 5
+    # Not a room state: the status of the one notice (pages_released) that gives back the pages
+    # of a decode room whose Failed said Pages.HELD. Each room has exactly one SUCCESS or FAILED.
+    PAGES_RELEASED = 6
 
 
 class Pages(enum.IntEnum):
@@ -36,7 +39,8 @@ class DecodeWindow(NamedTuple):
 
 class RoomEvent(NamedTuple):
     """One room's outcome. A decode Failed with pages HELD is followed by an event of the same
-    room with pages_released (status still FAILED) once they may be reused; pages_proven says
+    room with status PAGES_RELEASED and pages_released once they may be reused (a notice, not a
+    second Failed: each room has exactly one SUCCESS or FAILED event); pages_proven says
     whether every writer was fenced or they were released on a timeout. A prefill room the
     engine began with begin() also gets one event with status BOOTSTRAPPED and `windows`.
     A Failed one names its `cause`, one word from a fixed list (docs/ENGINE-API.md): aborted,
@@ -81,6 +85,9 @@ class RoomState(NamedTuple):
 
 def failed(room: int, reason: str, pages: Pages, released: bool = False,
            proven: bool = False) -> RoomEvent:
-    """A Failed outcome the client itself reports (the sidecar could not): cause "other"."""
-    return RoomEvent(room, TransferPoll.FAILED, reason, -1, [], 0, 0, 0.0, pages, released,
+    """A Failed outcome the client itself reports (the sidecar could not): cause "other". With
+    `released`, the release notice of a room told Failed with Pages.HELD before (status
+    PAGES_RELEASED)."""
+    status = TransferPoll.PAGES_RELEASED if released else TransferPoll.FAILED
+    return RoomEvent(room, status, reason, -1, [], 0, 0, 0.0, pages, released,
                      proven, cause="other")

@@ -350,7 +350,7 @@ class SidecarLossTest(unittest.TestCase):
         os.kill(sidecar.pid, signal.SIGCONT)
         released = self.events_until(1, seconds=30)
         self.assertEqual([(e.room, e.status, e.pages_released) for e in released],
-                         [(3, TransferPoll.FAILED, True)])
+                         [(3, TransferPoll.PAGES_RELEASED, True)])
         self.assertIsNone(self.client.sidecar_lost)
 
 
