@@ -48,7 +48,52 @@ absl::StatusOr<Member> Cluster::Spawn(const std::string& name, std::vector<std::
   const std::string log =
       options_.log_dir.empty() ? "" : absl::StrCat(options_.log_dir, "/", name, ".log");
   KVRAIL_ASSIGN_OR_RETURN(member.process, Subprocess::Start(argv, env, log));
+  member.argv = std::move(argv);
+  member.env = env;
   return member;
+}
+
+absl::StatusOr<Member> Cluster::StartSidecar(const std::string& name, std::vector<std::string> argv,
+                                             const std::map<std::string, std::string>& env) {
+  KVRAIL_ASSIGN_OR_RETURN(Member sidecar, Spawn(name, std::move(argv), env));
+  absl::StatusOr<std::string> ready =
+      sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
+  if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
+  sidecar.engine_endpoint = LineField(*ready, "engine");
+  sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
+  sidecar.metrics = LineField(*ready, "metrics");
+  return sidecar;
+}
+
+absl::StatusOr<Member> Cluster::StartSim(const std::string& name, std::vector<std::string> argv) {
+  KVRAIL_ASSIGN_OR_RETURN(Member member, Spawn(name, std::move(argv)));
+  // Its first line says the arena is attached, and where it lives.
+  absl::StatusOr<std::string> arena = member.process->ReadUntil("arena ", absl::Seconds(60));
+  if (!arena.ok()) return AddContext(arena.status(), member.name);
+  member.arena_placement = LineField(*arena, "placement");
+  return member;
+}
+
+absl::Status Cluster::RestartSim(int index) {
+  sims_[index].process->Signal(SIGKILL);
+  (void)sims_[index].process->Wait(absl::Seconds(10));
+  Unwatch(index);
+  KVRAIL_ASSIGN_OR_RETURN(sims_[index], StartSim(sims_[index].name, sims_[index].argv));
+  Watch(index);
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::RestartPrefillSidecar(int rank) {
+  sims_[rank].process->Signal(SIGKILL);
+  (void)sims_[rank].process->Wait(absl::Seconds(10));
+  Unwatch(rank);
+  Member& sidecar = prefill_sidecars_[rank];
+  sidecar.process->Signal(SIGKILL);
+  (void)sidecar.process->Wait(absl::Seconds(10));
+  KVRAIL_ASSIGN_OR_RETURN(sidecar, StartSidecar(sidecar.name, sidecar.argv, sidecar.env));
+  KVRAIL_ASSIGN_OR_RETURN(sims_[rank], StartSim(sims_[rank].name, sims_[rank].argv));
+  Watch(rank);
+  return absl::OkStatus();
 }
 
 absl::Status Cluster::StartAll() {
@@ -131,14 +176,8 @@ absl::Status Cluster::StartAll() {
     argv.insert(argv.end(), o.sidecar_args.begin(), o.sidecar_args.end());
     add_metrics(argv, node);
     const Command line = SidecarCommandLine(command);
-    KVRAIL_ASSIGN_OR_RETURN(Member sidecar,
-                            Spawn(absl::StrCat(role, "-sidecar-", global), line.argv, line.env));
-    absl::StatusOr<std::string> ready =
-        sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
-    if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
-    sidecar.engine_endpoint = LineField(*ready, "engine");
-    sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
-    sidecar.metrics = LineField(*ready, "metrics");
+    KVRAIL_ASSIGN_OR_RETURN(
+        Member sidecar, StartSidecar(absl::StrCat(role, "-sidecar-", global), line.argv, line.env));
     (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
     if (!o.engine_sims) return absl::OkStatus();
     std::vector<std::string> sim = {o.kvrail,          "engine-sim",
@@ -157,11 +196,8 @@ absl::Status Cluster::StartAll() {
       sim.push_back(bootstrap_);
     }
     sim.insert(sim.end(), shape.begin(), shape.end());
-    KVRAIL_ASSIGN_OR_RETURN(Member member, Spawn(absl::StrCat(role, "-sim-", global), sim));
-    // Its first line says the arena is attached, and where it lives.
-    absl::StatusOr<std::string> arena = member.process->ReadUntil("arena ", absl::Seconds(30));
-    if (!arena.ok()) return AddContext(arena.status(), member.name);
-    member.arena_placement = LineField(*arena, "placement");
+    sim.insert(sim.end(), o.sim_args.begin(), o.sim_args.end());
+    KVRAIL_ASSIGN_OR_RETURN(Member member, StartSim(absl::StrCat(role, "-sim-", global), sim));
     sims_.push_back(std::move(member));
     return absl::OkStatus();
   };
@@ -173,9 +209,14 @@ absl::Status Cluster::StartAll() {
   return absl::OkStatus();
 }
 
+void Cluster::Unwatch(int index) {
+  if (readers_[index].joinable()) readers_[index].join();
+}
+
 void Cluster::Watch(int index) {
   Subprocess* child = sims_[index].process.get();
-  readers_.emplace_back([this, index, child] {
+  if (readers_.size() <= static_cast<size_t>(index)) readers_.resize(index + 1);
+  readers_[index] = std::thread([this, index, child] {
     while (true) {
       absl::StatusOr<std::string> line = child->ReadLine(absl::Milliseconds(500));
       if (!line.ok()) {
@@ -223,7 +264,9 @@ void Cluster::Stop() {
     if (!m->process->Wait(absl::Seconds(10)).ok()) m->process->Signal(SIGKILL);
   }
   stopping_ = true;
-  for (std::thread& reader : readers_) reader.join();
+  for (std::thread& reader : readers_) {
+    if (reader.joinable()) reader.join();
+  }
   readers_.clear();
   (void)rmdir(dir_.c_str());
 }

@@ -49,8 +49,9 @@ struct ClusterOptions {
   std::string bootstrap_revision;
   std::vector<std::string> prefill_revisions;
   std::string decode_revision;
-  // Passed to every sidecar (e.g. {"--heartbeat-interval", "2"}).
+  // Passed to every sidecar (e.g. {"--heartbeat-interval", "2"}), and to every engine-sim.
   std::vector<std::string> sidecar_args;
+  std::vector<std::string> sim_args;
   // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
   std::string log_dir;
   // Where the prefill node (its bootstrap and sidecars) and the decode node run: by default
@@ -69,10 +70,12 @@ struct ClusterOptions {
 struct Member {
   std::string name;  // "bootstrap", "prefill-sidecar-0", "decode-sim-1", ...
   std::unique_ptr<process::Subprocess> process;
-  std::string engine_endpoint;   // sidecars
-  std::string cachepd_endpoint;  // sidecars
-  std::string arena_placement;   // engine-sims: where the arena lives ("ucx-shm", "posix-shm")
-  std::string metrics;           // with ClusterOptions::metrics: "host:port" of GET /metrics
+  std::string engine_endpoint;    // sidecars
+  std::string cachepd_endpoint;   // sidecars
+  std::string arena_placement;    // engine-sims: where the arena lives ("ucx-shm", "posix-shm")
+  std::string metrics;            // with ClusterOptions::metrics: "host:port" of GET /metrics
+  std::vector<std::string> argv;  // how it was started (a restart starts it so again)
+  std::map<std::string, std::string> env;  // and with which environment
 };
 
 class Cluster {
@@ -100,6 +103,13 @@ class Cluster {
   // The next stdout line of any engine-sim, with its index; false on timeout.
   bool NextLine(absl::Duration timeout, std::pair<int, std::string>& out);
 
+  // Kills engine-sim `index` (SIGKILL, as a crash) and starts it again, attached to the same
+  // sidecar. Lines it printed before it died still come from NextLine, under the same index.
+  absl::Status RestartSim(int index);
+  // Kills prefill sidecar `rank` (global, stage-major) and its engine-sim (SIGKILL), and starts
+  // both again: the new sidecar registers with the bootstrap server anew.
+  absl::Status RestartPrefillSidecar(int rank);
+
   // Closes the engine-sims' stdin and waits for them, then stops the services. Idempotent.
   void Stop();
 
@@ -108,7 +118,12 @@ class Cluster {
   absl::Status StartAll();
   absl::StatusOr<Member> Spawn(const std::string& name, std::vector<std::string> argv,
                                const std::map<std::string, std::string>& env = {});
+  // Starts a sidecar or engine-sim from its argv and reads its first line.
+  absl::StatusOr<Member> StartSidecar(const std::string& name, std::vector<std::string> argv,
+                                      const std::map<std::string, std::string>& env = {});
+  absl::StatusOr<Member> StartSim(const std::string& name, std::vector<std::string> argv);
   void Watch(int index);
+  void Unwatch(int index);  // joins the reader of a dead engine-sim
 
   ClusterOptions options_;
   std::string tag_, dir_, bootstrap_;
@@ -117,7 +132,7 @@ class Cluster {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<int, std::string>> lines_;
-  std::vector<std::thread> readers_;
+  std::vector<std::thread> readers_;  // one per engine-sim, by index
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
 };

@@ -171,6 +171,16 @@ absl::Status RankLayout::CheckSample(const layout::Manifest& manifest, uint64_t 
               nullptr, every, first);
 }
 
+int64_t RankLayout::Bytes(const layout::Manifest& manifest) const {
+  int64_t bytes = 0;
+  for (const FieldRuns& runs : fields_) {
+    if (runs.group_index >= static_cast<int>(manifest.groups.size())) continue;
+    const int64_t pages = static_cast<int64_t>(manifest.groups[runs.group_index].block_ids.size());
+    bytes += pages * runs.outer * runs.axis_extent * runs.run_bytes;
+  }
+  return bytes;
+}
+
 uint64_t RankLayout::Digest(const layout::Manifest& manifest, uint64_t room,
                             absl::Span<const uint8_t> arena) const {
   uint64_t digest = 0;

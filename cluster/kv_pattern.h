@@ -40,6 +40,8 @@ class RankLayout {
   // each room without paying for every byte of each.
   absl::Status CheckSample(const layout::Manifest& manifest, uint64_t room,
                            absl::Span<const uint8_t> arena, int64_t every, int64_t first) const;
+  // The bytes of this rank's slice of the pages `manifest` names: what Check compares.
+  int64_t Bytes(const layout::Manifest& manifest) const;
   // A 64-bit digest of the room's pages as this rank holds them, in a fixed order; with
   // `arena` empty, the digest of the pattern itself (what a correct arena would give).
   uint64_t Digest(const layout::Manifest& manifest, uint64_t room,

@@ -117,6 +117,20 @@ TEST(KvPatternTest, CheckSampleSeesOnlyItsPositions) {
   EXPECT_EQ(rank.CheckSample(m, 5, arena, 0, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// What the soak reports as bytes checked: each rank's share of every page of every field.
+TEST(KvPatternTest, BytesCountEachRanksSliceOfEveryPage) {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.pages = 12;
+  for (const int tp : {1, 2}) {
+    const layout::Contract contract = layout::BuildKvContract(shape, tp).value();
+    const RankLayout rank = RankLayout::Create(contract, tp, 0).value();
+    const layout::Manifest room = Room(contract, {1, 2, 3}, shape.page_tokens);
+    const int64_t fields = static_cast<int64_t>(contract.plan.fields.size());
+    EXPECT_EQ(rank.Bytes(room), 3 * fields * layout::FieldPageBytes(shape, tp)) << "tp " << tp;
+  }
+}
+
 TEST(KvPatternTest, ToyDecodeIsDeterministicAndDependsOnTheDigest) {
   EXPECT_EQ(ToyDecode(1, 8), ToyDecode(1, 8));
   EXPECT_NE(ToyDecode(1, 8), ToyDecode(2, 8));

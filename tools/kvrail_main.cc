@@ -14,6 +14,7 @@
 #include "tools/keygen_cmd.h"
 #include "tools/plan_cmd.h"
 #include "tools/serve_cmds.h"
+#include "tools/soak/soak_cmd.h"
 #include "tools/top/top_cmd.h"
 
 namespace {
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
   kvrail::tools::AddContract(app, exit_code);
   kvrail::tools::AddDemo(app, exit_code);
   kvrail::tools::AddBench(app, exit_code);
+  kvrail::soak::AddSoak(app, exit_code);
   kvrail::tools::AddTop(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -380,6 +380,10 @@ void AddEngineSim(CLI::App& app, int& exit_code) {
   sub->add_option("--pages", options.shape.pages, "KV pages in the arena")->capture_default_str();
   sub->add_option("--decode-tokens", options.decode_tokens, "Tokens per room's toy decode")
       ->capture_default_str();
+  sub->add_flag("--audit", options.audit,
+                "The soak's checks: fill freed pages with a marker and check it when they are "
+                "lent again (a late write says \"error late write\"); decode: say \"checked <id> "
+                "<bytes>\" for each Success");
   AddShapeFlags(sub, options.shape);
   static std::string curve_key, curve_server_key;
   sub->add_option("--curve-key", curve_key,

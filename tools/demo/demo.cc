@@ -208,8 +208,9 @@ absl::Status RunDemo(DemoOptions options) {
     if (words[2] != "ok") {
       if (!room.failed) {
         room.failed = true;
-        room.reason = absl::StrCat(is_prefill ? "prefill" : "decode", " rank ", rank, ": ",
-                                   line.second.substr(line.second.find(words[2]) + 7));
+        room.reason =
+            absl::StrCat(is_prefill ? "prefill" : "decode", " rank ", rank, ": ",
+                         line.second.substr(line.second.find(words[2]) + words[2].size() + 1));
       }
     } else if (is_prefill) {
       uint64_t b = 0;

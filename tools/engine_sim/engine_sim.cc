@@ -9,9 +9,11 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -73,6 +75,35 @@ void Say(const std::string& line) {
   std::fflush(stdout);
 }
 
+// A marker no room id takes: --audit fills each freed page with this "room"'s pattern.
+constexpr uint64_t kFreedPattern = ~uint64_t{0};
+
+// The one-page manifest of `page`, at manifest position 0: how --audit fills and checks a freed
+// page (the pattern depends on the position, so each page is its own manifest).
+absl::StatusOr<layout::Manifest> PageManifest(const layout::Contract& contract,
+                                              const layout::KvShape& shape, int64_t page) {
+  return ManifestFor(contract, {page}, shape.page_tokens);
+}
+
+// A decode engine that restarted cannot know which pages its predecessor lent to rooms that a
+// prefill may still write: it takes no room until its sidecar holds none and waits on no fence
+// (docs/ENGINE-API.md, "When pages are safe"). OK at once for a sidecar that never had an engine.
+absl::Status AwaitIdleSidecar(engine_api::EngineApiClient& sidecar, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::EngineRequest request;
+  request.mutable_stats();
+  while (true) {
+    KVRAIL_ASSIGN_OR_RETURN(const v1::EngineReply reply, sidecar.Call(request));
+    if (reply.stats().rooms() == 0 && reply.stats().fences() == 0) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the sidecar still holds ", reply.stats().rooms(), " rooms and ", reply.stats().fences(),
+          " fences of the engine before this one after ", absl::FormatDuration(timeout)));
+    }
+    (void)sidecar.NextEvent(absl::Milliseconds(50));  // the predecessor's rooms: not ours
+  }
+}
+
 }  // namespace
 
 int64_t ExpectedCachedTokens(uint64_t room, int64_t prompt_tokens) {
@@ -130,8 +161,20 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     attach.mutable_attach()->set_allocate_bytes(arena_bytes);
   }
   attach.mutable_attach()->set_contract(wire);
+  // An engine that restarted without its predecessor's engine token is refused until the
+  // sidecar has seen the old connection close (milliseconds after a crash): try again meanwhile.
   absl::StatusOr<v1::EngineReply> attached = sidecar->Call(attach, absl::Seconds(30));
+  for (int attempt = 0; attempt < 100 && !attached.ok() &&
+                        absl::StrContains(attached.status().message(), "another engine drives");
+       ++attempt) {
+    absl::SleepFor(absl::Milliseconds(100));
+    attached = sidecar->Call(attach, absl::Seconds(30));
+  }
   if (!attached.ok()) return AddContext(attached.status(), who + ": attach");
+  if (!options.prefill) {
+    const absl::Status idle = AwaitIdleSidecar(*sidecar, absl::Seconds(60));
+    if (!idle.ok()) return AddContext(idle, who);
+  }
   std::optional<engine_api::SidecarArena> sidecar_arena;
   absl::Span<uint8_t> arena;
   std::string placement = "posix-shm";
@@ -152,14 +195,57 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
   for (int64_t page = options.shape.pages; page >= 1; --page) free_pages.push_back(page);
   std::deque<Room> waiting;  // for pages
   std::map<uint64_t, Room> active;
+  // Decode: rooms reported Failed with PAGES_HELD, whose pages wait for the event that releases
+  // them; a page is the engine's again only then.
+  std::map<uint64_t, std::vector<int64_t>> held;
+  // Rooms whose terminal event came (or whose request was refused): a second terminal event of
+  // one of them breaks the engine API's promise (one per room), and is reported.
+  std::set<uint64_t> ended;
+  // Rooms whose request was refused: the refusal ended them for this engine; one Failed event of
+  // the room may still follow (the sidecar had the room from its peer), a second may not.
+  std::set<uint64_t> refused;
+  // --audit: pages given back and filled with kFreedPattern, to check when next lent.
+  std::set<int64_t> filled;
   bool input_open = true;
   std::string buffer;
+
+  // Gives pages back to the free list; --audit fills each with the freed pattern, which must
+  // still be there when the page is lent again (no write of an ended room landed meanwhile).
+  auto give_back = [&](const std::vector<int64_t>& blocks) -> absl::Status {
+    for (int64_t page : blocks) {
+      if (options.audit) {
+        KVRAIL_ASSIGN_OR_RETURN(const layout::Manifest one,
+                                PageManifest(contract, options.shape, page));
+        KVRAIL_RETURN_IF_ERROR(rank.Fill(one, kFreedPattern, arena));
+        filled.insert(page);
+      }
+      free_pages.push_back(page);
+    }
+    return absl::OkStatus();
+  };
+  // --audit: says "error late write ..." for each page of `room` that changed since it was freed.
+  auto check_freed = [&](const Room& room) -> absl::Status {
+    for (int64_t page : room.blocks) {
+      if (filled.erase(page) == 0) continue;
+      KVRAIL_ASSIGN_OR_RETURN(const layout::Manifest one,
+                              PageManifest(contract, options.shape, page));
+      const absl::Status intact = rank.Check(one, kFreedPattern, arena);
+      if (!intact.ok()) {
+        Say(absl::StrCat("error late write: page ", page,
+                         ", free since an earlier room ended, "
+                         "changed before room ",
+                         room.id, " took it: ", intact.message()));
+      }
+    }
+    return absl::OkStatus();
+  };
 
   auto start_room = [&](Room room) -> absl::Status {
     for (int64_t i = 0; i < PagesFor(options.shape, room.prompt); ++i) {
       room.blocks.push_back(free_pages.back());
       free_pages.pop_back();
     }
+    KVRAIL_RETURN_IF_ERROR(check_freed(room));
     KVRAIL_ASSIGN_OR_RETURN(room.manifest, ManifestFor(contract, room.blocks, room.prompt));
     KVRAIL_ASSIGN_OR_RETURN(std::string manifest_wire, layout::SerializeManifest(room.manifest));
     room.started = absl::Now();
@@ -181,9 +267,10 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     }
     absl::StatusOr<v1::EngineReply> reply = sidecar->Call(request);
     const uint64_t id = room.id;
-    const std::vector<int64_t> blocks = room.blocks;
     if (!reply.ok()) {
-      free_pages.insert(free_pages.end(), blocks.begin(), blocks.end());
+      // Refused: the pages were never lent (docs/ENGINE-API.md), so they are this engine's.
+      KVRAIL_RETURN_IF_ERROR(give_back(room.blocks));
+      refused.insert(id);
       Say(absl::StrCat("done ", id, " failed ", reply.status().message()));
       return absl::OkStatus();
     }
@@ -191,9 +278,36 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     return absl::OkStatus();
   };
 
-  auto finish = [&](const v1::RoomEvent& event) {
+  // A room's terminal event, or a release of a failed room's held pages.
+  auto finish = [&](const v1::RoomEvent& event) -> absl::Status {
+    if (event.pages_released()) {
+      auto it = held.find(event.room());
+      if (it == held.end()) {
+        if (ended.count(event.room()) != 0) {
+          Say(absl::StrCat("error room ", event.room(),
+                           ": an event released pages that were not held"));
+        }
+        return absl::OkStatus();
+      }
+      KVRAIL_RETURN_IF_ERROR(give_back(it->second));
+      held.erase(it);
+      return absl::OkStatus();
+    }
     auto it = active.find(event.room());
-    if (it == active.end()) return;
+    if (it == active.end()) {
+      if (refused.erase(event.room()) != 0) {
+        ended.insert(event.room());
+        return absl::OkStatus();
+      }
+      // Not a room of this engine (its predecessor's, failed when this one attached), or a
+      // second terminal event of one that ended.
+      if (ended.count(event.room()) != 0) {
+        Say(absl::StrCat("error room ", event.room(), ": a second terminal event (",
+                         v1::TransferPoll_Name(event.status()), ": ", event.reason(),
+                         ") after the room had ended"));
+      }
+      return absl::OkStatus();
+    }
     Room& room = it->second;
     const double seconds = absl::ToDoubleSeconds(absl::Now() - room.started);
     if (event.status() != v1::TRANSFER_POLL_SUCCESS) {
@@ -201,11 +315,13 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     } else if (options.prefill) {
       Say(absl::StrCat("done ", room.id, " ok ", event.bytes(), " ", seconds));
     } else {
+      // A Success whose bytes or token are wrong is the one outcome an engine cannot survive:
+      // "wrong", not "failed".
       const absl::Status checked = rank.Check(room.manifest, room.id, arena);
       if (!checked.ok()) {
-        Say(absl::StrCat("done ", room.id, " failed ", checked.message()));
+        Say(absl::StrCat("done ", room.id, " wrong ", checked.message()));
       } else if (event.bootstrap_token() != room.token) {
-        Say(absl::StrCat("done ", room.id, " failed bootstrap token ", event.bootstrap_token(),
+        Say(absl::StrCat("done ", room.id, " wrong bootstrap token ", event.bootstrap_token(),
                          ", expected ", room.token));
       } else if (const std::string polled = PolledAsEvent(*sidecar, event); !polled.empty()) {
         Say(absl::StrCat("done ", room.id, " failed ", polled));
@@ -216,6 +332,9 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
                          " first_token_logprob=",
                          event.has_first_token_logprob() ? absl::StrCat(event.first_token_logprob())
                                                          : std::string("none")));
+        if (options.audit) {
+          Say(absl::StrCat("checked ", room.id, " ", rank.Bytes(room.manifest)));
+        }
         const uint64_t digest = rank.Digest(room.manifest, room.id, arena);
         const std::vector<int32_t> tokens = ToyDecode(
             digest ^ static_cast<uint64_t>(event.bootstrap_token()), options.decode_tokens);
@@ -223,8 +342,35 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
                          absl::StrJoin(tokens, " ")));
       }
     }
-    free_pages.insert(free_pages.end(), room.blocks.begin(), room.blocks.end());
+    ended.insert(room.id);
+    if (!options.prefill && event.status() != v1::TRANSFER_POLL_SUCCESS &&
+        event.pages() == v1::PAGES_HELD) {
+      held.emplace(room.id, room.blocks);
+    } else {
+      KVRAIL_RETURN_IF_ERROR(give_back(room.blocks));
+    }
     active.erase(it);
+    return absl::OkStatus();
+  };
+
+  // "abort <id>": the engine gives the room up. A room still waiting for pages ends here; an
+  // active one is aborted through the sidecar, whose event ends it; any other is ignored.
+  auto abort_room = [&](uint64_t id) {
+    for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+      if (it->id != id) continue;
+      waiting.erase(it);
+      ended.insert(id);
+      Say(absl::StrCat("done ", id, " failed aborted by its engine before it started"));
+      return;
+    }
+    if (active.count(id) == 0) return;
+    v1::EngineRequest request;
+    request.mutable_abort()->set_room(id);
+    request.mutable_abort()->set_reason("aborted by the engine-sim (stdin)");
+    absl::StatusOr<v1::EngineReply> reply = sidecar->Call(request);
+    if (!reply.ok()) {
+      Say(absl::StrCat("error abort ", id, " refused: ", reply.status().message()));
+    }
   };
 
   while (input_open || !waiting.empty() || !active.empty()) {
@@ -245,12 +391,18 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
         const std::string line = buffer.substr(0, newline);
         buffer.erase(0, newline + 1);
         const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+        uint64_t abort_id = 0;
+        if (words.size() == 2 && words[0] == "abort" && absl::SimpleAtoi(words[1], &abort_id)) {
+          abort_room(abort_id);
+          continue;
+        }
         Room room;
         if (words.size() != 4 || words[0] != "room" || !absl::SimpleAtoi(words[1], &room.id) ||
             !absl::SimpleAtoi(words[2], &room.prompt) || !absl::SimpleAtoi(words[3], &room.token) ||
             room.prompt < 1) {
           Say(absl::StrCat("error bad command \"", line,
-                           "\": expected room <id> <prompt tokens> <bootstrap token>"));
+                           "\": expected room <id> <prompt tokens> <bootstrap token>, or "
+                           "abort <id>"));
           continue;
         }
         if (PagesFor(options.shape, room.prompt) > options.shape.pages) {
@@ -268,9 +420,9 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
       waiting.pop_front();
       KVRAIL_RETURN_IF_ERROR(start_room(std::move(room)));
     }
-    if (!active.empty()) {
+    if (!active.empty() || !held.empty()) {
       std::optional<v1::RoomEvent> event = sidecar->NextEvent(absl::Milliseconds(20));
-      if (event) finish(*event);
+      if (event) KVRAIL_RETURN_IF_ERROR(finish(*event));
     }
   }
   return absl::OkStatus();

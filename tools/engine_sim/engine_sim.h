@@ -17,6 +17,15 @@
 //
 //   done <id> ok <bytes> <seconds> [<token> ...]     (decode: the generated tokens)
 //   done <id> failed <reason>
+//   done <id> wrong <reason>     (decode: a Success whose bytes or token are not the room's)
+//
+// `abort <id>` on stdin gives a room up (engine API Abort; a room still waiting for pages ends
+// at once). A decode keeps a room's pages out of use after a Failed event with PAGES_HELD until
+// the event that releases them (docs/ENGINE-API.md, "When pages are safe"); a decode that finds
+// its sidecar holding an earlier engine's rooms or fences waits until it holds none. A broken
+// promise of the engine API is one line, `error <what>`: a second terminal event of a room, a
+// release of pages that were not held, and with `audit` a write that landed in a page after its
+// room ended. With `audit` a decode also says `checked <id> <bytes>` before each `done <id> ok`.
 //
 // Rooms wait for free pages; a closed stdin ends the process once every room is done.
 #ifndef KVRAIL_TOOLS_ENGINE_SIM_ENGINE_SIM_H_
@@ -43,6 +52,9 @@ struct EngineSimOptions {
   int tp_rank = 0;
   layout::KvShape shape;
   int decode_tokens = 8;  // tokens the toy decode step generates per room
+  // The soak's checks (tools/soak): fill each page given back with a marker pattern and check
+  // it is intact when the page is lent again; say how many bytes each Success checked.
+  bool audit = false;
   // CURVE to a tcp engine API (docs/SECURITY.md): this engine's keys and its sidecar's key.
   std::optional<zmq_auth::CurveClientKeys> curve;
 };
