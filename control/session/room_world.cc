@@ -703,6 +703,14 @@ void World::Ready(Request& r, int p) {
   absl::StatusOr<PrefillOutput> out = prefill_[p]->Ready(r.room, std::move(ready), now_);
   if (!out.ok()) {
     Trace(absl::StrCat("  refused: ", out.status().message()));
+    if (wrong) {
+      // A Ready refused for its window leaves the room as it was, the engine's to mend or abort
+      // (docs/ENGINE-API.md): this engine aborts it, or the room would wait for it for ever.
+      Trace(absl::StrCat("prefill engine ", p, " aborts room ", r.room, " after its refusal"));
+      r.prefill[p] = PrefillStage::kAborted;
+      ApplyPrefill(p, prefill_[p]->Abort(r.room, "aborted by the prefill engine", now_),
+                   Origin::kEngine);
+    }
     return;
   }
   ApplyPrefill(p, *std::move(out), Origin::kEngine);

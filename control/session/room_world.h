@@ -28,13 +28,11 @@
 
 namespace kvrail::session::testing {
 
-// Newcomer finding of issue 29 (the colleague's fix in prefill_rooms/decode_rooms): an engine
-// call about a room that already ended (a prefill Ready after the decode gave the room up)
-// publishes a second, identical Failed event. Until that fix merges, such a repeat is
-// tolerated (and the engine model ignores it); set true to check "exactly one terminal event
-// per room and role" for engine calls too (seed 1 then fails: a prefill Ready after the
-// decode's fence request failed the begun room publishes a second Failed).
-inline constexpr bool kCheckEngineCallsRepeatNoTerminalEvent = false;
+// Newcomer finding of issue 29: an engine call about a room that already ended (a prefill Ready
+// after the decode gave the room up) published a second, identical Failed event (seed 1 showed
+// it). Fixed in PrefillRooms (one terminal event per room and role); checked for engine calls
+// too. False would tolerate such repeats again (and the engine model would ignore them).
+inline constexpr bool kCheckEngineCallsRepeatNoTerminalEvent = true;
 
 // A pre-allocation delivered twice (the second time late, after its room ended). ZeroMQ
 // PUSH/PULL never does that, and a kvrail decode's owner proofs (one proof, one message) make
