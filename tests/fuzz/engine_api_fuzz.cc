@@ -231,8 +231,14 @@ void FuzzReady(const v1::Ready& ready) {
     }
   }
 
+  // A room its pre-allocation already ended (a Failed state) is refused, naming that end
+  // (docs/ENGINE-API.md, "What the engine can trust"); any other room in bound begins.
+  const std::optional<session::TransferPoll> before = rooms.State(room);
+  const bool ended =
+      before == session::TransferPoll::kFailed || before == session::TransferPoll::kSuccess;
   absl::StatusOr<session::PrefillOutput> begun = rooms.BeginRoom(room, kNow);
-  Check(begun.ok() == (room <= wire::kMaxRoom), "BeginRoom's room bound");
+  Check(begun.ok() == (room <= wire::kMaxRoom && !ended), "BeginRoom's room bound");
+  if (ended) return;
   if (!begun.ok()) return;
   session::RoomReady signal;
   signal.source_manifest = source;
