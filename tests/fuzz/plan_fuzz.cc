@@ -37,6 +37,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -151,13 +152,25 @@ std::shared_ptr<const session::DecodePeer> Register(session::PrefillRooms& rooms
 
 void BeginAndReady(session::PrefillRooms& rooms, std::optional<layout::Manifest> source,
                    std::vector<session::TransferWork>& transfers, absl::Time now) {
+  // A room a refused pre-allocation already ended (a Failed state) is refused, naming that end
+  // (docs/ENGINE-API.md, "What the engine can trust"); a room with no end yet begins.
+  const std::optional<session::TransferPoll> before = rooms.State(kRoom);
+  const bool ended =
+      before == session::TransferPoll::kFailed || before == session::TransferPoll::kSuccess;
   absl::StatusOr<session::PrefillOutput> begun = rooms.BeginRoom(kRoom, now);
-  Check(begun.ok(), "BeginRoom refused room 1");
+  Check(begun.ok() == !ended, ended ? "BeginRoom began a room that had already ended"
+                                    : "BeginRoom refused room 1, which had not ended");
+  if (ended) return;
   session::RoomReady ready;
   ready.source_manifest = std::move(source);
   ready.bootstrap_token = 5;
   absl::StatusOr<session::PrefillOutput> out = rooms.Ready(kRoom, std::move(ready), now);
-  Check(out.ok(), "Ready refused the first Ready of a begun room");
+  // The first Ready of a begun room is refused only for what it says: a source manifest that
+  // breaks §5.3 or whose window contradicts the decode's (an InvalidArgument naming it).
+  Check(out.ok() || absl::IsInvalidArgument(out.status()), [&] {
+    return absl::StrCat("the first Ready of a begun room was refused: ", out.status().ToString());
+  });
+  if (!out.ok()) return;
   for (session::TransferWork& w : out->transfers) transfers.push_back(std::move(w));
 }
 
