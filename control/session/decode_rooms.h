@@ -202,6 +202,8 @@ class DecodeRooms {
   void OnPrefillListening(absl::string_view endpoint);
   // The prefill endpoints remembered as gone, to probe until they listen again; sorted.
   std::vector<std::string> GonePrefills() const;
+  // Whether `endpoint` is remembered as gone (above).
+  bool IsGone(absl::string_view endpoint) const { return gone_prefills_.contains(endpoint); }
   static constexpr size_t kMaxGonePrefills = 1024;
   // The prefill endpoints worth probing: those of rooms waiting for a Success, and of fences
   // waiting for an answer; sorted, distinct.

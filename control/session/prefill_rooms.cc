@@ -1065,6 +1065,12 @@ PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, ab
   return out;
 }
 
+size_t PrefillRooms::RememberedFailedCount() const {
+  size_t remembered = 0;
+  for (const auto& [id, room] : rooms_) remembered += room.forget_at.has_value() ? 1 : 0;
+  return remembered;
+}
+
 void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end()) return;

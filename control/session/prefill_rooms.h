@@ -360,8 +360,11 @@ class PrefillRooms {
 
   std::optional<TransferPoll> State(uint64_t room) const;
   std::optional<PrefillRoomView> Find(uint64_t room) const;
-  // Tracked rooms, remembered failed rooms included.
-  size_t room_count() const { return rooms_.size(); }
+  // Rooms in play: begun, pre-allocated or transferring, not yet freed.
+  size_t room_count() const { return rooms_.size() - RememberedFailedCount(); }
+  // Failed rooms freed and kept for failed_room_ttl (CACHEPD §11.2), to answer a late
+  // pre-allocation with Failed: a bounded memory, not rooms in play.
+  size_t RememberedFailedCount() const;
   size_t registration_count() const { return registrations_.size(); }
 
   // The stored registration of `session_id`, or null.

@@ -773,7 +773,12 @@ TEST(PrefillRoomsTest, FreedFailedRoomAnswersLatePreallocationsUntilItsTtl) {
   RegisterBoth(rooms);
   ASSERT_TRUE(rooms.BeginRoom(50, kT0).ok());
   rooms.Abort(50, "engine error", kT0);
+  EXPECT_EQ(rooms.room_count(), 1u);
+  EXPECT_EQ(rooms.RememberedFailedCount(), 0u);
   rooms.Free(50, kT0);
+  // Remembered, not in play: the room table is empty (the soak's "rooms left" were these).
+  EXPECT_EQ(rooms.room_count(), 0u);
+  EXPECT_EQ(rooms.RememberedFailedCount(), 1u);
   PrefillOutput late = Preallocate(rooms, 50, 0, kT0 + absl::Seconds(1));
   ASSERT_EQ(late.messages.size(), 1u);
   EXPECT_EQ(late.messages[0].endpoint, ReplyEndpointOf(0));
@@ -783,6 +788,7 @@ TEST(PrefillRoomsTest, FreedFailedRoomAnswersLatePreallocationsUntilItsTtl) {
 
   rooms.Tick(kT0 + absl::Seconds(120));  // failed_room_ttl
   EXPECT_FALSE(rooms.Find(50).has_value());
+  EXPECT_EQ(rooms.RememberedFailedCount(), 0u);
   PrefillOutput fresh = Preallocate(rooms, 50, 0, kT0 + absl::Seconds(121));
   EXPECT_TRUE(fresh.messages.empty());
   EXPECT_THAT(rooms.Find(50)->preallocated_sessions, ElementsAre(SessionOf(0)));

@@ -189,6 +189,14 @@ std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLock
   for (int rank : route.targets.target_tp_ranks) {
     auto endpoint = node.endpoints.find({route.dp_group, rank});
     if (endpoint == node.endpoints.end()) return std::nullopt;
+    // A rank known gone is looked up again, for every room, until it listens: restarted, it
+    // registers another port with its bootstrap server, which a cached endpoint would never
+    // see (the decode would fail every later room through it). One the server still lists at
+    // the gone endpoint fails the room at once (DecodeRooms::OnRoute), naming the rank.
+    if (decode->IsGone(endpoint->second)) {
+      found->second->endpoints.erase(endpoint);
+      return std::nullopt;
+    }
     route.endpoints.push_back({rank, endpoint->second});
   }
   return route;

@@ -359,6 +359,7 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
       out->set_fences(s.fences);
       out->set_transfers(s.transfers);
       out->set_finished_remembered(s.finished_remembered);
+      out->set_failed_rooms_remembered(s.failed_rooms_remembered);
       out->set_outbox_peers(s.outbox_peers);
       out->set_data_plane_peers(s.data_plane_peers);
       out->set_scheduler_rooms(s.scheduler_rooms);
@@ -729,6 +730,7 @@ SidecarStats Sidecar::Impl::Stats() {
     out.peer_messages_rejected += connections_cut.load();
     if (prefill) {
       out.rooms = prefill->room_count();
+      out.failed_rooms_remembered = prefill->RememberedFailedCount();
       out.registrations = prefill->Registrations().size();
     }
     if (decode) {

@@ -186,6 +186,8 @@ struct SidecarStats {
   uint64_t fences = 0;
   uint64_t transfers = 0;
   uint64_t finished_remembered = 0;
+  // Prefill: failed rooms freed and kept for their TTL (CACHEPD §11.2); not in `rooms`.
+  uint64_t failed_rooms_remembered = 0;
   uint64_t outbox_peers = 0;
   uint64_t data_plane_peers = 0;
   // The data plane's endpoints now (one per connected peer and lane: a UCX endpoint, a verbs

@@ -116,6 +116,7 @@ void SidecarMetrics::SetStatsSource(std::function<SidecarStats()> stats) {
     table("fences", s.fences);
     table("transfers", s.transfers);
     table("finished_remembered", s.finished_remembered);
+    table("failed_rooms_remembered", s.failed_rooms_remembered);
     table("outbox_peers", s.outbox_peers);
     table("data_plane_peers", s.data_plane_peers);
     table("endpoints", s.endpoints);

@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 
 namespace kvrail {
 
@@ -38,6 +39,15 @@ class ABSL_LOCKABLE Mutex {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
     cv.wait(lock, ready);
     lock.release();  // still held: the caller's MutexLock releases it
+  }
+
+  // Waits on `cv` once, for at most `timeout`: until notified, the time is up, or a spurious
+  // wakeup; the caller checks what it waits for. The lock is held again when it returns.
+  void WaitFor(std::condition_variable& cv, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    cv.wait_for(lock, absl::ToChronoNanoseconds(timeout));
+    lock.release();
   }
 
  private:

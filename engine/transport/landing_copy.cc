@@ -4,18 +4,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "engine/base/sanitizers.h"
+
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
-#if defined(__SANITIZE_THREAD__)
-#define KVRAIL_LANDING_PLAIN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KVRAIL_LANDING_PLAIN 1
-#endif
-#endif
-#if !defined(__x86_64__)
+#if KVRAIL_TSAN || !defined(__x86_64__)
 #define KVRAIL_LANDING_PLAIN 1
 #endif
 

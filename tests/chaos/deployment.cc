@@ -17,6 +17,7 @@
 #include "control/layout/kv_shape.h"
 #include "engine/base/error.h"
 #include "engine/memory/pattern.h"
+#include "tests/support/byte_count.h"
 #include "tests/support/kvrail_binary.h"
 
 namespace kvrail::chaos {
@@ -244,10 +245,8 @@ std::vector<uint8_t> Deployment::Snapshot(int d) const {
 }
 
 uint64_t Deployment::Changed(int d, const std::vector<uint8_t>& before) const {
-  const uint8_t* now = decodes_[d].arena->data();
-  uint64_t changed = 0;
-  for (size_t i = 0; i < before.size(); ++i) changed += now[i] != before[i];
-  return changed;
+  return kvrail::testing::CountBytesDiffering(decodes_[d].arena->data(), before.data(),
+                                              before.size());
 }
 
 absl::Status Deployment::ReconnectDecodeEngine(int d) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/chaos/deployment.h"
+#include "tests/support/byte_count.h"
 
 namespace kvrail::chaos {
 namespace {
@@ -197,8 +198,7 @@ TEST_P(FaultsTest, ADecodeStoppedPastTheDeadlineThenResumedGetsFailedAndIntactPa
   ASSERT_TRUE(freed.ok()) << freed.status();
   std::memset(pages.data(), 0x5A, pages.size());
   absl::SleepFor(absl::Milliseconds(700));
-  uint64_t overwritten = 0;
-  for (size_t i = 0; i < pages.size(); ++i) overwritten += pages.data()[i] != 0x5A;
+  const uint64_t overwritten = kvrail::testing::CountBytesNot(pages.data(), pages.size(), 0x5A);
   std::printf("[%s] resumed decode: pages freed (%s: %s), %llu bytes overwritten after\n",
               GetParam(), freed->pages_proven() ? "proven" : "unproven", freed->reason().c_str(),
               static_cast<unsigned long long>(overwritten));

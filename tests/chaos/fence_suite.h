@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "cluster/netns.h"
 #include "tests/chaos/deployment.h"
+#include "tests/support/byte_count.h"
 
 namespace kvrail::chaos {
 
@@ -99,7 +100,7 @@ class FenceTest : public ::testing::TestWithParam<const char*> {
     std::memset(pages.data(), kNextRequest, pages.size());
     trial.landed_bytes = sampled * kSampleStride;
     absl::SleepFor(kWatch);
-    for (size_t i = 0; i < pages.size(); ++i) trial.after_free += pages.data()[i] != kNextRequest;
+    trial.after_free = kvrail::testing::CountBytesNot(pages.data(), pages.size(), kNextRequest);
     absl::StatusOr<v1::RoomEvent> prefill_event = d.Event(d.prefill(), room, absl::Seconds(30));
     EXPECT_TRUE(prefill_event.ok()) << prefill_event.status();
     if (prefill_event.ok()) {

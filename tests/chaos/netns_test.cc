@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "tests/chaos/deployment.h"
 #include "tests/chaos/fence_suite.h"
+#include "tests/support/byte_count.h"
 
 namespace kvrail::chaos {
 namespace {
@@ -109,8 +110,7 @@ TEST_P(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsO
   ASSERT_TRUE(freed.ok()) << freed.status();
   std::memset(pages.data(), 0x5A, pages.size());
   absl::SleepFor(absl::Milliseconds(700));
-  uint64_t overwritten = 0;
-  for (size_t i = 0; i < pages.size(); ++i) overwritten += pages.data()[i] != 0x5A;
+  const uint64_t overwritten = kvrail::testing::CountBytesNot(pages.data(), pages.size(), 0x5A);
   std::printf(
       "link up: decode pages freed %s after it came back (%s: %s), %llu bytes "
       "overwritten after\n",

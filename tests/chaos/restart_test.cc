@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/base/sanitizers.h"
 #include "engine/transport/handshake/handshake.h"
 #include "tests/chaos/deployment.h"
 #include "tests/support/silent_listener.h"
@@ -111,7 +112,7 @@ TEST(RestartTest, DecodesRestartingLeaveThePrefillWhereItWas) {
       (unsigned long long)first.outbox_peers(), (unsigned long long)last.outbox_peers(),
       (unsigned long long)first.rooms(), (unsigned long long)last.rooms(),
       (unsigned long long)first.strands(), (unsigned long long)last.strands());
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if KVRAIL_ASAN || KVRAIL_TSAN
   // Under ASan (freed memory waits in its quarantine, 256 MB by default) and TSan the sidecar's
   // resident set says nothing about kvrail's: the tables and fds below still must not grow.
   (void)rss_last;

@@ -12,7 +12,7 @@ namespace {
 constexpr double kGB = 1e9;
 constexpr char kNone[] = "-";
 
-std::string Rate(bool known, double value, const char* format) {
+std::string Rate(bool known, double value, const absl::FormatSpec<double>& format) {
   return known ? absl::StrFormat(format, value) : kNone;
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/sanitizers.h"
 #include "engine/transport/ucx/am_protocol.h"
 #include "engine/transport/ucx/ucx_am.h"
 #include "engine/transport/ucx/ucx_context.h"
@@ -24,7 +25,7 @@
 namespace kvrail::transport::ucx_internal {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
+#if KVRAIL_TSAN
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
 #endif
@@ -36,11 +37,11 @@ extern "C" void __tsan_ignore_thread_end();
 // false race. Our own state touched in UCX callbacks is the lane's thread's own, and the regions it
 // reads there are written only while every lane's worker mutex is held (the caller holds its own).
 unsigned ProgressWorker(void* worker) {
-#if defined(__SANITIZE_THREAD__)
+#if KVRAIL_TSAN
   __tsan_ignore_thread_begin();
 #endif
   const unsigned events = ucp_worker_progress(static_cast<ucp_worker_h>(worker));
-#if defined(__SANITIZE_THREAD__)
+#if KVRAIL_TSAN
   __tsan_ignore_thread_end();
 #endif
   return events;

@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
+#include "engine/sync/mutex.h"
 
 namespace kvrail::transport::softverbs {
 
@@ -47,7 +48,7 @@ namespace rails {
 namespace {
 
 struct LinkCache {
-  std::mutex mu;
+  kvrail::Mutex mu;
   std::map<std::string, std::pair<bool, absl::Time>> state ABSL_GUARDED_BY(mu);
 };
 
@@ -74,14 +75,14 @@ bool NetdevUp(const std::string& netdev) {
   static LinkCache* cache = new LinkCache;
   const absl::Time now = absl::Now();
   {
-    std::lock_guard<std::mutex> lock(cache->mu);
+    kvrail::MutexLock lock(&cache->mu);
     auto it = cache->state.find(netdev);
     if (it != cache->state.end() && now - it->second.second < absl::Milliseconds(10)) {
       return it->second.first;
     }
   }
   const bool up = QueryNetdevUp(netdev);
-  std::lock_guard<std::mutex> lock(cache->mu);
+  kvrail::MutexLock lock(&cache->mu);
   cache->state[netdev] = {up, now};
   return up;
 }

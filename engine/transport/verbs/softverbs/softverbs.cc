@@ -24,17 +24,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
+#include "engine/base/sanitizers.h"
+#include "engine/sync/mutex.h"
+#include "engine/sync/shared_mutex.h"
 #include "engine/transport/verbs/softverbs/rails.h"
 #include "engine/transport/verbs/softverbs/wire.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define KVRAIL_SOFTVERBS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KVRAIL_SOFTVERBS_TSAN 1
-#endif
-#endif
-#ifdef KVRAIL_SOFTVERBS_TSAN
+#if KVRAIL_TSAN
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
 #endif
@@ -46,11 +42,11 @@ namespace {
 // thread performs: the application learns of it out of band (a message from the requester,
 // possibly in another process), so ThreadSanitizer must not attribute it to the NIC thread.
 void DmaWrite(void* dst, const void* src, size_t n) {
-#ifdef KVRAIL_SOFTVERBS_TSAN
+#if KVRAIL_TSAN
   __tsan_ignore_thread_begin();
 #endif
   std::memcpy(dst, src, n);
-#ifdef KVRAIL_SOFTVERBS_TSAN
+#if KVRAIL_TSAN
   __tsan_ignore_thread_end();
 #endif
 }
@@ -92,14 +88,14 @@ struct Mr {
 
 struct Channel {
   ibv_comp_channel ibv;
-  std::mutex mu;
+  kvrail::Mutex mu;
   std::deque<Cq*> events ABSL_GUARDED_BY(mu);
   int users = 0;  // CQs; guarded by Nic::mu.
 };
 
 struct Cq {
   ibv_cq ibv;
-  std::mutex mu;
+  kvrail::Mutex mu;
   std::deque<ibv_wc> wcs ABSL_GUARDED_BY(mu);
   bool armed ABSL_GUARDED_BY(mu) = false;
   bool overrun ABSL_GUARDED_BY(mu) = false;
@@ -130,7 +126,7 @@ struct Wqe {
 
 struct Qp {
   ibv_qp ibv;  // First: the ibv_qp* handed out is this object's address.
-  std::mutex mu;
+  kvrail::Mutex mu;
   Context* ctx = nullptr;
   Pd* pd = nullptr;
   Cq* cq = nullptr;
@@ -183,7 +179,7 @@ class Nic {
     return *nic;
   }
 
-  std::mutex mu;
+  kvrail::Mutex mu;
   bool rails_loaded ABSL_GUARDED_BY(mu) = false;
   std::vector<Rail> rails ABSL_GUARDED_BY(mu);
   std::map<std::string, Device*> devices ABSL_GUARDED_BY(mu);  // Never freed.
@@ -192,20 +188,20 @@ class Nic {
 
   // The MR table. The responder holds it (shared) while it checks and copies each packet, so
   // dereg_mr (exclusive) returns only once no copy into that memory is in progress.
-  std::shared_mutex mr_mu;
+  kvrail::SharedMutex mr_mu;
   std::unordered_map<uint32_t, Mr*> mrs ABSL_GUARDED_BY(mr_mu);
   uint32_t next_key ABSL_GUARDED_BY(mr_mu) = 0;
 
-  std::mutex fault_mu;
+  kvrail::Mutex fault_mu;
   std::vector<Fault> faults ABSL_GUARDED_BY(fault_mu);
   std::set<std::string> down ABSL_GUARDED_BY(fault_mu);
 
   // The segments this process created (QP number -> creating pid), for the atexit cleanup.
   // A child forked without exec inherits the list but must not unlink its parent's segments.
-  std::mutex names_mu;
+  kvrail::Mutex names_mu;
   std::map<uint32_t, pid_t> names ABSL_GUARDED_BY(names_mu);
 
-  std::mutex wake_mu;
+  kvrail::Mutex wake_mu;
   std::condition_variable wake_cv;
   bool kicked ABSL_GUARDED_BY(wake_mu) = false;
 
@@ -218,7 +214,7 @@ class Nic {
 
   bool RailUp(const Rail& rail) {
     {
-      std::lock_guard<std::mutex> lock(fault_mu);
+      kvrail::MutexLock lock(&fault_mu);
       if (down.count(rail.device)) return false;
     }
     return rails::NetdevUp(rail.netdev);
@@ -226,7 +222,7 @@ class Nic {
 
   // Consumes one count of a fault of `kind` that applies to `qpn`.
   bool TakeFault(FaultKind kind, uint32_t qpn, Fault* out) {
-    std::lock_guard<std::mutex> lock(fault_mu);
+    kvrail::MutexLock lock(&fault_mu);
     for (auto it = faults.begin(); it != faults.end(); ++it) {
       if (it->kind != kind || (it->qp_num != 0 && it->qp_num != qpn)) continue;
       *out = *it;
@@ -237,7 +233,7 @@ class Nic {
   }
 
   void Kick() {
-    std::lock_guard<std::mutex> lock(wake_mu);
+    kvrail::MutexLock lock(&wake_mu);
     kicked = true;
     wake_cv.notify_one();
   }
@@ -256,7 +252,7 @@ class Nic {
 void PushCompletion(Cq* cq, const ibv_wc& wc) {
   Channel* notify = nullptr;
   {
-    std::lock_guard<std::mutex> lock(cq->mu);
+    kvrail::MutexLock lock(&cq->mu);
     if (cq->overrun) return;
     if (cq->wcs.size() >= static_cast<size_t>(cq->ibv.cqe)) {
       cq->overrun = true;  // See "CQ overrun" in softverbs.h.
@@ -266,7 +262,7 @@ void PushCompletion(Cq* cq, const ibv_wc& wc) {
     if (cq->armed && cq->channel != nullptr) {
       cq->armed = false;
       notify = cq->channel;
-      std::lock_guard<std::mutex> channel_lock(notify->mu);
+      kvrail::MutexLock channel_lock(&notify->mu);
       notify->events.push_back(cq);
     }
   }
@@ -380,7 +376,7 @@ void Gather(const Wqe& w, uint64_t offset, uint64_t n, unsigned char* dst) {
 }
 
 bool Nic::Requester(Qp& q) {
-  std::lock_guard<std::mutex> lock(q.mu);
+  kvrail::MutexLock lock(&q.mu);
   if (q.destroyed) return false;
   bool work = false;
   const absl::Time now = absl::Now();
@@ -500,7 +496,7 @@ bool Nic::Requester(Qp& q) {
 enum class Landing { kLanded, kStale, kRefused };
 
 bool Nic::Responder(Qp& q) {
-  std::lock_guard<std::mutex> lock(q.mu);
+  kvrail::MutexLock lock(&q.mu);
   if (q.destroyed) return false;
   // Before RTR a responder leaves requests in the ring, as a requester would retransmit them;
   // a cut cable receives nothing.
@@ -526,7 +522,7 @@ bool Nic::Responder(Qp& q) {
       }
       Landing landing = Landing::kRefused;
       {
-        std::shared_lock<std::shared_mutex> mr_lock(mr_mu);
+        kvrail::ReaderMutexLock mr_lock(&mr_mu);
         // Set busy before reading the epoch (seq_cst both): a requester that bumps the epoch
         // and then sees busy clear knows this copy will not happen (see Fence).
         s->busy.store(1, std::memory_order_seq_cst);
@@ -580,7 +576,7 @@ void Nic::Run() {
   for (;;) {
     std::vector<std::shared_ptr<Qp>> snapshot;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      kvrail::MutexLock lock(&mu);
       snapshot.reserve(qps.size());
       for (const auto& entry : qps) snapshot.push_back(entry.second);
     }
@@ -596,10 +592,8 @@ void Nic::Run() {
     // Peers in other processes cannot wake us, so an idle NIC with QPs polls with a backoff up
     // to 1 ms; one without QPs sleeps until kicked.
     idle = std::clamp(idle * 2, absl::Microseconds(20), absl::Milliseconds(1));
-    std::unique_lock<std::mutex> lock(wake_mu);
-    if (!kicked) {
-      wake_cv.wait_for(lock, absl::ToChronoNanoseconds(any ? idle : absl::Milliseconds(100)));
-    }
+    kvrail::MutexLock lock(&wake_mu);
+    if (!kicked) wake_mu.WaitFor(wake_cv, any ? idle : absl::Milliseconds(100));
     if (kicked) idle = absl::ZeroDuration();
     kicked = false;
   }
@@ -607,7 +601,7 @@ void Nic::Run() {
 
 void UnlinkAtExit() {
   Nic& nic = Nic::Get();
-  std::lock_guard<std::mutex> lock(nic.names_mu);
+  kvrail::MutexLock lock(&nic.names_mu);
   for (const auto& [qpn, pid] : nic.names) {
     if (pid == getpid()) wire::UnlinkSegment(qpn);
   }
@@ -623,7 +617,7 @@ int SetErrno(int e) {
 
 ibv_device** GetDeviceList(int* num_devices) {
   Nic& nic = Nic::Get();
-  std::lock_guard<std::mutex> lock(nic.mu);
+  kvrail::MutexLock lock(&nic.mu);
   nic.LoadRailsLocked();
   auto** list = new ibv_device*[nic.rails.size() + 1];
   size_t i = 0;
@@ -661,7 +655,7 @@ ibv_context* OpenDevice(ibv_device* device) {
   ctx->ibv.async_fd = -1;
   ctx->ibv.num_comp_vectors = 1;
   {
-    std::lock_guard<std::mutex> lock(Nic::Get().mu);
+    kvrail::MutexLock lock(&Nic::Get().mu);
     ctx->rail = ToDevice(device)->rail;
   }
   return &ctx->ibv;
@@ -750,7 +744,7 @@ ibv_pd* AllocPd(ibv_context* context) {
 int DeallocPd(ibv_pd* ibv) {
   Pd* pd = ToPd(ibv);
   {
-    std::lock_guard<std::mutex> lock(Nic::Get().mu);
+    kvrail::MutexLock lock(&Nic::Get().mu);
     if (pd->users != 0) return SetErrno(EBUSY);
   }
   delete pd;
@@ -778,7 +772,7 @@ ibv_mr* RegMr(ibv_pd* ibv_pd, void* addr, size_t length, int access) {
   mr->access = access;
   mr->pd = pd;
   {
-    std::lock_guard<std::shared_mutex> lock(nic.mr_mu);
+    kvrail::WriterMutexLock lock(&nic.mr_mu);
     // Keys advance through the 32-bit space from a per-process start, so a key is not reused
     // soon and keys of different processes rarely meet; 0 is never a key.
     if (nic.next_key == 0) nic.next_key = (static_cast<uint32_t>(getpid()) * 2654435761u) | 1;
@@ -789,7 +783,7 @@ ibv_mr* RegMr(ibv_pd* ibv_pd, void* addr, size_t length, int access) {
     mr->ibv.handle = nic.next_key;
     nic.mrs[nic.next_key] = mr;
   }
-  std::lock_guard<std::mutex> lock(nic.mu);
+  kvrail::MutexLock lock(&nic.mu);
   ++pd->users;
   return &mr->ibv;
 }
@@ -801,11 +795,11 @@ int DeregMr(ibv_mr* ibv) {
   {
     // Exclusive: waits for a responder copy into this region to finish; later packets with
     // this rkey find no MR and are refused.
-    std::lock_guard<std::shared_mutex> lock(nic.mr_mu);
+    kvrail::WriterMutexLock lock(&nic.mr_mu);
     nic.mrs.erase(ibv->lkey);
   }
   {
-    std::lock_guard<std::mutex> lock(nic.mu);
+    kvrail::MutexLock lock(&nic.mu);
     --mr->pd->users;
   }
   delete mr;
@@ -825,7 +819,7 @@ ibv_comp_channel* CreateCompChannel(ibv_context* context) {
 int DestroyCompChannel(ibv_comp_channel* ibv) {
   Channel* ch = ToChannel(ibv);
   {
-    std::lock_guard<std::mutex> lock(Nic::Get().mu);
+    kvrail::MutexLock lock(&Nic::Get().mu);
     if (ch->users != 0) return SetErrno(EBUSY);
   }
   close(ch->ibv.fd);
@@ -847,7 +841,7 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_chann
   cq->ibv.cqe = cqe;
   cq->channel = ToChannel(channel);
   if (channel != nullptr) {
-    std::lock_guard<std::mutex> lock(Nic::Get().mu);
+    kvrail::MutexLock lock(&Nic::Get().mu);
     ++cq->channel->users;
   }
   return &cq->ibv;
@@ -856,13 +850,13 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_chann
 int DestroyCq(ibv_cq* ibv) {
   Cq* cq = ToCq(ibv);
   {
-    std::lock_guard<std::mutex> lock(Nic::Get().mu);
+    kvrail::MutexLock lock(&Nic::Get().mu);
     if (cq->users != 0) return SetErrno(EBUSY);
     if (cq->channel != nullptr) --cq->channel->users;
   }
   if (cq->channel != nullptr) {
     // Unread events of this CQ go with it (libibverbs would wait for them to be acked).
-    std::lock_guard<std::mutex> lock(cq->channel->mu);
+    kvrail::MutexLock lock(&cq->channel->mu);
     auto& events = cq->channel->events;
     events.erase(std::remove(events.begin(), events.end(), cq), events.end());
   }
@@ -872,7 +866,7 @@ int DestroyCq(ibv_cq* ibv) {
 
 int ReqNotifyCq(ibv_cq* ibv, int solicited_only) {
   Cq* cq = ToCq(ibv);
-  std::lock_guard<std::mutex> lock(cq->mu);
+  kvrail::MutexLock lock(&cq->mu);
   // As on hardware, only completions added after arming raise an event.
   cq->armed = true;
   return 0;
@@ -882,7 +876,7 @@ int GetCqEvent(ibv_comp_channel* ibv, ibv_cq** cq, void** cq_context) {
   Channel* ch = ToChannel(ibv);
   uint64_t value = 0;
   if (read(ch->ibv.fd, &value, sizeof(value)) != sizeof(value)) return -1;  // errno: EAGAIN.
-  std::lock_guard<std::mutex> lock(ch->mu);
+  kvrail::MutexLock lock(&ch->mu);
   if (ch->events.empty()) {
     errno = EAGAIN;
     return -1;
@@ -896,13 +890,13 @@ int GetCqEvent(ibv_comp_channel* ibv, ibv_cq** cq, void** cq_context) {
 
 void AckCqEvents(ibv_cq* ibv, unsigned int nevents) {
   Cq* cq = ToCq(ibv);
-  std::lock_guard<std::mutex> lock(cq->mu);
+  kvrail::MutexLock lock(&cq->mu);
   cq->ibv.comp_events_completed += nevents;
 }
 
 int PollCq(ibv_cq* ibv, int num_entries, ibv_wc* wc) {
   Cq* cq = ToCq(ibv);
-  std::lock_guard<std::mutex> lock(cq->mu);
+  kvrail::MutexLock lock(&cq->mu);
   if (cq->overrun) return -1;
   int n = 0;
   while (n < num_entries && !cq->wcs.empty()) {
@@ -963,13 +957,13 @@ ibv_qp* CreateQp(ibv_pd* ibv_pd, ibv_qp_init_attr* attr) {
   }
   q->seg->magic.store(wire::kMagic, std::memory_order_release);
   {
-    std::lock_guard<std::mutex> lock(nic.names_mu);
+    kvrail::MutexLock lock(&nic.names_mu);
     static const bool registered = [] { return std::atexit(UnlinkAtExit) == 0; }();
     (void)registered;
     nic.names[q->qpn] = getpid();
   }
   ibv_qp* result = &q->ibv;
-  std::lock_guard<std::mutex> lock(nic.mu);
+  kvrail::MutexLock lock(&nic.mu);
   ++q->pd->users;
   ++q->cq->users;
   nic.qps[q->qpn] = std::move(q);
@@ -982,7 +976,7 @@ int DestroyQp(ibv_qp* ibv) {
   Nic& nic = Nic::Get();
   std::shared_ptr<Qp> q;
   {
-    std::lock_guard<std::mutex> lock(nic.mu);
+    kvrail::MutexLock lock(&nic.mu);
     auto it = nic.qps.find(ibv->qp_num);
     if (it == nic.qps.end()) return SetErrno(EINVAL);
     q = std::move(it->second);
@@ -991,7 +985,7 @@ int DestroyQp(ibv_qp* ibv) {
     --q->cq->users;
   }
   {
-    std::lock_guard<std::mutex> lock(q->mu);
+    kvrail::MutexLock lock(&q->mu);
     Disconnect(*q);
     q->destroyed = true;
     q->sq.clear();  // As ibv_destroy_qp: outstanding WRs go without completions.
@@ -999,7 +993,7 @@ int DestroyQp(ibv_qp* ibv) {
   }
   wire::UnlinkSegment(q->qpn);
   {
-    std::lock_guard<std::mutex> lock(nic.names_mu);
+    kvrail::MutexLock lock(&nic.names_mu);
     nic.names.erase(q->qpn);
   }
   return 0;  // The NIC thread may hold the last reference; the segment is unmapped with it.
@@ -1026,7 +1020,7 @@ absl::Duration RetryBudget(uint8_t timeout, uint8_t retry_cnt) {
 int ModifyQp(ibv_qp* ibv, ibv_qp_attr* attr, int mask) {
   if (ibv == nullptr || attr == nullptr || !(mask & IBV_QP_STATE)) return SetErrno(EINVAL);
   Qp& q = *ToQp(ibv);
-  std::lock_guard<std::mutex> lock(q.mu);
+  kvrail::MutexLock lock(&q.mu);
   if (q.destroyed) return SetErrno(EINVAL);
   const ibv_qp_state cur = q.state;
   const ibv_qp_state next = attr->qp_state;
@@ -1111,7 +1105,7 @@ int PostSend(ibv_qp* ibv, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Nic& nic = Nic::Get();
   int rc = 0;
   {
-    std::lock_guard<std::mutex> lock(q.mu);
+    kvrail::MutexLock lock(&q.mu);
     const absl::Time now = absl::Now();
     for (; wr != nullptr; wr = wr->next) {
       const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
@@ -1153,7 +1147,7 @@ int PostSend(ibv_qp* ibv, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         continue;
       }
       if (!is_inline && w.forced == IBV_WC_SUCCESS) {
-        std::shared_lock<std::shared_mutex> mr_lock(nic.mr_mu);
+        kvrail::ReaderMutexLock mr_lock(&nic.mr_mu);
         for (const ibv_sge& sge : w.sges) {
           if (sge.length == 0) continue;
           auto it = nic.mrs.find(sge.lkey);
@@ -1220,7 +1214,7 @@ const VerbsApi& SoftVerbsApi() {
 
 void SetRails(std::vector<Rail> rails) {
   Nic& nic = Nic::Get();
-  std::lock_guard<std::mutex> lock(nic.mu);
+  kvrail::MutexLock lock(&nic.mu);
   nic.rails = std::move(rails);
   nic.rails_loaded = true;
 }
@@ -1229,7 +1223,7 @@ void InjectFault(const Fault& fault) {
   Nic& nic = Nic::Get();
   switch (fault.kind) {
     case FaultKind::kRailDown: {
-      std::lock_guard<std::mutex> lock(nic.fault_mu);
+      kvrail::MutexLock lock(&nic.fault_mu);
       if (fault.down) {
         nic.down.insert(fault.device);
       } else {
@@ -1240,20 +1234,20 @@ void InjectFault(const Fault& fault) {
     case FaultKind::kQpError: {
       std::vector<std::shared_ptr<Qp>> hit;
       {
-        std::lock_guard<std::mutex> lock(nic.mu);
+        kvrail::MutexLock lock(&nic.mu);
         for (const auto& entry : nic.qps) {
           if (fault.qp_num == 0 || entry.first == fault.qp_num) hit.push_back(entry.second);
         }
       }
       for (const auto& q : hit) {
-        std::lock_guard<std::mutex> lock(q->mu);
+        kvrail::MutexLock lock(&q->mu);
         if (!q->destroyed) EnterError(*q);
       }
       break;
     }
     case FaultKind::kErrorCompletion:
     case FaultKind::kDelayCompletions: {
-      std::lock_guard<std::mutex> lock(nic.fault_mu);
+      kvrail::MutexLock lock(&nic.fault_mu);
       nic.faults.push_back(fault);
       break;
     }
@@ -1264,7 +1258,7 @@ void InjectFault(const Fault& fault) {
 void ClearFaults() {
   Nic& nic = Nic::Get();
   {
-    std::lock_guard<std::mutex> lock(nic.fault_mu);
+    kvrail::MutexLock lock(&nic.fault_mu);
     nic.faults.clear();
     nic.down.clear();
   }
