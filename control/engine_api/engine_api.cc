@@ -409,6 +409,32 @@ EngineApiClient::~EngineApiClient() {
   }
 }
 
+namespace {
+
+// A Failed event this client makes for `room` itself (the sidecar lost or gone).
+v1::SidecarMessage ClientFailed(uint64_t room, v1::PageState pages, std::string reason) {
+  v1::SidecarMessage message;
+  v1::RoomEvent* failed = message.mutable_event();
+  failed->set_room(room);
+  failed->set_status(v1::TRANSFER_POLL_FAILED);
+  failed->set_bootstrap_token(-1);
+  failed->set_pages(pages);
+  failed->set_reason(std::move(reason));
+  return message;
+}
+
+// The release notice of a room the engine was told Failed with its pages held: they are the
+// engine's again (proven: nothing of the room can land any more).
+v1::SidecarMessage ClientReleased(uint64_t room, std::string reason, bool proven) {
+  v1::SidecarMessage message = ClientFailed(room, v1::PAGES_REUSABLE, std::move(reason));
+  message.mutable_event()->set_status(v1::TRANSFER_POLL_PAGES_RELEASED);  // not a second Failed
+  message.mutable_event()->set_pages_released(true);
+  message.mutable_event()->set_pages_proven(proven);
+  return message;
+}
+
+}  // namespace
+
 void EngineApiClient::Watch() {
   zmq::socket_t& monitor = sockets_->monitor;
   while (true) {
@@ -420,8 +446,24 @@ void EngineApiClient::Watch() {
     uint16_t id = 0;
     std::memcpy(&id, event.data(), sizeof(id));
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      const bool was_lost = lost_.has_value();
       connected_ = true;
       lost_.reset();
+      // Back: when the process the orphaned rooms were begun on is gone (a sidecar restarted
+      // at the same endpoint), nothing of them can land, and their pages are released now. The
+      // same process ends them itself, and Keep turns its outcomes into their releases.
+      if (was_lost && SidecarProcessGone(sidecar_pid_).value_or(false)) {
+        std::vector<uint64_t> orphaned;
+        for (const auto& [room, open] : open_rooms_) {
+          if (open == OpenRoom::kOrphaned) orphaned.push_back(room);
+        }
+        std::sort(orphaned.begin(), orphaned.end());
+        for (uint64_t room : orphaned) {
+          kept_.push_back(
+              ClientReleased(room, "pages released: the sidecar that held the room is gone", true));
+          open_rooms_.erase(room);
+        }
+      }
       continue;
     }
     if (id != ZMQ_EVENT_DISCONNECTED || !connected_) continue;
@@ -429,43 +471,36 @@ void EngineApiClient::Watch() {
     lost_ = absl::StrCat("engine API ", endpoint_,
                          ": the sidecar is lost (its connection closed, or it answered no "
                          "heartbeat in time)");
-    const std::optional<bool> gone = SidecarProcessGone(sidecar_pid_);
-    std::vector<std::pair<uint64_t, bool>> rooms(open_rooms_.begin(), open_rooms_.end());
+    const bool gone = SidecarProcessGone(sidecar_pid_).value_or(false);
+    std::vector<std::pair<uint64_t, OpenRoom>> rooms(open_rooms_.begin(), open_rooms_.end());
     std::sort(rooms.begin(), rooms.end());
-    for (const auto& [room, held] : rooms) {
-      if (held && !gone.value_or(false)) continue;  // told already; still held
-      v1::SidecarMessage message;
-      v1::RoomEvent* failed = message.mutable_event();
-      failed->set_room(room);
-      failed->set_status(v1::TRANSFER_POLL_FAILED);
-      failed->set_bootstrap_token(-1);
-      if (gone.value_or(false)) {
-        failed->set_pages(v1::PAGES_REUSABLE);
-        // Told Failed (held) already: this is the release notice, not a second Failed.
-        if (held) failed->set_status(v1::TRANSFER_POLL_PAGES_RELEASED);
-        failed->set_pages_released(held);
-        failed->set_pages_proven(held);
-        failed->set_reason(held ? "pages released: the sidecar process is gone"
-                                : absl::StrCat(*lost_,
-                                               "; the sidecar process is gone, so "
-                                               "nothing of the room can land"));
+    for (const auto& [room, open] : rooms) {
+      if (gone) {
+        // Told Failed (held) already: the release notice, not a second Failed.
+        kept_.push_back(
+            open == OpenRoom::kActive
+                ? ClientFailed(room, v1::PAGES_REUSABLE,
+                               absl::StrCat(*lost_,
+                                            "; the sidecar process is gone, so "
+                                            "nothing of the room can land"))
+                : ClientReleased(room, "pages released: the sidecar process is gone", true));
         open_rooms_.erase(room);
-      } else {
-        failed->set_pages(v1::PAGES_HELD);
-        failed->set_reason(absl::StrCat(*lost_,
-                                        "; a write of the room may still land until the "
-                                        "sidecar is back or known gone"));
-        open_rooms_[room] = true;
+      } else if (open == OpenRoom::kActive) {
+        kept_.push_back(ClientFailed(room, v1::PAGES_HELD,
+                                     absl::StrCat(*lost_,
+                                                  "; a write of the room may still land until "
+                                                  "the sidecar is back or known gone")));
+        open_rooms_[room] = OpenRoom::kOrphaned;
       }
-      kept_.push_back(std::move(message));
     }
   }
 }
 
 void EngineApiClient::Accepted(const v1::EngineRequest& request, const v1::EngineReply& reply) {
   if (request.has_attach()) sidecar_pid_ = reply.sidecar_pid();
-  if (const std::optional<uint64_t> room = BegunRoom(request))
-    open_rooms_.try_emplace(*room, false);
+  if (const std::optional<uint64_t> room = BegunRoom(request)) {
+    open_rooms_.try_emplace(*room, OpenRoom::kActive);
+  }
 }
 
 bool EngineApiClient::Receive(absl::Duration timeout, v1::SidecarMessage& out) {
@@ -500,13 +535,26 @@ void EngineApiClient::Keep(v1::SidecarMessage message) {
     const v1::RoomEvent& event = message.event();
     auto open = open_rooms_.find(event.room());
     if (open != open_rooms_.end()) {
-      const bool ended =
+      const bool pages_free =
           event.status() == v1::TRANSFER_POLL_SUCCESS || event.pages_released() ||
           (event.status() == v1::TRANSFER_POLL_FAILED && event.pages() != v1::PAGES_HELD);
-      if (ended) {
+      if (open->second == OpenRoom::kOrphaned) {
+        // The engine was told Failed when the connection was lost: the sidecar's own outcome is
+        // not a second terminal event, only, once the pages are free, their release.
+        if (!pages_free) return;  // held by the sidecar now: its release follows
+        const bool proven = event.pages_proven() || event.pages() != v1::PAGES_HELD;
+        message = ClientReleased(
+            event.room(),
+            absl::StrCat(
+                "pages released: the sidecar ended the room (",
+                event.reason().empty() ? v1::TransferPoll_Name(event.status()) : event.reason(),
+                ") after it came back"),
+            proven);
+        open_rooms_.erase(open);
+      } else if (pages_free) {
         open_rooms_.erase(open);
       } else if (event.status() == v1::TRANSFER_POLL_FAILED) {
-        open->second = true;  // held: its release follows
+        open->second = OpenRoom::kHeld;  // its release follows
       }
     }
   }

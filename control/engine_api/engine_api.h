@@ -192,9 +192,13 @@ class EngineApiClient {
   std::deque<v1::SidecarMessage> kept_;
   // request_ids sent with Send and not yet answered through NextMessage.
   absl::flat_hash_set<uint64_t> sent_;
-  // Liveness: the rooms begun here that have not ended (true: Failed, pages held), the
-  // sidecar's pid, whether the connection is up, and why it is lost.
-  absl::flat_hash_map<uint64_t, bool> open_rooms_;
+  // Liveness: the rooms begun here that have not ended for the engine, with what it was told
+  // of them (as the Python client's RoomLedger): nothing yet; Failed by the sidecar, pages
+  // held (its release notice follows); or Failed by this client when the connection was lost,
+  // pages held (orphaned: the sidecar's own outcome, once it is back, only releases them).
+  enum class OpenRoom { kActive, kHeld, kOrphaned };
+  absl::flat_hash_map<uint64_t, OpenRoom> open_rooms_;
+  // The sidecar's pid, whether the connection is up, and why it is lost.
   uint32_t sidecar_pid_ = 0;
   bool connected_ = false;
   std::optional<std::string> lost_;

@@ -442,5 +442,66 @@ TEST(EngineApiTest, ALostSidecarFailsTheRoomsBegunHereAndCallsSayWhy) {
   EXPECT_NE(refused.message().find("the sidecar is lost"), absl::string_view::npos) << refused;
 }
 
+// The client told the engine Failed (pages held) when the connection was lost; the same sidecar
+// comes back and ends the room itself. That is not a second terminal event: the engine gets the
+// release of the room's pages, once, and nothing more of the room (issue 29: an engine freed
+// pages twice on a repeated Failed).
+TEST(EngineApiTest, ARoomFailedWhileTheSidecarWasLostEndsOnceAndItsOutcomeOnlyReleasesIt) {
+  auto server = EngineApiServer::Start("tcp://127.0.0.1:0", Echo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+  auto client = EngineApiClient::Connect(endpoint).value();
+  for (uint64_t room : {5, 7}) {
+    v1::EngineRequest expect;
+    expect.mutable_expect()->set_room(room);
+    ASSERT_TRUE(client->Call(expect).ok());
+  }
+  server->reset();  // lost: this server's pid is unknown to the client, so pages are held
+  for (uint64_t room : {5, 7}) {
+    std::optional<v1::RoomEvent> failed = client->NextEvent(absl::Seconds(10));
+    ASSERT_TRUE(failed.has_value());
+    EXPECT_EQ(failed->room(), room);
+    EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+    EXPECT_EQ(failed->pages(), v1::PAGES_HELD);
+  }
+
+  auto back = EngineApiServer::Start(endpoint, Echo);  // the same sidecar, reachable again
+  ASSERT_TRUE(back.ok()) << back.status();
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(5);
+  ASSERT_TRUE(client->Call(poll, absl::Seconds(10)).ok());  // waits for the reconnection
+  v1::RoomEvent gave_up;  // the sidecar's own end of room 5: pages reusable
+  gave_up.set_room(5);
+  gave_up.set_status(v1::TRANSFER_POLL_FAILED);
+  gave_up.set_pages(v1::PAGES_REUSABLE);
+  gave_up.set_reason("Decode session 10.0.0.2:1 gave the room up (kvrail fence request)");
+  (*back)->Publish(gave_up);
+  v1::RoomEvent held = gave_up;  // room 7's: held, then released by the sidecar
+  held.set_room(7);
+  held.set_pages(v1::PAGES_HELD);
+  (*back)->Publish(held);
+  v1::RoomEvent released;
+  released.set_room(7);
+  released.set_status(v1::TRANSFER_POLL_PAGES_RELEASED);
+  released.set_pages(v1::PAGES_REUSABLE);
+  released.set_pages_released(true);
+  released.set_pages_proven(true);
+  (*back)->Publish(released);
+
+  std::optional<v1::RoomEvent> first = client->NextEvent(absl::Seconds(10));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->room(), 5u);
+  EXPECT_EQ(first->status(), v1::TRANSFER_POLL_PAGES_RELEASED);
+  EXPECT_TRUE(first->pages_released());
+  EXPECT_TRUE(first->pages_proven());
+  EXPECT_NE(first->reason().find("gave the room up"), std::string::npos) << first->reason();
+  std::optional<v1::RoomEvent> second = client->NextEvent(absl::Seconds(10));
+  ASSERT_TRUE(second.has_value());  // room 7's Failed (held) was dropped: told already
+  EXPECT_EQ(second->room(), 7u);
+  EXPECT_EQ(second->status(), v1::TRANSFER_POLL_PAGES_RELEASED);
+  EXPECT_TRUE(second->pages_released());
+  EXPECT_FALSE(client->NextEvent(absl::Milliseconds(300)).has_value());
+}
+
 }  // namespace
 }  // namespace kvrail::engine_api
