@@ -177,7 +177,13 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
   room.targets = std::move(endpoints);
   PeerSetKey key{room.bootstrap_address, route.dp_group,
                  absl::StrJoin(targets.target_tp_ranks, ",")};
-  if (registered_.insert(std::move(key)).second) {
+  std::vector<std::string> registered_with;
+  for (const PrefillTarget& target : room.targets) registered_with.push_back(target.endpoint);
+  auto [peer_set, first_time] = registered_.try_emplace(std::move(key), registered_with);
+  if (first_time || peer_set->second != registered_with) {
+    // Every rank again, also those that kept their endpoint: a registration a prefill already
+    // holds is accepted as it is (PrefillRooms: the same registration is a no-op).
+    peer_set->second = std::move(registered_with);
     for (const PrefillTarget& target : room.targets) {
       out.messages.push_back(OutboundMessage{target.endpoint, *registration});
     }
@@ -505,6 +511,13 @@ DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time n
     gone_prefills_.erase(oldest);
   }
   gone_prefills_.try_emplace(Owned(endpoint), now);
+  // A process listening there later (restarted on the same port) never saw this decode's
+  // registration: the peer sets that named the endpoint register again with their next room.
+  for (auto it = registered_.begin(); it != registered_.end();) {
+    const bool named =
+        std::find(it->second.begin(), it->second.end(), endpoint) != it->second.end();
+    it = named ? registered_.erase(it) : std::next(it);
+  }
   std::vector<uint64_t> hit;
   for (const auto& [id, room] : rooms_) {
     if (!room.preallocated || room.state == TransferPoll::kSuccess ||
@@ -585,7 +598,7 @@ void DecodeRooms::ForgetPeerSets(absl::string_view bootstrap_address) {
   const std::string address = Owned(bootstrap_address);
   auto first = registered_.lower_bound(PeerSetKey{address, std::numeric_limits<int>::min(), ""});
   auto last = first;
-  while (last != registered_.end() && std::get<0>(*last) == address) ++last;
+  while (last != registered_.end() && std::get<0>(last->first) == address) ++last;
   registered_.erase(first, last);
 }
 
@@ -686,7 +699,7 @@ std::optional<DecodeRoomView> DecodeRooms::Find(uint64_t room_id) const {
 std::vector<std::string> DecodeRooms::BootstrapAddresses() const {
   std::set<std::string> addresses;
   for (const auto& [id, room] : rooms_) addresses.insert(room.bootstrap_address);
-  for (const PeerSetKey& key : registered_) addresses.insert(std::get<0>(key));
+  for (const auto& [key, endpoints] : registered_) addresses.insert(std::get<0>(key));
   return std::vector<std::string>(addresses.begin(), addresses.end());
 }
 

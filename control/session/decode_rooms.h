@@ -302,7 +302,10 @@ class DecodeRooms {
   absl::StatusOr<std::vector<std::string>> registration_2026_09_;
   absl::flat_hash_map<uint64_t, Room> rooms_;
   absl::flat_hash_map<uint64_t, Fence> fences_;
-  std::set<PeerSetKey> registered_;
+  // The peer sets registered with, and the PULL endpoints of their ranks then (in target order):
+  // a rank restarted on another endpoint, or gone from its own (OnPrefillGone), is a process
+  // that never saw this decode's registration, and the next room registers again.
+  std::map<PeerSetKey, std::vector<std::string>> registered_;
   absl::flat_hash_map<std::string, int> health_failures_;  // bootstrap address -> count
   // Prefill PULL endpoints whose socket refused connections, and since when (OnPrefillGone).
   absl::flat_hash_map<std::string, absl::Time> gone_prefills_;

@@ -688,6 +688,37 @@ TEST(DecodeRoomsTest, ANewRoomRoutedToAPrefillRankKnownGoneFailsAtOnceNamingIt) 
   EXPECT_TRUE(allocated->messages.empty());
 }
 
+// The soak's restarted prefill sidecar (issue 29): a rank that comes back on another endpoint, or
+// on its own after it was gone, is a new process that never saw this decode's registration, so
+// the next room through it registers again (with every rank of the peer set: a rank that kept
+// its registration takes the same one as a no-op) before its pre-allocations go out.
+TEST(DecodeRoomsTest, APrefillRankOnANewEndpointOrBackFromGoneIsRegisteredWithAgain) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 1, {0, 1});
+  ASSERT_TRUE(rooms.BeginRoom(2, kPrefillA, kT0).ok());
+  EXPECT_TRUE(rooms.OnRoute(2, Route({0, 1}), kT0)->messages.empty());  // registered already
+
+  RoomRoute moved = Route({0, 1});
+  moved.endpoints[1].endpoint = "tcp://10.1.0.100:18501";  // rank 1 restarted on another port
+  ASSERT_TRUE(rooms.BeginRoom(3, kPrefillA, kT0).ok());
+  absl::StatusOr<DecodeOutput> again = rooms.OnRoute(3, moved, kT0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->messages.size(), 2u);
+  EXPECT_EQ(again->messages[0].endpoint, PrefillEndpoint(0));
+  EXPECT_EQ(again->messages[1].endpoint, "tcp://10.1.0.100:18501");
+  EXPECT_EQ(again->messages[1].frames, *rooms.registration_frames());
+  ASSERT_TRUE(rooms.BeginRoom(4, kPrefillA, kT0).ok());
+  EXPECT_TRUE(rooms.OnRoute(4, moved, kT0)->messages.empty());  // once per new endpoint
+
+  // Gone, then listening again on the same endpoint (restarted on its port): registered again.
+  rooms.OnPrefillGone("tcp://10.1.0.100:18501", kT0);
+  rooms.OnPrefillListening("tcp://10.1.0.100:18501");
+  ASSERT_TRUE(rooms.BeginRoom(5, kPrefillA, kT0).ok());
+  absl::StatusOr<DecodeOutput> back = rooms.OnRoute(5, moved, kT0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->messages.size(), 2u);
+}
+
 // A gone rank is probed again (GonePrefills); once it listens, rooms are routed to it again.
 TEST(DecodeRoomsTest, APrefillRankListeningAgainIsRoutedToAgain) {
   DecodeRooms rooms = MakeRooms();

@@ -201,9 +201,11 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
   // Rooms whose terminal event came (or whose request was refused): a second terminal event of
   // one of them breaks the engine API's promise (one per room), and is reported.
   std::set<uint64_t> ended;
-  // Rooms whose request was refused: the refusal ended them for this engine; one Failed event of
-  // the room may still follow (the sidecar had the room from its peer), a second may not.
-  std::set<uint64_t> refused;
+  // Rooms this engine ended without the sidecar's word: its request was refused, or it aborted
+  // the room while it waited for pages, before the sidecar heard of it from this engine. One
+  // Failed event of such a room may still follow (the sidecar had the room from its peer: a
+  // decode's pre-allocation), a second may not.
+  std::set<uint64_t> ended_here;
   // --audit: pages given back and filled with kFreedPattern, to check when next lent.
   std::set<int64_t> filled;
   bool input_open = true;
@@ -270,7 +272,7 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     if (!reply.ok()) {
       // Refused: the pages were never lent (docs/ENGINE-API.md), so they are this engine's.
       KVRAIL_RETURN_IF_ERROR(give_back(room.blocks));
-      refused.insert(id);
+      ended_here.insert(id);
       Say(absl::StrCat("done ", id, " failed ", reply.status().message()));
       return absl::OkStatus();
     }
@@ -295,7 +297,7 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     }
     auto it = active.find(event.room());
     if (it == active.end()) {
-      if (refused.erase(event.room()) != 0) {
+      if (ended_here.erase(event.room()) != 0) {
         ended.insert(event.room());
         return absl::OkStatus();
       }
@@ -359,7 +361,9 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     for (auto it = waiting.begin(); it != waiting.end(); ++it) {
       if (it->id != id) continue;
       waiting.erase(it);
-      ended.insert(id);
+      // Not `ended`: the sidecar may have the room from its peer, and its one Failed event of
+      // it is no second end (the soak's "second terminal event" of issue 29 was this).
+      ended_here.insert(id);
       Say(absl::StrCat("done ", id, " failed aborted by its engine before it started"));
       return;
     }
