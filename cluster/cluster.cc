@@ -151,7 +151,7 @@ absl::Status Cluster::StartAll() {
     command.role = role;
     command.engine_endpoint = endpoint;
     command.host = node.host;
-    command.transport = o.transport;
+    command.link = o.link;
     command.verbs_provider = o.verbs_provider;
     command.net_devices = node.net_devices;
     if (prefill) command.bootstrap = bootstrap_;

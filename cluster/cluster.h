@@ -35,9 +35,9 @@ struct ClusterOptions {
   std::string kvrail;  // the kvrail binary
   int prefill_tp = 2;
   int decode_tp = 1;
-  int prefill_pp = 1;             // pipeline stages of the prefill node (CACHEPD §10.1)
-  std::string transport = "shm";  // shm or tcp (UCX), or verbs
-  std::string verbs_provider;     // verbs: passed to the sidecars when not empty
+  int prefill_pp = 1;          // pipeline stages of the prefill node (CACHEPD §10.1)
+  std::string link = "shm";    // shm or tcp (UCX), or verbs (SidecarCommand::link)
+  std::string verbs_provider;  // verbs: passed to the sidecars when not empty
   // Who allocates each rank's KV arena: "sidecar" (on its data plane, where peers write it
   // fastest) or "engine" (the engine-sim, in POSIX shared memory).
   std::string arena = "sidecar";
@@ -55,7 +55,7 @@ struct ClusterOptions {
   // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
   std::string log_dir;
   // Where the prefill node (its bootstrap and sidecars) and the decode node run: by default
-  // both on this host's loopback; `bench kv --transport netns` puts each in a network
+  // both on this host's loopback; `bench kv --link netns` puts each in a network
   // namespace of its own.
   NodeHost prefill_node, decode_node;
   // False: the bootstrap and the sidecars only, for a caller that drives the sidecars' engine

@@ -150,7 +150,7 @@ std::vector<std::string> NetnsPair::ExecPrefix(const std::string& netns) {
 absl::StatusOr<NetnsPair> NetnsPair::Create() {
   if (geteuid() != 0) {
     return absl::FailedPreconditionError(
-        "--transport netns creates two network namespaces and a veth pair, which needs root "
+        "--link netns creates two network namespaces and a veth pair, which needs root "
         "(CAP_NET_ADMIN); run as root, or measure tcp and shm only");
   }
   RemoveStale();

@@ -15,8 +15,8 @@ Command SidecarCommandLine(const SidecarCommand& sidecar) {
                                sidecar.engine_endpoint, std::string("--host"), sidecar.host}) {
     argv.push_back(a);
   }
-  if (sidecar.transport == "verbs") {
-    argv.push_back("--transport");
+  if (sidecar.link == "verbs") {
+    argv.push_back("--backend");
     argv.push_back("verbs");
     if (!sidecar.verbs_provider.empty()) {
       argv.push_back("--verbs-provider");
@@ -31,7 +31,7 @@ Command SidecarCommandLine(const SidecarCommand& sidecar) {
     }
   } else {
     argv.push_back("--tls");
-    argv.push_back(sidecar.transport == "shm" ? "sm" : sidecar.transport);
+    argv.push_back(sidecar.link == "shm" ? "sm" : sidecar.link);
     if (!sidecar.net_devices.empty()) {
       argv.push_back("--net-devices");
       argv.push_back(sidecar.net_devices);

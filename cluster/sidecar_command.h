@@ -17,10 +17,11 @@ struct SidecarCommand {
   std::string role;                 // "prefill" or "decode"
   std::string engine_endpoint;
   std::string host;  // --host: the address it binds and is reached at
-  // The data plane: "shm" or "tcp" (UCX, --tls sm or tcp), or "verbs".
-  std::string transport = "tcp";
+  // The link between the ranks: "shm" or "tcp" (UCX, --tls sm or tcp), or "verbs" (--backend
+  // verbs).
+  std::string link = "tcp";
   // verbs: --verbs-provider when not empty. "softverbs" with net_devices puts a rail on each
-  // device ("veth0,veth1": softverbs0 and softverbs1), so a link set down cuts its rail.
+  // device ("veth0,veth1": softverbs0 and softverbs1), so a device set down cuts its rail.
   std::string verbs_provider;
   std::string net_devices;        // UCX: --net-devices when not empty
   std::string bootstrap;          // a prefill's --bootstrap

@@ -22,7 +22,7 @@ SidecarCommand Decode() {
 
 TEST(SidecarCommandTest, UcxSharedMemoryIsTlsSmOnItsNetDevices) {
   SidecarCommand sidecar = Decode();
-  sidecar.transport = "shm";
+  sidecar.link = "shm";
   sidecar.net_devices = "lo";
   const Command command = SidecarCommandLine(sidecar);
   EXPECT_THAT(command.argv, ElementsAre("/bin/kvrail", "sidecar", "--role", "decode",
@@ -46,13 +46,13 @@ TEST(SidecarCommandTest, APrefillInANamespaceNamesItsBootstrapAndKeepsItsExtraFl
 
 TEST(SidecarCommandTest, SoftverbsPutsARailOnEachNetDeviceInsteadOfUcxFlags) {
   SidecarCommand sidecar = Decode();
-  sidecar.transport = "verbs";
+  sidecar.link = "verbs";
   sidecar.verbs_provider = "softverbs";
   sidecar.net_devices = "veth0,veth1";
   const Command command = SidecarCommandLine(sidecar);
   EXPECT_THAT(command.argv,
               ElementsAre("/bin/kvrail", "sidecar", "--role", "decode", "--engine-endpoint",
-                          "ipc:///tmp/d.sock", "--host", "127.0.0.1", "--transport", "verbs",
+                          "ipc:///tmp/d.sock", "--host", "127.0.0.1", "--backend", "verbs",
                           "--verbs-provider", "softverbs"));
   EXPECT_EQ(command.env.at("KVRAIL_SOFTVERBS_RAILS"), "softverbs0=veth0,softverbs1=veth1");
 }

@@ -21,6 +21,7 @@
 #include "bench/raw/raw_flags.h"
 #include "bench/raw/raw_report.h"
 #include "bench/raw/raw_target.h"
+#include "tools/renamed_flag.h"
 
 namespace kvrail::tools {
 namespace {
@@ -29,7 +30,7 @@ constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
 struct RawFlags {
-  std::vector<std::string> transports = {"tcp,shm"};
+  std::vector<std::string> links = {"tcp,shm"};
   std::string block_sizes = "4KiB,64KiB,1MiB,64MiB";
   std::string batch_sizes = "1,32,1024";
   int lanes = 0;
@@ -45,7 +46,7 @@ struct RawFlags {
 };
 
 struct TargetFlags {
-  std::string transport = "shm";
+  std::string link = "shm";
   int lanes = 2;
   uint64_t arena_bytes = 0;
   std::string net_device;
@@ -66,9 +67,9 @@ std::string SelfExe() {
 
 int RunRaw(const RawFlags& flags) {
   bench::RawBenchOptions options;
-  auto transports = bench::ParseTransports("--transport", flags.transports);
-  if (!transports.ok()) return Fail(transports.status(), kExitUsage);
-  options.transports = *transports;
+  auto links = bench::ParseLinks("--link", flags.links);
+  if (!links.ok()) return Fail(links.status(), kExitUsage);
+  options.links = *links;
   auto blocks = bench::ParseBlockSizes("--block-sizes", flags.block_sizes);
   if (!blocks.ok()) return Fail(blocks.status(), kExitUsage);
   options.block_sizes = *blocks;
@@ -139,9 +140,9 @@ int RunRaw(const RawFlags& flags) {
 
 int RunTarget(const TargetFlags& flags) {
   bench::RawTargetOptions options;
-  auto transports = bench::ParseTransports("--transport", {flags.transport});
-  if (!transports.ok()) return Fail(transports.status(), kExitUsage);
-  options.transport = transports->front();
+  auto links = bench::ParseLinks("--link", {flags.link});
+  if (!links.ok()) return Fail(links.status(), kExitUsage);
+  options.link = links->front();
   options.lanes = flags.lanes;
   options.arena_bytes = flags.arena_bytes;
   options.net_device = flags.net_device;
@@ -218,7 +219,7 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
       "prefill and decode sidecars as processes: GB/s, room latency, first byte, efficiency "
       "against a contiguous room of the same bytes");
   kv->add_flag("--quick", flags.text.quick,
-               "The representative subset: llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm");
+               "The representative subset: llama3-8b, 1:1 and 2:1, 4k tokens, links tcp and shm");
   kv->add_flag("--full", flags.text.full, "The default sweep plus TP 8:2 and 2:8, and netns");
   kv->add_flag("--naive", flags.text.naive,
                "Also run each case with one write per row per page per field, never merged (the "
@@ -238,7 +239,11 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
                  "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla, hybrid-swa-state");
   kv->add_option("--tp", flags.text.tp, "Comma list of <prefill TP>:<decode TP>, e.g. 1:1,2:1");
   kv->add_option("--tokens", flags.text.tokens, "Comma list of prompt lengths, e.g. 1k,4k,32k");
-  kv->add_option("--transport", flags.text.transports, "Comma list of tcp, shm, netns");
+  kv->add_option("--link", flags.text.links,
+                 "What carries the bytes between the ranks, a comma list of tcp (UCX tcp on "
+                 "loopback), shm (UCX shared memory), netns (UCX tcp across two network "
+                 "namespaces over a veth pair; needs root)");
+  AddRenamedFlag(kv, "--transport", "--link (a comma list of tcp, shm, netns)");
   kv->add_option("--rooms", flags.text.rooms, "Rooms per case, the first on a fresh connection");
   kv->add_option("--sample-every", flags.text.sample_every,
                  "After a case's first room (checked whole), check every Nth page of each room")
@@ -252,11 +257,11 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
       ->capture_default_str();
   kv->add_flag("--json", flags.json,
                "Print {\"cases\": [{\"shape\", \"prefill_tp\", \"decode_tp\", \"tokens\", "
-               "\"transport\", \"mode\", \"bytes\", \"copies\", \"coalesced_copies\", "
+               "\"link\", \"mode\", \"bytes\", \"copies\", \"coalesced_copies\", "
                "\"gbps\", \"p50_ms\", \"p99_ms\", \"first_byte_ms\", \"efficiency\", ...}]}");
   kv->add_flag("--csv", flags.csv, "Print the cases as CSV");
   kv->add_option("--plot", flags.plot,
-                 "Also draw GB/s against prompt length per transport into this image (.png)");
+                 "Also draw GB/s against prompt length per link into this image (.png)");
   kv->add_flag("--quiet", flags.quiet, "No progress bar on stderr");
   kv->callback([&exit_code]() { exit_code = RunKv(flags); });
 }
@@ -273,13 +278,21 @@ void AddBenchControl(CLI::App* bench, int& exit_code) {
       ->capture_default_str();
   control->add_option("--seconds", options.seconds_per_row, "Measured seconds per row")
       ->capture_default_str();
-  control->add_option("--transport", options.transport, "The sidecars' UCX layers: tcp or sm")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tcp", "sm"}));
+  control
+      ->add_option("--link", options.link,
+                   "What carries the bytes between the two sidecars: tcp (UCX tcp on "
+                   "loopback) or shm (UCX shared memory)")
+      ->capture_default_str();
+  AddRenamedFlag(control, "--transport", "--link (tcp or shm)");
   control->add_option("--pages", options.pages_per_room,
                       "0: empty rooms; N: N real pages per room");
   control->add_flag("--json", options.json, "Print the rows as JSON");
   control->callback([&exit_code] {
+    const absl::Status checked = kvrail::bench::CheckControlBenchOptions(options);
+    if (!checked.ok()) {
+      exit_code = Fail(checked, kExitUsage);
+      return;
+    }
     const absl::Status status = kvrail::bench::RunControlBench(options);
     if (!status.ok()) {
       std::fprintf(stderr, "error: bench control: %s\n", std::string(status.message()).c_str());
@@ -296,21 +309,24 @@ void AddBench(CLI::App& app, int& exit_code) {
 
   CLI::App* raw = bench->add_subcommand(
       "raw",
-      "Write bandwidth and ops/s of the data-plane transports (UCX, verbs) between two processes, "
+      "Write bandwidth and ops/s of the data-plane backends (UCX, verbs) between two processes, "
       "per block and "
       "batch size, through the transfer scheduler, beside ucx_perftest ucp_put_bw and memcpy");
-  raw->add_option("--transport", raw_flags.transports,
-                  "tcp, shm, netns or verbs (netns needs root; verbs: provider from "
-                  "$KVRAIL_VERBS_PROVIDER, and softverbs is never a bandwidth figure); repeat or "
+  raw->add_option("--link", raw_flags.links,
+                  "What carries the bytes between the two processes: tcp (UCX tcp on loopback), "
+                  "shm (UCX shared memory), netns (UCX tcp across two network namespaces over a "
+                  "veth pair; needs root) or verbs (the verbs backend, provider from "
+                  "$KVRAIL_VERBS_PROVIDER; softverbs is never a bandwidth figure); repeat or "
                   "give a comma list")
       ->capture_default_str();
+  AddRenamedFlag(raw, "--transport", "--link (a comma list of tcp, shm, netns, verbs)");
   raw->add_option("--block-sizes", raw_flags.block_sizes,
                   "Comma list of write sizes, 1 B to 64 MiB, with B, KiB, MiB or GiB")
       ->capture_default_str();
   raw->add_option("--batch-sizes", raw_flags.batch_sizes,
                   "Comma list of writes per batch (one room), 1 to 1024")
       ->capture_default_str();
-  raw->add_option("--lanes", raw_flags.lanes, "Lanes (UCX workers) per side; 0: per transport");
+  raw->add_option("--lanes", raw_flags.lanes, "Lanes (UCX workers) per side; 0: per link");
   raw->add_option("--inflight", raw_flags.inflight,
                   "Bytes posted and not yet complete per lane (the scheduler's bound); also bounds "
                   "ucx_perftest -O");
@@ -323,7 +339,7 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "Best of this many runs, for kvrail and ucx_perftest alike (1 to 10)")
       ->capture_default_str();
   raw->add_flag("--json", raw_flags.json,
-                "Print {\"rows\": [{\"transport\", \"block_bytes\", \"batch\", \"gbps\", "
+                "Print {\"rows\": [{\"link\", \"block_bytes\", \"batch\", \"gbps\", "
                 "\"ops_per_s\", \"peer_gbps\", \"ratio\", ...}]}");
   raw->add_flag("--no-peer", raw_flags.no_peer, "Skip ucx_perftest");
   raw->add_flag("--quiet", raw_flags.quiet, "No progress on stderr");
@@ -332,7 +348,8 @@ void AddBench(CLI::App& app, int& exit_code) {
 
   CLI::App* target = bench->add_subcommand("raw-target", "");
   target->group("");  // started by `bench raw`, not by people
-  target->add_option("--transport", target_flags.transport);
+  target->add_option("--link", target_flags.link);
+  AddRenamedFlag(target, "--transport", "--link (tcp, shm, netns or verbs)");
   target->add_option("--lanes", target_flags.lanes);
   target->add_option("--arena-bytes", target_flags.arena_bytes)->required();
   target->add_option("--net-device", target_flags.net_device);

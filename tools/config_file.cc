@@ -207,6 +207,7 @@ std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool w
                     ": one key per long flag, flags on the command line win over this file\n";
   for (const CLI::Option* option : app->get_options()) {
     if (!option->get_configurable() || option->get_lnames().empty()) continue;
+    if (option->get_group().empty()) continue;  // hidden, as in --help (a renamed flag)
     const std::string key = prefix + option->get_lnames().front();
     out += "\n";
     if (write_description && !option->get_description().empty()) {

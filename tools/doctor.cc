@@ -160,7 +160,7 @@ void DiagnoseRdma(const transport::DataPlaneProbe& p, std::vector<Finding>& out)
     out.push_back({Level::kWarn, "rdma",
                    p.rdma_status.ok() ? "libibverbs lists no RDMA device"
                                       : std::string(p.rdma_status.message()),
-                   "kvrail runs over UCX's tcp and shared memory here, and `--transport verbs` "
+                   "kvrail runs over UCX's tcp and shared memory here, and `--backend verbs` "
                    "only over the software provider (KVRAIL_VERBS_PROVIDER=softverbs, for tests, "
                    "never hardware); for RDMA, a NIC, its kernel driver and rdma-core's provider "
                    "(`ibv_devices` lists it)"});

@@ -25,6 +25,7 @@
 #include "tools/demo/demo.h"
 #include "tools/engine_sim/engine_sim.h"
 #include "tools/json_log_format.h"
+#include "tools/renamed_flag.h"
 
 namespace kvrail::tools {
 namespace {
@@ -108,10 +109,11 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--pp-rank", options.pp_rank, "Prefill: this rank's stage")
       ->capture_default_str();
-  sub->add_option("--transport", options.backend,
+  sub->add_option("--backend", options.backend,
                   "Data-plane backend: ucx, or verbs (raw RDMA writes over libibverbs)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ucx", "verbs"}));
+  AddRenamedFlag(sub, "--transport", "--backend (ucx or verbs)");
   sub->add_option("--verbs-provider", options.verbs_provider,
                   "Verbs: libibverbs (RDMA devices) or softverbs (the software provider: shared "
                   "memory on this host, for tests, never hardware); default "
@@ -452,12 +454,15 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_option("--decode-tp", options.decode_tp, "Decode ranks D")->capture_default_str();
   sub->add_option("--pp", options.prefill_pp, "Pipeline stages of the prefill node")
       ->capture_default_str();
-  sub->add_option("--transport", options.transport,
-                  "shm or tcp (UCX), or verbs (raw RDMA writes; see --verbs-provider)")
+  sub->add_option("--link", options.link,
+                  "What carries the bytes between the ranks: shm or tcp (UCX shared memory, UCX "
+                  "tcp on loopback), or verbs (the verbs backend: raw RDMA writes; see "
+                  "--verbs-provider)")
       ->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp", "verbs"}));
+  AddRenamedFlag(sub, "--transport", "--link (shm, tcp or verbs)");
   sub->add_option("--verbs-provider", options.verbs_provider,
-                  "With --transport verbs: libibverbs (RDMA devices) or softverbs (the software "
+                  "With --link verbs: libibverbs (RDMA devices) or softverbs (the software "
                   "provider: shared memory on this host, never hardware); default "
                   "$KVRAIL_VERBS_PROVIDER, else libibverbs")
       ->check(CLI::IsMember({"libibverbs", "softverbs"}));

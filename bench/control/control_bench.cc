@@ -124,7 +124,7 @@ class Bench {
     prefill.role = sidecar::Role::kPrefill;
     prefill.engine_endpoint = endpoint("p");
     prefill.bootstrap = bootstrap_address_;
-    prefill.tls = options_.transport;
+    prefill.tls = options_.link == "shm" ? "sm" : options_.link;  // UCX's name for it
     KVRAIL_ASSIGN_OR_RETURN(prefill_sidecar_, sidecar::Sidecar::Start(prefill));
     sidecar::SidecarOptions decode = prefill;
     decode.role = sidecar::Role::kDecode;
@@ -388,47 +388,6 @@ class Bench {
   uint64_t prefill_done_ = 0;
 };
 
-absl::Status CheckOptions(const ControlBenchOptions& options) {
-  if (options.in_flight.empty()) {
-    return absl::InvalidArgumentError("control bench: in_flight is empty; give at least one row");
-  }
-  for (int n : options.in_flight) {
-    if (n < 1 || n > 100000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("control bench: in_flight ", n, " lies outside 1..100000"));
-    }
-  }
-  if (!(options.seconds_per_row > 0) || options.seconds_per_row > 3600) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control bench: seconds_per_row ", options.seconds_per_row, " lies outside (0, 3600]"));
-  }
-  if (!(options.warmup_seconds >= 0) || options.warmup_seconds > 3600) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control bench: warmup_seconds ", options.warmup_seconds, " lies outside [0, 3600]"));
-  }
-  if (options.transport != "tcp" && options.transport != "sm") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("control bench: transport \"", options.transport, "\": expected tcp or sm"));
-  }
-  if (options.engine_api != "ipc" && options.engine_api != "tcp") {
-    return absl::InvalidArgumentError(absl::StrCat("control bench: engine_api \"",
-                                                   options.engine_api, "\": expected ipc or tcp"));
-  }
-  if (options.paced_target_row &&
-      (options.target_in_flight < 1 || options.target_in_flight > 100000 ||
-       !(options.target_rooms_per_s > 0) || options.target_rooms_per_s > 1e7)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("control bench: the paced row needs target_in_flight in 1..100000 (got ",
-                     options.target_in_flight, ") and target_rooms_per_s in (0, 1e7] (got ",
-                     options.target_rooms_per_s, ")"));
-  }
-  if (options.pages_per_room < 0 || options.pages_per_room > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control bench: pages_per_room ", options.pages_per_room, " lies outside 0..1024"));
-  }
-  return absl::OkStatus();
-}
-
 // "100 in flight" (closed loop) or "paced 20000/s, <= 100 in flight".
 std::string Mode(int in_flight, double rate) {
   if (rate <= 0) return absl::StrCat(in_flight, " in flight");
@@ -449,8 +408,53 @@ class QuietLogs {
 
 }  // namespace
 
+absl::Status CheckControlBenchOptions(const ControlBenchOptions& options) {
+  if (options.in_flight.empty()) {
+    return absl::InvalidArgumentError("control bench: in_flight is empty; give at least one row");
+  }
+  for (int n : options.in_flight) {
+    if (n < 1 || n > 100000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("control bench: in_flight ", n, " lies outside 1..100000"));
+    }
+  }
+  if (!(options.seconds_per_row > 0) || options.seconds_per_row > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control bench: seconds_per_row ", options.seconds_per_row, " lies outside (0, 3600]"));
+  }
+  if (!(options.warmup_seconds >= 0) || options.warmup_seconds > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control bench: warmup_seconds ", options.warmup_seconds, " lies outside [0, 3600]"));
+  }
+  if (options.link == "sm") {
+    return absl::InvalidArgumentError(
+        "control bench: link \"sm\": write shm (UCX shared memory; sm is UCX's own name for it)");
+  }
+  if (options.link != "tcp" && options.link != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("control bench: link \"", options.link, "\": expected tcp or shm"));
+  }
+  if (options.engine_api != "ipc" && options.engine_api != "tcp") {
+    return absl::InvalidArgumentError(absl::StrCat("control bench: engine_api \"",
+                                                   options.engine_api, "\": expected ipc or tcp"));
+  }
+  if (options.paced_target_row &&
+      (options.target_in_flight < 1 || options.target_in_flight > 100000 ||
+       !(options.target_rooms_per_s > 0) || options.target_rooms_per_s > 1e7)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("control bench: the paced row needs target_in_flight in 1..100000 (got ",
+                     options.target_in_flight, ") and target_rooms_per_s in (0, 1e7] (got ",
+                     options.target_rooms_per_s, ")"));
+  }
+  if (options.pages_per_room < 0 || options.pages_per_room > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control bench: pages_per_room ", options.pages_per_room, " lies outside 0..1024"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ControlBenchResult> MeasureControlBench(const ControlBenchOptions& options) {
-  KVRAIL_RETURN_IF_ERROR(CheckOptions(options));
+  KVRAIL_RETURN_IF_ERROR(CheckControlBenchOptions(options));
   QuietLogs quiet;
   Bench bench(options);
   KVRAIL_RETURN_IF_ERROR(bench.Start());

@@ -41,8 +41,9 @@ struct ControlBenchOptions {
   double warmup_seconds = 0.2;
   // RunControlBench prints JSON instead of the table.
   bool json = false;
-  // The sidecars' data plane: UCX transport layers "tcp" or "sm".
-  std::string transport = "tcp";
+  // What carries the bytes between the two sidecars: "tcp" (UCX tcp on loopback) or "shm" (UCX
+  // shared memory).
+  std::string link = "tcp";
   // The engine API sockets: "ipc" (a Unix socket under /tmp, as deployments use) or "tcp".
   std::string engine_api = "ipc";
   // 0: empty payloads (see above). Otherwise pages of a tiny full-history contract per room.
@@ -95,6 +96,10 @@ struct ControlBenchResult {
   double target_rooms_per_s = 0;
   double target_p99_ms = 0;
 };
+
+// OK, or InvalidArgument naming the first option at fault and the rule it broke (one line).
+// MeasureControlBench checks this first.
+absl::Status CheckControlBenchOptions(const ControlBenchOptions& options);
 
 // Runs the benchmark and returns its figures. InvalidArgument naming the option at fault; the
 // sidecars' own error when one cannot start; Internal naming the room when a room failed, was

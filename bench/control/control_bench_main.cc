@@ -3,7 +3,7 @@
 //   --in-flight=1,10,100,1000   rooms kept in flight, one row each
 //   --seconds=1.0               measured window per row
 //   --warmup=0.2                warm-up per row
-//   --transport=tcp|sm          the sidecars' UCX data plane
+//   --link=tcp|shm              what carries the bytes between the sidecars (UCX tcp, UCX shm)
 //   --engine-api=ipc|tcp        the engine API sockets
 //   --pages=0                   pages per room (0: empty payloads)
 //   --no-paced                  no paced row (20000 rooms/s offered, <= 100 in flight)
@@ -44,8 +44,11 @@ bool Parse(int argc, char** argv, kvrail::bench::ControlBenchOptions& options, s
       ok = absl::SimpleAtod(value, &options.seconds_per_row);
     } else if (name == "--warmup") {
       ok = absl::SimpleAtod(value, &options.warmup_seconds);
+    } else if (name == "--link") {
+      options.link = value;
     } else if (name == "--transport") {
-      options.transport = value;
+      error = "--transport was renamed --link (tcp or shm)";
+      return false;
     } else if (name == "--engine-api") {
       options.engine_api = value;
     } else if (name == "--pages") {
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, options, error)) {
     std::fprintf(stderr,
                  "control_bench: %s\nusage: control_bench [--in-flight=1,10,100,1000] "
-                 "[--seconds=1] [--warmup=0.2] [--transport=tcp|sm] [--engine-api=ipc|tcp] "
+                 "[--seconds=1] [--warmup=0.2] [--link=tcp|shm] [--engine-api=ipc|tcp] "
                  "[--pages=0] [--no-paced] [--json] [--quiet]\n",
                  error.c_str());
     return 2;

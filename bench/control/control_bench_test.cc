@@ -77,9 +77,19 @@ TEST(ControlBenchTest, BadOptionsAreRefusedNamingTheOption) {
   options.in_flight = {0};
   EXPECT_NE(MeasureControlBench(options).status().message().find("in_flight 0"), std::string::npos);
   options = Short();
-  options.transport = "rdma";
-  EXPECT_NE(MeasureControlBench(options).status().message().find("transport \"rdma\""),
+  options.link = "rdma";
+  EXPECT_NE(MeasureControlBench(options).status().message().find("link \"rdma\""),
             std::string::npos);
+}
+
+TEST(ControlBenchTest, LinkSmIsRefusedAskingForShm) {
+  ControlBenchOptions options = Short();
+  options.link = "sm";
+  const absl::Status refused = CheckControlBenchOptions(options);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("link \"sm\": write shm"), std::string::npos) << refused;
+  options.link = "shm";
+  EXPECT_TRUE(CheckControlBenchOptions(options).ok());
 }
 
 }  // namespace

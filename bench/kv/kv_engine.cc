@@ -139,8 +139,8 @@ class KvCaseRunner::Impl {
     options.kvrail = spec_.kvrail;
     options.prefill_tp = spec_.prefill_tp;
     options.decode_tp = spec_.decode_tp;
-    options.transport = spec_.transport == "netns" ? "tcp" : spec_.transport;
-    if (spec_.transport == "netns") {
+    options.link = spec_.link == "netns" ? "tcp" : spec_.link;
+    if (spec_.link == "netns") {
       options.prefill_node = spec_.prefill_node;
       options.decode_node = spec_.decode_node;
     }

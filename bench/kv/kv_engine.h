@@ -38,7 +38,7 @@ struct KvCaseSpec {
   int prefill_tp = 1;
   int decode_tp = 1;
   int64_t tokens = 0;
-  std::string transport = "tcp";  // tcp, shm, or netns (tcp between two network namespaces)
+  std::string link = "tcp";  // tcp, shm, or netns (tcp between two network namespaces)
   // netns: where each node runs (tools/demo Cluster); unused otherwise.
   cluster::NodeHost prefill_node, decode_node;
   int sample_every = 16;

@@ -37,7 +37,7 @@ KvBenchOptions QuickKvSweep() {
   o.presets = {"llama3-8b"};
   o.tp_pairs = {{1, 1}, {2, 1}};
   o.tokens = {4096};
-  o.transports = {"tcp", "shm"};
+  o.links = {"tcp", "shm"};
   o.rooms = 6;
   return o;
 }
@@ -47,7 +47,7 @@ KvBenchOptions DefaultKvSweep() {
   for (const KvPreset& preset : KvPresets()) o.presets.push_back(preset.name);
   o.tp_pairs = {{1, 1}, {2, 1}, {1, 2}, {4, 2}, {2, 4}};
   o.tokens = {1024, 4096, 16384, 32768};
-  o.transports = {"tcp", "shm"};
+  o.links = {"tcp", "shm"};
   o.rooms = 5;
   return o;
 }
@@ -56,7 +56,7 @@ KvBenchOptions FullKvSweep() {
   KvBenchOptions o = DefaultKvSweep();
   o.tp_pairs.push_back({8, 2});
   o.tp_pairs.push_back({2, 8});
-  o.transports.push_back("netns");
+  o.links.push_back("netns");
   return o;
 }
 
@@ -99,17 +99,17 @@ absl::StatusOr<std::vector<int64_t>> ParseTokens(absl::string_view text) {
   return tokens;
 }
 
-absl::StatusOr<std::vector<std::string>> ParseKvTransports(absl::string_view text) {
-  if (text.empty()) return Empty("--transport");
-  std::vector<std::string> transports;
+absl::StatusOr<std::vector<std::string>> ParseKvLinks(absl::string_view text) {
+  if (text.empty()) return Empty("--link");
+  std::vector<std::string> links;
   for (const std::string& item : Items(text)) {
     if (item != "tcp" && item != "shm" && item != "netns") {
       return absl::InvalidArgumentError(
-          absl::StrCat("--transport: \"", item, "\": expected tcp, shm or netns"));
+          absl::StrCat("--link: \"", item, "\": expected tcp, shm or netns"));
     }
-    transports.push_back(item);
+    links.push_back(item);
   }
-  return transports;
+  return links;
 }
 
 absl::StatusOr<std::vector<std::string>> ParsePresets(absl::string_view text) {
@@ -137,8 +137,8 @@ absl::StatusOr<KvBenchOptions> ParseKvFlags(const KvFlagText& text) {
   if (!text.tokens.empty()) {
     KVRAIL_ASSIGN_OR_RETURN(o.tokens, ParseTokens(text.tokens));
   }
-  if (!text.transports.empty()) {
-    KVRAIL_ASSIGN_OR_RETURN(o.transports, ParseKvTransports(text.transports));
+  if (!text.links.empty()) {
+    KVRAIL_ASSIGN_OR_RETURN(o.links, ParseKvLinks(text.links));
   }
   if (text.rooms != 0) {
     if (text.rooms < 1 || text.rooms > 1000) {

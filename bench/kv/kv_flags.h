@@ -1,5 +1,5 @@
 // The flags of `kvrail bench kv` and the sweep they select: which presets, TP pairs, prompt
-// lengths and transports, and how many rooms per case. Each parser names its flag and the rule
+// lengths and links, and how many rooms per case. Each parser names its flag and the rule
 // a bad value broke, in one line.
 #ifndef KVRAIL_BENCH_KV_KV_FLAGS_H_
 #define KVRAIL_BENCH_KV_KV_FLAGS_H_
@@ -24,7 +24,7 @@ struct KvFlagText {
   std::string presets;
   std::string tp;
   std::string tokens;
-  std::string transports;
+  std::string links;
   int rooms = 0;  // 0: the sweep's default
   int sample_every = 16;
   bool quick = false;
@@ -39,8 +39,8 @@ struct KvBenchOptions {
   std::vector<std::string> presets;
   std::vector<TpPair> tp_pairs;
   std::vector<int64_t> tokens;
-  std::vector<std::string> transports;  // "tcp", "shm", "netns"
-  int rooms = 0;                        // per case, the first on a fresh connection
+  std::vector<std::string> links;  // "tcp", "shm", "netns"
+  int rooms = 0;                   // per case, the first on a fresh connection
   // After a case's first room (checked whole), every room checks manifest positions
   // room % sample_every, + sample_every, ... of every field.
   int sample_every = 16;
@@ -72,7 +72,7 @@ absl::StatusOr<std::vector<TpPair>> ParseTpPairs(absl::string_view text);
 // "1k,4k,32768": 16 to 131072 tokens each (k = 1024).
 absl::StatusOr<std::vector<int64_t>> ParseTokens(absl::string_view text);
 // "tcp,shm,netns".
-absl::StatusOr<std::vector<std::string>> ParseKvTransports(absl::string_view text);
+absl::StatusOr<std::vector<std::string>> ParseKvLinks(absl::string_view text);
 // "llama3-8b,deepseek-v3-mla": names of KvPresets().
 absl::StatusOr<std::vector<std::string>> ParsePresets(absl::string_view text);
 

@@ -15,7 +15,7 @@ TEST(KvFlagsTest, QuickIsTheIssuesSubset) {
   EXPECT_EQ(o.presets, std::vector<std::string>{"llama3-8b"});
   EXPECT_EQ(o.tp_pairs, (std::vector<TpPair>{{1, 1}, {2, 1}}));
   EXPECT_EQ(o.tokens, std::vector<int64_t>{4096});
-  EXPECT_EQ(o.transports, (std::vector<std::string>{"tcp", "shm"}));
+  EXPECT_EQ(o.links, (std::vector<std::string>{"tcp", "shm"}));
   EXPECT_EQ(o.rooms, 6);
 }
 
@@ -25,7 +25,7 @@ TEST(KvFlagsTest, FullAddsTp8AndNetns) {
   const KvBenchOptions o = ParseKvFlags(text).value();
   EXPECT_EQ(o.tp_pairs.size(), 7u);
   EXPECT_EQ(o.tp_pairs.back(), (TpPair{2, 8}));
-  EXPECT_EQ(o.transports.back(), "netns");
+  EXPECT_EQ(o.links.back(), "netns");
   EXPECT_EQ(o.presets.size(), 4u);
 }
 
@@ -35,13 +35,13 @@ TEST(KvFlagsTest, ListsOverrideTheSweep) {
   text.presets = "deepseek-v3-mla";
   text.tp = "1:1, 4:2";
   text.tokens = "1k,32768";
-  text.transports = "tcp";
+  text.links = "tcp";
   text.rooms = 2;
   const KvBenchOptions o = ParseKvFlags(text).value();
   EXPECT_EQ(o.presets, std::vector<std::string>{"deepseek-v3-mla"});
   EXPECT_EQ(o.tp_pairs, (std::vector<TpPair>{{1, 1}, {4, 2}}));
   EXPECT_EQ(o.tokens, (std::vector<int64_t>{1024, 32768}));
-  EXPECT_EQ(o.transports, std::vector<std::string>{"tcp"});
+  EXPECT_EQ(o.links, std::vector<std::string>{"tcp"});
   EXPECT_EQ(o.rooms, 2);
   EXPECT_FALSE(o.naive);
   text.naive = true;
@@ -75,8 +75,8 @@ TEST(KvFlagsTest, BadValuesAreRefusedNamingTheFlag) {
   text.tokens = "8";
   ExpectRefused(text, "16 to 131072 tokens");
   text = {};
-  text.transports = "rdma";
-  ExpectRefused(text, "--transport: \"rdma\": expected tcp, shm or netns");
+  text.links = "rdma";
+  ExpectRefused(text, "--link: \"rdma\": expected tcp, shm or netns");
   text = {};
   text.presets = "llama3-8b,gpt";
   ExpectRefused(text, "--presets: \"gpt\"");

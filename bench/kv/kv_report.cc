@@ -21,7 +21,7 @@ ordered_json CaseJson(const KvCaseResult& c) {
           {"prefill_tp", c.prefill_tp},
           {"decode_tp", c.decode_tp},
           {"tokens", c.tokens},
-          {"transport", c.transport},
+          {"link", c.link},
           {"mode", c.mode},
           {"bytes", c.bytes},
           {"copies", c.copies},
@@ -71,7 +71,7 @@ std::string KvSweepToCsv(const KvSweepResult& result) {
     std::vector<std::string> cells;
     const ordered_json row = CaseJson(c);
     for (const auto& item : row.items()) {
-      // Our strings hold no comma or quote: presets, transports and modes are fixed words.
+      // Our strings hold no comma or quote: presets, links and modes are fixed words.
       cells.push_back(item.value().is_null()     ? ""
                       : item.value().is_string() ? item.value().get<std::string>()
                                                  : item.value().dump());
@@ -84,12 +84,12 @@ std::string KvSweepToCsv(const KvSweepResult& result) {
 std::string KvSweepToTable(const KvSweepResult& result) {
   std::string out = absl::StrFormat(
       "%-16s %5s %6s %-5s %-10s %10s %8s %9s %8s %8s %9s %9s %9s %9s %6s %7s\n", "shape", "tp",
-      "tokens", "tport", "mode", "bytes", "copies", "coalesced", "GB/s", "GB/s_1st", "p50_ms",
+      "tokens", "link", "mode", "bytes", "copies", "coalesced", "GB/s", "GB/s_1st", "p50_ms",
       "p99_ms", "1st_fresh", "1st_warm", "eff", "x_naive");
   for (const KvCaseResult& c : result.cases) {
     absl::StrAppendFormat(
         &out, "%-16s %5s %6d %-5s %-10s %10s %8d %9d %8.2f %8s %9.2f %9.2f %9s %9s %6.2f %7s\n",
-        c.shape, absl::StrCat(c.prefill_tp, ":", c.decode_tp), c.tokens, c.transport, c.mode,
+        c.shape, absl::StrCat(c.prefill_tp, ":", c.decode_tp), c.tokens, c.link, c.mode,
         Bytes(c.bytes), c.copies, c.coalesced_copies, c.gbps,
         c.first_room_gbps < 0 ? "-" : absl::StrFormat("%.2f", c.first_room_gbps), c.p50_ms,
         c.p99_ms, Ms(c.first_byte_ms), Ms(c.first_byte_warm_ms), c.efficiency,
@@ -98,7 +98,7 @@ std::string KvSweepToTable(const KvSweepResult& result) {
   absl::StrAppendFormat(&out,
                         "GB/s: bytes / the data plane's seconds, warm rooms; GB/s_1st: the first "
                         "room's (fresh connection, pages no room wrote); eff: GB/s / the "
-                        "contiguous room's of the same bytes and transport; x_naive: GB/s / the "
+                        "contiguous room's of the same bytes and link; x_naive: GB/s / the "
                         "naive row's (--naive: one write per row, never merged); single-thread "
                         "memcpy here: %.2f GB/s; sweep %.1f s\n",
                         result.memcpy_gbps, result.seconds);
@@ -108,7 +108,7 @@ std::string KvSweepToTable(const KvSweepResult& result) {
         &out,
         "layerwise %s %d:%d %d tokens %s: %.2f ms exposed after the last layer, one layer's "
         "share %.2f ms (the simulated compute per layer): %.2fx, target <= 1.5 %s\n",
-        c.shape, c.prefill_tp, c.decode_tp, c.tokens, c.transport, c.exposed_ms, c.layer_share_ms,
+        c.shape, c.prefill_tp, c.decode_tp, c.tokens, c.link, c.exposed_ms, c.layer_share_ms,
         c.exposed_ratio, c.exposed_ratio >= 0 && c.exposed_ratio <= 1.5 ? "met" : "MISSED");
   }
   for (const std::string& note : result.notes) absl::StrAppend(&out, "note: ", note, "\n");

@@ -10,7 +10,7 @@
 
 namespace kvrail::bench {
 
-// {"cases": [{"shape", "prefill_tp", "decode_tp", "tokens", "transport", "mode", "bytes",
+// {"cases": [{"shape", "prefill_tp", "decode_tp", "tokens", "link", "mode", "bytes",
 // "copies", "coalesced_copies", "gbps", "p50_ms", "p99_ms", "first_byte_ms",
 // "first_byte_warm_ms", "efficiency", "rooms", "bytes_checked"}], "memcpy_gbps", "seconds",
 // "notes": [...]}

@@ -14,7 +14,7 @@ KvSweepResult TwoRows() {
   KvCaseResult base;
   base.shape = "contiguous";
   base.tokens = 4096;
-  base.transport = "tcp";
+  base.link = "tcp";
   base.mode = "contiguous";
   base.bytes = 1 << 29;
   base.copies = 1;
@@ -41,7 +41,7 @@ TEST(KvReportTest, JsonHasTheIssuesKeysPerCase) {
   const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(TwoRows()));
   ASSERT_EQ(doc["cases"].size(), 2u);
   for (const char* key :
-       {"shape", "prefill_tp", "decode_tp", "tokens", "transport", "mode", "bytes", "copies",
+       {"shape", "prefill_tp", "decode_tp", "tokens", "link", "mode", "bytes", "copies",
         "coalesced_copies", "gbps", "p50_ms", "p99_ms", "first_byte_ms", "efficiency"}) {
     EXPECT_TRUE(doc["cases"][1].contains(key)) << key;
   }
@@ -56,8 +56,7 @@ TEST(KvReportTest, JsonHasTheIssuesKeysPerCase) {
 
 TEST(KvReportTest, CsvHasAHeaderAndOneLinePerCase) {
   const std::string csv = KvSweepToCsv(TwoRows());
-  ASSERT_EQ(csv.rfind("shape,prefill_tp,decode_tp,tokens,transport,mode,bytes,copies,", 0), 0u)
-      << csv;
+  ASSERT_EQ(csv.rfind("shape,prefill_tp,decode_tp,tokens,link,mode,bytes,copies,", 0), 0u) << csv;
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
   EXPECT_NE(csv.find("\nllama3-8b,2,1,4096,tcp,model,536870912,16384,64,3"), std::string::npos)
       << csv;

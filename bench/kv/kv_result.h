@@ -14,7 +14,7 @@ struct KvCaseResult {
   int prefill_tp = 1;
   int decode_tp = 1;
   int64_t tokens = 0;
-  std::string transport;
+  std::string link;
   // "model": the preset's rooms; "contiguous": the baseline, one copy of the same bytes per
   // room, 1:1, through the same path (the efficiency's denominator); "naive": the preset's
   // rooms with one write per row per page per field, never merged (--naive); "digest": the

@@ -29,12 +29,12 @@ struct PlannedCase {
   KvPreset preset;
   TpPair tp;
   int64_t tokens = 0;
-  std::string transport;
+  std::string link;
 };
 
 std::string Label(const std::string& shape, int prefill_tp, int decode_tp, int64_t tokens,
-                  const std::string& transport) {
-  return absl::StrCat(shape, " ", prefill_tp, ":", decode_tp, " ", tokens, " tokens ", transport);
+                  const std::string& link) {
+  return absl::StrCat(shape, " ", prefill_tp, ":", decode_tp, " ", tokens, " tokens ", link);
 }
 
 // Nearest-rank percentile of `values` (not empty), q in (0, 1].
@@ -167,8 +167,8 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
   // netns: two hosts on this machine (cluster/netns.h), the prefill node in one network
   // namespace and the decode node in the other, joined by a veth pair; made once for the sweep.
   std::optional<cluster::NetnsPair> hosts;
-  for (const std::string& transport : options.transports) {
-    if (transport == "netns") {
+  for (const std::string& link : options.links) {
+    if (link == "netns") {
       absl::StatusOr<cluster::NetnsPair> pair = cluster::NetnsPair::Create();
       if (!pair.ok()) {
         result.notes.push_back(absl::StrCat("netns: skipped: ", pair.status().message()));
@@ -180,7 +180,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       KVRAIL_ASSIGN_OR_RETURN(const KvPreset preset, FindKvPreset(name));
       for (int64_t tokens : options.tokens) {
         for (const TpPair& tp : options.tp_pairs) {
-          const std::string label = Label(name, tp.prefill, tp.decode, tokens, transport);
+          const std::string label = Label(name, tp.prefill, tp.decode, tokens, link);
           if (!KvShapeSplits(preset.shape, tp.prefill) || !KvShapeSplits(preset.shape, tp.decode)) {
             result.notes.push_back(absl::StrCat(label, ": skipped: ", preset.shape.kv_heads,
                                                 " KV heads do not split over that TP"));
@@ -196,7 +196,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
                 label, bytes, settings.max_room_bytes));
             continue;
           }
-          cases.push_back({preset, tp, tokens, transport});
+          cases.push_back({preset, tp, tokens, link});
         }
       }
     }
@@ -219,8 +219,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
   ProgressBar bar(settings.progress, cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     const PlannedCase& c = cases[i];
-    const std::string label =
-        Label(c.preset.name, c.tp.prefill, c.tp.decode, c.tokens, c.transport);
+    const std::string label = Label(c.preset.name, c.tp.prefill, c.tp.decode, c.tokens, c.link);
     bar.Show(i, label);
     KvCaseSpec spec;
     spec.kvrail = settings.kvrail;
@@ -228,8 +227,8 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     spec.prefill_tp = c.tp.prefill;
     spec.decode_tp = c.tp.decode;
     spec.tokens = c.tokens;
-    spec.transport = c.transport;
-    if (c.transport == "netns") {
+    spec.link = c.link;
+    if (c.link == "netns") {
       for (auto [node, host] : {std::pair{&spec.prefill_node, &hosts->initiator()},
                                 std::pair{&spec.decode_node, &hosts->target()}}) {
         node->prefix = cluster::NetnsPair::ExecPrefix(host->netns);
@@ -288,11 +287,11 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     row.prefill_tp = c.tp.prefill;
     row.decode_tp = c.tp.decode;
     row.tokens = c.tokens;
-    row.transport = c.transport;
+    row.link = c.link;
     KvCaseResult base_row = Summarise((*figures)[1]);
     base_row.shape = "contiguous";
     base_row.tokens = c.tokens;
-    base_row.transport = c.transport;
+    base_row.link = c.link;
     base_row.mode = "contiguous";
     base_row.efficiency = base_row.gbps > 0 ? 1.0 : 0;
     row.efficiency = base_row.gbps > 0 ? row.gbps / base_row.gbps : 0;
@@ -303,7 +302,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       variant.prefill_tp = row.prefill_tp;
       variant.decode_tp = row.decode_tp;
       variant.tokens = row.tokens;
-      variant.transport = row.transport;
+      variant.link = row.link;
       variant.mode = variants[v];
       variant.efficiency = base_row.gbps > 0 ? variant.gbps / base_row.gbps : 0;
       if (variants[v] == "naive" && variant.gbps > 0) row.naive_gain = row.gbps / variant.gbps;
@@ -329,7 +328,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       lw.prefill_tp = row.prefill_tp;
       lw.decode_tp = row.decode_tp;
       lw.tokens = row.tokens;
-      lw.transport = row.transport;
+      lw.link = row.link;
       lw.mode = "layerwise";
       lw.efficiency = base_row.gbps > 0 ? lw.gbps / base_row.gbps : 0;
       std::vector<double> exposed;

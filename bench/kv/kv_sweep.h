@@ -1,6 +1,6 @@
-// The sweep of `kvrail bench kv`: every (transport, preset, tokens, TP pair) case of the
+// The sweep of `kvrail bench kv`: every (link, preset, tokens, TP pair) case of the
 // options through a KvCaseRunner (kv_engine.h), each beside its contiguous baseline: rooms of
-// the same bytes as a single copy, 1:1, through the same sidecars, transport and path, in a
+// the same bytes as a single copy, 1:1, through the same sidecars, link and path, in a
 // second cluster whose rooms alternate with the case's (the machine is shared, and its load
 // changes by the second). A case's efficiency is its GB/s over its baseline's. With --naive and
 // --digest, more clusters run the case with --naive-copies or --verify-digest beside both.

@@ -12,11 +12,11 @@ doc = json.loads(sys.argv[1])
 cases = doc["cases"]
 assert [c["mode"] for c in cases] == ["contiguous", "model"], cases
 for c in cases:
-    for key in ("shape", "prefill_tp", "decode_tp", "tokens", "transport", "mode", "bytes",
+    for key in ("shape", "prefill_tp", "decode_tp", "tokens", "link", "mode", "bytes",
                 "copies", "coalesced_copies", "gbps", "p50_ms", "p99_ms", "first_byte_ms",
                 "efficiency"):
         assert key in c, key
-    assert c["transport"] == "tcp" and c["tokens"] == 1024, c
+    assert c["link"] == "tcp" and c["tokens"] == 1024, c
     assert c["rooms"] == 2 and c["gbps"] > 0 and c["efficiency"] > 0, c
     assert c["p99_ms"] >= c["p50_ms"] > 0, c
     assert c["bytes_checked"] > 0, c
@@ -29,7 +29,7 @@ assert model["copies"] == 64 * 64 and model["coalesced_copies"] == 64, model
 PY
 }
 
-tiny=(bench kv --presets llama3-8b --tp 1:1 --tokens 1k --transport tcp --quiet)
+tiny=(bench kv --presets llama3-8b --tp 1:1 --tokens 1k --link tcp --quiet)
 out=$("$kvrail" "${tiny[@]}" --rooms 2 --json)
 expect json-exit test $? -eq 0
 expect json-cases check_cases "$out"
@@ -40,7 +40,7 @@ png="${TEST_TMPDIR:-/tmp}/kv.png"
 csv=$(MPLCONFIGDIR="${TEST_TMPDIR:-/tmp}/mpl" "$kvrail" "${tiny[@]}" --csv --rooms 1 --plot "$png" \
   --max-arena-gib 0.25)
 expect csv-exit test $? -eq 0
-expect csv-header grep -q "^shape,prefill_tp,decode_tp,tokens,transport,mode,bytes," <<<"$csv"
+expect csv-header grep -q "^shape,prefill_tp,decode_tp,tokens,link,mode,bytes," <<<"$csv"
 expect csv-rows test "$(wc -l <<<"$csv")" -eq 3
 # --plot runs the plot_kv.py compiled into the binary.
 expect plot-png test "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a"
@@ -79,7 +79,7 @@ assert digest["bytes"] == model["bytes"] and digest["bytes_checked"] > 0, digest
 assert digest["coalesced_copies"] == model["coalesced_copies"] and digest["gbps"] > 0, digest
 PY
 }
-out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --transport tcp --quiet \
+out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --quiet \
   --rooms 2 --naive --digest --unpopulated --json)
 expect variants-exit test $? -eq 0
 expect variants-cases check_variants "$out"
@@ -99,7 +99,7 @@ assert layered["exposed_ratio"] >= 0, layered
 assert model["exposed_ms"] is None and base["exposed_ms"] is None, model
 PY
 }
-out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --transport tcp --quiet \
+out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --quiet \
   --rooms 2 --layerwise --json)
 expect layerwise-exit test $? -eq 0
 expect layerwise-cases check_layerwise "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `kvrail bench kv --transport netns`: the prefill node (bootstrap and sidecars) in one network
+# `kvrail bench kv --link netns`: the prefill node (bootstrap and sidecars) in one network
 # namespace and the decode node in another, joined by a veth pair, the bench engine in this one
 # (behaviour, never timings). Needs root; runs unsandboxed and alone.
 set -u
@@ -12,14 +12,14 @@ doc = json.loads(sys.argv[1])
 cases = doc["cases"]
 assert [c["mode"] for c in cases] == ["contiguous", "model", "contiguous", "model"], cases
 for c in cases:
-    assert c["transport"] == "netns", c
+    assert c["link"] == "netns", c
     assert c["rooms"] == 2 and c["gbps"] > 0 and c["bytes_checked"] > 0, c
 assert [(c["prefill_tp"], c["decode_tp"]) for c in cases[1::2]] == [(1, 1), (2, 1)], cases
 assert not any(n.startswith("netns") for n in doc["notes"]), doc["notes"]
 PY
 }
 before=$(ip netns list | grep -c '^kvrail-bench-' || true)
-out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1,2:1 --tokens 256 --transport netns \
+out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1,2:1 --tokens 256 --link netns \
   --rooms 2 --quiet --json)
 expect netns-exit test $? -eq 0
 expect netns-cases check_netns "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots `kvrail bench kv --json`: GB/s against prompt length, one panel per transport.
+"""Plots `kvrail bench kv --json`: GB/s against prompt length, one panel per link.
 
     bazel-bin/tools/kvrail bench kv --json > kv.json
     /usr/bin/python3 bench/kv/plot_kv.py kv.json -o kv.png
@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-REQUIRED = ("shape", "prefill_tp", "decode_tp", "tokens", "transport", "mode", "gbps")
+REQUIRED = ("shape", "prefill_tp", "decode_tp", "tokens", "link", "mode", "gbps")
 
 
 def load_cases(text, source):
@@ -30,6 +30,9 @@ def load_cases(text, source):
     cases = data["cases"]
     if not cases:
         raise ValueError(f"{source}: no cases to plot")
+    for case in cases:  # files written before 2026-12-04 call the link "transport"
+        if isinstance(case, dict) and "transport" in case:
+            case.setdefault("link", case.pop("transport"))
     for i, case in enumerate(cases):
         missing = [key for key in REQUIRED if not isinstance(case, dict) or key not in case]
         if missing:
@@ -45,12 +48,12 @@ def plot(cases, memcpy_gbps, output, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    transports = list(dict.fromkeys(c["transport"] for c in cases))
-    fig, axes = plt.subplots(1, len(transports), figsize=(5.5 * len(transports), 4.2),
+    links = list(dict.fromkeys(c["link"] for c in cases))
+    fig, axes = plt.subplots(1, len(links), figsize=(5.5 * len(links), 4.2),
                              squeeze=False, sharey=True)
-    for column, transport in enumerate(transports):
+    for column, link in enumerate(links):
         ax = axes[0][column]
-        mine = [c for c in cases if c["transport"] == transport]
+        mine = [c for c in cases if c["link"] == link]
         series = {}
         for c in mine:
             if c["mode"] == "contiguous":
@@ -84,7 +87,7 @@ def plot(cases, memcpy_gbps, output, title):
         ax.set_xticklabels([f"{t // 1024}k" if t % 1024 == 0 else str(t) for t in ticks])
         ax.minorticks_off()
         ax.set_xlabel("prompt tokens")
-        ax.set_title(transport)
+        ax.set_title(link)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("GB/s (bytes / data-plane seconds)")

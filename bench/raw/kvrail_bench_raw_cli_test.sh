@@ -6,18 +6,18 @@
 set -u
 kvrail="tools/kvrail"
 source tests/support/cli_checks.sh  # expect
-check_rows() {  # check_rows TRANSPORT JSON
+check_rows() {  # check_rows LINK JSON
   python3 - "$1" "$2" <<'PY'
 import json, sys
-transport, text = sys.argv[1], sys.argv[2]
+link, text = sys.argv[1], sys.argv[2]
 doc = json.loads(text)
 assert list(doc) == ["rows"], doc
 rows = doc["rows"]
 assert len(rows) == 1, rows
 r = rows[0]
-for key in ("transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio"):
+for key in ("link", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio"):
     assert key in r, key
-assert r["transport"] == transport, r
+assert r["link"] == link, r
 assert r["block_bytes"] == 65536 and r["batch"] == 1, r
 assert r["gbps"] > 0 and r["ops_per_s"] > 0, r
 assert r["peer_gbps"] is not None and r["peer_gbps"] > 0, r
@@ -29,22 +29,22 @@ assert r["like_ratio"] is not None and r["like_ratio"] > 0, r
 PY
 }
 
-for transport in shm tcp; do
-  out=$("$kvrail" bench raw --transport "$transport" --block-sizes 64KiB --batch-sizes 1 \
+for link in shm tcp; do
+  out=$("$kvrail" bench raw --link "$link" --block-sizes 64KiB --batch-sizes 1 \
     --seconds 0.05 --json --quiet)
   rc=$?
-  expect "$transport-exit" test "$rc" -eq 0
-  expect "$transport-json" check_rows "$transport" "$out"
+  expect "$link-exit" test "$rc" -eq 0
+  expect "$link-json" check_rows "$link" "$out"
 done
 
-table=$("$kvrail" bench raw --transport shm --block-sizes 4KiB --batch-sizes 2 --seconds 0.05 \
+table=$("$kvrail" bench raw --link shm --block-sizes 4KiB --batch-sizes 2 --seconds 0.05 \
   --no-peer --quiet)
 expect table-header grep -q "kvrail GB/s" <<<"$table"
 expect table-row grep -q "^shm *4 KiB *2 " <<<"$table"
 
 # verbs on softverbs: the run succeeds (its windows' bytes are verified at the target), the row
 # is named with its provider, shows n/a for kvrail's rates and carries the note.
-table=$(KVRAIL_VERBS_PROVIDER=softverbs "$kvrail" bench raw --transport verbs --block-sizes 64KiB \
+table=$(KVRAIL_VERBS_PROVIDER=softverbs "$kvrail" bench raw --link verbs --block-sizes 64KiB \
   --batch-sizes 1 --seconds 0.05 --repeat 1 --quiet)
 rc=$?
 expect verbs-exit test "$rc" -eq 0
@@ -57,20 +57,20 @@ import json, sys
 rows = json.loads(sys.argv[1])["rows"]
 assert len(rows) == 1, rows
 r = rows[0]
-assert r["transport"] == "verbs" and r["provider"] == "softverbs", r
+assert r["link"] == "verbs" and r["provider"] == "softverbs", r
 assert r["bandwidth_claim"] is False, r
 for key in ("gbps", "ops_per_s", "one_lane_gbps", "peer_gbps", "ratio", "like_ratio"):
     assert r[key] is None, (key, r)
 assert "not a bandwidth figure" in r["note"], r
 PY
 }
-out=$(KVRAIL_VERBS_PROVIDER=softverbs "$kvrail" bench raw --transport verbs --block-sizes 64KiB \
+out=$(KVRAIL_VERBS_PROVIDER=softverbs "$kvrail" bench raw --link verbs --block-sizes 64KiB \
   --batch-sizes 1 --seconds 0.05 --repeat 1 --json --quiet)
 rc=$?
 expect verbs-json-exit test "$rc" -eq 0
 expect verbs-json check_softverbs_rows "$out"
 
-err=$(KVRAIL_VERBS_PROVIDER=bogus "$kvrail" bench raw --transport verbs --block-sizes 64KiB \
+err=$(KVRAIL_VERBS_PROVIDER=bogus "$kvrail" bench raw --link verbs --block-sizes 64KiB \
   --batch-sizes 1 --seconds 0.05 --quiet 2>&1 >/dev/null)
 expect bad-provider-exit test $? -eq 1
 expect bad-provider-message grep -q 'KVRAIL_VERBS_PROVIDER "bogus" is unknown' <<<"$err"
@@ -89,9 +89,9 @@ err=$("$kvrail" bench raw --batch-sizes 0 2>&1 >/dev/null)
 expect bad-batch-exit test $? -eq 2
 expect bad-batch-message grep -q "^error: --batch-sizes: .*between 1 and 1024" <<<"$err"
 
-err=$("$kvrail" bench raw --transport rdma 2>&1 >/dev/null)
-expect bad-transport-exit test $? -eq 2
-expect bad-transport-message grep -q '^error: --transport: "rdma": .*tcp, shm, netns or verbs$' <<<"$err"
-expect bad-transport-one-line test "$(wc -l <<<"$err")" -eq 1
+err=$("$kvrail" bench raw --link rdma 2>&1 >/dev/null)
+expect bad-link-exit test $? -eq 2
+expect bad-link-message grep -q '^error: --link: "rdma": .*tcp, shm, netns or verbs$' <<<"$err"
+expect bad-link-one-line test "$(wc -l <<<"$err")" -eq 1
 
 exit $fail

@@ -4,7 +4,7 @@
     bazel-bin/tools/kvrail bench raw --json > rows.json
     /usr/bin/python3 bench/raw/plot_raw.py rows.json -o raw.png
 
-One column per transport (verbs rows: per provider). Rows with "bandwidth_claim": false (the
+One column per link (verbs rows: per provider). Rows with "bandwidth_claim": false (the
 software verbs provider, softverbs: a functional run, never a bandwidth) are left out. Top row: GB/s against block size, kvrail solid and ucx_perftest
 dashed, one colour per batch size, memcpy of kvrail's working set dotted grey (one thread in
 rows from before 2026-12-02, as many as kvrail's lanes since: memcpy_threads).
@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-REQUIRED = ("transport", "block_bytes", "batch", "gbps")
+REQUIRED = ("link", "block_bytes", "batch", "gbps")
 
 
 def load_rows(text, source):
@@ -31,6 +31,9 @@ def load_rows(text, source):
     rows = data["rows"]
     if not rows:
         raise ValueError(f"{source}: no rows to plot")
+    for row in rows:  # files written before 2026-12-04 call the link "transport"
+        if isinstance(row, dict) and "transport" in row:
+            row.setdefault("link", row.pop("transport"))
     for i, row in enumerate(rows):
         missing = [key for key in REQUIRED if not isinstance(row, dict) or key not in row]
         if missing:
@@ -46,7 +49,7 @@ def load_rows(text, source):
               "(the software verbs provider)", file=sys.stderr)
     for row in claimed:
         if row.get("provider"):
-            row["transport"] = f'{row["transport"]}({row["provider"]})'
+            row["link"] = f'{row["link"]}({row["provider"]})'
     return claimed
 
 
@@ -66,17 +69,17 @@ def plot(rows, output, title):
 
     plain = FuncFormatter(lambda v, _: f"{v:g}")
 
-    transports = list(dict.fromkeys(row["transport"] for row in rows))
+    links = list(dict.fromkeys(row["link"] for row in rows))
     batches = sorted({row["batch"] for row in rows})
     blocks = sorted({row["block_bytes"] for row in rows})
     colours = plt.get_cmap("viridis")
     colour = {b: colours(i / max(1, len(batches) - 1) * 0.85) for i, b in enumerate(batches)}
 
-    fig, axes = plt.subplots(2, len(transports), figsize=(5.2 * len(transports), 7.5),
+    fig, axes = plt.subplots(2, len(links), figsize=(5.2 * len(links), 7.5),
                              squeeze=False, sharex=True)
-    for column, transport in enumerate(transports):
+    for column, link in enumerate(links):
         top, bottom = axes[0][column], axes[1][column]
-        mine = [row for row in rows if row["transport"] == transport]
+        mine = [row for row in rows if row["link"] == link]
         for batch in batches:
             series = sorted((r for r in mine if r["batch"] == batch),
                             key=lambda r: r["block_bytes"])
@@ -111,7 +114,7 @@ def plot(rows, output, title):
             x = sorted(memcpy)
             top.plot(x, [memcpy[b] for b in x], ":", color="grey",
                      label=f"memcpy, one thread (batch {batches[0]})")
-        top.set_title(transport)
+        top.set_title(link)
         top.set_yscale("log")
         top.set_ylabel("GB/s (decimal)")
         top.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))

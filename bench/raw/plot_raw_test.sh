@@ -14,21 +14,24 @@ plot bench/raw/testdata/raw_rows.json -o "$dir/raw.png" | grep -q "wrote $dir/ra
   { echo "not a PNG: $dir/raw.png"; exit 1; }
 plot - -o "$dir/stdin.svg" <bench/raw/testdata/raw_rows.json >/dev/null
 grep -q "<svg" "$dir/stdin.svg"
+# Rows written before 2026-12-04 name the link "transport": still plotted.
+sed 's/"link":/"transport":/g' bench/raw/testdata/raw_rows.json >"$dir/old.json"
+plot "$dir/old.json" -o "$dir/old.png" | grep -q "wrote $dir/old.png"
 refused "$dir/bad.json: not JSON" "nope"
 refused 'expected {"rows": [...]}' '[1, 2]'
 refused "no rows to plot" '{"rows": []}'
-refused "row 0 lacks block_bytes, batch, gbps" '{"rows": [{"transport": "tcp"}]}'
+refused "row 0 lacks block_bytes, batch, gbps" '{"rows": [{"link": "tcp"}]}'
 refused "row 1: block_bytes must be a positive integer" \
-  '{"rows": [{"transport": "tcp", "block_bytes": 4096, "batch": 1, "gbps": 1},
-             {"transport": "tcp", "block_bytes": 0, "batch": 1, "gbps": 1}]}'
+  '{"rows": [{"link": "tcp", "block_bytes": 4096, "batch": 1, "gbps": 1},
+             {"link": "tcp", "block_bytes": 0, "batch": 1, "gbps": 1}]}'
 refused "every row makes no bandwidth claim" \
-  '{"rows": [{"transport": "verbs", "provider": "softverbs", "bandwidth_claim": false,
+  '{"rows": [{"link": "verbs", "provider": "softverbs", "bandwidth_claim": false,
               "block_bytes": 4096, "batch": 1, "gbps": null}]}'
 # A softverbs row beside real rows is left out, the rest plotted.
 python3 - bench/raw/testdata/raw_rows.json >"$dir/mixed.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
-doc["rows"].append({"transport": "verbs", "provider": "softverbs", "bandwidth_claim": False,
+doc["rows"].append({"link": "verbs", "provider": "softverbs", "bandwidth_claim": False,
                     "block_bytes": 4096, "batch": 1, "gbps": None})
 print(json.dumps(doc))
 PY

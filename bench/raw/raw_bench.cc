@@ -103,9 +103,9 @@ uint64_t WorkingSet(uint64_t block, int batch) {
   return std::max(block, wanted / block * block);
 }
 
-// Where the two sides of one transport run.
+// Where the two sides of one link run.
 struct Placement {
-  RawTransport transport;
+  RawLink link;
   std::vector<std::string> target_prefix;  // argv prefix for target-side processes
   std::string local_device;                // UCX_NET_DEVICES here (tcp)
   std::string target_device;               // and there
@@ -116,15 +116,14 @@ struct Placement {
 
 // "tcp 64 KiB x32", "verbs(softverbs) 64 KiB x32".
 std::string RowName(const Placement& where, uint64_t block, int batch) {
-  const std::string name =
-      where.verbs_provider.empty()
-          ? std::string(RawTransportName(where.transport))
-          : absl::StrCat(RawTransportName(where.transport), "(", where.verbs_provider, ")");
+  const std::string name = where.verbs_provider.empty() ? std::string(RawLinkName(where.link))
+                                                        : absl::StrCat(RawLinkName(where.link), "(",
+                                                                       where.verbs_provider, ")");
   return absl::StrFormat("%s %s x%d", name, FormatBytes(block), batch);
 }
 
-RawTuning TuningFor(const RawBenchOptions& options, RawTransport transport) {
-  RawTuning tuning = DefaultTuning(transport);
+RawTuning TuningFor(const RawBenchOptions& options, RawLink link) {
+  RawTuning tuning = DefaultTuning(link);
   if (options.lanes > 0) tuning.lanes = options.lanes;
   if (options.slice_bytes > 0) tuning.slice_bytes = options.slice_bytes;
   if (options.inflight_bytes_per_lane > 0) {
@@ -200,8 +199,8 @@ std::optional<CpuShare> CpuSince(const absl::StatusOr<CpuTimes>& before) {
 PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, uint64_t block,
                         int outstanding, double expected_bytes_per_s, bool tuned) {
   PerftestRun run;
-  run.tls = where.transport == RawTransport::kShm ? "sm,self" : "tcp";
-  if (where.transport != RawTransport::kShm) {
+  run.tls = where.link == RawLink::kShm ? "sm,self" : "tcp";
+  if (where.link != RawLink::kShm) {
     run.net_devices = where.local_device.empty() ? "lo" : where.local_device;
     run.server_net_devices = where.target_device;
   }
@@ -209,8 +208,8 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
   run.block_bytes = block;
   run.outstanding = outstanding;
   if (tuned) {
-    run.extra_env = transport::UcxTuningEnvironment(
-        UcxOptionsFor(where.transport, /*lanes=*/1, where.local_device));
+    run.extra_env =
+        transport::UcxTuningEnvironment(UcxOptionsFor(where.link, /*lanes=*/1, where.local_device));
   }
   const double rate = std::max(expected_bytes_per_s, 20e6);
   run.iterations = static_cast<uint64_t>(
@@ -294,14 +293,14 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
 
 // One connection of the bench: a transport with its own lanes, the source arena registered on
 // it, its connection to the target, and the scheduler that drives its windows.
-struct Link {
+struct Connection {
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transfer::Scheduler> scheduler;  // declared after: destroyed before it
   WindowTarget target;
   int lanes = 0;
 };
 
-// The kvrail side of one transport: the target process, this side's two links (the tuned lanes,
+// The kvrail side of one link: the target process, this side's two connections (the tuned lanes,
 // and one lane for the like-for-like comparison) and source arena, and the verification before
 // and after the windows.
 class KvrailSession {
@@ -321,28 +320,30 @@ class KvrailSession {
     WindowResult window;
     std::optional<CpuShare> cpu;  // the machine's, during the measured window
   };
-  // Which link a window runs on.
+  // Which connection a window runs on.
   enum class Lanes { kTuned, kOne };
   // Writes cycle through `working_set` bytes (WorkingSet(block, batch) for the row itself).
   // Over one lane the scheduler keeps the bytes in flight ucx_perftest keeps: at most -O x block
   // posted and not yet complete, as ucx_perftest keeps at most -O puts. A sample of the measured
   // window's blocks is then checked at the target.
   absl::StatusOr<Measured> Measure(uint64_t block, int batch, uint64_t working_set, Lanes lanes) {
-    Link& link = lanes == Lanes::kOne ? one_lane_ : tuned_;
+    Connection& connection = lanes == Lanes::kOne ? one_lane_ : tuned_;
     if (lanes == Lanes::kOne) {
-      Schedule(link, static_cast<uint64_t>(PeerOutstanding(block, batch, tuning_)) * block);
+      Schedule(connection, static_cast<uint64_t>(PeerOutstanding(block, batch, tuning_)) * block);
     }
-    WindowSpec spec = Spec(block, batch, link.lanes);
+    WindowSpec spec = Spec(block, batch, connection.lanes);
     spec.working_set = working_set;
     spec.destination_span = target_bytes_;
     spec.source_offset = NextShift();
     spec.duration = absl::Seconds(std::min(0.1, options_.seconds / 4));
-    absl::StatusOr<WindowResult> warm = RunWriteWindow(*link.scheduler, link.target, spec);
+    absl::StatusOr<WindowResult> warm =
+        RunWriteWindow(*connection.scheduler, connection.target, spec);
     if (!warm.ok()) return warm.status();
     spec.source_offset = NextShift();  // not the warm-up's: the sample proves this window wrote
     spec.duration = absl::Seconds(options_.seconds);
     const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
-    absl::StatusOr<WindowResult> result = RunWriteWindow(*link.scheduler, link.target, spec);
+    absl::StatusOr<WindowResult> result =
+        RunWriteWindow(*connection.scheduler, connection.target, spec);
     const std::string row =
         absl::StrCat(RowName(where_, block, batch), lanes == Lanes::kOne ? " (one lane)" : "");
     if (!result.ok()) {
@@ -363,12 +364,12 @@ class KvrailSession {
     absl::Status verified = Verify(kVerifyShiftAfter);
     if (!verified.ok()) {
       return absl::DataLossError(
-          absl::StrCat(RawTransportName(where_.transport),
+          absl::StrCat(RawLinkName(where_.link),
                        ": verification after the windows failed: ", verified.message()));
     }
-    for (Link* link : {&one_lane_, &tuned_}) {
-      link->scheduler.reset();
-      link->transport->Close();
+    for (Connection* connection : {&one_lane_, &tuned_}) {
+      connection->scheduler.reset();
+      connection->transport->Close();
     }
     return target_->Stop();
   }
@@ -402,7 +403,7 @@ class KvrailSession {
     }
 
     RawTargetOptions target_options;
-    target_options.transport = where_.transport;
+    target_options.link = where_.link;
     target_options.lanes = tuning_.lanes;
     target_options.arena_bytes = target_bytes_;
     target_options.net_device = where_.target_device;
@@ -426,43 +427,45 @@ class KvrailSession {
     KVRAIL_RETURN_IF_ERROR(Connect(1, one_lane_));
     absl::Status verified = Verify(kVerifyShiftBefore);
     if (!verified.ok()) {
-      return absl::DataLossError(absl::StrCat(RawTransportName(where_.transport),
-                                              ": verification failed: ", verified.message()));
+      return absl::DataLossError(
+          absl::StrCat(RawLinkName(where_.link), ": verification failed: ", verified.message()));
     }
     return absl::OkStatus();
   }
 
   // A transport of `lanes` lanes with the source arena registered, connected to the target, and
   // a scheduler on it with the bench's slice and in-flight bound.
-  absl::Status Connect(int lanes, Link& link) {
-    transport::TransportSpec spec = TransportSpecFor(where_.transport, lanes, where_.local_device);
+  absl::Status Connect(int lanes, Connection& connection) {
+    transport::TransportSpec spec = TransportSpecFor(where_.link, lanes, where_.local_device);
     spec.verbs_provider = where_.verbs_provider;
     spec.max_inflight_bytes_per_endpoint = tuning_.inflight_bytes_per_lane;
-    KVRAIL_ASSIGN_OR_RETURN(link.transport, transport::MakeTransport(spec));
-    KVRAIL_ASSIGN_OR_RETURN(link.target.source,
-                            link.transport->Register({arena_->data(), arena_->size()}));
-    KVRAIL_ASSIGN_OR_RETURN(link.target.peer, link.transport->Connect(target_->descriptor()));
-    link.target.source_length = arena_->size();
-    link.target.remote = remote_;
-    link.target.remote_base = target_->arena_address();
-    link.target.remote_length = target_->descriptor().regions(0).length();
-    link.lanes = lanes;
-    Schedule(link, tuning_.inflight_bytes_per_lane);
+    KVRAIL_ASSIGN_OR_RETURN(connection.transport, transport::MakeTransport(spec));
+    KVRAIL_ASSIGN_OR_RETURN(connection.target.source,
+                            connection.transport->Register({arena_->data(), arena_->size()}));
+    KVRAIL_ASSIGN_OR_RETURN(connection.target.peer,
+                            connection.transport->Connect(target_->descriptor()));
+    connection.target.source_length = arena_->size();
+    connection.target.remote = remote_;
+    connection.target.remote_base = target_->arena_address();
+    connection.target.remote_length = target_->descriptor().regions(0).length();
+    connection.lanes = lanes;
+    Schedule(connection, tuning_.inflight_bytes_per_lane);
     return absl::OkStatus();
   }
 
-  // Gives `link` a scheduler with the bench's slice and `inflight` bytes in flight per lane,
+  // Gives `connection` a scheduler with the bench's slice and `inflight` bytes in flight per lane,
   // unless it has one already.
-  void Schedule(Link& link, uint64_t inflight) {
-    if (link.scheduler != nullptr &&
-        link.scheduler->max_inflight_bytes_per_endpoint() == inflight) {
+  void Schedule(Connection& connection, uint64_t inflight) {
+    if (connection.scheduler != nullptr &&
+        connection.scheduler->max_inflight_bytes_per_endpoint() == inflight) {
       return;
     }
-    link.scheduler.reset();
+    connection.scheduler.reset();
     transfer::SchedulerOptions scheduler_options;
     scheduler_options.slice_bytes = tuning_.slice_bytes;
     scheduler_options.max_inflight_bytes_per_endpoint = inflight;
-    link.scheduler = std::make_unique<transfer::Scheduler>(link.transport.get(), scheduler_options);
+    connection.scheduler =
+        std::make_unique<transfer::Scheduler>(connection.transport.get(), scheduler_options);
   }
 
   WindowSpec Spec(uint64_t block, int batch, int lanes) const {
@@ -531,20 +534,20 @@ class KvrailSession {
   uint64_t arena_bytes_ = 0;   // the source's, and the least of the target's
   uint64_t target_bytes_ = 0;  // the target's
   uint64_t windows_ = 0;
-  // Destroyed in reverse: the links' transports go before the source arena they registered.
+  // Destroyed in reverse: the connections' transports go before the source arena they registered.
   std::unique_ptr<TargetProcess> target_;
   std::shared_ptr<const transport::RemoteRegions> remote_;
   std::unique_ptr<Arena> arena_;
-  Link tuned_;
-  Link one_lane_;
+  Connection tuned_;
+  Connection one_lane_;
 };
 
-// One transport measured from this process. Each row runs kvrail's window, then ucx_perftest
+// One link measured from this process. Each row runs kvrail's window, then ucx_perftest
 // and memcpy, one after the other, so that all three see the machine in the same state.
 absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
                                                 const Placement& where, MemcpyLimit& memcpy_limit,
                                                 Progress& progress) {
-  const RawTuning tuning = TuningFor(options, where.transport);
+  const RawTuning tuning = TuningFor(options, where.link);
   absl::StatusOr<std::unique_ptr<KvrailSession>> session =
       KvrailSession::Open(options, where, tuning);
   if (!session.ok()) return session.status();
@@ -597,7 +600,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
                         : absl::StrFormat("%s: kvrail %.3f GB/s", RowName(where, block, batch),
                                           window->gbps()));
       RawRow row;
-      row.transport = RawTransportName(where.transport);
+      row.link = RawLinkName(where.link);
       row.block_bytes = block;
       row.batch = batch;
       row.gbps = window->gbps();
@@ -607,7 +610,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
       row.working_set = WorkingSet(block, batch);
       // verbs has no ucx_perftest run, so no -O (the one-lane window keeps its bound).
       row.peer_outstanding =
-          where.transport == RawTransport::kVerbs ? 0 : PeerOutstanding(block, batch, tuning);
+          where.link == RawLink::kVerbs ? 0 : PeerOutstanding(block, batch, tuning);
       if (best->cpu.has_value()) {
         row.cpu_busy = best->cpu->busy;
         row.cpu_kernel = best->cpu->kernel;
@@ -618,7 +621,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
           measure(WorkingSet(block, batch), Lanes::kOne);
       if (!one_lane.ok()) return one_lane.status();
       row.one_lane_gbps = one_lane->window.gbps();
-      if (where.transport == RawTransport::kVerbs) {
+      if (where.link == RawLink::kVerbs) {
         // ucx_perftest measures UCX, not the verbs backend; perftest's ib_write_bw (and a NIC)
         // would be the baseline, and bench raw does not run it.
         MarkVerbsRow(row, where.verbs_provider);
@@ -631,7 +634,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
           row.peer_cpu_kernel = outcome.cpu->kernel;
         }
         // Over shared memory kvrail's settings change nothing UCX uses (they are tcp's).
-        if (where.transport != RawTransport::kShm) {
+        if (where.link != RawLink::kShm) {
           const PeerOutcome tuned = peer(block, row.peer_outstanding, row.gbps * 1e9, true);
           row.peer_tuned_gbps = tuned.gbps;
           if (row.note.empty() && !tuned.note.empty()) {
@@ -648,7 +651,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
       // Over shared memory a put is a copy, and ucx_perftest's one buffer stays in cache where
       // kvrail's batch of distinct pages does not: measure kvrail with perftest's working set
       // too, so the comparison can be read with that difference taken out.
-      if (where.transport == RawTransport::kShm && row.working_set > block) {
+      if (where.link == RawLink::kShm && row.working_set > block) {
         absl::StatusOr<KvrailSession::Measured> one_block = measure(block, Lanes::kTuned);
         if (!one_block.ok()) return one_block.status();
         row.one_block_gbps = one_block->window.gbps();
@@ -671,7 +674,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
         copy_limit = memcpy_cache.emplace(std::make_pair(piece, row.working_set), best_copy).first;
       }
       row.memcpy_gbps = copy_limit->second;
-      progress.Step(where.transport == RawTransport::kVerbs
+      progress.Step(where.link == RawLink::kVerbs
                         ? absl::StrFormat("%s: no baseline (verbs), memcpy %.2f GB/s",
                                           RowName(where, block, batch), row.memcpy_gbps.value_or(0))
                         : absl::StrFormat("%s: ucx_perftest %s GB/s", RowName(where, block, batch),
@@ -696,7 +699,7 @@ absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
   SpawnOptions spec = SpawnOptions::ContainedTool();
   spec.argv = cluster::NetnsPair::ExecPrefix(pair->initiator().netns);
   spec.argv.insert(spec.argv.end(),
-                   {options.self_exe, "bench", "raw", "--transport", "netns", "--block-sizes",
+                   {options.self_exe, "bench", "raw", "--link", "netns", "--block-sizes",
                     absl::StrJoin(blocks, ","), "--batch-sizes", absl::StrJoin(batches, ","),
                     "--seconds", absl::StrCat(options.seconds), "--json", "--netns-side",
                     absl::StrJoin({pair->target().netns, pair->initiator().device,
@@ -744,10 +747,10 @@ absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
 
 }  // namespace
 
-RawTuning DefaultTuning(RawTransport transport) {
+RawTuning DefaultTuning(RawLink link) {
   RawTuning tuning;
-  switch (transport) {
-    case RawTransport::kShm:
+  switch (link) {
+    case RawLink::kShm:
       // A put over shared memory is the posting core's memcpy: 32 KiB slices let both lanes'
       // cores copy even a 64 KiB write at once (with the bench's own window, before it drove the
       // scheduler: 64 KiB x 1 measured 1.17 to 1.57 of ucx_perftest with 32 KiB slices, 0.98 to
@@ -756,15 +759,15 @@ RawTuning DefaultTuning(RawTransport transport) {
       tuning.slice_bytes = uint64_t{32} << 10;
       tuning.inflight_bytes_per_lane = uint64_t{16} << 20;
       break;
-    case RawTransport::kTcp:
-    case RawTransport::kNetns:
+    case RawLink::kTcp:
+    case RawLink::kNetns:
       tuning.lanes = 2;
       tuning.slice_bytes = uint64_t{1} << 20;
       tuning.inflight_bytes_per_lane = uint64_t{4} << 20;
       break;
-    case RawTransport::kVerbs:
+    case RawLink::kVerbs:
       // Not yet measured on a NIC: 1 MiB writes, and 16 MiB in flight per lane (a few
-      // bandwidth-delay products of a 100-400 Gb/s link, well inside a QP's 256 work requests).
+      // bandwidth-delay products of a 100-400 Gb/s NIC, well inside a QP's 256 work requests).
       tuning.lanes = 2;
       tuning.slice_bytes = uint64_t{1} << 20;
       tuning.inflight_bytes_per_lane = uint64_t{16} << 20;
@@ -792,11 +795,11 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
     return absl::InvalidArgumentError(absl::StrFormat(
         "--seconds: %g: a window lasts more than 0 and at most 60 seconds", options.seconds));
   }
-  const size_t rows_per_transport = options.block_sizes.size() * options.batch_sizes.size();
+  const size_t rows_per_link = options.block_sizes.size() * options.batch_sizes.size();
   int steps = 0;
-  for (RawTransport t : options.transports) {
-    if (t != RawTransport::kNetns || options.netns_side.has_value()) {
-      steps += static_cast<int>(2 * rows_per_transport);
+  for (RawLink t : options.links) {
+    if (t != RawLink::kNetns || options.netns_side.has_value()) {
+      steps += static_cast<int>(2 * rows_per_link);
     }
   }
   Progress progress(options.progress, steps);
@@ -808,14 +811,14 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
   }
   MemcpyLimit memcpy_limit(max_working_set);
   std::vector<RawRow> rows;
-  for (RawTransport transport : options.transports) {
+  for (RawLink link : options.links) {
     absl::StatusOr<std::vector<RawRow>> measured;
-    if (transport == RawTransport::kNetns && !options.netns_side.has_value()) {
+    if (link == RawLink::kNetns && !options.netns_side.has_value()) {
       measured = MeasureNetns(options, progress);
     } else {
       Placement where;
-      where.transport = transport;
-      if (transport == RawTransport::kVerbs) {
+      where.link = link;
+      if (link == RawLink::kVerbs) {
         transport::TransportSpec spec;
         spec.backend = "verbs";
         absl::StatusOr<std::string> provider = transport::VerbsProviderOf(spec);
@@ -823,7 +826,7 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
         where.verbs_provider = *provider;
         // Here first, where the error can say what to do, rather than in the target process.
         absl::StatusOr<std::unique_ptr<transport::Transport>> probe =
-            transport::MakeTransport(TransportSpecFor(transport, /*lanes=*/1, ""));
+            transport::MakeTransport(TransportSpecFor(link, /*lanes=*/1, ""));
         if (!probe.ok()) {
           return absl::Status(
               probe.status().code(),
@@ -839,9 +842,9 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
           progress.Note(
               absl::StrCat("verbs: provider softverbs (KVRAIL_VERBS_PROVIDER): ", kSoftverbsNote));
         }
-      } else if (transport == RawTransport::kTcp) {
+      } else if (link == RawLink::kTcp) {
         where.local_device = where.target_device = "lo";
-      } else if (transport == RawTransport::kNetns) {
+      } else if (link == RawLink::kNetns) {
         const NetnsSide& side = *options.netns_side;
         where.target_prefix = cluster::NetnsPair::ExecPrefix(side.target_netns);
         where.local_device = side.local_device;

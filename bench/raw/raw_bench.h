@@ -1,9 +1,9 @@
-// `kvrail bench raw`: write bandwidth and operations per second of the UCX transport between
-// two processes, for every (transport, block size, batch size), beside ucx_perftest
+// `kvrail bench raw`: write bandwidth and operations per second of the data plane between two
+// processes, for every (link, block size, batch size), beside ucx_perftest
 // `ucp_put_bw` at the same block size run in the same invocation, and beside memcpy with as many
 // threads as kvrail has lanes, at the row's working set, as the limit (issue point 6).
 //
-// For each transport: a target process (raw_target.h) registers its arena; this process
+// For each link: a target process (raw_target.h) registers its arena; this process
 // registers a patterned source arena, connects, checks that writes of every block size land
 // byte-exact (from a shifted source offset), then measures one window per row through the
 // transfer scheduler (write_window.h) after a short unmeasured warm-up, and has the target check
@@ -39,7 +39,7 @@
 
 namespace kvrail::bench {
 
-// How kvrail posts on one transport: the scheduler's knobs (SchedulerOptions) and the rooms
+// How kvrail posts on one link: the scheduler's knobs (SchedulerOptions) and the rooms
 // the window keeps in flight.
 struct RawTuning {
   int lanes = 2;
@@ -49,9 +49,9 @@ struct RawTuning {
   int rooms_per_lane = 64;  // rooms (batches) in flight at most, per lane
 };
 
-// The defaults per transport, from measurements on the development machines (see the report
+// The defaults per link, from measurements on the development machines (see the report
 // in bench/raw/README.md).
-RawTuning DefaultTuning(RawTransport transport);
+RawTuning DefaultTuning(RawLink link);
 
 // Where the measuring process sits when it measures netns from inside the first namespace.
 struct NetnsSide {
@@ -65,7 +65,7 @@ struct NetnsSide {
 absl::StatusOr<NetnsSide> ParseNetnsSide(const std::string& text);
 
 struct RawBenchOptions {
-  std::vector<RawTransport> transports = {RawTransport::kTcp, RawTransport::kShm};
+  std::vector<RawLink> links = {RawLink::kTcp, RawLink::kShm};
   std::vector<uint64_t> block_sizes = {uint64_t{4} << 10, uint64_t{64} << 10, uint64_t{1} << 20,
                                        uint64_t{64} << 20};
   std::vector<int> batch_sizes = {1, 32, 1024};

@@ -45,15 +45,15 @@ void AppendUnique(std::vector<T>& values, const T& value) {
 
 }  // namespace
 
-const char* RawTransportName(RawTransport transport) {
-  switch (transport) {
-    case RawTransport::kTcp:
+const char* RawLinkName(RawLink link) {
+  switch (link) {
+    case RawLink::kTcp:
       return "tcp";
-    case RawTransport::kShm:
+    case RawLink::kShm:
       return "shm";
-    case RawTransport::kNetns:
+    case RawLink::kNetns:
       return "netns";
-    case RawTransport::kVerbs:
+    case RawLink::kVerbs:
       return "verbs";
   }
   return "?";
@@ -130,29 +130,28 @@ absl::StatusOr<std::vector<int>> ParseBatchSizes(absl::string_view flag, absl::s
   return batches;
 }
 
-absl::StatusOr<std::vector<RawTransport>> ParseTransports(absl::string_view flag,
-                                                          const std::vector<std::string>& values) {
-  std::vector<RawTransport> transports;
+absl::StatusOr<std::vector<RawLink>> ParseLinks(absl::string_view flag,
+                                                const std::vector<std::string>& values) {
+  std::vector<RawLink> links;
   for (const std::string& value : values) {
     auto items = SplitList(flag, value);
     if (!items.ok()) return items.status();
     for (absl::string_view item : *items) {
       if (item == "tcp") {
-        AppendUnique(transports, RawTransport::kTcp);
+        AppendUnique(links, RawLink::kTcp);
       } else if (item == "shm") {
-        AppendUnique(transports, RawTransport::kShm);
+        AppendUnique(links, RawLink::kShm);
       } else if (item == "netns") {
-        AppendUnique(transports, RawTransport::kNetns);
+        AppendUnique(links, RawLink::kNetns);
       } else if (item == "verbs") {
-        AppendUnique(transports, RawTransport::kVerbs);
+        AppendUnique(links, RawLink::kVerbs);
       } else {
-        return Invalid(flag, item, "a transport is tcp, shm, netns or verbs");
+        return Invalid(flag, item, "a link is tcp, shm, netns or verbs");
       }
     }
   }
-  if (transports.empty())
-    return Invalid(flag, "", "name at least one transport: tcp, shm, netns, verbs");
-  return transports;
+  if (links.empty()) return Invalid(flag, "", "name at least one link: tcp, shm, netns, verbs");
+  return links;
 }
 
 }  // namespace kvrail::bench

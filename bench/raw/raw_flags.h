@@ -1,5 +1,5 @@
 // The flags of `kvrail bench raw`: byte sizes with binary suffixes, the block-size, batch-size
-// and transport lists, each parsed strictly. Every rejection names the flag, the value and the
+// and link lists, each parsed strictly. Every rejection names the flag, the value and the
 // rule it broke, in one line.
 #ifndef KVRAIL_BENCH_RAW_RAW_FLAGS_H_
 #define KVRAIL_BENCH_RAW_RAW_FLAGS_H_
@@ -14,7 +14,7 @@
 namespace kvrail::bench {
 
 // Where the two processes of a measurement meet.
-enum class RawTransport {
+enum class RawLink {
   kTcp,    // UCX tcp on the loopback interface ("lo")
   kShm,    // UCX shared memory ("sm,self")
   kNetns,  // UCX tcp between two network namespaces joined by a veth pair (needs root)
@@ -25,7 +25,7 @@ enum class RawTransport {
 };
 
 // "tcp", "shm", "netns", "verbs".
-const char* RawTransportName(RawTransport transport);
+const char* RawLinkName(RawLink link);
 
 // The largest block a row may write (the 4 KiB .. 64 MiB range, and no more).
 inline constexpr uint64_t kMaxBlockBytes = uint64_t{64} << 20;
@@ -50,8 +50,8 @@ absl::StatusOr<std::vector<int>> ParseBatchSizes(absl::string_view flag, absl::s
 
 // Each value a comma-separated list of "tcp", "shm", "netns", "verbs" (the flag may repeat);
 // duplicates dropped, order kept. InvalidArgument for an empty list or an unknown name.
-absl::StatusOr<std::vector<RawTransport>> ParseTransports(absl::string_view flag,
-                                                          const std::vector<std::string>& values);
+absl::StatusOr<std::vector<RawLink>> ParseLinks(absl::string_view flag,
+                                                const std::vector<std::string>& values);
 
 }  // namespace kvrail::bench
 

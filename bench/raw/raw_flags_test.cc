@@ -68,33 +68,31 @@ TEST(ParseBatchSizes, AcceptsOneTo1024) {
   }
 }
 
-TEST(ParseTransports, AcceptsRepeatsAndCommaLists) {
-  auto transports = ParseTransports("--transport", {"tcp,shm", "netns", "tcp"});
-  ASSERT_TRUE(transports.ok()) << transports.status();
-  EXPECT_EQ(*transports, (std::vector<RawTransport>{RawTransport::kTcp, RawTransport::kShm,
-                                                    RawTransport::kNetns}));
+TEST(ParseLinks, AcceptsRepeatsAndCommaLists) {
+  auto links = ParseLinks("--link", {"tcp,shm", "netns", "tcp"});
+  ASSERT_TRUE(links.ok()) << links.status();
+  EXPECT_EQ(*links, (std::vector<RawLink>{RawLink::kTcp, RawLink::kShm, RawLink::kNetns}));
 }
 
-TEST(ParseTransports, AcceptsVerbs) {
-  auto transports = ParseTransports("--transport", {"verbs"});
-  ASSERT_TRUE(transports.ok()) << transports.status();
-  EXPECT_EQ(*transports, (std::vector<RawTransport>{RawTransport::kVerbs}));
-  transports = ParseTransports("--transport", {"shm, verbs", "verbs,tcp"});
-  ASSERT_TRUE(transports.ok()) << transports.status();
-  EXPECT_EQ(*transports, (std::vector<RawTransport>{RawTransport::kShm, RawTransport::kVerbs,
-                                                    RawTransport::kTcp}));
-  EXPECT_STREQ(RawTransportName(RawTransport::kVerbs), "verbs");
+TEST(ParseLinks, AcceptsVerbs) {
+  auto links = ParseLinks("--link", {"verbs"});
+  ASSERT_TRUE(links.ok()) << links.status();
+  EXPECT_EQ(*links, (std::vector<RawLink>{RawLink::kVerbs}));
+  links = ParseLinks("--link", {"shm, verbs", "verbs,tcp"});
+  ASSERT_TRUE(links.ok()) << links.status();
+  EXPECT_EQ(*links, (std::vector<RawLink>{RawLink::kShm, RawLink::kVerbs, RawLink::kTcp}));
+  EXPECT_STREQ(RawLinkName(RawLink::kVerbs), "verbs");
 }
 
-TEST(ParseTransports, RejectsUnknownNames) {
-  auto transports = ParseTransports("--transport", {"tcp,rdma"});
-  ASSERT_FALSE(transports.ok());
-  EXPECT_TRUE(absl::StrContains(transports.status().message(), "\"rdma\""));
-  EXPECT_TRUE(absl::StrContains(transports.status().message(), "tcp, shm, netns or verbs"));
-  // Names are exact: the provider is not part of the transport's name.
-  EXPECT_FALSE(ParseTransports("--transport", {"Verbs"}).ok());
-  EXPECT_FALSE(ParseTransports("--transport", {"verbs(softverbs)"}).ok());
-  EXPECT_FALSE(ParseTransports("--transport", {}).ok());
+TEST(ParseLinks, RejectsUnknownNames) {
+  auto links = ParseLinks("--link", {"tcp,rdma"});
+  ASSERT_FALSE(links.ok());
+  EXPECT_TRUE(absl::StrContains(links.status().message(), "\"rdma\""));
+  EXPECT_TRUE(absl::StrContains(links.status().message(), "tcp, shm, netns or verbs"));
+  // Names are exact: the provider is not part of the link's name.
+  EXPECT_FALSE(ParseLinks("--link", {"Verbs"}).ok());
+  EXPECT_FALSE(ParseLinks("--link", {"verbs(softverbs)"}).ok());
+  EXPECT_FALSE(ParseLinks("--link", {}).ok());
 }
 
 TEST(FormatBytes, UsesTheLargestExactBinaryUnit) {

@@ -35,11 +35,11 @@ std::string Rate(double per_s) {
 }  // namespace
 
 std::string RawRow::label() const {
-  return provider.empty() ? transport : absl::StrCat(transport, "(", provider, ")");
+  return provider.empty() ? link : absl::StrCat(link, "(", provider, ")");
 }
 
 void MarkVerbsRow(RawRow& row, const std::string& provider) {
-  row.transport = RawTransportName(RawTransport::kVerbs);
+  row.link = RawLinkName(RawLink::kVerbs);
   row.provider = provider;
   row.bandwidth_claim = provider != "softverbs";
   row.note = row.bandwidth_claim ? kVerbsNoBaselineNote : kSoftverbsNote;
@@ -67,7 +67,7 @@ std::optional<double> RawRow::one_block_ratio() const {
 
 std::optional<double> RawRow::like_ratio() const {
   if (!bandwidth_claim) return std::nullopt;
-  const std::optional<double>& peer = transport == "shm" ? peer_gbps : peer_tuned_gbps;
+  const std::optional<double>& peer = link == "shm" ? peer_gbps : peer_tuned_gbps;
   if (!one_lane_gbps.has_value() || !peer.has_value() || !(*peer > 0)) return std::nullopt;
   return *one_lane_gbps / *peer;
 }
@@ -80,7 +80,7 @@ std::string RowsToJson(const std::vector<RawRow>& rows) {
       return row.bandwidth_claim ? Optional(value) : nlohmann::json(nullptr);
     };
     out["rows"].push_back({
-        {"transport", row.transport},
+        {"link", row.link},
         {"provider", row.provider.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.provider)},
         {"bandwidth_claim", row.bandwidth_claim},
         {"block_bytes", row.block_bytes},
@@ -121,7 +121,7 @@ absl::StatusOr<std::vector<RawRow>> RowsFromJson(absl::string_view json) {
   try {
     for (const nlohmann::json& r : in["rows"]) {
       RawRow row;
-      row.transport = r.at("transport").get<std::string>();
+      row.link = r.at("link").get<std::string>();
       if (r.contains("provider") && !r.at("provider").is_null()) {
         row.provider = r.at("provider").get<std::string>();
       }
@@ -164,8 +164,8 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
     if (!busy.has_value() || !kernel.has_value()) return std::string("-");
     return absl::StrFormat("%.0f/%.0f", 100 * *busy, 100 * *kernel);
   };
-  // The transport column is as wide as its longest name ("verbs(softverbs)"), at least 9.
-  int width = 9;
+  // The link column is as wide as its longest name ("verbs(softverbs)"), at least 5 ("netns").
+  int width = 5;
   bool verbs = false, withheld = false;
   for (const RawRow& row : rows) {
     width = std::max(width, static_cast<int>(row.label().size()));
@@ -179,7 +179,7 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
   };
   std::string out = absl::StrFormat(
       "%-*s %8s %6s %12s %10s %14s %4s %7s %10s %7s %10s %7s %10s %7s %12s %9s %9s\n", width,
-      "transport", "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio",
+      "link", "block", "batch", "kvrail GB/s", "ops/s", "perftest GB/s", "-O", "ratio",
       "tuned GB/s", "tuned", "1lane GB/s", "like", "1blk GB/s", "1blk", "memcpy GB/s", "cpu kv",
       "cpu pt");
   std::vector<std::string> notes;

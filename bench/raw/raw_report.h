@@ -13,10 +13,10 @@
 
 namespace kvrail::bench {
 
-// One (transport, block size, batch size) measurement. Rates are decimal: GB/s is 1e9 bytes
+// One (link, block size, batch size) measurement. Rates are decimal: GB/s is 1e9 bytes
 // per second.
 struct RawRow {
-  std::string transport;  // "tcp", "shm", "netns", "verbs"
+  std::string link;  // "tcp", "shm", "netns", "verbs"
   // verbs rows: the verbs provider that carried the writes ("libibverbs", "softverbs"); empty
   // on UCX rows.
   std::string provider;
@@ -59,8 +59,7 @@ struct RawRow {
   uint64_t working_set = 0;
   std::string note;  // empty, or why a figure is missing or partial
 
-  // The row's name in the table: "verbs(softverbs)", "verbs(libibverbs)"; the transport on UCX
-  // rows.
+  // The row's name in the table: "verbs(softverbs)", "verbs(libibverbs)"; the link on UCX rows.
   std::string label() const;
 
   // kvrail / ucx_perftest, when both are there.
@@ -86,7 +85,7 @@ inline constexpr char kVerbsNoBaselineNote[] =
 // bandwidth claim.
 void MarkVerbsRow(RawRow& row, const std::string& provider);
 
-// {"rows": [{"transport", "provider", "bandwidth_claim", "block_bytes", "batch", "gbps",
+// {"rows": [{"link", "provider", "bandwidth_claim", "block_bytes", "batch", "gbps",
 // "ops_per_s", "peer_gbps", "ratio", ...}]}; a missing figure is null, and so are kvrail's rates
 // on a row without a bandwidth claim. One line, no trailing newline.
 std::string RowsToJson(const std::vector<RawRow>& rows);

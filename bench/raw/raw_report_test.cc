@@ -12,7 +12,7 @@ namespace {
 
 std::vector<RawRow> TwoRows() {
   RawRow a;
-  a.transport = "tcp";
+  a.link = "tcp";
   a.block_bytes = 65536;
   a.batch = 32;
   a.gbps = 1.5;
@@ -25,7 +25,7 @@ std::vector<RawRow> TwoRows() {
   a.peer_tuned_gbps = 1.0;
   a.one_lane_gbps = 1.1;
   RawRow b = a;
-  b.transport = "shm";
+  b.link = "shm";
   b.one_block_gbps = 2.4;
   a.one_block_gbps.reset();
   b.peer_gbps.reset();
@@ -39,10 +39,10 @@ TEST(RowsToJson, HasTheIssueShapeWithNullForMissingFigures) {
   ASSERT_EQ(json.size(), 1u);
   ASSERT_EQ(json["rows"].size(), 2u);
   for (const char* key :
-       {"transport", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio"}) {
+       {"link", "block_bytes", "batch", "gbps", "ops_per_s", "peer_gbps", "ratio"}) {
     EXPECT_TRUE(json["rows"][0].contains(key)) << key;
   }
-  EXPECT_EQ(json["rows"][0]["transport"], "tcp");
+  EXPECT_EQ(json["rows"][0]["link"], "tcp");
   EXPECT_EQ(json["rows"][0]["block_bytes"], 65536);
   EXPECT_DOUBLE_EQ(json["rows"][0]["ratio"].get<double>(), 1.25);
   EXPECT_TRUE(json["rows"][1]["peer_gbps"].is_null());
@@ -65,7 +65,7 @@ TEST(RawRow, LikeRatioIsOneLaneAgainstUcxPerftestWithKvrailsSettings) {
   tcp.peer_tuned_gbps.reset();
   EXPECT_FALSE(tcp.like_ratio().has_value());
   RawRow shm = TwoRows()[0];
-  shm.transport = "shm";  // kvrail's settings are tcp's: ucx_perftest at its defaults is alike
+  shm.link = "shm";  // kvrail's settings are tcp's: ucx_perftest at its defaults is alike
   shm.peer_tuned_gbps.reset();
   EXPECT_DOUBLE_EQ(*shm.like_ratio(), 1.1 / 1.2);
   shm.one_lane_gbps.reset();
@@ -85,7 +85,7 @@ TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
   auto rows = RowsFromJson(RowsToJson(TwoRows()));
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 2u);
-  EXPECT_EQ((*rows)[0].transport, "tcp");
+  EXPECT_EQ((*rows)[0].link, "tcp");
   EXPECT_DOUBLE_EQ(*(*rows)[0].peer_gbps, 1.2);
   EXPECT_FALSE((*rows)[1].peer_gbps.has_value());
   EXPECT_FALSE((*rows)[0].one_block_gbps.has_value());
@@ -97,7 +97,7 @@ TEST(RowsFromJson, ReadsBackWhatRowsToJsonWrote) {
 
 TEST(RowsFromJson, RejectsOtherShapes) {
   EXPECT_FALSE(RowsFromJson("[]").ok());
-  EXPECT_FALSE(RowsFromJson("{\"rows\": [{\"transport\": 1}]}").ok());
+  EXPECT_FALSE(RowsFromJson("{\"rows\": [{\"link\": 1}]}").ok());
   EXPECT_FALSE(RowsFromJson("not json").ok());
 }
 
@@ -126,7 +126,7 @@ RawRow VerbsRow(const std::string& provider) {
 
 TEST(MarkVerbsRow, SoftverbsMakesNoBandwidthClaim) {
   const RawRow soft = VerbsRow("softverbs");
-  EXPECT_EQ(soft.transport, "verbs");
+  EXPECT_EQ(soft.link, "verbs");
   EXPECT_EQ(soft.provider, "softverbs");
   EXPECT_EQ(soft.label(), "verbs(softverbs)");
   EXPECT_FALSE(soft.bandwidth_claim);
@@ -162,7 +162,7 @@ TEST(RowsToTable, SoftverbsRowHasTheNoteAndNoBandwidthFigure) {
   EXPECT_NE(line.find(" [2]"), std::string::npos) << line;   // after the shm row's note
   EXPECT_NE(table.find(absl::StrCat("[2] ", kSoftverbsNote)), std::string::npos) << table;
   EXPECT_NE(table.find("not a bandwidth figure"), std::string::npos);
-  // The other rows keep their figures, aligned under the wider transport column.
+  // The other rows keep their figures, aligned under the wider link column.
   EXPECT_NE(table.find("\ntcp                64 KiB"), std::string::npos) << table;
   EXPECT_NE(table.find("1.500"), std::string::npos);
 }
@@ -177,7 +177,7 @@ TEST(RowsToTable, LibibverbsRowIsAFigureWithTheNoBaselineNote) {
 
 TEST(RowsToTable, UcxRowsKeepTheirLayout) {
   const std::string table = RowsToTable(TwoRows());
-  EXPECT_EQ(table.rfind("transport    block  batch", 0), 0u) << table;
+  EXPECT_EQ(table.rfind("link     block  batch", 0), 0u) << table;
   EXPECT_EQ(table.find("verbs"), std::string::npos);
 }
 
@@ -188,7 +188,7 @@ TEST(RowsToJson, SoftverbsRowCarriesItsProviderAndNoBandwidthClaim) {
   EXPECT_TRUE(tcp["provider"].is_null());
   EXPECT_EQ(tcp["bandwidth_claim"], true);
   const nlohmann::json& soft = json["rows"][1];
-  EXPECT_EQ(soft["transport"], "verbs");
+  EXPECT_EQ(soft["link"], "verbs");
   EXPECT_EQ(soft["provider"], "softverbs");
   EXPECT_EQ(soft["bandwidth_claim"], false);
   EXPECT_TRUE(soft["gbps"].is_null());
@@ -214,7 +214,7 @@ TEST(RowsToJson, SoftverbsRowCarriesItsProviderAndNoBandwidthClaim) {
 }
 
 TEST(RowsFromJson, RefusesAMissingFigureOnARowThatClaimsBandwidth) {
-  EXPECT_FALSE(RowsFromJson("{\"rows\": [{\"transport\": \"tcp\", \"block_bytes\": 1, "
+  EXPECT_FALSE(RowsFromJson("{\"rows\": [{\"link\": \"tcp\", \"block_bytes\": 1, "
                             "\"batch\": 1, \"gbps\": null, \"ops_per_s\": 1}]}")
                    .ok());
 }

@@ -46,22 +46,21 @@ void WriteLine(std::FILE* out, const std::string& line) {
 
 }  // namespace
 
-transport::TransportSpec TransportSpecFor(RawTransport transport, int lanes,
-                                          const std::string& net_device) {
+transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::string& net_device) {
   transport::TransportSpec spec;
   spec.lanes = lanes;
-  switch (transport) {
-    case RawTransport::kShm:
+  switch (link) {
+    case RawLink::kShm:
       spec.backend = "ucx";
       spec.tls = "sm";  // UCX's "sm,self"
       break;
-    case RawTransport::kTcp:
-    case RawTransport::kNetns:
+    case RawLink::kTcp:
+    case RawLink::kNetns:
       spec.backend = "ucx";
       spec.tls = "tcp";
       spec.net_devices = net_device.empty() ? "lo" : net_device;
       break;
-    case RawTransport::kVerbs:
+    case RawLink::kVerbs:
       spec.backend = "verbs";
       spec.verbs_provider.clear();  // KVRAIL_VERBS_PROVIDER, else libibverbs
       break;
@@ -71,9 +70,8 @@ transport::TransportSpec TransportSpecFor(RawTransport transport, int lanes,
   return spec;
 }
 
-transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
-                                    const std::string& net_device) {
-  const transport::TransportSpec spec = TransportSpecFor(transport, lanes, net_device);
+transport::UcxOptions UcxOptionsFor(RawLink link, int lanes, const std::string& net_device) {
+  const transport::TransportSpec spec = TransportSpecFor(link, lanes, net_device);
   transport::UcxOptions options;
   options.lanes = spec.lanes;
   options.tls = spec.tls == "sm" ? "sm,self" : spec.tls;
@@ -83,8 +81,8 @@ transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
 }
 
 absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::FILE* out) {
-  absl::StatusOr<std::unique_ptr<transport::Transport>> made = transport::MakeTransport(
-      TransportSpecFor(options.transport, options.lanes, options.net_device));
+  absl::StatusOr<std::unique_ptr<transport::Transport>> made =
+      transport::MakeTransport(TransportSpecFor(options.link, options.lanes, options.net_device));
   if (!made.ok()) return made.status();
   transport::Transport& data_plane = **made;
   // The arena a decode sidecar would give its engine: Allocate places it in UCX's own shared
@@ -134,8 +132,8 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
   spec.argv = exec_prefix;
   spec.argv.insert(
       spec.argv.end(),
-      {self_exe, "bench", "raw-target", "--transport", RawTransportName(options.transport),
-       "--lanes", absl::StrCat(options.lanes), "--arena-bytes", absl::StrCat(options.arena_bytes)});
+      {self_exe, "bench", "raw-target", "--link", RawLinkName(options.link), "--lanes",
+       absl::StrCat(options.lanes), "--arena-bytes", absl::StrCat(options.arena_bytes)});
   if (!options.net_device.empty()) {
     spec.argv.insert(spec.argv.end(), {"--net-device", options.net_device});
   }

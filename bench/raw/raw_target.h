@@ -37,7 +37,7 @@ namespace kvrail::bench {
 inline constexpr uint64_t kRawPatternSeed = 0x6b7672616c;
 
 struct RawTargetOptions {
-  RawTransport transport = RawTransport::kShm;
+  RawLink link = RawLink::kShm;
   int lanes = 1;
   uint64_t arena_bytes = 0;
   std::string net_device;  // UCX_NET_DEVICES for tcp; empty: "lo" (ignored for shm and verbs)
@@ -50,13 +50,11 @@ struct RawTargetOptions {
 // shm; UCX "tcp" on `net_device` (default "lo") for tcp and netns; the verbs backend for verbs,
 // its provider from KVRAIL_VERBS_PROVIDER (else libibverbs). Either way the transport takes any
 // block whole (max_write_bytes: the largest block); slices are the bench's to choose.
-transport::TransportSpec TransportSpecFor(RawTransport transport, int lanes,
-                                          const std::string& net_device);
+transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::string& net_device);
 
 // The UCX settings of a UCX row's spec (tcp, shm, netns), for what only UCX knows: the tuning
 // environment ucx_perftest is given (transport::UcxTuningEnvironment).
-transport::UcxOptions UcxOptionsFor(RawTransport transport, int lanes,
-                                    const std::string& net_device);
+transport::UcxOptions UcxOptionsFor(RawLink link, int lanes, const std::string& net_device);
 
 // The body of `kvrail bench raw-target`: serves the protocol above on `in` / `out` until "exit"
 // or end of file. Errors are returned (the caller prints them); the protocol answers stay on

@@ -118,9 +118,9 @@ absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill
   command.engine_endpoint = rank.engine_endpoint;
   command.host = prefill ? options_.prefill_host : options_.decode_host;
   // "sm" and "tcp" are UCX's transports; "verbs" is the verbs backend over the software
-  // provider, a rail on each of the sidecar's network devices, so a link set down there cuts
+  // provider, a rail on each of the sidecar's network devices, so a device set down there cuts
   // the rail as it cuts tcp.
-  command.transport = options_.tls == "sm" ? "shm" : options_.tls;
+  command.link = options_.tls == "sm" ? "shm" : options_.tls;
   if (options_.tls == "verbs") command.verbs_provider = "softverbs";
   command.net_devices = prefill ? options_.net_devices : options_.decode_net_devices;
   if (prefill) command.bootstrap = bootstrap_address_;

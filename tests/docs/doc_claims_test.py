@@ -15,7 +15,7 @@ but third_party/) are read line by line. This check fails when a doc
     program: `bazel test --config=asan`, `pip install --no-index`);
   * states a flag's default in one of the forms the docs use ("`--fence-wait` (decode, 10 s",
     "`--registration-ttl` (60 s)", "(default 64)", "(default: off)", "`auto` by default",
-    "`--transport ucx` (the default") that differs from the default its `--help` states, or
+    "`--backend ucx` (the default") that differs from the default its `--help` states, or
     states one for a flag its `--help` marks REQUIRED.
   * cites a section of a doc by its title, in a doc or in any tracked source
     (`docs/ARCHITECTURE.md, "Failed means fenced"`), and that doc does not contain the title.
@@ -73,6 +73,9 @@ EXTERNAL_DOCS = {
 }
 # Files whose flags are another program's: the Python client's command line.
 FLAGS_NOT_KVRAIL = ("python/README.md",)
+# Records of earlier sessions keep their commands as they were run: flags renamed since are
+# accepted there, in a doc that says "`<flag>` was renamed".
+HISTORY_DOCS = {"docs/benchmarks-history.md": ("--transport",)}
 SKIPPED_DIRS = ("third_party/",)
 
 KVRAIL_COMMAND = re.compile(r"(?:^|(?<=[\s/(`]))kvrail((?:\s+[a-z][a-z0-9-]*){1,2})")
@@ -412,6 +415,8 @@ def main():
     errors, counts = [], {"paths": 0, "flags": 0, "defaults": 0}
     for doc in docs:
         lines = read_lines(root, doc)
+        renamed = {flag for flag in HISTORY_DOCS.get(doc, ())
+                   if any("`%s` was renamed" % flag in line for line in lines)}
         for number_, line, fenced in all_lines(lines):
             where = "%s:%d: " % (doc, number_)
             text = LINK_TARGET.sub("]", line)
@@ -447,6 +452,8 @@ def main():
                 errors.extend(where + e for e in command_errors)
                 for flag, command in found:
                     counts["flags"] += 1
+                    if flag in renamed:
+                        continue
                     if command is not None:
                         line_commands.add(command)
                         if not has_flag(commands, command, flag):
@@ -460,7 +467,7 @@ def main():
                 if not starts_other_program(prose):
                     for flag in FLAG.findall(prose):
                         counts["flags"] += 1
-                        if not known_flag(flag, all_flags):
+                        if flag not in renamed and not known_flag(flag, all_flags):
                             errors.append(where + "names %s, which no kvrail command's --help "
                                           "has" % flag)
                 following = continuation(lines, number_)

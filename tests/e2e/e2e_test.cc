@@ -74,22 +74,21 @@ INSTANTIATE_TEST_SUITE_P(
             "mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}, "ucx-shm"},
         Route{
             "two_stages_p2_d1", {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"}, "ucx-shm"},
-        Route{"tcp_p2_d1", {"--transport", "tcp"}, "memfd"},
+        Route{"tcp_p2_d1", {"--link", "tcp"}, "memfd"},
         // --verify-digest: a decode fails any kvrail rank's Success that comes
         // without a matching digest, so no failure means every digest matched.
         Route{"digests_two_stages_p2_d2",
               {"--prefill-tp", "2", "--decode-tp", "2", "--pp", "2", "--verify-digest"},
               "ucx-shm"},
         // The raw verbs backend over the software provider (shared memory, never hardware).
-        Route{"verbs_softverbs_p2_d1",
-              {"--transport", "verbs", "--verbs-provider", "softverbs"},
-              "memfd"},
+        Route{
+            "verbs_softverbs_p2_d1", {"--link", "verbs", "--verbs-provider", "softverbs"}, "memfd"},
         Route{"verbs_softverbs_digests_p4_d2_engine_arenas",
-              {"--prefill-tp", "4", "--decode-tp", "2", "--transport", "verbs", "--verbs-provider",
+              {"--prefill-tp", "4", "--decode-tp", "2", "--link", "verbs", "--verbs-provider",
                "softverbs", "--arena", "engine", "--verify-digest"},
               "posix-shm"},
         Route{"digests_tcp_p4_d2_engine_arenas",
-              {"--prefill-tp", "4", "--decode-tp", "2", "--transport", "tcp", "--arena", "engine",
+              {"--prefill-tp", "4", "--decode-tp", "2", "--link", "tcp", "--arena", "engine",
                "--verify-digest"},
               "posix-shm"},
         // The GPU staging path with memcpy for cudaMemcpyAsync (--emulate-gpu-arena): every
@@ -98,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
               {"--arena", "engine", "--emulate-gpu-arena"},
               "posix-shm"},
         Route{"emulated_gpu_staging_digests_tcp_p1_d2_engine_arenas",
-              {"--prefill-tp", "1", "--decode-tp", "2", "--transport", "tcp", "--arena", "engine",
+              {"--prefill-tp", "1", "--decode-tp", "2", "--link", "tcp", "--arena", "engine",
                "--emulate-gpu-arena", "--verify-digest"},
               "posix-shm"}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -44,7 +44,7 @@ class LayerwiseTest : public ::testing::Test {
     options.kvrail = testing::KvrailBinary();
     options.prefill_tp = 1;
     options.decode_tp = 1;
-    options.transport = "tcp";
+    options.link = "tcp";
     options.engine_sims = false;
     absl::StatusOr<std::unique_ptr<cluster::Cluster>> cluster = cluster::Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

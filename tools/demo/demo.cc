@@ -103,12 +103,12 @@ absl::Status RunDemo(DemoOptions options) {
   if (options.min_prompt < 1 || options.max_prompt < options.min_prompt) {
     return absl::InvalidArgumentError("prompt lengths: need 1 <= --min-prompt <= --max-prompt");
   }
-  if (options.transport != "shm" && options.transport != "tcp" && options.transport != "verbs") {
+  if (options.link != "shm" && options.link != "tcp" && options.link != "verbs") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--transport ", options.transport, ": expected shm, tcp or verbs"));
+        absl::StrCat("--link ", options.link, ": expected shm, tcp or verbs"));
   }
-  std::string data_plane = absl::StrCat("UCX ", options.transport);
-  if (options.transport == "verbs") {
+  std::string data_plane = absl::StrCat("UCX ", options.link);
+  if (options.link == "verbs") {
     transport::TransportSpec spec;
     spec.verbs_provider = options.verbs_provider;
     KVRAIL_ASSIGN_OR_RETURN(options.verbs_provider, transport::VerbsProviderOf(spec));
@@ -146,7 +146,7 @@ absl::Status RunDemo(DemoOptions options) {
   cluster_options.prefill_tp = options.prefill_tp;
   cluster_options.decode_tp = options.decode_tp;
   cluster_options.prefill_pp = options.prefill_pp;
-  cluster_options.transport = options.transport;
+  cluster_options.link = options.link;
   cluster_options.verbs_provider = options.verbs_provider;
   cluster_options.arena = options.arena;
   cluster_options.shape = shape;
@@ -277,7 +277,7 @@ absl::Status RunDemo(DemoOptions options) {
                 bytes / 1e9);
     std::printf("  %-26s %.2f s\n", "wall time", absl::ToDoubleSeconds(wall));
     std::printf("  %-26s %.2f GB/s%s\n", "throughput", gbps,
-                options.verbs_provider == "softverbs" && options.transport == "verbs"
+                options.verbs_provider == "softverbs" && options.link == "verbs"
                     ? " (software provider: not a bandwidth figure)"
                     : "");
     std::printf("  %-26s p50 %.1f ms, p99 %.1f ms\n", "room latency", Percentile(latencies, 0.5),

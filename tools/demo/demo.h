@@ -21,8 +21,9 @@ struct DemoOptions {
   int prefill_tp = 2;
   int decode_tp = 1;
   int prefill_pp = 1;  // pipeline stages of the prefill node
-  // shm or tcp (UCX), or verbs (the raw verbs backend; its provider from `verbs_provider`)
-  std::string transport = "shm";
+  // What carries the bytes between the ranks: shm or tcp (UCX), or verbs (the raw verbs backend;
+  // its provider from `verbs_provider`).
+  std::string link = "shm";
   // Verbs: "libibverbs" or "softverbs" (the software provider, never hardware); empty: the
   // environment variable KVRAIL_VERBS_PROVIDER, else libibverbs.
   std::string verbs_provider;

@@ -581,7 +581,7 @@ void Epoch::Run(absl::Time end) {
   co.prefill_tp = shape_.prefill_tp;
   co.prefill_pp = shape_.prefill_pp;
   co.decode_tp = shape_.decode_tp;
-  co.transport = options_.transport;
+  co.link = options_.link;
   co.shape = kv_;
   co.decode_tokens = kDecodeTokens;
   co.log_dir = dir_;
@@ -651,9 +651,9 @@ Shape DrawShape(std::mt19937_64& random) {
 absl::Status RunSoak(const SoakOptions& in) {
   signal(SIGPIPE, SIG_IGN);  // a child that died must not take the soak with it
   SoakOptions options = in;
-  if (options.transport != "shm" && options.transport != "tcp") {
+  if (options.link != "shm" && options.link != "tcp") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--transport ", options.transport, ": expected shm or tcp"));
+        absl::StrCat("--link ", options.link, ": expected shm or tcp"));
   }
   if (options.duration <= absl::ZeroDuration() || options.epoch <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--duration and --epoch must be positive");
@@ -688,7 +688,7 @@ absl::Status RunSoak(const SoakOptions& in) {
       "kvrail soak: %s over UCX %s, seed %llu (replay: --seed %llu), epochs of %s, %d "
       "rooms in flight of %lld-%lld tokens; faults: %s (%.0f%% of rooms aborted, a "
       "process fault every ~%s); logs in %s\n",
-      absl::FormatDuration(options.duration).c_str(), options.transport.c_str(),
+      absl::FormatDuration(options.duration).c_str(), options.link.c_str(),
       static_cast<unsigned long long>(options.seed), static_cast<unsigned long long>(options.seed),
       absl::FormatDuration(options.epoch).c_str(), options.concurrency,
       static_cast<long long>(options.min_prompt), static_cast<long long>(options.max_prompt),
@@ -714,7 +714,7 @@ absl::Status RunSoak(const SoakOptions& in) {
   std::fprintf(stderr, "\nkvrail soak summary (seed %llu, %s over UCX %s, %d epochs)\n",
                static_cast<unsigned long long>(options.seed),
                absl::FormatDuration(absl::Trunc(wall, absl::Seconds(1))).c_str(),
-               options.transport.c_str(), totals.epochs);
+               options.link.c_str(), totals.epochs);
   std::fprintf(stderr, "  %-16s %lld (%lld ok, %lld failed)\n", "rooms",
                static_cast<long long>(totals.rooms_ok + totals.rooms_failed),
                static_cast<long long>(totals.rooms_ok),

@@ -36,10 +36,10 @@ struct SoakOptions {
   absl::Duration duration = absl::Minutes(2);
   // Each epoch is a new cluster of a new shape; the last one may be shorter.
   absl::Duration epoch = absl::Minutes(1);
-  uint64_t seed = 0;              // 0: drawn from the system, and printed
-  std::string transport = "shm";  // the sidecars' data plane: UCX shm or tcp
-  int concurrency = 4;            // rooms in flight
-  int64_t min_prompt = 16;        // prompt lengths, tokens, drawn uniformly
+  uint64_t seed = 0;         // 0: drawn from the system, and printed
+  std::string link = "shm";  // what carries the bytes between the ranks: UCX shm or tcp
+  int concurrency = 4;       // rooms in flight
+  int64_t min_prompt = 16;   // prompt lengths, tokens, drawn uniformly
   int64_t max_prompt = 1024;
   // The faults to inject, any of: prefill-aborts and decode-aborts (a room given up by one of
   // its prefill or decode engines), engine-restarts (an engine-sim killed and started again),

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/base/error.h"
+#include "tools/renamed_flag.h"
 #include "tools/soak/soak.h"
 
 namespace kvrail::soak {
@@ -40,9 +41,12 @@ void AddSoak(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--seed", options.seed, "The random draws (0: drawn, and printed)")
       ->capture_default_str();
-  sub->add_option("--transport", options.transport, "The sidecars' data plane: UCX shm or tcp")
+  sub->add_option("--link", options.link,
+                  "What carries the bytes between the ranks: shm or tcp (UCX shared memory, UCX "
+                  "tcp on loopback)")
       ->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp"}));
+  tools::AddRenamedFlag(sub, "--transport", "--link (shm or tcp)");
   sub->add_option("--concurrency", options.concurrency, "Rooms in flight")->capture_default_str();
   sub->add_option("--min-prompt", options.min_prompt, "Shortest prompt, tokens")
       ->capture_default_str();
