@@ -103,6 +103,18 @@ class RevisionCluster {
     return text.str();
   }
 
+  // Whether process `name`'s log says `text` within `timeout`: a process logs a refusal after it
+  // answered it, so the answer's effect (a failed room) may come first (CI saw that race).
+  bool AwaitLog(const std::string& name, absl::string_view text,
+                absl::Duration timeout = absl::Seconds(10)) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!absl::StrContains(Log(name), text)) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return true;
+  }
+
  private:
   RevisionCluster() = default;
   std::string log_dir_;
@@ -212,7 +224,7 @@ TEST(RevisionTest, PinnedPeersThatCannotMeetFailTheRoomAtOnceNamingTheRevision) 
   std::vector<Outcome> outcomes = c->Run(1, 200, /*decode_only=*/true);
   EXPECT_TRUE(absl::StartsWith(outcomes.back().done, "failed")) << outcomes.back().done;
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-  EXPECT_TRUE(absl::StrContains(c->Log("prefill-sidecar-0"), "pinned to snapshot"))
+  EXPECT_TRUE(c->AwaitLog("prefill-sidecar-0", "pinned to snapshot"))
       << c->Log("prefill-sidecar-0");
 }
 

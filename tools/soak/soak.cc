@@ -223,8 +223,17 @@ class Epoch {
   std::deque<Scheduled> scheduled_;  // kept sorted by `at`
   std::vector<bool> restarted_;      // by sidecar (prefill ranks, then decode ranks)
   absl::Time next_fault_ = absl::InfiniteFuture();
+  // Until then a new room may meet a decode that still routes to a killed prefill sidecar's old
+  // endpoint (kRouteSettle after its restart): such a room is one the kill touched.
+  absl::Time routes_settle_ = absl::InfinitePast();
   absl::Time last_progress_;
 };
+
+// The sidecars' --heartbeat-interval (the least CACHEPD §1.6 allows): a decode probes a prefill
+// endpoint it knows gone once per interval, so a restarted prefill sidecar on a new endpoint is
+// looked up again within one, plus a second for the lookup and the registration.
+constexpr int kHeartbeatSeconds = 2;
+constexpr absl::Duration kRouteSettle = absl::Seconds(kHeartbeatSeconds + 1);
 
 void Epoch::Send(int sim, const std::string& line, absl::Duration delay) {
   if (delay <= absl::ZeroDuration()) {
@@ -246,6 +255,11 @@ void Epoch::Issue(bool faults) {
   room.issued = absl::Now();
   room.slots.assign(Sims(), Slot::kPending);
   room.pending = Sims();
+  if (absl::Now() < routes_settle_) {
+    // A decode may not have seen the killed prefill gone yet: it routes the room to the old
+    // endpoint, and fails it (at once, or once its probe is refused), naming the rank.
+    room.fault = "began while a restarted prefill sidecar's route settled";
+  }
   // A prefill engine's forward pass: its room line comes up to 30 ms after the decodes' Expect
   // (the window in which a decode's abort meets a prefill that has not readied the room yet).
   std::uniform_int_distribution<int> forward_ms(0, 30);
@@ -381,6 +395,7 @@ void Epoch::InjectFault() {
     ++totals_.faults["prefill sidecar kills (SIGKILL, restarted)"];
     const absl::Status restarted = cluster_->RestartPrefillSidecar(rank);
     Waive(rank, "prefill sidecar killed");
+    routes_settle_ = absl::Now() + kRouteSettle;
     restarted_[rank] = true;
     if (!restarted.ok()) {
       Violation("a restart failed",
@@ -587,7 +602,9 @@ void Epoch::Run(absl::Time end) {
   co.log_dir = dir_;
   co.sim_args = {"--audit"};
   const std::string timeout = absl::StrCat(absl::ToInt64Seconds(options_.protocol_timeout));
-  co.sidecar_args = {"--bootstrap-timeout", timeout, "--waiting-timeout", timeout};
+  co.sidecar_args = {"--bootstrap-timeout",  timeout,
+                     "--waiting-timeout",    timeout,
+                     "--heartbeat-interval", absl::StrCat(kHeartbeatSeconds)};
   if (isatty(2)) std::fputc('\n', stderr);
   std::fprintf(stderr, "  epoch %d: %s, %lld pages of %d tokens per rank, logs in %s\n", number_,
                shape_.Name().c_str(), static_cast<long long>(kv_.pages), kv_.page_tokens,
