@@ -698,7 +698,15 @@ absl::Status RunSoak(const SoakOptions& in) {
     if (mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp /tmp/kvrail-soak-XXXXXX");
     options.log_dir = dir;
   } else {
-    (void)mkdir(options.log_dir.c_str(), 0755);
+    // Made with its parents; one that cannot be made is refused here, naming it, not later as
+    // every process's "opening stderr file".
+    std::error_code error;
+    std::filesystem::create_directories(options.log_dir, error);
+    if (error || !std::filesystem::is_directory(options.log_dir)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--log-dir ", options.log_dir, ": cannot make the directory",
+                       error ? absl::StrCat(" (", error.message(), ")") : std::string()));
+    }
   }
   std::fprintf(
       stderr,

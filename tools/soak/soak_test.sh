@@ -4,10 +4,8 @@
 # (bazel-testlogs/tools/soak/soak_test/test.outputs). KVRAIL_SOAK_DURATION and
 # KVRAIL_SOAK_FAULTS (--test_env) override the duration and the fault kinds.
 #
-# CI runs it without faults for now: with any fault kind the soak still finds open bugs of
-# issue 29 (docs/RELIABILITY.md, "Soak": a prefill engine told twice that a room the decode gave
-# up failed; rooms left in a prefill's table; a restarted prefill sidecar the decode never
-# reaches again). Each fault kind goes back in here as its bug is fixed.
+# Every fault kind (the soak's default): aborts by either engine, engine restarts and prefill
+# sidecar kills (docs/RELIABILITY.md, "Soak").
 set -euo pipefail
 # The ASan pass runs it with the ASan-built kvrail: its processes free straight back to their
 # allocator (no quarantine, 256 MiB by default, which would grow RssAnon whatever kvrail does,
@@ -15,4 +13,4 @@ set -euo pipefail
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
 logs="${TEST_UNDECLARED_OUTPUTS_DIR:-$(mktemp -d)}/soak"
 exec tools/kvrail soak --duration "${KVRAIL_SOAK_DURATION:-2m}" --epoch 40s \
-  --faults "${KVRAIL_SOAK_FAULTS:-none}" --log-dir "$logs"
+  ${KVRAIL_SOAK_FAULTS:+--faults "$KVRAIL_SOAK_FAULTS"} --log-dir "$logs"

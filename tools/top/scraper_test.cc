@@ -59,6 +59,9 @@ std::vector<Target> Targets(const std::vector<std::string>& endpoints) {
 }
 
 TEST(ScrapeAllTest, EachEndpointIsUpOrDownWithWhy) {
+  // Before the servers: `slow`'s handler may still read it while the servers stop (they are
+  // destroyed first; clang's ASan saw the read after its scope).
+  std::atomic<bool> released{false};
   FixtureServer good, bad_status, malformed, slow;
   good.server().Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("kvrail_bytes_in_flight 12\n", "text/plain; version=0.0.4");
@@ -68,7 +71,6 @@ TEST(ScrapeAllTest, EachEndpointIsUpOrDownWithWhy) {
   malformed.server().Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok 1\nbroken{\n", "text/plain");
   });
-  std::atomic<bool> released{false};
   slow.server().Get("/metrics", [&released](const httplib::Request&, httplib::Response& res) {
     for (int i = 0; i < 300 && !released; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
