@@ -47,13 +47,14 @@ absl::StatusOr<plan::PipelineLayout> Sidecar::Impl::StageLayout(
 
 // A refused attach leaves nothing behind, so the engine may try again. The arena's setup
 // (shared memory, CUDA IPC, the transport's registration) and the bootstrap's HTTP run under
-// attach_mu, never under mu.
+// attach_mu, never on the owner thread.
 absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineReply& reply) {
   std::lock_guard<std::mutex> attach_lock(attach_mu);
-  {
-    Locked locked(*this);
-    if (attached) return ReattachLocked(attach, reply);
-  }
+  std::optional<absl::Status> reattached = Owned([&]() -> std::optional<absl::Status> {
+    if (!attached) return std::nullopt;
+    return ReattachLocked(attach, reply);
+  });
+  if (reattached) return *reattached;
   absl::StatusOr<layout::Contract> parsed = layout::ParseContract(attach.contract());
   if (!parsed.ok()) return AddContext(parsed.status(), "AttachArena: contract");
   KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateContract(*parsed), "AttachArena: contract"));
@@ -296,9 +297,10 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
     r.contract = parsed;
     r.pipeline = pipeline;
     registration = std::move(r);
-    Locked locked(*this);
-    prefill.emplace(std::move(rooms));
-    attached = true;
+    Owned([&] {
+      prefill.emplace(std::move(rooms));
+      attached = true;
+    });
     return absl::OkStatus();
   }
   session::DecodeIdentity identity;
@@ -315,9 +317,10 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
   decode_options.revision = options.cachepd_revision;
   KVRAIL_ASSIGN_OR_RETURN(session::DecodeRooms rooms,
                           session::DecodeRooms::Create(identity, decode_options));
-  Locked locked(*this);
-  decode.emplace(std::move(rooms));
-  attached = true;
+  Owned([&] {
+    decode.emplace(std::move(rooms));
+    attached = true;
+  });
   return absl::OkStatus();
 }
 
@@ -344,12 +347,11 @@ absl::Status Sidecar::Impl::RegisterWithBootstrap() const {
 }
 
 void Sidecar::Impl::ReleaseArena() {
-  {
-    Locked locked(*this);
+  Owned([&] {
     prefill.reset();
     decode.reset();
     attached = false;
-  }
+  });
   if (region != 0) {
     const absl::Status released = transport->Deregister(region);
     if (!released.ok()) {

@@ -58,21 +58,23 @@ void Sidecar::Impl::StageLanded(std::vector<std::string> success, uint64_t room,
     KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies));
     return staging->FromMirror(MergedRanges(copies, CopySide::kDestination));
   }();
-  Locked locked(*this);
-  if (decode) {
-    if (copied.ok()) {
-      HandleMessageLocked(success, absl::Now(), /*host=*/"");  // checked already
-    } else {
-      ApplyLocked(decode->Fail(
-          room,
-          absl::StrFormat("staging: copying what prefill rank %d landed back to the arena failed: "
-                          "%s",
-                          rank, DescribeError(copied)),
-          absl::Now(), session::FailureCause::kEngine));
+  Owned([&] {
+    if (decode) {
+      if (copied.ok()) {
+        HandleMessageLocked(success, absl::Now(), /*host=*/"");  // checked already
+      } else {
+        ApplyLocked(decode->Fail(
+            room,
+            absl::StrFormat(
+                "staging: copying what prefill rank %d landed back to the arena failed: "
+                "%s",
+                rank, DescribeError(copied)),
+            absl::Now(), session::FailureCause::kEngine));
+      }
     }
-  }
-  // The copy has returned: the room's pages may be released now (if its fence answers came).
-  for (const session::PagesRelease& release : staging_holds.End(room)) PublishRelease(release);
+    // The copy has returned: the room's pages may be released now (if its fence answers came).
+    for (const session::PagesRelease& release : staging_holds.End(room)) PublishRelease(release);
+  });
 }
 
 absl::Status Sidecar::Impl::StageSources(const plan::CopyList& copies) {

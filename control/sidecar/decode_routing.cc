@@ -1,5 +1,5 @@
 // Expect and Abort on a decode: bootstrap lookups and routes (sidecar_impl.h). The lookups are
-// HTTP: they run in the bootstrap address's strand, never under mu.
+// HTTP: they run in the bootstrap address's strand, never on the owner thread.
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +21,7 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     return absl::InvalidArgumentError(
         context + ": give destination_manifest or block_tables (with the window), not both");
   }
-  // Built from the block tables under mu, below: they need the attached contract.
+  // Built from the block tables on the owner thread, below: they need the attached contract.
   absl::StatusOr<layout::Manifest> manifest =
       tables ? layout::Manifest() : layout::ParseManifest(expect.destination_manifest());
   if (!manifest.ok()) return AddContext(manifest.status(), context + ": destination manifest");
@@ -32,8 +32,8 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, ": dp_group ", *dp_group, " is not a DP group (they are numbered from 0)"));
   }
-  {
-    Locked locked(*this);
+  // True: routed (or failed) here; false: its route needs a lookup in the address's strand.
+  absl::StatusOr<bool> done_here = Owned([&]() -> absl::StatusOr<bool> {
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
     if (tables) {
       KVRAIL_ASSIGN_OR_RETURN(*manifest,
@@ -60,12 +60,15 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
       if (!route->ok()) {
         ApplyLocked(decode->Fail(expect.room(), DescribeError(route->status()), absl::Now(),
                                  session::FailureCause::kBootstrap));
-        return absl::OkStatus();
+        return true;
       }
       RouteLocked(expect.room(), **std::move(route), *manifest);
-      return absl::OkStatus();
+      return true;
     }
-  }
+    return false;
+  });
+  if (!done_here.ok()) return done_here.status();
+  if (*done_here) return absl::OkStatus();
   strands.Post(
       expect.bootstrap_address(),
       [this, room = expect.room(), address = expect.bootstrap_address(),
@@ -73,19 +76,19 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
   return absl::OkStatus();
 }
 
-// Needs mu. CachePD has no decode-to-prefill abort (§1.5): DecodeRooms asks the prefill ranks
-// that may write the room to fence it, and the pages are held until they answer.
+// On the owner thread. CachePD has no decode-to-prefill abort (§1.5): DecodeRooms asks the prefill
+// ranks that may write the room to fence it, and the pages are held until they answer.
 void Sidecar::Impl::AbortDecode(uint64_t room, const std::string& reason) {
   ApplyLocked(decode->Fail(room, reason, absl::Now(), session::FailureCause::kAborted));
 }
 
 absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeFor(
     const std::string& address) {
-  {
-    Locked locked(*this);
+  std::shared_ptr<PrefillNode> known = Owned([&]() -> std::shared_ptr<PrefillNode> {
     auto it = nodes.find(address);
-    if (it != nodes.end()) return it->second;
-  }
+    return it != nodes.end() ? it->second : nullptr;
+  });
+  if (known != nullptr) return known;
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(address, "bootstrap address"));
   bootstrap::BootstrapClient client(server.first, server.second);
   bool kvrail = false;
@@ -111,18 +114,18 @@ absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeF
       std::string(layout::RevisionName(description.revision)),
       std::string(layout::RevisionName(options.cachepd_revision.value_or(description.revision))));
   node->description = std::move(description);
-  Locked locked(*this);
-  nodes[address] = node;
+  Owned([&] { nodes[address] = node; });
   return node;
 }
 
 absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& address,
                                                        PrefillNode& node, int dp_group, int rank) {
-  {
-    Locked locked(*this);
+  std::optional<std::string> known = Owned([&]() -> std::optional<std::string> {
     auto it = node.endpoints.find({dp_group, rank});
-    if (it != node.endpoints.end()) return it->second;
-  }
+    if (it == node.endpoints.end()) return std::nullopt;
+    return it->second;
+  });
+  if (known) return *known;
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(address, "bootstrap address"));
   bootstrap::BootstrapClient client(server.first, server.second);
   KVRAIL_ASSIGN_OR_RETURN(bootstrap::RankEndpoint endpoint, client.LookupRank(rank, dp_group));
@@ -143,8 +146,7 @@ absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& addres
     }
     outbox->SetServerKey(tcp, endpoint.curve_public_key);
   }
-  Locked locked(*this);
-  node.endpoints[{dp_group, rank}] = tcp;
+  Owned([&] { node.endpoints[{dp_group, rank}] = tcp; });
   return tcp;
 }
 
@@ -164,15 +166,16 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
     }
     return route;
   }();
-  Locked locked(*this);
-  if (!decode) return;  // the arena went away meanwhile
-  if (!routed.ok()) {
-    ApplyLocked(
-        decode->Fail(room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())),
-                     absl::Now(), session::FailureCause::kBootstrap));
-    return;
-  }
-  RouteLocked(room, *std::move(routed), manifest);
+  Owned([&] {
+    if (!decode) return;  // the arena went away meanwhile
+    if (!routed.ok()) {
+      ApplyLocked(decode->Fail(
+          room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())),
+          absl::Now(), session::FailureCause::kBootstrap));
+      return;
+    }
+    RouteLocked(room, *std::move(routed), manifest);
+  });
 }
 
 std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLocked(

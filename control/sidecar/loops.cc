@@ -46,7 +46,7 @@ bool Sidecar::Impl::KeyAllowsLocked(const std::string& user_id,
 }
 
 void Sidecar::Impl::InboxLoop() {
-  // What is queued is read first (up to kBatch messages) and then handled under one hold of mu:
+  // What is queued is read first (up to kBatch messages) and then handled in one owner job:
   // the work they defer (a prefill's transfers into the strands, a decode's events) then starts
   // once per batch, and the threads it wakes take it as one run instead of a wakeup per room.
   constexpr size_t kBatch = 16;
@@ -73,8 +73,9 @@ void Sidecar::Impl::InboxLoop() {
       ++count;
     }
     if (count == 0) continue;
-    Locked locked(*this);
-    for (size_t i = 0; i < count; ++i) HandleInboxMessageLocked(batch[i]);
+    Owned([&] {
+      for (size_t i = 0; i < count; ++i) HandleInboxMessageLocked(batch[i]);
+    });
   }
 }
 
@@ -192,11 +193,12 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
     // so a registration of another decode's session fails here (its endpoint never answers).
     std::optional<zmq_auth::CurveClientKeys> curve_keys;
     if (options.curve) {
-      Locked locked(*this);
-      const zmq_auth::KeyIdentity* claimant = keys.Claimant(check.ticket);
-      std::optional<std::string> server_key =
-          claimant ? options.curve->allowed->PublicKeyOf(*claimant) : std::nullopt;
-      if (server_key) curve_keys = ClientKeys(*server_key);
+      Owned([&] {
+        const zmq_auth::KeyIdentity* claimant = keys.Claimant(check.ticket);
+        std::optional<std::string> server_key =
+            claimant ? options.curve->allowed->PublicKeyOf(*claimant) : std::nullopt;
+        if (server_key) curve_keys = ClientKeys(*server_key);
+      });
     }
     if (contract.ok() && options.curve && !curve_keys) {
       verdict = absl::PermissionDeniedError(
@@ -229,39 +231,40 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
                    check.session_id, std::string(layout::RevisionName(contract->revision)),
                    contract->revision == layout::Revision::kSnapshot ? 5 : 7);
     }
-    Locked locked(*this);
-    if (!verdict.ok()) {
-      ++stats.peer_messages_rejected;
-      ++stats.registrations_refused;
-      spdlog::warn("prefill: {}", DescribeError(verdict));
-    }
-    if (options.curve) {
-      keys.Verified(check.ticket, verdict.ok());
-      if (verdict.ok() && curve_keys && registration.ok()) {
-        // Statuses to the registration's reply endpoint and the data plane's descriptor
-        // fetches go to the key that was just verified.
-        outbox->SetServerKey(wire::ReplyEndpoint(registration->endpoint, registration->port),
-                             curve_keys->server_public_key);
-        std::lock_guard<std::mutex> lock(server_keys_mu);
-        session_server_keys[check.session_id] = curve_keys->server_public_key;
+    Owned([&] {
+      if (!verdict.ok()) {
+        ++stats.peer_messages_rejected;
+        ++stats.registrations_refused;
+        spdlog::warn("prefill: {}", DescribeError(verdict));
       }
-    }
-    RegistrationGate::Release release =
-        gate.Verified(check.ticket, verdict.ok(), verdict.ok() ? key_digest : std::string());
-    // Held messages: the peer that sent them is not kept; the session they name stands in.
-    const std::string host = check.session_id.substr(0, check.session_id.rfind(':'));
-    for (const absl::Status& refused : release.refused) {
-      RefuseLocked(host, "peer message refused: " + DescribeError(refused));
-    }
-    const absl::Time now = absl::Now();
-    for (const std::vector<std::string>& message : release.pass) {
-      HandleMessageLocked(message, now, host);
-    }
-    if (release.next) {
-      Defer([this, next = *std::move(release.next)]() mutable {
-        VerifyRegistration(std::move(next));
-      });
-    }
+      if (options.curve) {
+        keys.Verified(check.ticket, verdict.ok());
+        if (verdict.ok() && curve_keys && registration.ok()) {
+          // Statuses to the registration's reply endpoint and the data plane's descriptor
+          // fetches go to the key that was just verified.
+          outbox->SetServerKey(wire::ReplyEndpoint(registration->endpoint, registration->port),
+                               curve_keys->server_public_key);
+          std::lock_guard<std::mutex> lock(server_keys_mu);
+          session_server_keys[check.session_id] = curve_keys->server_public_key;
+        }
+      }
+      RegistrationGate::Release release =
+          gate.Verified(check.ticket, verdict.ok(), verdict.ok() ? key_digest : std::string());
+      // Held messages: the peer that sent them is not kept; the session they name stands in.
+      const std::string host = check.session_id.substr(0, check.session_id.rfind(':'));
+      for (const absl::Status& refused : release.refused) {
+        RefuseLocked(host, "peer message refused: " + DescribeError(refused));
+      }
+      const absl::Time now = absl::Now();
+      for (const std::vector<std::string>& message : release.pass) {
+        HandleMessageLocked(message, now, host);
+      }
+      if (release.next) {
+        Defer([this, next = *std::move(release.next)]() mutable {
+          VerifyRegistration(std::move(next));
+        });
+      }
+    });
   });
 }
 
@@ -278,8 +281,7 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
   const std::vector<std::string> gone = options.role == Role::kPrefill
                                             ? ConfirmSessions(peers, reach)
                                             : std::vector<std::string>(peers.size());
-  {
-    Locked locked(*this);
+  Owned([&] {
     const absl::Time now = absl::Now();
     for (size_t i = 0; i < peers.size(); ++i) {
       const std::string& peer = peers[i];
@@ -335,12 +337,9 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
       gate.ForgetUnless(
           [this](const std::string& session) { return prefill->Registration(session) != nullptr; });
     }
-  }
+  });
   std::vector<transport::PeerId> forget;
-  {
-    Locked locked(*this);
-    forget.swap(forget_peers);
-  }
+  Owned([&] { forget.swap(forget_peers); });
   if (!scheduler) return;
   std::vector<transport::PeerId> busy;
   for (transport::PeerId id : forget) {
@@ -349,8 +348,7 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
   // A gone peer's endpoints, sockets and buffers were freed: give the pages back to the system
   // rather than keep them in the allocator's free lists.
   if (forget.size() > busy.size()) malloc_trim(0);
-  Locked locked(*this);
-  forget_peers.insert(forget_peers.end(), busy.begin(), busy.end());
+  Owned([&] { forget_peers.insert(forget_peers.end(), busy.begin(), busy.end()); });
 }
 
 void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::string& reason,
@@ -419,15 +417,14 @@ void Sidecar::Impl::ForgetUnusedRoutes() {
   const std::vector<std::string> unused = outbox->UnusedSince(absl::Now() - kUnused);
   if (unused.empty()) return;
   std::set<std::string> live;
-  {
-    Locked locked(*this);
+  Owned([&] {
     if (prefill) {
       for (const auto& peer : prefill->Registrations()) live.insert(peer->reply_endpoint);
     }
     for (const auto& [address, node] : nodes) {
       for (const auto& [rank, endpoint] : node->endpoints) live.insert(endpoint);
     }
-  }
+  });
   for (const std::string& endpoint : unused) {
     if (live.count(endpoint) == 0) outbox->Forget(endpoint);
   }
@@ -458,9 +455,8 @@ void Sidecar::Impl::TickerLoop() {
     std::vector<std::string> peers;  // sessions (prefill) or PULL endpoints (decode) to probe
     bool probe_own_bootstrap = false;
     bool beat = false;
-    {
-      Locked locked(*this);
-      if (!attached) continue;
+    const bool attached_now = Owned([&] {
+      if (!attached) return false;
       const absl::Time now = absl::Now();
       if (decode && held_long) {
         const std::vector<std::string> nodes = decode->BootstrapAddresses();
@@ -495,14 +491,17 @@ void Sidecar::Impl::TickerLoop() {
         next_heartbeat = now + interval;
         beat = true;
       }
-    }
+      return true;
+    });
+    if (!attached_now) continue;
     ProbePeers(peers);
     if (beat) ForgetUnusedRoutes();
     if (beat) PublishDescriptor();              // --registry: a decode whose descriptor changed
     for (const std::string& address : probe) {  // HTTP, so outside the lock
       const bool ok = Healthy(address);
-      Locked locked(*this);
-      if (decode) ApplyLocked(decode->OnHealth(address, ok, absl::Now()));
+      Owned([&] {
+        if (decode) ApplyLocked(decode->OnHealth(address, ok, absl::Now()));
+      });
     }
     if (probe_own_bootstrap) ReregisterIfForgotten();
   }

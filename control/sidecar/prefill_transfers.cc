@@ -72,28 +72,29 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   if (ready.has_first_token_logprob()) {
     room_ready.first_token_logprob = ready.first_token_logprob();
   }
-  Locked locked(*this);
-  if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
-  if (ready.block_tables_size() > 0) {
-    KVRAIL_ASSIGN_OR_RETURN(room_ready.source_manifest,
-                            ManifestFromTables(ready.block_tables(), ready.prefix_len(),
-                                               ready.prompt_len(), context + ": block_tables"));
-  }
-  // Refused before the room is begun, so that a refused Ready stores nothing.
-  if (absl::Status checked = session::CheckRoomReady(ready.room(), room_ready); !checked.ok()) {
-    return AddContext(checked, context);
-  }
-  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(ready.room()), context));
-  const absl::Time now = absl::Now();
-  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);
-  if (!begun.ok()) return AddContext(begun.status(), context);
-  ApplyLocked(*std::move(begun));
-  absl::StatusOr<session::PrefillOutput> out =
-      prefill->Ready(ready.room(), std::move(room_ready), now);
-  if (!out.ok()) return AddContext(out.status(), context);
-  metrics.RoomReady(ready.room(), now);  // its first-byte clock starts
-  ApplyLocked(*std::move(out));
-  return absl::OkStatus();
+  return Owned([&]() -> absl::Status {
+    if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+    if (ready.block_tables_size() > 0) {
+      KVRAIL_ASSIGN_OR_RETURN(room_ready.source_manifest,
+                              ManifestFromTables(ready.block_tables(), ready.prefix_len(),
+                                                 ready.prompt_len(), context + ": block_tables"));
+    }
+    // Refused before the room is begun, so that a refused Ready stores nothing.
+    if (absl::Status checked = session::CheckRoomReady(ready.room(), room_ready); !checked.ok()) {
+      return AddContext(checked, context);
+    }
+    KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(ready.room()), context));
+    const absl::Time now = absl::Now();
+    absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);
+    if (!begun.ok()) return AddContext(begun.status(), context);
+    ApplyLocked(*std::move(begun));
+    absl::StatusOr<session::PrefillOutput> out =
+        prefill->Ready(ready.room(), std::move(room_ready), now);
+    if (!out.ok()) return AddContext(out.status(), context);
+    metrics.RoomReady(ready.room(), now);  // its first-byte clock starts
+    ApplyLocked(*std::move(out));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<layout::Manifest> Sidecar::Impl::ManifestFromTables(
@@ -115,23 +116,24 @@ absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
   if (options.role != Role::kPrefill) {
     return absl::FailedPreconditionError(context + ": this is a decode sidecar");
   }
-  Locked locked(*this);
-  if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
-  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(begin.room()), context));
-  // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
-  // pre-allocation comes after this call or came before it (BeginRoom then reports it).
-  const bool first = !prefill->Begun(begin.room());
-  if (first && awaiting_bootstrap.size() < options.max_rooms) {
-    awaiting_bootstrap.insert(begin.room());
-  }
-  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(begin.room(), absl::Now());
-  if (!begun.ok()) {
-    awaiting_bootstrap.erase(begin.room());
-    return AddContext(begun.status(), context);
-  }
-  metrics.RoomSeen(begin.room(), absl::Now());
-  ApplyLocked(*std::move(begun));
-  return absl::OkStatus();
+  return Owned([&]() -> absl::Status {
+    if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+    KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(begin.room()), context));
+    // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
+    // pre-allocation comes after this call or came before it (BeginRoom then reports it).
+    const bool first = !prefill->Begun(begin.room());
+    if (first && awaiting_bootstrap.size() < options.max_rooms) {
+      awaiting_bootstrap.insert(begin.room());
+    }
+    absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(begin.room(), absl::Now());
+    if (!begun.ok()) {
+      awaiting_bootstrap.erase(begin.room());
+      return AddContext(begun.status(), context);
+    }
+    metrics.RoomSeen(begin.room(), absl::Now());
+    ApplyLocked(*std::move(begun));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
@@ -145,22 +147,23 @@ absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
     if (!manifest.ok()) return AddContext(manifest.status(), context + ": source manifest");
     source = *std::move(manifest);
   }
-  Locked locked(*this);
-  if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
-  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(layers.room()), context));
-  const absl::Time now = absl::Now();
-  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(layers.room(), now);
-  if (!begun.ok()) return AddContext(begun.status(), context);
-  ApplyLocked(*std::move(begun));
-  absl::StatusOr<session::PrefillOutput> out =
-      prefill->LayersReady(layers.room(), std::move(source), layers.layers(), now);
-  if (!out.ok()) return AddContext(out.status(), context);
-  ApplyLocked(*std::move(out));
-  return absl::OkStatus();
+  return Owned([&]() -> absl::Status {
+    if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
+    KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(layers.room()), context));
+    const absl::Time now = absl::Now();
+    absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(layers.room(), now);
+    if (!begun.ok()) return AddContext(begun.status(), context);
+    ApplyLocked(*std::move(begun));
+    absl::StatusOr<session::PrefillOutput> out =
+        prefill->LayersReady(layers.room(), std::move(source), layers.layers(), now);
+    if (!out.ok()) return AddContext(out.status(), context);
+    ApplyLocked(*std::move(out));
+    return absl::OkStatus();
+  });
 }
 
-// Needs mu. Failed means fenced: a room with a transfer in flight (or being prepared) fails
-// only once no write of it can land any more (FenceLocked, then the outcomes).
+// On the owner thread. Failed means fenced: a room with a transfer in flight (or being prepared)
+// fails only once no write of it can land any more (FenceLocked, then the outcomes).
 void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
   ApplyLocked(prefill->Abort(room, reason, absl::Now()));
 }
@@ -176,45 +179,45 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   preparation->remaining = preparation->destinations.size();
   // The last destination to be prepared (or, with none, this call) submits the room.
   auto finish = [this, preparation] {
-    Locked locked(*this);
-    const absl::Time now = absl::Now();
-    std::vector<std::string> sessions;
-    for (const PreparedTransfer& p : preparation->destinations) {
-      if (!p.error.ok()) {
-        const session::FailureCause cause =
-            p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
-        ActLocked(transfers.Fail(preparation->room, DescribeError(p.error), p.session, now, cause));
+    Owned([&] {
+      const absl::Time now = absl::Now();
+      std::vector<std::string> sessions;
+      for (const PreparedTransfer& p : preparation->destinations) {
+        if (!p.error.ok()) {
+          const session::FailureCause cause =
+              p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
+          ActLocked(
+              transfers.Fail(preparation->room, DescribeError(p.error), p.session, now, cause));
+          return;
+        }
+        sessions.push_back(p.session);
+      }
+      TransferActions actions;
+      std::optional<std::vector<uint64_t>> ids =
+          transfers.Prepared(preparation->room, preparation->generation, sessions, now, actions);
+      if (!ids) {
+        ActLocked(std::move(actions));  // failed meanwhile, or nothing to move
         return;
       }
-      sessions.push_back(p.session);
-    }
-    TransferActions actions;
-    std::optional<std::vector<uint64_t>> ids =
-        transfers.Prepared(preparation->room, preparation->generation, sessions, now, actions);
-    if (!ids) {
-      ActLocked(std::move(actions));  // failed meanwhile, or nothing to move
-      return;
-    }
-    for (const PreparedTransfer& p : preparation->destinations) {
-      if (p.digest) sent_digests[{preparation->room, p.reply_endpoint}] = *p.digest;
-    }
-    for (size_t i = 0; i < ids->size(); ++i) {
-      transfer::RoomTransfer& request = preparation->destinations[i].request;
-      request.transfer_id = (*ids)[i];
-      request.deadline = now + options.transfer_deadline;
-      request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
-    }
-    Defer([this, preparation] {
-      for (PreparedTransfer& p : preparation->destinations) {
-        const uint64_t id = p.request.transfer_id;
-        const absl::Status submitted = scheduler->Submit(std::move(p.request));
-        if (!submitted.ok()) {  // refused before anything was posted
-          Locked locked(*this);
-          ActLocked(transfers.Outcome(id, submitted, p.session, absl::Now()));
-        }
+      for (const PreparedTransfer& p : preparation->destinations) {
+        if (p.digest) sent_digests[{preparation->room, p.reply_endpoint}] = *p.digest;
       }
-      Locked locked(*this);
-      ActLocked(transfers.Submitted(preparation->room));
+      for (size_t i = 0; i < ids->size(); ++i) {
+        transfer::RoomTransfer& request = preparation->destinations[i].request;
+        request.transfer_id = (*ids)[i];
+        request.deadline = now + options.transfer_deadline;
+        request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
+      }
+      Defer([this, preparation] {
+        for (PreparedTransfer& p : preparation->destinations) {
+          const uint64_t id = p.request.transfer_id;
+          const absl::Status submitted = scheduler->Submit(std::move(p.request));
+          if (!submitted.ok()) {  // refused before anything was posted
+            Owned([&] { ActLocked(transfers.Outcome(id, submitted, p.session, absl::Now())); });
+          }
+        }
+        Owned([&] { ActLocked(transfers.Submitted(preparation->room)); });
+      });
     });
   };
   if (preparation->destinations.empty()) {
@@ -242,11 +245,10 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
       // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
       // over the whole room (the decode checks every byte the room landed).
       bool digest = false;
-      {
-        Locked locked(*this);
+      Owned([&] {
         phase = transfers.Phase(preparation->room);
         digest = final && options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
-      }
+      });
       if (phase.has_value() && *phase != TransferPhase::kFailing) {
         absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
         // The session's descriptor must vouch for the registration (registration_gate.h: its
@@ -367,37 +369,40 @@ void Sidecar::Impl::ActLocked(TransferActions actions) {
 }
 
 void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
-  Locked locked(*this);
-  if (!prefill) return;  // the arena went away; nobody to tell
-  const std::string session = transfers.SessionOf(outcome.transfer_id);
-  const absl::StatusCode code = outcome.status.code();
-  if (!outcome.status.ok()) metrics.WriteFailed(outcome.status);
-  if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
-    // The link is gone or broken: the next room fetches the descriptor and connects afresh.
-    Defer([this, session] { DropPeer(session, ""); });
-  }
-  // A cancel is the room's own doing (an abort, a sibling): nobody to blame for it.
-  const std::string blame =
-      !outcome.status.ok() && code != absl::StatusCode::kCancelled ? session : "";
-  if (!outcome.fence_proven) {
-    spdlog::warn(
-        "prefill: transfer {} to {} was fenced by a disconnect that does not prove "
-        "its writes stopped: {}",
-        outcome.transfer_id, session, outcome.status.ToString());
-  }
-  ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
-                              outcome.fence_proven, outcome.stats.copies));
+  // A data-plane thread: it hands the outcome to the owner and goes back to the wire.
+  PostOwned([this, outcome] {
+    if (!prefill) return;  // the arena went away; nobody to tell
+    const std::string session = transfers.SessionOf(outcome.transfer_id);
+    const absl::StatusCode code = outcome.status.code();
+    if (!outcome.status.ok()) metrics.WriteFailed(outcome.status);
+    if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
+      // The link is gone or broken: the next room fetches the descriptor and connects afresh.
+      Defer([this, session] { DropPeer(session, ""); });
+    }
+    // A cancel is the room's own doing (an abort, a sibling): nobody to blame for it.
+    const std::string blame =
+        !outcome.status.ok() && code != absl::StatusCode::kCancelled ? session : "";
+    if (!outcome.fence_proven) {
+      spdlog::warn(
+          "prefill: transfer {} to {} was fenced by a disconnect that does not prove "
+          "its writes stopped: {}",
+          outcome.transfer_id, session, outcome.status.ToString());
+    }
+    ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
+                                outcome.fence_proven, outcome.stats.copies));
+  });
 }
 
 void Sidecar::Impl::DropPeer(const std::string& session, const std::string& reply_endpoint) {
   std::optional<transport::PeerId> id = directory->Drop(session);
-  Locked locked(*this);
-  if (id) forget_peers.push_back(*id);  // the ticker asks the scheduler once it is idle
-  if (reply_endpoint.empty() || !prefill) return;
-  for (const auto& other : prefill->Registrations()) {
-    if (other->reply_endpoint == reply_endpoint) return;  // a live registration's route
-  }
-  Defer([this, reply_endpoint] { outbox->Forget(reply_endpoint); });
+  Owned([&] {
+    if (id) forget_peers.push_back(*id);  // the ticker asks the scheduler once it is idle
+    if (reply_endpoint.empty() || !prefill) return;
+    for (const auto& other : prefill->Registrations()) {
+      if (other->reply_endpoint == reply_endpoint) return;  // a live registration's route
+    }
+    Defer([this, reply_endpoint] { outbox->Forget(reply_endpoint); });
+  });
 }
 
 }  // namespace kvrail::sidecar

@@ -26,10 +26,9 @@ absl::Status Sidecar::Impl::StartRegistry() {
   }
   RegistryDescriptors::Hooks hooks;
   hooks.changed = [this](const std::string& session) {
-    {
-      Locked locked(*this);
-      if (!prefill || prefill->Registration(session) == nullptr) return;
-    }
+    const bool registered =
+        Owned([&] { return prefill && prefill->Registration(session) != nullptr; });
+    if (!registered) return;
     bool changed = false;
     absl::StatusOr<std::shared_ptr<const v1::HandshakeDescriptor>> refreshed =
         descriptors->Refresh(session, &changed);
@@ -39,9 +38,10 @@ absl::Status Sidecar::Impl::StartRegistry() {
     }
   };
   hooks.gone = [this](const std::string& session, const std::string& reason) {
-    Locked locked(*this);
-    if (!prefill || prefill->Registration(session) == nullptr) return;
-    DropSessionLocked(session, reason, Drop::kRegistry, absl::Now());
+    Owned([&] {
+      if (!prefill || prefill->Registration(session) == nullptr) return;
+      DropSessionLocked(session, reason, Drop::kRegistry, absl::Now());
+    });
   };
   KVRAIL_ASSIGN_OR_RETURN(registry_descriptors,
                           RegistryDescriptors::Start(endpoint, std::move(hooks)));

@@ -1,9 +1,9 @@
 // --verify-digest on a decode (sidecar_impl.h; docs/SECURITY.md, "Digests"): a prefill rank's
 // room digest is kept until its Success comes; the Success then waits while the bytes that
-// landed are hashed in a strand (a 1 GiB room is tens of milliseconds of hashing, never under
-// mu), and counts only if the digests agree. A mismatch fails the room as any decode-local
-// failure does: its pages are held and fenced through the prefill ranks that have not reported
-// (DecodeRooms::Fail), so the rank whose bytes were wrong is asked to fence too.
+// landed are hashed in a strand (a 1 GiB room is tens of milliseconds of hashing, never on the
+// owner thread), and counts only if the digests agree. A mismatch fails the room as any
+// decode-local failure does: its pages are held and fenced through the prefill ranks that have not
+// reported (DecodeRooms::Fail), so the rank whose bytes were wrong is asked to fence too.
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/match.h"
@@ -111,40 +111,43 @@ void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room,
         copies, plan::DigestSide::kDestination,
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
   }();
-  Locked locked(*this);
-  if (!decode) return;  // the arena went away meanwhile
-  const absl::Time now = absl::Now();
-  if (landed.ok() && *landed == sent) {
-    ++stats.room_digests;
-    DeliverSuccessLocked(success, /*host=*/"");  // checked already; its sender not kept
-    return;
-  }
-  const std::string reason = landed.ok()
-                                 ? absl::StrFormat(
-                                       "--verify-digest: prefill rank %d sent %s, the landed bytes "
-                                       "hash to %s",
-                                       rank, plan::FormatDigest(sent), plan::FormatDigest(*landed))
-                                 : absl::StrFormat(
-                                       "--verify-digest: the bytes prefill rank %d wrote cannot be "
-                                       "checked: %s",
-                                       rank, DescribeError(landed.status()));
-  ++stats.room_digests_failed;
-  ApplyLocked(decode->Fail(room, reason, now, session::FailureCause::kDigest));
+  Owned([&] {
+    if (!decode) return;  // the arena went away meanwhile
+    const absl::Time now = absl::Now();
+    if (landed.ok() && *landed == sent) {
+      ++stats.room_digests;
+      DeliverSuccessLocked(success, /*host=*/"");  // checked already; its sender not kept
+      return;
+    }
+    const std::string reason =
+        landed.ok() ? absl::StrFormat(
+                          "--verify-digest: prefill rank %d sent %s, the landed bytes "
+                          "hash to %s",
+                          rank, plan::FormatDigest(sent), plan::FormatDigest(*landed))
+                    : absl::StrFormat(
+                          "--verify-digest: the bytes prefill rank %d wrote cannot be "
+                          "checked: %s",
+                          rank, DescribeError(landed.status()));
+    ++stats.room_digests_failed;
+    ApplyLocked(decode->Fail(room, reason, now, session::FailureCause::kDigest));
+  });
 }
 
 absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> Sidecar::Impl::LandingPlanOf(
     PrefillNode& node, uint32_t rank) {
-  {
-    Locked locked(*this);
-    auto cached = node.landing_plans.find(static_cast<int>(rank));
-    if (cached != node.landing_plans.end()) return cached->second;
-  }
+  std::shared_ptr<const plan::CopyPlan> known =
+      Owned([&]() -> std::shared_ptr<const plan::CopyPlan> {
+        auto cached = node.landing_plans.find(static_cast<int>(rank));
+        return cached != node.landing_plans.end() ? cached->second : nullptr;
+      });
+  if (known != nullptr) return known;
   KVRAIL_ASSIGN_OR_RETURN(plan::CopyPlan bound,
                           plan::LandingPlan(node.description, options.tp_size, options.tp_rank,
                                             contract, static_cast<int>(rank)));
   auto landing = std::make_shared<const plan::CopyPlan>(std::move(bound));
-  Locked locked(*this);
-  return node.landing_plans.emplace(static_cast<int>(rank), landing).first->second;
+  return Owned([&]() -> std::shared_ptr<const plan::CopyPlan> {
+    return node.landing_plans.emplace(static_cast<int>(rank), landing).first->second;
+  });
 }
 
 void Sidecar::Impl::ForgetDigestsLocked(uint64_t room) {

@@ -42,26 +42,27 @@ std::vector<std::string> Sidecar::Impl::ConfirmSessions(const std::vector<std::s
   }
   const std::vector<absl::StatusOr<v1::HandshakeDescriptor>> answers = transport::FetchDescriptors(
       targets, std::min(options.handshake_timeout, absl::Milliseconds(500)));
-  Locked locked(*this);
-  for (size_t k = 0; k < asked.size(); ++k) {
-    const size_t i = asked[k];
-    const absl::StatusOr<v1::HandshakeDescriptor>& answer = answers[k];
-    if (answer.ok()) {
-      const std::optional<std::string> digest = gate.KeyDigestOf(sessions[i]);
-      if (digest && !digest->empty() && *digest != answer->session_key_digest()) {
-        gone[i] = absl::StrCat("Decode session ", sessions[i],
-                               " is gone: its handshake endpoint answers with another session "
-                               "key (another decode process took its port)");
+  Owned([&] {
+    for (size_t k = 0; k < asked.size(); ++k) {
+      const size_t i = asked[k];
+      const absl::StatusOr<v1::HandshakeDescriptor>& answer = answers[k];
+      if (answer.ok()) {
+        const std::optional<std::string> digest = gate.KeyDigestOf(sessions[i]);
+        if (digest && !digest->empty() && *digest != answer->session_key_digest()) {
+          gone[i] = absl::StrCat("Decode session ", sessions[i],
+                                 " is gone: its handshake endpoint answers with another session "
+                                 "key (another decode process took its port)");
+        }
+      } else if (answer.status().code() == absl::StatusCode::kFailedPrecondition ||
+                 answer.status().code() == absl::StatusCode::kDataLoss) {
+        gone[i] = absl::StrCat(
+            "Decode session ", sessions[i],
+            " is gone: its port answers for somebody else: ", DescribeError(answer.status()));
+      } else {
+        reach[i] = Reach::kUnknown;  // no answer: stopped, or not kvrail
       }
-    } else if (answer.status().code() == absl::StatusCode::kFailedPrecondition ||
-               answer.status().code() == absl::StatusCode::kDataLoss) {
-      gone[i] = absl::StrCat(
-          "Decode session ", sessions[i],
-          " is gone: its port answers for somebody else: ", DescribeError(answer.status()));
-    } else {
-      reach[i] = Reach::kUnknown;  // no answer: stopped, or not kvrail
     }
-  }
+  });
   return gone;
 }
 

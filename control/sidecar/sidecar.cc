@@ -91,11 +91,16 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
   return std::make_pair(address.substr(0, colon), port);
 }
 
-Sidecar::Impl::Locked::~Locked() {
-  std::vector<std::function<void()>> work;
-  work.swap(impl_.deferred);
-  lock_.unlock();
-  for (std::function<void()>& call : work) call();
+void Sidecar::Impl::PostOwned(std::function<void()> fn) {
+  owner.Post([this, fn = std::move(fn)] {
+    fn();
+    if (deferred.empty()) return;
+    std::vector<std::function<void()>> work;
+    work.swap(deferred);
+    effects.Post("effects", [work = std::move(work)] {
+      for (const std::function<void()>& call : work) call();
+    });
+  });
 }
 
 // --- outputs --------------------------------------------------------------------------------
@@ -384,14 +389,15 @@ v1::EngineReply Sidecar::Impl::Handle(const v1::EngineRequest& request) {
     case v1::EngineRequest::kAbort: {
       const std::string reason =
           request.abort().reason().empty() ? "aborted by the engine" : request.abort().reason();
-      Locked locked(*this);
-      if (!attached) {
-        status = absl::FailedPreconditionError("Abort: attach an arena first");
-      } else if (prefill) {
-        AbortPrefill(request.abort().room(), reason);
-      } else {
-        AbortDecode(request.abort().room(), reason);
-      }
+      status = Owned([&]() -> absl::Status {
+        if (!attached) return absl::FailedPreconditionError("Abort: attach an arena first");
+        if (prefill) {
+          AbortPrefill(request.abort().room(), reason);
+        } else {
+          AbortDecode(request.abort().room(), reason);
+        }
+        return absl::OkStatus();
+      });
       break;
     }
     default:
@@ -450,7 +456,10 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
 }
 
 void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
-  Locked locked(*this);
+  Owned([&] { PollLocked(poll, reply); });
+}
+
+void Sidecar::Impl::PollLocked(const v1::Poll& poll, v1::EngineReply& reply) {
   for (uint64_t room : poll.rooms()) {
     v1::RoomState* state = reply.add_states();
     state->set_room(room);
@@ -703,6 +712,10 @@ void Sidecar::Stop() {
   if (impl.inbox_thread.joinable()) impl.inbox_thread.join();
   if (impl.ticker_thread.joinable()) impl.ticker_thread.join();
   impl.strands.Stop();
+  // From here only the data plane's completions post to the owner. What jobs posted before
+  // deferred runs now; what they defer from here on is dropped (the scheduler fences all).
+  impl.owner.Call([] {});
+  impl.effects.Stop();
   // Fences what is in flight by disconnecting its peers; the outcomes find the rooms and
   // report them Failed to decode ranks still listening.
   impl.scheduler.reset();
@@ -712,6 +725,7 @@ void Sidecar::Stop() {
     impl.ReleaseArena();
   }
   impl.transport->Close();
+  impl.owner.Stop();  // runs the outcomes' jobs still queued
   impl.inbox->Close();
 }
 
@@ -724,8 +738,7 @@ const metrics::Registry& Sidecar::metrics() const { return impl_->metrics.regist
 
 SidecarStats Sidecar::Impl::Stats() {
   SidecarStats out;
-  {
-    Locked locked(*this);
+  Owned([&] {
     out = stats;
     out.peer_messages_rejected += connections_cut.load();
     if (prefill) {
@@ -744,7 +757,7 @@ SidecarStats Sidecar::Impl::Stats() {
       out.arena_bytes = arena_bytes;
       out.layers = contract_layers;
     }
-  }
+  });
   // Each of these has a lock of its own.
   out.outbox_peers = outbox->peer_count();
   if (directory) out.data_plane_peers = directory->size();

@@ -6,10 +6,11 @@
 //   plane: copy plans (control/plan) -> scheduler (engine/transfer) -> UCX (engine/transport),
 //   with the decode's descriptor fetched by session id (engine/transport/handshake).
 //
-// Threads: the engine API server, the CachePD inbox, a ticker (timeouts, heartbeats) and a
-// worker for what may block (bootstrap HTTP, handshake fetches, copy expansion), plus the
-// transport's and the scheduler's own. One mutex guards the room state machine; nothing slow
-// runs under it.
+// Threads: one owner of the room state (control/sidecar/owner_loop.h), to which the others
+// hand work: the engine API server, the CachePD inbox, a ticker (timeouts, heartbeats), strands
+// for what may block (bootstrap HTTP, handshake fetches, copy expansion), plus the transport's
+// and the scheduler's own (docs/ARCHITECTURE.md, "Threads"). No lock guards room state, and
+// nothing slow runs on its owner.
 #ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_H_
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_H_
 

@@ -13,15 +13,19 @@
 //   arena_staging.cc      a staged arena (a GPU arena the transport cannot reach): the copy
 //                         of a room's sources to the mirror, and of landed ranges back
 //
-// The lock: `mu` guards the room state (the pure state machines and the tables beside them).
-// Nothing under it calls into engine/ (scheduler, peer directory, transport) or makes an HTTP
-// request: such calls are decided under it and deferred (Defer), and run on the same thread as
-// soon as `mu` is released (Locked's destructor). CachePD pushes are made under it: they are
-// non-blocking enqueues (ZmqOutbox never waits) whose order per endpoint must be the order in
-// which they were decided (a registration before its pre-allocations, a pre-allocation before
-// its fence request). What may block on one peer (descriptor fetch, connect, copy expansion, a
-// bootstrap lookup) runs in that peer's strand of `strands`, so that one dead or slow peer
-// delays only its own rooms.
+// The owner: one thread, `owner` (owner_loop.h, "kvrail-rooms"), owns the room state (the pure
+// state machines and the tables beside them); no lock guards it. Every other thread hands it a
+// job: Owned from a thread that waits for the answer (the engine API, the parser, the inbox,
+// the ticker, a strand), PostOwned from one that must never wait on room state (a data-plane
+// completion). A job never calls into engine/ (scheduler, peer directory, transport) or makes
+// an HTTP request: such calls are decided in it and deferred (Defer), and run once the job is
+// done, on the thread that called Owned, or for PostOwned on `effects`; never on the owner
+// thread. CachePD pushes are made in jobs: they are non-blocking enqueues (ZmqOutbox never
+// waits) whose order per endpoint is the order in which they were decided (a registration
+// before its pre-allocations, a pre-allocation before its fence request). What may block on
+// one peer (descriptor fetch, connect, copy expansion, a bootstrap lookup) runs in that peer's
+// strand of `strands`, so that one dead or slow peer delays only its own rooms. Methods named
+// *Locked run on the owner thread (in a job): the name is kept from the lock they replaced.
 #ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 
@@ -37,6 +41,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -58,6 +63,7 @@
 #include "control/sidecar/descriptor_registry.h"
 #include "control/sidecar/key_binding.h"
 #include "control/sidecar/liveness.h"
+#include "control/sidecar/owner_loop.h"
 #include "control/sidecar/registration_gate.h"
 #include "control/sidecar/room_transfers.h"
 #include "control/sidecar/sender_check.h"
@@ -140,8 +146,8 @@ struct Sidecar::Impl {
   std::optional<bootstrap::PrefillRegistration> registration;
   mutable std::atomic<uint64_t> bootstrap_registrations{0};  // accepted, re-registrations too
 
-  std::mutex mu;                                // guards everything below
-  std::vector<std::function<void()>> deferred;  // decided under mu, run once it is released
+  // What a job deferred (Defer), run once it is done (Owned, PostOwned). Owner thread only.
+  std::vector<std::function<void()>> deferred;
   bool attached = false;
   std::optional<session::PrefillRooms> prefill;
   std::optional<session::DecodeRooms> decode;
@@ -193,15 +199,15 @@ struct Sidecar::Impl {
   SidecarStats stats;
 
   // Prefill, CURVE on: the public key of each session's verified owner, which its handshake
-  // endpoint must hold (the data plane's descriptor fetches read it outside mu).
+  // endpoint must hold (the data plane's descriptor fetches read it off the owner thread).
   std::mutex server_keys_mu;
   std::map<std::string, std::string> session_server_keys;  // guarded by server_keys_mu
   // CURVE on: the client keys to reach a server holding `public_key`.
   zmq_auth::CurveClientKeys ClientKeys(const std::string& public_key) const {
     return {options.curve->own, public_key};
   }
-  // Needs mu, CURVE on: whether the key `user_id` names may send `message` (key_binding.h);
-  // a refused one is logged and counted.
+  // On the owner thread, CURVE on: whether the key `user_id` names may send `message`
+  // (key_binding.h); a refused one is logged and counted.
   bool KeyAllowsLocked(const std::string& user_id, const std::vector<std::string>& message,
                        const std::string& host);
 
@@ -220,29 +226,33 @@ struct Sidecar::Impl {
   std::mutex deferred_mu;
   std::map<uint64_t, int> deferred_rooms;
 
-  // Holds `mu`; what was deferred under it runs once it is released, in order, on this thread.
-  class Locked {
-   public:
-    explicit Locked(Impl& impl) : impl_(impl), lock_(impl.mu) {}
-    ~Locked();
-    Locked(const Locked&) = delete;
-    Locked& operator=(const Locked&) = delete;
+  // The room state's one owner, and the thread that runs what PostOwned's jobs deferred.
+  // Declared after what their jobs use; Sidecar::Stop stops them in order.
+  StrandPool effects{1, "kvrail-effects"};
+  OwnerLoop owner{"kvrail-rooms"};
 
-   private:
-    Impl& impl_;
-    std::unique_lock<std::mutex> lock_;
-  };
-  // Runs `call` once `mu` is released (needs mu).
+  // Runs `fn` on the owner thread and returns what it returned, then runs what it deferred on
+  // this thread. Called from the owner thread itself (a job's own call), runs `fn` at once
+  // and leaves what it defers to the job. Once the owner has stopped (Sidecar::Stop), `fn`
+  // does not run: the answer is absl::UnavailableError for a Status or StatusOr, a default
+  // value otherwise.
+  template <typename Fn>
+  std::invoke_result_t<Fn&> Owned(Fn fn);
+  // Runs `fn` on the owner thread without waiting for it (a data-plane completion); what it
+  // deferred runs on `effects`, in order. Dropped once the owner has stopped.
+  void PostOwned(std::function<void()> fn);
+  // In a job: runs `call` once the job is done, off the owner thread.
   void Defer(std::function<void()> call) { deferred.push_back(std::move(call)); }
 
   // --- sidecar.cc: outputs ------------------------------------------------------------------
-  // Needs mu: whether `event` would end a room whose terminal event went out already (the
-  // state machines never make one; it is logged and dropped, never published): exactly one
+  // On the owner thread: whether `event` would end a room whose terminal event went out already
+  // (the state machines never make one; it is logged and dropped, never published): exactly one
   // terminal event per room and role.
   bool RepeatedEndLocked(const session::RoomEvent& event) const;
   void Publish(const session::RoomEvent& event, const TransferActions::Ended* ended = nullptr);
-  // Needs mu, prefill: why an engine call about `room` is refused when its terminal event went
-  // out already ("room N already failed: <reason>", session::EndedRoomError); OK otherwise.
+  // On the owner thread, prefill: why an engine call about `room` is refused when its terminal
+  // event went out already ("room N already failed: <reason>", session::EndedRoomError); OK
+  // otherwise.
   absl::Status EndedLocked(uint64_t room) const;
   void PublishRelease(const session::PagesRelease& release);
   void FinishLocked(const session::RoomEvent& event);
@@ -256,6 +266,7 @@ struct Sidecar::Impl {
                 const engine_api::EngineApiServer::Responder& respond);
   SidecarStats Stats();
   void Poll(const v1::Poll& poll, v1::EngineReply& reply);
+  void PollLocked(const v1::Poll& poll, v1::EngineReply& reply);
 
   // --- arena_attach.cc ----------------------------------------------------------------------
   absl::Status Attach(const v1::AttachArena& attach, v1::EngineReply& reply);
@@ -264,7 +275,7 @@ struct Sidecar::Impl {
   absl::Status StartRooms(const v1::AttachArena& attach, const layout::Contract& parsed);
   absl::StatusOr<plan::PipelineLayout> StageLayout(const v1::AttachArena& attach,
                                                    const layout::Contract& parsed) const;
-  // Registers this prefill rank with its bootstrap server (HTTP: never under mu).
+  // Registers this prefill rank with its bootstrap server (HTTP: never on the owner thread).
   absl::Status RegisterWithBootstrap() const;
   // Needs attach_mu: allocates the host mirror of a staged arena (`bytes` of `unreachable`) on
   // the data plane and the staging between them; returns the mirror, which the data plane uses.
@@ -276,8 +287,8 @@ struct Sidecar::Impl {
   // --- prefill_transfers.cc -----------------------------------------------------------------
   absl::Status Ready(const v1::Ready& ready);
   absl::Status LayersReady(const v1::LayersReady& layers);
-  // Needs mu, attached: the canonical manifest of an engine's block tables and window, for
-  // this arena's contract (CACHEPD §5.2); errors prefixed with `context`.
+  // On the owner thread, attached: the canonical manifest of an engine's block tables and window,
+  // for this arena's contract (CACHEPD §5.2); errors prefixed with `context`.
   absl::StatusOr<layout::Manifest> ManifestFromTables(
       const google::protobuf::RepeatedPtrField<v1::BlockTable>& tables, int64_t prefix_len,
       int64_t prompt_len, const std::string& context) const;
@@ -294,7 +305,7 @@ struct Sidecar::Impl {
   void OnTransferOutcome(const transfer::RoomOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
   // scheduler queue) and, unless a registration still uses it, the PUSH socket to
-  // `reply_endpoint` (empty: keep it). Calls into engine/: never under mu.
+  // `reply_endpoint` (empty: keep it). Calls into engine/: never on the owner thread.
   void DropPeer(const std::string& session, const std::string& reply_endpoint);
 
   // --- decode_routing.cc --------------------------------------------------------------------
@@ -308,64 +319,66 @@ struct Sidecar::Impl {
   // `dp_group`: the engine's Expect.dp_group, checked against CachePD's rule (plan::DpGroupOf).
   void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest,
              std::optional<int> dp_group);
-  // Needs mu: the room's route when its node and every rank endpoint it needs were looked up
-  // already (nothing to fetch), or why the engine's dp_group is refused; nullopt otherwise.
+  // On the owner thread: the room's route when its node and every rank endpoint it needs were
+  // looked up already (nothing to fetch), or why the engine's dp_group is refused; nullopt
+  // otherwise.
   std::optional<absl::StatusOr<session::RoomRoute>> CachedRouteLocked(uint64_t room,
                                                                       const std::string& address,
                                                                       std::optional<int> dp_group);
-  // Needs mu: routes the room and sends its pre-allocations (or fails it).
+  // On the owner thread: routes the room and sends its pre-allocations (or fails it).
   void RouteLocked(uint64_t room, session::RoomRoute route, const layout::Manifest& manifest);
 
   // --- room_digests.cc ----------------------------------------------------------------------
-  // Decode, needs mu: keeps a room digest (control/wire/digest.h) for its room's Success.
+  // Decode, on the owner thread: keeps a room digest (control/wire/digest.h) for its room's
+  // Success.
   void KeepDigestLocked(const std::vector<std::string>& message, const std::string& host);
-  // Decode, needs mu, --verify-digest: takes a Success that must wait for its digest check (the
-  // check runs in a strand, and the Success is handled once it passed), or fails the room whose
-  // kvrail prefill rank sent none. False: handle `message` as CachePD does.
+  // Decode, on the owner thread, --verify-digest: takes a Success that must wait for its digest
+  // check (the check runs in a strand, and the Success is handled once it passed), or fails the
+  // room whose kvrail prefill rank sent none. False: handle `message` as CachePD does.
   bool TakeForDigestLocked(const std::vector<std::string>& message);
-  // Hashes what prefill rank `rank` wrote for `room` here (off mu), compares with `sent`, then
-  // handles `success` or fails the room naming both digests.
+  // Hashes what prefill rank `rank` wrote for `room` here (off the owner thread), compares with
+  // `sent`, then handles `success` or fails the room naming both digests.
   void CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank, uint64_t sent,
                    std::shared_ptr<const layout::Manifest> manifest,
                    std::shared_ptr<PrefillNode> node);
   // Forgets what --verify-digest kept for a room that ended.
   void ForgetDigestsLocked(uint64_t room);
-  // Decode, needs mu: a Success from a prefill rank for a room that is live here (what the
-  // digest check and staging take); nullopt for any other message.
+  // Decode, on the owner thread: a Success from a prefill rank for a room that is live here (what
+  // the digest check and staging take); nullopt for any other message.
   struct LiveSuccess {
     uint64_t room = 0;
     uint32_t rank = 0;
     std::string bootstrap_address;
   };
   std::optional<LiveSuccess> LiveSuccessLocked(const std::vector<std::string>& message) const;
-  // Decode, needs mu: the room's destination manifest and prefill node, which its landed ranges
-  // need. When either is no longer known, fails the room ("<what>: the bytes prefill rank N
+  // Decode, on the owner thread: the room's destination manifest and prefill node, which its landed
+  // ranges need. When either is no longer known, fails the room ("<what>: the bytes prefill rank N
   // wrote <cannot>: the room's manifest is no longer known here") and returns false.
   bool LandingInputsLocked(const LiveSuccess& success, const std::string& what,
                            const std::string& cannot,
                            std::shared_ptr<const layout::Manifest>& manifest,
                            std::shared_ptr<PrefillNode>& node);
   // Decode: where prefill rank `rank` of `node` lands its copies here (plan::LandingPlan),
-  // computed once per node and rank. Takes mu briefly; call without it.
+  // computed once per node and rank. Asks the owner thread; call it off that thread.
   absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> LandingPlanOf(PrefillNode& node,
                                                                       uint32_t rank);
 
   // --- arena_staging.cc ---------------------------------------------------------------------
-  // Needs mu: a Success from a prefill rank, checked as far as it must be (sender proof,
+  // On the owner thread: a Success from a prefill rank, checked as far as it must be (sender proof,
   // digest): on a staged decode arena its landed ranges go back to the arena first
   // (TakeForStagingLocked), then the room state machine has it (HandleMessageLocked).
   void DeliverSuccessLocked(const std::vector<std::string>& message, const std::string& host);
-  // Decode, needs mu, staged arena: takes a Success whose rank's landed ranges must be copied
-  // from the mirror to the arena first (in a strand; StageLanded), or fails the room whose
+  // Decode, on the owner thread, staged arena: takes a Success whose rank's landed ranges must be
+  // copied from the mirror to the arena first (in a strand; StageLanded), or fails the room whose
   // ranges cannot be known. False: not a Success of a live room; handle it as CachePD does.
   bool TakeForStagingLocked(const std::vector<std::string>& message);
-  // Copies what prefill rank `rank` landed for `room` from the mirror to the arena (off mu),
-  // then handles `success`, or fails the room naming the staging error.
+  // Copies what prefill rank `rank` landed for `room` from the mirror to the arena (off the owner
+  // thread), then handles `success`, or fails the room naming the staging error.
   void StageLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
                    std::shared_ptr<const layout::Manifest> manifest,
                    std::shared_ptr<PrefillNode> node);
-  // Prefill, staged arena, off mu: copies the source ranges of `copies` to the mirror, before
-  // any write reads them.
+  // Prefill, staged arena, off the owner thread: copies the source ranges of `copies` to the
+  // mirror, before any write reads them.
   absl::Status StageSources(const plan::CopyList& copies);
 
   // --- loops.cc -----------------------------------------------------------------------------
@@ -377,35 +390,35 @@ struct Sidecar::Impl {
     std::string user_id;  // CURVE on: the sending key's User-Id
     std::string host;     // the sending peer's address; empty if unknown
   };
-  // Needs mu: checks one message from the inbox (attached, CURVE binding, sender proofs, the
-  // registration gate) and hands it to the room state machine.
+  // On the owner thread: checks one message from the inbox (attached, CURVE binding, sender proofs,
+  // the registration gate) and hands it to the room state machine.
   void HandleInboxMessageLocked(InboxMessage& in);
-  // Needs mu: hands one CachePD message to the room state machine.
+  // On the owner thread: hands one CachePD message to the room state machine.
   // `host` sent the message (the inbox's Peer-Address; empty if unknown): refusals are logged
   // at most once per host per 10 s.
   void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
                            const std::string& host);
-  // Needs mu. Counts a refused peer message and logs `line` through peer_log.
+  // On the owner thread. Counts a refused peer message and logs `line` through peer_log.
   void RefuseLocked(const std::string& host, const std::string& line);
-  // Decode, needs mu: whether `message` (a status or fence answer) must come with a sender
-  // proof (SidecarOptions::sender_proofs).
+  // Decode, on the owner thread: whether `message` (a status or fence answer) must come with a
+  // sender proof (SidecarOptions::sender_proofs).
   bool SenderProofRequiredLocked(const std::vector<std::string>& message) const;
   // Checks a registration the gate holds against its session's descriptor, in that session's
   // strand, then lets the gate release what waited (registration_gate.h).
   void VerifyRegistration(RegistrationGate::Check check);
   void TickerLoop();
   void ProbePeers(const std::vector<std::string>& peers);
-  // Prefill, without mu: a session whose port accepts connections may still be gone, its port
-  // taken by another program or by its own successor. Asks each session that `reach` says
+  // Prefill, off the owner thread: a session whose port accepts connections may still be gone, its
+  // port taken by another program or by its own successor. Asks each session that `reach` says
   // listens for its descriptor, all at once, and compares the session key digest with the one
   // its registration was verified with (session_identity.cc). Returns, for each session, why
   // it is gone (empty when it is not), and turns into kUnknown the reach of those that did not
   // answer: silent for --registration-ttl, they are dropped as the unreachable are.
   std::vector<std::string> ConfirmSessions(const std::vector<std::string>& sessions,
                                            std::vector<Reach>& reach);
-  // Prefill, needs mu: drops `session` (its rooms fail with `reason`) and defers forgetting
-  // its data plane.
-  // Why a session is dropped: the label of kvrail_sessions_dropped_total and its rooms' cause.
+  // Prefill, on the owner thread: drops `session` (its rooms fail with `reason`) and defers
+  // forgetting its data plane. Why a session is dropped: the label of kvrail_sessions_dropped_total
+  // and its rooms' cause.
   enum class Drop { kRefused, kOtherProcess, kSilent, kRegistry };
   void DropSessionLocked(const std::string& session, const std::string& reason, Drop why,
                          absl::Time now);
@@ -432,6 +445,33 @@ struct Sidecar::Impl {
   // Revokes the decode's lease (its entry goes at once); stops the prefill's watcher.
   void StopRegistry();
 };
+
+template <typename Fn>
+std::invoke_result_t<Fn&> Sidecar::Impl::Owned(Fn fn) {
+  using R = std::invoke_result_t<Fn&>;
+  if (owner.OnOwner()) return fn();
+  std::vector<std::function<void()>> work;
+  if constexpr (std::is_void_v<R>) {
+    owner.Call([&] {
+      fn();
+      work.swap(deferred);
+    });
+    for (std::function<void()>& call : work) call();
+  } else {
+    std::optional<R> out = owner.Call([&]() -> R {
+      R result = fn();
+      work.swap(deferred);
+      return result;
+    });
+    for (std::function<void()>& call : work) call();
+    if (out.has_value()) return *std::move(out);
+    if constexpr (std::is_constructible_v<R, absl::Status>) {  // a Status or StatusOr
+      return R(absl::UnavailableError("the sidecar is stopping"));
+    } else {
+      return R{};
+    }
+  }
+}
 
 }  // namespace kvrail::sidecar
 

@@ -1,6 +1,7 @@
 // Every thread of a running sidecar carries a name (docs/ARCHITECTURE.md, "Threads"): one that
 // kvrail gave it, or the one its library gives its own (ZeroMQ's, UCX's). A thread that kept the
-// process's name is one nobody can tell apart in top -H, perf or gdb.
+// process's name is one nobody can tell apart in top -H, perf or gdb. Each sidecar has one owner
+// of its room state (owner_loop.h).
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -61,6 +62,9 @@ void ExpectEveryThreadNamed(Role role) {
   EXPECT_EQ(names.count(process), 0u)
       << names.count(process) << " thread(s) kept the process's name " << process
       << "; the others: " << absl::StrJoin(names, ", ");
+  // One owner of the room state, and one thread for what its data-plane jobs defer.
+  EXPECT_EQ(names.count("kvrail-rooms"), 1u) << absl::StrJoin(names, ", ");
+  EXPECT_EQ(names.count("kvrail-effects0"), 1u) << absl::StrJoin(names, ", ");
 }
 
 TEST(ThreadNamesTest, EveryThreadOfADecodeSidecarHasAName) {

@@ -98,7 +98,11 @@ void Registry::AddCollector(std::function<void(std::vector<MetricFamily>&)> coll
 
 std::vector<MetricFamily> Registry::Collect() const {
   std::vector<MetricFamily> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  // The collectors run after the lock is released: one may wait on its owner (a sidecar's
+  // stats come from its owner thread), which may meanwhile count into this registry.
+  std::vector<std::function<void(std::vector<MetricFamily>&)>> collectors;
+  std::unique_lock<std::mutex> lock(mu_);
+  collectors = collectors_;
   for (const auto& entry : entries_) {
     MetricFamily family{entry->name, entry->help, entry->type, {}};
     if (entry->counters) {
@@ -128,7 +132,8 @@ std::vector<MetricFamily> Registry::Collect() const {
     }
     out.push_back(std::move(family));
   }
-  for (const auto& collect : collectors_) collect(out);
+  lock.unlock();
+  for (const auto& collect : collectors) collect(out);
   return out;
 }
 
