@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -55,9 +56,16 @@ void ExpectEveryThreadNamed(Role role) {
   auto sidecar = Sidecar::Start(options);
   ASSERT_TRUE(sidecar.ok()) << sidecar.status();
   const std::string process = Comm("/proc/self/comm");
+  // A thread is named by its starter right after it starts (engine/sync/thread_name.h): one
+  // just started may not carry its name yet. Read until none keeps the process's, for 2 s.
   std::multiset<std::string> names;
-  for (const auto& [tid, name] : OtherThreads()) {
-    if (before.count(tid) == 0) names.insert(name);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    names.clear();
+    for (const auto& [tid, name] : OtherThreads()) {
+      if (before.count(tid) == 0) names.insert(name);
+    }
+    if (names.count(process) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(names.count(process), 0u)
       << names.count(process) << " thread(s) kept the process's name " << process

@@ -1,39 +1,37 @@
 #include "tests/fuzz/planner_cases.h"
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "control/plan/vector_cases.h"
 #include "tests/fuzz/check.h"
-#include "tests/support/vectors.h"
 
 namespace kvrail::fuzz {
 namespace {
 
-layout::Contract ParseFitting(const std::string& wire, const std::string& what) {
-  absl::StatusOr<layout::Contract> contract = layout::ParseContract(wire);
-  Check(contract.ok(),
-        [&] { return absl::StrCat(what, " does not parse: ", contract.status().ToString()); });
-  const absl::Status fits = layout::CheckArenaFits(*contract);
+void CheckFits(const layout::Contract& contract, const std::string& what) {
+  const absl::Status fits = layout::CheckArenaFits(contract);
   Check(fits.ok(),
         [&] { return absl::StrCat(what, " does not fit its arena: ", fits.ToString()); });
-  return *std::move(contract);
 }
 
 }  // namespace
 
 PlannerCase LoadPlannerCase(absl::string_view name) {
-  static const nlohmann::json* const vectors =
-      new nlohmann::json(kvrail::testing::LoadVectors("planner.json"));
-  for (const nlohmann::json& entry : vectors->at("cases")) {
+  // The vectors are read as every planner test reads them (control/plan/vector_cases.h).
+  for (const nlohmann::json& entry : plan::testing::PlannerCases()) {
     if (entry.at("name").get<std::string>() != name) continue;
+    plan::testing::PlannerCase read = plan::testing::ReadPlannerCase(entry);
     PlannerCase c;
-    c.name = std::string(name);
-    c.prefill_tp_size = entry.at("prefill_tp_size").get<int>();
-    c.decode_tp_size = entry.at("decode_tp_size").get<int>();
-    c.prefill = ParseFitting(entry.at("prefill_contract").get<std::string>(),
-                             absl::StrCat("planner.json ", name, " prefill contract"));
-    c.decode = ParseFitting(entry.at("decode_contract").get<std::string>(),
-                            absl::StrCat("planner.json ", name, " decode contract"));
+    c.name = std::move(read.name);
+    c.prefill_tp_size = read.prefill_tp;
+    c.decode_tp_size = read.decode_tp;
+    c.prefill = std::move(read.prefill);
+    c.decode = std::move(read.decode);
+    CheckFits(c.prefill, absl::StrCat("planner.json ", name, " prefill contract"));
+    CheckFits(c.decode, absl::StrCat("planner.json ", name, " decode contract"));
     c.decode_wire = *layout::SerializeContract(c.decode);
     return c;
   }
