@@ -49,7 +49,7 @@ absl::StatusOr<plan::PipelineLayout> Sidecar::Impl::StageLayout(
 // (shared memory, CUDA IPC, the transport's registration) and the bootstrap's HTTP run under
 // attach_mu, never on the owner thread.
 absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineReply& reply) {
-  std::lock_guard<std::mutex> attach_lock(attach_mu);
+  MutexLock attach_lock(&attach_mu);
   std::optional<absl::Status> reattached = Owned([&]() -> std::optional<absl::Status> {
     if (!attached) return std::nullopt;
     return ReattachLocked(attach, reply);

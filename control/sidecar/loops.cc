@@ -244,7 +244,7 @@ void Sidecar::Impl::VerifyRegistration(RegistrationGate::Check check) {
           // fetches go to the key that was just verified.
           outbox->SetServerKey(wire::ReplyEndpoint(registration->endpoint, registration->port),
                                curve_keys->server_public_key);
-          std::lock_guard<std::mutex> lock(server_keys_mu);
+          MutexLock lock(&server_keys_mu);
           session_server_keys[check.session_id] = curve_keys->server_public_key;
         }
       }
@@ -362,7 +362,7 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
   gate.Forget(session);
   keys.Forget(session);
   {
-    std::lock_guard<std::mutex> lock(server_keys_mu);
+    MutexLock lock(&server_keys_mu);
     session_server_keys.erase(session);  // restarted decodes must leave no key behind
   }
   if (!endpoint) return;
@@ -377,7 +377,7 @@ void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::str
 // it answers but does not list this rank's endpoint, register again (an identical registration
 // changes nothing, CACHEPD §2.1).
 void Sidecar::Impl::ReregisterIfForgotten() {
-  std::lock_guard<std::mutex> attach_lock(attach_mu);
+  MutexLock attach_lock(&attach_mu);
   if (!registration) return;
   absl::StatusOr<std::pair<std::string, int>> server =
       SplitHostPort(options.bootstrap, "--bootstrap");

@@ -24,7 +24,7 @@ std::vector<std::string> Sidecar::Impl::ConfirmSessions(const std::vector<std::s
   // holding the port never answers it: silent, not gone).
   std::vector<std::optional<zmq_auth::CurveClientKeys>> curve;
   {
-    std::lock_guard<std::mutex> lock(server_keys_mu);
+    MutexLock lock(&server_keys_mu);
     for (size_t i = 0; i < sessions.size(); ++i) {
       if (reach[i] != Reach::kListening) continue;
       asked.push_back(i);

@@ -442,14 +442,14 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
       return false;
   }
   {
-    std::lock_guard<std::mutex> lock(deferred_mu);
+    MutexLock lock(&deferred_mu);
     const bool behind = deferred_rooms.count(*room) > 0;  // earlier requests of it wait there
     if (manifest_bytes < kInlineManifestBytes && !behind) return false;
     ++deferred_rooms[*room];
   }
   parser.Post("manifests", [this, request, respond, room = *room] {
     respond(Handle(request));
-    std::lock_guard<std::mutex> lock(deferred_mu);
+    MutexLock lock(&deferred_mu);
     if (--deferred_rooms[room] == 0) deferred_rooms.erase(room);
   });
   return true;
@@ -625,7 +625,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
       fetcher = [raw = impl.get()](absl::string_view session) {
         std::string server_key;
         {
-          std::lock_guard<std::mutex> lock(raw->server_keys_mu);
+          MutexLock lock(&raw->server_keys_mu);
           auto it = raw->session_server_keys.find(std::string(session));
           if (it != raw->session_server_keys.end()) server_key = it->second;
         }
@@ -677,7 +677,7 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
                               },
                               std::move(api_curve)));
   {
-    std::lock_guard<std::mutex> lock(impl->api_mu);
+    MutexLock lock(&impl->api_mu);
     impl->api_ready = true;
   }
   impl->api_assigned.notify_all();
@@ -721,7 +721,7 @@ void Sidecar::Stop() {
   impl.scheduler.reset();
   if (impl.handshake) impl.handshake->Stop();
   {
-    std::lock_guard<std::mutex> attach_lock(impl.attach_mu);
+    MutexLock attach_lock(&impl.attach_mu);
     impl.ReleaseArena();
   }
   impl.transport->Close();

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -75,6 +76,7 @@
 #include "engine/memory/arena.h"
 #include "engine/memory/arena_staging.h"
 #include "engine/memory/cuda_arena.h"
+#include "engine/sync/mutex.h"
 #include "engine/transfer/copy_list_pool.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
@@ -106,12 +108,13 @@ struct Sidecar::Impl {
   absl::Duration populate_time;  // the allocated arena's PopulatePages, at attach
   // The engine API's thread serves from inside EngineApiServer::Start, before `api` is
   // assigned; its handlers wait here until it is (they read `api`: Stats, Publish).
-  std::mutex api_mu;
+  Mutex api_mu;
   std::condition_variable api_assigned;
-  bool api_ready = false;  // guarded by api_mu
-  void WaitForApi() {
-    std::unique_lock<std::mutex> lock(api_mu);
-    api_assigned.wait(lock, [this] { return api_ready; });
+  bool api_ready ABSL_GUARDED_BY(api_mu) = false;
+  void WaitForApi() ABSL_LOCKS_EXCLUDED(api_mu) {
+    MutexLock lock(&api_mu);
+    api_mu.Await(api_assigned,
+                 [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(api_mu) { return api_ready; });
   }
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::HandshakeServer> handshake;    // decode
@@ -128,7 +131,7 @@ struct Sidecar::Impl {
   // The attached arena: named shared memory, CUDA memory, or memory the transport allocated
   // (AttachArena.allocate_bytes; registered by Allocate, freed by Deregister). Written by
   // Attach under attach_mu before `attached` is set, read-only while attached.
-  std::mutex attach_mu;
+  Mutex attach_mu;
   std::optional<Arena> host_arena;
   std::optional<CudaArena> cuda_arena;
   std::optional<transport::SharedRegion> allocated;
@@ -200,8 +203,8 @@ struct Sidecar::Impl {
 
   // Prefill, CURVE on: the public key of each session's verified owner, which its handshake
   // endpoint must hold (the data plane's descriptor fetches read it off the owner thread).
-  std::mutex server_keys_mu;
-  std::map<std::string, std::string> session_server_keys;  // guarded by server_keys_mu
+  Mutex server_keys_mu;
+  std::map<std::string, std::string> session_server_keys ABSL_GUARDED_BY(server_keys_mu);
   // CURVE on: the client keys to reach a server holding `public_key`.
   zmq_auth::CurveClientKeys ClientKeys(const std::string& public_key) const {
     return {options.curve->own, public_key};
@@ -223,8 +226,8 @@ struct Sidecar::Impl {
   // room follows them there, so that each room's requests apply in the engine's order (a
   // LayersReady with a large manifest before its Ready, an Expect before its Abort). Holds
   // only requests in the parser's queue.
-  std::mutex deferred_mu;
-  std::map<uint64_t, int> deferred_rooms;
+  Mutex deferred_mu;
+  std::map<uint64_t, int> deferred_rooms ABSL_GUARDED_BY(deferred_mu);
 
   // The room state's one owner, and the thread that runs what PostOwned's jobs deferred.
   // Declared after what their jobs use; Sidecar::Stop stops them in order.
@@ -271,7 +274,8 @@ struct Sidecar::Impl {
   // --- arena_attach.cc ----------------------------------------------------------------------
   absl::Status Attach(const v1::AttachArena& attach, v1::EngineReply& reply);
   absl::Status ReattachLocked(const v1::AttachArena& attach, v1::EngineReply& reply);
-  absl::Status AttachArenaMemory(const v1::AttachArena& attach, const layout::Contract& parsed);
+  absl::Status AttachArenaMemory(const v1::AttachArena& attach, const layout::Contract& parsed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu);
   absl::Status StartRooms(const v1::AttachArena& attach, const layout::Contract& parsed);
   absl::StatusOr<plan::PipelineLayout> StageLayout(const v1::AttachArena& attach,
                                                    const layout::Contract& parsed) const;
@@ -279,10 +283,11 @@ struct Sidecar::Impl {
   absl::Status RegisterWithBootstrap() const;
   // Needs attach_mu: allocates the host mirror of a staged arena (`bytes` of `unreachable`) on
   // the data plane and the staging between them; returns the mirror, which the data plane uses.
-  absl::StatusOr<transport::LocalRegion> MirrorArena(uint8_t* unreachable, uint64_t bytes);
+  absl::StatusOr<transport::LocalRegion> MirrorArena(uint8_t* unreachable, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu);
   // Withdraws the arena from the data plane and lets it go (needs attach_mu): after a refused
   // attach, and at Stop, where Deregister frees memory the transport allocated.
-  void ReleaseArena();
+  void ReleaseArena() ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu);
 
   // --- prefill_transfers.cc -----------------------------------------------------------------
   absl::Status Ready(const v1::Ready& ready);
