@@ -1,6 +1,7 @@
 #include "engine/metrics/registry.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -78,6 +79,25 @@ TEST(RegistryTest, HistogramCountsEachObservationInOneBucket) {
   EXPECT_EQ(histogram.bucket_counts(), (std::vector<uint64_t>{1, 1, 1}));
   EXPECT_EQ(histogram.count(), 3u);
   EXPECT_DOUBLE_EQ(histogram.sum(), 9.9);
+}
+
+// A collector may wait on another thread that uses the same registry meanwhile (a sidecar's
+// stats come from its owner thread, which counts into the registry): the collectors run after
+// the registry's lock is released, so neither waits for the other.
+TEST(RegistryTest, ACollectorMayWaitOnAThreadThatAddsToTheSameRegistry) {
+  Registry registry;
+  registry.AddCollector([&registry](std::vector<MetricFamily>& out) {
+    std::thread other([&registry] { registry.AddCounter("kvrail_added_total", "added").With(); });
+    other.join();
+    out.push_back({"kvrail_waited", "waited", MetricType::kGauge, {{"", {}, 1}}});
+  });
+  const std::vector<MetricFamily> families = registry.Collect();
+  EXPECT_EQ(families.back().name, "kvrail_waited");
+  // The counter the other thread added is there at the next collect.
+  bool added = false;
+  for (const MetricFamily& family : registry.Collect())
+    added |= family.name == "kvrail_added_total";
+  EXPECT_TRUE(added);
 }
 
 }  // namespace
