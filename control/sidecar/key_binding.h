@@ -11,7 +11,7 @@
 //   is the rank the frame carries (the status rank: pp_rank * tp_size + tp_rank within the DP
 //   group, CACHEPD §3.4, §10.1).
 //
-// Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's lock guards it).
+// Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's owner thread alone uses it).
 #ifndef KVRAIL_CONTROL_SIDECAR_KEY_BINDING_H_
 #define KVRAIL_CONTROL_SIDECAR_KEY_BINDING_H_
 

@@ -19,7 +19,7 @@
 // whose key matches the digest; the proofs themselves go no further. A session whose
 // descriptor has no digest (a peer that is not kvrail) keeps CachePD's rules.
 //
-// Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's lock guards it).
+// Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's owner thread alone uses it).
 #ifndef KVRAIL_CONTROL_SIDECAR_REGISTRATION_GATE_H_
 #define KVRAIL_CONTROL_SIDECAR_REGISTRATION_GATE_H_
 

@@ -14,8 +14,8 @@
 // per preparation makes late work harmless: a preparation that finishes after its room failed
 // submits nothing.
 //
-// Not thread-safe, and never calls out: the sidecar's lock guards it, and the caller does what
-// each call returns (submit, cancel) after releasing that lock.
+// Not thread-safe, and never calls out: the sidecar's owner thread alone uses it, and what each
+// call returns (submit, cancel) runs once the owner's job is done, off that thread.
 #ifndef KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
 #define KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
 

@@ -5,7 +5,7 @@
 // decode's PULL socket cannot make a room Success (its bytes never sent) or release pages a prefill
 // still writes.
 //
-// Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's lock guards it).
+// Pure: no sockets, threads or clocks. Not thread-safe (the sidecar's owner thread alone uses it).
 #ifndef KVRAIL_CONTROL_SIDECAR_SENDER_CHECK_H_
 #define KVRAIL_CONTROL_SIDECAR_SENDER_CHECK_H_
 
