@@ -46,16 +46,19 @@ bool Sidecar::Impl::KeyAllowsLocked(const std::string& user_id,
 }
 
 void Sidecar::Impl::InboxLoop() {
-  // What is queued is read first (up to kBatch messages) and then handled in one owner job:
-  // the work they defer (a prefill's transfers into the strands, a decode's events) then starts
-  // once per batch, and the threads it wakes take it as one run instead of a wakeup per room.
+  // What is queued is read first (up to kBatch messages) and then posted to the owner as one
+  // job: the inbox reads on while the owner applies it, and the work the batch starts (a
+  // prefill's transfers into the strands, a decode's events) starts once per batch. The inbox
+  // waits for the owner only when kMaxBatchesQueued of its batches are still queued there, so
+  // that a flood stays in ZeroMQ's bounded queues, not in the owner's.
   constexpr size_t kBatch = 16;
-  std::vector<InboxMessage> batch(kBatch);
+  constexpr size_t kMaxBatchesQueued = 8;
   bool closed = false;
   while (!stop.load() && !closed) {
+    auto batch = std::make_shared<std::vector<InboxMessage>>(kBatch);
     size_t count = 0;
     while (count < kBatch) {
-      InboxMessage& in = batch[count];
+      InboxMessage& in = (*batch)[count];
       absl::StatusOr<std::optional<std::vector<std::string>>> message = inbox->Receive(
           count == 0 ? absl::Milliseconds(100) : absl::ZeroDuration(), &in.user_id, &in.host);
       if (!message.ok()) {
@@ -73,9 +76,13 @@ void Sidecar::Impl::InboxLoop() {
       ++count;
     }
     if (count == 0) continue;
-    Owned([&] {
-      for (size_t i = 0; i < count; ++i) HandleInboxMessageLocked(batch[i]);
+    batch->resize(count);
+    inbox_batches_queued.fetch_add(1);
+    PostOwned([this, batch] {
+      inbox_batches_queued.fetch_sub(1);
+      for (InboxMessage& in : *batch) HandleInboxMessageLocked(in);
     });
+    if (inbox_batches_queued.load() > kMaxBatchesQueued) Owned([] {});  // the owner catches up
   }
 }
 

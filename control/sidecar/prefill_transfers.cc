@@ -177,9 +177,10 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     preparation->destinations.emplace_back();
   }
   preparation->remaining = preparation->destinations.size();
-  // The last destination to be prepared (or, with none, this call) submits the room.
+  // The last destination to be prepared (or, with none, this call) submits the room: posted to
+  // the owner, which decides; the submits it defers run on `effects` (PostOwned).
   auto finish = [this, preparation] {
-    Owned([&] {
+    PostOwned([this, preparation] {
       const absl::Time now = absl::Now();
       std::vector<std::string> sessions;
       for (const PreparedTransfer& p : preparation->destinations) {
@@ -213,17 +214,23 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
           const uint64_t id = p.request.transfer_id;
           const absl::Status submitted = scheduler->Submit(std::move(p.request));
           if (!submitted.ok()) {  // refused before anything was posted
-            Owned([&] { ActLocked(transfers.Outcome(id, submitted, p.session, absl::Now())); });
+            PostOwned([this, id, submitted, session = p.session] {
+              ActLocked(transfers.Outcome(id, submitted, session, absl::Now()));
+            });
           }
         }
-        Owned([&] { ActLocked(transfers.Submitted(preparation->room)); });
+        PostOwned([this, room = preparation->room] { ActLocked(transfers.Submitted(room)); });
       });
     });
   };
   if (preparation->destinations.empty()) {
-    Defer(finish);
+    finish();
     return;
   }
+  // A strand reads these, not the owner's tables: whether the room failed meanwhile (its
+  // preparation is then moot), and whether the final work is hashed (--verify-digest, for a
+  // kvrail session: one whose key this prefill holds).
+  const std::shared_ptr<const std::atomic<bool>> failing = transfers.FailingFlag(work.room);
   size_t index = 0;
   for (const session::TransferDestination& destination : work.destinations) {
     const session::DecodePeer& peer = *destination.peer;
@@ -237,19 +244,15 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
     const bool final = work.final;
     const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
     const uint64_t arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
+    // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
+    // over the whole room (the decode checks every byte the room landed).
+    const bool digest =
+        final && options.verify_digest && gate.KeyFor(destination.peer->reply_endpoint).has_value();
     strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
                                 copy_plan, layers, final, remote_base, arena_length, finish,
-                                owner = destination.peer] {
+                                failing, digest, owner = destination.peer] {
       // Skipped when the room already failed: its preparation is moot.
-      std::optional<TransferPhase> phase;
-      // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
-      // over the whole room (the decode checks every byte the room landed).
-      bool digest = false;
-      Owned([&] {
-        phase = transfers.Phase(preparation->room);
-        digest = final && options.verify_digest && gate.KeyFor(owner->reply_endpoint).has_value();
-      });
-      if (phase.has_value() && *phase != TransferPhase::kFailing) {
+      if (failing != nullptr && !failing->load()) {
         absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
         // The session's descriptor must vouch for the registration (registration_gate.h: its
         // CachePD endpoint, a region beginning at B_dst that holds the arena), as it did when

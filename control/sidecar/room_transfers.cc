@@ -57,6 +57,7 @@ TransferActions RoomTransfers::Fail(uint64_t room_id, std::string reason, std::s
   Room& room = found->second;
   if (room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
+    room.failing->store(true);
     room.reason = std::move(reason);
     room.cause = cause;
     room.blame = std::move(blame);
@@ -88,6 +89,7 @@ TransferActions RoomTransfers::Outcome(uint64_t transfer_id, const absl::Status&
   room.copies_by_session[session] += copies;
   if (!status.ok() && room.phase != TransferPhase::kFailing) {
     room.phase = TransferPhase::kFailing;
+    room.failing->store(true);
     room.reason = status.ToString();
     room.cause = session::FailureCauseOf(status);
     room.blame = blame;
@@ -131,6 +133,12 @@ std::optional<TransferPhase> RoomTransfers::Phase(uint64_t room_id) const {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end()) return std::nullopt;
   return found->second.phase;
+}
+
+std::shared_ptr<const std::atomic<bool>> RoomTransfers::FailingFlag(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return nullptr;
+  return found->second.failing;
 }
 
 }  // namespace kvrail::sidecar

@@ -19,8 +19,10 @@
 #ifndef KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
 #define KVRAIL_CONTROL_SIDECAR_ROOM_TRANSFERS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -94,6 +96,10 @@ class RoomTransfers {
   // The session of a transfer in flight, or empty.
   std::string SessionOf(uint64_t transfer_id) const;
   std::optional<TransferPhase> Phase(uint64_t room) const;
+  // A flag that turns true once `room` fails (kFailing), for a strand preparing its work to read
+  // without asking the owner (a preparation of a failed room is moot); null for a room not
+  // tracked. The one thing of this table another thread reads.
+  std::shared_ptr<const std::atomic<bool>> FailingFlag(uint64_t room) const;
   bool Tracks(uint64_t room) const { return rooms_.count(room) > 0; }
   size_t size() const { return rooms_.size(); }
   size_t transfers_in_flight() const { return owners_.size(); }
@@ -112,6 +118,8 @@ class RoomTransfers {
     std::map<std::string, uint64_t> copies_by_session;
     absl::Time started;
     bool fence_proven = true;
+    // Set with phase = kFailing (FailingFlag).
+    std::shared_ptr<std::atomic<bool>> failing = std::make_shared<std::atomic<bool>>(false);
   };
   struct Owner {
     uint64_t room = 0;

@@ -438,13 +438,20 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
     case v1::EngineRequest::kBegin:
       room = request.begin().room();
       break;
+    case v1::EngineRequest::kPoll:
+      PostOwned([this, request, respond] { respond(Handle(request)); });
+      return true;
     default:
-      return false;
+      return false;  // Attach and Stats: answered on the engine API's thread
   }
   {
     MutexLock lock(&deferred_mu);
     const bool behind = deferred_rooms.count(*room) > 0;  // earlier requests of it wait there
-    if (manifest_bytes < kInlineManifestBytes && !behind) return false;
+    if (manifest_bytes < kInlineManifestBytes && !behind) {
+      // Answered by the owner, in the order the requests came (owner_loop.h).
+      PostOwned([this, request, respond] { respond(Handle(request)); });
+      return true;
+    }
     ++deferred_rooms[*room];
   }
   parser.Post("manifests", [this, request, respond, room = *room] {

@@ -264,7 +264,9 @@ struct Sidecar::Impl {
   void ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended = nullptr);
   void ApplyLocked(session::DecodeOutput out);
   v1::EngineReply Handle(const v1::EngineRequest& request);
-  // The engine API's Deferrer: takes a Ready or Expect whose manifest is large to `parser`.
+  // The engine API's Deferrer: takes a Ready or Expect whose manifest is large to `parser`, and
+  // every other room request (Ready, LayersReady, Begin, Expect, Abort, Poll) to the owner,
+  // which answers it when its job runs: the engine API's thread never waits on room state.
   bool TakeSlow(const v1::EngineRequest& request,
                 const engine_api::EngineApiServer::Responder& respond);
   SidecarStats Stats();
@@ -388,6 +390,7 @@ struct Sidecar::Impl {
 
   // --- loops.cc -----------------------------------------------------------------------------
   void InboxLoop();
+  std::atomic<size_t> inbox_batches_queued{0};  // posted to the owner, not yet begun
   // One message the inbox read (or dropped), kept with its sender for HandleInboxMessageLocked.
   struct InboxMessage {
     absl::Status dropped;  // not OK: the inbox dropped it (too many frames), nothing to handle
