@@ -15,12 +15,13 @@
 //
 // The owner: one thread, `owner` (owner_loop.h, "kvrail-rooms"), owns the room state (the pure
 // state machines and the tables beside them); no lock guards it. Every other thread hands it a
-// job: Owned from a thread that waits for the answer (the engine API, the parser, the inbox,
-// the ticker, a strand), PostOwned from one that must never wait on room state (a data-plane
-// completion). A job never calls into engine/ (scheduler, peer directory, transport) or makes
-// an HTTP request: such calls are decided in it and deferred (Defer), and run once the job is
-// done, on the thread that called Owned, or for PostOwned on `effects`; never on the owner
-// thread. CachePD pushes are made in jobs: they are non-blocking enqueues (ZmqOutbox never
+// job, and the room path never waits for one: PostOwned for engine requests (answered by the
+// job, through the engine API's mailbox), CachePD batches, a prepared room's submit and
+// data-plane outcomes; Owned, which waits for the answer, only where a rare path needs it (an
+// attach, stats, the ticker, a strand's bootstrap lookup, the parser of large manifests). A job
+// never calls into engine/ (scheduler, peer directory, transport) or makes an HTTP request:
+// such calls are decided in it and deferred (Defer), and run once the job is done, on the
+// thread that called Owned, or for PostOwned on `effects`; never on the owner thread. CachePD pushes are made in jobs: they are non-blocking enqueues (ZmqOutbox never
 // waits) whose order per endpoint is the order in which they were decided (a registration
 // before its pre-allocations, a pre-allocation before its fence request). What may block on
 // one peer (descriptor fetch, connect, copy expansion, a bootstrap lookup) runs in that peer's
