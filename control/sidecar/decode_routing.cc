@@ -207,6 +207,7 @@ std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLock
 
 void Sidecar::Impl::RouteLocked(uint64_t room, session::RoomRoute route,
                                 const layout::Manifest& manifest) {
+  AssertOnOwner("RouteLocked");
   const absl::Time now = absl::Now();
   absl::StatusOr<session::DecodeOutput> out = decode->OnRoute(room, std::move(route), now);
   if (!out.ok()) {

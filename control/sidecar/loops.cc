@@ -87,6 +87,7 @@ void Sidecar::Impl::InboxLoop() {
 }
 
 void Sidecar::Impl::HandleInboxMessageLocked(InboxMessage& in) {
+  AssertOnOwner("HandleInboxMessageLocked");
   const std::string& host = in.host;
   if (!in.dropped.ok()) {
     RefuseLocked(host, absl::StrCat("peer message dropped: ", in.dropped.message()));
@@ -171,6 +172,7 @@ void Sidecar::Impl::RefuseLocked(const std::string& host, const std::string& lin
 
 void Sidecar::Impl::HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
                                         const std::string& host) {
+  AssertOnOwner("HandleMessageLocked");
   absl::Status rejected;
   if (prefill) {
     session::PrefillOutput out = prefill->OnMessage(message, now);
@@ -360,6 +362,7 @@ void Sidecar::Impl::ProbePeers(const std::vector<std::string>& peers) {
 
 void Sidecar::Impl::DropSessionLocked(const std::string& session, const std::string& reason,
                                       Drop why, absl::Time now) {
+  AssertOnOwner("DropSessionLocked");
   session::PrefillOutput out;
   std::optional<std::string> endpoint =
       prefill->DropSession(session, reason, now, out,

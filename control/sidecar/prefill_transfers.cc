@@ -169,6 +169,7 @@ void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
 }
 
 void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
+  AssertOnOwner("BeginTransferLocked");
   auto preparation = std::make_shared<Preparation>();
   preparation->room = work.room;
   preparation->generation = transfers.Begin(work.room, work.total_bytes, work.final, absl::Now());
@@ -340,6 +341,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
 }
 
 void Sidecar::Impl::FenceLocked(uint64_t room) {
+  AssertOnOwner("FenceLocked");
   if (!transfers.Tracks(room)) {
     // Nothing of it is in flight here (it cannot be: PrefillRooms asks only for rooms whose
     // transfer it started); report the fence so that the room is not left failing.
@@ -351,6 +353,7 @@ void Sidecar::Impl::FenceLocked(uint64_t room) {
 }
 
 void Sidecar::Impl::ActLocked(TransferActions actions) {
+  AssertOnOwner("ActLocked");
   const uint64_t room = actions.room;
   for (uint64_t id : actions.cancel) {
     Defer([this, id] { (void)scheduler->Cancel(id, "its room failed"); });

@@ -106,6 +106,7 @@ void Sidecar::Impl::PostOwned(std::function<void()> fn) {
 // --- outputs --------------------------------------------------------------------------------
 
 void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActions::Ended* ended) {
+  AssertOnOwner("Publish");
   if (!Terminal(event.state)) {
     // A prefill room the engine began with Begin: its Bootstrapped is news, once.
     if (event.state == TransferPoll::kBootstrapped && awaiting_bootstrap.erase(event.room) > 0) {
@@ -166,6 +167,7 @@ absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
 }
 
 void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
+  AssertOnOwner("PublishRelease");
   v1::RoomEvent out;
   out.set_room(release.room);
   out.set_status(v1::TRANSFER_POLL_PAGES_RELEASED);  // a notice, not a second Failed
@@ -193,6 +195,7 @@ bool Sidecar::Impl::RepeatedEndLocked(const session::RoomEvent& event) const {
 }
 
 void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
+  AssertOnOwner("FinishLocked");
   if (!Terminal(event.state)) {
     metrics.RoomSeen(event.room, absl::Now());  // its clock starts at its first event
     return;
@@ -226,6 +229,7 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
 
 std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
     const std::vector<session::OutboundMessage>& messages) {
+  AssertOnOwner("SendLocked");
   std::vector<std::pair<uint64_t, std::string>> lost;
   // A prefill proves its statuses, room digests and fence answers to a session whose key it
   // holds: a sender proof right before each, on the same route (control/wire/proof.h).
@@ -286,6 +290,7 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
 }
 
 void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended) {
+  AssertOnOwner("ApplyLocked");
   // A lost status is logged (its decode's waiting timeout and fence still end the room there).
   (void)SendLocked(out.messages);
   for (const session::RoomEvent& event : out.events) {
@@ -302,6 +307,7 @@ void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferAction
 }
 
 void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
+  AssertOnOwner("ApplyLocked");
   // A decode fails the room whose pre-allocation was lost: it must not wait for ever.
   for (const auto& [room, reason] : SendLocked(out.messages)) {
     session::DecodeOutput failed =
@@ -467,6 +473,7 @@ void Sidecar::Impl::Poll(const v1::Poll& poll, v1::EngineReply& reply) {
 }
 
 void Sidecar::Impl::PollLocked(const v1::Poll& poll, v1::EngineReply& reply) {
+  AssertOnOwner("PollLocked");
   for (uint64_t room : poll.rooms()) {
     v1::RoomState* state = reply.add_states();
     state->set_room(room);

@@ -21,18 +21,21 @@
 // attach, stats, the ticker, a strand's bootstrap lookup, the parser of large manifests). A job
 // never calls into engine/ (scheduler, peer directory, transport) or makes an HTTP request:
 // such calls are decided in it and deferred (Defer), and run once the job is done, on the
-// thread that called Owned, or for PostOwned on `effects`; never on the owner thread. CachePD pushes are made in jobs: they are non-blocking enqueues (ZmqOutbox never
-// waits) whose order per endpoint is the order in which they were decided (a registration
-// before its pre-allocations, a pre-allocation before its fence request). What may block on
-// one peer (descriptor fetch, connect, copy expansion, a bootstrap lookup) runs in that peer's
-// strand of `strands`, so that one dead or slow peer delays only its own rooms. Methods named
-// *Locked run on the owner thread (in a job): the name is kept from the lock they replaced.
+// thread that called Owned, or for PostOwned on `effects`; never on the owner thread. CachePD
+// pushes are made in jobs: they are non-blocking enqueues (ZmqOutbox never waits) whose order per
+// endpoint is the order in which they were decided (a registration before its pre-allocations, a
+// pre-allocation before its fence request). What may block on one peer (descriptor fetch, connect,
+// copy expansion, a bootstrap lookup) runs in that peer's strand of `strands`, so that one dead or
+// slow peer delays only its own rooms. Methods named *Locked run on the owner thread (in a job):
+// the name is kept from the lock they replaced.
 #ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
@@ -245,6 +248,18 @@ struct Sidecar::Impl {
   // Runs `fn` on the owner thread without waiting for it (a data-plane completion); what it
   // deferred runs on `effects`, in order. Dropped once the owner has stopped.
   void PostOwned(std::function<void()> fn);
+  // Where room state changes (each *Locked method, Publish): aborts naming `what` when called
+  // off the owner thread. Debug builds only (the tests'; -c opt defines NDEBUG).
+  void AssertOnOwner(const char* what) const {
+#ifndef NDEBUG
+    if (!owner.OnOwner()) {
+      std::fprintf(stderr, "kvrail: %s ran off the sidecar's owner thread\n", what);
+      std::abort();
+    }
+#else
+    (void)what;
+#endif
+  }
   // In a job: runs `call` once the job is done, off the owner thread.
   void Defer(std::function<void()> call) { deferred.push_back(std::move(call)); }
 
