@@ -91,6 +91,28 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
   return std::make_pair(address.substr(0, colon), port);
 }
 
+void Sidecar::Impl::PublishEvent(v1::RoomEvent event) {
+  if (held_events != nullptr) {
+    held_events->push_back(std::move(event));
+    return;
+  }
+  api->Publish(event);
+}
+
+void Sidecar::Impl::AnswerOnOwner(const v1::EngineRequest& request,
+                                  const engine_api::EngineApiServer::Responder& respond) {
+  PostOwned([this, request, respond] {
+    // The reply goes out before the events its request caused, as when the engine API's own
+    // thread applied requests: the engine reads its reply first.
+    std::vector<v1::RoomEvent> caused;
+    held_events = &caused;
+    v1::EngineReply reply = Handle(request);
+    held_events = nullptr;
+    respond(std::move(reply));
+    for (const v1::RoomEvent& event : caused) api->Publish(event);
+  });
+}
+
 void Sidecar::Impl::PostOwned(std::function<void()> fn) {
   owner.Post([this, fn = std::move(fn)] {
     fn();
@@ -121,7 +143,7 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
         w->set_prefix_len(window.prefix_len);
         w->set_prompt_len(window.prompt_len);
       }
-      api->Publish(out);
+      PublishEvent(std::move(out));
     }
     return;
   }
@@ -157,7 +179,7 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
       out.set_pages(v1::PAGES_REUSABLE);
       break;
   }
-  api->Publish(out);
+  PublishEvent(std::move(out));
 }
 
 absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
@@ -184,7 +206,7 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
     ++stats.pages_unproven;
     spdlog::warn("decode room {} pages released unproven: {}", release.room, release.reason);
   }
-  api->Publish(out);
+  PublishEvent(std::move(out));
 }
 
 bool Sidecar::Impl::RepeatedEndLocked(const session::RoomEvent& event) const {
@@ -445,7 +467,7 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
       room = request.begin().room();
       break;
     case v1::EngineRequest::kPoll:
-      PostOwned([this, request, respond] { respond(Handle(request)); });
+      AnswerOnOwner(request, respond);
       return true;
     default:
       return false;  // Attach and Stats: answered on the engine API's thread
@@ -454,8 +476,7 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
     MutexLock lock(&deferred_mu);
     const bool behind = deferred_rooms.count(*room) > 0;  // earlier requests of it wait there
     if (manifest_bytes < kInlineManifestBytes && !behind) {
-      // Answered by the owner, in the order the requests came (owner_loop.h).
-      PostOwned([this, request, respond] { respond(Handle(request)); });
+      AnswerOnOwner(request, respond);  // in the order the requests came (owner_loop.h)
       return true;
     }
     ++deferred_rooms[*room];

@@ -274,6 +274,14 @@ struct Sidecar::Impl {
   // otherwise.
   absl::Status EndedLocked(uint64_t room) const;
   void PublishRelease(const session::PagesRelease& release);
+  // Hands `event` to the engine API, or holds it while a request's job runs (AnswerOnOwner).
+  void PublishEvent(v1::RoomEvent event);
+  // Applies a room request on the owner and answers it from there; the events it caused follow
+  // its reply.
+  void AnswerOnOwner(const v1::EngineRequest& request,
+                     const engine_api::EngineApiServer::Responder& respond);
+  // While AnswerOnOwner's job runs: where its events wait for its reply. Owner thread only.
+  std::vector<v1::RoomEvent>* held_events = nullptr;
   void FinishLocked(const session::RoomEvent& event);
   std::vector<std::pair<uint64_t, std::string>> SendLocked(
       const std::vector<session::OutboundMessage>& messages);
