@@ -90,7 +90,7 @@ struct EngineApiServer::Sockets {
 
 absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
     const std::string& endpoint, Handler handler, Deferrer deferrer,
-    std::optional<zmq_auth::CurveServerKeys> curve) {
+    std::optional<zmq_auth::CurveServerKeys> curve, ServerLoop loop) {
   if (!handler) return absl::InvalidArgumentError("engine API server: the handler is empty");
   std::unique_ptr<EngineApiServer> server(new EngineApiServer);
   unsigned char random[16];
@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
       absl::string_view(reinterpret_cast<const char*>(random), sizeof(random)));
   server->handler_ = std::move(handler);
   server->deferrer_ = std::move(deferrer);
+  server->loop_ = std::move(loop);
   server->sockets_ = std::make_unique<Sockets>();
   zmq::context_t* context = &Context();
   if (curve) {
@@ -264,13 +265,20 @@ void EngineApiServer::Deliver() {
 
 void EngineApiServer::Run() {
   zmq::socket_t& router = sockets_->router;
+  const bool looped = loop_.fd >= 0;
+  if (looped) loop_.adopt();
   while (!stop_.load()) {
-    zmq::pollitem_t items[2] = {{router.handle(), 0, ZMQ_POLLIN, 0},
-                                {nullptr, mailbox_->wake_fd, ZMQ_POLLIN, 0}};
+    // A server that stopped serving polls nothing of its socket: requests wait there unread.
+    const bool serving = serving_.load();
+    zmq::pollitem_t items[3] = {
+        {serving ? router.handle() : nullptr, serving ? 0 : -1, ZMQ_POLLIN, 0},
+        {nullptr, mailbox_->wake_fd, ZMQ_POLLIN, 0},
+        {nullptr, loop_.fd, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      zmq::poll(items, looped ? 3 : 2, std::chrono::milliseconds(100));
+      if (looped && (items[2].revents & ZMQ_POLLIN)) loop_.run();
       if (items[1].revents & ZMQ_POLLIN) Deliver();
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      if (!serving || !(items[0].revents & ZMQ_POLLIN)) continue;
       while (true) {
         std::vector<zmq::message_t> frames;
         if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
@@ -323,6 +331,7 @@ void EngineApiServer::Run() {
       // An engine that went away between request and reply: nothing to answer.
     }
   }
+  if (looped) loop_.run();  // what the loop's owner left queued at Stop
 }
 
 struct EngineApiClient::Sockets {

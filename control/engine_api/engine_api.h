@@ -26,6 +26,16 @@ namespace kvrail::engine_api {
 // §7.4; a contract 256 KiB).
 inline constexpr int64_t kMaxRequestBytes = int64_t{4} << 20;
 
+// For EngineApiServer::Start: when `fd` is set, the server's thread also runs another loop's
+// work. It calls `adopt` once, first; polls `fd` beside its socket; and calls `run` when `fd` is
+// readable, and once more after Stop (a sidecar's room owner runs this way:
+// control/sidecar/owner_loop.h, Driven).
+struct ServerLoop {
+  int fd = -1;
+  std::function<void()> adopt;
+  std::function<void()> run;
+};
+
 class EngineApiServer {
   struct Mailbox;
 
@@ -58,9 +68,10 @@ class EngineApiServer {
   // Unavailable naming the endpoint when the bind fails. With `curve` (docs/SECURITY.md: for
   // tcp, an ipc socket is its owner's already), the socket is a CURVE server in a ZeroMQ
   // context of its own, which admits only the engine keys `curve->zap` admits.
+  //
   static absl::StatusOr<std::unique_ptr<EngineApiServer>> Start(
       const std::string& endpoint, Handler handler, Deferrer deferrer = nullptr,
-      std::optional<zmq_auth::CurveServerKeys> curve = std::nullopt);
+      std::optional<zmq_auth::CurveServerKeys> curve = std::nullopt, ServerLoop loop = {});
   ~EngineApiServer();  // Stop()
   EngineApiServer(const EngineApiServer&) = delete;
   EngineApiServer& operator=(const EngineApiServer&) = delete;
@@ -89,6 +100,9 @@ class EngineApiServer {
   // Malformed requests answered with an error so far.
   uint64_t malformed() const { return malformed_.load(); }
 
+  // Takes no more requests; the thread goes on delivering events and running `loop`'s work
+  // until Stop.
+  void StopServing() { serving_.store(false); }
   void Stop();
 
  private:
@@ -115,6 +129,8 @@ class EngineApiServer {
   // after Stop): it owns the eventfd that wakes the server thread.
   std::shared_ptr<Mailbox> mailbox_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> serving_{true};
+  ServerLoop loop_;
   std::atomic<uint64_t> malformed_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<size_t> engines_{0};

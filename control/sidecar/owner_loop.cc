@@ -1,5 +1,8 @@
 #include "control/sidecar/owner_loop.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include "engine/sync/thread_name.h"
 
 namespace kvrail::sidecar {
@@ -16,7 +19,29 @@ OwnerLoop::OwnerLoop(const std::string& name) {
   has_started.wait();  // owner_id_ is set before any caller can ask OnOwner
 }
 
-OwnerLoop::~OwnerLoop() { Stop(); }
+OwnerLoop::OwnerLoop(Driven) : wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+void OwnerLoop::Adopt() { owner_id_.store(std::this_thread::get_id()); }
+
+void OwnerLoop::RunPending() {
+  uint64_t count;
+  (void)!read(wake_fd_, &count, sizeof(count));  // cleared first: a later Post writes again
+  while (true) {
+    std::deque<std::function<void()>> jobs;
+    {
+      MutexLock lock(&mu_);
+      if (jobs_.empty()) return;
+      jobs.swap(jobs_);
+      posted_.store(0, std::memory_order_relaxed);
+    }
+    for (std::function<void()>& job : jobs) job();
+  }
+}
+
+OwnerLoop::~OwnerLoop() {
+  Stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
 
 bool OwnerLoop::Post(std::function<void()> job) {
   bool wake = false;
@@ -24,8 +49,17 @@ bool OwnerLoop::Post(std::function<void()> job) {
     MutexLock lock(&mu_);
     // The owner thread may still post while it drains at Stop (a job's follow-up work).
     if (stopping_ && !OnOwner()) return false;
+    const bool first = jobs_.empty();
     jobs_.push_back(std::move(job));
     posted_.fetch_add(1, std::memory_order_release);
+    if (wake_fd_ >= 0) {
+      // Driven: the driver polls the eventfd; one write per filling of the queue.
+      if (first) {
+        const uint64_t one = 1;
+        (void)!write(wake_fd_, &one, sizeof(one));
+      }
+      return true;
+    }
     wake = sleeping_;
   }
   if (wake) work_.notify_one();

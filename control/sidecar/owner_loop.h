@@ -40,6 +40,17 @@ class OwnerLoop {
  public:
   // Starts the thread, named `name` (at most 15 characters are kept: top -H, perf, gdb).
   explicit OwnerLoop(const std::string& name);
+
+  // Starts no thread: a thread that already polls (a sidecar's engine API) drives the loop. It
+  // calls Adopt once, before any job, to become the owner; polls wake_fd(), readable while
+  // jobs wait; and calls RunPending when it is. Stop then marks the loop stopping (later Posts
+  // from other threads are dropped), and the driver's last RunPending runs what is left.
+  struct Driven {};
+  explicit OwnerLoop(Driven);
+  int wake_fd() const { return wake_fd_; }
+  void Adopt();
+  // On the driving thread: runs the jobs posted until none is left (those they post too).
+  void RunPending() ABSL_LOCKS_EXCLUDED(mu_);
   ~OwnerLoop();  // Stop()
   OwnerLoop(const OwnerLoop&) = delete;
   OwnerLoop& operator=(const OwnerLoop&) = delete;
@@ -54,10 +65,10 @@ class OwnerLoop {
   std::optional<std::conditional_t<std::is_void_v<R>, std::monostate, R>> Call(Fn fn);
 
   // Whether the calling thread is the owner thread.
-  bool OnOwner() const { return std::this_thread::get_id() == owner_id_; }
+  bool OnOwner() const { return std::this_thread::get_id() == owner_id_.load(); }
 
   // Runs the jobs already posted (and those they post), then joins the thread. Idempotent;
-  // never call it from the owner thread.
+  // never call it from the owner thread. Driven: marks the loop stopping (RunPending above).
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Jobs posted and not yet begun.
@@ -75,7 +86,8 @@ class OwnerLoop {
   bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<size_t> posted_{0};  // jobs_.size(), read without mu_ while the owner spins
   std::thread thread_;
-  std::thread::id owner_id_;  // written before the thread runs any job
+  std::atomic<std::thread::id> owner_id_{};  // written before the owner runs any job
+  int wake_fd_ = -1;                         // driven: an eventfd, written when jobs_ fills
 };
 
 template <typename Fn, typename R>

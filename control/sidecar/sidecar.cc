@@ -91,25 +91,12 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
   return std::make_pair(address.substr(0, colon), port);
 }
 
-void Sidecar::Impl::PublishEvent(v1::RoomEvent event) {
-  if (held_events != nullptr) {
-    held_events->push_back(std::move(event));
-    return;
-  }
-  api->Publish(event);
-}
-
-void Sidecar::Impl::AnswerOnOwner(const v1::EngineRequest& request,
-                                  const engine_api::EngineApiServer::Responder& respond) {
-  PostOwned([this, request, respond] {
-    // The reply goes out before the events its request caused, as when the engine API's own
-    // thread applied requests: the engine reads its reply first.
-    std::vector<v1::RoomEvent> caused;
-    held_events = &caused;
-    v1::EngineReply reply = Handle(request);
-    held_events = nullptr;
-    respond(std::move(reply));
-    for (const v1::RoomEvent& event : caused) api->Publish(event);
+void Sidecar::Impl::RunDeferredOffOwner() {
+  if (deferred.empty()) return;
+  std::vector<std::function<void()>> work;
+  work.swap(deferred);
+  effects.Post("effects", [work = std::move(work)] {
+    for (const std::function<void()>& call : work) call();
   });
 }
 
@@ -143,7 +130,7 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
         w->set_prefix_len(window.prefix_len);
         w->set_prompt_len(window.prompt_len);
       }
-      PublishEvent(std::move(out));
+      api->Publish(out);
     }
     return;
   }
@@ -179,7 +166,7 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
       out.set_pages(v1::PAGES_REUSABLE);
       break;
   }
-  PublishEvent(std::move(out));
+  api->Publish(out);
 }
 
 absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
@@ -206,7 +193,7 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
     ++stats.pages_unproven;
     spdlog::warn("decode room {} pages released unproven: {}", release.room, release.reason);
   }
-  PublishEvent(std::move(out));
+  api->Publish(out);
 }
 
 bool Sidecar::Impl::RepeatedEndLocked(const session::RoomEvent& event) const {
@@ -466,9 +453,6 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
     case v1::EngineRequest::kBegin:
       room = request.begin().room();
       break;
-    case v1::EngineRequest::kPoll:
-      AnswerOnOwner(request, respond);
-      return true;
     default:
       return false;  // Attach and Stats: answered on the engine API's thread
   }
@@ -476,8 +460,7 @@ bool Sidecar::Impl::TakeSlow(const v1::EngineRequest& request,
     MutexLock lock(&deferred_mu);
     const bool behind = deferred_rooms.count(*room) > 0;  // earlier requests of it wait there
     if (manifest_bytes < kInlineManifestBytes && !behind) {
-      AnswerOnOwner(request, respond);  // in the order the requests came (owner_loop.h)
-      return true;
+      return false;  // applied by the handler, on the engine API's thread: the owner
     }
     ++deferred_rooms[*room];
   }
@@ -698,19 +681,23 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         options.curve->own,
         ZapFor(options, zmq_auth::KeyRole::kEngine, KeyRank(options), "engine API")};
   }
-  KVRAIL_ASSIGN_OR_RETURN(impl->api,
-                          engine_api::EngineApiServer::Start(
-                              options.engine_endpoint,
-                              [raw](const v1::EngineRequest& request) {
-                                raw->WaitForApi();
-                                return raw->Handle(request);
-                              },
-                              [raw](const v1::EngineRequest& request,
-                                    const engine_api::EngineApiServer::Responder& respond) {
-                                raw->WaitForApi();
-                                return raw->TakeSlow(request, respond);
-                              },
-                              std::move(api_curve)));
+  KVRAIL_ASSIGN_OR_RETURN(
+      impl->api, engine_api::EngineApiServer::Start(
+                     options.engine_endpoint,
+                     [raw](const v1::EngineRequest& request) {
+                       raw->WaitForApi();
+                       v1::EngineReply reply = raw->Handle(request);
+                       raw->RunDeferredOffOwner();
+                       return reply;
+                     },
+                     [raw](const v1::EngineRequest& request,
+                           const engine_api::EngineApiServer::Responder& respond) {
+                       raw->WaitForApi();
+                       return raw->TakeSlow(request, respond);
+                     },
+                     std::move(api_curve),
+                     engine_api::ServerLoop{raw->owner.wake_fd(), [raw] { raw->owner.Adopt(); },
+                                            [raw] { raw->owner.RunPending(); }}));
   {
     MutexLock lock(&impl->api_mu);
     impl->api_ready = true;
@@ -742,7 +729,9 @@ void Sidecar::Stop() {
   Impl& impl = *impl_;
   if (impl.stop.exchange(true)) return;
   impl.StopRegistry();  // a decode's entry goes first: its prefills drop it at once
-  impl.api->Stop();
+  // The engine API's thread owns the room state (owner_loop.h, Driven): it takes no more
+  // requests, and runs the owner's jobs until everything below is done.
+  impl.api->StopServing();
   impl.parser.Stop();  // what it still holds is applied; its answers are dropped
   if (impl.inbox_thread.joinable()) impl.inbox_thread.join();
   if (impl.ticker_thread.joinable()) impl.ticker_thread.join();
@@ -760,7 +749,8 @@ void Sidecar::Stop() {
     impl.ReleaseArena();
   }
   impl.transport->Close();
-  impl.owner.Stop();  // runs the outcomes' jobs still queued
+  impl.owner.Stop();  // later posts are dropped
+  impl.api->Stop();   // its thread runs the outcomes' jobs still queued, then ends
   impl.inbox->Close();
 }
 

@@ -13,21 +13,24 @@
 //   arena_staging.cc      a staged arena (a GPU arena the transport cannot reach): the copy
 //                         of a room's sources to the mirror, and of landed ranges back
 //
-// The owner: one thread, `owner` (owner_loop.h, "kvrail-rooms"), owns the room state (the pure
-// state machines and the tables beside them); no lock guards it. Every other thread hands it a
-// job, and the room path never waits for one: PostOwned for engine requests (answered by the
-// job, through the engine API's mailbox), CachePD batches, a prepared room's submit and
-// data-plane outcomes; Owned, which waits for the answer, only where a rare path needs it (an
-// attach, stats, the ticker, a strand's bootstrap lookup, the parser of large manifests). A job
-// never calls into engine/ (scheduler, peer directory, transport) or makes an HTTP request:
-// such calls are decided in it and deferred (Defer), and run once the job is done, on the
-// thread that called Owned, or for PostOwned on `effects`; never on the owner thread. CachePD
-// pushes are made in jobs: they are non-blocking enqueues (ZmqOutbox never waits) whose order per
-// endpoint is the order in which they were decided (a registration before its pre-allocations, a
-// pre-allocation before its fence request). What may block on one peer (descriptor fetch, connect,
-// copy expansion, a bootstrap lookup) runs in that peer's strand of `strands`, so that one dead or
-// slow peer delays only its own rooms. Methods named *Locked run on the owner thread (in a job):
-// the name is kept from the lock they replaced.
+// The owner: one thread owns the room state (the pure state machines and the tables beside
+// them): the engine API's (`kvrail-engapi`), which drives `owner` (owner_loop.h, Driven). No
+// lock guards the state. The engine API's thread applies engine requests in place; every other
+// thread hands it a job, and the room path never waits for one: PostOwned for CachePD batches,
+// a prepared room's submit and data-plane outcomes; Owned, which waits for the answer, where a
+// rare path needs it (stats from the metrics server, the ticker, a strand's bootstrap lookup,
+// the parser of large manifests). The owner never calls into engine/ (scheduler, peer
+// directory, transport) or makes an HTTP request for a room: such calls are decided and
+// deferred (Defer), and run once the job is done, on the thread that called Owned, or else on
+// `effects`; never on the owner thread. (An AttachArena, applied on the engine API's thread
+// like every request, maps and registers the arena and registers with the bootstrap server
+// there: before it no room exists.) CachePD pushes are made by the owner: they are
+// non-blocking enqueues (ZmqOutbox never waits) whose order per endpoint is the order in which
+// they were decided (a registration before its pre-allocations, a pre-allocation before its
+// fence request). What may block on one peer (descriptor fetch, connect, copy expansion, a
+// bootstrap lookup) runs in that peer's strand of `strands`, so that one dead or slow peer
+// delays only its own rooms. Methods named *Locked run on the owner thread: the name is kept
+// from the lock they replaced.
 #ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 
@@ -233,10 +236,11 @@ struct Sidecar::Impl {
   Mutex deferred_mu;
   std::map<uint64_t, int> deferred_rooms ABSL_GUARDED_BY(deferred_mu);
 
-  // The room state's one owner, and the thread that runs what PostOwned's jobs deferred.
-  // Declared after what their jobs use; Sidecar::Stop stops them in order.
+  // The room state's one owner, driven by the engine API's thread (owner_loop.h, Driven:
+  // it applies engine requests in place and runs what others post between them), and the
+  // thread that runs what the owner's jobs deferred. Sidecar::Stop stops them in order.
   StrandPool effects{1, "kvrail-effects"};
-  OwnerLoop owner{"kvrail-rooms"};
+  OwnerLoop owner{OwnerLoop::Driven{}};
 
   // Runs `fn` on the owner thread and returns what it returned, then runs what it deferred on
   // this thread. Called from the owner thread itself (a job's own call), runs `fn` at once
@@ -274,14 +278,9 @@ struct Sidecar::Impl {
   // otherwise.
   absl::Status EndedLocked(uint64_t room) const;
   void PublishRelease(const session::PagesRelease& release);
-  // Hands `event` to the engine API, or holds it while a request's job runs (AnswerOnOwner).
-  void PublishEvent(v1::RoomEvent event);
-  // Applies a room request on the owner and answers it from there; the events it caused follow
-  // its reply.
-  void AnswerOnOwner(const v1::EngineRequest& request,
-                     const engine_api::EngineApiServer::Responder& respond);
-  // While AnswerOnOwner's job runs: where its events wait for its reply. Owner thread only.
-  std::vector<v1::RoomEvent>* held_events = nullptr;
+  // On the owner, outside a job (an engine request the engine API's thread applied): posts
+  // what it deferred to `effects`.
+  void RunDeferredOffOwner();
   void FinishLocked(const session::RoomEvent& event);
   std::vector<std::pair<uint64_t, std::string>> SendLocked(
       const std::vector<session::OutboundMessage>& messages);

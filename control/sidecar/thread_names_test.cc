@@ -1,7 +1,6 @@
 // Every thread of a running sidecar carries a name (docs/ARCHITECTURE.md, "Threads"): one that
 // kvrail gave it, or the one its library gives its own (ZeroMQ's, UCX's). A thread that kept the
-// process's name is one nobody can tell apart in top -H, perf or gdb. Each sidecar has one owner
-// of its room state (owner_loop.h).
+// process's name is one nobody can tell apart in top -H, perf or gdb.
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -70,8 +69,9 @@ void ExpectEveryThreadNamed(Role role) {
   EXPECT_EQ(names.count(process), 0u)
       << names.count(process) << " thread(s) kept the process's name " << process
       << "; the others: " << absl::StrJoin(names, ", ");
-  // One owner of the room state, and one thread for what its data-plane jobs defer.
-  EXPECT_EQ(names.count("kvrail-rooms"), 1u) << absl::StrJoin(names, ", ");
+  // The room state's owner is the engine API's thread (owner_loop.h, Driven); one thread runs
+  // what the owner defers.
+  EXPECT_EQ(names.count("kvrail-engapi"), 1u) << absl::StrJoin(names, ", ");
   EXPECT_EQ(names.count("kvrail-effects0"), 1u) << absl::StrJoin(names, ", ");
 }
 
