@@ -287,9 +287,9 @@ struct Sidecar::Impl {
   void ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended = nullptr);
   void ApplyLocked(session::DecodeOutput out);
   v1::EngineReply Handle(const v1::EngineRequest& request);
-  // The engine API's Deferrer: takes a Ready or Expect whose manifest is large to `parser`, and
-  // every other room request (Ready, LayersReady, Begin, Expect, Abort, Poll) to the owner,
-  // which answers it when its job runs: the engine API's thread never waits on room state.
+  // The engine API's Deferrer: takes a Ready or Expect whose manifest is large to `parser` (and
+  // the later requests of its room, which follow it there); the engine API's thread, the
+  // owner, applies every other request itself.
   bool TakeSlow(const v1::EngineRequest& request,
                 const engine_api::EngineApiServer::Responder& respond);
   SidecarStats Stats();
