@@ -32,7 +32,6 @@ void OwnerLoop::RunPending() {
       MutexLock lock(&mu_);
       if (jobs_.empty()) return;
       jobs.swap(jobs_);
-      posted_.store(0, std::memory_order_relaxed);
     }
     for (std::function<void()>& job : jobs) job();
   }
@@ -44,25 +43,18 @@ OwnerLoop::~OwnerLoop() {
 }
 
 bool OwnerLoop::Post(std::function<void()> job) {
-  bool wake = false;
-  {
-    MutexLock lock(&mu_);
-    // The owner thread may still post while it drains at Stop (a job's follow-up work).
-    if (stopping_ && !OnOwner()) return false;
-    const bool first = jobs_.empty();
-    jobs_.push_back(std::move(job));
-    posted_.fetch_add(1, std::memory_order_release);
-    if (wake_fd_ >= 0) {
-      // Driven: the driver polls the eventfd; one write per filling of the queue.
-      if (first) {
-        const uint64_t one = 1;
-        (void)!write(wake_fd_, &one, sizeof(one));
-      }
-      return true;
-    }
-    wake = sleeping_;
+  MutexLock lock(&mu_);
+  // The owner thread may still post while it drains at Stop (a job's follow-up work).
+  if (stopping_ && !OnOwner()) return false;
+  const bool first = jobs_.empty();
+  jobs_.push_back(std::move(job));
+  if (wake_fd_ < 0) {
+    work_.notify_one();
+  } else if (first) {
+    // Driven: the driver polls the eventfd; one write per filling of the queue.
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
   }
-  if (wake) work_.notify_one();
   return true;
 }
 
@@ -81,28 +73,16 @@ size_t OwnerLoop::queued() const {
 }
 
 void OwnerLoop::Run() {
-  // About 10 us of pause instructions: a job posted in that time is taken without a wakeup.
-  constexpr int kSpins = 200;
   while (true) {
-    for (int i = 0; i < kSpins && posted_.load(std::memory_order_acquire) == 0; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
     std::function<void()> job;
     {
       MutexLock lock(&mu_);
-      if (jobs_.empty() && !stopping_) {
-        sleeping_ = true;
-        mu_.Await(work_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || !jobs_.empty();
-        });
-        sleeping_ = false;
-      }
+      mu_.Await(work_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !jobs_.empty();
+      });
       if (jobs_.empty()) return;  // stopping, and every posted job has run
       job = std::move(jobs_.front());
       jobs_.pop_front();
-      posted_.fetch_sub(1, std::memory_order_relaxed);
     }
     job();  // what it captured goes with it, outside the lock
   }

@@ -3,10 +3,9 @@
 // the ticker, the strands, the data plane's completions -- hands it work instead of taking a
 // lock: Post for what needs no answer (a completion, a peer frame), Call for what its caller
 // must answer with (an engine request's reply). Work runs one job at a time, in the order it
-// was posted, so the state it touches needs no lock and no job sees another half done. Out of
-// work, the owner looks for a next job for about 10 us before it sleeps: the next job often
-// follows at once (the next message of a burst, a reply's follow-up), and taking it awake
-// spares both threads a wakeup.
+// was posted, so the state it touches needs no lock and no job sees another half done. A
+// sidecar drives it from its engine API's thread (Driven); the thread of its own is for tests
+// and tools that have no poller.
 //
 // Nothing slow may run on it: a job that must wait on a peer, a socket or the data plane posts
 // that part to a strand and posts its result back. A job may Post more work (it runs after the
@@ -78,13 +77,9 @@ class OwnerLoop {
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable Mutex mu_;
-  std::condition_variable work_;  // a job was posted to a sleeping owner, or Stop began
+  std::condition_variable work_;  // a job was posted, or Stop began
   std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The owner waits on work_: only then does a Post wake it (a wakeup is a system call on both
-  // sides; a busy owner takes the next job without one).
-  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<size_t> posted_{0};  // jobs_.size(), read without mu_ while the owner spins
   std::thread thread_;
   std::atomic<std::thread::id> owner_id_{};  // written before the owner runs any job
   int wake_fd_ = -1;                         // driven: an eventfd, written when jobs_ fills

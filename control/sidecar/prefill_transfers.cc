@@ -83,11 +83,8 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
     if (absl::Status checked = session::CheckRoomReady(ready.room(), room_ready); !checked.ok()) {
       return AddContext(checked, context);
     }
-    KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(ready.room()), context));
     const absl::Time now = absl::Now();
-    absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(ready.room(), now);
-    if (!begun.ok()) return AddContext(begun.status(), context);
-    ApplyLocked(*std::move(begun));
+    KVRAIL_RETURN_IF_ERROR(BeginPrefillRoomLocked(ready.room(), now, context));
     absl::StatusOr<session::PrefillOutput> out =
         prefill->Ready(ready.room(), std::move(room_ready), now);
     if (!out.ok()) return AddContext(out.status(), context);
@@ -149,17 +146,23 @@ absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
   }
   return Owned([&]() -> absl::Status {
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
-    KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(layers.room()), context));
     const absl::Time now = absl::Now();
-    absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(layers.room(), now);
-    if (!begun.ok()) return AddContext(begun.status(), context);
-    ApplyLocked(*std::move(begun));
+    KVRAIL_RETURN_IF_ERROR(BeginPrefillRoomLocked(layers.room(), now, context));
     absl::StatusOr<session::PrefillOutput> out =
         prefill->LayersReady(layers.room(), std::move(source), layers.layers(), now);
     if (!out.ok()) return AddContext(out.status(), context);
     ApplyLocked(*std::move(out));
     return absl::OkStatus();
   });
+}
+
+absl::Status Sidecar::Impl::BeginPrefillRoomLocked(uint64_t room, absl::Time now,
+                                                   const std::string& context) {
+  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(room), context));
+  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(room, now);
+  if (!begun.ok()) return AddContext(begun.status(), context);
+  ApplyLocked(*std::move(begun));
+  return absl::OkStatus();
 }
 
 // On the owner thread. Failed means fenced: a room with a transfer in flight (or being prepared)

@@ -103,12 +103,7 @@ void Sidecar::Impl::RunDeferredOffOwner() {
 void Sidecar::Impl::PostOwned(std::function<void()> fn) {
   owner.Post([this, fn = std::move(fn)] {
     fn();
-    if (deferred.empty()) return;
-    std::vector<std::function<void()>> work;
-    work.swap(deferred);
-    effects.Post("effects", [work = std::move(work)] {
-      for (const std::function<void()>& call : work) call();
-    });
+    RunDeferredOffOwner();
   });
 }
 

@@ -278,8 +278,8 @@ struct Sidecar::Impl {
   // otherwise.
   absl::Status EndedLocked(uint64_t room) const;
   void PublishRelease(const session::PagesRelease& release);
-  // On the owner, outside a job (an engine request the engine API's thread applied): posts
-  // what it deferred to `effects`.
+  // On the owner, once a job or an engine request is done: posts what it deferred to
+  // `effects`.
   void RunDeferredOffOwner();
   void FinishLocked(const session::RoomEvent& event);
   std::vector<std::pair<uint64_t, std::string>> SendLocked(
@@ -326,6 +326,9 @@ struct Sidecar::Impl {
   // decodes' windows) comes as an event.
   absl::Status Begin(const v1::Begin& begin);
   void AbortPrefill(uint64_t room, const std::string& reason);
+  // On the owner thread: refuses a room whose terminal event went out (EndedLocked), else
+  // begins it (PrefillRooms::BeginRoom) and applies what that says; errors prefixed `context`.
+  absl::Status BeginPrefillRoomLocked(uint64_t room, absl::Time now, const std::string& context);
   // A room's transfer may start: prepare each destination in its session's strand.
   void BeginTransferLocked(session::TransferWork work);
   // Fences a room that failed with its transfer in flight (PrefillRooms' fences).
