@@ -213,7 +213,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         request.deadline = now + options.transfer_deadline;
         request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
       }
-      Defer([this, preparation] {
+      Defer([this, preparation, failing = transfers.FailingFlag(preparation->room)] {
         for (PreparedTransfer& p : preparation->destinations) {
           const uint64_t id = p.request.transfer_id;
           const absl::Status submitted = scheduler->Submit(std::move(p.request));
@@ -223,7 +223,13 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
             });
           }
         }
-        PostOwned([this, room = preparation->room] { ActLocked(transfers.Submitted(room)); });
+        // A room that failed while these were submitted cancels them now (RoomTransfers::
+        // Submitted). One that had not failed once every Submit returned needs nothing: its
+        // failure, later, sets the flag before it decides its cancels, which run after these
+        // Submits returned and find what they submitted.
+        if (failing != nullptr && failing->load()) {
+          PostOwned([this, room = preparation->room] { ActLocked(transfers.Submitted(room)); });
+        }
       });
     });
   };

@@ -74,8 +74,9 @@ class RoomTransfers {
                                                 const std::vector<std::string>& sessions,
                                                 absl::Time now, TransferActions& actions);
 
-  // After the ids from Prepared were submitted: the ones to cancel, if the room failed while
-  // they were being submitted.
+  // After the ids from Prepared were submitted, if the room failed while they were being
+  // submitted (its FailingFlag was set once every Submit returned): the ones to cancel. A room
+  // whose flag was still clear then needs no call: a later Fail cancels them itself.
   TransferActions Submitted(uint64_t room);
 
   // The room fails (an abort, a failed preparation or submission). `blame` names the session

@@ -101,10 +101,9 @@ void Sidecar::Impl::RunDeferredOffOwner() {
 }
 
 void Sidecar::Impl::PostOwned(std::function<void()> fn) {
-  owner.Post([this, fn = std::move(fn)] {
-    fn();
-    RunDeferredOffOwner();
-  });
+  // What the job defers waits in `deferred` until the owner has run every job it took in this
+  // wake: then one post to `effects` carries them all, in order (the driver's `run`).
+  owner.Post(std::move(fn));
 }
 
 // --- outputs --------------------------------------------------------------------------------
@@ -676,23 +675,30 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
         options.curve->own,
         ZapFor(options, zmq_auth::KeyRole::kEngine, KeyRank(options), "engine API")};
   }
+  // The engine API's thread owns the room state: between requests it runs what others posted
+  // to the owner (owner_loop.h, Driven), then posts what those jobs deferred to `effects`.
+  engine_api::ServerLoop owner_loop;
+  owner_loop.fd = raw->owner.wake_fd();
+  owner_loop.adopt = [raw] { raw->owner.Adopt(); };
+  owner_loop.run = [raw] {
+    raw->owner.RunPending();
+    raw->RunDeferredOffOwner();
+  };
+  auto handle = [raw](const v1::EngineRequest& request) {
+    raw->WaitForApi();
+    v1::EngineReply reply = raw->Handle(request);
+    raw->RunDeferredOffOwner();
+    return reply;
+  };
+  auto take_slow = [raw](const v1::EngineRequest& request,
+                         const engine_api::EngineApiServer::Responder& respond) {
+    raw->WaitForApi();
+    return raw->TakeSlow(request, respond);
+  };
   KVRAIL_ASSIGN_OR_RETURN(
-      impl->api, engine_api::EngineApiServer::Start(
-                     options.engine_endpoint,
-                     [raw](const v1::EngineRequest& request) {
-                       raw->WaitForApi();
-                       v1::EngineReply reply = raw->Handle(request);
-                       raw->RunDeferredOffOwner();
-                       return reply;
-                     },
-                     [raw](const v1::EngineRequest& request,
-                           const engine_api::EngineApiServer::Responder& respond) {
-                       raw->WaitForApi();
-                       return raw->TakeSlow(request, respond);
-                     },
-                     std::move(api_curve),
-                     engine_api::ServerLoop{raw->owner.wake_fd(), [raw] { raw->owner.Adopt(); },
-                                            [raw] { raw->owner.RunPending(); }}));
+      impl->api, engine_api::EngineApiServer::Start(options.engine_endpoint, std::move(handle),
+                                                    std::move(take_slow), std::move(api_curve),
+                                                    std::move(owner_loop)));
   {
     MutexLock lock(&impl->api_mu);
     impl->api_ready = true;
@@ -733,7 +739,7 @@ void Sidecar::Stop() {
   impl.strands.Stop();
   // From here only the data plane's completions post to the owner. What jobs posted before
   // deferred runs now; what they defer from here on is dropped (the scheduler fences all).
-  impl.owner.Call([] {});
+  impl.owner.Call([&impl] { impl.RunDeferredOffOwner(); });
   impl.effects.Stop();
   // Fences what is in flight by disconnecting its peers; the outcomes find the rooms and
   // report them Failed to decode ranks still listening.

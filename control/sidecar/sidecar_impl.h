@@ -17,20 +17,20 @@
 // them): the engine API's (`kvrail-engapi`), which drives `owner` (owner_loop.h, Driven). No
 // lock guards the state. The engine API's thread applies engine requests in place; every other
 // thread hands it a job, and the room path never waits for one: PostOwned for CachePD batches,
-// a prepared room's submit and data-plane outcomes; Owned, which waits for the answer, where a
-// rare path needs it (stats from the metrics server, the ticker, a strand's bootstrap lookup,
-// the parser of large manifests). The owner never calls into engine/ (scheduler, peer
-// directory, transport) or makes an HTTP request for a room: such calls are decided and
-// deferred (Defer), and run once the job is done, on the thread that called Owned, or else on
-// `effects`; never on the owner thread. (An AttachArena, applied on the engine API's thread
-// like every request, maps and registers the arena and registers with the bootstrap server
-// there: before it no room exists.) CachePD pushes are made by the owner: they are
-// non-blocking enqueues (ZmqOutbox never waits) whose order per endpoint is the order in which
-// they were decided (a registration before its pre-allocations, a pre-allocation before its
-// fence request). What may block on one peer (descriptor fetch, connect, copy expansion, a
-// bootstrap lookup) runs in that peer's strand of `strands`, so that one dead or slow peer
-// delays only its own rooms. Methods named *Locked run on the owner thread: the name is kept
-// from the lock they replaced.
+// a prepared room (its submit runs on `effects`) and data-plane outcomes; Owned, which waits
+// for the answer, where a rare path needs it (stats from the metrics server, the
+// ticker, a strand's bootstrap lookup, the parser of large manifests). The owner never calls into
+// engine/ (scheduler, peer directory, transport) or makes an HTTP request for a room: such calls
+// are decided and deferred (Defer), and run once the job is done, on the thread that called Owned,
+// or else on `effects` (one post for what the jobs of one wake deferred); never on the owner
+// thread. (An AttachArena, applied on the engine API's thread like every request, maps and
+// registers the arena and registers with the bootstrap server there: before it no room exists.)
+// CachePD pushes are made by the owner: they are non-blocking enqueues (ZmqOutbox never waits)
+// whose order per endpoint is the order in which they were decided (a registration before its
+// pre-allocations, a pre-allocation before its fence request). What may block on one peer
+// (descriptor fetch, connect, copy expansion, a bootstrap lookup) runs in that peer's strand of
+// `strands`, so that one dead or slow peer delays only its own rooms. Methods named *Locked run on
+// the owner thread: the name is kept from the lock they replaced.
 #ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_IMPL_H_
 
@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -250,7 +251,8 @@ struct Sidecar::Impl {
   template <typename Fn>
   std::invoke_result_t<Fn&> Owned(Fn fn);
   // Runs `fn` on the owner thread without waiting for it (a data-plane completion); what it
-  // deferred runs on `effects`, in order. Dropped once the owner has stopped.
+  // deferred runs on `effects`, in order, once the owner has run the jobs it took with it (one
+  // post per wake). Dropped once the owner has stopped.
   void PostOwned(std::function<void()> fn);
   // Where room state changes (each *Locked method, Publish): aborts naming `what` when called
   // off the owner thread. Debug builds only (the tests'; -c opt defines NDEBUG).
@@ -485,16 +487,24 @@ std::invoke_result_t<Fn&> Sidecar::Impl::Owned(Fn fn) {
   using R = std::invoke_result_t<Fn&>;
   if (owner.OnOwner()) return fn();
   std::vector<std::function<void()>> work;
+  // What `fn` defers, not what earlier jobs of the same wake left for `effects`.
+  auto take_deferred = [this, &work](size_t before) {
+    work.assign(std::make_move_iterator(deferred.begin() + before),
+                std::make_move_iterator(deferred.end()));
+    deferred.resize(before);
+  };
   if constexpr (std::is_void_v<R>) {
     owner.Call([&] {
+      const size_t before = deferred.size();
       fn();
-      work.swap(deferred);
+      take_deferred(before);
     });
     for (std::function<void()>& call : work) call();
   } else {
     std::optional<R> out = owner.Call([&]() -> R {
+      const size_t before = deferred.size();
       R result = fn();
-      work.swap(deferred);
+      take_deferred(before);
       return result;
     });
     for (std::function<void()>& call : work) call();
