@@ -594,6 +594,46 @@ std::vector<std::string> DecodeRooms::PrefillEndpoints() const {
 
 void DecodeRooms::Free(uint64_t room) { rooms_.erase(room); }
 
+absl::Status DecodeRooms::KeepManifest(uint64_t room_id,
+                                       std::shared_ptr<const layout::Manifest> manifest) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " is not tracked"));
+  }
+  found->second.manifest = std::move(manifest);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const layout::Manifest> DecodeRooms::ManifestOf(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  return found == rooms_.end() ? nullptr : found->second.manifest;
+}
+
+absl::Status DecodeRooms::KeepDigest(uint64_t room_id, int prefill_rank, uint64_t digest) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " is not tracked"));
+  }
+  Room& room = found->second;
+  const bool targeted = std::any_of(room.targets.begin(), room.targets.end(),
+                                    [&](const PrefillTarget& t) { return t.rank == prefill_rank; });
+  if (!targeted) {
+    return absl::InvalidArgumentError(
+        room.routed ? absl::StrCat("prefill rank ", prefill_rank, " is not a rank of room ",
+                                   room_id, "'s route")
+                    : absl::StrCat("room ", room_id, " has no route yet"));
+  }
+  room.digests[prefill_rank] = digest;
+  return absl::OkStatus();
+}
+
+std::optional<uint64_t> DecodeRooms::TakeDigest(uint64_t room_id, int prefill_rank) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  auto taken = found->second.digests.extract(prefill_rank);
+  return taken.empty() ? std::nullopt : std::optional<uint64_t>(taken.mapped());
+}
+
 void DecodeRooms::ForgetPeerSets(absl::string_view bootstrap_address) {
   const std::string address = Owned(bootstrap_address);
   auto first = registered_.lower_bound(PeerSetKey{address, std::numeric_limits<int>::min(), ""});

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -209,9 +210,26 @@ class DecodeRooms {
   // waiting for an answer; sorted, distinct.
   std::vector<std::string> PrefillEndpoints() const;
 
-  // Forgets the room (after the engine has seen its final state, §1.3 D11). A fence still
-  // waiting for answers stays until it is released.
+  // Forgets the room (after the engine has seen its final state, §1.3 D11), and what was kept
+  // with it (below). A fence still waiting for answers stays until it is released.
   void Free(uint64_t room);
+
+  // --- what the sidecar keeps with a room, and which goes with it -------------------------
+
+  // The room's destination manifest, which --verify-digest and a staged arena need once its
+  // Successes come. NotFound for an untracked room (nothing kept).
+  absl::Status KeepManifest(uint64_t room, std::shared_ptr<const layout::Manifest> manifest);
+  // The manifest kept with the room; null when none was, or the room is not tracked.
+  std::shared_ptr<const layout::Manifest> ManifestOf(uint64_t room) const;
+  // The room digest (wire/digest.h) a kvrail prefill rank sent right before its Success, kept
+  // until that Success takes it (TakeDigest); a second one of the rank replaces the first.
+  // NotFound for an untracked room, InvalidArgument for a rank outside the room's T_d (or a
+  // room not routed yet, whose T_d is not known): nothing is kept, so a peer cannot grow a
+  // room's entry past its prefill ranks.
+  absl::Status KeepDigest(uint64_t room, int prefill_rank, uint64_t digest);
+  // The digest prefill rank `prefill_rank` sent for `room`, forgotten as it is taken; nullopt
+  // when none was kept.
+  std::optional<uint64_t> TakeDigest(uint64_t room, int prefill_rank);
 
   // Forgets every registered peer set of `bootstrap_address`, so that the next room
   // registers again (for instance after sending to it failed).
@@ -272,6 +290,9 @@ class DecodeRooms {
       std::string reason;
     };
     std::map<int, Outcome> outcomes;
+    // Kept for the sidecar (KeepManifest, KeepDigest): they go with the room.
+    std::shared_ptr<const layout::Manifest> manifest;
+    std::map<int, uint64_t> digests;  // by prefill rank of T_d
   };
   // A failed room's pages, held until every rank that may write them answered its fence.
   struct Fence {

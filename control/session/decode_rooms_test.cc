@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -787,6 +788,44 @@ TEST(DecodeRoomsTest, TheEngineIsShownTransferringOnceThePreallocationsWentOut) 
   rooms.OnMessage(StatusFrames(7, 5, 0, 12), kT0);
   EXPECT_EQ(rooms.EngineState(7), TransferPoll::kSuccess);
   EXPECT_EQ(rooms.EngineState(8), std::nullopt);
+}
+
+// What the sidecar keeps with a room (its destination manifest, the digests its prefill ranks
+// sent) lives in the room's entry: kept only for a tracked room and a rank of its route, taken
+// once, and gone with the room.
+TEST(DecodeRoomsTest, AManifestAndDigestsKeptWithARoomGoWithIt) {
+  DecodeRooms rooms = MakeRooms();
+  EXPECT_EQ(rooms.KeepDigest(7, 0, 0xabc).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(rooms.KeepManifest(7, nullptr).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(rooms.BeginRoom(7, kPrefillA, kT0).ok());
+  absl::Status unrouted = rooms.KeepDigest(7, 0, 0xabc);
+  EXPECT_EQ(unrouted.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unrouted.message().find("no route yet"), std::string::npos) << unrouted;
+  auto manifest = std::make_shared<const layout::Manifest>(DecodeManifest());
+  ASSERT_TRUE(rooms.KeepManifest(7, manifest).ok());
+  ASSERT_TRUE(rooms.OnRoute(7, Route({0, 1}), kT0).ok());
+  ASSERT_TRUE(rooms.OnAllocated(7, DecodeManifest(), kT0).ok());
+  EXPECT_EQ(rooms.ManifestOf(7), manifest);
+
+  // A peer cannot grow the entry past the room's prefill ranks.
+  absl::Status stranger = rooms.KeepDigest(7, 5, 0xdead);
+  EXPECT_EQ(stranger.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(stranger.message().find("prefill rank 5 is not a rank of room 7's route"),
+            std::string::npos)
+      << stranger;
+  EXPECT_EQ(rooms.TakeDigest(7, 5), std::nullopt);
+
+  ASSERT_TRUE(rooms.KeepDigest(7, 0, 0x111).ok());
+  ASSERT_TRUE(rooms.KeepDigest(7, 0, 0x222).ok());  // the rank's later digest replaces it
+  ASSERT_TRUE(rooms.KeepDigest(7, 1, 0x333).ok());
+  EXPECT_EQ(rooms.TakeDigest(7, 0), 0x222u);
+  EXPECT_EQ(rooms.TakeDigest(7, 0), std::nullopt) << "a digest taken twice";
+  rooms.Free(7);
+  EXPECT_EQ(rooms.ManifestOf(7), nullptr);
+  EXPECT_EQ(rooms.TakeDigest(7, 1), std::nullopt) << "a digest outlived its room";
+  // A room id used again starts with nothing kept.
+  ASSERT_TRUE(rooms.BeginRoom(7, kPrefillA, kT0).ok());
+  EXPECT_EQ(rooms.ManifestOf(7), nullptr);
 }
 
 }  // namespace

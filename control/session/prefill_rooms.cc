@@ -518,7 +518,7 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
   if (room.destinations.size() == peer->expected_decode_ranks.size()) {
     SetState(room_id, room, TransferPoll::kBootstrapped, out);
     if (!out.events.empty() && out.events.back().state == TransferPoll::kBootstrapped) {
-      out.events.back().windows = WindowsOf(room);
+      FillBootstrapped(room, out.events.back());
     }
     MaybeStartTransfer(room_id, room, now, out);
   }
@@ -790,7 +790,8 @@ bool PrefillRooms::Quarantined(absl::string_view session_id, absl::Time now) con
 
 // --- engine -------------------------------------------------------------------------------
 
-absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Time now) {
+absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Time now,
+                                                      bool announce) {
   if (room_id > wire::kMaxRoom) {
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, " is above 2^63-1 (CACHEPD Terminology)"));
@@ -803,6 +804,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
   if (!room.begun) {
     if (!room.state.has_value() && room.destinations.empty()) room.first_seen = now;
     room.begun = true;
+    room.announce = announce;
     room.begun_at = now;
     room.forget_at.reset();  // the engine holds the room now and frees it
     SetState(room_id, room, TransferPoll::kBootstrapping, out);
@@ -811,7 +813,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     RoomEvent event;
     event.room = room_id;
     event.state = *room.state;
-    if (event.state == TransferPoll::kBootstrapped) event.windows = WindowsOf(room);
+    if (event.state == TransferPoll::kBootstrapped) FillBootstrapped(room, event);
     out.events.push_back(std::move(event));
   }
   return out;
@@ -821,6 +823,12 @@ std::vector<DecodeWindow> PrefillRooms::Windows(uint64_t room_id) const {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || found->second.state != TransferPoll::kBootstrapped) return {};
   return WindowsOf(found->second);
+}
+
+void PrefillRooms::FillBootstrapped(Room& room, RoomEvent& event) {
+  event.windows = WindowsOf(room);
+  event.announce = room.announce;
+  room.announce = false;
 }
 
 std::vector<DecodeWindow> PrefillRooms::WindowsOf(const Room& room) {
@@ -1069,6 +1077,32 @@ size_t PrefillRooms::RememberedFailedCount() const {
   size_t remembered = 0;
   for (const auto& [id, room] : rooms_) remembered += room.forget_at.has_value() ? 1 : 0;
   return remembered;
+}
+
+absl::Status PrefillRooms::KeepSentDigest(uint64_t room_id, absl::string_view reply_endpoint,
+                                          uint64_t digest) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) {
+    return absl::NotFoundError(absl::StrCat("room ", room_id, " is not tracked"));
+  }
+  Room& room = found->second;
+  const bool destination =
+      std::any_of(room.destinations.begin(), room.destinations.end(),
+                  [&](const Destination& d) { return d.peer->reply_endpoint == reply_endpoint; });
+  if (!destination) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("room ", room_id, " has no destination at ", reply_endpoint));
+  }
+  room.sent_digests[reply_endpoint] = digest;
+  return absl::OkStatus();
+}
+
+std::optional<uint64_t> PrefillRooms::TakeSentDigest(uint64_t room_id,
+                                                     absl::string_view reply_endpoint) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  auto taken = found->second.sent_digests.extract(reply_endpoint);
+  return taken.empty() ? std::nullopt : std::optional<uint64_t>(taken.mapped());
 }
 
 void PrefillRooms::Free(uint64_t room_id, absl::Time now) {

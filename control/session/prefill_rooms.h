@@ -257,7 +257,10 @@ class PrefillRooms {
   // nothing and reporting nothing: InvalidArgument for a room above 2^63-1; FailedPrecondition
   // for a room that already ended ("room N already failed: <reason>", EndedRoomError): its one
   // terminal event went out when it ended.
-  absl::StatusOr<PrefillOutput> BeginRoom(uint64_t room, absl::Time now);
+  // `announce` (the engine's Begin, which waits for the decodes' windows): the room's
+  // Bootstrapped event is marked RoomEvent::announce, once, whether the room is Bootstrapped
+  // already or becomes so later. Only the call that begins the room decides it.
+  absl::StatusOr<PrefillOutput> BeginRoom(uint64_t room, absl::Time now, bool announce = false);
 
   // Whether the engine began `room` (BeginRoom) and it is still tracked.
   bool Begun(uint64_t room) const;
@@ -351,6 +354,14 @@ class PrefillRooms {
   // transfer in flight is the caller's choice: cancel the transfer first.
   void Free(uint64_t room, absl::Time now);
 
+  // --verify-digest: the room digest (wire/digest.h) of what the room wrote to the destination
+  // whose reply endpoint is `reply_endpoint`, kept with the room until the Success to that
+  // endpoint takes it (TakeSentDigest), and gone with the room (Free). NotFound for an untracked
+  // room; InvalidArgument for an endpoint none of its destinations has.
+  absl::Status KeepSentDigest(uint64_t room, absl::string_view reply_endpoint, uint64_t digest);
+  // The digest kept for `reply_endpoint`, forgotten as it is taken; nullopt when none was.
+  std::optional<uint64_t> TakeSentDigest(uint64_t room, absl::string_view reply_endpoint);
+
   // Expires what is due at `now`: begun rooms Bootstrapping for bootstrap_timeout; rooms never
   // begun whose first pre-allocation is unmatched_preallocation_timeout old (§11.2); both fail
   // like Abort. Also forgets remembered failed rooms and quarantines that have run out.
@@ -389,6 +400,8 @@ class PrefillRooms {
     FailureCause failure_cause = FailureCause::kNone;
     std::vector<Destination> destinations;
     bool begun = false;
+    // Begun with BeginRoom's `announce`, and its Bootstrapped event not marked yet.
+    bool announce = false;
     absl::Time begun_at;
     absl::Time first_seen;
     // Set on a Failed room nobody holds (never begun, or freed): forgotten at this time.
@@ -407,6 +420,8 @@ class PrefillRooms {
     absl::flat_hash_map<std::string, uint64_t> bytes_by_session;
     // Decode sessions that asked for a fence of the room (wire/fence.h), answered once fenced.
     std::vector<std::string> fence_waiters;
+    // --verify-digest: by destination reply endpoint, until its Success goes (KeepSentDigest).
+    absl::flat_hash_map<std::string, uint64_t> sent_digests;
   };
   struct PlannerKey {
     int decode_tp_size;
@@ -459,6 +474,8 @@ class PrefillRooms {
   void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
   // Each data destination's window, in the order they pre-allocated.
   static std::vector<DecodeWindow> WindowsOf(const Room& room);
+  // Gives a Bootstrapped `event` of `room` its windows, and its announce mark if it is owed.
+  static void FillBootstrapped(Room& room, RoomEvent& event);
   void AbortRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
                  absl::Time now, PrefillOutput& out);
   void MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);

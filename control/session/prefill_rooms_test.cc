@@ -188,6 +188,65 @@ TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDest
   EXPECT_FALSE(rooms.OnTransferDone(42, kT0).ok());  // once only
 }
 
+// The engine's Begin is owed the room's Bootstrapped (with the decodes' windows) once, whether
+// the pre-allocations complete after the Begin or came before it; a room begun by its Ready
+// announces nothing. The mark lives in the room's entry, not in a table beside it.
+TEST(PrefillRoomsTest, ABegunRoomAnnouncesItsBootstrappedOnceWhicheverComesFirst) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  auto announced = [](const PrefillOutput& out) {
+    int count = 0;
+    for (const RoomEvent& e : out.events) {
+      if (e.announce) {
+        EXPECT_EQ(e.state, TransferPoll::kBootstrapped);
+        EXPECT_EQ(e.windows.size(), 2u) << "announced without the decodes' windows";
+        ++count;
+      }
+    }
+    return count;
+  };
+  // Begin first, pre-allocations later.
+  absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(1, kT0, /*announce=*/true);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_EQ(announced(*begun), 0);
+  EXPECT_EQ(announced(Preallocate(rooms, 1, 0)), 0);
+  EXPECT_EQ(announced(Preallocate(rooms, 1, 1)), 1);
+  EXPECT_EQ(announced(*rooms.BeginRoom(1, kT0, /*announce=*/true)), 0) << "announced twice";
+  // Pre-allocations first, Begin later.
+  Preallocate(rooms, 2, 0);
+  Preallocate(rooms, 2, 1);
+  EXPECT_EQ(announced(*rooms.BeginRoom(2, kT0, /*announce=*/true)), 1);
+  EXPECT_EQ(announced(*rooms.BeginRoom(2, kT0, /*announce=*/true)), 0) << "announced twice";
+  // Begun by its Ready (no announce), and a later Begin does not re-arm it.
+  ASSERT_TRUE(rooms.BeginRoom(3, kT0).ok());
+  EXPECT_EQ(announced(*rooms.BeginRoom(3, kT0, /*announce=*/true)), 0);
+  Preallocate(rooms, 3, 0);
+  EXPECT_EQ(announced(Preallocate(rooms, 3, 1)), 0);
+}
+
+// --verify-digest: the digest of what the room wrote to a destination lives in the room's
+// entry: kept only for a destination it has, taken once by the Success to it, and gone with the
+// room.
+TEST(PrefillRoomsTest, ASentDigestIsKeptWithItsRoomForItsDestinationAndGoesWithIt) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  EXPECT_EQ(rooms.KeepSentDigest(42, ReplyEndpointOf(0), 0x1).code(), absl::StatusCode::kNotFound);
+  StartTransfer(rooms, 42);
+  absl::Status stranger = rooms.KeepSentDigest(42, "tcp://10.9.9.9:1", 0x1);
+  EXPECT_EQ(stranger.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(stranger.message().find("room 42 has no destination at tcp://10.9.9.9:1"),
+            std::string::npos)
+      << stranger;
+  ASSERT_TRUE(rooms.KeepSentDigest(42, ReplyEndpointOf(0), 0xa0).ok());
+  ASSERT_TRUE(rooms.KeepSentDigest(42, ReplyEndpointOf(1), 0xa1).ok());
+  EXPECT_EQ(rooms.TakeSentDigest(42, ReplyEndpointOf(0)), 0xa0u);
+  EXPECT_EQ(rooms.TakeSentDigest(42, ReplyEndpointOf(0)), std::nullopt) << "taken twice";
+  ASSERT_TRUE(rooms.OnTransferDone(42, kT0).ok());
+  rooms.Free(42, kT0);
+  EXPECT_EQ(rooms.TakeSentDigest(42, ReplyEndpointOf(1)), std::nullopt)
+      << "a digest outlived its room";
+}
+
 // kvrail peers (PrefillOptions::send_outcomes): right before each Success, a room outcome
 // (wire/outcome.h) with what this rank wrote to that destination.
 TEST(PrefillRoomsTest, ASuccessIsPrecededByTheBytesAndCopiesWrittenToThatDestination) {

@@ -63,8 +63,11 @@ struct RoomEvent {
   absl::Duration elapsed;
   // Decode kFailed: whether the pages may be reused now.
   Pages pages = Pages::kUnspecified;
-  // Prefill kBootstrapped: each data destination's window, in the order they pre-allocated.
+  // Prefill kBootstrapped: each data destination's window, in the order they pre-allocated;
+  // and whether the engine is owed this event (it began the room with Begin: once per room,
+  // PrefillRooms::BeginRoom).
   std::vector<DecodeWindow> windows;
+  bool announce = false;
 };
 
 // Decode: the pages of a room that failed with Pages::kHeld are the engine's again.

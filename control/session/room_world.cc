@@ -239,7 +239,9 @@ class World {
   std::vector<DecodeRooms> decode_;
   std::vector<DecodeEngine> decode_engine_;
   std::vector<std::deque<Note>> prefill_inbox_;
-  std::vector<std::set<uint64_t>> awaiting_bootstrap_;  // per prefill rank (sidecar Begin)
+  // Per prefill rank: rooms whose Bootstrapped was announced to the engine (its Begin), which
+  // must happen once per room.
+  std::vector<std::set<uint64_t>> announced_;
   std::map<uint64_t, Request> requests_;
   uint64_t next_room_ = 0;
   // (from, to endpoint) -> frames in order.
@@ -333,7 +335,7 @@ bool World::Setup() {
     decode_engine_.push_back(std::move(engine));
   }
   prefill_inbox_.resize(prefill_tp_);
-  awaiting_bootstrap_.resize(prefill_tp_);
+  announced_.resize(prefill_tp_);
   next_room_ = 1 + Uniform(uint64_t{1} << 40);
   result_.prefill_tp = prefill_tp_;
   result_.decode_tp = decode_tp_;
@@ -647,11 +649,8 @@ bool World::PrefillEngineStep(bool drain) {
 void World::Begin(Request& r, int p) {
   Trace(absl::StrCat("prefill engine ", p, " begins room ", r.room));
   PrefillRooms& rooms = *prefill_[p];
-  const bool first = !rooms.Begun(r.room);
-  if (first) awaiting_bootstrap_[p].insert(r.room);
-  absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(r.room, now_);
+  absl::StatusOr<PrefillOutput> begun = rooms.BeginRoom(r.room, now_, /*announce=*/true);
   if (!begun.ok()) {
-    awaiting_bootstrap_[p].erase(r.room);
     Trace(absl::StrCat("  refused: ", begun.status().message()));
     return;
   }
@@ -975,10 +974,13 @@ void World::ApplyDecode(int d, DecodeOutput out, Origin origin) {
 
 void World::PublishPrefill(int p, const RoomEvent& event, Origin origin) {
   if (!Terminal(event.state)) {
-    if (event.state == TransferPoll::kBootstrapped) awaiting_bootstrap_[p].erase(event.room);
+    if (event.announce && !announced_[p].insert(event.room).second) {
+      Violate(absl::StrCat("prefill ", p, " announced the Bootstrapped of room ", event.room,
+                           " to its engine twice"));
+    }
     return;
   }
-  awaiting_bootstrap_[p].erase(event.room);
+  announced_[p].erase(event.room);
   Trace(absl::StrCat("  prefill ", p, " publishes ", TransferPollName(event.state), " of room ",
                      event.room, event.reason.empty() ? "" : ": ", event.reason));
   auto in_flight = transfers_.find({p, event.room});

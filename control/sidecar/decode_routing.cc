@@ -49,8 +49,9 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     metrics.RoomSeen(expect.room(), absl::Now());  // its clock starts here, whatever comes next
     // --verify-digest hashes the room's destination ranges when its Successes come, and a
     // staged arena copies them back to the GPU.
-    if (options.verify_digest || staging != nullptr) {
-      room_manifests[expect.room()] = std::make_shared<const layout::Manifest>(*manifest);
+    if (options.verify_digest || staging != nullptr) {  // kept with the room, gone with it
+      (void)decode->KeepManifest(expect.room(),
+                                 std::make_shared<const layout::Manifest>(*manifest));
     }
     ApplyLocked(*std::move(out));
     // A node already looked up needs no HTTP: the room is routed and pre-allocated here, not

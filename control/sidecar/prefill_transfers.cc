@@ -118,15 +118,9 @@ absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
     KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(begin.room()), context));
     // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
     // pre-allocation comes after this call or came before it (BeginRoom then reports it).
-    const bool first = !prefill->Begun(begin.room());
-    if (first && awaiting_bootstrap.size() < options.max_rooms) {
-      awaiting_bootstrap.insert(begin.room());
-    }
-    absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(begin.room(), absl::Now());
-    if (!begun.ok()) {
-      awaiting_bootstrap.erase(begin.room());
-      return AddContext(begun.status(), context);
-    }
+    absl::StatusOr<session::PrefillOutput> begun =
+        prefill->BeginRoom(begin.room(), absl::Now(), /*announce=*/true);
+    if (!begun.ok()) return AddContext(begun.status(), context);
     metrics.RoomSeen(begin.room(), absl::Now());
     ApplyLocked(*std::move(begun));
     return absl::OkStatus();
@@ -205,7 +199,8 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         return;
       }
       for (const PreparedTransfer& p : preparation->destinations) {
-        if (p.digest) sent_digests[{preparation->room, p.reply_endpoint}] = *p.digest;
+        // Kept with the room, for the Success to that destination (SendLocked).
+        if (p.digest) (void)prefill->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
       }
       for (size_t i = 0; i < ids->size(); ++i) {
         transfer::RoomTransfer& request = preparation->destinations[i].request;

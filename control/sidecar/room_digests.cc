@@ -6,6 +6,9 @@
 // reported (DecodeRooms::Fail), so the rank whose bytes were wrong is asked to fence too.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,10 +28,16 @@ void Sidecar::Impl::KeepDigestLocked(const std::vector<std::string>& message,
     RefuseLocked(host, "room digest dropped: " + DescribeError(digest.status()));
     return;
   }
-  // Kept only for rooms this decode tracks, until they end (ForgetDigestsLocked): a peer's
-  // digests cannot grow the table past the rooms in flight times their prefill ranks.
-  if (!options.verify_digest || !decode->Find(digest->room)) return;
-  received_digests[{digest->room, digest->prefill_rank}] = digest->digest;
+  // Kept with the room, for a rank of its route only, and gone with it (DecodeRooms::
+  // KeepDigest): a peer's digests cannot grow it past its prefill ranks. One for a room not
+  // tracked here (it ended) is dropped in silence, as CachePD drops its status frames.
+  if (!options.verify_digest) return;
+  const absl::Status kept = decode->KeepDigest(
+      digest->room, static_cast<int>(std::min<uint32_t>(digest->prefill_rank, INT32_MAX)),
+      digest->digest);
+  if (absl::IsInvalidArgument(kept)) {
+    RefuseLocked(host, "room digest dropped: " + DescribeError(kept));
+  }
 }
 
 std::optional<Sidecar::Impl::LiveSuccess> Sidecar::Impl::LiveSuccessLocked(
@@ -46,21 +55,21 @@ bool Sidecar::Impl::LandingInputsLocked(const LiveSuccess& success, const std::s
                                         const std::string& cannot,
                                         std::shared_ptr<const layout::Manifest>& manifest,
                                         std::shared_ptr<PrefillNode>& node) {
-  auto kept_manifest = room_manifests.find(success.room);
+  std::shared_ptr<const layout::Manifest> kept_manifest = decode->ManifestOf(success.room);
   auto kept_node = nodes.find(success.bootstrap_address);
-  if (kept_manifest == room_manifests.end() || kept_node == nodes.end()) {
+  if (kept_manifest == nullptr || kept_node == nodes.end()) {
     ApplyLocked(decode->Fail(
         success.room,
         absl::StrFormat("%s: the bytes prefill rank %d wrote %s: the room's %s is no longer "
                         "known here",
                         what, success.rank, cannot,
-                        kept_manifest == room_manifests.end() ? "manifest" : "prefill node"),
+                        kept_manifest == nullptr ? "manifest" : "prefill node"),
         absl::Now(),
         absl::StartsWith(what, "--verify-digest") ? session::FailureCause::kDigest
                                                   : session::FailureCause::kEngine));
     return false;
   }
-  manifest = kept_manifest->second;
+  manifest = std::move(kept_manifest);
   node = kept_node->second;
   return true;
 }
@@ -70,8 +79,8 @@ bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message)
   if (!success) return false;
   const uint64_t room = success->room;
   const uint32_t rank = success->rank;
-  auto kept = received_digests.find({room, rank});
-  if (kept == received_digests.end()) {
+  const std::optional<uint64_t> kept = decode->TakeDigest(room, static_cast<int>(rank));
+  if (!kept) {
     // Nodes that are not kvrail's (those whose statuses need no sender proof) send no digest:
     // CachePD's rule, any Success counts.
     if (!SenderProofRequiredLocked(message)) return false;
@@ -84,8 +93,7 @@ bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message)
     ++stats.room_digests_failed;
     return true;
   }
-  const uint64_t sent = kept->second;
-  received_digests.erase(kept);
+  const uint64_t sent = *kept;
   std::shared_ptr<const layout::Manifest> manifest;
   std::shared_ptr<PrefillNode> node;
   if (!LandingInputsLocked(*success, "--verify-digest", "cannot be checked", manifest, node)) {
@@ -148,14 +156,6 @@ absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> Sidecar::Impl::LandingPlan
   return Owned([&]() -> std::shared_ptr<const plan::CopyPlan> {
     return node.landing_plans.emplace(static_cast<int>(rank), landing).first->second;
   });
-}
-
-void Sidecar::Impl::ForgetDigestsLocked(uint64_t room) {
-  room_manifests.erase(room);
-  received_digests.erase(received_digests.lower_bound({room, 0}),
-                         received_digests.lower_bound({room + 1, 0}));
-  sent_digests.erase(sent_digests.lower_bound({room, std::string()}),
-                     sent_digests.lower_bound({room + 1, std::string()}));
 }
 
 }  // namespace kvrail::sidecar

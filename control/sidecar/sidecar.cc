@@ -112,7 +112,7 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
   AssertOnOwner("Publish");
   if (!Terminal(event.state)) {
     // A prefill room the engine began with Begin: its Bootstrapped is news, once.
-    if (event.state == TransferPoll::kBootstrapped && awaiting_bootstrap.erase(event.room) > 0) {
+    if (event.state == TransferPoll::kBootstrapped && event.announce) {
       v1::RoomEvent out;
       out.set_room(event.room);
       out.set_status(v1::TRANSFER_POLL_BOOTSTRAPPED);
@@ -128,7 +128,6 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
     }
     return;
   }
-  awaiting_bootstrap.erase(event.room);
   v1::RoomEvent out;
   out.set_room(event.room);
   out.set_status(static_cast<v1::TransferPoll>(static_cast<int>(event.state)));
@@ -225,7 +224,6 @@ void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
     ++stats.rooms_failed;
     spdlog::warn("{} room {} failed: {}", role_name, event.room, event.reason);
   }
-  ForgetDigestsLocked(event.room);
   if (prefill) prefill->Free(event.room, absl::Now());
   if (decode) decode->Free(event.room);
 }
@@ -255,14 +253,13 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
       // --verify-digest: the room digest of what this rank wrote to that session goes right
       // before its Success (control/wire/digest.h), proven as the Success is.
       absl::StatusOr<wire::StatusMessage> status =
-          sent_digests.empty() ? absl::StatusOr<wire::StatusMessage>(absl::NotFoundError(""))
-                               : wire::ParseStatus(m.frames);
+          !options.verify_digest ? absl::StatusOr<wire::StatusMessage>(absl::NotFoundError(""))
+                                 : wire::ParseStatus(m.frames);
       if (status.ok() && status->status == static_cast<int>(TransferPoll::kSuccess)) {
-        auto digest = sent_digests.find({status->room, m.endpoint});
-        if (digest != sent_digests.end()) {
+        if (const std::optional<uint64_t> digest =
+                prefill->TakeSentDigest(status->room, m.endpoint)) {
           absl::StatusOr<std::vector<std::string>> frames =
-              wire::BuildRoomDigest({status->room, status->prefill_rank, digest->second});
-          sent_digests.erase(digest);
+              wire::BuildRoomDigest({status->room, status->prefill_rank, *digest});
           if (frames.ok()) {
             prove(m.endpoint, *frames);
             if (outbox->Send(m.endpoint, *frames).ok()) ++stats.room_digests;

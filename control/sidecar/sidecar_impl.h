@@ -176,9 +176,6 @@ struct Sidecar::Impl {
   };
   absl::flat_hash_map<uint64_t, FinishedRoom> finished;
   std::deque<uint64_t> finished_order;
-  // Prefill: rooms the engine began with Begin whose Bootstrapped event has not gone out yet
-  // (bounded by --max-rooms; erased when it goes out or the room ends).
-  std::set<uint64_t> awaiting_bootstrap;
   RoomTransfers transfers;  // prefill
   RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
   KeyBinding keys;          // CURVE on: which key may send what (key_binding.h)
@@ -198,12 +195,6 @@ struct Sidecar::Impl {
     std::map<int, std::shared_ptr<const plan::CopyPlan>> landing_plans;
   };
   std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
-  // --verify-digest. Prefill: per (room, reply endpoint), the digest of what the room wrote to
-  // that kvrail session, sent right before its Success. Decode: per (room, prefill rank), the
-  // digest that rank sent, until its Success comes; and each room's destination manifest.
-  std::map<std::pair<uint64_t, std::string>, uint64_t> sent_digests;
-  std::map<std::pair<uint64_t, uint32_t>, uint64_t> received_digests;
-  std::map<uint64_t, std::shared_ptr<const layout::Manifest>> room_manifests;
   // Decode, staged arena: the rooms whose landed ranges are being copied back to the arena
   // (StageLanded), and the page releases that wait for them (staging_holds.h).
   StagingHolds staging_holds;
@@ -376,8 +367,6 @@ struct Sidecar::Impl {
   void CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank, uint64_t sent,
                    std::shared_ptr<const layout::Manifest> manifest,
                    std::shared_ptr<PrefillNode> node);
-  // Forgets what --verify-digest kept for a room that ended.
-  void ForgetDigestsLocked(uint64_t room);
   // Decode, on the owner thread: a Success from a prefill rank for a room that is live here (what
   // the digest check and staging take); nullopt for any other message.
   struct LiveSuccess {
