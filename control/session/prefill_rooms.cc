@@ -219,7 +219,7 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
             absl::StrCat("aborted by the decode: Decode session ", request->session_id,
                          " gave the room up (kvrail fence request)"),
             now, out);
-  if (room.fencing) {
+  if (room.transfers.has_value()) {  // fencing: answered once no write of it can land
     if (std::find(room.fence_waiters.begin(), room.fence_waiters.end(), request->session_id) ==
         room.fence_waiters.end()) {
       room.fence_waiters.push_back(request->session_id);
@@ -673,15 +673,11 @@ void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Pr
 void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
                              absl::Time now, PrefillOutput& out) {
   if (room.state == TransferPoll::kFailed) return;
-  if (room.transfer_in_flight) {
-    // Failed means fenced: the Failed goes out once the transfer layer says no write of the
-    // room can land any more (FinishFence).
-    if (!room.fencing) {
-      room.fencing = true;
-      room.failure_reason = std::move(reason);
-      room.failure_cause = cause;
-      out.fences.push_back(room_id);
-    }
+  if (room.transfers.has_value()) {
+    // Failed means fenced: the Failed goes out once no write of the room can land any more
+    // (EndTransfers).
+    if (room.transfers->phase != TransferPhase::kFencing) out.fences.push_back(room_id);
+    FenceTransfers(room_id, room, cause, std::move(reason), "", now, out);
     return;
   }
   if (!room.begun && !room.state.has_value() && room.destinations.empty()) room.first_seen = now;
@@ -705,7 +701,11 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
                                       PrefillOutput& out) {
   // A fencing room (failed with a layer's work in flight) sends nothing more: its Failed waits
   // only for the fence.
-  if (room.transfer_started || room.fencing || room.state != TransferPoll::kBootstrapped) return;
+  if (room.transfer_started ||
+      (room.transfers.has_value() && room.transfers->phase == TransferPhase::kFencing) ||
+      room.state != TransferPoll::kBootstrapped) {
+    return;
+  }
   const bool final = room.ready.has_value();
   if (!final && room.layers_final <= room.layers_sent) return;  // no new layer is final
   const layout::Manifest* source = room.layer_source.get();
@@ -730,7 +730,14 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
     room.bytes_by_session[d.peer->registration.session_id] += d.bytes;
   }
   room.transfer_started = final;
-  room.transfer_in_flight = true;
+  if (!room.transfers.has_value()) {
+    room.transfers.emplace(now);
+    ++rooms_transferring_;
+  }
+  work->generation = next_generation_++;
+  room.transfers->preparing.insert(work->generation);
+  room.transfers->final = room.transfers->final || final;
+  room.transfers->bytes += work->total_bytes;
   out.transfers.push_back(*std::move(work));
 }
 
@@ -966,71 +973,162 @@ absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
 
 // --- transfer layer -----------------------------------------------------------------------
 
-absl::StatusOr<PrefillOutput> PrefillRooms::OnTransferDone(
-    uint64_t room_id, absl::Time now, const std::map<std::string, uint64_t>& copies_by_session) {
+std::vector<uint64_t> PrefillRooms::TransfersPrepared(uint64_t room_id, uint64_t generation,
+                                                      const std::vector<std::string>& sessions,
+                                                      absl::Time now, PrefillOutput& out) {
   auto found = rooms_.find(room_id);
-  if (found == rooms_.end() || !found->second.transfer_in_flight) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("room ", room_id, " has no transfer in flight"));
+  if (found == rooms_.end() || !found->second.transfers.has_value() ||
+      found->second.transfers->preparing.erase(generation) == 0) {
+    return {};  // stale: the room ended, or this work was never its
   }
   Room& room = found->second;
-  if (!room.transfer_started) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("room ", room_id, " has not handed out its final transfer"));
+  Transfers& transfers = *room.transfers;
+  if (transfers.phase == TransferPhase::kFencing || sessions.empty()) {
+    // Failed while it was prepared (nothing of this work is submitted), or nothing to move.
+    EndTransfersIfDone(room_id, room, now, out);
+    return {};
   }
-  PrefillOutput out;
-  if (room.fencing) {  // aborted meanwhile; everything landed, so it is fenced
-    FinishFence(room_id, room, now, out);
-    return out;
+  transfers.phase = TransferPhase::kPosting;
+  std::vector<uint64_t> ids;
+  ids.reserve(sessions.size());
+  for (const std::string& session : sessions) {
+    const uint64_t id = next_transfer_id_++;
+    ids.push_back(id);
+    transfers.ids.push_back(id);
+    transfer_owners_[id] = TransferOwner{room_id, session};
   }
-  room.transfer_in_flight = false;
-  if (room.state == TransferPoll::kFailed) return out;
-  for (const Destination& d : room.destinations) {
-    if (d.peer->dummy) continue;
-    const std::string& session = d.peer->registration.session_id;
-    auto bytes = room.bytes_by_session.find(session);
-    auto copies = copies_by_session.find(session);
-    SendOutcome(
-        room_id, d.peer->reply_endpoint, bytes == room.bytes_by_session.end() ? 0 : bytes->second,
-        copies == copies_by_session.end() ? 0 : copies->second, FailureCause::kNone, "", out);
-    SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
-               TransferPoll::kSuccess, &*room.ready, out);
-  }
-  DropDestinations(room);
-  room.ready.reset();
-  SetState(room_id, room, TransferPoll::kSuccess, out);
-  return out;
+  return ids;
 }
 
-PrefillOutput PrefillRooms::OnTransferFailed(uint64_t room_id, absl::string_view failed_session,
-                                             absl::string_view reason, absl::Time now,
-                                             bool fence_proven, FailureCause cause) {
+PrefillOutput PrefillRooms::PreparationFailed(uint64_t room_id, uint64_t generation,
+                                              absl::string_view reason, absl::string_view blame,
+                                              FailureCause cause, absl::Time now) {
   PrefillOutput out;
   auto found = rooms_.find(room_id);
-  if (found != rooms_.end() && !fence_proven) found->second.fence_unproven = true;
-  if (found != rooms_.end() && found->second.fencing) {
-    FinishFence(room_id, found->second, now, out);  // the abort's doing: nobody to blame
+  if (found == rooms_.end() || !found->second.transfers.has_value() ||
+      found->second.transfers->preparing.erase(generation) == 0) {
     return out;
   }
-  if (!failed_session.empty() && options_.timeouts.failed_session_ttl > absl::ZeroDuration()) {
-    quarantine_[failed_session] = now + options_.timeouts.failed_session_ttl;
-  }
-  if (found == rooms_.end()) return out;
-  found->second.transfer_in_flight = false;
-  AbortRoom(room_id, found->second, cause, absl::StrCat("CachePD transfer failed: ", reason), now,
-            out);
+  FenceTransfers(room_id, found->second, cause, absl::StrCat("CachePD transfer failed: ", reason),
+                 std::string(blame), now, out);
   return out;
 }
 
-void PrefillRooms::FinishFence(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out) {
-  room.transfer_in_flight = false;
-  room.fencing = false;
-  std::string reason = std::move(room.failure_reason);
-  AbortRoom(room_id, room, room.failure_cause, std::move(reason), now, out);
-  for (const std::string& session : room.fence_waiters) {
-    AnswerFence(room_id, session, !room.fence_unproven, out);
+PrefillOutput PrefillRooms::TransfersSubmitted(uint64_t room_id) {
+  PrefillOutput out;
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.transfers.has_value()) return out;
+  const Transfers& transfers = *found->second.transfers;
+  if (transfers.phase == TransferPhase::kFencing) out.cancels = transfers.ids;
+  return out;
+}
+
+PrefillOutput PrefillRooms::TransferOutcome(uint64_t transfer_id, const absl::Status& status,
+                                            absl::string_view blame, absl::Time now,
+                                            bool fence_proven, uint64_t copies) {
+  PrefillOutput out;
+  auto owner = transfer_owners_.find(transfer_id);
+  if (owner == transfer_owners_.end()) return out;
+  const uint64_t room_id = owner->second.room;
+  const std::string session = std::move(owner->second.session);
+  transfer_owners_.erase(owner);
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.transfers.has_value()) return out;
+  Room& room = found->second;
+  Transfers& transfers = *room.transfers;
+  transfers.ids.erase(std::remove(transfers.ids.begin(), transfers.ids.end(), transfer_id),
+                      transfers.ids.end());
+  transfers.fence_proven = transfers.fence_proven && fence_proven;
+  transfers.copies += copies;
+  transfers.copies_by_session[session] += copies;
+  if (!status.ok() && transfers.phase != TransferPhase::kFencing) {
+    // A write failed: the siblings stop too, and the session it blames is quarantined.
+    FenceTransfers(room_id, room, FailureCauseOf(status),
+                   absl::StrCat("CachePD transfer failed: ", status.ToString()), std::string(blame),
+                   now, out);
+    return out;
   }
-  room.fence_waiters.clear();
+  EndTransfersIfDone(room_id, room, now, out);
+  return out;
+}
+
+std::string PrefillRooms::SessionOfTransfer(uint64_t transfer_id) const {
+  auto found = transfer_owners_.find(transfer_id);
+  return found == transfer_owners_.end() ? std::string() : found->second.session;
+}
+
+std::shared_ptr<const std::atomic<bool>> PrefillRooms::FailingFlag(uint64_t room_id) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end() || !found->second.transfers.has_value()) return nullptr;
+  return found->second.transfers->failing;
+}
+
+void PrefillRooms::FenceTransfers(uint64_t room_id, Room& room, FailureCause cause,
+                                  std::string reason, std::string blame, absl::Time now,
+                                  PrefillOutput& out) {
+  Transfers& transfers = *room.transfers;
+  if (transfers.phase != TransferPhase::kFencing) {
+    transfers.phase = TransferPhase::kFencing;
+    transfers.failing->store(true);
+    transfers.blame = std::move(blame);
+    room.failure_reason = std::move(reason);
+    room.failure_cause = cause;
+    out.cancels.insert(out.cancels.end(), transfers.ids.begin(), transfers.ids.end());
+  }
+  EndTransfersIfDone(room_id, room, now, out);
+}
+
+void PrefillRooms::EndTransfersIfDone(uint64_t room_id, Room& room, absl::Time now,
+                                      PrefillOutput& out) {
+  const Transfers& transfers = *room.transfers;
+  if (!transfers.ids.empty()) return;  // something of it may still write
+  if (transfers.phase == TransferPhase::kFencing ||
+      (transfers.final && transfers.preparing.empty())) {
+    EndTransfers(room_id, room, now, out);
+  }
+}
+
+void PrefillRooms::EndTransfers(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out) {
+  Transfers transfers = *std::move(room.transfers);
+  room.transfers.reset();
+  --rooms_transferring_;
+  const bool landed = transfers.phase != TransferPhase::kFencing;
+  if (!transfers.fence_proven) room.fence_unproven = true;
+  const size_t events_before = out.events.size();
+  if (landed) {
+    for (const Destination& d : room.destinations) {
+      if (d.peer->dummy) continue;
+      const std::string& session = d.peer->registration.session_id;
+      auto bytes = room.bytes_by_session.find(session);
+      auto copies = transfers.copies_by_session.find(session);
+      SendOutcome(room_id, d.peer->reply_endpoint,
+                  bytes == room.bytes_by_session.end() ? 0 : bytes->second,
+                  copies == transfers.copies_by_session.end() ? 0 : copies->second,
+                  FailureCause::kNone, "", out);
+      SendStatus(room_id, d.peer->reply_endpoint, StatusFormFor(d.peer->contract.revision),
+                 TransferPoll::kSuccess, &*room.ready, out);
+    }
+    DropDestinations(room);
+    room.ready.reset();
+    SetState(room_id, room, TransferPoll::kSuccess, out);
+  } else {
+    if (!transfers.blame.empty() && options_.timeouts.failed_session_ttl > absl::ZeroDuration()) {
+      quarantine_[transfers.blame] = now + options_.timeouts.failed_session_ttl;
+    }
+    std::string reason = std::move(room.failure_reason);
+    AbortRoom(room_id, room, room.failure_cause, std::move(reason), now, out);
+    for (const std::string& session : room.fence_waiters) {
+      AnswerFence(room_id, session, !room.fence_unproven, out);
+    }
+    room.fence_waiters.clear();
+  }
+  for (size_t i = events_before; i < out.events.size(); ++i) {
+    RoomEvent& event = out.events[i];
+    if (event.room != room_id) continue;
+    event.bytes = landed ? transfers.bytes : 0;
+    event.copies = transfers.copies;
+    event.elapsed = now - transfers.started;
+  }
 }
 
 std::optional<std::string> PrefillRooms::DropSession(absl::string_view session_id,
@@ -1107,7 +1205,7 @@ std::optional<uint64_t> PrefillRooms::TakeSentDigest(uint64_t room_id,
 
 void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
   auto found = rooms_.find(room_id);
-  if (found == rooms_.end()) return;
+  if (found == rooms_.end() || found->second.transfers.has_value()) return;
   Room& room = found->second;
   if (room.state == TransferPoll::kFailed &&
       options_.timeouts.failed_room_ttl > absl::ZeroDuration()) {
@@ -1202,8 +1300,11 @@ std::optional<PrefillRoomView> PrefillRooms::Find(uint64_t room_id) const {
   }
   view.begun = room.begun;
   view.ready = room.ready.has_value() || room.transfer_started;
-  view.transfer_in_flight = room.transfer_in_flight;
-  view.fencing = room.fencing;
+  if (room.transfers.has_value()) {
+    view.transfer = room.transfers->phase;
+    view.preparing.assign(room.transfers->preparing.begin(), room.transfers->preparing.end());
+    view.transfer_ids = room.transfers->ids;
+  }
   view.layers_final = room.layers_final;
   view.layers_sent = room.layers_sent;
   return view;

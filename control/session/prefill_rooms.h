@@ -1,23 +1,43 @@
 // The room state of one prefill rank (CACHEPD §1.3 to §1.5, §3.2.2, §3.3, §7.2, §11): decode
 // registrations, pre-allocations collected per room, the engine's begin and ready signals, the
-// copy work of a room, and the status frames its decode ranks are sent.
+// copy work of a room, its transfers on the data plane until no write of it can land, and the
+// status frames its decode ranks are sent. One entry per room holds all of it.
 //
 // Pure: no sockets, threads or clocks. The caller feeds it peer messages, engine signals,
-// transfer results and the time, and acts on what each call returns (PrefillOutput): push the
-// messages in order, start the transfers, report the events. The actual copy expansion and
-// data-plane transfer belong to the layers below (plan::CopyPlan, engine/transfer).
+// transfer outcomes and the time, and acts on what each call returns (PrefillOutput): push the
+// messages in order, prepare and submit the transfers, cancel those it names, report the
+// events. The actual copy expansion and data-plane transfer belong to the layers below
+// (plan::CopyPlan, engine/transfer).
+//
+// A room's transfers (one per data destination for each work: one work in the default mode;
+// with layer-wise streaming, CACHEPD §6.11, one per LayersReady that made new layers final, then
+// the Ready's) go through one phase, TransferPhase (docs/ARCHITECTURE.md, "Failed means
+// fenced"):
+//
+//   preparing --(a work's destinations prepared: TransfersPrepared)--> posting
+//       |                                                                 |
+//       +--(the room fails: abort, fence request, a failed preparation,---+--> fencing
+//           a failed write)
+//
+//   posting --(every work handed out, the final one included, landed)--> the room's Success
+//   fencing --(nothing of it posted, or every posted transfer's outcome came)--> its Failed
+//
+// A generation per work makes late work harmless: a preparation that finishes after its room
+// failed submits nothing.
 //
 // Thread-compatible: one owner calls it at a time (one writer per room state, which avoids the
 // reference's unlocked status race, CACHEPD §11.5).
 #ifndef KVRAIL_CONTROL_SESSION_PREFILL_ROOMS_H_
 #define KVRAIL_CONTROL_SESSION_PREFILL_ROOMS_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,10 +152,11 @@ struct TransferDestination {
 };
 
 // A room's copy work, for the transfer layer: expand each destination's copy plan over
-// (source_manifest, destination manifest), write, flush, then report OnTransferDone, or
-// OnTransferFailed on the first failure.
+// (source_manifest, destination manifest), then report TransfersPrepared (or
+// PreparationFailed), submit the transfers it returns, and report each one's TransferOutcome.
 struct TransferWork {
   uint64_t room = 0;
+  uint64_t generation = 0;  // this work's, for TransfersPrepared and PreparationFailed
   std::shared_ptr<const layout::Manifest> source_manifest;
   // In the order the pre-allocations arrived (CACHEPD §6.9 "Issuing the descriptors").
   std::vector<TransferDestination> destinations;
@@ -143,7 +164,7 @@ struct TransferWork {
   // Layer-wise streaming (CACHEPD §6.11, LayersReady): only the fields "layer.<N>.*" with N in
   // `layers` (plan::CopyPlan::ExpandLayers); the default range is every field. `final`: the
   // room's last work (its Ready's); the room is done once this and every earlier work of it
-  // have landed, and only then is OnTransferDone called.
+  // have landed.
   plan::CopyPlan::LayerRange layers;
   bool final = true;
 };
@@ -176,10 +197,11 @@ struct PrefillOutput {
   std::vector<OutboundMessage> messages;
   // Rooms whose copies may start now.
   std::vector<TransferWork> transfers;
-  // Rooms that failed while their transfer is in flight (or being prepared): stop it (cancel),
-  // and once no write of it can land any more report that with OnTransferFailed (or
-  // OnTransferDone if it had landed whole). Failed means fenced: until then the room stays in
-  // its state, and no Failed is sent or reported.
+  // Submitted transfers to cancel (their outcomes follow, once the transfer layer fenced them).
+  std::vector<uint64_t> cancels;
+  // Rooms whose fence began: they failed while their transfers were in flight (posted or being
+  // prepared). Failed means fenced: until every transfer of the room reported its outcome the
+  // room stays in its state, and no Failed is sent or reported.
   std::vector<uint64_t> fences;
   // Sessions whose registration a restarted decode replaced (§11.1), with the old registration's
   // reply endpoint: whatever the caller keeps for the old process (its data-plane link and
@@ -193,6 +215,13 @@ struct PrefillOutput {
   absl::Status rejected;
 };
 
+// Where a room's transfers are (the diagram at the top of this file).
+enum class TransferPhase {
+  kPreparing,  // works handed out, none prepared yet; nothing submitted
+  kPosting,    // transfers submitted (and perhaps more works being prepared)
+  kFencing,    // the room failed: its posted transfers are cancelled, and it fails once they end
+};
+
 // A snapshot of one room, for tests and introspection.
 struct PrefillRoomView {
   std::optional<TransferPoll> state;  // nullopt: pre-allocations are pending, no state yet
@@ -201,10 +230,13 @@ struct PrefillRoomView {
   std::vector<std::string> preallocated_sessions;  // arrival order; cleared on Success/abort
   bool begun = false;
   bool ready = false;
-  bool transfer_in_flight = false;
-  bool fencing = false;      // failed; its Failed waits for the transfer's fence
-  int64_t layers_final = 0;  // LayersReady: the layers final so far
-  int64_t layers_sent = 0;   // the layers handed out as TransferWork
+  // The room's transfers (TransferPhase): nullopt before its first work is handed out and after
+  // no write of it can land any more.
+  std::optional<TransferPhase> transfer;
+  std::vector<uint64_t> preparing;     // generations of works handed out, not yet prepared
+  std::vector<uint64_t> transfer_ids;  // submitted, not yet reported
+  int64_t layers_final = 0;            // LayersReady: the layers final so far
+  int64_t layers_sent = 0;             // the layers handed out as TransferWork
 };
 
 class PrefillRooms {
@@ -301,31 +333,56 @@ class PrefillRooms {
                                             int64_t layers, absl::Time now);
 
   // --- transfer layer ---------------------------------------------------------------------
+  //
+  // How a room ends on the data plane. When every work handed out (the final one included)
+  // has landed whole (flushed, "Success means landed"), the room becomes Success and each
+  // destination is sent Success with this rank, the token and the speculative ids (§1.4, §3.4),
+  // and, to a destination whose registration contract was in the 2026-09 form, the cached
+  // tokens and the logprob in 7 frames (§12.9); the destinations are dropped. When the room
+  // failed (fencing), it fails once nothing of it is posted any more, with its first failure's
+  // reason, and every destination is sent Failed; a write's or a preparation's failure that came
+  // first quarantines the session it blames for failed_session_ttl (§6.9, §7.4); an abort's
+  // blames nobody. The room's terminal event carries the bytes that landed (0 unless Success),
+  // the copies posted and the time from its first work.
 
-  // Every copy of the room's TransferWork landed (flushed, "Success means landed"); with
-  // layer-wise streaming, every copy of all its works, the final one included. A room that
-  // failed meanwhile (fences) is fenced by this and fails now. Otherwise it becomes Success and
-  // each destination is sent Success with this rank, the token and the speculative ids (§1.4,
-  // §3.4), and, to a destination whose registration contract was in the 2026-09 form, the
-  // cached tokens and the logprob in 7 frames (§12.9); the destinations are dropped. Fails,
-  // changing nothing, when the room has no transfer in flight.
-  // `copies_by_session`: the copies posted to each destination session (its room outcome).
-  absl::StatusOr<PrefillOutput> OnTransferDone(
-      uint64_t room, absl::Time now, const std::map<std::string, uint64_t>& copies_by_session = {});
+  // The preparation of `work` (room, generation) is done, with one transfer per destination,
+  // in `sessions` order. Returns their ids, to submit in that order (kPosting); none when the
+  // room failed meanwhile (nothing of this work is submitted), when `sessions` is empty
+  // (nothing to move), or when the generation is not one the room is preparing (stale). `out`
+  // holds what that ended.
+  std::vector<uint64_t> TransfersPrepared(uint64_t room, uint64_t generation,
+                                          const std::vector<std::string>& sessions, absl::Time now,
+                                          PrefillOutput& out);
 
-  // The transfer ended without landing, and no write of it can land any more (the transfer
-  // layer fenced it). For a room that failed meanwhile (fences) this is its fence: it fails now
-  // with its first reason, and nobody is quarantined (the failure was the abort's). Otherwise a
-  // write failed: `failed_session` (may be empty) is quarantined for failed_session_ttl (§6.9,
-  // §7.4) and the room fails. Either way all its destinations are sent Failed. Unknown rooms
-  // only quarantine.
-  // `fence_proven` false: the transfer layer could not prove that no write lands any more (a
-  // fence that ended in a disconnect, engine/transfer RoomOutcome::fence_proven); the room's
-  // fence answers say so.
-  // `cause`: the write failure's (FailureCauseOf its status); a fenced room keeps its own.
-  PrefillOutput OnTransferFailed(uint64_t room, absl::string_view failed_session,
-                                 absl::string_view reason, absl::Time now, bool fence_proven = true,
-                                 FailureCause cause = FailureCause::kTransport);
+  // The preparation of `generation` failed: the room fails with "CachePD transfer failed:
+  // <reason>" and `cause`, blaming `blame` (empty: nobody). Nothing when the generation is not
+  // one the room is preparing.
+  PrefillOutput PreparationFailed(uint64_t room, uint64_t generation, absl::string_view reason,
+                                  absl::string_view blame, FailureCause cause, absl::Time now);
+
+  // After the ids from TransfersPrepared were submitted, if the room's FailingFlag was set once
+  // every Submit had returned: cancels them (PrefillOutput::cancels). A room whose flag was still
+  // clear then needs no call: its failure, later, cancels them itself.
+  PrefillOutput TransfersSubmitted(uint64_t room);
+
+  // A submitted transfer's outcome (fenced when it failed): `copies` it posted, and whether
+  // its fence proved that no write of it lands any more (engine/transfer RoomOutcome::
+  // fence_proven; false: the room's fence answers say so). A failure fails the room (its
+  // siblings are cancelled), blaming `blame` (the caller's choice: nobody for a cancel); the
+  // room ends with its last outcome. Nothing for an id that is not in flight.
+  PrefillOutput TransferOutcome(uint64_t transfer_id, const absl::Status& status,
+                                absl::string_view blame, absl::Time now, bool fence_proven = true,
+                                uint64_t copies = 0);
+
+  // The destination session of a transfer in flight, or empty.
+  std::string SessionOfTransfer(uint64_t transfer_id) const;
+  // A flag that turns true once `room` is fencing, for a thread preparing its work to read
+  // without asking the owner (a preparation of a failed room is moot); null for a room with no
+  // transfer. The one thing of this table another thread reads.
+  std::shared_ptr<const std::atomic<bool>> FailingFlag(uint64_t room) const;
+  // Rooms with transfers (TransferPhase), and transfers submitted and not yet reported.
+  size_t rooms_transferring() const { return rooms_transferring_; }
+  size_t transfers_in_flight() const { return transfer_owners_.size(); }
 
   // `abort_room` (§1.5): the room fails with `reason` and every non-dummy destination that has
   // pre-allocated it is sent Failed; its destinations are dropped. A room whose transfer is in
@@ -350,8 +407,8 @@ class PrefillRooms {
   PrefillOutput AbortBegunRooms(absl::string_view reason, absl::Time now);
 
   // Forgets the room (the reference's discard_room, after the engine has seen its final
-  // state). A Failed room is remembered for failed_room_ttl (§11.2). Freeing a room with a
-  // transfer in flight is the caller's choice: cancel the transfer first.
+  // state). A Failed room is remembered for failed_room_ttl (§11.2). A room with transfers
+  // has not ended: it is not freed.
   void Free(uint64_t room, absl::Time now);
 
   // --verify-digest: the room digest (wire/digest.h) of what the room wrote to the destination
@@ -394,6 +451,22 @@ class PrefillRooms {
     std::shared_ptr<const DecodePeer> peer;
     std::shared_ptr<const layout::Manifest> manifest;  // null for a dummy
   };
+  // A room's transfers, from its first work handed out until no write of it can land any more.
+  struct Transfers {
+    explicit Transfers(absl::Time began) : started(began) {}
+    TransferPhase phase = TransferPhase::kPreparing;
+    std::set<uint64_t> preparing;  // generations of works being prepared
+    bool final = false;            // the last work was handed out
+    std::vector<uint64_t> ids;     // submitted (or being submitted), not yet reported
+    std::string blame;   // fencing: the session whose failure it was (quarantined), or empty
+    uint64_t bytes = 0;  // handed out, every work's
+    uint64_t copies = 0;
+    std::map<std::string, uint64_t> copies_by_session;
+    absl::Time started;
+    bool fence_proven = true;  // every outcome's fence proved that no write lands any more
+    // Set when the phase becomes kFencing (FailingFlag).
+    std::shared_ptr<std::atomic<bool>> failing = std::make_shared<std::atomic<bool>>(false);
+  };
   struct Room {
     std::optional<TransferPoll> state;
     std::string failure_reason;
@@ -413,8 +486,8 @@ class PrefillRooms {
     int64_t layers_sent = 0;
     std::shared_ptr<const layout::Manifest> layer_source;
     bool transfer_started = false;  // the final work (the Ready's) was handed out
-    bool transfer_in_flight = false;
-    bool fencing = false;         // failed while in flight: the Failed waits for the fence
+    // From the first work handed out until no write of the room can land any more.
+    std::optional<Transfers> transfers;
     bool fence_unproven = false;  // its fence could not prove that no write lands any more
     // The bytes handed out as work to each destination session, for its room outcome.
     absl::flat_hash_map<std::string, uint64_t> bytes_by_session;
@@ -446,8 +519,17 @@ class PrefillRooms {
   void OnFenceRequest(absl::Span<const std::string> frames, absl::Time now, PrefillOutput& out);
   void AnswerFence(uint64_t room, absl::string_view session_id, bool proven,
                    PrefillOutput& out) const;
-  // The transfer of a fencing room can land no more: it fails now.
-  void FinishFence(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
+  // The room's transfers fail (phase kFencing) with `reason` and `cause`, blaming `blame`
+  // (empty: nobody), unless they are fencing already (the first failure stays); what is posted
+  // is cancelled, and the room ends now when nothing is.
+  void FenceTransfers(uint64_t room_id, Room& room, FailureCause cause, std::string reason,
+                      std::string blame, absl::Time now, PrefillOutput& out);
+  // Ends the room's transfers when nothing of it can write any more and nothing is left to
+  // send: fencing with nothing posted, or every work handed out, prepared and landed.
+  void EndTransfersIfDone(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
+  // The room's transfers ended: Success when they landed, else Failed (answering its fence
+  // requests).
+  void EndTransfers(uint64_t room_id, Room& room, absl::Time now, PrefillOutput& out);
   absl::StatusOr<std::shared_ptr<const DecodePeer>> Admit(const wire::ReplyRoute& route,
                                                           absl::Span<const std::string> frames);
   absl::StatusOr<std::shared_ptr<const plan::Planner>> PlannerFor(
@@ -507,6 +589,15 @@ class PrefillRooms {
   std::deque<std::string> rejected_order_;                   // oldest first, for the bound
   absl::flat_hash_map<std::string, absl::Time> quarantine_;  // session -> end of quarantine
   absl::flat_hash_map<PlannerKey, std::shared_ptr<const plan::Planner>> planners_;
+  // Transfers submitted and not yet reported: their room and destination session.
+  struct TransferOwner {
+    uint64_t room = 0;
+    std::string session;
+  };
+  absl::flat_hash_map<uint64_t, TransferOwner> transfer_owners_;
+  size_t rooms_transferring_ = 0;  // rooms whose `transfers` is set
+  uint64_t next_generation_ = 1;
+  uint64_t next_transfer_id_ = 1;
 };
 
 }  // namespace kvrail::session

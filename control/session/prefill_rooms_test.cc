@@ -6,8 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "control/layout/revision.h"
 #include "control/session/test_peers.h"
+#include "control/session/test_transfers.h"
 #include "control/wire/fence.h"
 #include "control/wire/outcome.h"
 #include "control/wire/status.h"
@@ -26,6 +29,9 @@ namespace {
 
 using kvrail::session::testing::DecodeManifest;
 using kvrail::session::testing::DecodeManifestWire;
+using kvrail::session::testing::FailAll;
+using kvrail::session::testing::LandAll;
+using kvrail::session::testing::Post;
 using kvrail::session::testing::PreallocationFrames;
 using kvrail::session::testing::PrefillContract;
 using kvrail::session::testing::RegistrationFrames;
@@ -68,7 +74,8 @@ RoomReady ReadyWith(int64_t token, std::optional<std::vector<int32_t>> spec = {}
   return ready;
 }
 
-// A room with both pre-allocations and the engine ready: its transfer is in flight.
+// A room with both pre-allocations and the engine ready: its transfers (one per destination)
+// are prepared and submitted, in flight.
 TransferWork StartTransfer(PrefillRooms& rooms, uint64_t room) {
   EXPECT_TRUE(rooms.BeginRoom(room, kT0).ok());
   Preallocate(rooms, room, 0);
@@ -76,7 +83,11 @@ TransferWork StartTransfer(PrefillRooms& rooms, uint64_t room) {
   absl::StatusOr<PrefillOutput> out = rooms.Ready(room, ReadyWith(7, {{1, 2}}), kT0);
   EXPECT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->transfers.size(), 1u);
-  return out->transfers.empty() ? TransferWork{} : out->transfers.front();
+  if (out->transfers.empty()) return TransferWork{};
+  PrefillOutput posted;
+  EXPECT_EQ(Post(rooms, out->transfers.front(), kT0, posted).size(), 2u);
+  EXPECT_TRUE(posted.events.empty());
+  return out->transfers.front();
 }
 
 std::string Wire(const layout::Manifest& manifest) {
@@ -163,14 +174,14 @@ TEST(PrefillRoomsTest, ReadyHandsBackOneDestinationPerPreallocationInArrivalOrde
   EXPECT_EQ(work.total_bytes, 228u);
   EXPECT_EQ(Wire(*work.source_manifest), Wire(SourceManifest()));
   EXPECT_TRUE(out->messages.empty());  // nothing is sent before the data landed
-  EXPECT_TRUE(rooms.Find(42)->transfer_in_flight);
+  EXPECT_EQ(rooms.Find(42)->transfer, TransferPhase::kPreparing);
 }
 
 TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDestination) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   StartTransfer(rooms, 42);
-  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  absl::StatusOr<PrefillOutput> done = LandAll(rooms, 42, kT0);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->messages.size(), 2u);
   EXPECT_EQ(done->messages[0].endpoint, ReplyEndpointOf(0));
@@ -185,7 +196,7 @@ TEST(PrefillRoomsTest, TransferDoneSendsSuccessWithRankTokenAndSpecIdsToEachDest
   }
   EXPECT_THAT(States(*done), ElementsAre(TransferPoll::kSuccess));
   EXPECT_TRUE(rooms.Find(42)->preallocated_sessions.empty());
-  EXPECT_FALSE(rooms.OnTransferDone(42, kT0).ok());  // once only
+  EXPECT_FALSE(LandAll(rooms, 42, kT0).ok());  // once only
 }
 
 // The engine's Begin is owed the room's Bootstrapped (with the decodes' windows) once, whether
@@ -241,7 +252,7 @@ TEST(PrefillRoomsTest, ASentDigestIsKeptWithItsRoomForItsDestinationAndGoesWithI
   ASSERT_TRUE(rooms.KeepSentDigest(42, ReplyEndpointOf(1), 0xa1).ok());
   EXPECT_EQ(rooms.TakeSentDigest(42, ReplyEndpointOf(0)), 0xa0u);
   EXPECT_EQ(rooms.TakeSentDigest(42, ReplyEndpointOf(0)), std::nullopt) << "taken twice";
-  ASSERT_TRUE(rooms.OnTransferDone(42, kT0).ok());
+  ASSERT_TRUE(LandAll(rooms, 42, kT0).ok());
   rooms.Free(42, kT0);
   EXPECT_EQ(rooms.TakeSentDigest(42, ReplyEndpointOf(1)), std::nullopt)
       << "a digest outlived its room";
@@ -256,7 +267,7 @@ TEST(PrefillRoomsTest, ASuccessIsPrecededByTheBytesAndCopiesWrittenToThatDestina
   RegisterBoth(rooms);
   TransferWork work = StartTransfer(rooms, 42);
   absl::StatusOr<PrefillOutput> done =
-      rooms.OnTransferDone(42, kT0, {{SessionOf(0), 3}, {SessionOf(1), 4}});
+      LandAll(rooms, 42, kT0, {{SessionOf(0), 3}, {SessionOf(1), 4}});
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->messages.size(), 4u);
   for (int d : {0, 1}) {
@@ -303,7 +314,7 @@ TEST(PrefillRoomsTest, ASuccessIsSentInEachPeersFormWithTheReadysCachedTokensAnd
   ready.cached_tokens = 5;
   ready.first_token_logprob = -0.25;
   ASSERT_TRUE(rooms.Ready(42, ready, kT0).ok());
-  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  absl::StatusOr<PrefillOutput> done = LandAll(rooms, 42, kT0);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->messages.size(), 2u);
   EXPECT_EQ(done->messages[0].endpoint, ReplyEndpointOf(0));
@@ -363,7 +374,7 @@ TEST(PrefillRoomsTest, NoTokenAndNoSpecIdsAreSentAsMinusOneAndAnEmptyFrame) {
   Preallocate(rooms, 3, 0);
   Preallocate(rooms, 3, 1);
   ASSERT_TRUE(rooms.Ready(3, ReadyWith(-1, std::vector<int32_t>{}), kT0).ok());
-  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(3, kT0);
+  absl::StatusOr<PrefillOutput> done = LandAll(rooms, 3, kT0);
   ASSERT_TRUE(done.ok());
   ASSERT_EQ(done->messages.size(), 2u);
   EXPECT_THAT(done->messages[0].frames, ElementsAre("3", "5", "0", "-1", ""));
@@ -410,7 +421,7 @@ TEST(PrefillRoomsTest, RoomOverTheByteCapFailsNamingCapAndSizeAndCopiesNothing) 
   EXPECT_THAT(out->events[0].reason, HasSubstr("cap of 200 bytes"));
   ASSERT_EQ(out->messages.size(), 2u);  // the decode ranks learn at once
   EXPECT_EQ(ParsedStatus(out->messages[0]).status, 0);
-  EXPECT_FALSE(rooms.Find(42)->transfer_in_flight);
+  EXPECT_FALSE(rooms.Find(42)->transfer.has_value());
 }
 
 TEST(PrefillRoomsTest, RoomExactlyAtTheByteCapIsSent) {
@@ -471,13 +482,13 @@ TEST(PrefillRoomsTest, AbortDuringTheTransferWaitsForTheFenceBeforeSendingFailed
   EXPECT_THAT(aborted.fences, ElementsAre(42u));
   EXPECT_TRUE(aborted.messages.empty());
   EXPECT_TRUE(aborted.events.empty());
-  EXPECT_TRUE(rooms.Find(42)->fencing);
+  EXPECT_EQ(rooms.Find(42)->transfer, TransferPhase::kFencing);
   EXPECT_NE(rooms.State(42), TransferPoll::kFailed);
   // A second abort asks nothing more.
   EXPECT_TRUE(rooms.Abort(42, "again", kT0).fences.empty());
 
-  PrefillOutput fenced = rooms.OnTransferFailed(42, SessionOf(0), "cancelled", kT0,
-                                                /*fence_proven=*/true, FailureCause::kBounds);
+  PrefillOutput fenced = FailAll(rooms, 42, SessionOf(0), "cancelled", kT0,
+                                 /*fence_proven=*/true, FailureCause::kBounds);
   ASSERT_EQ(fenced.messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).bootstrap_token, -1);
@@ -487,7 +498,7 @@ TEST(PrefillRoomsTest, AbortDuringTheTransferWaitsForTheFenceBeforeSendingFailed
   EXPECT_EQ(fenced.events[0].cause, FailureCause::kAborted);
   // The engine's abort is nobody's fault: no quarantine.
   EXPECT_TRUE(rooms.QuarantinedSessions(kT0).empty());
-  EXPECT_FALSE(rooms.Find(42)->fencing);
+  EXPECT_FALSE(rooms.Find(42)->transfer.has_value());
 }
 
 TEST(PrefillRoomsTest, AnAbortedRoomWhoseTransferLandedAnywayFailsAtItsFence) {
@@ -495,7 +506,7 @@ TEST(PrefillRoomsTest, AnAbortedRoomWhoseTransferLandedAnywayFailsAtItsFence) {
   RegisterBoth(rooms);
   StartTransfer(rooms, 42);
   EXPECT_THAT(rooms.Abort(42, "scheduler gave up", kT0).fences, ElementsAre(42u));
-  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  absl::StatusOr<PrefillOutput> done = LandAll(rooms, 42, kT0);
   ASSERT_TRUE(done.ok());
   ASSERT_EQ(done->messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(done->messages[0]).status, 0) << "Success after an abort";
@@ -511,7 +522,7 @@ TEST(PrefillRoomsTest, ARestartedDecodeFencesItsRoomsInFlight) {
       rooms.OnMessage(RegistrationFrames(0, uint16_t{17100}, uint64_t{0x7f0000000000}), kT0);
   EXPECT_THAT(restarted.fences, ElementsAre(1u));
   EXPECT_TRUE(restarted.events.empty());
-  PrefillOutput fenced = rooms.OnTransferFailed(1, "", "cancelled", kT0);
+  PrefillOutput fenced = FailAll(rooms, 1, "", "cancelled", kT0);
   ASSERT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
   EXPECT_THAT(fenced.events[0].reason, HasSubstr("restarted"));
   EXPECT_EQ(fenced.messages[0].endpoint, ReplyEndpointOf(0));  // the room's old route
@@ -535,7 +546,7 @@ TEST(PrefillRoomsTest, AFenceRequestForARoomInFlightIsAnsweredAfterItsFence) {
   EXPECT_TRUE(asked.rejected.ok()) << asked.rejected;
   EXPECT_THAT(asked.fences, ElementsAre(5u));
   EXPECT_TRUE(asked.messages.empty()) << "answered before the fence";
-  PrefillOutput fenced = rooms.OnTransferFailed(5, "", "cancelled", kT0);
+  PrefillOutput fenced = FailAll(rooms, 5, "", "cancelled", kT0);
   ASSERT_EQ(fenced.messages.size(), 3u);  // Failed to both destinations, then the answer
   EXPECT_TRUE(IsFencedAnswerFor(fenced.messages[2], 5, 1));
   EXPECT_THAT(fenced.events[0].reason, HasSubstr("gave the room up"));
@@ -623,7 +634,7 @@ TEST(PrefillRoomsTest, AFenceRequestForAnUnknownOrEndedRoomIsAnsweredAtOnceAndMa
   EXPECT_TRUE(IsFencedAnswerFor(unknown.messages[0], 77, 0));
   EXPECT_FALSE(rooms.Find(77).has_value());
   StartTransfer(rooms, 8);
-  ASSERT_TRUE(rooms.OnTransferDone(8, kT0).ok());
+  ASSERT_TRUE(LandAll(rooms, 8, kT0).ok());
   PrefillOutput ended = rooms.OnMessage(FenceRequestFrames(8, 1), kT0);
   ASSERT_EQ(ended.messages.size(), 1u);
   EXPECT_TRUE(IsFencedAnswerFor(ended.messages[0], 8, 1));
@@ -642,7 +653,7 @@ TEST(PrefillRoomsTest, AFenceRequestFromAnUnregisteredSessionOrMalformedIsOnlyRe
   std::vector<std::string> bad = FenceRequestFrames(9, 0);
   bad[1] = "09";
   EXPECT_THAT(rooms.OnMessage(bad, kT0).rejected.message(), HasSubstr("frame 1 (room)"));
-  EXPECT_FALSE(rooms.Find(9)->fencing);
+  EXPECT_FALSE(rooms.Find(9)->transfer == TransferPhase::kFencing);
 }
 
 TEST(PrefillRoomsTest, AFailedRoomKeepsItsFirstReason) {
@@ -857,7 +868,7 @@ TEST(PrefillRoomsTest, FreedSucceededRoomIsForgotten) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   StartTransfer(rooms, 42);
-  ASSERT_TRUE(rooms.OnTransferDone(42, kT0).ok());
+  ASSERT_TRUE(LandAll(rooms, 42, kT0).ok());
   EXPECT_EQ(rooms.room_count(), 1u);
   rooms.Free(42, kT0);
   EXPECT_EQ(rooms.room_count(), 0u);
@@ -867,7 +878,7 @@ TEST(PrefillRoomsTest, PreallocationForACompletedRoomIsAnsweredWithFailed) {
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   StartTransfer(rooms, 42);
-  ASSERT_TRUE(rooms.OnTransferDone(42, kT0).ok());
+  ASSERT_TRUE(LandAll(rooms, 42, kT0).ok());
   PrefillOutput late = Preallocate(rooms, 42, 0);
   ASSERT_EQ(late.messages.size(), 1u);
   EXPECT_EQ(ParsedStatus(late.messages[0]).status, 0);
@@ -878,11 +889,12 @@ TEST(PrefillRoomsTest, FailedTransferQuarantinesTheSessionUntilItsTtlOrANewRegis
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   StartTransfer(rooms, 1);
-  PrefillOutput failed = rooms.OnTransferFailed(1, SessionOf(0), "write returned -1", kT0,
-                                                /*fence_proven=*/true, FailureCause::kBounds);
+  PrefillOutput failed = FailAll(rooms, 1, SessionOf(0), "write returned -1", kT0,
+                                 /*fence_proven=*/true, FailureCause::kBounds);
   ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
   EXPECT_EQ(failed.events[0].cause, FailureCause::kBounds);
-  EXPECT_THAT(failed.events[0].reason, HasSubstr("CachePD transfer failed: write returned -1"));
+  EXPECT_THAT(failed.events[0].reason, HasSubstr("CachePD transfer failed: "));
+  EXPECT_THAT(failed.events[0].reason, HasSubstr("write returned -1"));
   EXPECT_EQ(failed.messages.size(), 2u);  // every destination, the written one included
   EXPECT_THAT(rooms.QuarantinedSessions(kT0), ElementsAre(SessionOf(0)));
 
@@ -900,7 +912,8 @@ TEST(PrefillRoomsTest, FailedTransferQuarantinesTheSessionUntilItsTtlOrANewRegis
   rooms.Tick(kT0 + absl::Seconds(30));
   EXPECT_TRUE(rooms.QuarantinedSessions(kT0 + absl::Seconds(30)).empty());
   // ...and so does a registration.
-  rooms.OnTransferFailed(1, SessionOf(1), "again", kT0 + absl::Seconds(31));
+  StartTransfer(rooms, 3);
+  FailAll(rooms, 3, SessionOf(1), "again", kT0 + absl::Seconds(31));
   EXPECT_THAT(rooms.QuarantinedSessions(kT0 + absl::Seconds(31)), ElementsAre(SessionOf(1)));
   rooms.OnMessage(RegistrationFrames(1), kT0 + absl::Seconds(32));
   EXPECT_TRUE(rooms.QuarantinedSessions(kT0 + absl::Seconds(32)).empty());
@@ -926,7 +939,7 @@ TEST(PrefillRoomsTest, RestartedDecodeReplacesItsRegistrationAndGetsAnswersOnIts
   ASSERT_NE(rooms.Registration(SessionOf(0)), nullptr);
   EXPECT_EQ(rooms.Registration(SessionOf(0))->registration.arena_base, 0x7f0000000000u);
   StartTransfer(rooms, 2);
-  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(2, kT0);
+  absl::StatusOr<PrefillOutput> done = LandAll(rooms, 2, kT0);
   ASSERT_TRUE(done.ok());
   ASSERT_EQ(done->messages.size(), 2u);
   EXPECT_EQ(done->messages[0].endpoint, "tcp://10.1.0.1:17100");
@@ -1057,12 +1070,12 @@ TEST(PrefillRoomsTest, RandomOperationsKeepStatesForwardOnlyAndFailedSticky) {
           break;
         }
         case 5: {
-          absl::StatusOr<PrefillOutput> r = rooms.OnTransferDone(room, now);
+          absl::StatusOr<PrefillOutput> r = LandAll(rooms, room, now);
           if (r.ok()) out = *std::move(r);
           break;
         }
         case 6:
-          out = rooms.OnTransferFailed(room, "", "flaky", now);
+          out = FailAll(rooms, room, "", "flaky", now);
           break;
         case 7:
           out = rooms.Abort(room, "abort", now);
@@ -1126,7 +1139,7 @@ TEST(PrefillRoomsTest, AnUnprovenFenceIsAnsweredUnproven) {
   RegisterBoth(rooms);
   StartTransfer(rooms, 3);
   EXPECT_THAT(rooms.OnMessage(FenceRequestFrames(3, 0), kT0).fences, ElementsAre(3u));
-  PrefillOutput fenced = rooms.OnTransferFailed(3, "", "cancelled", kT0, /*fence_proven=*/false);
+  PrefillOutput fenced = FailAll(rooms, 3, "", "cancelled", kT0, /*fence_proven=*/false);
   ASSERT_EQ(fenced.messages.size(), 3u);
   absl::StatusOr<wire::FencedAnswer> answer = wire::ParseFencedAnswer(fenced.messages[2].frames);
   ASSERT_TRUE(answer.ok()) << answer.status();
@@ -1163,13 +1176,20 @@ TEST(PrefillRoomsTest, LayersStreamAsTheyBecomeFinalAndTheReadySendsTheRest) {
   EXPECT_GT(layer0.total_bytes, 0u);
   EXPECT_LT(layer0.total_bytes, 228u);
   EXPECT_TRUE(first->messages.empty());
-  EXPECT_TRUE(rooms.Find(42)->transfer_in_flight);
+  EXPECT_EQ(rooms.Find(42)->transfer, TransferPhase::kPreparing);
+  PrefillOutput posted;
+  EXPECT_EQ(Post(rooms, layer0, kT0, posted).size(), 2u);
+  EXPECT_EQ(rooms.Find(42)->transfer, TransferPhase::kPosting);
   // The same layers again: nothing new is final.
   absl::StatusOr<PrefillOutput> again = rooms.LayersReady(42, std::nullopt, 1, kT0);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->transfers.empty());
-  // Not done before the final work: no Success can go out early.
-  EXPECT_EQ(rooms.OnTransferDone(42, kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Not done before the final work: the layer's transfers land, and no Success goes out early.
+  absl::StatusOr<PrefillOutput> layer_landed = LandAll(rooms, 42, kT0);
+  ASSERT_TRUE(layer_landed.ok()) << layer_landed.status();
+  EXPECT_TRUE(layer_landed->events.empty());
+  EXPECT_TRUE(layer_landed->messages.empty());
+  EXPECT_EQ(rooms.Find(42)->transfer, TransferPhase::kPosting);
 
   RoomReady ready = ReadyWith(7);
   ready.source_manifest.reset();  // the LayersReady's stands
@@ -1179,7 +1199,7 @@ TEST(PrefillRoomsTest, LayersStreamAsTheyBecomeFinalAndTheReadySendsTheRest) {
   EXPECT_TRUE(rest->transfers[0].final);
   EXPECT_EQ(rest->transfers[0].layers.begin, 1);
   EXPECT_EQ(layer0.total_bytes + rest->transfers[0].total_bytes, 228u);
-  absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(42, kT0);
+  absl::StatusOr<PrefillOutput> done = LandAll(rooms, 42, kT0);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(done->messages[0]).status, 5);
@@ -1248,9 +1268,14 @@ TEST(PrefillRoomsTest, AnAbortBetweenLayersWaitsForTheFenceOfTheLayersInFlight) 
   PrefillRooms rooms = MakeRooms();
   RegisterBoth(rooms);
   Bootstrap(rooms, 42);
-  ASSERT_EQ(rooms.LayersReady(42, SourceManifest(), 1, kT0)->transfers.size(), 1u);
+  absl::StatusOr<PrefillOutput> layer = rooms.LayersReady(42, SourceManifest(), 1, kT0);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  ASSERT_EQ(layer->transfers.size(), 1u);
+  PrefillOutput posted;
+  ASSERT_EQ(Post(rooms, layer->transfers[0], kT0, posted).size(), 2u);
   PrefillOutput aborted = rooms.Abort(42, "the engine aborted", kT0);
   EXPECT_THAT(aborted.fences, ElementsAre(42u));
+  EXPECT_EQ(aborted.cancels, rooms.Find(42)->transfer_ids);
   EXPECT_TRUE(aborted.messages.empty());
   EXPECT_NE(rooms.State(42), TransferPoll::kFailed);
   // While it is fenced, neither more layers nor the Ready start anything.
@@ -1260,7 +1285,7 @@ TEST(PrefillRoomsTest, AnAbortBetweenLayersWaitsForTheFenceOfTheLayersInFlight) 
   absl::StatusOr<PrefillOutput> ready = rooms.Ready(42, ReadyWith(1), kT0);
   ASSERT_TRUE(ready.ok()) << ready.status();
   EXPECT_TRUE(ready->transfers.empty());
-  PrefillOutput fenced = rooms.OnTransferFailed(42, "", "cancelled", kT0);
+  PrefillOutput fenced = FailAll(rooms, 42, "", "cancelled", kT0);
   ASSERT_EQ(fenced.messages.size(), 2u);
   EXPECT_EQ(ParsedStatus(fenced.messages[0]).status, 0);
   EXPECT_THAT(States(fenced), ElementsAre(TransferPoll::kFailed));
@@ -1268,6 +1293,180 @@ TEST(PrefillRoomsTest, AnAbortBetweenLayersWaitsForTheFenceOfTheLayersInFlight) 
   absl::StatusOr<PrefillOutput> late = rooms.LayersReady(42, std::nullopt, 2, kT0);
   EXPECT_THAT(std::string(late.status().message()),
               HasSubstr("room 42 already failed: the engine aborted"));
+}
+
+// --- the room's transfers (TransferPhase) ------------------------------------------------
+
+// The room's one Ready work, handed out and not yet prepared.
+TransferWork HandOut(PrefillRooms& rooms, uint64_t room) {
+  EXPECT_TRUE(rooms.BeginRoom(room, kT0).ok());
+  Preallocate(rooms, room, 0);
+  Preallocate(rooms, room, 1);
+  absl::StatusOr<PrefillOutput> out = rooms.Ready(room, ReadyWith(7), kT0);
+  EXPECT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->transfers.size(), 1u);
+  return out->transfers.empty() ? TransferWork{} : out->transfers.front();
+}
+
+TEST(PrefillRoomsTest, AFailureWhilePreparingEndsTheRoomAtOnceAndTheLatePreparationSubmitsNothing) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  const TransferWork work = HandOut(rooms, 1);
+  std::shared_ptr<const std::atomic<bool>> failing = rooms.FailingFlag(1);
+  ASSERT_NE(failing, nullptr);
+  EXPECT_FALSE(failing->load());
+  PrefillOutput aborted = rooms.Abort(1, "the engine aborted", kT0);
+  EXPECT_TRUE(failing->load()) << "the strand preparing it would not see the failure";
+  // Nothing of it was submitted: no write can land, so it fails now.
+  EXPECT_TRUE(aborted.cancels.empty());
+  ASSERT_THAT(States(aborted), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(aborted.events[0].reason, "the engine aborted");
+  EXPECT_EQ(aborted.messages.size(), 2u);
+  EXPECT_FALSE(rooms.Find(1)->transfer.has_value());
+  PrefillOutput late;
+  EXPECT_TRUE(Post(rooms, work, kT0, late).empty());
+  EXPECT_TRUE(late.events.empty()) << "a stale preparation ended the room twice";
+  EXPECT_EQ(rooms.transfers_in_flight(), 0u);
+  EXPECT_EQ(rooms.rooms_transferring(), 0u);
+}
+
+TEST(PrefillRoomsTest, AFailureWhilePostingCancelsAndFailsOnlyOnceEveryTransferReported) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  const TransferWork work = HandOut(rooms, 1);
+  PrefillOutput posted;
+  const std::vector<uint64_t> ids = Post(rooms, work, kT0, posted);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(rooms.SessionOfTransfer(ids[1]), SessionOf(1));
+  EXPECT_EQ(rooms.transfers_in_flight(), 2u);
+  EXPECT_TRUE(rooms.TransfersSubmitted(1).cancels.empty()) << "cancelled a live room";
+  PrefillOutput aborted = rooms.Abort(1, "the engine aborted", kT0);
+  EXPECT_THAT(aborted.cancels, ElementsAre(ids[0], ids[1]));
+  EXPECT_TRUE(aborted.events.empty()) << "Failed before the fence";
+  // Failed while being submitted: the submitter cancels again.
+  EXPECT_THAT(rooms.TransfersSubmitted(1).cancels, ElementsAre(ids[0], ids[1]));
+  EXPECT_TRUE(rooms.TransferOutcome(ids[0], absl::CancelledError("x"), "", kT0).events.empty());
+  PrefillOutput last =
+      rooms.TransferOutcome(ids[1], absl::OkStatus(), "", kT0 + absl::Seconds(1), true, 4);
+  ASSERT_THAT(States(last), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(last.events[0].reason, "the engine aborted");
+  EXPECT_EQ(last.events[0].bytes, 0u) << "a failed room reports no bytes landed";
+  EXPECT_EQ(last.events[0].copies, 4u);
+  EXPECT_EQ(last.events[0].elapsed, absl::Seconds(1));
+  EXPECT_TRUE(rooms.QuarantinedSessions(kT0).empty());
+  EXPECT_EQ(rooms.transfers_in_flight(), 0u);
+}
+
+TEST(PrefillRoomsTest, AWriteFailureCancelsTheSiblingsAndQuarantinesItsSessionAtTheFence) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  PrefillOutput posted;
+  const std::vector<uint64_t> ids = Post(rooms, HandOut(rooms, 1), kT0, posted);
+  ASSERT_EQ(ids.size(), 2u);
+  PrefillOutput failed =
+      rooms.TransferOutcome(ids[0], absl::UnavailableError("peer gone"), SessionOf(0), kT0);
+  EXPECT_THAT(failed.cancels, ElementsAre(ids[1]));
+  EXPECT_TRUE(failed.fences.empty()) << "the room did not ask for this fence";
+  EXPECT_TRUE(failed.events.empty());
+  EXPECT_EQ(rooms.Find(1)->transfer, TransferPhase::kFencing);
+  // An abort now changes nothing: the first failure stays.
+  EXPECT_TRUE(rooms.Abort(1, "the engine aborted", kT0).events.empty());
+  PrefillOutput last = rooms.TransferOutcome(ids[1], absl::CancelledError("sibling"), "", kT0);
+  ASSERT_THAT(States(last), ElementsAre(TransferPoll::kFailed));
+  EXPECT_THAT(last.events[0].reason, HasSubstr("CachePD transfer failed: "));
+  EXPECT_THAT(last.events[0].reason, HasSubstr("peer gone"));
+  EXPECT_EQ(last.events[0].cause, FailureCause::kTransport);
+  EXPECT_THAT(rooms.QuarantinedSessions(kT0), ElementsAre(SessionOf(0)));
+}
+
+TEST(PrefillRoomsTest, AFailedPreparationFailsTheRoomBlamingItsSession) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  const TransferWork work = HandOut(rooms, 1);
+  EXPECT_TRUE(
+      rooms.PreparationFailed(1, work.generation + 1, "x", "", FailureCause::kHandshake, kT0)
+          .events.empty())
+      << "a generation the room is not preparing";
+  PrefillOutput failed = rooms.PreparationFailed(1, work.generation, "connect refused",
+                                                 SessionOf(1), FailureCause::kHandshake, kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].reason, "CachePD transfer failed: connect refused");
+  EXPECT_EQ(failed.events[0].cause, FailureCause::kHandshake);
+  EXPECT_THAT(rooms.QuarantinedSessions(kT0), ElementsAre(SessionOf(1)));
+}
+
+TEST(PrefillRoomsTest, UnknownTransfersAndRoomsWithoutTransfersAreIgnored) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  EXPECT_TRUE(rooms.TransferOutcome(9, absl::OkStatus(), "", kT0).events.empty());
+  EXPECT_TRUE(rooms.TransfersSubmitted(9).cancels.empty());
+  EXPECT_EQ(rooms.SessionOfTransfer(9), "");
+  EXPECT_EQ(rooms.FailingFlag(9), nullptr);
+  PrefillOutput out;
+  EXPECT_TRUE(rooms.TransfersPrepared(9, 1, {"a:1"}, kT0, out).empty());
+  EXPECT_TRUE(out.events.empty());
+}
+
+// A Success carries what landed: the bytes of every work handed out, the copies the transfers
+// posted, and the time from the first work.
+TEST(PrefillRoomsTest, ASuccessCarriesTheBytesCopiesAndSecondsThatLanded) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  PrefillOutput posted;
+  const std::vector<uint64_t> ids = Post(rooms, HandOut(rooms, 1), kT0, posted);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_TRUE(rooms.TransferOutcome(ids[0], absl::OkStatus(), "", kT0, true, 3).events.empty());
+  PrefillOutput done =
+      rooms.TransferOutcome(ids[1], absl::OkStatus(), "", kT0 + absl::Seconds(2), true, 5);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bytes, 228u);
+  EXPECT_EQ(done.events[0].copies, 8u);
+  EXPECT_EQ(done.events[0].elapsed, absl::Seconds(2));
+  EXPECT_EQ(rooms.rooms_transferring(), 0u);
+}
+
+// Layer-wise streaming: a room's works land one by one, and the room ends only once its final
+// work and every earlier one have landed.
+// A room Bootstrapped on both destinations whose layer 0 is final: its work, handed out.
+TransferWork FirstLayerOf(PrefillRooms& rooms, uint64_t room) {
+  RegisterBoth(rooms);
+  Bootstrap(rooms, room);
+  absl::StatusOr<PrefillOutput> first = rooms.LayersReady(room, SourceManifest(), 1, kT0);
+  EXPECT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first.ok() ? first->transfers.size() : 0u, 1u);
+  return first.ok() && !first->transfers.empty() ? first->transfers[0] : TransferWork{};
+}
+
+TEST(PrefillRoomsTest, ARoomOfSeveralWorksLandsWithItsFinalWorksLastOutcome) {
+  PrefillRooms rooms = MakeRooms();
+  const TransferWork layer0 = FirstLayerOf(rooms, 42);
+  absl::StatusOr<PrefillOutput> rest = rooms.Ready(42, ReadyWith(7), kT0);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->transfers.size(), 1u);
+  PrefillOutput out;
+  const std::vector<uint64_t> last = Post(rooms, rest->transfers[0], kT0, out);
+  ASSERT_EQ(last.size(), 2u);
+  for (uint64_t id : last) {
+    EXPECT_TRUE(rooms.TransferOutcome(id, absl::OkStatus(), "", kT0).events.empty())
+        << "landed while an earlier work is still being prepared";
+  }
+  const std::vector<uint64_t> earlier = Post(rooms, layer0, kT0, out);
+  ASSERT_EQ(earlier.size(), 2u);
+  EXPECT_TRUE(rooms.TransferOutcome(earlier[0], absl::OkStatus(), "", kT0).events.empty());
+  PrefillOutput done = rooms.TransferOutcome(earlier[1], absl::OkStatus(), "", kT0);
+  ASSERT_THAT(States(done), ElementsAre(TransferPoll::kSuccess));
+  EXPECT_EQ(done.events[0].bytes, 228u);
+}
+
+// Failed means fenced between works too: with nothing in flight, at once.
+TEST(PrefillRoomsTest, AFailureBetweenWorksWithNothingInFlightFailsAtOnce) {
+  PrefillRooms rooms = MakeRooms();
+  FirstLayerOf(rooms, 42);
+  ASSERT_TRUE(LandAll(rooms, 42, kT0).ok());
+  PrefillOutput aborted = rooms.Abort(42, "the engine aborted", kT0);
+  EXPECT_THAT(aborted.fences, ElementsAre(42u));
+  ASSERT_THAT(States(aborted), ElementsAre(TransferPoll::kFailed));
+  EXPECT_FALSE(rooms.Find(42)->transfer.has_value());
 }
 
 }  // namespace

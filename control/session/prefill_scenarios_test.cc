@@ -19,6 +19,7 @@
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/session/prefill_rooms.h"
+#include "control/session/test_transfers.h"
 #include "control/session/transfer_poll.h"
 #include "tests/support/vectors.h"
 
@@ -199,12 +200,6 @@ void ExpectTransferMatchesEngineCalls(const TransferWork& work, const json& call
   }
 }
 
-void Merge(PrefillOutput& into, PrefillOutput from) {
-  for (auto& m : from.messages) into.messages.push_back(std::move(m));
-  for (auto& t : from.transfers) into.transfers.push_back(std::move(t));
-  for (auto& e : from.events) into.events.push_back(std::move(e));
-}
-
 PrefillOutput RunStep(PrefillRooms& rooms, const json& step, absl::Time now) {
   const std::string action = step.at("action").get<std::string>();
   if (action == "zmq") {
@@ -246,17 +241,18 @@ PrefillOutput RunStep(PrefillRooms& rooms, const json& step, absl::Time now) {
   if (merged.transfers.size() != 1) return merged;
   const TransferWork work = merged.transfers.front();
   ExpectTransferMatchesEngineCalls(work, calls, failed);
+  (void)testing::Post(rooms, work, now, merged);
   if (failed) {
     const std::string session = calls.at(0).at("session").get<std::string>();
-    Merge(merged,
-          rooms.OnTransferFailed(room, session,
-                                 absl::StrCat("Mooncake transfer failed for ",
-                                              work.destinations.front().peer->reply_endpoint),
-                                 now));
+    testing::Append(merged,
+                    testing::FailAll(rooms, room, session,
+                                     absl::StrCat("Mooncake transfer failed for ",
+                                                  work.destinations.front().peer->reply_endpoint),
+                                     now));
   } else {
-    absl::StatusOr<PrefillOutput> done = rooms.OnTransferDone(room, now);
+    absl::StatusOr<PrefillOutput> done = testing::LandAll(rooms, room, now);
     EXPECT_TRUE(done.ok()) << done.status();
-    if (done.ok()) Merge(merged, *std::move(done));
+    if (done.ok()) testing::Append(merged, *std::move(done));
   }
   return merged;
 }

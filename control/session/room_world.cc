@@ -1,8 +1,10 @@
 #include "control/session/room_world.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -20,6 +22,7 @@
 #include "control/plan/planner.h"
 #include "control/session/decode_rooms.h"
 #include "control/session/prefill_rooms.h"
+#include "control/session/test_transfers.h"
 #include "control/wire/fence.h"
 #include "control/wire/registration.h"
 
@@ -117,12 +120,23 @@ struct Chunk {
   uint64_t bytes = 0;
 };
 
-// A prefill rank's writes of one room, in flight.
+// A room's work a prefill rank handed out, being prepared (descriptor fetch, connect, copy
+// expansion: prefill_transfers.cc), with the writes each destination will get.
+struct Preparation {
+  int p = 0;
+  TransferWork work;
+  std::vector<std::string> sessions;       // one transfer each, in this order
+  std::vector<std::vector<Chunk>> writes;  // per session
+};
+
+// One submitted transfer (one destination of one room): its writes, in flight.
 struct Transfer {
+  int p = 0;
+  uint64_t room = 0;
+  std::string session;
   std::vector<Chunk> pending;
-  bool failing = false;  // a write failed: the rest are cancelled, then reported
-  std::string failed_session;
-  bool fencing = false;  // the room failed meanwhile (PrefillOutput::fences)
+  bool failed = false;     // a write failed: it reports that once the rest land or are dropped
+  bool cancelled = false;  // PrefillOutput::cancels named it: the rest may not be made
 };
 
 struct Sent {
@@ -210,7 +224,11 @@ class World {
   void PublishDecode(int d, const RoomEvent& event, Origin origin);
   void PublishRelease(int d, const PagesRelease& release);
   void BeginTransfer(int p, const TransferWork& work);
-  void FinishTransfer(int p, uint64_t room);
+  void Prepare(size_t preparation, bool faults);
+  void FinishTransfer(const std::pair<int, uint64_t>& key);
+  // Whether a write of `room` from prefill rank p may still land (a submitted transfer's), or,
+  // with `preparing`, is being prepared (which submits nothing once the room failed).
+  bool InFlight(int p, uint64_t room, bool preparing) const;
   void LandChunk(int p, uint64_t room, const Chunk& chunk);
 
   // --- the engines hearing of it ---
@@ -247,7 +265,8 @@ class World {
   // (from, to endpoint) -> frames in order.
   std::map<std::pair<std::string, std::string>, std::deque<Sent>> network_;
   std::vector<PendingRoute> pending_routes_;
-  std::map<std::pair<int, uint64_t>, Transfer> transfers_;      // (prefill rank, room)
+  std::vector<Preparation> preparing_;
+  std::map<std::pair<int, uint64_t>, Transfer> transfers_;      // (prefill rank, transfer id)
   std::map<std::tuple<int, int, uint64_t>, Written> expected_;  // (p, d, room)
   std::map<std::tuple<int, int, uint64_t>, Written> landed_;    // (p, d, room)
   std::set<std::pair<int, uint64_t>> closed_;    // (d, room): no write of it may land any more
@@ -436,7 +455,7 @@ bool World::Quiet() const {
   for (const auto& [key, queue] : network_) {
     if (!queue.empty()) return false;
   }
-  if (!transfers_.empty() || !pending_routes_.empty()) return false;
+  if (!transfers_.empty() || !preparing_.empty() || !pending_routes_.empty()) return false;
   for (const DecodeEngine& e : decode_engine_) {
     if (!e.inbox.empty()) return false;
   }
@@ -762,28 +781,85 @@ bool World::DataPlaneStep(bool faults) {
   for (const auto& [key, transfer] : transfers_) {
     if (!transfer.pending.empty()) busy.push_back(key);
   }
-  if (busy.empty()) return false;
-  const auto key = busy[Uniform(busy.size())];
+  if (busy.empty() && preparing_.empty()) return false;
+  const size_t pick = Uniform(busy.size() + preparing_.size());
+  if (pick >= busy.size()) {
+    Prepare(pick - busy.size(), faults);
+    return true;
+  }
+  const std::pair<int, uint64_t> key = busy[pick];
   Transfer& t = transfers_.at(key);
   const size_t i = Uniform(t.pending.size());
   Chunk chunk = t.pending[i];
   t.pending.erase(t.pending.begin() + static_cast<std::ptrdiff_t>(i));
   const std::string what =
-      absl::StrCat("write of room ", key.second, " from prefill ", key.first, " to decode ",
+      absl::StrCat("write of room ", t.room, " from prefill ", t.p, " to decode ",
                    chunk.decode_rank, " pages {", absl::StrJoin(chunk.pages, ","), "}");
-  if (!t.failing && !t.fencing && faults && Chance(2)) {
+  if (!t.failed && !t.cancelled && faults && Chance(2)) {
     ++result_.faults;
-    t.failing = true;
-    t.failed_session = DecodeSession(chunk.decode_rank);
+    t.failed = true;
     Trace(absl::StrCat("fail ", what));
-  } else if ((t.failing || t.fencing) && Chance(50)) {
+  } else if ((t.failed || t.cancelled) && Chance(50)) {
     Trace(absl::StrCat("cancel ", what));
   } else {
     Trace(absl::StrCat("land ", what));
-    LandChunk(key.first, key.second, chunk);
+    LandChunk(t.p, t.room, chunk);
   }
-  if (t.pending.empty()) FinishTransfer(key.first, key.second);
+  if (t.pending.empty()) FinishTransfer(key);
   return true;
+}
+
+void World::Prepare(size_t index, bool faults) {
+  Preparation preparation = std::move(preparing_[index]);
+  preparing_.erase(preparing_.begin() + static_cast<std::ptrdiff_t>(index));
+  const int p = preparation.p;
+  const uint64_t room = preparation.work.room;
+  if (!prefill_[p].has_value()) return;
+  if (faults && Chance(3)) {
+    ++result_.faults;
+    const std::string session = preparation.sessions.empty() ? "" : preparation.sessions.front();
+    Trace(absl::StrCat("prefill ", p, " fails to prepare room ", room, " (", session, ")"));
+    ApplyPrefill(
+        p,
+        prefill_[p]->PreparationFailed(room, preparation.work.generation, "a connect failed",
+                                       session, FailureCause::kHandshake, now_),
+        Origin::kTransfer);
+    return;
+  }
+  PrefillOutput out;
+  const std::vector<uint64_t> ids = prefill_[p]->TransfersPrepared(
+      room, preparation.work.generation, preparation.sessions, now_, out);
+  Trace(absl::StrCat("prefill ", p, " prepared room ", room, ": ", ids.size(),
+                     " transfers submitted"));
+  if (!ids.empty() && ids.size() != preparation.sessions.size()) {
+    Violate(absl::StrCat("prefill ", p, " room ", room, ": ", ids.size(), " transfer ids for ",
+                         preparation.sessions.size(), " destinations"));
+    return;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Transfer transfer;
+    transfer.p = p;
+    transfer.room = room;
+    transfer.session = preparation.sessions[i];
+    transfer.pending = std::move(preparation.writes[i]);
+    transfers_[{p, ids[i]}] = std::move(transfer);
+  }
+  // Submitted while the room failed (prefill_transfers.cc): its FailingFlag says so.
+  const std::shared_ptr<const std::atomic<bool>> failing = prefill_[p]->FailingFlag(room);
+  if (!ids.empty() && failing != nullptr && failing->load()) {
+    Append(out, prefill_[p]->TransfersSubmitted(room));
+  }
+  ApplyPrefill(p, std::move(out), Origin::kTransfer);
+}
+
+bool World::InFlight(int p, uint64_t room, bool preparing) const {
+  for (const Preparation& preparation : preparing_) {
+    if (preparing && preparation.p == p && preparation.work.room == room) return true;
+  }
+  for (const auto& [key, transfer] : transfers_) {
+    if (transfer.p == p && transfer.room == room && !transfer.pending.empty()) return true;
+  }
+  return false;
 }
 
 bool World::InboxStep() {
@@ -913,7 +989,10 @@ bool World::FaultStep() {
       prefill_inbox_[p].clear();
       // A process that is gone writes nothing more, and hears nothing.
       for (auto it = transfers_.begin(); it != transfers_.end();) {
-        it = it->first.first == p ? transfers_.erase(it) : std::next(it);
+        it = it->second.p == p ? transfers_.erase(it) : std::next(it);
+      }
+      for (auto it = preparing_.begin(); it != preparing_.end();) {
+        it = it->p == p ? preparing_.erase(it) : std::next(it);
       }
       for (auto& [key, queue] : network_) {
         if (key.first == absl::StrCat("prefill", p) || key.second == PrefillEndpoint(p)) {
@@ -945,17 +1024,12 @@ void World::ApplyPrefill(int p, PrefillOutput out, Origin origin) {
     PublishPrefill(p, event, origin);
   }
   for (const TransferWork& work : out.transfers) BeginTransfer(p, work);
-  for (uint64_t room : out.fences) {
-    auto found = transfers_.find({p, room});
-    if (found == transfers_.end()) {
-      // FenceLocked: nothing of it is in flight here.
-      ApplyPrefill(p, prefill_[p]->OnTransferFailed(room, "", "no transfer in flight", now_),
-                   Origin::kTransfer);
-      continue;
-    }
-    Trace(absl::StrCat("  prefill ", p, " fences room ", room));
-    found->second.fencing = true;
-    if (found->second.pending.empty()) FinishTransfer(p, room);
+  for (uint64_t room : out.fences) Trace(absl::StrCat("  prefill ", p, " fences room ", room));
+  for (uint64_t id : out.cancels) {
+    auto found = transfers_.find({p, id});
+    if (found == transfers_.end()) continue;  // reported already
+    Trace(absl::StrCat("  prefill ", p, " cancels transfer ", id, " of room ", found->second.room));
+    found->second.cancelled = true;
   }
 }
 
@@ -983,12 +1057,11 @@ void World::PublishPrefill(int p, const RoomEvent& event, Origin origin) {
   announced_[p].erase(event.room);
   Trace(absl::StrCat("  prefill ", p, " publishes ", TransferPollName(event.state), " of room ",
                      event.room, event.reason.empty() ? "" : ": ", event.reason));
-  auto in_flight = transfers_.find({p, event.room});
-  if (in_flight != transfers_.end()) {
+  if (InFlight(p, event.room, /*preparing=*/false)) {
     Violate(absl::StrCat("prefill ", p, " published ", TransferPollName(event.state), " of room ",
-                         event.room, " while ", in_flight->second.pending.size(),
-                         " of its writes may still land (Failed means fenced, Success means "
-                         "landed)"));
+                         event.room,
+                         " while its writes may still land (Failed means fenced, "
+                         "Success means landed)"));
     return;
   }
   Request* r = Find(event.room);
@@ -1102,7 +1175,7 @@ void World::PublishRelease(int d, const PagesRelease& release) {
 // --- the data plane ---------------------------------------------------------------------------
 
 void World::BeginTransfer(int p, const TransferWork& work) {
-  if (transfers_.count({p, work.room}) > 0) {
+  if (InFlight(p, work.room, /*preparing=*/true)) {
     Violate(absl::StrCat("prefill ", p, " handed out a second transfer of room ", work.room,
                          " while the first is in flight"));
     return;
@@ -1112,7 +1185,9 @@ void World::BeginTransfer(int p, const TransferWork& work) {
     Violate(absl::StrCat("prefill ", p, " transfers room ", work.room, ", which nobody made"));
     return;
   }
-  Transfer transfer;
+  Preparation preparation;
+  preparation.p = p;
+  preparation.work = work;
   for (const TransferDestination& destination : work.destinations) {
     const int d = DecodeOfSession(destination.peer->registration.session_id);
     std::vector<int64_t> pages;
@@ -1141,17 +1216,19 @@ void World::BeginTransfer(int p, const TransferWork& work) {
     expected.pages = std::set<int64_t>(pages.begin(), pages.end());
     // The destination's writes land in 1 to 3 parts, each whenever the world says.
     const size_t parts = std::min<size_t>(pages.size(), 1 + Uniform(3));
+    std::vector<Chunk>& writes = preparation.writes.emplace_back();
+    preparation.sessions.push_back(destination.peer->registration.session_id);
     for (size_t i = 0; i < parts; ++i) {
       Chunk chunk;
       chunk.decode_rank = d;
       for (size_t j = i; j < pages.size(); j += parts) chunk.pages.push_back(pages[j]);
       chunk.bytes = bytes / parts + (i + 1 == parts ? bytes % parts : 0);
-      transfer.pending.push_back(std::move(chunk));
+      writes.push_back(std::move(chunk));
     }
   }
-  Trace(absl::StrCat("  prefill ", p, " starts the transfer of room ", work.room, " (",
-                     transfer.pending.size(), " writes)"));
-  transfers_[{p, work.room}] = std::move(transfer);
+  Trace(absl::StrCat("  prefill ", p, " hands out the transfer of room ", work.room, " (",
+                     preparation.sessions.size(), " destinations)"));
+  preparing_.push_back(std::move(preparation));
 }
 
 void World::LandChunk(int p, uint64_t room, const Chunk& chunk) {
@@ -1179,23 +1256,22 @@ void World::LandChunk(int p, uint64_t room, const Chunk& chunk) {
   landed.pages.insert(chunk.pages.begin(), chunk.pages.end());
 }
 
-void World::FinishTransfer(int p, uint64_t room) {
-  auto found = transfers_.find({p, room});
-  if (found == transfers_.end() || !prefill_[p].has_value()) return;
+void World::FinishTransfer(const std::pair<int, uint64_t>& key) {
+  const uint64_t id = key.second;
+  auto found = transfers_.find(key);
+  if (found == transfers_.end()) return;
   const Transfer t = std::move(found->second);
   transfers_.erase(found);
-  if (t.failing || t.fencing) {
-    Trace(absl::StrCat("  prefill ", p, " transfer of room ", room, " ended unlanded (fenced)"));
-    ApplyPrefill(p,
-                 prefill_[p]->OnTransferFailed(room, t.fencing ? "" : t.failed_session,
-                                               t.fencing ? "the room failed" : "a write failed",
-                                               now_, true, FailureCause::kTransport),
-                 Origin::kTransfer);
-    return;
-  }
-  Trace(absl::StrCat("  prefill ", p, " transfer of room ", room, " landed"));
-  absl::StatusOr<PrefillOutput> out = prefill_[p]->OnTransferDone(room, now_);
-  if (out.ok()) ApplyPrefill(p, *std::move(out), Origin::kTransfer);
+  if (!prefill_[t.p].has_value()) return;
+  // What the scheduler reports (prefill_transfers.cc OnTransferOutcome): a write failure blames
+  // the session; a cancel is the room's own doing.
+  const absl::Status status = t.failed      ? absl::UnavailableError("a write failed")
+                              : t.cancelled ? absl::CancelledError("its room failed")
+                                            : absl::OkStatus();
+  Trace(absl::StrCat("  prefill ", t.p, " transfer ", id, " of room ", t.room, " to ", t.session,
+                     " reports ", status.ok() ? "landed" : status.ToString()));
+  ApplyPrefill(t.p, prefill_[t.p]->TransferOutcome(id, status, t.failed ? t.session : "", now_),
+               Origin::kTransfer);
 }
 
 // --- the engines ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include "control/session/decode_rooms.h"
 #include "control/session/prefill_rooms.h"
 #include "control/session/test_peers.h"
+#include "control/session/test_transfers.h"
 
 namespace kvrail::session {
 namespace {
@@ -147,7 +148,9 @@ TEST(RoomsEndToEndTest, OneRoomSucceedsOnEveryRankWithThePrefillsToken) {
       for (const plan::Copy& c : copies) bytes += c.length;
       EXPECT_EQ(bytes, d.bytes);
     }
-    absl::StatusOr<PrefillOutput> done = cluster.prefill(p).OnTransferDone(42, kT0);
+    PrefillOutput posted;
+    (void)testing::Post(cluster.prefill(p), out->transfers[0], kT0, posted);
+    absl::StatusOr<PrefillOutput> done = testing::LandAll(cluster.prefill(p), 42, kT0);
     ASSERT_TRUE(done.ok()) << done.status();
     cluster.Post(*done);
   }

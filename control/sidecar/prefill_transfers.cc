@@ -1,11 +1,13 @@
 // Ready and Abort on a prefill: preparing, submitting and fencing a room's transfers
-// (sidecar_impl.h). RoomTransfers owns their lifecycle; this file does what it decides.
+// (sidecar_impl.h). The room's entry in PrefillRooms owns their lifecycle (TransferPhase); this
+// file does what it decides.
 //
 //   Ready -> PrefillRooms hands back the room's TransferWork -> BeginTransferLocked: one job per
 //   destination in that session's strand (descriptor fetch, connect, copy expansion) -> the
-//   last one to finish submits every transfer to the scheduler, unless the room failed
-//   meanwhile -> the scheduler's outcomes (a failure only once fenced) -> the room ends ->
-//   PrefillRooms sends Success, or Failed.
+//   last one to finish posts to the owner, which reports TransfersPrepared and submits the
+//   transfer ids it returns (none when the room failed meanwhile) -> the scheduler's outcomes
+//   (a failure only once fenced) go to TransferOutcome -> the room ends: PrefillRooms sends
+//   Success, or Failed.
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -159,8 +161,8 @@ absl::Status Sidecar::Impl::BeginPrefillRoomLocked(uint64_t room, absl::Time now
   return absl::OkStatus();
 }
 
-// On the owner thread. Failed means fenced: a room with a transfer in flight (or being prepared)
-// fails only once no write of it can land any more (FenceLocked, then the outcomes).
+// On the owner thread. Failed means fenced: a room with a transfer in flight fails only once no
+// write of it can land any more (its cancels, then the outcomes; PrefillRooms decides).
 void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
   ApplyLocked(prefill->Abort(room, reason, absl::Now()));
 }
@@ -169,7 +171,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   AssertOnOwner("BeginTransferLocked");
   auto preparation = std::make_shared<Preparation>();
   preparation->room = work.room;
-  preparation->generation = transfers.Begin(work.room, work.total_bytes, work.final, absl::Now());
+  preparation->generation = work.generation;
   for (const session::TransferDestination& destination : work.destinations) {
     if (destination.peer->dummy || destination.peer->copy_plan == nullptr) continue;
     preparation->destinations.emplace_back();
@@ -185,45 +187,46 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         if (!p.error.ok()) {
           const session::FailureCause cause =
               p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
-          ActLocked(
-              transfers.Fail(preparation->room, DescribeError(p.error), p.session, now, cause));
+          ApplyLocked(prefill->PreparationFailed(preparation->room, preparation->generation,
+                                                 DescribeError(p.error), p.session, cause, now));
           return;
         }
         sessions.push_back(p.session);
       }
-      TransferActions actions;
-      std::optional<std::vector<uint64_t>> ids =
-          transfers.Prepared(preparation->room, preparation->generation, sessions, now, actions);
-      if (!ids) {
-        ActLocked(std::move(actions));  // failed meanwhile, or nothing to move
-        return;
-      }
+      session::PrefillOutput prepared;
+      std::vector<uint64_t> ids = prefill->TransfersPrepared(
+          preparation->room, preparation->generation, sessions, now, prepared);
+      ApplyLocked(std::move(prepared));  // what ended: it failed meanwhile, or nothing to move
+      if (ids.empty()) return;
       for (const PreparedTransfer& p : preparation->destinations) {
         // Kept with the room, for the Success to that destination (SendLocked).
         if (p.digest) (void)prefill->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
       }
-      for (size_t i = 0; i < ids->size(); ++i) {
+      for (size_t i = 0; i < ids.size(); ++i) {
         transfer::RoomTransfer& request = preparation->destinations[i].request;
-        request.transfer_id = (*ids)[i];
+        request.transfer_id = ids[i];
         request.deadline = now + options.transfer_deadline;
         request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
       }
-      Defer([this, preparation, failing = transfers.FailingFlag(preparation->room)] {
+      Defer([this, preparation, failing = prefill->FailingFlag(preparation->room)] {
         for (PreparedTransfer& p : preparation->destinations) {
           const uint64_t id = p.request.transfer_id;
           const absl::Status submitted = scheduler->Submit(std::move(p.request));
           if (!submitted.ok()) {  // refused before anything was posted
             PostOwned([this, id, submitted, session = p.session] {
-              ActLocked(transfers.Outcome(id, submitted, session, absl::Now()));
+              if (!prefill) return;
+              ApplyLocked(prefill->TransferOutcome(id, submitted, session, absl::Now()));
             });
           }
         }
-        // A room that failed while these were submitted cancels them now (RoomTransfers::
-        // Submitted). One that had not failed once every Submit returned needs nothing: its
-        // failure, later, sets the flag before it decides its cancels, which run after these
-        // Submits returned and find what they submitted.
+        // A room that failed while these were submitted cancels them now (PrefillRooms::
+        // TransfersSubmitted). One that had not failed once every Submit returned needs
+        // nothing: its failure, later, sets the flag before it decides its cancels, which run
+        // after these Submits returned and find what they submitted.
         if (failing != nullptr && failing->load()) {
-          PostOwned([this, room = preparation->room] { ActLocked(transfers.Submitted(room)); });
+          PostOwned([this, room = preparation->room] {
+            if (prefill) ApplyLocked(prefill->TransfersSubmitted(room));
+          });
         }
       });
     });
@@ -235,7 +238,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   // A strand reads these, not the owner's tables: whether the room failed meanwhile (its
   // preparation is then moot), and whether the final work is hashed (--verify-digest, for a
   // kvrail session: one whose key this prefill holds).
-  const std::shared_ptr<const std::atomic<bool>> failing = transfers.FailingFlag(work.room);
+  const std::shared_ptr<const std::atomic<bool>> failing = prefill->FailingFlag(work.room);
   size_t index = 0;
   for (const session::TransferDestination& destination : work.destinations) {
     const session::DecodePeer& peer = *destination.peer;
@@ -344,45 +347,11 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   }
 }
 
-void Sidecar::Impl::FenceLocked(uint64_t room) {
-  AssertOnOwner("FenceLocked");
-  if (!transfers.Tracks(room)) {
-    // Nothing of it is in flight here (it cannot be: PrefillRooms asks only for rooms whose
-    // transfer it started); report the fence so that the room is not left failing.
-    ApplyLocked(prefill->OnTransferFailed(room, "", "no transfer in flight", absl::Now()));
-    return;
-  }
-  metrics.FenceBegan(room, absl::Now());
-  ActLocked(transfers.Fail(room, "the room failed", "", absl::Now()));
-}
-
-void Sidecar::Impl::ActLocked(TransferActions actions) {
-  AssertOnOwner("ActLocked");
-  const uint64_t room = actions.room;
-  for (uint64_t id : actions.cancel) {
-    Defer([this, id] { (void)scheduler->Cancel(id, "its room failed"); });
-  }
-  if (!actions.ended) return;
-  const TransferActions::Ended& ended = *actions.ended;
-  const absl::Time now = absl::Now();
-  if (ended.landed) {
-    stats.bytes_sent += ended.bytes;
-    absl::StatusOr<session::PrefillOutput> out =
-        prefill->OnTransferDone(room, now, ended.copies_by_session);
-    if (out.ok()) ApplyLocked(*std::move(out), &ended);
-    return;
-  }
-  metrics.FenceEnded(room, now);  // before the room's end forgets its clock
-  ApplyLocked(prefill->OnTransferFailed(room, ended.blame, ended.reason, now, ended.fence_proven,
-                                        ended.cause),
-              &ended);
-}
-
 void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
   // A data-plane thread: it hands the outcome to the owner and goes back to the wire.
   PostOwned([this, outcome] {
     if (!prefill) return;  // the arena went away; nobody to tell
-    const std::string session = transfers.SessionOf(outcome.transfer_id);
+    const std::string session = prefill->SessionOfTransfer(outcome.transfer_id);
     const absl::StatusCode code = outcome.status.code();
     if (!outcome.status.ok()) metrics.WriteFailed(outcome.status);
     if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
@@ -398,8 +367,8 @@ void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
           "its writes stopped: {}",
           outcome.transfer_id, session, outcome.status.ToString());
     }
-    ActLocked(transfers.Outcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
-                                outcome.fence_proven, outcome.stats.copies));
+    ApplyLocked(prefill->TransferOutcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
+                                         outcome.fence_proven, outcome.stats.copies));
   });
 }
 

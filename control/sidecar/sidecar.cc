@@ -108,7 +108,7 @@ void Sidecar::Impl::PostOwned(std::function<void()> fn) {
 
 // --- outputs --------------------------------------------------------------------------------
 
-void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActions::Ended* ended) {
+void Sidecar::Impl::Publish(const session::RoomEvent& event) {
   AssertOnOwner("Publish");
   if (!Terminal(event.state)) {
     // A prefill room the engine began with Begin: its Bootstrapped is news, once.
@@ -139,17 +139,12 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event, const TransferActio
   }
   out.set_cached_tokens(event.cached_tokens);  // decode Success (CACHEPD §12.9); 0 otherwise
   if (event.bootstrap_logprob) out.set_first_token_logprob(*event.bootstrap_logprob);
-  if (ended != nullptr) {
-    out.set_bytes(ended->landed ? ended->bytes : 0);
-    out.set_copies(ended->copies);
-    out.set_seconds(absl::ToDoubleSeconds(ended->elapsed));
-  } else if (decode && event.state == TransferPoll::kSuccess) {
-    // What landed here, as the prefill ranks told it, from the pre-allocations on.
-    out.set_bytes(event.bytes);
-    out.set_copies(event.copies);
-    out.set_seconds(absl::ToDoubleSeconds(event.elapsed));
-  }
-  // A prefill room ends only once fenced (RoomTransfers); a decode room says.
+  // What landed: a prefill's bytes written (0 unless Success), copies posted and seconds from
+  // its first work; a decode's, as the prefill ranks told it, from the pre-allocations on.
+  out.set_bytes(event.bytes);
+  out.set_copies(event.copies);
+  out.set_seconds(absl::ToDoubleSeconds(event.elapsed));
+  // A prefill room ends only once fenced (PrefillRooms' TransferPhase); a decode room says.
   switch (event.pages) {
     case session::Pages::kHeld:
       out.set_pages(v1::PAGES_HELD);
@@ -289,21 +284,27 @@ std::vector<std::pair<uint64_t, std::string>> Sidecar::Impl::SendLocked(
   return lost;
 }
 
-void Sidecar::Impl::ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended) {
+void Sidecar::Impl::ApplyLocked(session::PrefillOutput out) {
   AssertOnOwner("ApplyLocked");
+  const absl::Time now = absl::Now();
   // A lost status is logged (its decode's waiting timeout and fence still end the room there).
   (void)SendLocked(out.messages);
+  for (uint64_t id : out.cancels) {
+    Defer([this, id] { (void)scheduler->Cancel(id, "its room failed"); });
+  }
+  for (uint64_t room : out.fences) metrics.FenceBegan(room, now);
   for (const session::RoomEvent& event : out.events) {
     if (RepeatedEndLocked(event)) continue;
+    if (event.state == TransferPoll::kSuccess) stats.bytes_sent += event.bytes;
+    if (event.state == TransferPoll::kFailed) metrics.FenceEnded(event.room, now);  // if begun
     FinishLocked(event);  // first: counted before the engine can see the event
-    Publish(event, ended);
+    Publish(event);
   }
   for (const auto& [session, endpoint] : out.replaced) {
     // A restarted decode took over the session id: the old process's link and route go.
     Defer([this, session = session, endpoint = endpoint] { DropPeer(session, endpoint); });
   }
   for (session::TransferWork& work : out.transfers) BeginTransferLocked(std::move(work));
-  for (uint64_t room : out.fences) FenceLocked(room);
 }
 
 void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
@@ -773,7 +774,7 @@ SidecarStats Sidecar::Impl::Stats() {
       out.rooms = decode->room_count();
       out.fences = decode->fence_count();
     }
-    out.transfers = transfers.size();
+    if (prefill) out.transfers = prefill->rooms_transferring();
     out.registrations_held = gate.held();
     out.finished_remembered = finished.size();
     if (attached) {  // written before `attached` was set, read-only while it is

@@ -4,7 +4,7 @@
 //   arena_attach.cc       AttachArena: the arena, its data-plane registration, the room state
 //                         machine, the bootstrap registration (and re-registration)
 //   prefill_transfers.cc  Ready and Abort on a prefill: preparing, submitting and fencing the
-//                         transfers of a room (RoomTransfers owns their lifecycle)
+//                         transfers of a room (its PrefillRooms entry owns their lifecycle)
 //   decode_routing.cc     Expect and Abort on a decode: bootstrap lookups and routes
 //   loops.cc              the CachePD inbox and the ticker (timeouts, heartbeats, fences)
 //   room_digests.cc       --verify-digest on a decode: the digests prefill ranks sent, and the
@@ -74,7 +74,6 @@
 #include "control/sidecar/liveness.h"
 #include "control/sidecar/owner_loop.h"
 #include "control/sidecar/registration_gate.h"
-#include "control/sidecar/room_transfers.h"
 #include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar.h"
@@ -176,9 +175,8 @@ struct Sidecar::Impl {
   };
   absl::flat_hash_map<uint64_t, FinishedRoom> finished;
   std::deque<uint64_t> finished_order;
-  RoomTransfers transfers;  // prefill
-  RegistrationGate gate;    // prefill: registrations wait here for their owner's descriptor
-  KeyBinding keys;          // CURVE on: which key may send what (key_binding.h)
+  RegistrationGate gate;  // prefill: registrations wait here for their owner's descriptor
+  KeyBinding keys;        // CURVE on: which key may send what (key_binding.h)
   std::optional<SenderCheck> senders;  // decode: the sender proofs of prefill nodes
   // Prefill: when each registered session's handshake endpoint last accepted a probe (or was
   // first probed), for --registration-ttl.
@@ -265,7 +263,7 @@ struct Sidecar::Impl {
   // (the state machines never make one; it is logged and dropped, never published): exactly one
   // terminal event per room and role.
   bool RepeatedEndLocked(const session::RoomEvent& event) const;
-  void Publish(const session::RoomEvent& event, const TransferActions::Ended* ended = nullptr);
+  void Publish(const session::RoomEvent& event);
   // On the owner thread, prefill: why an engine call about `room` is refused when its terminal
   // event went out already ("room N already failed: <reason>", session::EndedRoomError); OK
   // otherwise.
@@ -277,7 +275,9 @@ struct Sidecar::Impl {
   void FinishLocked(const session::RoomEvent& event);
   std::vector<std::pair<uint64_t, std::string>> SendLocked(
       const std::vector<session::OutboundMessage>& messages);
-  void ApplyLocked(session::PrefillOutput out, const TransferActions::Ended* ended = nullptr);
+  // Applies what PrefillRooms asked: messages, cancels (deferred), fences' clocks, events,
+  // replaced sessions, transfers to prepare.
+  void ApplyLocked(session::PrefillOutput out);
   void ApplyLocked(session::DecodeOutput out);
   v1::EngineReply Handle(const v1::EngineRequest& request);
   // The engine API's Deferrer: takes a Ready or Expect whose manifest is large to `parser` (and
@@ -324,10 +324,6 @@ struct Sidecar::Impl {
   absl::Status BeginPrefillRoomLocked(uint64_t room, absl::Time now, const std::string& context);
   // A room's transfer may start: prepare each destination in its session's strand.
   void BeginTransferLocked(session::TransferWork work);
-  // Fences a room that failed with its transfer in flight (PrefillRooms' fences).
-  void FenceLocked(uint64_t room);
-  // Does what RoomTransfers asked: cancels (deferred) and reports a room that ended.
-  void ActLocked(TransferActions actions);
   void OnTransferOutcome(const transfer::RoomOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
   // scheduler queue) and, unless a registration still uses it, the PUSH socket to

@@ -134,9 +134,17 @@ session::PrefillOutput Land(session::PrefillRooms& rooms, uint64_t room,
   session::PrefillOutput landed;
   for (const session::TransferWork& work : transfers) {
     kvrail::fuzz::CheckTransfer(work, rooms.identity().contract);
-    absl::StatusOr<session::PrefillOutput> out = rooms.OnTransferDone(room, kNow);
-    Check(out.ok(), "a landed transfer is not taken");
-    landed = *std::move(out);
+    // One transfer per data destination, as the sidecar prepares them; each lands.
+    std::vector<std::string> sessions;
+    for (const session::TransferDestination& d : work.destinations) {
+      if (!d.peer->dummy && d.peer->copy_plan != nullptr) {
+        sessions.push_back(d.peer->registration.session_id);
+      }
+    }
+    const std::vector<uint64_t> ids =
+        rooms.TransfersPrepared(room, work.generation, sessions, kNow, landed);
+    Check(ids.size() == sessions.size(), "a prepared transfer is not taken");
+    for (uint64_t id : ids) landed = rooms.TransferOutcome(id, absl::OkStatus(), "", kNow);
   }
   CheckStatuses(landed, room, token, spec_ids);
   return landed;
