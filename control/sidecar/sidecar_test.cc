@@ -16,8 +16,8 @@
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
-#include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
+#include "control/layout/small_room.h"
 #include "control/sidecar/sidecar_metrics.h"
 #include "engine/memory/cuda_arena.h"
 #include "engine/metrics/registry.h"
@@ -25,12 +25,7 @@
 namespace kvrail::sidecar {
 namespace {
 
-layout::Contract SmallContract() {
-  layout::KvShape shape;
-  shape.layers = 2;
-  shape.pages = 16;
-  return layout::BuildKvContract(shape, 1).value();
-}
+using layout::testing::SmallContract;
 
 class AttachArenaTest : public ::testing::Test {
  protected:

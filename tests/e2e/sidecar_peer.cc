@@ -6,22 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/bootstrap/client.h"
-#include "control/layout/kv_shape.h"
 
 namespace kvrail::e2e {
-
-layout::Contract SmallContract() {
-  layout::KvShape shape;
-  shape.layers = 2;
-  shape.pages = 16;
-  return layout::BuildKvContract(shape, 1).value();
-}
-
-layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks) {
-  const int64_t prompt = static_cast<int64_t>(blocks.size()) * 16;
-  const std::vector<std::vector<int64_t>> table = {std::move(blocks)};
-  return layout::BuildManifest(contract, table, 0, prompt).value();
-}
 
 Bootstrap::Bootstrap() {
   server = process::Subprocess::Start(

@@ -12,15 +12,15 @@
 #include "cluster/process/subprocess.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
+#include "control/layout/small_room.h"
 #include "tests/support/kvrail_binary.h"
 
 namespace kvrail::e2e {
 
-// Two layers of k and v, 16 pages, TP 1.
-layout::Contract SmallContract();
-
-// The manifest of a room over `blocks` (16 tokens each, no prefix).
-layout::Manifest RoomManifest(const layout::Contract& contract, std::vector<int64_t> blocks);
+// The small contract (two layers of k and v, 16 pages, TP 1) and a room's manifest, as the
+// sidecar's own tests use them (control/layout/small_room.h).
+using layout::testing::RoomManifest;
+using layout::testing::SmallContract;
 
 // `kvrail bootstrap` on a port of its choosing (--port 0, read from its ready line), for the
 // test's life.

@@ -1,10 +1,10 @@
-// Layer-wise streaming (CACHEPD §6.11, docs/ENGINE-API.md "Layer-wise streaming") through real
-// processes: a bootstrap server, a prefill and a decode sidecar (tools/demo Cluster, no
-// engine-sims), both arenas allocated by the sidecars and mapped here, driven through the
-// engine API as an engine would. The test waits for bytes to land instead of timing anything:
-// a layer said final lands before the room's Ready, a layer not yet final does not, the decode
-// hears Success only after the Ready, and an abort between layers is fenced. And the engine's
-// Begin, where such a room starts (BeginTest).
+// Layer-wise streaming (CACHEPD §6.11, docs/ENGINE-API.md "Layer-wise streaming") through a
+// prefill and a decode sidecar in this process (SidecarPair: a bootstrap server, the loopback
+// backend), both arenas allocated by the sidecars and mapped here, driven through the engine
+// API as an engine would. The test waits for bytes to land instead of timing anything: a layer
+// said final lands before the room's Ready, a layer not yet final does not, the decode hears
+// Success only after the Ready, and an abort between layers is fenced. And the engine's Begin,
+// where such a room starts (BeginTest).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,19 +17,20 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cluster/cluster.h"
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
+#include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
+#include "control/layout/small_room.h"
 #include "control/plan/copy_plan.h"
-#include "tests/e2e/sidecar_peer.h"
+#include "control/sidecar/sidecar_pair.h"
 
-namespace kvrail {
+namespace kvrail::sidecar {
 namespace {
 
-using e2e::RoomManifest;
-using e2e::SmallContract;
+using layout::testing::RoomManifest;
+using layout::testing::SmallContract;
 
 // An engine rank: its engine API client and the arena its sidecar allocated, mapped here.
 struct Engine {
@@ -40,17 +41,11 @@ struct Engine {
 class LayerwiseTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster::ClusterOptions options;
-    options.kvrail = testing::KvrailBinary();
-    options.prefill_tp = 1;
-    options.decode_tp = 1;
-    options.link = "tcp";
-    options.engine_sims = false;
-    absl::StatusOr<std::unique_ptr<cluster::Cluster>> cluster = cluster::Cluster::Start(options);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-    prefill_ = Open(cluster_->prefill_sidecar(0).engine_endpoint);
-    decode_ = Open(cluster_->decode_sidecar(0).engine_endpoint);
+    absl::StatusOr<std::unique_ptr<testing::SidecarPair>> pair = testing::SidecarPair::Start();
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = *std::move(pair);
+    prefill_ = Open(pair_->prefill().engine_endpoint());
+    decode_ = Open(pair_->decode().engine_endpoint());
     ASSERT_TRUE(prefill_.arena.has_value() && decode_.arena.has_value());
     std::mt19937 random(5);
     for (uint8_t& b : prefill_.arena->bytes()) b = static_cast<uint8_t>(random() | 1);
@@ -77,7 +72,7 @@ class LayerwiseTest : public ::testing::Test {
   void Expect(uint64_t room) {
     v1::EngineRequest expect;
     expect.mutable_expect()->set_room(room);
-    expect.mutable_expect()->set_bootstrap_address(cluster_->bootstrap());
+    expect.mutable_expect()->set_bootstrap_address(pair_->bootstrap());
     expect.mutable_expect()->set_destination_manifest(layout::SerializeManifest(dst_).value());
     ASSERT_TRUE(decode_.client->Call(expect).ok());
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -131,7 +126,7 @@ class LayerwiseTest : public ::testing::Test {
   const layout::Manifest src_ = RoomManifest(contract_, {1, 2, 3});
   const layout::Manifest dst_ = RoomManifest(contract_, {4, 7, 9});
   std::optional<plan::CopyPlan> plan_;
-  std::unique_ptr<cluster::Cluster> cluster_;
+  std::unique_ptr<testing::SidecarPair> pair_;
   Engine prefill_, decode_;
 };
 
@@ -281,7 +276,7 @@ TEST_F(BeginTest, ReadyAndExpectTakeBlockTablesInsteadOfManifests) {
   ASSERT_TRUE(Begin(8, prefill_).ok());
   v1::EngineRequest expect;
   expect.mutable_expect()->set_room(8);
-  expect.mutable_expect()->set_bootstrap_address(cluster_->bootstrap());
+  expect.mutable_expect()->set_bootstrap_address(pair_->bootstrap());
   v1::BlockTable* dst_table = expect.mutable_expect()->add_block_tables();
   for (int64_t id : {4, 7, 9}) dst_table->add_block_ids(id);
   expect.mutable_expect()->set_prompt_len(dst_.prompt_len);
@@ -323,4 +318,4 @@ TEST_F(BeginTest, BeginOnADecodeIsRefusedNamingTheRule) {
 }
 
 }  // namespace
-}  // namespace kvrail
+}  // namespace kvrail::sidecar
