@@ -539,6 +539,9 @@ absl::StatusOr<std::unique_ptr<Sidecar>> Sidecar::Start(const SidecarOptions& op
           absl::StrCat(name, " ", absl::FormatDuration(value), " must be positive"));
     }
   }
+  // spdlog's registry is made on first use, inside libspdlog, whose guard TSan does not see: made
+  // here, before the threads below that log, for an engine that runs the sidecar in-process.
+  (void)spdlog::default_logger_raw();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   KVRAIL_ASSIGN_OR_RETURN(const std::vector<std::string> host_addresses, HostAddresses());

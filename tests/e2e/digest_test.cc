@@ -1,4 +1,5 @@
-// --verify-digest at a real decode sidecar (docs/SECURITY.md, "Digests"), facing a fake prefill
+// --verify-digest at a decode sidecar in this process (docs/SECURITY.md, "Digests"), with kvrail's
+// bootstrap server in this process too, facing a fake prefill
 // rank that writes the room straight into the decode's arena (the test owns it, POSIX shared
 // memory) and then sends what a kvrail prefill sends: [sender proof, room digest], [sender
 // proof, Success]. The fake can therefore corrupt a landed byte after computing the digest,
@@ -19,12 +20,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cluster/process/subprocess.h"
+#include "control/bootstrap/server.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/plan/copy_plan.h"
 #include "control/plan/room_digest.h"
 #include "control/sidecar/session_key.h"
+#include "control/sidecar/sidecar.h"
 #include "control/wire/fence.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/proof.h"
@@ -35,36 +38,34 @@
 namespace kvrail {
 namespace {
 
-using process::Subprocess;
-
 using e2e::RoomManifest;
 using e2e::SmallContract;
 
 class DigestTest : public ::testing::Test {
  protected:
   // Starts kvrail's bootstrap server, registers the fake prefill rank with it, starts the
-  // decode sidecar with `decode_args` and attaches the test's arena to it.
-  void Start(const std::vector<std::string>& decode_args) {
-    bootstrap_.emplace();
-    ASSERT_TRUE(e2e::RegisterFakePrefillRank(*bootstrap_, pull_, contract_));
-    const std::string api =
-        absl::StrCat("ipc:///tmp/kvrail-digest-", process::ProcessTag(), "-d.sock");
-    std::vector<std::string> argv = {testing::KvrailBinary(),
-                                     "sidecar",
-                                     "--role",
-                                     "decode",
-                                     "--tls",
-                                     "tcp",
-                                     "--fence-wait",
-                                     "20",
-                                     "--engine-endpoint",
-                                     api};
-    argv.insert(argv.end(), decode_args.begin(), decode_args.end());
-    sidecar_ = Subprocess::Start(argv).value();
-    ASSERT_TRUE(sidecar_->ReadUntil("sidecar ready", absl::Seconds(30)).ok());
-    const std::string arena_name = absl::StrCat("/kvrail-digest-", process::ProcessTag(), "-d");
+  // decode sidecar (--verify-digest, with `sender_proofs`) and attaches the test's arena to it.
+  void Start(sidecar::SenderProofs sender_proofs) {
+    ASSERT_TRUE(bootstrap_.Start("127.0.0.1", 0).ok());
+    bootstrap_address_ = absl::StrCat("127.0.0.1:", bootstrap_.port());
+    ASSERT_TRUE(e2e::RegisterFakePrefillRank(bootstrap_.port(), pull_, contract_));
+    sidecar::SidecarOptions options;
+    options.role = sidecar::Role::kDecode;
+    options.engine_endpoint = "tcp://127.0.0.1:0";
+    options.backend = "loopback";  // the fake writes the arena itself
+    options.tls.clear();
+    options.lanes = 1;
+    options.fence_wait = absl::Seconds(20);
+    options.verify_digest = true;
+    options.sender_proofs = sender_proofs;
+    absl::StatusOr<std::unique_ptr<sidecar::Sidecar>> started = sidecar::Sidecar::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    sidecar_ = *std::move(started);
+    static int arenas = 0;  // one per test of this process
+    const std::string arena_name =
+        absl::StrCat("/kvrail-digest-", process::ProcessTag(), "-", ++arenas);
     arena_ = Arena::CreateShared(arena_name, contract_.ArenaBytes()).value();
-    engine_ = engine_api::EngineApiClient::Connect(api).value();
+    engine_ = engine_api::EngineApiClient::Connect(sidecar_->engine_endpoint()).value();
     v1::EngineRequest attach;
     attach.mutable_attach()->set_shm_name(arena_name);
     attach.mutable_attach()->set_contract(layout::SerializeContract(contract_).value());
@@ -72,10 +73,9 @@ class DigestTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (sidecar_) {
-      sidecar_->Signal(SIGTERM);
-      EXPECT_EQ(sidecar_->Wait(absl::Seconds(10)).value_or(-1), 0);
-    }
+    engine_.reset();
+    if (sidecar_) sidecar_->Stop();
+    bootstrap_.Stop();
   }
 
   std::vector<std::string> Receive() { return e2e::Receive(pull_); }
@@ -98,7 +98,7 @@ class DigestTest : public ::testing::Test {
   void Expect(uint64_t room, const layout::Manifest& manifest) {
     v1::EngineRequest expect;
     expect.mutable_expect()->set_room(room);
-    expect.mutable_expect()->set_bootstrap_address(bootstrap_->address);
+    expect.mutable_expect()->set_bootstrap_address(bootstrap_address_);
     expect.mutable_expect()->set_destination_manifest(layout::SerializeManifest(manifest).value());
     ASSERT_TRUE(engine_->Call(expect).ok());
     while (true) {
@@ -146,8 +146,9 @@ class DigestTest : public ::testing::Test {
   }
 
   const layout::Contract contract_ = SmallContract();
-  std::optional<e2e::Bootstrap> bootstrap_;
-  std::unique_ptr<Subprocess> sidecar_;
+  bootstrap::BootstrapServer bootstrap_;
+  std::string bootstrap_address_;
+  std::unique_ptr<sidecar::Sidecar> sidecar_;
   std::optional<Arena> arena_;
   std::unique_ptr<engine_api::EngineApiClient> engine_;
   zmq::context_t context_;
@@ -159,7 +160,7 @@ class DigestTest : public ::testing::Test {
 };
 
 TEST_F(DigestTest, ARoomWhoseDigestMatchesTheLandedBytesSucceeds) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest"}));
+  ASSERT_NO_FATAL_FAILURE(Start(sidecar::SenderProofs::kAuto));
   const layout::Manifest manifest = RoomManifest(contract_, {3, 5, 8});
   Expect(5, manifest);
   ASSERT_FALSE(key_.empty());
@@ -176,7 +177,7 @@ TEST_F(DigestTest, ARoomWhoseDigestMatchesTheLandedBytesSucceeds) {
 // naming the rank, both digests and the flag; its pages are held until the prefill rank answers
 // the fence request, then released, proven.
 TEST_F(DigestTest, ACorruptedLandedByteFailsTheRoomNamingBothDigestsAndReleasesItsPages) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest"}));
+  ASSERT_NO_FATAL_FAILURE(Start(sidecar::SenderProofs::kAuto));
   const layout::Manifest manifest = RoomManifest(contract_, {3, 5, 8});
   Expect(6, manifest);
   const uint64_t digest = Land(manifest);
@@ -208,7 +209,7 @@ TEST_F(DigestTest, ACorruptedLandedByteFailsTheRoomNamingBothDigestsAndReleasesI
 // A kvrail node's rank (the bootstrap says kvrail; its statuses come proven) that sends
 // Success without a digest: its prefill runs without --verify-digest. Refused, naming the flag.
 TEST_F(DigestTest, ASuccessWithoutADigestFromAKvrailNodeFailsTheRoomNamingTheFlag) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest"}));
+  ASSERT_NO_FATAL_FAILURE(Start(sidecar::SenderProofs::kAuto));
   const layout::Manifest manifest = RoomManifest(contract_, {2});
   Expect(7, manifest);
   Land(manifest);
@@ -226,7 +227,7 @@ TEST_F(DigestTest, ASuccessWithoutADigestFromAKvrailNodeFailsTheRoomNamingTheFla
 // nodes that hold tokenspeed ranks, docs/SECURITY.md) its Success counts as CachePD says, flag
 // or not: nothing to check it against.
 TEST_F(DigestTest, ATokenspeedShapedPrefillsSuccessKeepsCachePdsRule) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest", "--sender-proofs", "off"}));
+  ASSERT_NO_FATAL_FAILURE(Start(sidecar::SenderProofs::kOff));
   const layout::Manifest manifest = RoomManifest(contract_, {4, 6});
   Expect(8, manifest);
   Land(manifest);
@@ -241,7 +242,7 @@ TEST_F(DigestTest, ATokenspeedShapedPrefillsSuccessKeepsCachePdsRule) {
 
 // A digest that came is checked even from a node that need not send one.
 TEST_F(DigestTest, AWrongDigestFailsTheRoomEvenWhereNoneIsRequired) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--verify-digest", "--sender-proofs", "off"}));
+  ASSERT_NO_FATAL_FAILURE(Start(sidecar::SenderProofs::kOff));
   const layout::Manifest manifest = RoomManifest(contract_, {4, 6});
   Expect(9, manifest);
   const uint64_t digest = Land(manifest);

@@ -19,6 +19,11 @@ Bootstrap::Bootstrap() {
 
 bool RegisterFakePrefillRank(const Bootstrap& bootstrap, zmq::socket_t& pull,
                              const layout::Contract& contract) {
+  return RegisterFakePrefillRank(bootstrap.port, pull, contract);
+}
+
+bool RegisterFakePrefillRank(int bootstrap_port, zmq::socket_t& pull,
+                             const layout::Contract& contract) {
   pull.set(zmq::sockopt::rcvtimeo, 20000);
   pull.bind("tcp://127.0.0.1:0");
   const std::string pull_endpoint = pull.get(zmq::sockopt::last_endpoint);
@@ -26,7 +31,7 @@ bool RegisterFakePrefillRank(const Bootstrap& bootstrap, zmq::socket_t& pull,
   registration.endpoint.rank_ip = "127.0.0.1";
   registration.endpoint.rank_port = std::stoi(pull_endpoint.substr(pull_endpoint.rfind(':') + 1));
   registration.contract = contract;
-  return bootstrap::BootstrapClient("127.0.0.1", bootstrap.port)
+  return bootstrap::BootstrapClient("127.0.0.1", bootstrap_port)
       .RegisterPrefillRank(registration)
       .ok();
 }

@@ -35,6 +35,9 @@ struct Bootstrap {
 // with `bootstrap` as the node's only rank, with `contract`. False when the registration failed.
 bool RegisterFakePrefillRank(const Bootstrap& bootstrap, zmq::socket_t& pull,
                              const layout::Contract& contract);
+// The same, with a bootstrap server on this host's `bootstrap_port` (one in this process).
+bool RegisterFakePrefillRank(int bootstrap_port, zmq::socket_t& pull,
+                             const layout::Contract& contract);
 
 // One multipart message from `pull`, or nothing once its receive timeout passes.
 std::vector<std::string> Receive(zmq::socket_t& pull);
