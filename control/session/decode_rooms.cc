@@ -73,7 +73,8 @@ DecodeRooms::DecodeRooms(DecodeIdentity identity, DecodeOptions options,
     : identity_(std::move(identity)),
       options_(options),
       snapshot_registration_(std::move(snapshot_frames)),
-      registration_2026_09_(std::move(frames_2026_09)) {}
+      registration_2026_09_(std::move(frames_2026_09)),
+      ended_(options.remembered_rooms) {}
 
 absl::StatusOr<std::vector<std::string>> DecodeRooms::registration_frames(
     layout::Revision form) const {
@@ -94,6 +95,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::BeginRoom(uint64_t room_id,
     return absl::FailedPreconditionError(
         absl::StrCat("room ", room_id, " failed earlier and its pages are still held by a fence"));
   }
+  ended_.Forget(room_id);  // a room id used again: a new room, with its own end
   Room& room = rooms_[room_id];
   room.bootstrap_address = Owned(bootstrap_address);
   DecodeOutput out;
@@ -646,7 +648,16 @@ void DecodeRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Dec
   const TransferPoll next = UpdateTransferPoll(room.state, state);
   if (next == room.state) return;
   room.state = next;
-  ReportCurrent(room_id, room, out);
+  if (next != TransferPoll::kFailed && next != TransferPoll::kSuccess) {
+    ReportCurrent(room_id, room, out);
+    return;
+  }
+  // Exactly one terminal event per room: remembered here (by count alone), a second is never
+  // made.
+  DecodeOutput ended;
+  ReportCurrent(room_id, room, ended);
+  if (!ended_.Remember(ended.events.back(), absl::InfiniteFuture(), absl::InfinitePast())) return;
+  out.events.push_back(std::move(ended.events.back()));
 }
 
 void DecodeRooms::FailRoom(uint64_t room_id, Room& room, FailureCause cause, std::string reason,

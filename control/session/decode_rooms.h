@@ -30,6 +30,7 @@
 #include "control/layout/manifest.h"
 #include "control/layout/revision.h"
 #include "control/plan/route.h"
+#include "control/session/ended_rooms.h"
 #include "control/session/room_output.h"
 #include "control/session/timeouts.h"
 #include "control/session/transfer_poll.h"
@@ -63,6 +64,8 @@ struct DecodeOptions {
   // How long a failed room's pages wait for every prefill rank that may write them to answer
   // its fence request (wire/fence.h) before they are released as not provably safe.
   absl::Duration fence_wait = absl::Seconds(10);
+  // The ended rooms remembered for the engine (Ended: Poll), the oldest forgotten first.
+  size_t remembered_rooms = 65536;
 };
 
 // A prefill rank of the room's route and where its PULL socket is (from GET /route, §2.2).
@@ -245,6 +248,11 @@ class DecodeRooms {
   std::optional<TransferPoll> EngineState(uint64_t room) const;
   std::optional<DecodeRoomView> Find(uint64_t room) const;
   size_t room_count() const { return rooms_.size(); }
+  // The end of a room that ended (its one terminal event: remembered, and never made twice),
+  // while it is among the newest DecodeOptions::remembered_rooms and its id was not used again
+  // (BeginRoom); null otherwise.
+  const EndedRoom* Ended(uint64_t room) const { return ended_.Find(room); }
+  size_t EndedCount() const { return ended_.size(); }
   // Rooms whose pages wait for fence answers.
   size_t fence_count() const { return fences_.size(); }
   // The bootstrap addresses to probe: those of tracked rooms and registered peer sets, sorted.
@@ -323,6 +331,7 @@ class DecodeRooms {
   absl::StatusOr<std::vector<std::string>> registration_2026_09_;
   absl::flat_hash_map<uint64_t, Room> rooms_;
   absl::flat_hash_map<uint64_t, Fence> fences_;
+  EndedRooms ended_;
   // The peer sets registered with, and the PULL endpoints of their ranks then (in target order):
   // a rank restarted on another endpoint, or gone from its own (OnPrefillGone), is a process
   // that never saw this decode's registration, and the next room registers again.

@@ -423,6 +423,24 @@ TEST(DecodeRoomsTest, HealthFailureLimitIsAtLeastOne) {
   EXPECT_THAT(States(rooms.OnHealth(kPrefillA, false, kT0)), ElementsAre(TransferPoll::kFailed));
 }
 
+// A room's one terminal event is remembered with the room's end (Poll's answer) until the
+// room id is used again; the ledger never makes a second one.
+TEST(DecodeRoomsTest, ARoomsEndIsRememberedUntilItsIdIsUsedAgain) {
+  DecodeRooms rooms = MakeRooms();
+  ASSERT_TRUE(rooms.BeginRoom(3, kPrefillA, kT0).ok());
+  ASSERT_THAT(States(rooms.Fail(3, "the engine gave it up", kT0)),
+              ElementsAre(TransferPoll::kFailed));
+  rooms.Free(3);
+  ASSERT_NE(rooms.Ended(3), nullptr);
+  EXPECT_EQ(rooms.Ended(3)->state, TransferPoll::kFailed);
+  EXPECT_EQ(rooms.Ended(3)->reason, "the engine gave it up");
+  EXPECT_EQ(rooms.EndedCount(), 1u);
+  ASSERT_TRUE(rooms.BeginRoom(3, kPrefillA, kT0).ok());  // a new room, with its own end
+  EXPECT_EQ(rooms.Ended(3), nullptr);
+  ASSERT_THAT(States(rooms.Fail(3, "again", kT0)), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(rooms.Ended(3)->reason, "again");
+}
+
 TEST(DecodeRoomsTest, BootstrapAddressesListWhatToProbe) {
   DecodeRooms rooms = MakeRooms();
   Waiting(rooms, 1, {0}, kPrefillB);

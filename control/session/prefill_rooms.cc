@@ -163,7 +163,7 @@ absl::StatusOr<PrefillRooms> PrefillRooms::Create(PrefillIdentity identity,
 }
 
 PrefillRooms::PrefillRooms(PrefillIdentity identity, PrefillOptions options)
-    : identity_(std::move(identity)), options_(options) {}
+    : identity_(std::move(identity)), options_(options), ended_(options.remembered_rooms) {}
 
 // --- peer messages ----------------------------------------------------------------------
 
@@ -200,6 +200,11 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
         ErrorCategory::kInvalidFrame,
         absl::StrCat("fence request for room ", request->room, " from unregistered Decode session ",
                      request->session_id, " dropped: nobody to answer"));
+    return;
+  }
+  if (const EndedRoom* ended = ended_.Find(request->room)) {
+    // Landed, or already fenced (and as well as its fence could prove).
+    AnswerFence(request->room, request->session_id, !ended->fence_unproven, out);
     return;
   }
   auto found = rooms_.find(request->room);
@@ -449,15 +454,19 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
     return;
   }
   auto existing = rooms_.find(room_id);
-  if (existing != rooms_.end() && existing->second.state.has_value() &&
-      (*existing->second.state == TransferPoll::kFailed ||
-       *existing->second.state == TransferPoll::kSuccess)) {
+  std::optional<TransferPoll> end;
+  if (const EndedRoom* ended = ended_.Find(room_id)) {
+    end = ended->state;
+  } else if (existing != rooms_.end() && Ended(existing->second)) {
+    end = existing->second.state;
+  }
+  if (end.has_value()) {
     // §3.3 step 5 (and kvrail: a completed room gets no more pre-allocations either).
     ReplyFailed(room_id, session_id, out);
     out.rejected = absl::FailedPreconditionError(
         absl::StrCat("pre-allocation of room ", room_id, " from ", session_id,
                      " answered with Failed: the room already ",
-                     *existing->second.state == TransferPoll::kFailed ? "failed" : "completed"));
+                     *end == TransferPoll::kFailed ? "failed" : "completed"));
     return;
   }
   if (decoded->manifest.has_value()) {
@@ -516,7 +525,7 @@ void PrefillRooms::OnPreallocation(absl::Span<const std::string> frames, absl::T
   }
   AddDestination(room, std::move(destination));
   if (room.destinations.size() == peer->expected_decode_ranks.size()) {
-    SetState(room_id, room, TransferPoll::kBootstrapped, out);
+    SetState(room_id, room, TransferPoll::kBootstrapped, now, out);
     if (!out.events.empty() && out.events.back().state == TransferPoll::kBootstrapped) {
       FillBootstrapped(room, out.events.back());
     }
@@ -656,7 +665,8 @@ void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, wire::
 
 // --- room state ---------------------------------------------------------------------------
 
-void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out) {
+void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, absl::Time now,
+                            PrefillOutput& out) {
   const TransferPoll next = UpdateTransferPoll(room.state, state);
   if (room.state == next) return;
   room.state = next;
@@ -666,6 +676,13 @@ void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, Pr
   if (next == TransferPoll::kFailed) {
     event.reason = room.failure_reason;
     event.cause = room.failure_cause;
+  }
+  if (next == TransferPoll::kFailed || next == TransferPoll::kSuccess) {
+    // Exactly one terminal event per room: remembered here, a second is never made. A failed
+    // room is remembered at least failed_room_ttl, to answer late pre-allocations (§11.2).
+    const absl::Time keep_until =
+        next == TransferPoll::kFailed ? now + options_.timeouts.failed_room_ttl : now;
+    if (!ended_.Remember(event, now, keep_until, room.fence_unproven)) return;
   }
   out.events.push_back(std::move(event));
 }
@@ -694,7 +711,7 @@ void PrefillRooms::AbortRoom(uint64_t room_id, Room& room, FailureCause cause, s
   DropDestinations(room);
   room.ready.reset();
   if (!room.begun) room.forget_at = now + options_.timeouts.failed_room_ttl;
-  SetState(room_id, room, TransferPoll::kFailed, out);
+  SetState(room_id, room, TransferPoll::kFailed, now, out);
 }
 
 void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time now,
@@ -723,7 +740,7 @@ void PrefillRooms::MaybeStartTransfer(uint64_t room_id, Room& room, absl::Time n
     if (!final) return;
     room.transfer_started = true;
     DropDestinations(room);
-    SetState(room_id, room, TransferPoll::kSuccess, out);
+    SetState(room_id, room, TransferPoll::kSuccess, now, out);
     return;
   }
   for (const TransferDestination& d : work->destinations) {
@@ -803,6 +820,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, " is above 2^63-1 (CACHEPD Terminology)"));
   }
+  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
   if (auto ended = rooms_.find(room_id); ended != rooms_.end() && Ended(ended->second)) {
     return EndedRoomError(room_id, *ended->second.state, ended->second.failure_reason);
   }
@@ -814,7 +832,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     room.announce = announce;
     room.begun_at = now;
     room.forget_at.reset();  // the engine holds the room now and frees it
-    SetState(room_id, room, TransferPoll::kBootstrapping, out);
+    SetState(room_id, room, TransferPoll::kBootstrapping, now, out);
   }
   if (out.events.empty()) {
     RoomEvent event;
@@ -896,6 +914,7 @@ absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready) {
 
 absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
                                                   absl::Time now) {
+  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
   auto found = rooms_.find(room_id);
   if (found != rooms_.end() && Ended(found->second)) {
     return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
@@ -925,6 +944,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
 absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
     uint64_t room_id, std::optional<layout::Manifest> source_manifest, int64_t layers,
     absl::Time now) {
+  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
   auto found = rooms_.find(room_id);
   if (found != rooms_.end() && Ended(found->second)) {
     return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
@@ -1110,7 +1130,7 @@ void PrefillRooms::EndTransfers(uint64_t room_id, Room& room, absl::Time now, Pr
     }
     DropDestinations(room);
     room.ready.reset();
-    SetState(room_id, room, TransferPoll::kSuccess, out);
+    SetState(room_id, room, TransferPoll::kSuccess, now, out);
   } else {
     if (!transfers.blame.empty() && options_.timeouts.failed_session_ttl > absl::ZeroDuration()) {
       quarantine_[transfers.blame] = now + options_.timeouts.failed_session_ttl;
@@ -1171,10 +1191,10 @@ PrefillOutput PrefillRooms::Abort(uint64_t room_id, absl::string_view reason, ab
   return out;
 }
 
-size_t PrefillRooms::RememberedFailedCount() const {
-  size_t remembered = 0;
-  for (const auto& [id, room] : rooms_) remembered += room.forget_at.has_value() ? 1 : 0;
-  return remembered;
+size_t PrefillRooms::room_count() const {
+  size_t unheld = 0;  // failed, never begun, not freed: forgotten at forget_at
+  for (const auto& [id, room] : rooms_) unheld += room.forget_at.has_value() ? 1 : 0;
+  return rooms_.size() - unheld;
 }
 
 absl::Status PrefillRooms::KeepSentDigest(uint64_t room_id, absl::string_view reply_endpoint,
@@ -1203,24 +1223,11 @@ std::optional<uint64_t> PrefillRooms::TakeSentDigest(uint64_t room_id,
   return taken.empty() ? std::nullopt : std::optional<uint64_t>(taken.mapped());
 }
 
-void PrefillRooms::Free(uint64_t room_id, absl::Time now) {
+void PrefillRooms::Free(uint64_t room_id, absl::Time /*now*/) {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end() || found->second.transfers.has_value()) return;
-  Room& room = found->second;
-  if (room.state == TransferPoll::kFailed &&
-      options_.timeouts.failed_room_ttl > absl::ZeroDuration()) {
-    // Keep only what answers a late pre-allocation (§11.2).
-    Room tombstone;
-    tombstone.state = TransferPoll::kFailed;
-    tombstone.failure_reason = std::move(room.failure_reason);
-    tombstone.failure_cause = room.failure_cause;
-    tombstone.fence_unproven = room.fence_unproven;
-    tombstone.forget_at = now + options_.timeouts.failed_room_ttl;
-    DropDestinations(room);
-    room = std::move(tombstone);
-    return;
-  }
-  DropDestinations(room);
+  // What answers a late pre-allocation or fence request is remembered apart (ended_, §11.2).
+  DropDestinations(found->second);
   rooms_.erase(found);
 }
 
@@ -1246,6 +1253,7 @@ PrefillOutput PrefillRooms::Tick(absl::Time now) {
     DropDestinations(rooms_[id]);
     rooms_.erase(id);
   }
+  ended_.Expire(now);
   std::sort(bootstrap_expired.begin(), bootstrap_expired.end());
   std::sort(unmatched.begin(), unmatched.end());
   for (uint64_t id : bootstrap_expired) {

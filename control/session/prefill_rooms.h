@@ -56,6 +56,7 @@
 #include "control/plan/owner_filter.h"
 #include "control/plan/planner.h"
 #include "control/plan/stage_filter.h"
+#include "control/session/ended_rooms.h"
 #include "control/session/room_output.h"
 #include "control/session/timeouts.h"
 #include "control/session/transfer_poll.h"
@@ -121,6 +122,9 @@ struct PrefillOptions {
   size_t max_registrations = 0;
   // The most rejected reply routes remembered (§3.2.3); the oldest is forgotten first.
   size_t max_remembered_rejections = 4096;
+  // The ended rooms remembered for the engine (Ended: Poll, refusals), at least: the oldest is
+  // forgotten first, a failed one not before failed_room_ttl (ended_rooms.h).
+  size_t remembered_rooms = 65536;
 };
 
 // A decode rank's accepted registration (CACHEPD §3.2.2). Immutable once stored, and shared
@@ -407,8 +411,8 @@ class PrefillRooms {
   PrefillOutput AbortBegunRooms(absl::string_view reason, absl::Time now);
 
   // Forgets the room (the reference's discard_room, after the engine has seen its final
-  // state). A Failed room is remembered for failed_room_ttl (§11.2). A room with transfers
-  // has not ended: it is not freed.
+  // state); its end stays remembered (Ended). A room with transfers has not ended: it is not
+  // freed.
   void Free(uint64_t room, absl::Time now);
 
   // --verify-digest: the room digest (wire/digest.h) of what the room wrote to the destination
@@ -428,11 +432,14 @@ class PrefillRooms {
 
   std::optional<TransferPoll> State(uint64_t room) const;
   std::optional<PrefillRoomView> Find(uint64_t room) const;
-  // Rooms in play: begun, pre-allocated or transferring, not yet freed.
-  size_t room_count() const { return rooms_.size() - RememberedFailedCount(); }
-  // Failed rooms freed and kept for failed_room_ttl (CACHEPD §11.2), to answer a late
-  // pre-allocation with Failed: a bounded memory, not rooms in play.
-  size_t RememberedFailedCount() const;
+  // Rooms in play: begun, pre-allocated or transferring, not yet ended and freed.
+  size_t room_count() const;
+  // The ended rooms remembered (ended_rooms.h): the newest PrefillOptions::remembered_rooms,
+  // and each failed one for failed_room_ttl (CACHEPD §11.2), to answer a late pre-allocation with
+  // Failed; a bounded memory, not rooms in play. Their ends, and how many of them failed.
+  const EndedRoom* Ended(uint64_t room) const { return ended_.Find(room); }
+  size_t EndedCount() const { return ended_.size(); }
+  size_t RememberedFailedCount() const { return ended_.failed(); }
   size_t registration_count() const { return registrations_.size(); }
 
   // The stored registration of `session_id`, or null.
@@ -477,7 +484,7 @@ class PrefillRooms {
     bool announce = false;
     absl::Time begun_at;
     absl::Time first_seen;
-    // Set on a Failed room nobody holds (never begun, or freed): forgotten at this time.
+    // Set on a Failed room nobody holds (never begun, so never freed): forgotten at this time.
     std::optional<absl::Time> forget_at;
     std::optional<RoomReady> ready;
     // LayersReady: the layers the engine said are final, those handed out as work, and the
@@ -553,7 +560,10 @@ class PrefillRooms {
   // send_outcomes: the room outcome (wire/outcome.h) that goes right before a status.
   void SendOutcome(uint64_t room, const std::string& endpoint, uint64_t bytes, uint64_t copies,
                    FailureCause cause, const std::string& reason, PrefillOutput& out) const;
-  void SetState(uint64_t room_id, Room& room, TransferPoll state, PrefillOutput& out);
+  // A terminal state is remembered (ended_) and reported once; a room remembered already
+  // reports nothing.
+  void SetState(uint64_t room_id, Room& room, TransferPoll state, absl::Time now,
+                PrefillOutput& out);
   // Each data destination's window, in the order they pre-allocated.
   static std::vector<DecodeWindow> WindowsOf(const Room& room);
   // Gives a Bootstrapped `event` of `room` its windows, and its announce mark if it is owed.
@@ -595,6 +605,7 @@ class PrefillRooms {
     std::string session;
   };
   absl::flat_hash_map<uint64_t, TransferOwner> transfer_owners_;
+  EndedRooms ended_;
   size_t rooms_transferring_ = 0;  // rooms whose `transfers` is set
   uint64_t next_generation_ = 1;
   uint64_t next_transfer_id_ = 1;

@@ -838,30 +838,56 @@ TEST(PrefillRoomsTest, PreallocationsNeverMatchedByARequestExpire) {
   EXPECT_EQ(expired.messages.size(), 2u);
 }
 
-TEST(PrefillRoomsTest, FreedFailedRoomAnswersLatePreallocationsUntilItsTtl) {
-  PrefillRooms rooms = MakeRooms();
+// A failed room is remembered (PrefillRooms::Ended) from its Failed on, at least for
+// failed_room_ttl; here no count keeps it longer (remembered_rooms 0).
+TEST(PrefillRoomsTest, AFailedRoomAnswersLatePreallocationsUntilItsTtl) {
+  PrefillOptions options;
+  options.remembered_rooms = 0;
+  PrefillRooms rooms = MakeRooms(options);
   RegisterBoth(rooms);
   ASSERT_TRUE(rooms.BeginRoom(50, kT0).ok());
   rooms.Abort(50, "engine error", kT0);
   EXPECT_EQ(rooms.room_count(), 1u);
-  EXPECT_EQ(rooms.RememberedFailedCount(), 0u);
+  EXPECT_EQ(rooms.RememberedFailedCount(), 1u);
   rooms.Free(50, kT0);
   // Remembered, not in play: the room table is empty (the soak's "rooms left" were these).
   EXPECT_EQ(rooms.room_count(), 0u);
-  EXPECT_EQ(rooms.RememberedFailedCount(), 1u);
+  EXPECT_FALSE(rooms.Find(50).has_value());
+  ASSERT_NE(rooms.Ended(50), nullptr);
+  EXPECT_EQ(rooms.Ended(50)->reason, "engine error");
   PrefillOutput late = Preallocate(rooms, 50, 0, kT0 + absl::Seconds(1));
   ASSERT_EQ(late.messages.size(), 1u);
   EXPECT_EQ(late.messages[0].endpoint, ReplyEndpointOf(0));
   EXPECT_EQ(ParsedStatus(late.messages[0]).status, 0);
   EXPECT_FALSE(late.rejected.ok());
-  EXPECT_TRUE(rooms.Find(50)->preallocated_sessions.empty());  // not stored
+  EXPECT_FALSE(rooms.Find(50).has_value());  // not stored
+  EXPECT_EQ(rooms.BeginRoom(50, kT0 + absl::Seconds(1)).status().message(),
+            "room 50 already failed: engine error");
 
   rooms.Tick(kT0 + absl::Seconds(120));  // failed_room_ttl
-  EXPECT_FALSE(rooms.Find(50).has_value());
+  EXPECT_EQ(rooms.Ended(50), nullptr);
   EXPECT_EQ(rooms.RememberedFailedCount(), 0u);
   PrefillOutput fresh = Preallocate(rooms, 50, 0, kT0 + absl::Seconds(121));
   EXPECT_TRUE(fresh.messages.empty());
   EXPECT_THAT(rooms.Find(50)->preallocated_sessions, ElementsAre(SessionOf(0)));
+}
+
+// With the default bound, the newest 65,536 ended rooms are remembered, succeeded ones too: a
+// late pre-allocation of a room that succeeded and was freed is answered Failed, not made anew.
+TEST(PrefillRoomsTest, TheNewestEndedRoomsAreRememberedPastTheirTtl) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 42);
+  ASSERT_TRUE(LandAll(rooms, 42, kT0).ok());
+  rooms.Free(42, kT0);
+  rooms.Tick(kT0 + absl::Seconds(600));
+  ASSERT_NE(rooms.Ended(42), nullptr);
+  EXPECT_EQ(rooms.Ended(42)->state, TransferPoll::kSuccess);
+  PrefillOutput late = Preallocate(rooms, 42, 0, kT0 + absl::Seconds(600));
+  ASSERT_EQ(late.messages.size(), 1u);
+  EXPECT_EQ(ParsedStatus(late.messages[0]).status, 0);
+  EXPECT_FALSE(rooms.Find(42).has_value());
+  EXPECT_EQ(rooms.EndedCount(), 1u);
 }
 
 TEST(PrefillRoomsTest, FreedSucceededRoomIsForgotten) {

@@ -273,6 +273,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
       identity.stage = pipeline->FilterFor(options.pp_rank);
     }
     session::PrefillOptions prefill_options;
+    prefill_options.remembered_rooms = options.remembered_rooms;
     prefill_options.timeouts = options.timeouts;
     prefill_options.max_room_bytes = options.max_room_bytes;
     prefill_options.ignore_repeated_preallocations = true;  // docs/SECURITY.md
@@ -314,6 +315,7 @@ absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
   session::DecodeOptions decode_options;
   decode_options.timeouts = options.timeouts;
   decode_options.fence_wait = options.fence_wait;
+  decode_options.remembered_rooms = options.remembered_rooms;
   decode_options.revision = options.cachepd_revision;
   KVRAIL_ASSIGN_OR_RETURN(session::DecodeRooms rooms,
                           session::DecodeRooms::Create(identity, decode_options));

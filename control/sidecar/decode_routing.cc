@@ -45,7 +45,6 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     absl::StatusOr<session::DecodeOutput> out =
         decode->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
     if (!out.ok()) return AddContext(out.status(), context);
-    finished.erase(expect.room());  // a room id used again: a new room, with its own end
     metrics.RoomSeen(expect.room(), absl::Now());  // its clock starts here, whatever comes next
     // --verify-digest hashes the room's destination ranges when its Successes come, and a
     // staged arena copies them back to the GPU.

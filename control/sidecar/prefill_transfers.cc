@@ -117,7 +117,6 @@ absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
   }
   return Owned([&]() -> absl::Status {
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
-    KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(begin.room()), context));
     // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
     // pre-allocation comes after this call or came before it (BeginRoom then reports it).
     absl::StatusOr<session::PrefillOutput> begun =
@@ -154,7 +153,6 @@ absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
 
 absl::Status Sidecar::Impl::BeginPrefillRoomLocked(uint64_t room, absl::Time now,
                                                    const std::string& context) {
-  KVRAIL_RETURN_IF_ERROR(AddContext(EndedLocked(room), context));
   absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(room, now);
   if (!begun.ok()) return AddContext(begun.status(), context);
   ApplyLocked(*std::move(begun));

@@ -157,12 +157,6 @@ void Sidecar::Impl::Publish(const session::RoomEvent& event) {
   api->Publish(out);
 }
 
-absl::Status Sidecar::Impl::EndedLocked(uint64_t room) const {
-  auto done = finished.find(room);
-  if (done == finished.end()) return absl::OkStatus();
-  return session::EndedRoomError(room, done->second.state, done->second.reason);
-}
-
 void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
   AssertOnOwner("PublishRelease");
   v1::RoomEvent out;
@@ -184,32 +178,11 @@ void Sidecar::Impl::PublishRelease(const session::PagesRelease& release) {
   api->Publish(out);
 }
 
-bool Sidecar::Impl::RepeatedEndLocked(const session::RoomEvent& event) const {
-  if (!Terminal(event.state) || !finished.contains(event.room)) return false;
-  spdlog::error("{} room {}: a second terminal event ({}) dropped: the engine was told once",
-                role_name, event.room, std::string(session::TransferPollName(event.state)));
-  return true;
-}
-
 void Sidecar::Impl::FinishLocked(const session::RoomEvent& event) {
   AssertOnOwner("FinishLocked");
   if (!Terminal(event.state)) {
     metrics.RoomSeen(event.room, absl::Now());  // its clock starts at its first event
     return;
-  }
-  FinishedRoom ended{event.state, event.reason, event.cause};
-  if (event.state == TransferPoll::kSuccess) {
-    ended.bootstrap_token = event.bootstrap_token;
-    if (event.spec_candidate_ids) ended.speculative_ids = *event.spec_candidate_ids;
-    ended.cached_tokens = event.cached_tokens;
-    ended.first_token_logprob = event.bootstrap_logprob;
-  }
-  if (finished.emplace(event.room, std::move(ended)).second) {
-    finished_order.push_back(event.room);
-    while (finished_order.size() > options.remembered_rooms) {
-      finished.erase(finished_order.front());
-      finished_order.pop_front();
-    }
   }
   metrics.RoomEnded(event.room, event.state == TransferPoll::kSuccess, event.cause, event.reason,
                     absl::Now());
@@ -294,7 +267,6 @@ void Sidecar::Impl::ApplyLocked(session::PrefillOutput out) {
   }
   for (uint64_t room : out.fences) metrics.FenceBegan(room, now);
   for (const session::RoomEvent& event : out.events) {
-    if (RepeatedEndLocked(event)) continue;
     if (event.state == TransferPoll::kSuccess) stats.bytes_sent += event.bytes;
     if (event.state == TransferPoll::kFailed) metrics.FenceEnded(event.room, now);  // if begun
     FinishLocked(event);  // first: counted before the engine can see the event
@@ -318,7 +290,6 @@ void Sidecar::Impl::ApplyLocked(session::DecodeOutput out) {
     (void)SendLocked(failed.messages);  // its fence requests
   }
   for (const session::RoomEvent& event : out.events) {
-    if (RepeatedEndLocked(event)) continue;
     FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event);
   }
@@ -474,17 +445,19 @@ void Sidecar::Impl::PollLocked(const v1::Poll& poll, v1::EngineReply& reply) {
     v1::RoomState* state = reply.add_states();
     state->set_room(room);
     state->set_bootstrap_token(-1);
-    auto done = finished.find(room);
+    // A room that ended: its one terminal event, as its ledger remembers it.
+    const session::EndedRoom* ended = prefill  ? prefill->Ended(room)
+                                      : decode ? decode->Ended(room)
+                                               : nullptr;
     std::optional<TransferPoll> current;
-    if (done != finished.end()) {
-      const FinishedRoom& ended = done->second;
-      current = ended.state;
-      state->set_reason(ended.reason);
-      state->set_cause(std::string(session::FailureCauseLabel(ended.cause)));
-      state->set_bootstrap_token(ended.bootstrap_token);
-      for (int32_t id : ended.speculative_ids) state->add_speculative_ids(id);
-      state->set_cached_tokens(ended.cached_tokens);
-      if (ended.first_token_logprob) state->set_first_token_logprob(*ended.first_token_logprob);
+    if (ended != nullptr) {
+      current = ended->state;
+      state->set_reason(ended->reason);
+      state->set_cause(std::string(session::FailureCauseLabel(ended->cause)));
+      state->set_bootstrap_token(ended->bootstrap_token);
+      for (int32_t id : ended->speculative_ids) state->add_speculative_ids(id);
+      state->set_cached_tokens(ended->cached_tokens);
+      if (ended->first_token_logprob) state->set_first_token_logprob(*ended->first_token_logprob);
     } else if (prefill) {
       current = prefill->State(room);
       if (current == TransferPoll::kBootstrapped) {
@@ -779,7 +752,8 @@ SidecarStats Sidecar::Impl::Stats() {
     }
     if (prefill) out.transfers = prefill->rooms_transferring();
     out.registrations_held = gate.held();
-    out.finished_remembered = finished.size();
+    if (prefill) out.finished_remembered = prefill->EndedCount();
+    if (decode) out.finished_remembered = decode->EndedCount();
     if (attached) {  // written before `attached` was set, read-only while it is
       out.arena_bytes = arena_bytes;
       out.layers = contract_layers;

@@ -161,20 +161,6 @@ struct Sidecar::Impl {
   bool attached = false;
   std::optional<session::PrefillRooms> prefill;
   std::optional<session::DecodeRooms> decode;
-  // Terminal states whose events were published, for Poll (bounded, oldest first out).
-  // A hash map: a room's insert and its eviction touch a few cache lines, where a std::map of
-  // remembered_rooms (65,536) nodes cost a tree walk of cache misses per room.
-  struct FinishedRoom {
-    session::TransferPoll state;
-    std::string reason;
-    session::FailureCause cause = session::FailureCause::kNone;
-    int64_t bootstrap_token = -1;  // decode Success: as its event (session::RoomEvent)
-    std::vector<int32_t> speculative_ids;
-    int64_t cached_tokens = 0;  // decode Success (CACHEPD §12.9)
-    std::optional<double> first_token_logprob;
-  };
-  absl::flat_hash_map<uint64_t, FinishedRoom> finished;
-  std::deque<uint64_t> finished_order;
   RegistrationGate gate;  // prefill: registrations wait here for their owner's descriptor
   KeyBinding keys;        // CURVE on: which key may send what (key_binding.h)
   std::optional<SenderCheck> senders;  // decode: the sender proofs of prefill nodes
@@ -259,15 +245,7 @@ struct Sidecar::Impl {
   void Defer(std::function<void()> call) { deferred.push_back(std::move(call)); }
 
   // --- sidecar.cc: outputs ------------------------------------------------------------------
-  // On the owner thread: whether `event` would end a room whose terminal event went out already
-  // (the state machines never make one; it is logged and dropped, never published): exactly one
-  // terminal event per room and role.
-  bool RepeatedEndLocked(const session::RoomEvent& event) const;
   void Publish(const session::RoomEvent& event);
-  // On the owner thread, prefill: why an engine call about `room` is refused when its terminal
-  // event went out already ("room N already failed: <reason>", session::EndedRoomError); OK
-  // otherwise.
-  absl::Status EndedLocked(uint64_t room) const;
   void PublishRelease(const session::PagesRelease& release);
   // On the owner, once a job or an engine request is done: posts what it deferred to
   // `effects`.
@@ -319,7 +297,8 @@ struct Sidecar::Impl {
   // decodes' windows) comes as an event.
   absl::Status Begin(const v1::Begin& begin);
   void AbortPrefill(uint64_t room, const std::string& reason);
-  // On the owner thread: refuses a room whose terminal event went out (EndedLocked), else
+  // On the owner thread: refuses a room whose terminal event went out (PrefillRooms::BeginRoom
+  // says so: "room N already failed: <reason>"), else
   // begins it (PrefillRooms::BeginRoom) and applies what that says; errors prefixed `context`.
   absl::Status BeginPrefillRoomLocked(uint64_t room, absl::Time now, const std::string& context);
   // A room's transfer may start: prepare each destination in its session's strand.

@@ -64,8 +64,9 @@ struct Sample {
 
 // The tables of SidecarStats that hold per-room or per-peer entries: at rest after the rooms
 // end they must be back to their baseline. (finished_remembered is a bounded memory of ended
-// rooms, full by design, and failed_rooms_remembered a prefill's failed rooms kept for 120 s
-// after they end, CACHEPD §11.2, longer than the soak waits: both are reported, not compared.)
+// rooms, full by design, and failed_rooms_remembered the failed ones of it, each kept at least
+// 120 s after they end, CACHEPD §11.2, longer than the soak waits: both are reported, not
+// compared.)
 std::map<std::string, uint64_t> Tables(const v1::SidecarStats& s) {
   return {{"rooms", s.rooms()},
           {"registrations", s.registrations()},
