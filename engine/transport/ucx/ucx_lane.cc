@@ -227,9 +227,9 @@ void RunLane(Lane& lane) {
   pthread_setname_np(pthread_self(), absl::StrFormat("ucx-lane%d", lane.index).c_str());
   int idle = 0;
   constexpr int kDeliveriesPerProgress = 8;
-  int unpolled = 0;               // delivery rounds since the last progress
-  std::vector<Op*> jobs;          // keeps its capacity from round to round, as does
-  std::vector<Ready> delivering;  // this one
+  int unpolled = 0;                       // delivery rounds since the last progress
+  std::vector<Op*> jobs;                  // keeps its capacity from round to round, as does
+  std::vector<DueCompletion> delivering;  // this one
   while (true) {
     bool stop = false;
     unsigned events = 0;
@@ -253,7 +253,7 @@ void RunLane(Lane& lane) {
         // polling UCX again, polling at least every kDeliveriesPerProgress rounds so that
         // flushes, wireup and peers' messages still move. Polling once per post, perf put about
         // 8 % of a lane's time in ucp_worker_progress at 64 KiB writes over shm.
-        if (lane.ready.empty() || ++unpolled >= kDeliveriesPerProgress) {
+        if (lane.due.empty() || ++unpolled >= kDeliveriesPerProgress) {
           unpolled = 0;
           events = ProgressWorker(lane.worker);
         }
@@ -261,10 +261,10 @@ void RunLane(Lane& lane) {
       }
     }
     // No lock held: a completion may post, flush, register, disconnect or close.
-    const bool delivered = !lane.ready.empty();
+    const bool delivered = !lane.due.empty();
     if (delivered) {
-      delivering.swap(lane.ready);
-      for (Ready& r : delivering) r.done(std::move(r.status));
+      delivering.swap(lane.due);
+      for (DueCompletion& r : delivering) r.done(std::move(r.status));
       delivering.clear();  // destroys the callables
     }
     if (stop) return;

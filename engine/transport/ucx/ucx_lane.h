@@ -63,7 +63,7 @@ struct Op {
   bool delivered = false;
   absl::Status status;  // the first failure of a batch's puts
   Completion done;
-  Lane* home = nullptr;  // the lane whose ready list gets the completion
+  Lane* home = nullptr;  // the lane whose `due` list gets the completion
   uint64_t seq = 0;      // kAmFlush: the number the peer's answer names
   // Active-message headers: UCX reads each until its send completes. Reserved before the first
   // send (so none moves) and kept with its capacity when the op is recycled.
@@ -85,7 +85,9 @@ struct Op {
   std::shared_ptr<PeerState> closing;
 };
 
-struct Ready {
+// A completion the lane's thread has taken from the worker, with its status, due to be
+// delivered (outside the worker's lock).
+struct DueCompletion {
   Completion done;
   absl::Status status;
 };
@@ -117,7 +119,7 @@ struct Lane {
   std::vector<std::unique_ptr<Op>> spare;
 
   // The thread's own:
-  std::vector<Ready> ready;  // swapped with the delivery round's, so delivery never allocates
+  std::vector<DueCompletion> due;  // swapped with the delivery round's, so delivery never allocates
   std::vector<std::unique_ptr<Op>> recycled;  // finished ops, handed to `spare` at the next take
   // Endpoint-close requests, each with the peer whose rkeys on this lane go when it finishes.
   std::vector<std::pair<void*, std::shared_ptr<PeerState>>> closing;
@@ -156,7 +158,7 @@ struct Lane {
     recycled.clear();  // deletes what did not fit
   }
 
-  // On the thread, from here on. Moves `op`'s completion onto the ready list once; recycles it
+  // On the thread, from here on. Moves `op`'s completion onto the `due` list once; recycles it
   // when UCX is done too.
   void Finish(Op* op, absl::Status status) {
     if (!op->delivered) {
@@ -169,7 +171,7 @@ struct Lane {
         ops.erase(std::find(ops.begin(), ops.end(), op));
       }
       if (op->kind == OpKind::kBatch && !status.ok() && pl.error.ok()) pl.error = status;
-      ready.push_back({std::move(op->done), std::move(status)});
+      due.push_back({std::move(op->done), std::move(status)});
     }
     if (op->requests == 0) Recycle(op);
   }
