@@ -820,10 +820,7 @@ absl::StatusOr<PrefillOutput> PrefillRooms::BeginRoom(uint64_t room_id, absl::Ti
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, " is above 2^63-1 (CACHEPD Terminology)"));
   }
-  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
-  if (auto ended = rooms_.find(room_id); ended != rooms_.end() && Ended(ended->second)) {
-    return EndedRoomError(room_id, *ended->second.state, ended->second.failure_reason);
-  }
+  KVRAIL_RETURN_IF_ERROR(EndedRefusal(room_id));
   PrefillOutput out;
   Room& room = rooms_[room_id];
   if (!room.begun) {
@@ -865,6 +862,16 @@ std::vector<DecodeWindow> PrefillRooms::WindowsOf(const Room& room) {
                        destination.manifest->prefix_len, destination.manifest->prompt_len});
   }
   return windows;
+}
+
+absl::Status PrefillRooms::EndedRefusal(uint64_t room_id) const {
+  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
+  // Ended, not freed, and its end no longer remembered (the newest remembered_rooms are).
+  auto found = rooms_.find(room_id);
+  if (found != rooms_.end() && Ended(found->second)) {
+    return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
+  }
+  return absl::OkStatus();
 }
 
 bool PrefillRooms::Ended(const Room& room) {
@@ -914,11 +921,8 @@ absl::Status CheckRoomReady(uint64_t room, const RoomReady& ready) {
 
 absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady ready,
                                                   absl::Time now) {
-  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
+  KVRAIL_RETURN_IF_ERROR(EndedRefusal(room_id));
   auto found = rooms_.find(room_id);
-  if (found != rooms_.end() && Ended(found->second)) {
-    return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
-  }
   if (found == rooms_.end() || !found->second.begun) {
     return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
   }
@@ -944,11 +948,8 @@ absl::StatusOr<PrefillOutput> PrefillRooms::Ready(uint64_t room_id, RoomReady re
 absl::StatusOr<PrefillOutput> PrefillRooms::LayersReady(
     uint64_t room_id, std::optional<layout::Manifest> source_manifest, int64_t layers,
     absl::Time now) {
-  KVRAIL_RETURN_IF_ERROR(ended_.Refusal(room_id));
+  KVRAIL_RETURN_IF_ERROR(EndedRefusal(room_id));
   auto found = rooms_.find(room_id);
-  if (found != rooms_.end() && Ended(found->second)) {
-    return EndedRoomError(room_id, *found->second.state, found->second.failure_reason);
-  }
   if (found == rooms_.end() || !found->second.begun) {
     return absl::NotFoundError(absl::StrCat("room ", room_id, " was never begun"));
   }

@@ -578,6 +578,8 @@ class PrefillRooms {
   bool Quarantined(absl::string_view session_id, absl::Time now) const;
   // Whether the room reached Success or Failed (its one terminal event went out).
   static bool Ended(const Room& room);
+  // The refusal of an engine call about a room that ended (EndedRoomError), or OK.
+  absl::Status EndedRefusal(uint64_t room_id) const;
   // A source manifest whose window [prefix_len, prompt_len) differs from a destination's
   // pre-allocated one: InvalidArgument naming both (a Ready or LayersReady is refused with it).
   static absl::Status CheckWindows(uint64_t room_id, const Room& room,
