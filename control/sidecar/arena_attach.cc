@@ -1,5 +1,5 @@
-// AttachArena: the arena, its data-plane registration, the room state machine and the
-// bootstrap registration (sidecar_impl.h).
+// AttachArena: the arena and its data-plane registration, then the role's ledger and what it
+// announces (SidecarCore::StartRooms, AnnounceArena: a prefill's bootstrap registration).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "control/bootstrap/client.h"
 #include "control/plan/layerwise.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/sidecar_core.h"
 #include "engine/base/error.h"
 #include "engine/memory/cuda_arena_staging.h"
 #include "engine/memory/host_arena_staging.h"
@@ -18,37 +18,10 @@
 
 namespace kvrail::sidecar {
 
-absl::StatusOr<plan::PipelineLayout> Sidecar::Impl::StageLayout(
-    const v1::AttachArena& attach, const layout::Contract& parsed) const {
-  plan::PipelineLayout pipeline;
-  pipeline.pp_size = options.pp_size;
-  if (attach.fields_by_stage_size() > 0) {
-    for (const v1::FieldList& stage : attach.fields_by_stage()) {
-      pipeline.fields_by_stage.emplace_back(stage.field_ids().begin(), stage.field_ids().end());
-    }
-  } else {
-    std::vector<std::string> layers;  // distinct layer prefixes, in plan order
-    for (const layout::FieldLayout& field : parsed.plan.fields) {
-      const std::string prefix = field.field_id.substr(0, field.field_id.rfind('.'));
-      if (layers.empty() || layers.back() != prefix) layers.push_back(prefix);
-    }
-    pipeline.fields_by_stage.resize(options.pp_size);
-    for (const layout::FieldLayout& field : parsed.plan.fields) {
-      const std::string prefix = field.field_id.substr(0, field.field_id.rfind('.'));
-      const size_t layer = std::find(layers.begin(), layers.end(), prefix) - layers.begin();
-      const size_t stage = layer * options.pp_size / layers.size();
-      pipeline.fields_by_stage[stage].push_back(field.field_id);
-    }
-  }
-  KVRAIL_RETURN_IF_ERROR(
-      AddContext(plan::ValidatePipelineLayout(pipeline, parsed), "AttachArena: fields_by_stage"));
-  return pipeline;
-}
-
 // A refused attach leaves nothing behind, so the engine may try again. The arena's setup
 // (shared memory, CUDA IPC, the transport's registration) and the bootstrap's HTTP run under
 // attach_mu, never on the owner thread.
-absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineReply& reply) {
+absl::Status SidecarCore::Attach(const v1::AttachArena& attach, v1::EngineReply& reply) {
   MutexLock attach_lock(&attach_mu);
   std::optional<absl::Status> reattached = Owned([&]() -> std::optional<absl::Status> {
     if (!attached) return std::nullopt;
@@ -63,11 +36,9 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
   KVRAIL_RETURN_IF_ERROR(AddContext(layout::CheckArenaFits(*parsed), "AttachArena: contract"));
   absl::Status status = AttachArenaMemory(attach, *parsed);
   if (status.ok()) status = StartRooms(attach, *parsed);
-  // Registered once the rooms can take a decode's registration: its first message may follow
-  // the bootstrap's answer at once.
-  if (status.ok() && registration) {
-    status = AddContext(RegisterWithBootstrap(), "registering with the bootstrap");
-  }
+  // Announced once the rooms can take a peer's message: a decode's registration may follow a
+  // prefill's bootstrap registration at once.
+  if (status.ok()) status = AnnounceArena();
   if (!status.ok()) {
     ReleaseArena();
     return status;
@@ -85,7 +56,6 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
   } else {
     spdlog::info("{} rank {}: arena of {} bytes attached", role_name, options.tp_rank, arena_bytes);
   }
-  PublishDescriptor();  // --registry: now that the arena is registered
   return absl::OkStatus();
 }
 
@@ -93,7 +63,7 @@ absl::Status Sidecar::Impl::Attach(const v1::AttachArena& attach, v1::EngineRepl
 // same allocate_bytes, with the same contract) is taken as that: the rooms of the engine that
 // went away fail (fenced as any abort: their writes stop before their peers are told), and the
 // new engine gets the arena's reply again. Anything else is refused.
-absl::Status Sidecar::Impl::ReattachLocked(const v1::AttachArena& attach, v1::EngineReply& reply) {
+absl::Status SidecarCore::ReattachLocked(const v1::AttachArena& attach, v1::EngineReply& reply) {
   absl::StatusOr<std::string> wire = layout::SerializeContract(contract);
   absl::StatusOr<layout::Contract> offered = layout::ParseContract(attach.contract());
   absl::StatusOr<std::string> offered_wire =
@@ -109,11 +79,7 @@ absl::Status Sidecar::Impl::ReattachLocked(const v1::AttachArena& attach, v1::En
         "arena and contract)");
   }
   const std::string reason = "the engine attached again: its rooms from before are void";
-  if (prefill) {
-    ApplyLocked(prefill->AbortBegunRooms(reason, absl::Now()));
-  } else {
-    ApplyLocked(decode->FailAll(reason, absl::Now()));
-  }
+  VoidRoomsLocked(reason);
   if (allocated) {
     reply.set_arena_path(absl::StrCat("/proc/", getpid(), "/fd/", allocated->fd));
     reply.set_arena_offset(allocated->fd_offset);
@@ -124,8 +90,8 @@ absl::Status Sidecar::Impl::ReattachLocked(const v1::AttachArena& attach, v1::En
   return absl::OkStatus();
 }
 
-absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
-                                              const layout::Contract& parsed) {
+absl::Status SidecarCore::AttachArenaMemory(const v1::AttachArena& attach,
+                                            const layout::Contract& parsed) {
   std::vector<std::string> sources;  // where the engine says the arena lives
   if (!attach.shm_name().empty()) sources.push_back("shm_name");
   if (!attach.cuda_ipc_handle().empty()) sources.push_back("cuda_ipc_handle");
@@ -226,8 +192,8 @@ absl::Status Sidecar::Impl::AttachArenaMemory(const v1::AttachArena& attach,
   return absl::OkStatus();
 }
 
-absl::StatusOr<transport::LocalRegion> Sidecar::Impl::MirrorArena(uint8_t* unreachable,
-                                                                  uint64_t bytes) {
+absl::StatusOr<transport::LocalRegion> SidecarCore::MirrorArena(uint8_t* unreachable,
+                                                                uint64_t bytes) {
   // Allocate registers the mirror itself; Deregister frees it (ReleaseArena).
   absl::StatusOr<transport::SharedRegion> shared = transport->Allocate(bytes);
   if (!shared.ok()) {
@@ -258,102 +224,8 @@ absl::StatusOr<transport::LocalRegion> Sidecar::Impl::MirrorArena(uint8_t* unrea
   return transport::LocalRegion{host, bytes, false};
 }
 
-absl::Status Sidecar::Impl::StartRooms(const v1::AttachArena& attach,
-                                       const layout::Contract& parsed) {
-  if (options.role == Role::kPrefill) {
-    session::PrefillIdentity identity;
-    identity.prefill_tp_size = options.tp_size;
-    identity.prefill_tp_rank = options.tp_rank;
-    identity.status_rank =
-        plan::GlobalPrefillRank(options.pp_rank, options.tp_size, options.tp_rank);
-    identity.contract = parsed;
-    std::optional<plan::PipelineLayout> pipeline;
-    if (options.pp_size > 1) {
-      KVRAIL_ASSIGN_OR_RETURN(pipeline, StageLayout(attach, parsed));
-      identity.stage = pipeline->FilterFor(options.pp_rank);
-    }
-    session::PrefillOptions prefill_options;
-    prefill_options.remembered_rooms = options.remembered_rooms;
-    prefill_options.timeouts = options.timeouts;
-    prefill_options.max_room_bytes = options.max_room_bytes;
-    prefill_options.ignore_repeated_preallocations = true;  // docs/SECURITY.md
-    prefill_options.unknown_sessions_change_nothing = true;
-    prefill_options.send_outcomes = true;  // to kvrail sessions only (SendLocked)
-    prefill_options.max_rooms = options.max_rooms;
-    prefill_options.max_rooms_per_session = options.max_rooms_per_session;
-    prefill_options.max_registrations = options.max_registrations;
-    prefill_options.revision = options.cachepd_revision;
-    KVRAIL_ASSIGN_OR_RETURN(session::PrefillRooms rooms,
-                            session::PrefillRooms::Create(identity, prefill_options));
-    // What this rank registers with the node's bootstrap server (CACHEPD §1.2, §2.1).
-    bootstrap::PrefillRegistration r;
-    r.world_size = options.tp_size * options.dp_size * options.pp_size;
-    r.dp_size = options.dp_size;
-    r.endpoint.rank_ip = options.advertise_host;
-    r.endpoint.rank_port = inbox->port();
-    // CURVE on: decode ranks learn this rank's server key from the bootstrap server.
-    if (options.curve) r.endpoint.curve_public_key = options.curve->own.public_key;
-    // Ranks of a DP group are numbered stage-major (control/plan/pipeline.h).
-    r.engine_rank = options.dp_rank * options.tp_size * options.pp_size + identity.status_rank;
-    r.contract = parsed;
-    r.pipeline = pipeline;
-    registration = std::move(r);
-    Owned([&] {
-      prefill.emplace(std::move(rooms));
-      attached = true;
-    });
-    return absl::OkStatus();
-  }
-  session::DecodeIdentity identity;
-  identity.endpoint = options.advertise_host;
-  identity.port = inbox->port();
-  identity.session_id = session_id;
-  identity.arena_base = arena_base;
-  identity.contract = parsed;
-  identity.decode_tp_size = options.tp_size;
-  identity.decode_tp_rank = options.tp_rank;
-  session::DecodeOptions decode_options;
-  decode_options.timeouts = options.timeouts;
-  decode_options.fence_wait = options.fence_wait;
-  decode_options.remembered_rooms = options.remembered_rooms;
-  decode_options.revision = options.cachepd_revision;
-  KVRAIL_ASSIGN_OR_RETURN(session::DecodeRooms rooms,
-                          session::DecodeRooms::Create(identity, decode_options));
-  Owned([&] {
-    decode.emplace(std::move(rooms));
-    attached = true;
-  });
-  return absl::OkStatus();
-}
-
-absl::Status Sidecar::Impl::RegisterWithBootstrap() const {
-  KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(options.bootstrap, "--bootstrap"));
-  bootstrap::BootstrapClientOptions client_options;
-  client_options.bearer_token = options.bootstrap_token;
-  // A prefill sidecar is often started beside its node's bootstrap server, which may still be
-  // starting (in another network namespace, `ip netns exec` first): retry a refused or reset
-  // connection for up to about 5.5 s (backoff 0.1 s doubling to 1 s), inside the client's 10 s
-  // deadline, instead of giving up after 0.7 s.
-  client_options.retries = 8;
-  client_options.cachepd_revision = options.cachepd_revision;
-  bootstrap::BootstrapClient client(server.first, server.second, client_options);
-  layout::Revision form = layout::kNewestRevision;
-  KVRAIL_RETURN_IF_ERROR(client.RegisterPrefillRank(*registration, &form));
-  // The first registration says which revision the node's bootstrap server speaks, and so the
-  // form its decodes read this rank's layout in (CACHEPD §12.12).
-  if (bootstrap_registrations.fetch_add(1) == 0) {
-    spdlog::info("event=bootstrap_registered bootstrap={} cachepd_revision={}", options.bootstrap,
-                 std::string(layout::RevisionName(form)));
-  }
-  return absl::OkStatus();
-}
-
-void Sidecar::Impl::ReleaseArena() {
-  Owned([&] {
-    prefill.reset();
-    decode.reset();
-    attached = false;
-  });
+void SidecarCore::ReleaseArena() {
+  ForgetRooms();
   if (region != 0) {
     const absl::Status released = transport->Deregister(region);
     if (!released.ok()) {
@@ -369,7 +241,6 @@ void Sidecar::Impl::ReleaseArena() {
   allocated.reset();
   host_arena.reset();
   cuda_arena.reset();
-  registration.reset();
   arena_base = 0;
   arena_bytes = 0;
 }

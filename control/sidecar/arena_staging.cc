@@ -1,4 +1,4 @@
-// A staged arena (sidecar_impl.h; engine/memory/arena_staging.h): a GPU arena over a transport
+// A staged arena (sidecar_core.h; engine/memory/arena_staging.h): a GPU arena over a transport
 // that cannot reach GPU memory, or a shared-memory arena under --emulate-gpu-arena. The data
 // plane reads and writes a host mirror of the arena's size in its place, at the same offsets.
 //
@@ -14,12 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/plan/landing_copies.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/decode_sidecar.h"
+#include "control/sidecar/prefill_sidecar.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 
-void Sidecar::Impl::DeliverSuccessLocked(const std::vector<std::string>& message,
+void DecodeSidecar::DeliverSuccessLocked(const std::vector<std::string>& message,
                                          const std::string& host) {
   if (const std::optional<LiveSuccess> success = LiveSuccessLocked(message)) {
     metrics.RoomFirstByte(success->room, absl::Now());  // the decode's first byte it can know
@@ -28,7 +29,7 @@ void Sidecar::Impl::DeliverSuccessLocked(const std::vector<std::string>& message
   HandleMessageLocked(message, absl::Now(), host);
 }
 
-bool Sidecar::Impl::TakeForStagingLocked(const std::vector<std::string>& message) {
+bool DecodeSidecar::TakeForStagingLocked(const std::vector<std::string>& message) {
   const std::optional<LiveSuccess> success = LiveSuccessLocked(message);
   if (!success) return false;
   std::shared_ptr<const layout::Manifest> manifest;
@@ -48,7 +49,7 @@ bool Sidecar::Impl::TakeForStagingLocked(const std::vector<std::string>& message
   return true;
 }
 
-void Sidecar::Impl::StageLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
+void DecodeSidecar::StageLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
                                 std::shared_ptr<const layout::Manifest> manifest,
                                 std::shared_ptr<PrefillNode> node) {
   const absl::Status copied = [&]() -> absl::Status {
@@ -59,11 +60,11 @@ void Sidecar::Impl::StageLanded(std::vector<std::string> success, uint64_t room,
     return staging->FromMirror(MergedRanges(copies, CopySide::kDestination));
   }();
   Owned([&] {
-    if (decode) {
+    if (rooms) {
       if (copied.ok()) {
         HandleMessageLocked(success, absl::Now(), /*host=*/"");  // checked already
       } else {
-        ApplyLocked(decode->Fail(
+        ApplyLocked(rooms->Fail(
             room,
             absl::StrFormat(
                 "staging: copying what prefill rank %d landed back to the arena failed: "
@@ -77,7 +78,7 @@ void Sidecar::Impl::StageLanded(std::vector<std::string> success, uint64_t room,
   });
 }
 
-absl::Status Sidecar::Impl::StageSources(const plan::CopyList& copies) {
+absl::Status PrefillSidecar::StageSources(const plan::CopyList& copies) {
   return AddContext(staging->ToMirror(MergedRanges(copies, CopySide::kSource)),
                     "staging the room's source bytes to the host mirror");
 }

@@ -1,4 +1,4 @@
-// Expect and Abort on a decode: bootstrap lookups and routes (sidecar_impl.h). The lookups are
+// Expect and Abort on a decode: bootstrap lookups and routes (decode_sidecar.h). The lookups are
 // HTTP: they run in the bootstrap address's strand, never on the owner thread.
 #include <spdlog/spdlog.h>
 
@@ -6,16 +6,13 @@
 #include "control/bootstrap/client.h"
 #include "control/plan/dp_group.h"
 #include "control/plan/planner.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/decode_sidecar.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 
-absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
+absl::Status DecodeSidecar::Expect(const v1::Expect& expect) {
   const std::string context = absl::StrCat("Expect room ", expect.room());
-  if (options.role != Role::kDecode) {
-    return absl::FailedPreconditionError(context + ": this is a prefill sidecar");
-  }
   const bool tables = expect.block_tables_size() > 0;
   if (tables && !expect.destination_manifest().empty()) {
     return absl::InvalidArgumentError(
@@ -43,14 +40,13 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateManifest(*manifest, contract),
                                       context + ": destination manifest"));
     absl::StatusOr<session::DecodeOutput> out =
-        decode->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
+        rooms->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
     if (!out.ok()) return AddContext(out.status(), context);
     metrics.RoomSeen(expect.room(), absl::Now());  // its clock starts here, whatever comes next
     // --verify-digest hashes the room's destination ranges when its Successes come, and a
     // staged arena copies them back to the GPU.
     if (options.verify_digest || staging != nullptr) {  // kept with the room, gone with it
-      (void)decode->KeepManifest(expect.room(),
-                                 std::make_shared<const layout::Manifest>(*manifest));
+      (void)rooms->KeepManifest(expect.room(), std::make_shared<const layout::Manifest>(*manifest));
     }
     ApplyLocked(*std::move(out));
     // A node already looked up needs no HTTP: the room is routed and pre-allocated here, not
@@ -58,8 +54,8 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
     if (std::optional<absl::StatusOr<session::RoomRoute>> route =
             CachedRouteLocked(expect.room(), expect.bootstrap_address(), dp_group)) {
       if (!route->ok()) {
-        ApplyLocked(decode->Fail(expect.room(), DescribeError(route->status()), absl::Now(),
-                                 session::FailureCause::kBootstrap));
+        ApplyLocked(rooms->Fail(expect.room(), DescribeError(route->status()), absl::Now(),
+                                session::FailureCause::kBootstrap));
         return true;
       }
       RouteLocked(expect.room(), **std::move(route), *manifest);
@@ -78,11 +74,11 @@ absl::Status Sidecar::Impl::Expect(const v1::Expect& expect) {
 
 // On the owner thread. CachePD has no decode-to-prefill abort (§1.5): DecodeRooms asks the prefill
 // ranks that may write the room to fence it, and the pages are held until they answer.
-void Sidecar::Impl::AbortDecode(uint64_t room, const std::string& reason) {
-  ApplyLocked(decode->Fail(room, reason, absl::Now(), session::FailureCause::kAborted));
+void DecodeSidecar::AbortLocked(uint64_t room, const std::string& reason) {
+  ApplyLocked(rooms->Fail(room, reason, absl::Now(), session::FailureCause::kAborted));
 }
 
-absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeFor(
+absl::StatusOr<std::shared_ptr<DecodeSidecar::PrefillNode>> DecodeSidecar::NodeFor(
     const std::string& address) {
   std::shared_ptr<PrefillNode> known = Owned([&]() -> std::shared_ptr<PrefillNode> {
     auto it = nodes.find(address);
@@ -118,7 +114,7 @@ absl::StatusOr<std::shared_ptr<Sidecar::Impl::PrefillNode>> Sidecar::Impl::NodeF
   return node;
 }
 
-absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& address,
+absl::StatusOr<std::string> DecodeSidecar::EndpointFor(const std::string& address,
                                                        PrefillNode& node, int dp_group, int rank) {
   std::optional<std::string> known = Owned([&]() -> std::optional<std::string> {
     auto it = node.endpoints.find({dp_group, rank});
@@ -150,7 +146,7 @@ absl::StatusOr<std::string> Sidecar::Impl::EndpointFor(const std::string& addres
   return tcp;
 }
 
-void Sidecar::Impl::Route(uint64_t room, const std::string& address,
+void DecodeSidecar::Route(uint64_t room, const std::string& address,
                           const layout::Manifest& manifest, std::optional<int> dp_group) {
   auto routed = [&]() -> absl::StatusOr<session::RoomRoute> {
     KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<PrefillNode> node, NodeFor(address));
@@ -167,9 +163,9 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
     return route;
   }();
   Owned([&] {
-    if (!decode) return;  // the arena went away meanwhile
+    if (!rooms) return;  // the arena went away meanwhile
     if (!routed.ok()) {
-      ApplyLocked(decode->Fail(
+      ApplyLocked(rooms->Fail(
           room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())),
           absl::Now(), session::FailureCause::kBootstrap));
       return;
@@ -178,7 +174,7 @@ void Sidecar::Impl::Route(uint64_t room, const std::string& address,
   });
 }
 
-std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLocked(
+std::optional<absl::StatusOr<session::RoomRoute>> DecodeSidecar::CachedRouteLocked(
     uint64_t room, const std::string& address, std::optional<int> dp_group) {
   auto found = nodes.find(address);
   if (found == nodes.end()) return std::nullopt;
@@ -196,7 +192,7 @@ std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLock
     // registers another port with its bootstrap server, which a cached endpoint would never
     // see (the decode would fail every later room through it). One the server still lists at
     // the gone endpoint fails the room at once (DecodeRooms::OnRoute), naming the rank.
-    if (decode->IsGone(endpoint->second)) {
+    if (rooms->IsGone(endpoint->second)) {
       found->second->endpoints.erase(endpoint);
       return std::nullopt;
     }
@@ -205,21 +201,21 @@ std::optional<absl::StatusOr<session::RoomRoute>> Sidecar::Impl::CachedRouteLock
   return route;
 }
 
-void Sidecar::Impl::RouteLocked(uint64_t room, session::RoomRoute route,
+void DecodeSidecar::RouteLocked(uint64_t room, session::RoomRoute route,
                                 const layout::Manifest& manifest) {
   AssertOnOwner("RouteLocked");
   const absl::Time now = absl::Now();
-  absl::StatusOr<session::DecodeOutput> out = decode->OnRoute(room, std::move(route), now);
+  absl::StatusOr<session::DecodeOutput> out = rooms->OnRoute(room, std::move(route), now);
   if (!out.ok()) {
-    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now,
-                             session::FailureCauseOf(out.status())));
+    ApplyLocked(
+        rooms->Fail(room, DescribeError(out.status()), now, session::FailureCauseOf(out.status())));
     return;
   }
   ApplyLocked(*std::move(out));
-  out = decode->OnAllocated(room, manifest, now);
+  out = rooms->OnAllocated(room, manifest, now);
   if (!out.ok()) {
-    ApplyLocked(decode->Fail(room, DescribeError(out.status()), now,
-                             session::FailureCauseOf(out.status())));
+    ApplyLocked(
+        rooms->Fail(room, DescribeError(out.status()), now, session::FailureCauseOf(out.status())));
     return;
   }
   ApplyLocked(*std::move(out));

@@ -1,5 +1,5 @@
 // Ready and Abort on a prefill: preparing, submitting and fencing a room's transfers
-// (sidecar_impl.h). The room's entry in PrefillRooms owns their lifecycle (TransferPhase); this
+// (prefill_sidecar.h). The room's entry in PrefillRooms owns their lifecycle (TransferPhase); this
 // file does what it decides.
 //
 //   Ready -> PrefillRooms hands back the room's TransferWork -> BeginTransferLocked: one job per
@@ -19,7 +19,7 @@
 #include "control/plan/copy_stream.h"
 #include "control/plan/room_digest.h"
 #include "control/session/ended_room.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/prefill_sidecar.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
@@ -49,11 +49,8 @@ struct Preparation {
 
 }  // namespace
 
-absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
+absl::Status PrefillSidecar::Ready(const v1::Ready& ready) {
   const std::string context = absl::StrCat("Ready room ", ready.room());
-  if (options.role != Role::kPrefill) {
-    return absl::FailedPreconditionError(context + ": this is a decode sidecar");
-  }
   session::RoomReady room_ready;
   if (!ready.source_manifest().empty() && ready.block_tables_size() > 0) {
     return absl::InvalidArgumentError(
@@ -88,7 +85,7 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
     const absl::Time now = absl::Now();
     KVRAIL_RETURN_IF_ERROR(BeginPrefillRoomLocked(ready.room(), now, context));
     absl::StatusOr<session::PrefillOutput> out =
-        prefill->Ready(ready.room(), std::move(room_ready), now);
+        rooms->Ready(ready.room(), std::move(room_ready), now);
     if (!out.ok()) return AddContext(out.status(), context);
     metrics.RoomReady(ready.room(), now);  // its first-byte clock starts
     ApplyLocked(*std::move(out));
@@ -96,31 +93,14 @@ absl::Status Sidecar::Impl::Ready(const v1::Ready& ready) {
   });
 }
 
-absl::StatusOr<layout::Manifest> Sidecar::Impl::ManifestFromTables(
-    const google::protobuf::RepeatedPtrField<v1::BlockTable>& tables, int64_t prefix_len,
-    int64_t prompt_len, const std::string& context) const {
-  std::vector<std::vector<int64_t>> block_tables;
-  block_tables.reserve(tables.size());
-  for (const v1::BlockTable& table : tables) {
-    block_tables.emplace_back(table.block_ids().begin(), table.block_ids().end());
-  }
-  absl::StatusOr<layout::Manifest> built =
-      layout::BuildManifest(contract, block_tables, prefix_len, prompt_len);
-  if (!built.ok()) return AddContext(built.status(), context);
-  return built;
-}
-
-absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
+absl::Status PrefillSidecar::Begin(const v1::Begin& begin) {
   const std::string context = absl::StrCat("Begin room ", begin.room());
-  if (options.role != Role::kPrefill) {
-    return absl::FailedPreconditionError(context + ": this is a decode sidecar");
-  }
   return Owned([&]() -> absl::Status {
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
     // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
     // pre-allocation comes after this call or came before it (BeginRoom then reports it).
     absl::StatusOr<session::PrefillOutput> begun =
-        prefill->BeginRoom(begin.room(), absl::Now(), /*announce=*/true);
+        rooms->BeginRoom(begin.room(), absl::Now(), /*announce=*/true);
     if (!begun.ok()) return AddContext(begun.status(), context);
     metrics.RoomSeen(begin.room(), absl::Now());
     ApplyLocked(*std::move(begun));
@@ -128,11 +108,8 @@ absl::Status Sidecar::Impl::Begin(const v1::Begin& begin) {
   });
 }
 
-absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
+absl::Status PrefillSidecar::LayersReady(const v1::LayersReady& layers) {
   const std::string context = absl::StrCat("LayersReady room ", layers.room());
-  if (options.role != Role::kPrefill) {
-    return absl::FailedPreconditionError(context + ": this is a decode sidecar");
-  }
   std::optional<layout::Manifest> source;
   if (!layers.source_manifest().empty()) {
     absl::StatusOr<layout::Manifest> manifest = layout::ParseManifest(layers.source_manifest());
@@ -144,16 +121,16 @@ absl::Status Sidecar::Impl::LayersReady(const v1::LayersReady& layers) {
     const absl::Time now = absl::Now();
     KVRAIL_RETURN_IF_ERROR(BeginPrefillRoomLocked(layers.room(), now, context));
     absl::StatusOr<session::PrefillOutput> out =
-        prefill->LayersReady(layers.room(), std::move(source), layers.layers(), now);
+        rooms->LayersReady(layers.room(), std::move(source), layers.layers(), now);
     if (!out.ok()) return AddContext(out.status(), context);
     ApplyLocked(*std::move(out));
     return absl::OkStatus();
   });
 }
 
-absl::Status Sidecar::Impl::BeginPrefillRoomLocked(uint64_t room, absl::Time now,
-                                                   const std::string& context) {
-  absl::StatusOr<session::PrefillOutput> begun = prefill->BeginRoom(room, now);
+absl::Status PrefillSidecar::BeginPrefillRoomLocked(uint64_t room, absl::Time now,
+                                                    const std::string& context) {
+  absl::StatusOr<session::PrefillOutput> begun = rooms->BeginRoom(room, now);
   if (!begun.ok()) return AddContext(begun.status(), context);
   ApplyLocked(*std::move(begun));
   return absl::OkStatus();
@@ -161,11 +138,11 @@ absl::Status Sidecar::Impl::BeginPrefillRoomLocked(uint64_t room, absl::Time now
 
 // On the owner thread. Failed means fenced: a room with a transfer in flight fails only once no
 // write of it can land any more (its cancels, then the outcomes; PrefillRooms decides).
-void Sidecar::Impl::AbortPrefill(uint64_t room, const std::string& reason) {
-  ApplyLocked(prefill->Abort(room, reason, absl::Now()));
+void PrefillSidecar::AbortLocked(uint64_t room, const std::string& reason) {
+  ApplyLocked(rooms->Abort(room, reason, absl::Now()));
 }
 
-void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
+void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
   AssertOnOwner("BeginTransferLocked");
   auto preparation = std::make_shared<Preparation>();
   preparation->room = work.room;
@@ -185,20 +162,20 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         if (!p.error.ok()) {
           const session::FailureCause cause =
               p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
-          ApplyLocked(prefill->PreparationFailed(preparation->room, preparation->generation,
-                                                 DescribeError(p.error), p.session, cause, now));
+          ApplyLocked(rooms->PreparationFailed(preparation->room, preparation->generation,
+                                               DescribeError(p.error), p.session, cause, now));
           return;
         }
         sessions.push_back(p.session);
       }
       session::PrefillOutput prepared;
-      std::vector<uint64_t> ids = prefill->TransfersPrepared(
+      std::vector<uint64_t> ids = rooms->TransfersPrepared(
           preparation->room, preparation->generation, sessions, now, prepared);
       ApplyLocked(std::move(prepared));  // what ended: it failed meanwhile, or nothing to move
       if (ids.empty()) return;
       for (const PreparedTransfer& p : preparation->destinations) {
         // Kept with the room, for the Success to that destination (SendLocked).
-        if (p.digest) (void)prefill->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
+        if (p.digest) (void)rooms->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
       }
       for (size_t i = 0; i < ids.size(); ++i) {
         transfer::RoomTransfer& request = preparation->destinations[i].request;
@@ -206,14 +183,14 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         request.deadline = now + options.transfer_deadline;
         request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
       }
-      Defer([this, preparation, failing = prefill->FailingFlag(preparation->room)] {
+      Defer([this, preparation, failing = rooms->FailingFlag(preparation->room)] {
         for (PreparedTransfer& p : preparation->destinations) {
           const uint64_t id = p.request.transfer_id;
           const absl::Status submitted = scheduler->Submit(std::move(p.request));
           if (!submitted.ok()) {  // refused before anything was posted
             PostOwned([this, id, submitted, session = p.session] {
-              if (!prefill) return;
-              ApplyLocked(prefill->TransferOutcome(id, submitted, session, absl::Now()));
+              if (!rooms) return;
+              ApplyLocked(rooms->TransferOutcome(id, submitted, session, absl::Now()));
             });
           }
         }
@@ -223,7 +200,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
         // after these Submits returned and find what they submitted.
         if (failing != nullptr && failing->load()) {
           PostOwned([this, room = preparation->room] {
-            if (prefill) ApplyLocked(prefill->TransfersSubmitted(room));
+            if (rooms) ApplyLocked(rooms->TransfersSubmitted(room));
           });
         }
       });
@@ -236,7 +213,7 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   // A strand reads these, not the owner's tables: whether the room failed meanwhile (its
   // preparation is then moot), and whether the final work is hashed (--verify-digest, for a
   // kvrail session: one whose key this prefill holds).
-  const std::shared_ptr<const std::atomic<bool>> failing = prefill->FailingFlag(work.room);
+  const std::shared_ptr<const std::atomic<bool>> failing = rooms->FailingFlag(work.room);
   size_t index = 0;
   for (const session::TransferDestination& destination : work.destinations) {
     const session::DecodePeer& peer = *destination.peer;
@@ -345,11 +322,11 @@ void Sidecar::Impl::BeginTransferLocked(session::TransferWork work) {
   }
 }
 
-void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
+void PrefillSidecar::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
   // A data-plane thread: it hands the outcome to the owner and goes back to the wire.
   PostOwned([this, outcome] {
-    if (!prefill) return;  // the arena went away; nobody to tell
-    const std::string session = prefill->SessionOfTransfer(outcome.transfer_id);
+    if (!rooms) return;  // the arena went away; nobody to tell
+    const std::string session = rooms->SessionOfTransfer(outcome.transfer_id);
     const absl::StatusCode code = outcome.status.code();
     if (!outcome.status.ok()) metrics.WriteFailed(outcome.status);
     if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
@@ -365,17 +342,17 @@ void Sidecar::Impl::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
           "its writes stopped: {}",
           outcome.transfer_id, session, outcome.status.ToString());
     }
-    ApplyLocked(prefill->TransferOutcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
-                                         outcome.fence_proven, outcome.stats.copies));
+    ApplyLocked(rooms->TransferOutcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
+                                       outcome.fence_proven, outcome.stats.copies));
   });
 }
 
-void Sidecar::Impl::DropPeer(const std::string& session, const std::string& reply_endpoint) {
+void PrefillSidecar::DropPeer(const std::string& session, const std::string& reply_endpoint) {
   std::optional<transport::PeerId> id = directory->Drop(session);
   Owned([&] {
     if (id) forget_peers.push_back(*id);  // the ticker asks the scheduler once it is idle
-    if (reply_endpoint.empty() || !prefill) return;
-    for (const auto& other : prefill->Registrations()) {
+    if (reply_endpoint.empty() || !rooms) return;
+    for (const auto& other : rooms->Registrations()) {
       if (other->reply_endpoint == reply_endpoint) return;  // a live registration's route
     }
     Defer([this, reply_endpoint] { outbox->Forget(reply_endpoint); });

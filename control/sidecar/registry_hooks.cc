@@ -6,28 +6,41 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/registry/etcd_client.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/decode_sidecar.h"
+#include "control/sidecar/prefill_sidecar.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 
-absl::Status Sidecar::Impl::StartRegistry() {
-  if (options.registry.empty()) return absl::OkStatus();
+namespace {
+
+// --registry's etcd endpoint, once --registry-ttl is checked.
+absl::StatusOr<std::string> RegistryEndpoint(const SidecarOptions& options) {
   KVRAIL_ASSIGN_OR_RETURN(const std::string endpoint, registry::ParseRegistryUrl(options.registry));
   if (options.registry_ttl < absl::Seconds(1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--registry-ttl ", absl::FormatDuration(options.registry_ttl), " must be at least 1 s"));
   }
-  if (options.role == Role::kDecode) {
-    KVRAIL_ASSIGN_OR_RETURN(
-        registry_publisher,
-        DescriptorPublisher::Start(endpoint, options.registry_ttl, session_id, options.tp_rank));
-    return absl::OkStatus();
-  }
+  return endpoint;
+}
+
+}  // namespace
+
+absl::Status DecodeSidecar::StartRegistry() {
+  if (options.registry.empty()) return absl::OkStatus();
+  KVRAIL_ASSIGN_OR_RETURN(const std::string endpoint, RegistryEndpoint(options));
+  KVRAIL_ASSIGN_OR_RETURN(
+      registry_publisher,
+      DescriptorPublisher::Start(endpoint, options.registry_ttl, session_id, options.tp_rank));
+  return absl::OkStatus();
+}
+
+absl::Status PrefillSidecar::StartRegistry() {
+  if (options.registry.empty()) return absl::OkStatus();
+  KVRAIL_ASSIGN_OR_RETURN(const std::string endpoint, RegistryEndpoint(options));
   RegistryDescriptors::Hooks hooks;
   hooks.changed = [this](const std::string& session) {
-    const bool registered =
-        Owned([&] { return prefill && prefill->Registration(session) != nullptr; });
+    const bool registered = Owned([&] { return rooms && rooms->Registration(session) != nullptr; });
     if (!registered) return;
     bool changed = false;
     absl::StatusOr<std::shared_ptr<const v1::HandshakeDescriptor>> refreshed =
@@ -39,7 +52,7 @@ absl::Status Sidecar::Impl::StartRegistry() {
   };
   hooks.gone = [this](const std::string& session, const std::string& reason) {
     Owned([&] {
-      if (!prefill || prefill->Registration(session) == nullptr) return;
+      if (!rooms || rooms->Registration(session) == nullptr) return;
       DropSessionLocked(session, reason, Drop::kRegistry, absl::Now());
     });
   };
@@ -48,7 +61,7 @@ absl::Status Sidecar::Impl::StartRegistry() {
   return absl::OkStatus();
 }
 
-transport::DescriptorCache::Fetcher Sidecar::Impl::WithRegistry(
+transport::DescriptorCache::Fetcher PrefillSidecar::WithRegistry(
     transport::DescriptorCache::Fetcher fallback) {
   // Under CURVE a descriptor must come from the session's own authenticated endpoint.
   if (options.registry.empty() || options.curve != nullptr) return fallback;
@@ -62,14 +75,17 @@ transport::DescriptorCache::Fetcher Sidecar::Impl::WithRegistry(
   };
 }
 
-void Sidecar::Impl::PublishDescriptor() {
+void DecodeSidecar::PublishDescriptor() {
   if (!registry_publisher) return;
   absl::StatusOr<v1::HandshakeDescriptor> descriptor = descriptor_source();
   if (descriptor.ok()) registry_publisher->Offer(*descriptor);
 }
 
-void Sidecar::Impl::StopRegistry() {
+void DecodeSidecar::StopRegistry() {
   if (registry_publisher) registry_publisher->Stop();  // the entry goes at once
+}
+
+void PrefillSidecar::StopRegistry() {
   if (registry_descriptors) registry_descriptors->Stop();
 }
 

@@ -1,4 +1,4 @@
-// --verify-digest on a decode (sidecar_impl.h; docs/SECURITY.md, "Digests"): a prefill rank's
+// --verify-digest on a decode (decode_sidecar.h; docs/SECURITY.md, "Digests"): a prefill rank's
 // room digest is kept until its Success comes; the Success then waits while the bytes that
 // landed are hashed in a strand (a 1 GiB room is tens of milliseconds of hashing, never on the
 // owner thread), and counts only if the digests agree. A mismatch fails the room as any
@@ -14,14 +14,14 @@
 #include "absl/strings/str_format.h"
 #include "control/plan/landing_copies.h"
 #include "control/plan/room_digest.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/decode_sidecar.h"
 #include "control/wire/digest.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
 
-void Sidecar::Impl::KeepDigestLocked(const std::vector<std::string>& message,
+void DecodeSidecar::KeepDigestLocked(const std::vector<std::string>& message,
                                      const std::string& host) {
   absl::StatusOr<wire::RoomDigestMessage> digest = wire::ParseRoomDigest(message);
   if (!digest.ok()) {
@@ -32,7 +32,7 @@ void Sidecar::Impl::KeepDigestLocked(const std::vector<std::string>& message,
   // KeepDigest): a peer's digests cannot grow it past its prefill ranks. One for a room not
   // tracked here (it ended) is dropped in silence, as CachePD drops its status frames.
   if (!options.verify_digest) return;
-  const absl::Status kept = decode->KeepDigest(
+  const absl::Status kept = rooms->KeepDigest(
       digest->room, static_cast<int>(std::min<uint32_t>(digest->prefill_rank, INT32_MAX)),
       digest->digest);
   if (absl::IsInvalidArgument(kept)) {
@@ -40,25 +40,25 @@ void Sidecar::Impl::KeepDigestLocked(const std::vector<std::string>& message,
   }
 }
 
-std::optional<Sidecar::Impl::LiveSuccess> Sidecar::Impl::LiveSuccessLocked(
+std::optional<DecodeSidecar::LiveSuccess> DecodeSidecar::LiveSuccessLocked(
     const std::vector<std::string>& message) const {
   absl::StatusOr<wire::StatusMessage> status = wire::ParseStatusLenient(message);
   if (!status.ok() || status->status != static_cast<int>(session::TransferPoll::kSuccess)) {
     return std::nullopt;
   }
-  const std::optional<session::DecodeRoomView> view = decode->Find(status->room);
+  const std::optional<session::DecodeRoomView> view = rooms->Find(status->room);
   if (!view || view->state == session::TransferPoll::kFailed) return std::nullopt;
   return LiveSuccess{status->room, status->prefill_rank, view->bootstrap_address};
 }
 
-bool Sidecar::Impl::LandingInputsLocked(const LiveSuccess& success, const std::string& what,
+bool DecodeSidecar::LandingInputsLocked(const LiveSuccess& success, const std::string& what,
                                         const std::string& cannot,
                                         std::shared_ptr<const layout::Manifest>& manifest,
                                         std::shared_ptr<PrefillNode>& node) {
-  std::shared_ptr<const layout::Manifest> kept_manifest = decode->ManifestOf(success.room);
+  std::shared_ptr<const layout::Manifest> kept_manifest = rooms->ManifestOf(success.room);
   auto kept_node = nodes.find(success.bootstrap_address);
   if (kept_manifest == nullptr || kept_node == nodes.end()) {
-    ApplyLocked(decode->Fail(
+    ApplyLocked(rooms->Fail(
         success.room,
         absl::StrFormat("%s: the bytes prefill rank %d wrote %s: the room's %s is no longer "
                         "known here",
@@ -74,17 +74,17 @@ bool Sidecar::Impl::LandingInputsLocked(const LiveSuccess& success, const std::s
   return true;
 }
 
-bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message) {
+bool DecodeSidecar::TakeForDigestLocked(const std::vector<std::string>& message) {
   const std::optional<LiveSuccess> success = LiveSuccessLocked(message);
   if (!success) return false;
   const uint64_t room = success->room;
   const uint32_t rank = success->rank;
-  const std::optional<uint64_t> kept = decode->TakeDigest(room, static_cast<int>(rank));
+  const std::optional<uint64_t> kept = rooms->TakeDigest(room, static_cast<int>(rank));
   if (!kept) {
     // Nodes that are not kvrail's (those whose statuses need no sender proof) send no digest:
     // CachePD's rule, any Success counts.
     if (!SenderProofRequiredLocked(message)) return false;
-    ApplyLocked(decode->Fail(
+    ApplyLocked(rooms->Fail(
         room,
         absl::StrFormat("--verify-digest: prefill rank %d sent Success without a room digest, and "
                         "its node is kvrail's (start its sidecars with --verify-digest too)",
@@ -107,7 +107,7 @@ bool Sidecar::Impl::TakeForDigestLocked(const std::vector<std::string>& message)
   return true;
 }
 
-void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
+void DecodeSidecar::CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
                                 uint64_t sent, std::shared_ptr<const layout::Manifest> manifest,
                                 std::shared_ptr<PrefillNode> node) {
   absl::StatusOr<uint64_t> landed = [&]() -> absl::StatusOr<uint64_t> {
@@ -120,7 +120,7 @@ void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room,
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
   }();
   Owned([&] {
-    if (!decode) return;  // the arena went away meanwhile
+    if (!rooms) return;  // the arena went away meanwhile
     const absl::Time now = absl::Now();
     if (landed.ok() && *landed == sent) {
       ++stats.room_digests;
@@ -137,11 +137,11 @@ void Sidecar::Impl::CheckLanded(std::vector<std::string> success, uint64_t room,
                           "checked: %s",
                           rank, DescribeError(landed.status()));
     ++stats.room_digests_failed;
-    ApplyLocked(decode->Fail(room, reason, now, session::FailureCause::kDigest));
+    ApplyLocked(rooms->Fail(room, reason, now, session::FailureCause::kDigest));
   });
 }
 
-absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> Sidecar::Impl::LandingPlanOf(
+absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> DecodeSidecar::LandingPlanOf(
     PrefillNode& node, uint32_t rank) {
   std::shared_ptr<const plan::CopyPlan> known =
       Owned([&]() -> std::shared_ptr<const plan::CopyPlan> {

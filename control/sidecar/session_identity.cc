@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "control/sidecar/sidecar_impl.h"
+#include "control/sidecar/prefill_sidecar.h"
 #include "engine/base/error.h"
 #include "engine/transport/handshake/handshake.h"
 
 namespace kvrail::sidecar {
 
-std::vector<std::string> Sidecar::Impl::ConfirmSessions(const std::vector<std::string>& sessions,
-                                                        std::vector<Reach>& reach) {
+std::vector<std::string> PrefillSidecar::ConfirmSessions(const std::vector<std::string>& sessions,
+                                                         std::vector<Reach>& reach) {
   std::vector<std::string> gone(sessions.size());
   std::vector<size_t> asked;
   // With CURVE a request goes to the key the registration was verified with (and a stranger

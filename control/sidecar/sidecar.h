@@ -33,6 +33,8 @@ class Registry;
 
 namespace kvrail::sidecar {
 
+class SidecarCore;
+
 enum class Role { kPrefill, kDecode };
 
 // Decode: from which prefill nodes a status or fence answer must come with a sender proof
@@ -240,11 +242,10 @@ class Sidecar {
   // the sidecar.
   const metrics::Registry& metrics() const;
 
-  struct Impl;
-
  private:
-  explicit Sidecar(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Sidecar(std::unique_ptr<SidecarCore> core);
+  // A PrefillSidecar or a DecodeSidecar (sidecar_core.h).
+  std::unique_ptr<SidecarCore> core_;
 };
 
 }  // namespace kvrail::sidecar

@@ -1,0 +1,178 @@
+// A decode rank's sidecar (sidecar_core.h): its one room ledger (session::DecodeRooms, whose
+// entry per room holds the room's state, route, destination manifest, received digests and
+// fences), the prefill nodes it has looked up, the sender proofs of their ranks
+// (sender_check.h), and the data-plane endpoint prefills fetch its descriptor from. Its files:
+// decode_sidecar.cc, decode_routing.cc, room_digests.cc, and its parts of arena_staging.cc and
+// registry_hooks.cc.
+#ifndef KVRAIL_CONTROL_SIDECAR_DECODE_SIDECAR_H_
+#define KVRAIL_CONTROL_SIDECAR_DECODE_SIDECAR_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "control/plan/copy_plan.h"
+#include "control/plan/prefill_description.h"
+#include "control/session/decode_rooms.h"
+#include "control/sidecar/descriptor_registry.h"
+#include "control/sidecar/sender_check.h"
+#include "control/sidecar/session_key.h"
+#include "control/sidecar/sidecar_core.h"
+#include "control/sidecar/staging_holds.h"
+#include "engine/transport/handshake/handshake.h"
+
+namespace kvrail::sidecar {
+
+class DecodeSidecar final : public SidecarCore {
+ public:
+  explicit DecodeSidecar(const SidecarOptions& options);
+
+  // The room ledger, once an arena is attached. Owner thread only.
+  std::optional<session::DecodeRooms> rooms;
+  std::unique_ptr<transport::HandshakeServer> handshake;
+  std::optional<SessionKey> session_key;  // proves its CachePD messages its own
+  std::optional<SenderCheck> senders;     // the sender proofs of prefill nodes
+  // Per bootstrap address, the node's description and planner, and rank endpoints. Owner thread.
+  struct PrefillNode {
+    plan::PrefillDescription description;
+    plan::DecodeTargets targets;  // this decode rank's E_d, Z_d, T_d against the node
+    bool kvrail = false;          // its bootstrap server says its ranks prove their messages
+    std::map<std::pair<int, int>, std::string> endpoints;  // (dp group, rank) -> tcp://
+    // --verify-digest: per prefill rank, where its copies land here (plan::LandingPlan).
+    std::map<int, std::shared_ptr<const plan::CopyPlan>> landing_plans;
+  };
+  std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
+  // Staged arena: the rooms whose landed ranges are being copied back to the arena
+  // (StageLanded), and the page releases that wait for them (staging_holds.h).
+  StagingHolds staging_holds;
+  // What the handshake endpoint serves, for the registry too.
+  transport::HandshakeServer::Source descriptor_source;
+  // --registry: this rank's descriptor, published (registry_hooks.cc). Last, so that it goes
+  // first.
+  std::unique_ptr<DescriptorPublisher> registry_publisher;
+
+  // --- decode_sidecar.cc --------------------------------------------------------------------
+  // Applies what DecodeRooms asked: messages (a room whose pre-allocation was lost fails),
+  // events, page releases (held while a staged copy runs), prefill nodes declared dead.
+  void ApplyLocked(session::DecodeOutput out);
+  // On the owner thread: hands one CachePD message to the ledger. `host` sent the message (the
+  // inbox's Peer-Address; empty if unknown): refusals are logged at most once per host per 10 s.
+  void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
+                           const std::string& host);
+  // On the owner thread: whether `message` (a status or fence answer) must come with a sender
+  // proof (SidecarOptions::sender_proofs).
+  bool SenderProofRequiredLocked(const std::vector<std::string>& message) const;
+  // Prefill ranks whose sockets refuse connections are gone (liveness.h): the rooms they owe
+  // fail and their fences are answered; one that listens again is routed to again.
+  void ProbePeers(const std::vector<std::string>& peers);
+  // --registry: publishes the descriptor if it changed (never waits for etcd).
+  void PublishDescriptor();
+
+  // --- decode_routing.cc --------------------------------------------------------------------
+  absl::Status Expect(const v1::Expect& expect) override;
+  // CachePD has no decode-to-prefill abort (§1.5): the room fails, and its pages are held
+  // until the prefill ranks that may write it have fenced it.
+  void AbortLocked(uint64_t room, const std::string& reason) override;
+  absl::StatusOr<std::shared_ptr<PrefillNode>> NodeFor(const std::string& address);
+  absl::StatusOr<std::string> EndpointFor(const std::string& address, PrefillNode& node,
+                                          int dp_group, int rank);
+  // In `address`'s strand: looks the node and its ranks up (HTTP, the first time), then
+  // RouteLocked. `dp_group`: the engine's Expect.dp_group, checked against CachePD's rule
+  // (plan::DpGroupOf).
+  void Route(uint64_t room, const std::string& address, const layout::Manifest& manifest,
+             std::optional<int> dp_group);
+  // On the owner thread: the room's route when its node and every rank endpoint it needs were
+  // looked up already (nothing to fetch), or why the engine's dp_group is refused; nullopt
+  // otherwise.
+  std::optional<absl::StatusOr<session::RoomRoute>> CachedRouteLocked(uint64_t room,
+                                                                      const std::string& address,
+                                                                      std::optional<int> dp_group);
+  // On the owner thread: routes the room and sends its pre-allocations (or fails it).
+  void RouteLocked(uint64_t room, session::RoomRoute route, const layout::Manifest& manifest);
+
+  // --- room_digests.cc ----------------------------------------------------------------------
+  // On the owner thread: keeps a room digest (control/wire/digest.h) for its room's Success.
+  void KeepDigestLocked(const std::vector<std::string>& message, const std::string& host);
+  // On the owner thread, --verify-digest: takes a Success that must wait for its digest check
+  // (the check runs in a strand, and the Success is handled once it passed), or fails the room
+  // whose kvrail prefill rank sent none. False: handle `message` as CachePD does.
+  bool TakeForDigestLocked(const std::vector<std::string>& message);
+  // Hashes what prefill rank `rank` wrote for `room` here (off the owner thread), compares with
+  // `sent`, then handles `success` or fails the room naming both digests.
+  void CheckLanded(std::vector<std::string> success, uint64_t room, uint32_t rank, uint64_t sent,
+                   std::shared_ptr<const layout::Manifest> manifest,
+                   std::shared_ptr<PrefillNode> node);
+  // On the owner thread: a Success from a prefill rank for a room that is live here (what the
+  // digest check and staging take); nullopt for any other message.
+  struct LiveSuccess {
+    uint64_t room = 0;
+    uint32_t rank = 0;
+    std::string bootstrap_address;
+  };
+  std::optional<LiveSuccess> LiveSuccessLocked(const std::vector<std::string>& message) const;
+  // On the owner thread: the room's destination manifest and prefill node, which its landed
+  // ranges need. When either is no longer known, fails the room ("<what>: the bytes prefill rank
+  // N wrote <cannot>: the room's manifest is no longer known here") and returns false.
+  bool LandingInputsLocked(const LiveSuccess& success, const std::string& what,
+                           const std::string& cannot,
+                           std::shared_ptr<const layout::Manifest>& manifest,
+                           std::shared_ptr<PrefillNode>& node);
+  // Where prefill rank `rank` of `node` lands its copies here (plan::LandingPlan), computed
+  // once per node and rank. Asks the owner thread; call it off that thread.
+  absl::StatusOr<std::shared_ptr<const plan::CopyPlan>> LandingPlanOf(PrefillNode& node,
+                                                                      uint32_t rank);
+
+  // --- arena_staging.cc ---------------------------------------------------------------------
+  // On the owner thread: a Success from a prefill rank, checked as far as it must be (sender
+  // proof, digest): on a staged arena its landed ranges go back to the arena first
+  // (TakeForStagingLocked), then the ledger has it (HandleMessageLocked).
+  void DeliverSuccessLocked(const std::vector<std::string>& message, const std::string& host);
+  // On the owner thread, staged arena: takes a Success whose rank's landed ranges must be
+  // copied from the mirror to the arena first (in a strand; StageLanded), or fails the room
+  // whose ranges cannot be known. False: not a Success of a live room; handle it as CachePD
+  // does.
+  bool TakeForStagingLocked(const std::vector<std::string>& message);
+  // Copies what prefill rank `rank` landed for `room` from the mirror to the arena (off the
+  // owner thread), then handles `success`, or fails the room naming the staging error.
+  void StageLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
+                   std::shared_ptr<const layout::Manifest> manifest,
+                   std::shared_ptr<PrefillNode> node);
+
+  // --- registry_hooks.cc --------------------------------------------------------------------
+  absl::Status StartRegistry() override;  // the publisher, under --registry
+  // Revokes the lease: the entry goes at once, and its prefills drop it.
+  void StopRegistry() override;
+
+  // --- the hooks (sidecar_core.h), in decode_sidecar.cc -------------------------------------
+  absl::Status CheckOptions() const override { return absl::OkStatus(); }
+  zmq_auth::KeyRole KeyRole() const override { return zmq_auth::KeyRole::kDecode; }
+  int KeyRank() const override { return options.tp_rank; }  // frame 7
+  std::string KeyRankRule() const override { return "tp_rank"; }
+  zmq_auth::KeyRole PeerKeyRole() const override { return zmq_auth::KeyRole::kPrefill; }
+  absl::Status StartDataPlane() override;
+  void StopDataPlane() override;
+  absl::Status StartRooms(const v1::AttachArena& attach, const layout::Contract& parsed) override;
+  absl::Status AnnounceArena() override;
+  void VoidRoomsLocked(const std::string& reason) override;
+  void ForgetRooms() override;
+  const session::EndedRoom* EndedLocked(uint64_t room) const override;
+  std::optional<session::TransferPoll> RoomStateLocked(uint64_t room,
+                                                       v1::RoomState& state) const override;
+  void FreeLocked(uint64_t room) override;
+  bool PrepareSendLocked(const session::OutboundMessage& m) override;
+  absl::Status CheckKeyLocked(const std::string& user_id,
+                              const std::vector<std::string>& message) override;
+  void OnPeerMessageLocked(InboxMessage& in) override;
+  bool Turn(absl::Duration held, bool beat) override;
+  void LiveRoutesLocked(std::set<std::string>& live) const override;
+  void RoomStatsLocked(SidecarStats& out) const override;
+  void DataPlaneStats(SidecarStats& out) const override;
+};
+
+}  // namespace kvrail::sidecar
+
+#endif  // KVRAIL_CONTROL_SIDECAR_DECODE_SIDECAR_H_
