@@ -36,7 +36,7 @@ struct RawFlags {
   int lanes = 0;
   std::string inflight;
   std::string slice;
-  int rooms = 0;
+  int transfers = 0;
   int repeat = 2;
   double seconds = 0.5;
   bool json = false;
@@ -81,11 +81,11 @@ int RunRaw(const RawFlags& flags) {
                 kExitUsage);
   }
   options.lanes = flags.lanes;
-  if (flags.rooms < 0 || flags.rooms > 1024) {
-    return Fail(absl::InvalidArgumentError("--rooms: between 1 and 1024 (0: the default)"),
+  if (flags.transfers < 0 || flags.transfers > 1024) {
+    return Fail(absl::InvalidArgumentError("--transfers: between 1 and 1024 (0: the default)"),
                 kExitUsage);
   }
-  options.rooms_per_lane = flags.rooms;
+  options.transfers_per_lane = flags.transfers;
   if (!flags.inflight.empty()) {
     auto inflight = bench::ParseByteSize("--inflight", flags.inflight);
     if (!inflight.ok()) return Fail(inflight.status(), kExitUsage);
@@ -320,19 +320,21 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "give a comma list")
       ->capture_default_str();
   AddRenamedFlag(raw, "--transport", "--link (a comma list of tcp, shm, netns, verbs)");
+  AddRenamedFlag(raw, "--rooms", "--transfers (in flight per lane)");
   raw->add_option("--block-sizes", raw_flags.block_sizes,
                   "Comma list of write sizes, 1 B to 64 MiB, with B, KiB, MiB or GiB")
       ->capture_default_str();
   raw->add_option("--batch-sizes", raw_flags.batch_sizes,
-                  "Comma list of writes per batch (one room), 1 to 1024")
+                  "Comma list of writes per batch (one transfer), 1 to 1024")
       ->capture_default_str();
   raw->add_option("--lanes", raw_flags.lanes, "Lanes (UCX workers) per side; 0: per link");
   raw->add_option("--inflight", raw_flags.inflight,
                   "Bytes posted and not yet complete per lane (the scheduler's bound); also bounds "
                   "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
-  raw->add_option("--rooms", raw_flags.rooms,
-                  "Rooms (batches) in flight per lane at most, through the scheduler (default 64)");
+  raw->add_option("--transfers", raw_flags.transfers,
+                  "Transfers (batches) in flight per lane at most, through the scheduler (default "
+                  "64)");
   raw->add_option("--seconds", raw_flags.seconds, "Measured seconds per row")
       ->capture_default_str();
   raw->add_option("--repeat", raw_flags.repeat,

@@ -39,6 +39,12 @@ renamed bench-raw \
 renamed bench-raw-target \
   "kvrail bench raw-target: --transport was renamed --link (tcp, shm, netns or verbs)" \
   bench raw-target --transport shm --arena-bytes 4096
+# `--rooms` of `kvrail bench raw`, renamed on 2026-12-05: what it bounds are the scheduler's
+# transfers (engine/transfer/scheduler.h), not rooms.
+renamed bench-raw-rooms "kvrail bench raw: --rooms was renamed --transfers (in flight per lane)" \
+  bench raw --rooms 8
+expect bench-raw-help-transfers grep -q -- '^  --transfers' <<<"$("$kvrail" bench raw --help)"
+expect bench-raw-help-hides-rooms test "$(grep -c -- '--rooms' <<<"$("$kvrail" bench raw --help)")" -eq 0
 
 # The new names are what --help shows; the old one is hidden everywhere.
 for command in sidecar demo soak "bench kv" "bench control" "bench raw"; do

@@ -129,7 +129,7 @@ RawTuning TuningFor(const RawBenchOptions& options, RawLink link) {
   if (options.inflight_bytes_per_lane > 0) {
     tuning.inflight_bytes_per_lane = options.inflight_bytes_per_lane;
   }
-  if (options.rooms_per_lane > 0) tuning.rooms_per_lane = options.rooms_per_lane;
+  if (options.transfers_per_lane > 0) tuning.transfers_per_lane = options.transfers_per_lane;
   tuning.slice_bytes = std::min(tuning.slice_bytes, kMaxBlockBytes);
   return tuning;
 }
@@ -386,7 +386,7 @@ class KvrailSession {
       for (int batch : options_.batch_sizes) max_ws = std::max(max_ws, WorkingSet(block, batch));
     }
     arena_bytes_ = std::max(max_ws, kVerifyBatch * sum_blocks) + kMaxVerifyShift;
-    // The target's arena holds a copy of each row's working set per room in flight
+    // The target's arena holds a copy of each row's working set per transfer in flight
     // (WindowSpec::destination_span), for the one-block rows too.
     target_bytes_ = arena_bytes_;
     for (uint64_t block : options_.block_sizes) {
@@ -395,8 +395,8 @@ class KvrailSession {
           for (int lanes : {tuning_.lanes, 1}) {
             WindowSpec spec = Spec(block, batch, lanes);
             spec.working_set = ws;
-            target_bytes_ = std::max(
-                target_bytes_, static_cast<uint64_t>(RoomsInFlight(spec)) * (ws / block) * block);
+            target_bytes_ = std::max(target_bytes_, static_cast<uint64_t>(TransfersInFlight(spec)) *
+                                                        (ws / block) * block);
           }
         }
       }
@@ -412,7 +412,7 @@ class KvrailSession {
         TargetProcess::Start(where_.target_prefix, options_.self_exe, target_options);
     if (!target.ok()) return target.status();
     target_ = std::make_unique<TargetProcess>(std::move(*target));
-    // The bounds the scheduler checks every room against: the target's descriptor, as a sidecar
+    // The bounds the scheduler checks every transfer against: the target's descriptor, as a sidecar
     // has it from the handshake (control/sidecar/prefill_transfers.cc).
     absl::StatusOr<transport::RemoteRegions> regions =
         transport::RemoteRegions::FromDescriptor(target_->descriptor());
@@ -472,9 +472,9 @@ class KvrailSession {
     WindowSpec spec;
     spec.block_bytes = block;
     spec.batch = batch;
-    spec.max_room_bytes = kMaxWorkingSet;
+    spec.max_transfer_bytes = kMaxWorkingSet;
     spec.inflight_bytes = static_cast<uint64_t>(lanes) * tuning_.inflight_bytes_per_lane;
-    spec.max_rooms = lanes * tuning_.rooms_per_lane;
+    spec.max_transfers = lanes * tuning_.transfers_per_lane;
     return spec;
   }
 
@@ -715,8 +715,8 @@ absl::StatusOr<std::vector<RawRow>> MeasureNetns(const RawBenchOptions& options,
   if (options.slice_bytes > 0) {
     spec.argv.insert(spec.argv.end(), {"--slice", absl::StrCat(options.slice_bytes)});
   }
-  if (options.rooms_per_lane > 0) {
-    spec.argv.insert(spec.argv.end(), {"--rooms", absl::StrCat(options.rooms_per_lane)});
+  if (options.transfers_per_lane > 0) {
+    spec.argv.insert(spec.argv.end(), {"--transfers", absl::StrCat(options.transfers_per_lane)});
   }
   spec.argv.insert(spec.argv.end(), {"--repeat", absl::StrCat(options.repeat)});
   if (!options.run_peer) spec.argv.push_back("--no-peer");

@@ -39,14 +39,14 @@
 
 namespace kvrail::bench {
 
-// How kvrail posts on one link: the scheduler's knobs (SchedulerOptions) and the rooms
+// How kvrail posts on one link: the scheduler's knobs (SchedulerOptions) and the transfers
 // the window keeps in flight.
 struct RawTuning {
   int lanes = 2;
   uint64_t slice_bytes = uint64_t{1} << 20;  // SchedulerOptions::slice_bytes
   // SchedulerOptions::max_inflight_bytes_per_endpoint: posted and not yet complete, per lane.
   uint64_t inflight_bytes_per_lane = uint64_t{8} << 20;
-  int rooms_per_lane = 64;  // rooms (batches) in flight at most, per lane
+  int transfers_per_lane = 64;  // transfers (batches) in flight at most, per lane
 };
 
 // The defaults per link, from measurements on the development machines (see the report
@@ -77,7 +77,7 @@ struct RawBenchOptions {
   int lanes = 0;
   uint64_t inflight_bytes_per_lane = 0;
   uint64_t slice_bytes = 0;
-  int rooms_per_lane = 0;
+  int transfers_per_lane = 0;
   bool run_peer = true;  // run ucx_perftest
   std::string self_exe;  // this binary, re-run as the target (and inside netns)
   std::string perftest = "ucx_perftest";

@@ -25,10 +25,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Transfer ids are unique in the process: a scheduler may serve several windows, and a window
-// that gave up may leave rooms behind.
+// that gave up may leave transfers behind.
 std::atomic<uint64_t> next_transfer_id{1};
 
-// A room's block writes, produced as the scheduler pulls them: write k goes from source offset
+// A transfer's block writes, produced as the scheduler pulls them: write k goes from source offset
 // source + (k % slots) * block to destination + the same. Its envelope is the whole working set
 // on both sides.
 class BlockSource : public CopySource {
@@ -60,9 +60,9 @@ class BlockSource : public CopySource {
   const uint64_t end_, blocks_, slots_, block_, source_, destination_;
 };
 
-// The window's rooms: the outcomes (on the lane thread that landed the room) submit the next rooms
-// and count what landed. Shared with every room's completion, so a window that gave up is kept
-// until its last outcome.
+// The window's transfers: the outcomes (on the lane thread that landed the transfer) submit the
+// next transfers and count what landed. Shared with every transfer's completion, so a window that
+// gave up is kept until its last outcome.
 class Window : public std::enable_shared_from_this<Window> {
  public:
   Window(transfer::Scheduler& scheduler, const WindowTarget& target, const WindowSpec& spec)
@@ -70,16 +70,16 @@ class Window : public std::enable_shared_from_this<Window> {
         target_(target),
         spec_(spec),
         slots_(std::max<uint64_t>(1, spec.working_set / spec.block_bytes)),
-        blocks_per_room_(static_cast<uint64_t>(std::clamp<uint64_t>(
-            spec.max_room_bytes / spec.block_bytes, 1, static_cast<uint64_t>(spec.batch)))),
+        blocks_per_transfer_(static_cast<uint64_t>(std::clamp<uint64_t>(
+            spec.max_transfer_bytes / spec.block_bytes, 1, static_cast<uint64_t>(spec.batch)))),
         max_blocks_(spec.max_bytes == 0
                         ? UINT64_MAX
                         : (spec.max_bytes + spec.block_bytes - 1) / spec.block_bytes),
-        rooms_in_flight_(static_cast<int>(std::min<uint64_t>(
-            static_cast<uint64_t>(RoomsInFlight(spec)),
+        transfers_in_flight_(static_cast<int>(std::min<uint64_t>(
+            static_cast<uint64_t>(TransfersInFlight(spec)),
             std::max<uint64_t>(1, spec.destination_span / (slots_ * spec.block_bytes))))) {
     // Copy 0 is taken first, and most often: the sample checked after the window is there.
-    for (int c = rooms_in_flight_ - 1; c >= 0; --c) free_copies_.push_back(c);
+    for (int c = transfers_in_flight_ - 1; c >= 0; --c) free_copies_.push_back(c);
   }
 
   absl::StatusOr<WindowResult> Run() {
@@ -94,7 +94,7 @@ class Window : public std::enable_shared_from_this<Window> {
       lock.unlock();
       for (uint64_t id : in_flight) (void)scheduler_.Cancel(id, "the bench window gave up");
       return absl::DeadlineExceededError(absl::StrFormat(
-          "window of %u-byte writes, batch %d: %d rooms had no outcome within %s",
+          "window of %u-byte writes, batch %d: %d transfers had no outcome within %s",
           spec_.block_bytes, spec_.batch, in_flight.size(), absl::FormatDuration(spec_.patience)));
     }
     if (!error_.ok()) return error_;
@@ -103,9 +103,9 @@ class Window : public std::enable_shared_from_this<Window> {
   }
 
  private:
-  // Submits rooms while the window is open and fewer than rooms_in_flight_ are in flight; ends
-  // the window once none is in flight and no more may start. The rooms are built and submitted
-  // outside the lock.
+  // Submits transfers while the window is open and fewer than transfers_in_flight_ are in flight;
+  // ends the window once none is in flight and no more may start. The transfers are built and
+  // submitted outside the lock.
   void Pump() {
     while (true) {
       uint64_t first_block = 0;
@@ -115,25 +115,25 @@ class Window : public std::enable_shared_from_this<Window> {
       {
         std::lock_guard<std::mutex> lock(mu_);
         const bool open = !stopped_ && next_block_ < max_blocks_ && Clock::now() < deadline_;
-        if (!open || in_flight_.size() >= static_cast<size_t>(rooms_in_flight_)) {
+        if (!open || in_flight_.size() >= static_cast<size_t>(transfers_in_flight_)) {
           if (in_flight_.empty() && !finished_) {
             finished_ = true;
             done_.notify_all();
           }
           return;
         }
-        // A room never crosses a batch: a batch's last room carries what is left of it.
+        // A transfer never crosses a batch: a batch's last transfer carries what is left of it.
         const uint64_t batch = static_cast<uint64_t>(spec_.batch);
         const uint64_t left_in_batch = batch - next_block_ % batch;
         first_block = next_block_;
-        blocks = std::min({blocks_per_room_, left_in_batch, max_blocks_ - next_block_});
+        blocks = std::min({blocks_per_transfer_, left_in_batch, max_blocks_ - next_block_});
         next_block_ += blocks;
         id = next_transfer_id.fetch_add(1, std::memory_order_relaxed);
         in_flight_.insert(id);
-        copy = free_copies_.back();  // one per room in flight: never empty here
+        copy = free_copies_.back();  // one per transfer in flight: never empty here
         free_copies_.pop_back();
       }
-      absl::Status submitted = scheduler_.Submit(Room(id, first_block, blocks, copy));
+      absl::Status submitted = scheduler_.Submit(MakeTransfer(id, first_block, blocks, copy));
       if (!submitted.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         in_flight_.erase(id);
@@ -143,25 +143,27 @@ class Window : public std::enable_shared_from_this<Window> {
     }
   }
 
-  transfer::RoomTransfer Room(uint64_t id, uint64_t first_block, uint64_t blocks, uint64_t copy) {
-    transfer::RoomTransfer room{.transfer_id = id,
+  transfer::Transfer MakeTransfer(uint64_t id, uint64_t first_block, uint64_t blocks,
+                                  uint64_t copy) {
+    transfer::Transfer transfer{.transfer_id = id,
                                 .peer = target_.peer,
                                 .source = target_.source,
                                 .source_length = target_.source_length,
                                 .remote = target_.remote,
                                 .remote_base = target_.remote_base,
                                 .remote_length = target_.remote_length};
-    // Streamed, as the prefill sidecar submits its rooms (engine/base/copy_source.h).
-    room.stream = std::make_unique<BlockSource>(
+    // Streamed, as the prefill sidecar submits its transfers (engine/base/copy_source.h).
+    transfer.stream = std::make_unique<BlockSource>(
         first_block, blocks, slots_, spec_.block_bytes, spec_.source_offset,
         spec_.destination_offset + copy * slots_ * spec_.block_bytes);
-    room.done = [self = shared_from_this(), blocks, copy](const transfer::RoomOutcome& outcome) {
+    transfer.done = [self = shared_from_this(), blocks,
+                     copy](const transfer::TransferOutcome& outcome) {
       self->OnOutcome(outcome, blocks, copy);
     };
-    return room;
+    return transfer;
   }
 
-  void OnOutcome(const transfer::RoomOutcome& outcome, uint64_t blocks, uint64_t copy) {
+  void OnOutcome(const transfer::TransferOutcome& outcome, uint64_t blocks, uint64_t copy) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_.erase(outcome.transfer_id);
@@ -169,7 +171,7 @@ class Window : public std::enable_shared_from_this<Window> {
       if (outcome.status.ok()) {
         result_.bytes += outcome.stats.bytes;
         result_.blocks += blocks;
-        ++result_.rooms;
+        ++result_.transfers;
         result_.writes += outcome.stats.writes;
         result_.posts += outcome.stats.batches;
         result_.flushes += outcome.stats.lanes_used;
@@ -181,7 +183,7 @@ class Window : public std::enable_shared_from_this<Window> {
     Pump();
   }
 
-  // The window's first failure; no room starts after it.
+  // The window's first failure; no transfer starts after it.
   void FailLocked(absl::Status status) {
     if (error_.ok()) error_ = std::move(status);
     stopped_ = true;
@@ -191,9 +193,9 @@ class Window : public std::enable_shared_from_this<Window> {
   const WindowTarget target_;
   const WindowSpec spec_;
   const uint64_t slots_;
-  const uint64_t blocks_per_room_;
+  const uint64_t blocks_per_transfer_;
   const uint64_t max_blocks_;  // blocks to submit (max_bytes); UINT64_MAX: until the deadline
-  const int rooms_in_flight_;
+  const int transfers_in_flight_;
   Clock::time_point start_;     // written by Run before the first Submit
   Clock::time_point deadline_;  // likewise
 
@@ -201,9 +203,9 @@ class Window : public std::enable_shared_from_this<Window> {
   std::condition_variable done_;
   // Guarded by mu_:
   std::set<uint64_t> in_flight_;       // transfer ids submitted, outcome not yet delivered
-  std::vector<uint64_t> free_copies_;  // copies of the working set no room in flight writes
+  std::vector<uint64_t> free_copies_;  // copies of the working set no transfer in flight writes
   uint64_t next_block_ = 0;            // the window's next block write, counting from 0
-  bool stopped_ = false;               // a room failed, or Run gave up
+  bool stopped_ = false;               // a transfer failed, or Run gave up
   bool finished_ = false;
   absl::Status error_;
   WindowResult result_;
@@ -224,24 +226,26 @@ double WindowResult::blocks_per_s(uint64_t block_bytes) const {
              : 0;
 }
 
-int RoomsInFlight(const WindowSpec& spec) {
+int TransfersInFlight(const WindowSpec& spec) {
   if (spec.block_bytes == 0 || spec.batch < 1) return 2;
-  const uint64_t room_bytes = std::clamp<uint64_t>(spec.max_room_bytes / spec.block_bytes, 1,
-                                                   static_cast<uint64_t>(spec.batch)) *
-                              spec.block_bytes;
-  const uint64_t wanted = (spec.inflight_bytes + room_bytes - 1) / room_bytes;
+  const uint64_t transfer_bytes = std::clamp<uint64_t>(spec.max_transfer_bytes / spec.block_bytes,
+                                                       1, static_cast<uint64_t>(spec.batch)) *
+                                  spec.block_bytes;
+  const uint64_t wanted = (spec.inflight_bytes + transfer_bytes - 1) / transfer_bytes;
   return static_cast<int>(
-      std::clamp<uint64_t>(wanted, 2, static_cast<uint64_t>(std::max(2, spec.max_rooms))));
+      std::clamp<uint64_t>(wanted, 2, static_cast<uint64_t>(std::max(2, spec.max_transfers))));
 }
 
 absl::StatusOr<WindowResult> RunWriteWindow(transfer::Scheduler& scheduler,
                                             const WindowTarget& target, const WindowSpec& spec) {
-  if (spec.block_bytes == 0 || spec.batch < 1 || spec.inflight_bytes == 0 || spec.max_rooms < 1 ||
-      spec.max_room_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window: block %u B, batch %d, %u B in flight, %d rooms and rooms of %u B: each must be "
-        "at least 1",
-        spec.block_bytes, spec.batch, spec.inflight_bytes, spec.max_rooms, spec.max_room_bytes));
+  if (spec.block_bytes == 0 || spec.batch < 1 || spec.inflight_bytes == 0 ||
+      spec.max_transfers < 1 || spec.max_transfer_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window: block %u B, batch %d, %u B in flight, %d transfers and transfers "
+                        "of %u B: each must be "
+                        "at least 1",
+                        spec.block_bytes, spec.batch, spec.inflight_bytes, spec.max_transfers,
+                        spec.max_transfer_bytes));
   }
   if (spec.working_set < spec.block_bytes) {
     return absl::InvalidArgumentError(
@@ -252,7 +256,7 @@ absl::StatusOr<WindowResult> RunWriteWindow(transfer::Scheduler& scheduler,
     return absl::InvalidArgumentError("window: the target's regions (its descriptor) are missing");
   }
   auto window = std::make_shared<Window>(scheduler, target, spec);
-  // The window lives on in its rooms' completions until the last outcome.
+  // The window lives on in its transfers' completions until the last outcome.
   return window->Run();
 }
 

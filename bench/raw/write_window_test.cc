@@ -216,9 +216,9 @@ TEST_F(WriteWindowTest, EveryByteOfABatchLandsAtItsOffset) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->bytes, 50000u);
   EXPECT_EQ(result->blocks, 5u);
-  EXPECT_EQ(result->rooms, 1u);       // a batch is a room
+  EXPECT_EQ(result->transfers, 1u);   // a batch is a transfer
   EXPECT_EQ(result->writes, 5u * 3);  // 4096 + 4096 + 1808 per block
-  EXPECT_GE(result->flushes, 1u);     // every lane the room used was flushed
+  EXPECT_GE(result->flushes, 1u);     // every lane the transfer used was flushed
   EXPECT_EQ(destination_[6], 0);      // nothing before the destination offset
   EXPECT_FALSE(FirstPatternMismatch(absl::MakeConstSpan(destination_.data() + 7, 50000), kSeed, 123)
                    .has_value());
@@ -226,8 +226,8 @@ TEST_F(WriteWindowTest, EveryByteOfABatchLandsAtItsOffset) {
 }
 
 // A Flush covers every earlier write of its lane (Transport, "Fencing"): the scheduler queues it
-// behind the room's posts, and the room's outcome waits for it.
-TEST_F(WriteWindowTest, EveryLaneARoomUsedEndsWithAFlush) {
+// behind the transfer's posts, and the transfer's outcome waits for it.
+TEST_F(WriteWindowTest, EveryLaneATransferUsedEndsWithAFlush) {
   RecordingTransport recorder(*sender_);
   auto scheduler = SchedulerOn(recorder);
   auto result = RunWriteWindow(*scheduler, Target(), Spec());
@@ -247,20 +247,20 @@ TEST_F(WriteWindowTest, EveryLaneARoomUsedEndsWithAFlush) {
 
 TEST_F(WriteWindowTest, CountsOnlyBytesThatACompletedFlushCovers) {
   RecordingTransport recorder(*sender_);
-  sender_->DelayCompletions(absl::Milliseconds(1));  // rooms overlap
+  sender_->DelayCompletions(absl::Milliseconds(1));  // transfers overlap
   auto scheduler = SchedulerOn(recorder);
   WindowSpec spec = Spec();
   spec.max_bytes = 0;
   spec.duration = absl::Milliseconds(60);
   auto result = RunWriteWindow(*scheduler, Target(), spec);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_GT(result->rooms, 1u);
-  // Every room's bytes were flushed before its outcome: what the window counts is what landed.
+  EXPECT_GT(result->transfers, 1u);
+  // Every transfer's bytes were flushed before its outcome: what the window counts is what landed.
   EXPECT_EQ(result->bytes, recorder.LandedBytes());
   EXPECT_EQ(result->bytes, result->blocks * spec.block_bytes);
 }
 
-TEST_F(WriteWindowTest, AFailedFlushEndsTheWindowAndCountsNothingOfItsRoom) {
+TEST_F(WriteWindowTest, AFailedFlushEndsTheWindowAndCountsNothingOfItsTransfer) {
   RecordingTransport recorder(*sender_);
   recorder.FailFlushes();
   auto scheduler = SchedulerOn(recorder);
@@ -279,19 +279,19 @@ TEST_F(WriteWindowTest, AFailedWriteEndsTheWindowWithItsStatus) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
 }
 
-TEST_F(WriteWindowTest, ABatchLargerThanARoomIsSentAsRoomsOfWholeBlocks) {
+TEST_F(WriteWindowTest, ABatchLargerThanATransferIsSentAsTransfersOfWholeBlocks) {
   auto scheduler = SchedulerOn(*sender_);
   WindowSpec spec = Spec();
-  spec.max_room_bytes = 25000;  // two blocks
+  spec.max_transfer_bytes = 25000;  // two blocks
   auto result = RunWriteWindow(*scheduler, Target(), spec);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->rooms, 3u);  // 2 + 2 + 1 blocks
+  EXPECT_EQ(result->transfers, 3u);  // 2 + 2 + 1 blocks
   EXPECT_EQ(result->bytes, 50000u);
   EXPECT_FALSE(
       FirstPatternMismatch(absl::MakeConstSpan(destination_.data(), 50000), kSeed, 0).has_value());
 }
 
-TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholeRooms) {
+TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholeTransfers) {
   auto scheduler = SchedulerOn(*sender_);
   WindowSpec spec = Spec();
   spec.max_bytes = 0;
@@ -300,7 +300,7 @@ TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholeRooms) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GE(result->elapsed, absl::Milliseconds(50));
   EXPECT_GT(result->bytes, 50000u);
-  EXPECT_EQ(result->bytes, result->rooms * 50000);
+  EXPECT_EQ(result->bytes, result->transfers * 50000);
   EXPECT_GT(result->gbps(), 0);
   EXPECT_GT(result->blocks_per_s(spec.block_bytes), 0);
   // The destination holds the source pattern throughout the working set.
@@ -308,22 +308,22 @@ TEST_F(WriteWindowTest, ADurationWindowRunsAboutThatLongAndCountsWholeRooms) {
       FirstPatternMismatch(absl::MakeConstSpan(destination_.data(), 50000), kSeed, 0).has_value());
 }
 
-TEST(RoomsInFlight, HoldTheBytesInFlightWithAtLeastTwoAndAtMostTheCap) {
+TEST(TransfersInFlight, HoldTheBytesInFlightWithAtLeastTwoAndAtMostTheCap) {
   WindowSpec spec;
   spec.block_bytes = 4096;
   spec.batch = 1;
   spec.inflight_bytes = 8 * 4096;
-  spec.max_rooms = 128;
-  EXPECT_EQ(RoomsInFlight(spec), 8);
-  spec.max_rooms = 4;
-  EXPECT_EQ(RoomsInFlight(spec), 4);
-  spec.block_bytes = uint64_t{1} << 20;  // one room holds more than the bytes in flight
-  EXPECT_EQ(RoomsInFlight(spec), 2);
-  spec.block_bytes = uint64_t{64} << 20;  // rooms of at most max_room_bytes
+  spec.max_transfers = 128;
+  EXPECT_EQ(TransfersInFlight(spec), 8);
+  spec.max_transfers = 4;
+  EXPECT_EQ(TransfersInFlight(spec), 4);
+  spec.block_bytes = uint64_t{1} << 20;  // one transfer holds more than the bytes in flight
+  EXPECT_EQ(TransfersInFlight(spec), 2);
+  spec.block_bytes = uint64_t{64} << 20;  // transfers of at most max_transfer_bytes
   spec.batch = 1024;
   spec.inflight_bytes = uint64_t{1} << 30;
-  spec.max_rooms = 128;
-  EXPECT_EQ(RoomsInFlight(spec), 4);
+  spec.max_transfers = 128;
+  EXPECT_EQ(TransfersInFlight(spec), 4);
 }
 
 // A transport that stops answering: the window gives up after its patience, and outcomes the
@@ -355,7 +355,7 @@ TEST_F(WriteWindowTest, RefusesSpecsThatCannotRun) {
   target.remote = nullptr;
   EXPECT_EQ(RunWriteWindow(*scheduler, target, Spec()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // Past the destination arena: the scheduler's bounds check refuses the room; nothing lands.
+  // Past the destination arena: the scheduler's bounds check refuses the transfer; nothing lands.
   spec = Spec();
   spec.destination_offset = destination_.size() - 1000;
   auto refused = RunWriteWindow(*scheduler, Target(), spec);

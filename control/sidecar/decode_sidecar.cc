@@ -105,7 +105,7 @@ std::optional<TransferPoll> DecodeSidecar::RoomStateLocked(uint64_t room,
   return rooms->EngineState(room);  // Transferring once a byte may land
 }
 
-void DecodeSidecar::RoomStatsLocked(SidecarStats& out) const {
+void DecodeSidecar::LedgerStatsLocked(SidecarStats& out) const {
   out.rooms = rooms->room_count();
   out.fences = rooms->fence_count();
   out.finished_remembered = rooms->EndedCount();

@@ -169,7 +169,7 @@ class DecodeSidecar final : public SidecarCore {
   void OnPeerMessageLocked(InboxMessage& in) override;
   bool Turn(absl::Duration held, bool beat) override;
   void LiveRoutesLocked(std::set<std::string>& live) const override;
-  void RoomStatsLocked(SidecarStats& out) const override;
+  void LedgerStatsLocked(SidecarStats& out) const override;
   void DataPlaneStats(SidecarStats& out) const override;
 };
 

@@ -206,7 +206,7 @@ std::optional<TransferPoll> PrefillSidecar::RoomStateLocked(uint64_t room,
   return current;
 }
 
-void PrefillSidecar::RoomStatsLocked(SidecarStats& out) const {
+void PrefillSidecar::LedgerStatsLocked(SidecarStats& out) const {
   out.rooms = rooms->room_count();
   out.failed_rooms_remembered = rooms->RememberedFailedCount();
   out.registrations = rooms->Registrations().size();
@@ -218,7 +218,7 @@ void PrefillSidecar::RoomStatsLocked(SidecarStats& out) const {
 void PrefillSidecar::DataPlaneStats(SidecarStats& out) const {
   if (directory) out.data_plane_peers = directory->size();
   if (scheduler) {
-    out.scheduler_rooms = scheduler->rooms_in_flight();
+    out.scheduler_transfers = scheduler->transfers_in_flight();
     out.scheduler_peers = scheduler->peers();
   }
   out.bootstrap_registrations = bootstrap_registrations.load();

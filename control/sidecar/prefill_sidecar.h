@@ -119,7 +119,7 @@ class PrefillSidecar final : public SidecarCore {
   absl::Status BeginPrefillRoomLocked(uint64_t room, absl::Time now, const std::string& context);
   // A room's transfer may start: prepare each destination in its session's strand.
   void BeginTransferLocked(session::TransferWork work);
-  void OnTransferOutcome(const transfer::RoomOutcome& outcome);
+  void OnTransferOutcome(const transfer::TransferOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
   // scheduler queue) and, unless a registration still uses it, the PUSH socket to
   // `reply_endpoint` (empty: keep it). Calls into engine/: never on the owner thread.
@@ -159,7 +159,7 @@ class PrefillSidecar final : public SidecarCore {
   void OnPeerMessageLocked(InboxMessage& in) override;
   bool Turn(absl::Duration held, bool beat) override;
   void LiveRoutesLocked(std::set<std::string>& live) const override;
-  void RoomStatsLocked(SidecarStats& out) const override;
+  void LedgerStatsLocked(SidecarStats& out) const override;
   void DataPlaneStats(SidecarStats& out) const override;
 };
 

@@ -28,7 +28,7 @@ namespace {
 // One destination's part of a room, once prepared.
 struct PreparedTransfer {
   std::string session;
-  transfer::RoomTransfer request;
+  transfer::Transfer request;
   absl::Status error;  // the preparation's, if it failed
   // Its cause: the handshake's or connect's when the session's link could not be had, else the
   // status code's (session::FailureCauseOf).
@@ -178,10 +178,12 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
         if (p.digest) (void)rooms->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
       }
       for (size_t i = 0; i < ids.size(); ++i) {
-        transfer::RoomTransfer& request = preparation->destinations[i].request;
+        transfer::Transfer& request = preparation->destinations[i].request;
         request.transfer_id = ids[i];
         request.deadline = now + options.transfer_deadline;
-        request.done = [this](const transfer::RoomOutcome& outcome) { OnTransferOutcome(outcome); };
+        request.done = [this](const transfer::TransferOutcome& outcome) {
+          OnTransferOutcome(outcome);
+        };
       }
       Defer([this, preparation, failing = rooms->FailingFlag(preparation->room)] {
         for (PreparedTransfer& p : preparation->destinations) {
@@ -322,7 +324,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
   }
 }
 
-void PrefillSidecar::OnTransferOutcome(const transfer::RoomOutcome& outcome) {
+void PrefillSidecar::OnTransferOutcome(const transfer::TransferOutcome& outcome) {
   // A data-plane thread: it hands the outcome to the owner and goes back to the wire.
   PostOwned([this, outcome] {
     if (!rooms) return;  // the arena went away; nobody to tell

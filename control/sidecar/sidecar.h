@@ -182,7 +182,7 @@ struct SidecarStats {
   // Table sizes now ("nothing grows without bound"): rooms tracked by the state machine,
   // decode registrations held (prefill), rooms whose pages wait for fences (decode), prefill
   // rooms with a transfer being prepared or in flight, terminal rooms remembered for Poll,
-  // CachePD peers with an open PUSH socket, data-plane peers connected, rooms in the
+  // CachePD peers with an open PUSH socket, data-plane peers connected, transfers in the
   // scheduler, peers with work queued in a strand.
   uint64_t rooms = 0;
   uint64_t registrations = 0;
@@ -198,7 +198,7 @@ struct SidecarStats {
   // holds registered (the arena, or a staged arena's host mirror), as its descriptor lists them.
   uint64_t endpoints = 0;
   uint64_t regions = 0;
-  uint64_t scheduler_rooms = 0;
+  uint64_t scheduler_transfers = 0;
   uint64_t scheduler_peers = 0;
   uint64_t strands = 0;
   uint64_t engines = 0;  // engines connected to the engine API

@@ -211,7 +211,7 @@ v1::EngineReply SidecarCore::Handle(const v1::EngineRequest& request) {
       out->set_failed_rooms_remembered(s.failed_rooms_remembered);
       out->set_outbox_peers(s.outbox_peers);
       out->set_data_plane_peers(s.data_plane_peers);
-      out->set_scheduler_rooms(s.scheduler_rooms);
+      out->set_scheduler_transfers(s.scheduler_transfers);
       out->set_scheduler_peers(s.scheduler_peers);
       out->set_strands(s.strands);
       out->set_engines(s.engines);
@@ -548,7 +548,7 @@ SidecarStats SidecarCore::Stats() {
   Owned([&] {
     out = stats;
     out.peer_messages_rejected += connections_cut.load();
-    if (attached) RoomStatsLocked(out);
+    if (attached) LedgerStatsLocked(out);
     if (attached) {  // written before `attached` was set, read-only while it is
       out.arena_bytes = arena_bytes;
       out.layers = contract_layers;

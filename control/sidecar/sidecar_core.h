@@ -324,7 +324,7 @@ class SidecarCore {
   // ForgetUnusedRoutes, on the owner thread: the PUSH routes the role still uses.
   virtual void LiveRoutesLocked(std::set<std::string>& live) const = 0;
   // Stats: the ledger's sizes (owner thread), and the data plane's (any thread).
-  virtual void RoomStatsLocked(SidecarStats& out) const = 0;
+  virtual void LedgerStatsLocked(SidecarStats& out) const = 0;
   virtual void DataPlaneStats(SidecarStats& out) const = 0;
 };
 

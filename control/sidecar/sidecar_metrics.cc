@@ -122,7 +122,7 @@ void SidecarMetrics::SetStatsSource(std::function<SidecarStats()> stats) {
     table("endpoints", s.endpoints);
     table("regions", s.regions);
     table("registrations_held", s.registrations_held);
-    table("scheduler_rooms", s.scheduler_rooms);
+    table("scheduler_transfers", s.scheduler_transfers);
     table("scheduler_peers", s.scheduler_peers);
     table("strands", s.strands);
     table("engines", s.engines);

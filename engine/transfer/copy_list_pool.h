@@ -5,7 +5,7 @@
 // fills it, which on this loaded 2-core machine took 13-131 ms a room before the first byte
 // (BENCHMARKS.md, "The sender's work before the first byte"), against under a millisecond for
 // the planner's own work into a list that had been used before. The scheduler hands a room's
-// list back once its outcome is out (RoomTransfer::recycle), and the next room takes it with
+// list back once its outcome is out (transfer::Transfer::recycle), and the next room takes it with
 // its pages already there.
 #ifndef KVRAIL_ENGINE_TRANSFER_COPY_LIST_POOL_H_
 #define KVRAIL_ENGINE_TRANSFER_COPY_LIST_POOL_H_

@@ -30,11 +30,11 @@ namespace {
 
 constexpr uint64_t kDefaultSliceBytes = uint64_t{4} << 20;
 constexpr uint64_t kDefaultInflightBytes = uint64_t{64} << 20;
-// Copies pulled from a streamed room at a time: 96 KiB, cache-resident.
+// Copies pulled from a streamed transfer at a time: 96 KiB, cache-resident.
 constexpr size_t kStreamChunk = 4096;
 
-struct Room : std::enable_shared_from_this<Room> {
-  RoomTransfer request;
+struct InFlight : std::enable_shared_from_this<InFlight> {
+  Transfer request;
   absl::Time started;
   // The next byte to post: copy index and offset inside that copy.
   size_t next_copy = 0;
@@ -49,14 +49,14 @@ struct Room : std::enable_shared_from_this<Room> {
   bool fence_flushed = false;  // the fence's flushes of every lane used were queued
   bool finished = false;       // the outcome is decided (fenced, or landed)
   // Its entry in its stripe's deadlines, while it has one (guarded by the stripe's mu): the
-  // room's deadline, or once fencing, the end of its fence_timeout.
+  // transfer's deadline, or once fencing, the end of its fence_timeout.
   bool has_deadline = false;
-  std::multimap<absl::Time, std::weak_ptr<Room>>::iterator deadline;
+  std::multimap<absl::Time, std::weak_ptr<InFlight>>::iterator deadline;
   absl::Status status;
-  RoomStats stats;
+  TransferStats stats;
   bool peer_disconnected = false;  // fenced by disconnecting the peer
   bool flush_failed = false;       // a flush of its lanes failed: which writes landed is unknown
-  // A streamed room (request.stream): request.copies holds the chunk being posted.
+  // A streamed transfer (request.stream): request.copies holds the chunk being posted.
   CopyEnvelope envelope;
   bool stream_done = false;
   uint64_t streamed_bytes = 0;
@@ -64,23 +64,23 @@ struct Room : std::enable_shared_from_this<Room> {
   bool HasWork() const { return !finished && status.ok() && !all_posted; }
 };
 
-// Pulls a streamed room's next chunk into request.copies (its caller holds the room: q.mu, or
-// Submit before the room is queued), each copy checked against the envelope Submit checked, so
-// no copy outside it is ever posted. At the end the bytes must be the envelope's.
-absl::Status PullChunk(Room& room) {
-  CopyList& copies = room.request.copies;
+// Pulls a streamed transfer's next chunk into request.copies (its caller holds the transfer: q.mu,
+// or Submit before the transfer is queued), each copy checked against the envelope Submit checked,
+// so no copy outside it is ever posted. At the end the bytes must be the envelope's.
+absl::Status PullChunk(InFlight& transfer) {
+  CopyList& copies = transfer.request.copies;
   copies.clear();
-  const size_t n = room.request.stream->Next(copies.Extend(kStreamChunk), kStreamChunk);
+  const size_t n = transfer.request.stream->Next(copies.Extend(kStreamChunk), kStreamChunk);
   copies.Truncate(n);
-  room.next_copy = 0;
-  room.next_offset = 0;
-  const CopyEnvelope& e = room.envelope;
+  transfer.next_copy = 0;
+  transfer.next_offset = 0;
+  const CopyEnvelope& e = transfer.envelope;
   if (n == 0) {
-    room.stream_done = true;
-    if (room.streamed_bytes == e.bytes) return absl::OkStatus();
+    transfer.stream_done = true;
+    if (transfer.streamed_bytes == e.bytes) return absl::OkStatus();
     return absl::InternalError(absl::StrFormat(
         "transfer %d: its copy source ended after %u bytes, where its envelope said %u",
-        room.request.transfer_id, room.streamed_bytes, e.bytes));
+        transfer.request.transfer_id, transfer.streamed_bytes, e.bytes));
   }
   const auto inside = [](uint64_t offset, uint64_t length, uint64_t begin, uint64_t end) {
     return offset >= begin && offset <= end && length <= end - offset;
@@ -89,30 +89,30 @@ absl::Status PullChunk(Room& room) {
     const Copy& c = copies[i];
     if (c.length == 0 || !inside(c.src_offset, c.length, e.src_begin, e.src_end) ||
         !inside(c.dst_offset, c.length, e.dst_begin, e.dst_end) ||
-        c.length > e.bytes - room.streamed_bytes) {
+        c.length > e.bytes - transfer.streamed_bytes) {
       copies.clear();
       return absl::InternalError(absl::StrFormat(
           "transfer %d: copy %d of its source (%u bytes from source offset %u to destination "
           "offset %u) lies outside the envelope the source gave (source [%u, %u), destination "
           "[%u, %u), %u bytes); it was not posted",
-          room.request.transfer_id, room.stats.copies + i, c.length, c.src_offset, c.dst_offset,
-          e.src_begin, e.src_end, e.dst_begin, e.dst_end, e.bytes));
+          transfer.request.transfer_id, transfer.stats.copies + i, c.length, c.src_offset,
+          c.dst_offset, e.src_begin, e.src_end, e.dst_begin, e.dst_end, e.bytes));
     }
-    room.streamed_bytes += c.length;
+    transfer.streamed_bytes += c.length;
   }
-  room.stats.copies += n;
+  transfer.stats.copies += n;
   return absl::OkStatus();
 }
 
 // A PostWrites or Flush decided and counted under the queue's lock, made outside it.
 struct Call {
   bool flush = false;
-  std::shared_ptr<Room> room;
+  std::shared_ptr<InFlight> transfer;
   std::vector<Write> writes;  // !flush
   uint64_t bytes = 0;         // !flush
 };
 
-// The rooms and endpoints of one peer. Its lock is never held across rooms of other peers,
+// The transfers and endpoints of one peer. Its lock is never held across transfers of other peers,
 // nor while a call is made to the transport: a lane's calls are made by the thread of that
 // lane's completions, so lanes post (over shared memory: copy) on several cores at once.
 struct PeerQueue {
@@ -121,28 +121,28 @@ struct PeerQueue {
   // nothing more is posted to it, and fences need no flush.
   bool disconnected = false;
   std::vector<uint64_t> lane_inflight;
-  std::vector<LaneCalls<Call>> calls;          // per lane (lane_calls.h)
-  std::deque<std::shared_ptr<Room>> runnable;  // FIFO: rooms with slices still to post
+  std::vector<LaneCalls<Call>> calls;              // per lane (lane_calls.h)
+  std::deque<std::shared_ptr<InFlight>> runnable;  // FIFO: transfers with slices still to post
   // Batches' write vectors whose calls were made, kept with their capacity for the next
   // batches (no allocation per batch once warm); at most kSpareBatches.
   static constexpr size_t kSpareBatches = 64;
   std::vector<std::vector<Write>> spare_batches;
 };
 
-// The rooms in flight whose transfer ids fall in one stripe, and their deadlines. Submit, Cancel
-// and a room's end take only the room's stripe: rooms of different stripes (and peers) never
-// meet on a lock.
-struct RoomStripe {
+// The transfers in flight whose transfer ids fall in one stripe, and their deadlines. Submit,
+// Cancel and a transfer's end take only the transfer's stripe: transfers of different stripes (and
+// peers) never meet on a lock.
+struct TransferStripe {
   std::mutex mu;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Room>> rooms;
-  std::multimap<absl::Time, std::weak_ptr<Room>> deadlines;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<InFlight>> transfers;
+  std::multimap<absl::Time, std::weak_ptr<InFlight>> deadlines;
 };
 constexpr size_t kStripes = 16;
 
 // An outcome to deliver, with what goes back to the caller with it.
 struct Delivery {
-  RoomOutcome outcome;
-  RoomDone done;
+  TransferOutcome outcome;
+  TransferDone done;
   CopyList copies;
   std::function<void(CopyList)> recycle;
   std::unique_ptr<CopySource> stream;
@@ -168,9 +168,9 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   absl::Duration fence_timeout;
   bool disconnect_fences = true;  // Capabilities::disconnect_fences
 
-  // Lock order: peers_mu, a PeerQueue's mu, a RoomStripe's mu, mu. A landed room takes its
+  // Lock order: peers_mu, a PeerQueue's mu, a TransferStripe's mu, mu. A landed transfer takes its
   // peer's queue and its stripe only; mu is the delivery thread's (failures, deadlines).
-  std::array<RoomStripe, kStripes> stripes;
+  std::array<TransferStripe, kStripes> stripes;
   // Written (a queue added or forgotten) rarely; read by every Submit, never waiting on another.
   mutable std::shared_mutex peers_mu;
   std::map<PeerId, std::unique_ptr<PeerQueue>> peers;
@@ -179,22 +179,22 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   std::deque<Delivery> ready;  // outcomes for the delivery thread (guarded by mu)
   bool dirty = false;          // guarded by mu: a deadline or an outcome came; look again
   // The earliest deadline the delivery thread sleeps until (Unix ns; INT64_MAX while it looks
-  // or has none): a room with an earlier one wakes it.
+  // or has none): a transfer with an earlier one wakes it.
   std::atomic<int64_t> next_wake_ns{std::numeric_limits<int64_t>::max()};
   std::atomic<bool> shutdown{false};
-  std::atomic<uint64_t> rooms_in_flight{0};
-  // Outcomes handed to a completing thread (landed rooms) whose `done` has not returned yet.
+  std::atomic<uint64_t> transfers_in_flight{0};
+  // Outcomes handed to a completing thread (landed transfers) whose `done` has not returned yet.
   std::atomic<uint64_t> delivering{0};
-  // Counted on the posting and completion paths without a lock shared by every room.
+  // Counted on the posting and completion paths without a lock shared by every transfer.
   std::atomic<uint64_t> writes_posted{0};
   std::atomic<uint64_t> batches_posted{0};
-  std::atomic<uint64_t> rooms_ok{0};
-  std::atomic<uint64_t> rooms_failed{0};
-  std::atomic<uint64_t> rooms_rejected{0};
+  std::atomic<uint64_t> transfers_ok{0};
+  std::atomic<uint64_t> transfers_failed{0};
+  std::atomic<uint64_t> transfers_rejected{0};
   std::atomic<uint64_t> bytes_landed{0};
   std::thread delivery;
 
-  // Set by a completion (OnBatchDone, OnFlushDone) while it holds its peer's lock: a room that
+  // Set by a completion (OnBatchDone, OnFlushDone) while it holds its peer's lock: a transfer that
   // lands there is delivered by that thread once it lets the lock go, not by a hop to the
   // delivery thread. Failures always take the delivery thread.
   static thread_local Deliveries* landed_here;
@@ -203,7 +203,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     ~LandedHere() { landed_here = nullptr; }
   };
 
-  RoomStripe& StripeOf(uint64_t transfer_id) {
+  TransferStripe& StripeOf(uint64_t transfer_id) {
     return stripes[(transfer_id * 0x9E3779B97F4A7C15ull) >> 60];
   }
 
@@ -228,13 +228,13 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     return &QueueLocked(peer);
   }
 
-  // The rooms in flight to `peer` (takes each stripe's mu in turn).
-  std::vector<std::shared_ptr<Room>> RoomsOf(PeerId peer) {
-    std::vector<std::shared_ptr<Room>> hit;
-    for (RoomStripe& stripe : stripes) {
+  // The transfers in flight to `peer` (takes each stripe's mu in turn).
+  std::vector<std::shared_ptr<InFlight>> TransfersOf(PeerId peer) {
+    std::vector<std::shared_ptr<InFlight>> hit;
+    for (TransferStripe& stripe : stripes) {
       std::lock_guard<std::mutex> lock(stripe.mu);
-      for (auto& [id, room] : stripe.rooms) {
-        if (room->request.peer == peer) hit.push_back(room);
+      for (auto& [id, transfer] : stripe.transfers) {
+        if (transfer->request.peer == peer) hit.push_back(transfer);
       }
     }
     return hit;
@@ -251,49 +251,49 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     if (absl::ToUnixNanos(when) < next_wake_ns.load()) WakeDelivery();
   }
 
-  // Ends `room` with its status (needs q.mu). A landed room's outcome is delivered by the
+  // Ends `transfer` with its status (needs q.mu). A landed transfer's outcome is delivered by the
   // completion that landed it (landed_here), any other by the delivery thread.
-  void FinishLocked(Room& room) {
-    if (room.finished) return;
-    room.finished = true;
-    room.stats.duration = absl::Now() - room.started;
-    RoomOutcome outcome;
-    outcome.transfer_id = room.request.transfer_id;
-    outcome.status = room.status;
-    outcome.stats = room.stats;
-    outcome.peer_disconnected = room.peer_disconnected;
-    outcome.fence_proven =
-        room.status.ok() || disconnect_fences || (!room.peer_disconnected && !room.flush_failed);
-    if (room.status.ok()) {
-      rooms_ok.fetch_add(1, std::memory_order_relaxed);
-      bytes_landed.fetch_add(room.stats.bytes, std::memory_order_relaxed);
+  void FinishLocked(InFlight& transfer) {
+    if (transfer.finished) return;
+    transfer.finished = true;
+    transfer.stats.duration = absl::Now() - transfer.started;
+    TransferOutcome outcome;
+    outcome.transfer_id = transfer.request.transfer_id;
+    outcome.status = transfer.status;
+    outcome.stats = transfer.stats;
+    outcome.peer_disconnected = transfer.peer_disconnected;
+    outcome.fence_proven = transfer.status.ok() || disconnect_fences ||
+                           (!transfer.peer_disconnected && !transfer.flush_failed);
+    if (transfer.status.ok()) {
+      transfers_ok.fetch_add(1, std::memory_order_relaxed);
+      bytes_landed.fetch_add(transfer.stats.bytes, std::memory_order_relaxed);
     } else {
-      rooms_failed.fetch_add(1, std::memory_order_relaxed);
+      transfers_failed.fetch_add(1, std::memory_order_relaxed);
     }
-    // The copies go now, not at the room's last completion: back to the caller, or freed,
+    // The copies go now, not at the transfer's last completion: back to the caller, or freed,
     // outside every lock (a large list's free unmaps it).
-    Delivery delivery{std::move(outcome), std::move(room.request.done),
-                      std::move(room.request.copies), std::move(room.request.recycle),
-                      std::move(room.request.stream)};
-    room.request.copies = CopyList();
+    Delivery delivery{std::move(outcome), std::move(transfer.request.done),
+                      std::move(transfer.request.copies), std::move(transfer.request.recycle),
+                      std::move(transfer.request.stream)};
+    transfer.request.copies = CopyList();
     {  // out of the table before `done` can run: the caller may reuse the id from there
-      RoomStripe& stripe = StripeOf(room.request.transfer_id);
+      TransferStripe& stripe = StripeOf(transfer.request.transfer_id);
       std::lock_guard<std::mutex> lock(stripe.mu);
-      stripe.rooms.erase(room.request.transfer_id);
-      if (room.has_deadline) {
-        stripe.deadlines.erase(room.deadline);
-        room.has_deadline = false;
+      stripe.transfers.erase(transfer.request.transfer_id);
+      if (transfer.has_deadline) {
+        stripe.deadlines.erase(transfer.deadline);
+        transfer.has_deadline = false;
       }
     }
-    // The room leaves the count before `done` can run, and never before its outcome is counted
+    // The transfer leaves the count before `done` can run, and never before its outcome is counted
     // where the delivery thread's exit looks (delivering, or ready under mu).
-    if (room.status.ok() && landed_here != nullptr) {
+    if (transfer.status.ok() && landed_here != nullptr) {
       delivering.fetch_add(1);
-      rooms_in_flight.fetch_sub(1);
+      transfers_in_flight.fetch_sub(1);
       landed_here->push_back(std::move(delivery));
     } else {
       std::lock_guard<std::mutex> lock(mu);
-      rooms_in_flight.fetch_sub(1);
+      transfers_in_flight.fetch_sub(1);
       ready.push_back(std::move(delivery));
       dirty = true;
       wake.notify_all();
@@ -309,34 +309,34 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     landed.clear();
   }
 
-  // Sets (or moves) `room`'s deadline entry to `when` (takes its stripe's mu).
-  void SetDeadline(Room& room, absl::Time when) {
+  // Sets (or moves) `transfer`'s deadline entry to `when` (takes its stripe's mu).
+  void SetDeadline(InFlight& transfer, absl::Time when) {
     {
-      RoomStripe& stripe = StripeOf(room.request.transfer_id);
+      TransferStripe& stripe = StripeOf(transfer.request.transfer_id);
       std::lock_guard<std::mutex> lock(stripe.mu);
-      if (room.has_deadline) stripe.deadlines.erase(room.deadline);
-      room.deadline = stripe.deadlines.emplace(when, room.weak_from_this());
-      room.has_deadline = true;
+      if (transfer.has_deadline) stripe.deadlines.erase(transfer.deadline);
+      transfer.deadline = stripe.deadlines.emplace(when, transfer.weak_from_this());
+      transfer.has_deadline = true;
     }
     WakeFor(when);
   }
 
-  // Fails `room` with `status` unless it already failed or ended (needs q.mu): nothing more of
+  // Fails `transfer` with `status` unless it already failed or ended (needs q.mu): nothing more of
   // it is posted, its calls not yet made are dropped, and its outcome waits for the fence
   // (MaybeFencedLocked). The caller makes the calls this queues (SendLocked).
-  void FailLocked(PeerQueue& q, Room& room, absl::Status status) {
-    if (room.finished || room.fencing) return;
-    room.status = std::move(status);
-    room.fencing = true;
+  void FailLocked(PeerQueue& q, InFlight& transfer, absl::Status status) {
+    if (transfer.finished || transfer.fencing) return;
+    transfer.status = std::move(status);
+    transfer.fencing = true;
     q.runnable.erase(
         std::remove_if(q.runnable.begin(), q.runnable.end(),
-                       [&](const std::shared_ptr<Room>& r) { return r.get() == &room; }),
+                       [&](const std::shared_ptr<InFlight>& r) { return r.get() == &transfer; }),
         q.runnable.end());
     for (int lane = 0; lane < lanes; ++lane) {
       std::vector<Call>& queued = q.calls[lane].queued;
       size_t kept = 0;
       for (size_t i = 0; i < queued.size(); ++i) {
-        if (queued[i].room.get() == &room) {
+        if (queued[i].transfer.get() == &transfer) {
           UndoLocked(q, lane, queued[i]);
           continue;
         }
@@ -345,33 +345,34 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       }
       queued.resize(kept);
     }
-    SetDeadline(room, absl::Now() + fence_timeout);
-    MaybeFencedLocked(q, room);
+    SetDeadline(transfer, absl::Now() + fence_timeout);
+    MaybeFencedLocked(q, transfer);
   }
 
-  // Failed means fenced (needs q.mu): once every call made for a failing room has completed, a
+  // Failed means fenced (needs q.mu): once every call made for a failing transfer has completed, a
   // flush of each lane it wrote on is queued, and once those complete (OK: its writes landed;
   // an error: the backend's lane failed and none of them lands later), or the peer was
-  // disconnected, no write of the room can land any more and its outcome goes out.
-  void MaybeFencedLocked(PeerQueue& q, Room& room) {
-    if (room.finished || !room.fencing || room.outstanding > 0) return;
-    if (!room.fence_flushed && !q.disconnected && room.posted_bytes > 0) {
-      room.fence_flushed = true;
-      std::shared_ptr<Room> held = room.shared_from_this();
+  // disconnected, no write of the transfer can land any more and its outcome goes out.
+  void MaybeFencedLocked(PeerQueue& q, InFlight& transfer) {
+    if (transfer.finished || !transfer.fencing || transfer.outstanding > 0) return;
+    if (!transfer.fence_flushed && !q.disconnected && transfer.posted_bytes > 0) {
+      transfer.fence_flushed = true;
+      std::shared_ptr<InFlight> held = transfer.shared_from_this();
       for (int lane = 0; lane < lanes; ++lane) {
-        if (!room.lane_used[lane]) continue;
-        ++room.outstanding;
+        if (!transfer.lane_used[lane]) continue;
+        ++transfer.outstanding;
         q.calls[lane].queued.push_back(Call{true, held, {}, 0});
       }
-      if (room.outstanding > 0) return;
+      if (transfer.outstanding > 0) return;
     }
-    if (q.disconnected) room.peer_disconnected = true;
-    FinishLocked(room);
+    if (q.disconnected) transfer.peer_disconnected = true;
+    FinishLocked(transfer);
   }
 
-  void MaybeCompleteLocked(Room& room) {
-    if (!room.finished && !room.fencing && room.all_posted && room.outstanding == 0) {
-      FinishLocked(room);
+  void MaybeCompleteLocked(InFlight& transfer) {
+    if (!transfer.finished && !transfer.fencing && transfer.all_posted &&
+        transfer.outstanding == 0) {
+      FinishLocked(transfer);
     }
   }
 
@@ -391,14 +392,14 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   void PumpLocked(PeerId peer, PeerQueue& q,
                   size_t max_batches = std::numeric_limits<size_t>::max()) {
     for (size_t batches = 0; batches < max_batches && !q.runnable.empty();) {
-      std::shared_ptr<Room> room = q.runnable.front();
-      if (!room->HasWork()) {
+      std::shared_ptr<InFlight> transfer = q.runnable.front();
+      if (!transfer->HasWork()) {
         q.runnable.pop_front();
         continue;
       }
-      const CopyList& copies = room->request.copies;
+      const CopyList& copies = transfer->request.copies;
       const uint64_t first_len =
-          std::min(slice, copies[room->next_copy].length - room->next_offset);
+          std::min(slice, copies[transfer->next_copy].length - transfer->next_offset);
       const int lane = PickLane(q, first_len);
       if (lane < 0) return;  // every lane is full: a completion pumps again
       const uint64_t budget = q.lane_inflight[lane] == 0 ? std::max(inflight_cap, first_len)
@@ -408,17 +409,17 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         batch = std::move(q.spare_batches.back());
         q.spare_batches.pop_back();
       } else {
-        batch.reserve(std::min<size_t>(batch_cap, copies.size() - room->next_copy));
+        batch.reserve(std::min<size_t>(batch_cap, copies.size() - transfer->next_copy));
       }
       uint64_t bytes = 0;
-      size_t copy = room->next_copy;
-      uint64_t offset = room->next_offset;
+      size_t copy = transfer->next_copy;
+      uint64_t offset = transfer->next_offset;
       while (copy < copies.size() && batch.size() < batch_cap) {
         const Copy& c = copies[copy];
         const uint64_t length = std::min(slice, c.length - offset);
         if (!batch.empty() && bytes + length > budget) break;
         batch.push_back(
-            {c.src_offset + offset, room->request.remote_base + c.dst_offset + offset, length});
+            {c.src_offset + offset, transfer->request.remote_base + c.dst_offset + offset, length});
         bytes += length;
         offset += length;
         if (offset == c.length) {
@@ -426,71 +427,71 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
           offset = 0;
         }
       }
-      room->next_copy = copy;
-      room->next_offset = offset;
-      room->posted_bytes += bytes;
-      ++room->outstanding;
-      room->lane_used[lane] = true;
-      room->stats.writes += batch.size();
-      ++room->stats.batches;
+      transfer->next_copy = copy;
+      transfer->next_offset = offset;
+      transfer->posted_bytes += bytes;
+      ++transfer->outstanding;
+      transfer->lane_used[lane] = true;
+      transfer->stats.writes += batch.size();
+      ++transfer->stats.batches;
       q.lane_inflight[lane] += bytes;
       writes_posted.fetch_add(batch.size(), std::memory_order_relaxed);
       batches_posted.fetch_add(1, std::memory_order_relaxed);
-      q.calls[lane].queued.push_back(Call{false, room, std::move(batch), bytes});
+      q.calls[lane].queued.push_back(Call{false, transfer, std::move(batch), bytes});
       ++batches;
-      if (copy == copies.size() && !MoreCopiesLocked(q, *room)) {
-        // A stream that broke its envelope failed the room, which left `runnable` then.
-        if (!room->status.ok()) continue;
+      if (copy == copies.size() && !MoreCopiesLocked(q, *transfer)) {
+        // A stream that broke its envelope failed the transfer, which left `runnable` then.
+        if (!transfer->status.ok()) continue;
         q.runnable.pop_front();
-        room->all_posted = true;
-        FlushLocked(q, room);
+        transfer->all_posted = true;
+        FlushLocked(q, transfer);
       }
     }
   }
 
   // A list's copies are all posted, or a stream's chunk is: pulls the stream's next chunk
   // (needs q.mu). False when there is none: a list, the stream's end, or a chunk that broke
-  // the envelope (the room fails, with what it posted fenced).
-  bool MoreCopiesLocked(PeerQueue& q, Room& room) {
-    if (!room.request.stream || room.stream_done) return false;
-    absl::Status pulled = PullChunk(room);
+  // the envelope (the transfer fails, with what it posted fenced).
+  bool MoreCopiesLocked(PeerQueue& q, InFlight& transfer) {
+    if (!transfer.request.stream || transfer.stream_done) return false;
+    absl::Status pulled = PullChunk(transfer);
     if (!pulled.ok()) {
-      FailLocked(q, room, std::move(pulled));
+      FailLocked(q, transfer, std::move(pulled));
       return false;
     }
-    return !room.stream_done;
+    return !transfer.stream_done;
   }
 
-  // Success means landed: flush every lane the room wrote on (needs q.mu).
-  void FlushLocked(PeerQueue& q, const std::shared_ptr<Room>& room) {
+  // Success means landed: flush every lane the transfer wrote on (needs q.mu).
+  void FlushLocked(PeerQueue& q, const std::shared_ptr<InFlight>& transfer) {
     for (int lane = 0; lane < lanes; ++lane) {
-      if (!room->lane_used[lane]) continue;
-      ++room->stats.lanes_used;
-      ++room->outstanding;
-      q.calls[lane].queued.push_back(Call{true, room, {}, 0});
+      if (!transfer->lane_used[lane]) continue;
+      ++transfer->stats.lanes_used;
+      ++transfer->outstanding;
+      q.calls[lane].queued.push_back(Call{true, transfer, {}, 0});
     }
-    MaybeCompleteLocked(*room);
+    MaybeCompleteLocked(*transfer);
   }
 
   // Takes back what queuing `call` counted, for a call that never reached the transport.
   void UndoLocked(PeerQueue& q, int lane, const Call& call) {
-    Room& room = *call.room;
-    --room.outstanding;
+    InFlight& transfer = *call.transfer;
+    --transfer.outstanding;
     if (call.flush) {
-      if (!room.fencing) --room.stats.lanes_used;
+      if (!transfer.fencing) --transfer.stats.lanes_used;
       return;
     }
     q.lane_inflight[lane] -= call.bytes;
-    room.posted_bytes -= call.bytes;
-    room.stats.writes -= call.writes.size();
-    --room.stats.batches;
+    transfer.posted_bytes -= call.bytes;
+    transfer.stats.writes -= call.writes.size();
+    --transfer.stats.batches;
     writes_posted.fetch_sub(call.writes.size(), std::memory_order_relaxed);
     batches_posted.fetch_sub(1, std::memory_order_relaxed);
   }
 
   absl::Status Issue(PeerId peer, PeerQueue& q, int lane, const Call& call) {
     std::weak_ptr<Core> weak = weak_from_this();
-    std::shared_ptr<Room> held = call.room;
+    std::shared_ptr<InFlight> held = call.transfer;
     // Stable: a queue is erased only by ForgetPeer, once no call of it is live.
     PeerQueue* queue = &q;
     if (call.flush) {
@@ -511,14 +512,14 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         });
   }
 
-  // Makes the queued calls to `peer` (SendLaneCalls): calls of rooms that ended meanwhile are
-  // dropped, and a refused call fails its room.
+  // Makes the queued calls to `peer` (SendLaneCalls): calls of transfers that ended meanwhile are
+  // dropped, and a refused call fails its transfer.
   void SendLocked(std::unique_lock<std::mutex>& lock, PeerId peer, PeerQueue& q, int self) {
     struct Hooks {
       Core& core;
       PeerId peer;
       PeerQueue& q;
-      bool Keep(const Call& call) { return !call.room->finished; }
+      bool Keep(const Call& call) { return !call.transfer->finished; }
       void Undo(int lane, const Call& call) { core.UndoLocked(q, lane, call); }
       void Taking(const Call&) {}
       void Taken(Call& call) {
@@ -528,125 +529,128 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       }
       absl::Status Issue(int lane, const Call& call) { return core.Issue(peer, q, lane, call); }
       void Failed(int /*lane*/, Call& call, absl::Status status) {
-        Room& room = *call.room;
-        if (call.flush) room.flush_failed = true;
-        core.FailLocked(q, room,
+        InFlight& transfer = *call.transfer;
+        if (call.flush) transfer.flush_failed = true;
+        core.FailLocked(q, transfer,
                         absl::Status(status.code(),
-                                     absl::StrCat("transfer ", room.request.transfer_id,
+                                     absl::StrCat("transfer ", transfer.request.transfer_id,
                                                   call.flush ? ": flush: " : ": posting writes: ",
                                                   status.message())));
-        core.MaybeFencedLocked(q, room);  // a refused fence flush: nothing of it is in flight
+        core.MaybeFencedLocked(q, transfer);  // a refused fence flush: nothing of it is in flight
       }
     } hooks{*this, peer, q};
     SendLaneCalls(lock, q.calls, self, hooks);
   }
 
-  void OnBatchDone(PeerQueue& queue, PeerId peer, int lane, uint64_t bytes, Room& room,
+  void OnBatchDone(PeerQueue& queue, PeerId peer, int lane, uint64_t bytes, InFlight& transfer,
                    const absl::Status& status) {
     Deliveries landed;
     {
       LandedHere here(&landed);
       std::unique_lock<std::mutex> lock(queue.mu);
-      BatchDoneLocked(lock, queue, peer, lane, bytes, room, status);
+      BatchDoneLocked(lock, queue, peer, lane, bytes, transfer, status);
     }
     DeliverLanded(landed);
   }
 
   void BatchDoneLocked(std::unique_lock<std::mutex>& lock, PeerQueue& queue, PeerId peer, int lane,
-                       uint64_t bytes, Room& room, const absl::Status& status) {
+                       uint64_t bytes, InFlight& transfer, const absl::Status& status) {
     PeerQueue* q = &queue;
     --q->calls[lane].live;
     q->lane_inflight[lane] -= bytes;
-    --room.outstanding;
-    room.landed_bytes += bytes;
+    --transfer.outstanding;
+    transfer.landed_bytes += bytes;
     if (!status.ok()) {
-      FailLocked(*q, room,
-                 absl::Status(status.code(),
-                              absl::StrFormat("transfer %d: writes on lane %d failed after %d of "
-                                              "%d bytes: %s",
-                                              room.request.transfer_id, lane, room.landed_bytes,
-                                              room.stats.bytes, status.message())));
+      FailLocked(
+          *q, transfer,
+          absl::Status(status.code(),
+                       absl::StrFormat("transfer %d: writes on lane %d failed after %d of "
+                                       "%d bytes: %s",
+                                       transfer.request.transfer_id, lane, transfer.landed_bytes,
+                                       transfer.stats.bytes, status.message())));
     } else {
-      MaybeCompleteLocked(room);
+      MaybeCompleteLocked(transfer);
     }
-    MaybeFencedLocked(*q, room);
+    MaybeFencedLocked(*q, transfer);
     if (!shutdown.load()) PumpLocked(peer, *q);
     SendLocked(lock, peer, *q, lane);
   }
 
-  void OnFlushDone(PeerQueue& queue, PeerId peer, int lane, Room& room,
+  void OnFlushDone(PeerQueue& queue, PeerId peer, int lane, InFlight& transfer,
                    const absl::Status& status) {
     Deliveries landed;
     {
       LandedHere here(&landed);
       std::unique_lock<std::mutex> lock(queue.mu);
-      FlushDoneLocked(lock, queue, peer, lane, room, status);
+      FlushDoneLocked(lock, queue, peer, lane, transfer, status);
     }
     DeliverLanded(landed);
   }
 
   void FlushDoneLocked(std::unique_lock<std::mutex>& lock, PeerQueue& queue, PeerId peer, int lane,
-                       Room& room, const absl::Status& status) {
+                       InFlight& transfer, const absl::Status& status) {
     PeerQueue* q = &queue;
     --q->calls[lane].live;
-    --room.outstanding;
+    --transfer.outstanding;
     if (!status.ok()) {
-      room.flush_failed = true;
-      FailLocked(*q, room,
-                 absl::Status(status.code(),
-                              absl::StrFormat("transfer %d: flush of lane %d failed: %s",
-                                              room.request.transfer_id, lane, status.message())));
+      transfer.flush_failed = true;
+      FailLocked(
+          *q, transfer,
+          absl::Status(status.code(),
+                       absl::StrFormat("transfer %d: flush of lane %d failed: %s",
+                                       transfer.request.transfer_id, lane, status.message())));
     } else {
-      MaybeCompleteLocked(room);
+      MaybeCompleteLocked(transfer);
     }
-    MaybeFencedLocked(*q, room);
+    MaybeFencedLocked(*q, transfer);
     SendLocked(lock, peer, *q, lane);
   }
 
-  // A room's deadline passed: a room still moving fails (and starts fencing); a room whose
-  // fence did not drain within fence_timeout has its peer disconnected.
-  void Expire(const std::shared_ptr<Room>& room) {
-    const PeerId peer = room->request.peer;
+  // A transfer's deadline passed: a transfer still moving fails (and starts fencing); a transfer
+  // whose fence did not drain within fence_timeout has its peer disconnected.
+  void Expire(const std::shared_ptr<InFlight>& transfer) {
+    const PeerId peer = transfer->request.peer;
     PeerQueue* q = Queue(peer);
     std::unique_lock<std::mutex> lock(q->mu);
-    if (room->finished) return;
-    if (!room->fencing) {
-      FailLocked(*q, *room,
-                 absl::DeadlineExceededError(absl::StrFormat(
-                     "transfer %d: deadline passed after %s with %d of %d bytes posted and "
-                     "%d locally complete; the peer may be gone",
-                     room->request.transfer_id, absl::FormatDuration(absl::Now() - room->started),
-                     room->posted_bytes, room->stats.bytes, room->landed_bytes)));
+    if (transfer->finished) return;
+    if (!transfer->fencing) {
+      FailLocked(
+          *q, *transfer,
+          absl::DeadlineExceededError(absl::StrFormat(
+              "transfer %d: deadline passed after %s with %d of %d bytes posted and "
+              "%d locally complete; the peer may be gone",
+              transfer->request.transfer_id, absl::FormatDuration(absl::Now() - transfer->started),
+              transfer->posted_bytes, transfer->stats.bytes, transfer->landed_bytes)));
       SendLocked(lock, peer, *q, -1);
       return;
     }
-    room->status = absl::Status(
-        room->status.code(),
+    transfer->status = absl::Status(
+        transfer->status.code(),
         absl::StrFormat("%s; its writes did not drain within the fence timeout of %s, so peer %d "
                         "was disconnected (%s)",
-                        room->status.message(), absl::FormatDuration(fence_timeout), peer,
+                        transfer->status.message(), absl::FormatDuration(fence_timeout), peer,
                         disconnect_fences
                             ? "nothing it carried lands any more"
                             : "writes this transport had already handed over may still land"));
     DisconnectLocked(lock, peer, *q);
   }
 
-  // Fences every room of `peer` at once by disconnecting it (needs q.mu, released for the call):
-  // the transport fails whatever it still holds for the peer with kCancelled, and nothing of it
-  // lands afterwards (Transport::Disconnect). Rooms still moving fail with `why`.
+  // Fences every transfer of `peer` at once by disconnecting it (needs q.mu, released for the
+  // call): the transport fails whatever it still holds for the peer with kCancelled, and nothing of
+  // it lands afterwards (Transport::Disconnect). Transfers still moving fail with `why`.
   void DisconnectLocked(std::unique_lock<std::mutex>& lock, PeerId peer, PeerQueue& q,
                         const absl::Status& why = absl::OkStatus()) {
     if (q.disconnected) return;
     q.disconnected = true;
-    const std::vector<std::shared_ptr<Room>> hit = RoomsOf(peer);
-    for (const auto& room : hit) {
-      FailLocked(q, *room,
+    const std::vector<std::shared_ptr<InFlight>> hit = TransfersOf(peer);
+    for (const auto& transfer : hit) {
+      FailLocked(q, *transfer,
                  why.ok() ? absl::UnavailableError(absl::StrFormat(
-                                "transfer %d: peer %d was disconnected: a room to it did not "
+                                "transfer %d: peer %d was disconnected: a transfer to it did not "
                                 "drain within the fence timeout",
-                                room->request.transfer_id, peer))
+                                transfer->request.transfer_id, peer))
                           : absl::Status(why.code(), absl::StrFormat("transfer %d: %s",
-                                                                     room->request.transfer_id,
+                                                                     transfer->request.transfer_id,
                                                                      why.message())));
     }
     lock.unlock();
@@ -654,10 +658,10 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     lock.lock();
     // NotFound: someone else disconnected it first; either way nothing of it lands any more.
     (void)disconnected;
-    for (const auto& room : hit) MaybeFencedLocked(q, *room);
+    for (const auto& transfer : hit) MaybeFencedLocked(q, *transfer);
   }
 
-  // Fails rooms whose deadline passed, then delivers outcomes; until shutdown and drained.
+  // Fails transfers whose deadline passed, then delivers outcomes; until shutdown and drained.
   void Run() {
     std::unique_lock<std::mutex> lock(mu);
     while (true) {
@@ -675,13 +679,13 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       next_wake_ns.store(std::numeric_limits<int64_t>::max());
       const absl::Time now = absl::Now();
       absl::Time earliest = absl::InfiniteFuture();
-      std::vector<std::shared_ptr<Room>> expired;
-      for (RoomStripe& stripe : stripes) {
+      std::vector<std::shared_ptr<InFlight>> expired;
+      for (TransferStripe& stripe : stripes) {
         std::lock_guard<std::mutex> stripe_lock(stripe.mu);
         while (!stripe.deadlines.empty() && stripe.deadlines.begin()->first <= now) {
-          if (auto room = stripe.deadlines.begin()->second.lock()) {
-            room->has_deadline = false;
-            expired.push_back(std::move(room));
+          if (auto transfer = stripe.deadlines.begin()->second.lock()) {
+            transfer->has_deadline = false;
+            expired.push_back(std::move(transfer));
           }
           stripe.deadlines.erase(stripe.deadlines.begin());
         }
@@ -690,12 +694,12 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       }
       if (earliest != absl::InfiniteFuture()) next_wake_ns.store(absl::ToUnixNanos(earliest));
       if (!expired.empty()) {
-        for (const auto& room : expired) Expire(room);
+        for (const auto& transfer : expired) Expire(transfer);
         lock.lock();
         continue;
       }
       lock.lock();
-      if (shutdown && rooms_in_flight.load() == 0 && ready.empty() && delivering.load() == 0) {
+      if (shutdown && transfers_in_flight.load() == 0 && ready.empty() && delivering.load() == 0) {
         return;
       }
       if (!ready.empty() || dirty) continue;
@@ -734,9 +738,9 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
 Scheduler::~Scheduler() {
   std::set<PeerId> peers;
   core_->shutdown = true;  // before the stripes are read: a Submit after that is refused
-  for (RoomStripe& stripe : core_->stripes) {
+  for (TransferStripe& stripe : core_->stripes) {
     std::lock_guard<std::mutex> lock(stripe.mu);
-    for (auto& [id, room] : stripe.rooms) peers.insert(room->request.peer);
+    for (auto& [id, transfer] : stripe.transfers) peers.insert(transfer->request.peer);
   }
   // Shutting down fences by disconnecting: waiting for a slow peer to drain has no one to serve.
   for (PeerId peer : peers) {
@@ -751,10 +755,10 @@ Scheduler::~Scheduler() {
 
 namespace {
 
-// OK when every offset of `e` lies inside the room's bounds: the source region, one of the
+// OK when every offset of `e` lies inside the transfer's bounds: the source region, one of the
 // peer's regions, and the destination's arena when it has a length; else InvalidArgument naming
 // the side that does not. An envelope of no copies is inside.
-absl::Status CheckEnvelope(const RoomTransfer& request, const CopyEnvelope& e,
+absl::Status CheckEnvelope(const Transfer& request, const CopyEnvelope& e,
                            const std::string& context) {
   if (e.copies == 0) return absl::OkStatus();
   if (e.src_begin > e.src_end || e.src_end > request.source_length) {
@@ -780,13 +784,13 @@ absl::Status CheckEnvelope(const RoomTransfer& request, const CopyEnvelope& e,
   return absl::OkStatus();
 }
 
-// The payload bytes of a room whose copies all lie inside their bounds (the source region;
+// The payload bytes of a transfer whose copies all lie inside their bounds (the source region;
 // one of the peer's regions; the destination's arena when it has a length), or InvalidArgument
-// naming the first copy that does not. First the room's envelope, in one pass without a lookup
-// per copy (a head-sliced room is half a million copies): when the lowest and highest offsets
-// on each side lie inside, so does every copy. Only a room whose envelope does not is checked
+// naming the first copy that does not. First the transfer's envelope, in one pass without a lookup
+// per copy (a head-sliced transfer is half a million copies): when the lowest and highest offsets
+// on each side lie inside, so does every copy. Only a transfer whose envelope does not is checked
 // copy by copy, to name the copy.
-absl::StatusOr<uint64_t> CheckedBytes(const RoomTransfer& request, const std::string& context) {
+absl::StatusOr<uint64_t> CheckedBytes(const Transfer& request, const std::string& context) {
   CopyEnvelope e{UINT64_MAX, 0, UINT64_MAX, 0, 0, request.copies.size()};
   bool wraps = false;
   for (const Copy& c : request.copies) {
@@ -834,9 +838,9 @@ absl::StatusOr<uint64_t> CheckedBytes(const RoomTransfer& request, const std::st
   return total;
 }
 
-// The payload bytes of a streamed room whose envelope lies inside the bounds CheckedBytes
+// The payload bytes of a streamed transfer whose envelope lies inside the bounds CheckedBytes
 // checks each copy against, or InvalidArgument naming the side that does not.
-absl::StatusOr<uint64_t> CheckedEnvelope(const RoomTransfer& request, const std::string& context) {
+absl::StatusOr<uint64_t> CheckedEnvelope(const Transfer& request, const std::string& context) {
   if (!request.copies.empty()) {
     return absl::InvalidArgumentError(context +
                                       ": both a copy list and a copy source were given; give one");
@@ -848,40 +852,40 @@ absl::StatusOr<uint64_t> CheckedEnvelope(const RoomTransfer& request, const std:
 
 }  // namespace
 
-absl::Status Scheduler::Submit(RoomTransfer request) {
+absl::Status Scheduler::Submit(Transfer request) {
   const std::string context = absl::StrCat("transfer ", request.transfer_id);
   if (!request.done) return absl::InvalidArgumentError(context + ": the completion is empty");
   if (request.remote == nullptr) {
     return absl::InvalidArgumentError(context + ": the peer's regions are missing");
   }
   auto reject = [&](absl::Status status) {
-    core_->rooms_rejected.fetch_add(1, std::memory_order_relaxed);
+    core_->transfers_rejected.fetch_add(1, std::memory_order_relaxed);
     return status;
   };
-  // Bounds before bytes: the whole room, before anything is posted.
+  // Bounds before bytes: the whole transfer, before anything is posted.
   const bool streamed = request.stream != nullptr;
   absl::StatusOr<uint64_t> total =
       streamed ? CheckedEnvelope(request, context) : CheckedBytes(request, context);
   if (!total.ok()) return reject(total.status());
-  auto room = std::make_shared<Room>();
-  room->started = absl::Now();
-  room->lane_used.assign(core_->lanes, false);
-  room->stats.bytes = *total;
-  room->stats.copies = request.copies.size();
-  if (streamed) room->envelope = request.stream->envelope();
-  room->request = std::move(request);
-  if (streamed) {  // the first chunk, so that the room has copies when it is queued
-    if (absl::Status pulled = PullChunk(*room); !pulled.ok()) {
+  auto transfer = std::make_shared<InFlight>();
+  transfer->started = absl::Now();
+  transfer->lane_used.assign(core_->lanes, false);
+  transfer->stats.bytes = *total;
+  transfer->stats.copies = request.copies.size();
+  if (streamed) transfer->envelope = request.stream->envelope();
+  transfer->request = std::move(request);
+  if (streamed) {  // the first chunk, so that the transfer has copies when it is queued
+    if (absl::Status pulled = PullChunk(*transfer); !pulled.ok()) {
       return reject(
           absl::InvalidArgumentError(absl::StrCat(pulled.message(), "; nothing was written")));
     }
   }
-  const uint64_t id = room->request.transfer_id;
-  const PeerId peer = room->request.peer;
+  const uint64_t id = transfer->request.transfer_id;
+  const PeerId peer = transfer->request.peer;
   PeerQueue* q = nullptr;
   {
-    // The room enters its stripe while the peer's queue is held (shared): ForgetPeer, which
-    // takes peers_mu exclusively, then sees the room and keeps the queue.
+    // The transfer enters its stripe while the peer's queue is held (shared): ForgetPeer, which
+    // takes peers_mu exclusively, then sees the transfer and keeps the queue.
     std::shared_lock<std::shared_mutex> shared(core_->peers_mu);
     std::unique_lock<std::shared_mutex> exclusive;
     if (auto found = core_->peers.find(peer); found != core_->peers.end()) {
@@ -891,38 +895,39 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
       exclusive = std::unique_lock<std::shared_mutex>(core_->peers_mu);
       q = &core_->QueueLocked(peer);
     }
-    RoomStripe& stripe = core_->StripeOf(id);
+    TransferStripe& stripe = core_->StripeOf(id);
     std::lock_guard<std::mutex> lock(stripe.mu);
-    // Read under the stripe's mu, which the destructor takes after setting it: a room that
+    // Read under the stripe's mu, which the destructor takes after setting it: a transfer that
     // gets in is one the destructor finds.
     if (core_->shutdown) {
       return absl::FailedPreconditionError(context + ": the scheduler is shut down");
     }
-    if (!stripe.rooms.emplace(id, room).second) {
-      core_->rooms_rejected.fetch_add(1, std::memory_order_relaxed);
+    if (!stripe.transfers.emplace(id, transfer).second) {
+      core_->transfers_rejected.fetch_add(1, std::memory_order_relaxed);
       return absl::AlreadyExistsError(context + ": a transfer with this id is in flight");
     }
-    core_->rooms_in_flight.fetch_add(1);
-    if (room->request.deadline != absl::InfiniteFuture()) {
-      room->deadline = stripe.deadlines.emplace(room->request.deadline, room);
-      room->has_deadline = true;
+    core_->transfers_in_flight.fetch_add(1);
+    if (transfer->request.deadline != absl::InfiniteFuture()) {
+      transfer->deadline = stripe.deadlines.emplace(transfer->request.deadline, transfer);
+      transfer->has_deadline = true;
     }
   }
-  if (room->request.deadline != absl::InfiniteFuture()) core_->WakeFor(room->request.deadline);
+  if (transfer->request.deadline != absl::InfiniteFuture())
+    core_->WakeFor(transfer->request.deadline);
   std::unique_lock<std::mutex> lock(q->mu);
   if (q->disconnected) {
-    core_->FailLocked(*q, *room,
+    core_->FailLocked(*q, *transfer,
                       absl::UnavailableError(absl::StrFormat(
                           "%s: peer %d was disconnected after a fence timeout; connect it again",
-                          context, room->request.peer)));
+                          context, transfer->request.peer)));
     return absl::OkStatus();  // the outcome says why, like any failure after Submit
   }
-  if (room->request.copies.empty()) {
-    room->all_posted = true;
-    core_->FinishLocked(*room);
+  if (transfer->request.copies.empty()) {
+    transfer->all_posted = true;
+    core_->FinishLocked(*transfer);
     return absl::OkStatus();
   }
-  q->runnable.push_back(room);
+  q->runnable.push_back(transfer);
   // The first byte first: one batch per lane goes out before the rest of the in-flight bound
   // is filled (for 1 KiB rows that is hundreds of batches and a dozen chunks of the stream,
   // 3 ms of work here before the first write left); the lanes' completions send the rest.
@@ -934,48 +939,48 @@ absl::Status Scheduler::Submit(RoomTransfer request) {
 }
 
 absl::Status Scheduler::Cancel(uint64_t transfer_id, absl::string_view why) {
-  std::shared_ptr<Room> room;
+  std::shared_ptr<InFlight> transfer;
   {
-    RoomStripe& stripe = core_->StripeOf(transfer_id);
+    TransferStripe& stripe = core_->StripeOf(transfer_id);
     std::lock_guard<std::mutex> lock(stripe.mu);
-    auto it = stripe.rooms.find(transfer_id);
-    if (it == stripe.rooms.end()) {
+    auto it = stripe.transfers.find(transfer_id);
+    if (it == stripe.transfers.end()) {
       return absl::NotFoundError(
           absl::StrFormat("transfer %d is not in flight (unknown or already done)", transfer_id));
     }
-    room = it->second;
+    transfer = it->second;
   }
-  const PeerId peer = room->request.peer;
+  const PeerId peer = transfer->request.peer;
   PeerQueue* q = core_->Queue(peer);
   std::unique_lock<std::mutex> lock(q->mu);
-  if (room->finished || room->fencing) {
+  if (transfer->finished || transfer->fencing) {
     return absl::NotFoundError(absl::StrFormat("transfer %d already completed", transfer_id));
   }
-  core_->FailLocked(*q, *room,
+  core_->FailLocked(*q, *transfer,
                     absl::CancelledError(absl::StrFormat("transfer %d: %s", transfer_id, why)));
   core_->SendLocked(lock, peer, *q, -1);
   return absl::OkStatus();
 }
 
 void Scheduler::FailPeer(transport::PeerId peer, const absl::Status& status) {
-  const std::vector<std::shared_ptr<Room>> hit = core_->RoomsOf(peer);
+  const std::vector<std::shared_ptr<InFlight>> hit = core_->TransfersOf(peer);
   PeerQueue* q = core_->Queue(peer);
   std::unique_lock<std::mutex> lock(q->mu);
-  for (const auto& room : hit) {
-    core_->FailLocked(
-        *q, *room,
-        absl::Status(status.code(), absl::StrFormat("transfer %d: %s", room->request.transfer_id,
-                                                    status.message())));
+  for (const auto& transfer : hit) {
+    core_->FailLocked(*q, *transfer,
+                      absl::Status(status.code(),
+                                   absl::StrFormat("transfer %d: %s", transfer->request.transfer_id,
+                                                   status.message())));
   }
   core_->SendLocked(lock, peer, *q, -1);
 }
 
 bool Scheduler::ForgetPeer(transport::PeerId peer) {
-  // Exclusively: no Submit is between finding the queue and entering its room in a stripe.
+  // Exclusively: no Submit is between finding the queue and entering its transfer in a stripe.
   std::unique_lock<std::shared_mutex> lock(core_->peers_mu);
   auto found = core_->peers.find(peer);
   if (found == core_->peers.end()) return true;
-  if (!core_->RoomsOf(peer).empty()) return false;
+  if (!core_->TransfersOf(peer).empty()) return false;
   PeerQueue& q = *found->second;
   {
     // A queue with calls live or being made keeps its lock busy or its counts non-zero, so
@@ -998,13 +1003,13 @@ size_t Scheduler::peers() const {
 uint64_t Scheduler::slice_bytes() const { return core_->slice; }
 uint64_t Scheduler::max_inflight_bytes_per_endpoint() const { return core_->inflight_cap; }
 
-uint64_t Scheduler::rooms_in_flight() const { return core_->rooms_in_flight.load(); }
+uint64_t Scheduler::transfers_in_flight() const { return core_->transfers_in_flight.load(); }
 
 SchedulerStats Scheduler::stats() const {
   SchedulerStats stats;
-  stats.rooms_ok = core_->rooms_ok.load(std::memory_order_relaxed);
-  stats.rooms_failed = core_->rooms_failed.load(std::memory_order_relaxed);
-  stats.rooms_rejected = core_->rooms_rejected.load(std::memory_order_relaxed);
+  stats.transfers_ok = core_->transfers_ok.load(std::memory_order_relaxed);
+  stats.transfers_failed = core_->transfers_failed.load(std::memory_order_relaxed);
+  stats.transfers_rejected = core_->transfers_rejected.load(std::memory_order_relaxed);
   stats.bytes_landed = core_->bytes_landed.load(std::memory_order_relaxed);
   stats.writes = core_->writes_posted.load(std::memory_order_relaxed);
   stats.batches = core_->batches_posted.load(std::memory_order_relaxed);

@@ -1,44 +1,46 @@
-// The transfer scheduler (docs/ARCHITECTURE.md, layer 6): turns a room's coalesced copy list
-// into one-sided writes on a Transport, and says when they have landed.
+// The transfer scheduler (docs/ARCHITECTURE.md, layer 6). Its unit is a transfer: one room's
+// writes to one peer (a prefill room with two decode targets is two transfers). It turns a
+// transfer's coalesced copy list into one-sided writes on a Transport, and says when they have
+// landed.
 //
-// For each room:
+// For each transfer:
 //   1. Bounds before bytes: every copy's source range is checked against the source region and
 //      every destination range against the peer's registered regions (the handshake
-//      descriptor) before anything is posted. A room that fails is rejected by Submit with
+//      descriptor) before anything is posted. A transfer that fails is rejected by Submit with
 //      InvalidArgument naming the copy, and nothing is written.
 //   2. Copies longer than the slice size are cut into slices (the transport's max_write_bytes
 //      at most).
 //   3. Slices go out in batches, each to the lane of the peer with the fewest bytes in flight
 //      (striping), keeping at most max_inflight_bytes_per_endpoint posted and not yet locally
 //      complete per (peer, lane): UCX over tcp collapses when many large puts are in flight.
-//      Rooms of one peer are served first come, first served, so early rooms finish early.
-//   4. Success means landed: once every slice is posted, each lane the room used is flushed,
-//      and the room completes OK only when all its batches and flushes have.
-//   5. A room fails with the first transport error, with DeadlineExceeded at its deadline, or
-//      with Cancelled on Cancel (or FailPeer). A failed room posts nothing more, and Failed
+//      Transfers of one peer are served first come, first served, so early transfers finish early.
+//   4. Success means landed: once every slice is posted, each lane the transfer used is flushed,
+//      and the transfer completes OK only when all its batches and flushes have.
+//   5. A transfer fails with the first transport error, with DeadlineExceeded at its deadline, or
+//      with Cancelled on Cancel (or FailPeer). A failed transfer posts nothing more, and Failed
 //      means fenced (docs/ARCHITECTURE.md, "Failed means fenced"): its outcome is delivered
 //      only once no write of it can land any more. The scheduler waits until every call made
-//      for the room has completed, then flushes each lane the room wrote on (Transport,
+//      for the transfer has completed, then flushes each lane the transfer wrote on (Transport,
 //      "Fencing"); a peer whose fence has not drained within fence_timeout is disconnected
-//      (Transport::Disconnect: nothing it carried lands afterwards), failing its other rooms
+//      (Transport::Disconnect: nothing it carried lands afterwards), failing its other transfers
 //      too, and the outcome says so (peer_disconnected). So a failure outcome comes at most
 //      fence_timeout after the failure, plus the transport's own cancellation.
 //
 // Calls to the transport are decided under a peer's lock and made outside it, each lane's in
-// order, by the thread whose completion freed room on that lane (its progress thread), so the
+// order, by the thread whose completion freed transfer on that lane (its progress thread), so the
 // lanes of one peer post (over shared memory: copy) on several cores at once.
 //
-// Each accepted room's `done` is called exactly once, never inline from Submit or Cancel, with
-// no scheduler lock held: a room that landed by the thread of the completion that landed it
+// Each accepted transfer's `done` is called exactly once, never inline from Submit or Cancel, with
+// no scheduler lock held: a transfer that landed by the thread of the completion that landed it
 // (the transport's progress thread: no hop to another thread between the last flush and the
 // caller), any other outcome by the scheduler's delivery thread. So `done` may call the
 // scheduler and what a transport's completion may call (transport.h), and should be brief on
 // the landed path: that lane's next completions wait for it.
 //
-// Locks: rooms meet only on their peer's queue (posting, completions) and on one of 16 stripes
-// of the table of rooms in flight (Submit, Cancel, a room's end), never on a lock shared by
-// every room; stats are counters. The delivery thread's lock is taken by failures and by a room
-// whose deadline comes before every earlier one's.
+// Locks: transfers meet only on their peer's queue (posting, completions) and on one of 16 stripes
+// of the table of transfers in flight (Submit, Cancel, a transfer's end), never on a lock shared by
+// every transfer; stats are counters. The delivery thread's lock is taken by failures and by a
+// transfer whose deadline comes before every earlier one's.
 #ifndef KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_
 #define KVRAIL_ENGINE_TRANSFER_SCHEDULER_H_
 
@@ -65,13 +67,13 @@ struct SchedulerOptions {
   uint64_t max_inflight_bytes_per_endpoint = 0;
   // The most writes in one PostWrites batch.
   uint32_t max_writes_per_batch = 256;
-  // How long a failed room's writes may take to drain (every call made for it complete, then a
+  // How long a failed transfer's writes may take to drain (every call made for it complete, then a
   // flush of each lane it used) before its peer is disconnected to fence it.
   absl::Duration fence_timeout = absl::Seconds(5);
 };
 
-// What one room cost. `duration` runs from Submit to the room's outcome.
-struct RoomStats {
+// What one transfer cost. `duration` runs from Submit to the transfer's outcome.
+struct TransferStats {
   uint64_t bytes = 0;    // payload bytes of the copies
   uint64_t copies = 0;   // copies submitted
   uint64_t writes = 0;   // slices posted
@@ -80,16 +82,16 @@ struct RoomStats {
   absl::Duration duration;
 };
 
-// A room's outcome. Either way no write of the room lands after it is delivered: OK means
-// every byte landed (flushed); a failure means the room was fenced.
-struct RoomOutcome {
+// A transfer's outcome. Either way no write of the transfer lands after it is delivered: OK means
+// every byte landed (flushed); a failure means the transfer was fenced.
+struct TransferOutcome {
   uint64_t transfer_id = 0;
   absl::Status status;
-  RoomStats stats;
+  TransferStats stats;
   // The fence disconnected the peer (fence_timeout, or shutdown): its PeerId is gone, and the
-  // caller connects again for later rooms.
+  // caller connects again for later transfers.
   bool peer_disconnected = false;
-  // Whether the outcome proves that nothing of the room lands any more: always for OK and for
+  // Whether the outcome proves that nothing of the transfer lands any more: always for OK and for
   // a failure fenced by flushes that all came back OK; for one whose flush failed or whose peer
   // was disconnected, only on a backend where a failed or disconnected link carries nothing
   // more (Capabilities::disconnect_fences). Otherwise writes the backend had already handed
@@ -98,10 +100,10 @@ struct RoomOutcome {
   bool fence_proven = true;
 };
 
-using RoomDone = std::function<void(const RoomOutcome&)>;
+using TransferDone = std::function<void(const TransferOutcome&)>;
 
-// One batch of a room's writes on one lane, as it is posted and as it completes locally (for
-// metrics: RoomTransfer::on_batch).
+// One batch of a transfer's writes on one lane, as it is posted and as it completes locally (for
+// metrics: Transfer::on_batch).
 struct BatchEvent {
   int lane = 0;
   uint64_t bytes = 0;      // payload bytes of the batch's writes
@@ -111,7 +113,7 @@ struct BatchEvent {
 };
 
 // One room's writes to one peer.
-struct RoomTransfer {
+struct Transfer {
   // The caller's name for this transfer, unique among transfers in flight (a prefill room with
   // two decode targets submits two transfers).
   uint64_t transfer_id = 0;
@@ -129,13 +131,13 @@ struct RoomTransfer {
   // src_offset into the source region, dst_offset from remote_base; coalesced or not.
   CopyList copies;
   // Instead of `copies` (which must then be empty): the copies produced on demand, pulled a
-  // chunk at a time as the room posts (engine/base/copy_source.h). Submit checks the source's
+  // chunk at a time as the transfer posts (engine/base/copy_source.h). Submit checks the source's
   // envelope as it checks a list's copies; every copy pulled is checked against the envelope
-  // before it is posted, and a source that breaks it fails the room (Internal).
+  // before it is posted, and a source that breaks it fails the transfer (Internal).
   std::unique_ptr<CopySource> stream;
   absl::Time deadline = absl::InfiniteFuture();
-  RoomDone done;
-  // When set, receives `copies` back (with their storage) once the room needs them no more,
+  TransferDone done;
+  // When set, receives `copies` back (with their storage) once the transfer needs them no more,
   // just before `done`, on the delivery thread (a CopyListPool's Give); else they are freed.
   std::function<void(CopyList)> recycle;
   // When set, called for each batch posted and each batch completed (BatchEvent), on the
@@ -144,10 +146,10 @@ struct RoomTransfer {
 };
 
 struct SchedulerStats {
-  uint64_t rooms_ok = 0;
-  uint64_t rooms_failed = 0;
-  uint64_t rooms_rejected = 0;  // by Submit's checks: nothing posted
-  uint64_t bytes_landed = 0;    // of rooms that completed OK
+  uint64_t transfers_ok = 0;
+  uint64_t transfers_failed = 0;
+  uint64_t transfers_rejected = 0;  // by Submit's checks: nothing posted
+  uint64_t bytes_landed = 0;        // of transfers that completed OK
   uint64_t writes = 0;
   uint64_t batches = 0;
 };
@@ -156,29 +158,29 @@ class Scheduler {
  public:
   // `transport` must outlive the scheduler and every completion of the writes it posted.
   Scheduler(transport::Transport* transport, SchedulerOptions options = {});
-  // Fails the rooms still in flight with Cancelled, fences them by disconnecting their peers,
+  // Fails the transfers still in flight with Cancelled, fences them by disconnecting their peers,
   // delivers every outcome, and stops the delivery thread.
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Checks and queues a room. InvalidArgument when `done` is empty, `remote` is null, both
+  // Checks and queues a transfer. InvalidArgument when `done` is empty, `remote` is null, both
   // `copies` and `stream` are given, or a copy (or a stream's envelope, or the first chunk of
   // it) breaks the bounds (naming the copy and the range), AlreadyExists for a transfer id in
-  // flight, FailedPrecondition after shutdown. A room with no copies completes OK.
-  absl::Status Submit(RoomTransfer room);
+  // flight, FailedPrecondition after shutdown. A transfer with no copies completes OK.
+  absl::Status Submit(Transfer transfer);
 
-  // Fails a room in flight with Cancelled (`why` in its message); it posts nothing more, and
+  // Fails a transfer in flight with Cancelled (`why` in its message); it posts nothing more, and
   // its outcome follows once it is fenced. Returns without waiting for the fence. NotFound
   // when the id is not in flight (unknown, completed, or already failed).
   absl::Status Cancel(uint64_t transfer_id, absl::string_view why = "cancelled");
 
-  // Fails every room in flight to `peer` with `status` (e.g. the peer's sidecar died), as
+  // Fails every transfer in flight to `peer` with `status` (e.g. the peer's sidecar died), as
   // Cancel does.
   void FailPeer(transport::PeerId peer, const absl::Status& status);
 
   // Frees what the scheduler keeps for `peer` (its queue), once nothing of it is in flight: no
-  // room, and no call made or queued. Returns false, changing nothing, while something is;
+  // transfer, and no call made or queued. Returns false, changing nothing, while something is;
   // true when it was freed or was never known. For a peer that is gone (disconnected), so that
   // peers coming and going leave nothing behind.
   bool ForgetPeer(transport::PeerId peer);
@@ -188,7 +190,7 @@ class Scheduler {
   // The slice size and in-flight bound in force.
   uint64_t slice_bytes() const;
   uint64_t max_inflight_bytes_per_endpoint() const;
-  uint64_t rooms_in_flight() const;
+  uint64_t transfers_in_flight() const;
   SchedulerStats stats() const;
 
   struct Core;

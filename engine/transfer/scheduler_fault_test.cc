@@ -27,8 +27,8 @@ constexpr uint64_t kMiB = 1 << 20;
 
 class Outcomes {
  public:
-  RoomDone Callback() {
-    return [this](const RoomOutcome& outcome) {
+  TransferDone Callback() {
+    return [this](const TransferOutcome& outcome) {
       std::lock_guard<std::mutex> lock(mu_);
       outcomes_[outcome.transfer_id] = outcome;
       changed_.notify_all();
@@ -39,7 +39,7 @@ class Outcomes {
     return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                              [&] { return outcomes_.size() >= count; });
   }
-  std::optional<RoomOutcome> Get(uint64_t id) {
+  std::optional<TransferOutcome> Get(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto found = outcomes_.find(id);
     if (found == outcomes_.end()) return std::nullopt;
@@ -49,7 +49,7 @@ class Outcomes {
  private:
   std::mutex mu_;
   std::condition_variable changed_;
-  std::map<uint64_t, RoomOutcome> outcomes_;
+  std::map<uint64_t, TransferOutcome> outcomes_;
 };
 
 struct Fixture {
@@ -66,17 +66,17 @@ struct Fixture {
     regions = std::make_shared<const transport::RemoteRegions>(
         transport::RemoteRegions::FromDescriptor(d).value());
   }
-  RoomTransfer Room(uint64_t id, CopyList copies, RoomDone done) {
-    RoomTransfer room;
-    room.transfer_id = id;
-    room.peer = peer;
-    room.source = source_region;
-    room.source_length = source.size();
-    room.remote = regions;
-    room.remote_base = reinterpret_cast<uintptr_t>(destination.data());
-    room.copies = std::move(copies);
-    room.done = std::move(done);
-    return room;
+  Transfer MakeTransfer(uint64_t id, CopyList copies, TransferDone done) {
+    Transfer transfer;
+    transfer.transfer_id = id;
+    transfer.peer = peer;
+    transfer.source = source_region;
+    transfer.source_length = source.size();
+    transfer.remote = regions;
+    transfer.remote_base = reinterpret_cast<uintptr_t>(destination.data());
+    transfer.copies = std::move(copies);
+    transfer.done = std::move(done);
+    return transfer;
   }
   std::vector<uint8_t> source;
   std::vector<uint8_t> destination;
@@ -87,24 +87,24 @@ struct Fixture {
   std::shared_ptr<const transport::RemoteRegions> regions;
 };
 
-// A lane stops with the room's writes on it (held, as a stalled peer's would be): the cancelled
-// room's outcome waits until they were let go and landed, and a flush came back after them.
-TEST(SchedulerFaultTest, ACancelledRoomOnAStoppedLaneReportsOnlyAfterItsHeldWritesLanded) {
+// A lane stops with the transfer's writes on it (held, as a stalled peer's would be): the cancelled
+// transfer's outcome waits until they were let go and landed, and a flush came back after them.
+TEST(SchedulerFaultTest, ACancelledTransferOnAStoppedLaneReportsOnlyAfterItsHeldWritesLanded) {
   Fixture f(4 * kMiB);
   Scheduler scheduler(f.fault.get(), {.slice_bytes = 256 << 10, .fence_timeout = absl::Hours(1)});
   Outcomes outcomes;
   ASSERT_TRUE(f.fault->StopLane(0).ok());
   ASSERT_TRUE(f.fault->StopLane(1).ok());
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
   while (f.fault->counters().held[0] + f.fault->counters().held[1] == 0) {
     absl::SleepFor(absl::Milliseconds(1));
   }
-  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted transfer 1").ok());
   EXPECT_FALSE(outcomes.Wait(1, absl::Milliseconds(100))) << "Failed while writes were held";
   ASSERT_TRUE(f.fault->ResumeLane(0).ok());
   ASSERT_TRUE(f.fault->ResumeLane(1).ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = *outcomes.Get(1);
+  const TransferOutcome outcome = *outcomes.Get(1);
   EXPECT_EQ(outcome.status.code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(outcome.fence_proven);
   // Whatever was posted landed before the outcome: nothing changes after it.
@@ -122,10 +122,10 @@ TEST(SchedulerFaultTest, AStoppedLaneThatNeverResumesIsFencedByDisconnectAndDrop
   Outcomes outcomes;
   ASSERT_TRUE(f.fault->StopLane(0).ok());
   ASSERT_TRUE(f.fault->StopLane(1).ok());
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
-  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted transfer 1").ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = *outcomes.Get(1);
+  const TransferOutcome outcome = *outcomes.Get(1);
   EXPECT_TRUE(outcome.peer_disconnected);
   EXPECT_TRUE(outcome.fence_proven);  // the loopback backend's disconnect fences
   (void)f.fault->ResumeLane(0);
@@ -135,9 +135,9 @@ TEST(SchedulerFaultTest, AStoppedLaneThatNeverResumesIsFencedByDisconnectAndDrop
   EXPECT_GT(f.fault->counters().dropped, 0u);
 }
 
-// An injected write failure fails the room with the backend's reason; the sibling writes
+// An injected write failure fails the transfer with the backend's reason; the sibling writes
 // already on the other lane finish before the outcome.
-TEST(SchedulerFaultTest, AFailedWriteFailsTheRoomOnlyOnceTheOtherLaneDrained) {
+TEST(SchedulerFaultTest, AFailedWriteFailsTheTransferOnlyOnceTheOtherLaneDrained) {
   Fixture f(4 * kMiB);
   Scheduler scheduler(f.fault.get(), {.slice_bytes = 256 << 10});
   Outcomes outcomes;
@@ -146,9 +146,9 @@ TEST(SchedulerFaultTest, AFailedWriteFailsTheRoomOnlyOnceTheOtherLaneDrained) {
                              absl::UnavailableError("injected: the NIC said no"),
                              FaultTransport::FailMode::kCompleted)
                   .ok());
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = *outcomes.Get(1);
+  const TransferOutcome outcome = *outcomes.Get(1);
   EXPECT_FALSE(outcome.status.ok());
   const std::vector<uint8_t> at_outcome = f.destination;
   absl::SleepFor(absl::Milliseconds(100));

@@ -194,11 +194,11 @@ class WatchingTransport final : public transport::Transport {
   std::vector<std::pair<Completion, absl::Status>> held_;
 };
 
-// Waits for room outcomes.
+// Waits for transfer outcomes.
 class Outcomes {
  public:
-  RoomDone Callback() {
-    return [this](const RoomOutcome& outcome) {
+  TransferDone Callback() {
+    return [this](const TransferOutcome& outcome) {
       std::lock_guard<std::mutex> lock(mu_);
       EXPECT_EQ(outcomes_.count(outcome.transfer_id), 0u) << "called twice";
       outcomes_[outcome.transfer_id] = outcome;
@@ -211,7 +211,7 @@ class Outcomes {
     return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                              [&] { return outcomes_.size() >= count; });
   }
-  RoomOutcome Get(uint64_t id) {
+  TransferOutcome Get(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     return outcomes_.at(id);
   }
@@ -227,7 +227,7 @@ class Outcomes {
  private:
   std::mutex mu_;
   std::condition_variable changed_;
-  std::map<uint64_t, RoomOutcome> outcomes_;
+  std::map<uint64_t, TransferOutcome> outcomes_;
   std::vector<std::thread::id> threads_;
 };
 
@@ -253,17 +253,17 @@ struct Fixture {
         transport::RemoteRegions::FromDescriptor(d).value());
   }
 
-  RoomTransfer Room(uint64_t id, CopyList copies, RoomDone done) {
-    RoomTransfer room;
-    room.transfer_id = id;
-    room.peer = peer;
-    room.source = source_region;
-    room.source_length = source.size();
-    room.remote = regions;
-    room.remote_base = reinterpret_cast<uintptr_t>(destination.data());
-    room.copies = std::move(copies);
-    room.done = std::move(done);
-    return room;
+  Transfer MakeTransfer(uint64_t id, CopyList copies, TransferDone done) {
+    Transfer transfer;
+    transfer.transfer_id = id;
+    transfer.peer = peer;
+    transfer.source = source_region;
+    transfer.source_length = source.size();
+    transfer.remote = regions;
+    transfer.remote_base = reinterpret_cast<uintptr_t>(destination.data());
+    transfer.copies = std::move(copies);
+    transfer.done = std::move(done);
+    return transfer;
   }
 
   std::vector<uint8_t> source;
@@ -301,14 +301,14 @@ void ExpectExactly(const Fixture& f, const CopyList& copies) {
   }
 }
 
-TEST(SchedulerTest, MovesARoomExactlyAndReportsItsStats) {
+TEST(SchedulerTest, MovesATransferExactlyAndReportsItsStats) {
   Fixture f(8 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
   const CopyList copies = Scattered(8 * kMiB, 64 * kKiB);
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = outcomes.Get(1);
+  const TransferOutcome outcome = outcomes.Get(1);
   ASSERT_TRUE(outcome.status.ok()) << outcome.status;
   EXPECT_EQ(outcome.stats.bytes, 4 * kMiB);
   EXPECT_EQ(outcome.stats.copies, copies.size());
@@ -318,9 +318,9 @@ TEST(SchedulerTest, MovesARoomExactlyAndReportsItsStats) {
   EXPECT_GT(outcome.stats.duration, absl::ZeroDuration());
   ExpectExactly(f, copies);
   const SchedulerStats stats = scheduler.stats();
-  EXPECT_EQ(stats.rooms_ok, 1u);
+  EXPECT_EQ(stats.transfers_ok, 1u);
   EXPECT_EQ(stats.bytes_landed, 4 * kMiB);
-  // Success means landed: every lane the room used was flushed.
+  // Success means landed: every lane the transfer used was flushed.
   EXPECT_EQ(f.watch->flushes(), outcome.stats.lanes_used);
 }
 
@@ -333,9 +333,9 @@ TEST(SchedulerTest, SlicesLongCopiesAndStripesThemOverEveryLane) {
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
   const CopyList copies = {{0, 0, 32 * kMiB}};
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = outcomes.Get(1);
+  const TransferOutcome outcome = outcomes.Get(1);
   ASSERT_TRUE(outcome.status.ok()) << outcome.status;
   EXPECT_EQ(outcome.stats.writes, 32u);
   EXPECT_EQ(f.watch->max_write(), 1 * kMiB);
@@ -352,10 +352,10 @@ TEST(SchedulerTest, NeverExceedsTheInflightBoundPerEndpoint) {
   options.max_inflight_bytes_per_endpoint = 768 * kKiB;
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
-  std::vector<CopyList> rooms;
+  std::vector<CopyList> transfers;
   for (uint64_t r = 0; r < 4; ++r) {
-    rooms.push_back({{r * 4 * kMiB, r * 4 * kMiB, 4 * kMiB}});
-    ASSERT_TRUE(scheduler.Submit(f.Room(r, rooms.back(), outcomes.Callback())).ok());
+    transfers.push_back({{r * 4 * kMiB, r * 4 * kMiB, 4 * kMiB}});
+    ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(r, transfers.back(), outcomes.Callback())).ok());
   }
   ASSERT_TRUE(outcomes.Wait(4));
   for (uint64_t r = 0; r < 4; ++r) EXPECT_TRUE(outcomes.Get(r).status.ok());
@@ -371,21 +371,21 @@ TEST(SchedulerTest, ASliceLargerThanTheBoundStillGoesOutAlone) {
   options.max_inflight_bytes_per_endpoint = 1 * kMiB;
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_TRUE(outcomes.Get(1).status.ok());
   EXPECT_EQ(f.watch->max_inflight(), 2 * kMiB);
 }
 
-// remote_length bounds a room to its destination's arena, inside a larger registered region:
+// remote_length bounds a transfer to its destination's arena, inside a larger registered region:
 // a copy past it is refused though the region would hold it.
-TEST(SchedulerTest, ACopyPastTheDestinationsArenaRejectsTheRoom) {
+TEST(SchedulerTest, ACopyPastTheDestinationsArenaRejectsTheTransfer) {
   Fixture f(1 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
-  RoomTransfer room = f.Room(1, {{0, 0, 4096}, {0, 64 * 1024, 4096}}, outcomes.Callback());
-  room.remote_length = 64 * 1024;  // the arena: the region's first 64 KiB
-  const absl::Status status = scheduler.Submit(std::move(room));
+  Transfer transfer = f.MakeTransfer(1, {{0, 0, 4096}, {0, 64 * 1024, 4096}}, outcomes.Callback());
+  transfer.remote_length = 64 * 1024;  // the arena: the region's first 64 KiB
+  const absl::Status status = scheduler.Submit(std::move(transfer));
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("copy 1 of 2"), std::string::npos) << status;
   EXPECT_NE(status.message().find("outside the destination's arena of 65536 bytes"),
@@ -394,13 +394,13 @@ TEST(SchedulerTest, ACopyPastTheDestinationsArenaRejectsTheRoom) {
   EXPECT_EQ(f.watch->batches(), 0u);
 }
 
-TEST(SchedulerTest, OutOfBoundsDestinationRejectsTheRoomAndWritesNothing) {
+TEST(SchedulerTest, OutOfBoundsDestinationRejectsTheTransferAndWritesNothing) {
   Fixture f(1 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
   // The last copy runs one byte past the destination region.
   const CopyList copies = {{0, 0, 4096}, {4096, 1 * kMiB - 4095, 4096}};
-  const absl::Status status = scheduler.Submit(f.Room(1, copies, outcomes.Callback()));
+  const absl::Status status = scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback()));
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("copy 1 of 2"), std::string::npos) << status;
   EXPECT_NE(status.message().find("nothing was written"), std::string::npos) << status;
@@ -409,7 +409,7 @@ TEST(SchedulerTest, OutOfBoundsDestinationRejectsTheRoomAndWritesNothing) {
   EXPECT_EQ(outcomes.size(), 0u);
   EXPECT_TRUE(
       std::all_of(f.destination.begin(), f.destination.end(), [](uint8_t b) { return b == 0; }));
-  EXPECT_EQ(scheduler.stats().rooms_rejected, 1u);
+  EXPECT_EQ(scheduler.stats().transfers_rejected, 1u);
 }
 
 TEST(SchedulerTest, RejectsBadSourceRangesZeroLengthsAndOverflowingOffsets) {
@@ -422,20 +422,20 @@ TEST(SchedulerTest, RejectsBadSourceRangesZeroLengthsAndOverflowingOffsets) {
       {{{0, ~uint64_t{0} - 5, 4096}}, "destination"},
   };
   for (const auto& [copies, reason] : cases) {
-    const absl::Status status = scheduler.Submit(f.Room(1, copies, outcomes.Callback()));
+    const absl::Status status = scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback()));
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find(reason), std::string::npos) << status;
   }
   EXPECT_EQ(f.watch->batches(), 0u);
-  RoomTransfer no_done = f.Room(2, {{0, 0, 16}}, nullptr);
+  Transfer no_done = f.MakeTransfer(2, {{0, 0, 16}}, nullptr);
   EXPECT_EQ(scheduler.Submit(std::move(no_done)).code(), absl::StatusCode::kInvalidArgument);
-  RoomTransfer no_remote = f.Room(3, {{0, 0, 16}}, outcomes.Callback());
+  Transfer no_remote = f.MakeTransfer(3, {{0, 0, 16}}, outcomes.Callback());
   no_remote.remote = nullptr;
   EXPECT_EQ(scheduler.Submit(std::move(no_remote)).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The bounds check passes a room by its envelope in one pass, and checks copy by copy only a
-// room whose envelope is not inside one region: then it still accepts copies that each lie in
+// The bounds check passes a transfer by its envelope in one pass, and checks copy by copy only a
+// transfer whose envelope is not inside one region: then it still accepts copies that each lie in
 // a region (two regions with a gap between them), and names the one bad copy of many.
 TEST(SchedulerTest, ChecksEachCopyWhereTheEnvelopeSpansTwoRegions) {
   Fixture f(1 * kMiB, {}, {{0, 512 * kKiB}, {768 * kKiB, 256 * kKiB}});
@@ -444,14 +444,14 @@ TEST(SchedulerTest, ChecksEachCopyWhereTheEnvelopeSpansTwoRegions) {
   CopyList both;
   for (uint64_t i = 0; i < 64; ++i) both.push_back({i * 1024, i * 2048, 1024});
   for (uint64_t i = 0; i < 64; ++i) both.push_back({(64 + i) * 1024, 768 * kKiB + i * 2048, 1024});
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, both, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, both, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
   ExpectExactly(f, both);
   CopyList gap;
   for (uint64_t i = 0; i < 100000; ++i) gap.push_back({(i % 512) * 1024, (i % 256) * 2048, 1024});
   gap[77777] = {0, 600 * kKiB, 1024};  // inside the gap between the regions
-  const absl::Status status = scheduler.Submit(f.Room(2, gap, outcomes.Callback()));
+  const absl::Status status = scheduler.Submit(f.MakeTransfer(2, gap, outcomes.Callback()));
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("copy 77777 of 100000"), std::string::npos) << status;
   EXPECT_NE(status.message().find("lies inside none of the peer's 2 registered regions"),
@@ -491,15 +491,15 @@ class ListSource : public CopySource {
   CopyEnvelope envelope_;
 };
 
-RoomTransfer Streamed(Fixture& f, uint64_t id, std::unique_ptr<CopySource> source, RoomDone done) {
-  RoomTransfer room = f.Room(id, {}, std::move(done));
-  room.stream = std::move(source);
-  return room;
+Transfer Streamed(Fixture& f, uint64_t id, std::unique_ptr<CopySource> source, TransferDone done) {
+  Transfer transfer = f.MakeTransfer(id, {}, std::move(done));
+  transfer.stream = std::move(source);
+  return transfer;
 }
 
-// A streamed room lands exactly as its list would, pulled a chunk at a time (more chunks than
+// A streamed transfer lands exactly as its list would, pulled a chunk at a time (more chunks than
 // one of the scheduler's), and reports every copy.
-TEST(SchedulerTest, AStreamedRoomLandsExactly) {
+TEST(SchedulerTest, AStreamedTransferLandsExactly) {
   Fixture f(8 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
@@ -509,7 +509,7 @@ TEST(SchedulerTest, AStreamedRoomLandsExactly) {
           .Submit(Streamed(f, 1, std::make_unique<ListSource>(copies, 777), outcomes.Callback()))
           .ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = outcomes.Get(1);
+  const TransferOutcome outcome = outcomes.Get(1);
   ASSERT_TRUE(outcome.status.ok()) << outcome.status;
   EXPECT_EQ(outcome.stats.copies, copies.size());
   EXPECT_EQ(outcome.stats.bytes, 4 * kMiB);
@@ -523,10 +523,10 @@ TEST(SchedulerTest, AStreamedRoomLandsExactly) {
   EXPECT_TRUE(outcomes.Get(2).status.ok());
 }
 
-// The first byte first: a streamed room's first writes are posted once its first chunks are
+// The first byte first: a streamed transfer's first writes are posted once its first chunks are
 // pulled (a batch per lane), not once the in-flight bound is filled, which for small rows is
-// the whole room here (4 MiB of 512-byte copies, under the default bound).
-TEST(SchedulerTest, AStreamedRoomsFirstWritesGoOutBeforeTheBoundIsFilled) {
+// the whole transfer here (4 MiB of 512-byte copies, under the default bound).
+TEST(SchedulerTest, AStreamedTransfersFirstWritesGoOutBeforeTheBoundIsFilled) {
   Fixture f(8 * kMiB);
   std::atomic<size_t> handed{0};
   std::atomic<size_t> handed_at_first_post{0};
@@ -560,11 +560,11 @@ TEST(SchedulerTest, AStreamedRoomsFirstWritesGoOutBeforeTheBoundIsFilled) {
   ExpectExactly(f, copies);
   EXPECT_GT(handed_at_first_post.load(), 0u);
   EXPECT_LE(handed_at_first_post.load(), copies.size() / 4)
-      << "the first write waited for most of the room's copies";
+      << "the first write waited for most of the transfer's copies";
 }
 
 // Bounds before bytes for a stream: an envelope outside the source, the peer's regions or the
-// destination's arena, or a first chunk outside its envelope, rejects the room before any
+// destination's arena, or a first chunk outside its envelope, rejects the transfer before any
 // write; a list and a source together are refused.
 TEST(SchedulerTest, AStreamsEnvelopeIsCheckedBeforeAnyWrite) {
   Fixture f(1 * kMiB);
@@ -587,14 +587,14 @@ TEST(SchedulerTest, AStreamsEnvelopeIsCheckedBeforeAnyWrite) {
   cases.push_back({source([](CopyEnvelope&) {}), 8192, "destination's arena of 8192"});
   cases.push_back({source([](CopyEnvelope& e) { e.dst_end = 4096; }), 0, "copy 1 of its source"});
   for (Case& c : cases) {
-    RoomTransfer room = Streamed(f, 1, std::move(c.source), outcomes.Callback());
-    room.remote_length = c.remote_length;
-    const absl::Status status = scheduler.Submit(std::move(room));
+    Transfer transfer = Streamed(f, 1, std::move(c.source), outcomes.Callback());
+    transfer.remote_length = c.remote_length;
+    const absl::Status status = scheduler.Submit(std::move(transfer));
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_NE(status.message().find(c.reason), std::string::npos) << status;
     EXPECT_NE(status.message().find("nothing was written"), std::string::npos) << status;
   }
-  RoomTransfer both = Streamed(f, 1, std::make_unique<ListSource>(copies), outcomes.Callback());
+  Transfer both = Streamed(f, 1, std::make_unique<ListSource>(copies), outcomes.Callback());
   both.copies = copies;
   EXPECT_EQ(scheduler.Submit(std::move(both)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.watch->batches(), 0u);
@@ -603,8 +603,8 @@ TEST(SchedulerTest, AStreamsEnvelopeIsCheckedBeforeAnyWrite) {
 }
 
 // A source that breaks its envelope after the first chunk, or ends short of its bytes, fails
-// the room (Internal), fenced like any failure; the copy outside the envelope is never posted.
-TEST(SchedulerTest, AStreamThatBreaksItsEnvelopeFailsTheRoomWithoutPostingTheCopy) {
+// the transfer (Internal), fenced like any failure; the copy outside the envelope is never posted.
+TEST(SchedulerTest, AStreamThatBreaksItsEnvelopeFailsTheTransferWithoutPostingTheCopy) {
   Fixture f(1 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
@@ -619,13 +619,13 @@ TEST(SchedulerTest, AStreamThatBreaksItsEnvelopeFailsTheRoomWithoutPostingTheCop
   short_source->mutable_envelope().bytes = 8192;
   ASSERT_TRUE(scheduler.Submit(Streamed(f, 2, std::move(short_source), outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(2));
-  const RoomOutcome broke = outcomes.Get(1);
+  const TransferOutcome broke = outcomes.Get(1);
   EXPECT_EQ(broke.status.code(), absl::StatusCode::kInternal) << broke.status;
   EXPECT_NE(broke.status.message().find("copy 5000 of its source"), std::string::npos)
       << broke.status;
   EXPECT_TRUE(std::all_of(f.destination.begin() + 512 * kKiB, f.destination.end(),
                           [](uint8_t b) { return b == 0; }));
-  const RoomOutcome ended = outcomes.Get(2);
+  const TransferOutcome ended = outcomes.Get(2);
   EXPECT_EQ(ended.status.code(), absl::StatusCode::kInternal) << ended.status;
   EXPECT_NE(ended.status.message().find("ended after 4096 bytes"), std::string::npos)
       << ended.status;
@@ -636,36 +636,36 @@ TEST(SchedulerTest, DuplicateTransferIdInFlightIsRejected) {
   f.sender->DelayCompletions(absl::Milliseconds(200));
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(7, {{0, 0, 4096}}, outcomes.Callback())).ok());
-  EXPECT_EQ(scheduler.Submit(f.Room(7, {{0, 4096, 4096}}, outcomes.Callback())).code(),
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(7, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  EXPECT_EQ(scheduler.Submit(f.MakeTransfer(7, {{0, 4096, 4096}}, outcomes.Callback())).code(),
             absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_TRUE(outcomes.Get(7).status.ok());
   // Once done, the id may be used again.
   Outcomes later;
-  ASSERT_TRUE(scheduler.Submit(f.Room(7, {{0, 4096, 4096}}, later.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(7, {{0, 4096, 4096}}, later.Callback())).ok());
   ASSERT_TRUE(later.Wait(1));
   EXPECT_TRUE(later.Get(7).status.ok());
 }
 
-TEST(SchedulerTest, AnEmptyRoomCompletesOkAndNeverInline) {
+TEST(SchedulerTest, AnEmptyTransferCompletesOkAndNeverInline) {
   Fixture f(4096);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_TRUE(outcomes.Get(1).status.ok());
   for (auto id : outcomes.threads()) EXPECT_NE(id, std::this_thread::get_id());
 }
 
-// Completions delivered without a thread hop: the thread whose flush completion lands a room
+// Completions delivered without a thread hop: the thread whose flush completion lands a transfer
 // runs its `done`, before that completion returns.
-TEST(SchedulerTest, ALandedRoomIsDeliveredByTheCompletionThatLandedIt) {
+TEST(SchedulerTest, ALandedTransferIsDeliveredByTheCompletionThatLandedIt) {
   Fixture f(64 * kKiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
   f.watch->HoldCompletions();
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
   const auto held = [&](size_t n) {
     for (int i = 0; i < 3000 && f.watch->held() < n; ++i) absl::SleepFor(absl::Milliseconds(1));
     return f.watch->held() == n;
@@ -684,100 +684,102 @@ TEST(SchedulerTest, ALandedRoomIsDeliveredByTheCompletionThatLandedIt) {
   ASSERT_EQ(outcomes.threads().size(), 1u);
   EXPECT_EQ(outcomes.threads()[0], completing);
   EXPECT_TRUE(outcomes.Get(1).status.ok());
-  EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
+  EXPECT_EQ(scheduler.transfers_in_flight(), 0u);
 }
 
-// A room's `done` may submit the next room from the completion's thread (a layer-wise room's
-// next chunk, a bench's window), and that room lands too.
+// A transfer's `done` may submit the next transfer from the completion's thread (a layer-wise
+// transfer's next chunk, a bench's window), and that transfer lands too.
 TEST(SchedulerTest, ADoneThatSubmitsFromTheCompletionThreadWorks) {
   Fixture f(1 * kMiB);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
   std::function<void(uint64_t)> submit = [&](uint64_t id) {
-    RoomDone done = [&, id, inner = outcomes.Callback()](const RoomOutcome& outcome) {
+    TransferDone done = [&, id, inner = outcomes.Callback()](const TransferOutcome& outcome) {
       inner(outcome);
       if (id < 20) submit(id + 1);
     };
-    ASSERT_TRUE(scheduler.Submit(f.Room(id, {{id * 4096, id * 4096, 4096}}, done)).ok());
+    ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(id, {{id * 4096, id * 4096, 4096}}, done)).ok());
   };
   submit(1);
   ASSERT_TRUE(outcomes.Wait(20));
   for (uint64_t id = 1; id <= 20; ++id) EXPECT_TRUE(outcomes.Get(id).status.ok()) << id;
-  EXPECT_EQ(scheduler.stats().rooms_ok, 20u);
+  EXPECT_EQ(scheduler.stats().transfers_ok, 20u);
 }
 
-TEST(SchedulerTest, ATransportFailureFailsTheRoomWithTheReason) {
+TEST(SchedulerTest, ATransportFailureFailsTheTransferWithTheReason) {
   Fixture f(4 * kMiB);
   f.sender->FailNextWrites(1);
   Scheduler scheduler(f.watch.get());
   Outcomes outcomes;
   ASSERT_TRUE(
-      scheduler.Submit(f.Room(1, Scattered(4 * kMiB, 64 * kKiB), outcomes.Callback())).ok());
+      scheduler.Submit(f.MakeTransfer(1, Scattered(4 * kMiB, 64 * kKiB), outcomes.Callback()))
+          .ok());
   ASSERT_TRUE(outcomes.Wait(1));
-  const RoomOutcome outcome = outcomes.Get(1);
+  const TransferOutcome outcome = outcomes.Get(1);
   EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
   EXPECT_NE(outcome.status.message().find("transfer 1"), std::string::npos);
-  EXPECT_EQ(scheduler.stats().rooms_failed, 1u);
+  EXPECT_EQ(scheduler.stats().transfers_failed, 1u);
   // The scheduler keeps serving.
-  ASSERT_TRUE(scheduler.Submit(f.Room(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(2));
   EXPECT_TRUE(outcomes.Get(2).status.ok());
 }
 
-TEST(SchedulerTest, APeerThatDiesMidRoomFailsTheRoom) {
+TEST(SchedulerTest, APeerThatDiesMidTransferFailsTheTransfer) {
   Fixture f(8 * kMiB);
   f.sender->KillPeerAfterWrites(f.receiver.get(), 10);
   SchedulerOptions options;
   options.slice_bytes = 64 * kKiB;
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
-  RoomTransfer room = f.Room(1, {{0, 0, 8 * kMiB}}, outcomes.Callback());
-  room.deadline = absl::Now() + absl::Seconds(20);
-  ASSERT_TRUE(scheduler.Submit(std::move(room)).ok());
+  Transfer transfer = f.MakeTransfer(1, {{0, 0, 8 * kMiB}}, outcomes.Callback());
+  transfer.deadline = absl::Now() + absl::Seconds(20);
+  ASSERT_TRUE(scheduler.Submit(std::move(transfer)).ok());
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kUnavailable)
       << outcomes.Get(1).status;
-  EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
+  EXPECT_EQ(scheduler.transfers_in_flight(), 0u);
 }
 
-TEST(SchedulerTest, ARoomPastItsDeadlineFailsWithDeadlineExceeded) {
+TEST(SchedulerTest, ATransferPastItsDeadlineFailsWithDeadlineExceeded) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));  // a peer that never answers
   Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(100)});
   Outcomes outcomes;
-  RoomTransfer room = f.Room(1, {{0, 0, 1 * kMiB}}, outcomes.Callback());
-  room.deadline = absl::Now() + absl::Milliseconds(100);
-  ASSERT_TRUE(scheduler.Submit(std::move(room)).ok());
+  Transfer transfer = f.MakeTransfer(1, {{0, 0, 1 * kMiB}}, outcomes.Callback());
+  transfer.deadline = absl::Now() + absl::Milliseconds(100);
+  ASSERT_TRUE(scheduler.Submit(std::move(transfer)).ok());
   ASSERT_TRUE(outcomes.Wait(1, absl::Seconds(10)));
-  const RoomOutcome outcome = outcomes.Get(1);
+  const TransferOutcome outcome = outcomes.Get(1);
   EXPECT_EQ(outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(outcome.status.message().find("deadline"), std::string::npos) << outcome.status;
   // Its writes never completed: the fence disconnected the peer.
   EXPECT_TRUE(outcome.peer_disconnected);
   EXPECT_NE(outcome.status.message().find("disconnected"), std::string::npos) << outcome.status;
-  EXPECT_EQ(scheduler.rooms_in_flight(), 0u);
+  EXPECT_EQ(scheduler.transfers_in_flight(), 0u);
   f.sender->Close();  // cut the delayed completions short
 }
 
-TEST(SchedulerTest, CancelFailsTheRoomOnceAndUnknownIdsAreNotFound) {
+TEST(SchedulerTest, CancelFailsTheTransferOnceAndUnknownIdsAreNotFound) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));
   Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(100)});
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(4, {{0, 0, 1 * kMiB}}, outcomes.Callback())).ok());
-  ASSERT_TRUE(scheduler.Cancel(4, "the engine aborted room 4").ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(4, {{0, 0, 1 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(4, "the engine aborted transfer 4").ok());
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_EQ(outcomes.Get(4).status.code(), absl::StatusCode::kCancelled);
-  EXPECT_NE(outcomes.Get(4).status.message().find("the engine aborted room 4"), std::string::npos);
+  EXPECT_NE(outcomes.Get(4).status.message().find("the engine aborted transfer 4"),
+            std::string::npos);
   EXPECT_EQ(scheduler.Cancel(4).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(scheduler.Cancel(99).code(), absl::StatusCode::kNotFound);
   f.sender->Close();
 }
 
 // Lanes post outside the peer's lock, from their completion threads; still, once a cancelled
-// room's outcome is out, no write of it is being posted or will be (its pages may go to another
-// room).
-TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterItsOutcome) {
+// transfer's outcome is out, no write of it is being posted or will be (its pages may go to another
+// transfer).
+TEST(SchedulerTest, NoWriteOfACancelledTransferStartsAfterItsOutcome) {
   constexpr uint64_t kHalf = 4 * kMiB;
   for (int round = 0; round < 20; ++round) {
     Fixture f(2 * kHalf);
@@ -787,16 +789,17 @@ TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterItsOutcome) {
                                         .max_writes_per_batch = 2});
     Outcomes outcomes;
     const uint64_t base = reinterpret_cast<uintptr_t>(f.destination.data());
-    RoomDone record = outcomes.Callback();
+    TransferDone record = outcomes.Callback();
     WatchingTransport* watch = f.watch.get();
-    RoomDone forbid_then_record = [&, watch, base](const RoomOutcome& outcome) {
+    TransferDone forbid_then_record = [&, watch, base](const TransferOutcome& outcome) {
       watch->ForbidDestinations(base, base + kHalf);
       record(outcome);
     };
-    ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, kHalf}}, forbid_then_record)).ok());
-    ASSERT_TRUE(scheduler.Submit(f.Room(2, {{kHalf, kHalf, kHalf}}, outcomes.Callback())).ok());
+    ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, kHalf}}, forbid_then_record)).ok());
+    ASSERT_TRUE(
+        scheduler.Submit(f.MakeTransfer(2, {{kHalf, kHalf, kHalf}}, outcomes.Callback())).ok());
     absl::SleepFor(absl::Microseconds(100 * round));
-    const absl::Status cancelled = scheduler.Cancel(1, "the engine aborted room 1");
+    const absl::Status cancelled = scheduler.Cancel(1, "the engine aborted transfer 1");
     ASSERT_TRUE(outcomes.Wait(2));
     EXPECT_EQ(f.watch->late(), 0u) << "round " << round;
     if (cancelled.ok()) {
@@ -807,21 +810,21 @@ TEST(SchedulerTest, NoWriteOfACancelledRoomStartsAfterItsOutcome) {
   }
 }
 
-// Failed means fenced: a cancelled room's outcome waits until every write made for it has
+// Failed means fenced: a cancelled transfer's outcome waits until every write made for it has
 // completed and a flush of its lanes came back after them.
-TEST(SchedulerTest, ACancelledRoomsOutcomeWaitsForItsWritesAndAFenceFlush) {
+TEST(SchedulerTest, ACancelledTransfersOutcomeWaitsForItsWritesAndAFenceFlush) {
   Fixture f(4 * kMiB);
   Scheduler scheduler(f.watch.get(), {.slice_bytes = 64 << 10,
                                       .max_inflight_bytes_per_endpoint = 128 << 10,
                                       .fence_timeout = absl::Hours(1)});
   Outcomes outcomes;
   f.watch->HoldCompletions();  // the peer stalls: nothing the scheduler posted completes
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4 * kMiB}}, outcomes.Callback())).ok());
   while (f.watch->held() == 0) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted transfer 1").ok());
   const uint64_t flushes_before = f.watch->flushes();
-  EXPECT_EQ(outcomes.size(), 0u) << "Failed before the room's writes completed";
-  EXPECT_EQ(scheduler.rooms_in_flight(), 1u);
+  EXPECT_EQ(outcomes.size(), 0u) << "Failed before the transfer's writes completed";
+  EXPECT_EQ(scheduler.transfers_in_flight(), 1u);
   f.watch->ReleaseCompletions();
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kCancelled);
@@ -829,7 +832,7 @@ TEST(SchedulerTest, ACancelledRoomsOutcomeWaitsForItsWritesAndAFenceFlush) {
   EXPECT_TRUE(outcomes.Get(1).fence_proven);
   EXPECT_GT(f.watch->flushes(), flushes_before) << "no fence flush after the cancel";
   // The scheduler keeps serving the same peer.
-  ASSERT_TRUE(scheduler.Submit(f.Room(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(2, {{0, 0, 4096}}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(2));
   EXPECT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
 }
@@ -840,21 +843,21 @@ TEST(SchedulerTest, AFenceByDisconnectIsUnprovenWhereTheBackendsDisconnectDoesNo
   f.watch->DisconnectDoesNotFence();
   Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(50)});
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
-  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted transfer 1").ok());
   ASSERT_TRUE(outcomes.Wait(1));
   EXPECT_TRUE(outcomes.Get(1).peer_disconnected);
   EXPECT_FALSE(outcomes.Get(1).fence_proven);
 }
 
-TEST(SchedulerTest, AFenceThatDoesNotDrainDisconnectsThePeerAndFailsItsOtherRooms) {
+TEST(SchedulerTest, AFenceThatDoesNotDrainDisconnectsThePeerAndFailsItsOtherTransfers) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Hours(1));  // writes land, completions never come
   Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(50)});
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
-  ASSERT_TRUE(scheduler.Submit(f.Room(2, {{4096, 4096, 4096}}, outcomes.Callback())).ok());
-  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted room 1").ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(2, {{4096, 4096, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Cancel(1, "the engine aborted transfer 1").ok());
   ASSERT_TRUE(outcomes.Wait(2));
   EXPECT_EQ(outcomes.Get(1).status.code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(outcomes.Get(1).peer_disconnected);
@@ -862,19 +865,19 @@ TEST(SchedulerTest, AFenceThatDoesNotDrainDisconnectsThePeerAndFailsItsOtherRoom
       << outcomes.Get(1).status;
   EXPECT_FALSE(outcomes.Get(2).status.ok());
   EXPECT_TRUE(outcomes.Get(2).peer_disconnected);
-  // The peer id is gone; a room submitted to it fails and says why.
-  ASSERT_TRUE(scheduler.Submit(f.Room(3, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  // The peer id is gone; a transfer submitted to it fails and says why.
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(3, {{0, 0, 4096}}, outcomes.Callback())).ok());
   ASSERT_TRUE(outcomes.Wait(3));
   EXPECT_EQ(outcomes.Get(3).status.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(outcomes.Get(3).status.message().find("disconnected"), std::string::npos);
 }
 
-TEST(SchedulerTest, FailPeerFailsOnlyThatPeersRooms) {
+TEST(SchedulerTest, FailPeerFailsOnlyThatPeersTransfers) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));
   Scheduler scheduler(f.watch.get(), {.fence_timeout = absl::Milliseconds(100)});
   Outcomes outcomes;
-  ASSERT_TRUE(scheduler.Submit(f.Room(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, {{0, 0, 4096}}, outcomes.Callback())).ok());
   scheduler.FailPeer(f.peer + 1, absl::UnavailableError("other peer"));
   scheduler.FailPeer(f.peer, absl::UnavailableError("decode sidecar stopped answering"));
   ASSERT_TRUE(outcomes.Wait(1));
@@ -882,7 +885,7 @@ TEST(SchedulerTest, FailPeerFailsOnlyThatPeersRooms) {
   f.sender->Close();
 }
 
-TEST(SchedulerTest, DestroyingTheSchedulerCancelsRoomsInFlight) {
+TEST(SchedulerTest, DestroyingTheSchedulerCancelsTransfersInFlight) {
   Fixture f(1 * kMiB);
   f.sender->DelayCompletions(absl::Seconds(30));
   Outcomes outcomes;
@@ -890,7 +893,8 @@ TEST(SchedulerTest, DestroyingTheSchedulerCancelsRoomsInFlight) {
     Scheduler scheduler(f.watch.get());
     for (uint64_t r = 0; r < 3; ++r) {
       ASSERT_TRUE(
-          scheduler.Submit(f.Room(r, {{r * 4096, r * 4096, 4096}}, outcomes.Callback())).ok());
+          scheduler.Submit(f.MakeTransfer(r, {{r * 4096, r * 4096, 4096}}, outcomes.Callback()))
+              .ok());
     }
   }
   ASSERT_EQ(outcomes.size(), 3u);
@@ -900,8 +904,8 @@ TEST(SchedulerTest, DestroyingTheSchedulerCancelsRoomsInFlight) {
   f.sender->Close();  // late completions find no scheduler, and are dropped
 }
 
-TEST(SchedulerTest, ManyConcurrentRoomsFromSeveralThreadsAllLandExactly) {
-  constexpr uint64_t kRooms = 64;
+TEST(SchedulerTest, ManyConcurrentTransfersFromSeveralThreadsAllLandExactly) {
+  constexpr uint64_t kTransfers = 64;
   Fixture f(16 * kMiB);
   SchedulerOptions options;
   options.slice_bytes = 32 * kKiB;
@@ -909,20 +913,20 @@ TEST(SchedulerTest, ManyConcurrentRoomsFromSeveralThreadsAllLandExactly) {
   Scheduler scheduler(f.watch.get(), options);
   Outcomes outcomes;
   std::vector<std::thread> threads;
-  const uint64_t per_room = f.source.size() / kRooms;
+  const uint64_t per_transfer = f.source.size() / kTransfers;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      for (uint64_t r = t; r < kRooms; r += 4) {
-        CopyList copies = {{r * per_room, r * per_room, per_room}};
-        EXPECT_TRUE(scheduler.Submit(f.Room(r, copies, outcomes.Callback())).ok());
+      for (uint64_t r = t; r < kTransfers; r += 4) {
+        CopyList copies = {{r * per_transfer, r * per_transfer, per_transfer}};
+        EXPECT_TRUE(scheduler.Submit(f.MakeTransfer(r, copies, outcomes.Callback())).ok());
       }
     });
   }
   for (auto& thread : threads) thread.join();
-  ASSERT_TRUE(outcomes.Wait(kRooms));
-  for (uint64_t r = 0; r < kRooms; ++r) ASSERT_TRUE(outcomes.Get(r).status.ok()) << r;
+  ASSERT_TRUE(outcomes.Wait(kTransfers));
+  for (uint64_t r = 0; r < kTransfers; ++r) ASSERT_TRUE(outcomes.Get(r).status.ok()) << r;
   EXPECT_EQ(std::memcmp(f.source.data(), f.destination.data(), f.source.size()), 0);
-  EXPECT_EQ(scheduler.stats().rooms_ok, kRooms);
+  EXPECT_EQ(scheduler.stats().transfers_ok, kTransfers);
 }
 
 }  // namespace

@@ -179,7 +179,7 @@ int RunPrefill(const Flags& flags) {
     auto descriptor = descriptors.Get(session);
     if (!descriptor.ok()) return Fail(descriptor.status());
     for (int r = 0; r < flags.rooms; ++r) {
-      transfer::RoomTransfer room;
+      transfer::Transfer room;
       room.transfer_id = static_cast<uint64_t>(d) * 100000 + r;
       room.peer = link->peer;
       room.source = *region;
@@ -192,7 +192,7 @@ int RunPrefill(const Flags& flags) {
         last.dst_offset = (*descriptor)->regions(0).length() - last.length + 1;
       }
       room.deadline = absl::Now() + absl::Milliseconds(flags.deadline_ms);
-      room.done = [&](const transfer::RoomOutcome& outcome) {
+      room.done = [&](const transfer::TransferOutcome& outcome) {
         std::lock_guard<std::mutex> lock(mu);
         if (outcome.status.ok()) {
           bytes += outcome.stats.bytes;

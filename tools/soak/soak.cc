@@ -74,7 +74,7 @@ std::map<std::string, uint64_t> Tables(const v1::SidecarStats& s) {
           {"transfers", s.transfers()},
           {"outbox_peers", s.outbox_peers()},
           {"data_plane_peers", s.data_plane_peers()},
-          {"scheduler_rooms", s.scheduler_rooms()},
+          {"scheduler_transfers", s.scheduler_transfers()},
           {"scheduler_peers", s.scheduler_peers()},
           {"strands", s.strands()},
           {"engines", s.engines()},
@@ -508,7 +508,7 @@ bool Epoch::Settle(std::vector<Sample>& samples) {
       // At rest: no room, transfer or fence left; against a baseline, no table above it and no
       // fd more.
       settled &= t.at("rooms") == 0 && t.at("transfers") == 0 && t.at("fences") == 0 &&
-                 t.at("scheduler_rooms") == 0;
+                 t.at("scheduler_transfers") == 0;
       if (!baseline) {
         for (const auto& [table, size] : t) settled &= size <= samples[i].tables.at(table);
         settled &= restarted_[i] || now[i].fds <= samples[i].fds;
