@@ -645,8 +645,13 @@ void DecodeRooms::ForgetPeerSets(absl::string_view bootstrap_address) {
 }
 
 void DecodeRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, DecodeOutput& out) {
-  const TransferPoll next = UpdateTransferPoll(room.state, state);
-  if (next == room.state) return;
+  // Every change goes through the role's transition table (room_transitions.h).
+  bool unlisted = false;
+  const std::optional<TransferPoll> moved =
+      NextRoomState(LedgerRole::kDecode, room.state, state, &unlisted);
+  if (unlisted) ++unlisted_moves_;
+  if (!moved) return;
+  const TransferPoll next = *moved;
   room.state = next;
   if (next != TransferPoll::kFailed && next != TransferPoll::kSuccess) {
     ReportCurrent(room_id, room, out);

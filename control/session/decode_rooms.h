@@ -32,6 +32,7 @@
 #include "control/plan/route.h"
 #include "control/session/ended_rooms.h"
 #include "control/session/room_output.h"
+#include "control/session/room_transitions.h"
 #include "control/session/timeouts.h"
 #include "control/session/transfer_poll.h"
 #include "control/wire/status.h"
@@ -253,6 +254,9 @@ class DecodeRooms {
   // (BeginRoom); null otherwise.
   const EndedRoom* Ended(uint64_t room) const { return ended_.Find(room); }
   size_t EndedCount() const { return ended_.size(); }
+  // State changes CACHEPD's update rule asked for that this role's transition table does not
+  // list (room_transitions.h): not made. Zero unless kvrail has a bug; the room world checks.
+  uint64_t unlisted_moves() const { return unlisted_moves_; }
   // Rooms whose pages wait for fence answers.
   size_t fence_count() const { return fences_.size(); }
   // The bootstrap addresses to probe: those of tracked rooms and registered peer sets, sorted.
@@ -332,6 +336,7 @@ class DecodeRooms {
   absl::flat_hash_map<uint64_t, Room> rooms_;
   absl::flat_hash_map<uint64_t, Fence> fences_;
   EndedRooms ended_;
+  uint64_t unlisted_moves_ = 0;
   // The peer sets registered with, and the PULL endpoints of their ranks then (in target order):
   // a rank restarted on another endpoint, or gone from its own (OnPrefillGone), is a process
   // that never saw this decode's registration, and the next room registers again.

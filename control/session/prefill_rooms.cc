@@ -667,8 +667,13 @@ void PrefillRooms::SendStatus(uint64_t room, const std::string& endpoint, wire::
 
 void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, absl::Time now,
                             PrefillOutput& out) {
-  const TransferPoll next = UpdateTransferPoll(room.state, state);
-  if (room.state == next) return;
+  // Every change goes through the role's transition table (room_transitions.h).
+  bool unlisted = false;
+  const std::optional<TransferPoll> moved =
+      NextRoomState(LedgerRole::kPrefill, room.state, state, &unlisted);
+  if (unlisted) ++unlisted_moves_;
+  if (!moved) return;
+  const TransferPoll next = *moved;
   room.state = next;
   RoomEvent event;
   event.room = room_id;

@@ -58,6 +58,7 @@
 #include "control/plan/stage_filter.h"
 #include "control/session/ended_rooms.h"
 #include "control/session/room_output.h"
+#include "control/session/room_transitions.h"
 #include "control/session/timeouts.h"
 #include "control/session/transfer_poll.h"
 #include "control/wire/registration.h"
@@ -439,6 +440,9 @@ class PrefillRooms {
   // Failed; a bounded memory, not rooms in play. Their ends, and how many of them failed.
   const EndedRoom* Ended(uint64_t room) const { return ended_.Find(room); }
   size_t EndedCount() const { return ended_.size(); }
+  // State changes CACHEPD's update rule asked for that this role's transition table does not
+  // list (room_transitions.h): not made. Zero unless kvrail has a bug; the room world checks.
+  uint64_t unlisted_moves() const { return unlisted_moves_; }
   size_t RememberedFailedCount() const { return ended_.failed(); }
   size_t registration_count() const { return registrations_.size(); }
 
@@ -608,6 +612,7 @@ class PrefillRooms {
   };
   absl::flat_hash_map<uint64_t, TransferOwner> transfer_owners_;
   EndedRooms ended_;
+  uint64_t unlisted_moves_ = 0;
   size_t rooms_transferring_ = 0;  // rooms whose `transfers` is set
   uint64_t next_generation_ = 1;
   uint64_t next_transfer_id_ = 1;

@@ -238,6 +238,8 @@ class World {
 
   // --- invariants ---
   void CheckPages();
+  // Every state change either ledger made is one its role's table lists (room_transitions.h).
+  void CheckMoves();
   void CheckQuiet();
   bool Quiet() const;
   bool RequestOpen(const Request& r) const;
@@ -421,6 +423,7 @@ WorldResult World::Run(int steps) {
     }
     if (!done) ClockStep(absl::Milliseconds(100));
     if (result_.ok) CheckPages();
+    if (result_.ok) CheckMoves();
   }
   // Drain: no new rooms and no faults; the engines finish what they began.
   if (result_.ok) Trace("drain");
@@ -431,6 +434,7 @@ WorldResult World::Run(int steps) {
       ClockStep(absl::Seconds(1));
     }
     if (result_.ok) CheckPages();
+    if (result_.ok) CheckMoves();
   }
   if (result_.ok) CheckQuiet();
   return result_;
@@ -1332,6 +1336,22 @@ void World::PrefillHears(int p, const Note& note) {
 }
 
 // --- invariants -------------------------------------------------------------------------------
+
+void World::CheckMoves() {
+  for (size_t p = 0; p < prefill_.size(); ++p) {
+    if (prefill_[p].has_value() && prefill_[p]->unlisted_moves() > 0) {
+      Violate(
+          absl::StrCat("prefill rank ", p, " was asked a state change its table does not list"));
+      return;
+    }
+  }
+  for (size_t d = 0; d < decode_.size(); ++d) {
+    if (decode_[d].unlisted_moves() > 0) {
+      Violate(absl::StrCat("decode rank ", d, " was asked a state change its table does not list"));
+      return;
+    }
+  }
+}
 
 void World::CheckPages() {
   for (int d = 0; d < decode_tp_; ++d) {
