@@ -319,20 +319,23 @@ void DecodeRooms::OnFencedAnswer(absl::Span<const std::string> frames, absl::Tim
   }
   pending.erase(at);
   if (!pending.empty()) return;
-  if (fence.unproven.empty()) {
-    out.releases.push_back(PagesRelease{answer->room, true,
-                                        "every prefill rank that may write the room fenced it",
-                                        now - fence.started});
-  } else {
-    out.releases.push_back(PagesRelease{
-        answer->room, false,
-        absl::StrCat(absl::StrJoin(fence.unproven, ", "),
-                     " fenced the room by disconnecting a data plane that did not drain: writes "
-                     "it had already handed over may still land, so the pages are not provably "
-                     "safe"),
-        now - fence.started});
-  }
-  fences_.erase(found);
+  const bool released =
+      fence.unproven.empty()
+          ? Release(fence,
+                    PagesRelease{answer->room, true,
+                                 "every prefill rank that may write the room fenced it",
+                                 now - fence.started},
+                    out)
+          : Release(fence,
+                    PagesRelease{
+                        answer->room, false,
+                        absl::StrCat(absl::StrJoin(fence.unproven, ", "),
+                                     " fenced the room by disconnecting a data plane that did not "
+                                     "drain: writes it had already handed over may still land, so "
+                                     "the pages are not provably safe"),
+                        now - fence.started},
+                    out);
+  if (released) fences_.erase(found);
 }
 
 void DecodeRooms::OnRoomOutcome(absl::Span<const std::string> frames, DecodeOutput& out) {
@@ -442,23 +445,28 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
   }
   std::vector<uint64_t> unanswered;
   for (const auto& [id, fence] : fences_) {
-    if (now - fence.started >= options_.fence_wait) unanswered.push_back(id);
+    // A release decided already waits only for a copy into the pages: not for a fence answer.
+    if (!fence.release && now - fence.started >= options_.fence_wait) unanswered.push_back(id);
   }
   std::sort(unanswered.begin(), unanswered.end());
   for (uint64_t id : unanswered) {
-    const Fence& fence = fences_[id];
+    Fence& fence = fences_[id];
     std::vector<std::string> names;
     for (const PrefillTarget& t : fence.pending) {
       names.push_back(absl::StrCat("prefill rank ", t.rank, " at ", t.endpoint));
     }
-    out.releases.push_back(PagesRelease{
-        id, false,
-        absl::StrCat(absl::StrJoin(names, ", "), " did not answer the fence request within ",
-                     absl::FormatDuration(options_.fence_wait),
-                     " (not a kvrail peer, or gone or unreachable): the pages are not provably "
-                     "safe from its late writes"),
-        now - fence.started});
-    fences_.erase(id);
+    if (Release(fence,
+                PagesRelease{
+                    id, false,
+                    absl::StrCat(absl::StrJoin(names, ", "),
+                                 " did not answer the fence request within ",
+                                 absl::FormatDuration(options_.fence_wait),
+                                 " (not a kvrail peer, or gone or unreachable): the pages are not "
+                                 "provably safe from its late writes"),
+                    now - fence.started},
+                out)) {
+      fences_.erase(id);
+    }
   }
   std::sort(expired.begin(), expired.end());
   for (uint64_t id : expired) {
@@ -548,16 +556,20 @@ DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time n
         std::remove_if(fence.pending.begin(), fence.pending.end(),
                        [&](const PrefillTarget& t) { return t.endpoint == endpoint; }),
         fence.pending.end());
-    if (fence.pending.empty()) released.push_back(id);
+    if (fence.pending.empty() && !fence.release) released.push_back(id);
   }
   std::sort(released.begin(), released.end());
   for (uint64_t id : released) {
-    out.releases.push_back(PagesRelease{
-        id, true,
-        absl::StrCat("every prefill rank that may write the room fenced it, or is gone (", endpoint,
-                     " refuses connections)"),
-        now - fences_[id].started});
-    fences_.erase(id);
+    Fence& fence = fences_[id];
+    if (Release(fence,
+                PagesRelease{id, true,
+                             absl::StrCat("every prefill rank that may write the room fenced it, "
+                                          "or is gone (",
+                                          endpoint, " refuses connections)"),
+                             now - fence.started},
+                out)) {
+      fences_.erase(id);
+    }
   }
   // The fence requests just queued for the gone rank will not be answered: drop them.
   out.messages.erase(std::remove_if(out.messages.begin(), out.messages.end(),
@@ -687,8 +699,52 @@ void DecodeRooms::FailRoom(uint64_t room_id, Room& room, FailureCause cause, std
         wire::BuildFenceRequest({room_id, identity_.session_id});
     if (frames.ok()) out.messages.push_back(OutboundMessage{target.endpoint, *std::move(frames)});
   }
-  if (!fence.pending.empty()) fences_[room_id] = std::move(fence);
+  // A copy back into the pages still runs (a staged arena): they are held until it returned,
+  // even when no prefill rank may write them any more.
+  fence.staging = room.staging;
+  if (fence.pending.empty() && fence.staging > 0) {
+    fence.release = PagesRelease{room_id, true,
+                                 "no prefill rank may write the room's pages, and the copies of "
+                                 "what landed back into them returned",
+                                 absl::ZeroDuration()};
+  }
+  if (!fence.pending.empty() || fence.staging > 0) fences_[room_id] = std::move(fence);
   SetState(room_id, room, TransferPoll::kFailed, out);
+}
+
+bool DecodeRooms::Release(Fence& fence, PagesRelease release, DecodeOutput& out) {
+  if (fence.staging > 0) {
+    fence.release = std::move(release);
+    return false;
+  }
+  out.releases.push_back(std::move(release));
+  return true;
+}
+
+void DecodeRooms::BeginStaging(uint64_t room_id) {
+  auto room = rooms_.find(room_id);
+  if (room == rooms_.end() || room->second.state == TransferPoll::kFailed ||
+      room->second.state == TransferPoll::kSuccess) {
+    return;
+  }
+  ++room->second.staging;
+}
+
+DecodeOutput DecodeRooms::EndStaging(uint64_t room_id, absl::Time now) {
+  DecodeOutput out;
+  // A failed room's count moved to its fence (FailRoom); a live room keeps its own.
+  auto fence = fences_.find(room_id);
+  if (fence != fences_.end() && fence->second.staging > 0) {
+    if (--fence->second.staging > 0 || !fence->second.release) return out;
+    PagesRelease release = *std::move(fence->second.release);
+    release.waited = now - fence->second.started;
+    out.releases.push_back(std::move(release));
+    fences_.erase(fence);
+    return out;
+  }
+  auto room = rooms_.find(room_id);
+  if (room != rooms_.end() && room->second.staging > 0) --room->second.staging;
+  return out;
 }
 
 void DecodeRooms::ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) const {

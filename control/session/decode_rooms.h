@@ -181,6 +181,16 @@ class DecodeRooms {
   DecodeOutput Fail(uint64_t room, absl::string_view reason, absl::Time now,
                     FailureCause cause = FailureCause::kOther);
 
+  // A staged arena (the sidecar's arena_staging.cc): a copy of what a prefill rank landed in the
+  // host mirror back into `room`'s pages begins, before that rank's Success is handled. Failed
+  // means fenced: while a copy into a room's pages runs, its Failed says the pages are held, and
+  // their release waits for the room's last copy to return (EndStaging), whatever the fence
+  // answers said. Not a live room: ignored.
+  void BeginStaging(uint64_t room);
+  // A copy into `room`'s pages returned: the release of its pages, when it waited for this, the
+  // room's last copy running.
+  DecodeOutput EndStaging(uint64_t room, absl::Time now);
+
   // The engine restarted and attached again: every room that has not ended fails with `reason`
   // (its pages held until fenced, as Fail).
   DecodeOutput FailAll(absl::string_view reason, absl::Time now);
@@ -282,6 +292,7 @@ class DecodeRooms {
     std::vector<int> dummies;              // Z_d, ascending
     std::vector<PrefillTarget> targets;    // T_d with endpoints, ascending rank
     std::vector<int> responders;           // ascending, distinct
+    int staging = 0;                       // copies back into its pages running (BeginStaging)
     std::optional<int64_t> pending_token;  // from the first Success carrying one
     std::optional<std::vector<int32_t>> pending_spec_ids;
     std::optional<double> pending_logprob;  // from the first Success carrying one (§12.9)
@@ -306,11 +317,15 @@ class DecodeRooms {
     std::shared_ptr<const layout::Manifest> manifest;
     std::map<int, uint64_t> digests;  // by prefill rank of T_d
   };
-  // A failed room's pages, held until every rank that may write them answered its fence.
+  // A failed room's pages, held until every rank that may write them answered its fence and
+  // no copy back into them runs any more.
   struct Fence {
     std::vector<PrefillTarget> pending;  // ascending rank
     absl::Time started;
     std::vector<std::string> unproven;  // ranks that answered "unproven", for the reason
+    int staging = 0;                    // copies into the pages still running (BeginStaging)
+    // The release the fence's answers (or its wait) decided, held until `staging` is 0.
+    std::optional<PagesRelease> release;
   };
   // (bootstrap address, DP group, comma list of T_d): the reference's registration cache key.
   using PeerSetKey = std::tuple<std::string, int, std::string>;
@@ -327,6 +342,9 @@ class DecodeRooms {
   void OnSuccess(uint64_t room_id, Room& room, wire::StatusMessage message, absl::Time now,
                  DecodeOutput& out);
   void ReportCurrent(uint64_t room_id, const Room& room, DecodeOutput& out) const;
+  // The fence of `room_id` decided its pages' release: out now (true: the caller erases the
+  // fence), or held in the fence while a copy into the pages runs (EndStaging sends it).
+  bool Release(Fence& fence, PagesRelease release, DecodeOutput& out);
 
   DecodeIdentity identity_;
   DecodeOptions options_;

@@ -644,6 +644,67 @@ TEST(DecodeRoomsTest, AWaitingTimeoutFencesToo) {
   EXPECT_THAT(FenceTargets(expired, 5), ElementsAre(PrefillEndpoint(0)));
 }
 
+// --- a staged arena: copies back into a room's pages hold their release ----------------------
+
+// Two prefill ranks' Successes copied back in turn; the room fails while both copies run, and its
+// fence is answered at once: the release waits for the room's last copy.
+TEST(DecodeRoomsTest, APageReleaseWaitsForTheRoomsLastCopyBackIntoItsPages) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 7, {0, 1});
+  Waiting(rooms, 8, {0});
+  rooms.BeginStaging(7);
+  rooms.BeginStaging(7);
+  rooms.BeginStaging(8);
+  DecodeOutput failed = rooms.Fail(7, "the engine aborted", kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].pages, Pages::kHeld);
+  rooms.Free(7);
+  EXPECT_TRUE(Fenced(rooms, 7, 0).releases.empty());
+  EXPECT_TRUE(Fenced(rooms, 7, 1).releases.empty()) << "two copies into room 7 still run";
+  EXPECT_TRUE(rooms.EndStaging(7, kT0).releases.empty()) << "one copy into room 7 still runs";
+  EXPECT_EQ(rooms.fence_count(), 1u);
+  DecodeOutput last = rooms.EndStaging(7, kT0 + absl::Milliseconds(30));
+  ASSERT_EQ(last.releases.size(), 1u);
+  EXPECT_EQ(last.releases[0].room, 7u);
+  EXPECT_TRUE(last.releases[0].proven);
+  EXPECT_EQ(last.releases[0].waited, absl::Milliseconds(30));
+  EXPECT_EQ(rooms.fence_count(), 0u);
+  EXPECT_TRUE(rooms.EndStaging(7, kT0).releases.empty()) << "room 7 has no copy running any more";
+  EXPECT_TRUE(rooms.EndStaging(8, kT0).releases.empty()) << "room 8's copy is its own, and live";
+  EXPECT_EQ(rooms.State(8), TransferPoll::kWaitingForInput);
+}
+
+// A fence whose wait ran out while a copy runs decides its (unproven) release once, and holds
+// it; so does a fence every rank answered while a copy still fills the pages.
+TEST(DecodeRoomsTest, AHeldReleaseIsDecidedOnceAndSentWhenTheCopyReturns) {
+  DecodeOptions options;
+  options.fence_wait = absl::Seconds(2);
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 9, {0});
+  rooms.BeginStaging(9);
+  ASSERT_EQ(rooms.Fail(9, "aborted", kT0).events.at(0).pages, Pages::kHeld);
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(2)).releases.empty());
+  EXPECT_TRUE(rooms.Tick(kT0 + absl::Seconds(4)).releases.empty()) << "decided once";
+  DecodeOutput released = rooms.EndStaging(9, kT0 + absl::Seconds(5));
+  ASSERT_EQ(released.releases.size(), 1u);
+  EXPECT_FALSE(released.releases[0].proven);
+  EXPECT_THAT(released.releases[0].reason, HasSubstr("not provably safe"));
+
+  // Rank 0 sent Success (so no fence asks it), but its copy back still runs when rank 1 fails.
+  Waiting(rooms, 10, {0, 1});
+  rooms.BeginStaging(10);
+  ASSERT_TRUE(rooms.OnMessage(StatusFrames(10, 5, 0), kT0).rejected.ok());
+  DecodeOutput failed = rooms.OnMessage(StatusFrames(10, 0, 1), kT0);
+  ASSERT_THAT(States(failed), ElementsAre(TransferPoll::kFailed));
+  EXPECT_EQ(failed.events[0].pages, Pages::kHeld);
+  EXPECT_THAT(FenceTargets(failed, 10), ElementsAre(PrefillEndpoint(1)));
+  EXPECT_TRUE(Fenced(rooms, 10, 1).releases.empty()) << "rank 0's copy still runs";
+  DecodeOutput copied = rooms.EndStaging(10, kT0);
+  ASSERT_EQ(copied.releases.size(), 1u);
+  EXPECT_TRUE(copied.releases[0].proven);
+  EXPECT_EQ(rooms.fence_count(), 0u);
+}
+
 TEST(DecodeRoomsTest, ARoomWhosePagesAreHeldCannotBeBegunAgain) {
   DecodeRooms rooms = MakeRooms();
   Waiting(rooms, 6, {0});

@@ -8,7 +8,7 @@
 //   Decode: a prefill rank's Success waits, in a strand, while the ranges that rank landed in
 //   the mirror are copied to the arena, and counts only then: Success means landed, on the GPU.
 //   A failure of that copy fails the room. A room failing meanwhile keeps its pages held until
-//   the copy has returned (staging_holds.h): Failed means fenced.
+//   the copy has returned (DecodeRooms::BeginStaging): Failed means fenced.
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +40,7 @@ bool DecodeSidecar::TakeForStagingLocked(const std::vector<std::string>& message
   }
   const uint64_t room = success->room;
   const uint32_t rank = success->rank;
-  staging_holds.Begin(room);
+  rooms->BeginStaging(room);  // its pages are held until the copy returned
   strands.Post(absl::StrCat("stage ", room),
                [this, message, room, rank, manifest = std::move(manifest),
                 node = std::move(node)]() mutable {
@@ -74,7 +74,7 @@ void DecodeSidecar::StageLanded(std::vector<std::string> success, uint64_t room,
       }
     }
     // The copy has returned: the room's pages may be released now (if its fence answers came).
-    for (const session::PagesRelease& release : staging_holds.End(room)) PublishRelease(release);
+    if (rooms) ApplyLocked(rooms->EndStaging(room, absl::Now()));
   });
 }
 

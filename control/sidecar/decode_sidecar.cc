@@ -144,10 +144,8 @@ void DecodeSidecar::ApplyLocked(session::DecodeOutput out) {
     FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event);
   }
-  for (const session::PagesRelease& release : out.releases) {
-    // Failed means fenced: no release while a copy back into the room's pages is running.
-    if (!staging_holds.Hold(release)) PublishRelease(release);
-  }
+  // Failed means fenced: the ledger releases no pages while a copy back into them runs.
+  for (const session::PagesRelease& release : out.releases) PublishRelease(release);
   for (const std::string& dead : out.dead_prefills) {
     spdlog::warn("decode: prefill node {} declared dead (heartbeat)", dead);
     nodes.erase(dead);

@@ -22,7 +22,6 @@
 #include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar_core.h"
-#include "control/sidecar/staging_holds.h"
 #include "engine/transport/handshake/handshake.h"
 
 namespace kvrail::sidecar {
@@ -46,9 +45,6 @@ class DecodeSidecar final : public SidecarCore {
     std::map<int, std::shared_ptr<const plan::CopyPlan>> landing_plans;
   };
   std::map<std::string, std::shared_ptr<PrefillNode>> nodes;
-  // Staged arena: the rooms whose landed ranges are being copied back to the arena
-  // (StageLanded), and the page releases that wait for them (staging_holds.h).
-  StagingHolds staging_holds;
   // What the handshake endpoint serves, for the registry too.
   transport::HandshakeServer::Source descriptor_source;
   // --registry: this rank's descriptor, published (registry_hooks.cc). Last, so that it goes
