@@ -26,7 +26,7 @@ void DecodeSidecar::DeliverSuccessLocked(const std::vector<std::string>& message
     metrics.RoomFirstByte(success->room, absl::Now());  // the decode's first byte it can know
   }
   if (staging != nullptr && TakeForStagingLocked(message)) return;
-  HandleMessageLocked(message, absl::Now(), host);
+  HandleMessageLocked(message, RoomNow(), host);
 }
 
 bool DecodeSidecar::TakeForStagingLocked(const std::vector<std::string>& message) {
@@ -62,7 +62,7 @@ void DecodeSidecar::StageLanded(std::vector<std::string> success, uint64_t room,
   Owned([&] {
     if (rooms) {
       if (copied.ok()) {
-        HandleMessageLocked(success, absl::Now(), /*host=*/"");  // checked already
+        HandleMessageLocked(success, RoomNow(), /*host=*/"");  // checked already
       } else {
         ApplyLocked(rooms->Fail(
             room,
@@ -70,11 +70,11 @@ void DecodeSidecar::StageLanded(std::vector<std::string> success, uint64_t room,
                 "staging: copying what prefill rank %d landed back to the arena failed: "
                 "%s",
                 rank, DescribeError(copied)),
-            absl::Now(), session::FailureCause::kEngine));
+            RoomNow(), session::FailureCause::kEngine));
       }
     }
     // The copy has returned: the room's pages may be released now (if its fence answers came).
-    if (rooms) ApplyLocked(rooms->EndStaging(room, absl::Now()));
+    if (rooms) ApplyLocked(rooms->EndStaging(room, RoomNow()));
   });
 }
 

@@ -92,7 +92,7 @@ bool DecodeSidecar::Turn(absl::Duration held, bool beat) {
   std::vector<std::string> peers;  // prefill ranks' PULL endpoints to probe
   const bool attached_now = Owned([&] {
     if (!attached) return false;
-    const absl::Time now = absl::Now();
+    const absl::Time now = RoomNow();
     // A turn that came far later than asked: this process was stopped (SIGSTOP, a debugger, a
     // frozen container) or starved. Its prefill peers may have dropped its sessions meanwhile
     // (silent for --registration-ttl), so it registers again with the next room to each (an
@@ -125,7 +125,7 @@ bool DecodeSidecar::Turn(absl::Duration held, bool beat) {
   for (const std::string& address : probe) {  // HTTP, off the owner
     const bool ok = Healthy(address);
     Owned([&] {
-      if (rooms) ApplyLocked(rooms->OnHealth(address, ok, absl::Now()));
+      if (rooms) ApplyLocked(rooms->OnHealth(address, ok, RoomNow()));
     });
   }
   return true;
@@ -138,7 +138,7 @@ void DecodeSidecar::ProbePeers(const std::vector<std::string>& peers) {
   const std::vector<Reach> reach = ProbeEndpoints(peers, absl::Milliseconds(500));
   Owned([&] {
     if (!rooms) return;
-    const absl::Time now = absl::Now();
+    const absl::Time now = RoomNow();
     for (size_t i = 0; i < peers.size(); ++i) {
       const std::string& peer = peers[i];
       const std::vector<std::string> known_gone = rooms->GonePrefills();

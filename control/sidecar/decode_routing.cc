@@ -40,7 +40,7 @@ absl::Status DecodeSidecar::Expect(const v1::Expect& expect) {
     KVRAIL_RETURN_IF_ERROR(AddContext(layout::ValidateManifest(*manifest, contract),
                                       context + ": destination manifest"));
     absl::StatusOr<session::DecodeOutput> out =
-        rooms->BeginRoom(expect.room(), expect.bootstrap_address(), absl::Now());
+        rooms->BeginRoom(expect.room(), expect.bootstrap_address(), RoomNow());
     if (!out.ok()) return AddContext(out.status(), context);
     metrics.RoomSeen(expect.room(), absl::Now());  // its clock starts here, whatever comes next
     // --verify-digest hashes the room's destination ranges when its Successes come, and a
@@ -54,7 +54,7 @@ absl::Status DecodeSidecar::Expect(const v1::Expect& expect) {
     if (std::optional<absl::StatusOr<session::RoomRoute>> route =
             CachedRouteLocked(expect.room(), expect.bootstrap_address(), dp_group)) {
       if (!route->ok()) {
-        ApplyLocked(rooms->Fail(expect.room(), DescribeError(route->status()), absl::Now(),
+        ApplyLocked(rooms->Fail(expect.room(), DescribeError(route->status()), RoomNow(),
                                 session::FailureCause::kBootstrap));
         return true;
       }
@@ -75,7 +75,7 @@ absl::Status DecodeSidecar::Expect(const v1::Expect& expect) {
 // On the owner thread. CachePD has no decode-to-prefill abort (§1.5): DecodeRooms asks the prefill
 // ranks that may write the room to fence it, and the pages are held until they answer.
 void DecodeSidecar::AbortLocked(uint64_t room, const std::string& reason) {
-  ApplyLocked(rooms->Fail(room, reason, absl::Now(), session::FailureCause::kAborted));
+  ApplyLocked(rooms->Fail(room, reason, RoomNow(), session::FailureCause::kAborted));
 }
 
 absl::StatusOr<std::shared_ptr<DecodeSidecar::PrefillNode>> DecodeSidecar::NodeFor(
@@ -166,8 +166,8 @@ void DecodeSidecar::Route(uint64_t room, const std::string& address,
     if (!rooms) return;  // the arena went away meanwhile
     if (!routed.ok()) {
       ApplyLocked(rooms->Fail(
-          room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())),
-          absl::Now(), session::FailureCause::kBootstrap));
+          room, absl::StrCat("route to ", address, ": ", DescribeError(routed.status())), RoomNow(),
+          session::FailureCause::kBootstrap));
       return;
     }
     RouteLocked(room, *std::move(routed), manifest);
@@ -204,7 +204,7 @@ std::optional<absl::StatusOr<session::RoomRoute>> DecodeSidecar::CachedRouteLock
 void DecodeSidecar::RouteLocked(uint64_t room, session::RoomRoute route,
                                 const layout::Manifest& manifest) {
   AssertOnOwner("RouteLocked");
-  const absl::Time now = absl::Now();
+  const absl::Time now = RoomNow();
   absl::StatusOr<session::DecodeOutput> out = rooms->OnRoute(room, std::move(route), now);
   if (!out.ok()) {
     ApplyLocked(

@@ -83,7 +83,7 @@ absl::Status DecodeSidecar::AnnounceArena() {
 }
 
 void DecodeSidecar::VoidRoomsLocked(const std::string& reason) {
-  ApplyLocked(rooms->FailAll(reason, absl::Now()));
+  ApplyLocked(rooms->FailAll(reason, RoomNow()));
 }
 
 void DecodeSidecar::ForgetRooms() {
@@ -135,7 +135,7 @@ void DecodeSidecar::ApplyLocked(session::DecodeOutput out) {
   // A decode fails the room whose pre-allocation was lost: it must not wait for ever.
   for (const auto& [room, reason] : SendLocked(out.messages)) {
     session::DecodeOutput failed =
-        rooms->Fail(room, reason, absl::Now(), session::FailureCause::kPeerFailed);
+        rooms->Fail(room, reason, RoomNow(), session::FailureCause::kPeerFailed);
     out.events.insert(out.events.end(), failed.events.begin(), failed.events.end());
     out.releases.insert(out.releases.end(), failed.releases.begin(), failed.releases.end());
     (void)SendLocked(failed.messages);  // its fence requests

@@ -28,7 +28,7 @@ void PrefillSidecar::OnPeerMessageLocked(InboxMessage& in) {
   if (!admission.refused.ok()) {
     RefuseLocked(host, "peer message refused: " + DescribeError(admission.refused));
   }
-  if (admission.pass) HandleMessageLocked(*admission.pass, absl::Now(), host);
+  if (admission.pass) HandleMessageLocked(*admission.pass, RoomNow(), host);
   if (admission.check) {
     if (options.curve) {
       if (absl::StatusOr<zmq_auth::KeyIdentity> key = KeyOf(in.user_id); key.ok()) {
@@ -128,7 +128,7 @@ void PrefillSidecar::VerifyRegistration(RegistrationGate::Check check) {
       for (const absl::Status& refused : release.refused) {
         RefuseLocked(host, "peer message refused: " + DescribeError(refused));
       }
-      const absl::Time now = absl::Now();
+      const absl::Time now = RoomNow();
       for (const std::vector<std::string>& message : release.pass) {
         HandleMessageLocked(message, now, host);
       }
@@ -146,7 +146,7 @@ bool PrefillSidecar::Turn(absl::Duration held, bool beat) {
   std::vector<std::string> sessions;  // to probe
   const bool attached_now = Owned([&] {
     if (!attached) return false;
-    ApplyLocked(rooms->Tick(absl::Now()));
+    ApplyLocked(rooms->Tick(RoomNow()));
     if (beat) {
       for (const auto& peer : rooms->Registrations()) {
         sessions.push_back(peer->registration.session_id);
@@ -173,7 +173,7 @@ void PrefillSidecar::ProbePeers(const std::vector<std::string>& sessions) {
   const std::vector<std::string> gone = ConfirmSessions(sessions, reach);
   Owned([&] {
     if (!rooms) return;
-    const absl::Time now = absl::Now();
+    const absl::Time now = RoomNow();
     for (size_t i = 0; i < sessions.size(); ++i) {
       const std::string& peer = sessions[i];
       if (!gone[i].empty()) {

@@ -174,7 +174,7 @@ absl::StatusOr<plan::PipelineLayout> PrefillSidecar::StageLayout(
 }
 
 void PrefillSidecar::VoidRoomsLocked(const std::string& reason) {
-  ApplyLocked(rooms->AbortBegunRooms(reason, absl::Now()));
+  ApplyLocked(rooms->AbortBegunRooms(reason, RoomNow()));
 }
 
 void PrefillSidecar::ForgetRooms() {
@@ -226,7 +226,7 @@ void PrefillSidecar::DataPlaneStats(SidecarStats& out) const {
 
 // --- outputs ----------------------------------------------------------------------------------
 
-void PrefillSidecar::FreeLocked(uint64_t room) { rooms->Free(room, absl::Now()); }
+void PrefillSidecar::FreeLocked(uint64_t room) { rooms->Free(room, RoomNow()); }
 
 bool PrefillSidecar::PrepareSendLocked(const session::OutboundMessage& m) {
   // A room outcome is kvrail's own (wire/outcome.h): only a kvrail session, one whose key

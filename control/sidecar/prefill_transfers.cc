@@ -82,12 +82,12 @@ absl::Status PrefillSidecar::Ready(const v1::Ready& ready) {
     if (absl::Status checked = session::CheckRoomReady(ready.room(), room_ready); !checked.ok()) {
       return AddContext(checked, context);
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = RoomNow();
     KVRAIL_RETURN_IF_ERROR(BeginPrefillRoomLocked(ready.room(), now, context));
     absl::StatusOr<session::PrefillOutput> out =
         rooms->Ready(ready.room(), std::move(room_ready), now);
     if (!out.ok()) return AddContext(out.status(), context);
-    metrics.RoomReady(ready.room(), now);  // its first-byte clock starts
+    metrics.RoomReady(ready.room(), absl::Now());  // its first-byte clock starts
     ApplyLocked(*std::move(out));
     return absl::OkStatus();
   });
@@ -100,7 +100,7 @@ absl::Status PrefillSidecar::Begin(const v1::Begin& begin) {
     // The room's Bootstrapped goes to the engine once, as an event (Publish), whether the last
     // pre-allocation comes after this call or came before it (BeginRoom then reports it).
     absl::StatusOr<session::PrefillOutput> begun =
-        rooms->BeginRoom(begin.room(), absl::Now(), /*announce=*/true);
+        rooms->BeginRoom(begin.room(), RoomNow(), /*announce=*/true);
     if (!begun.ok()) return AddContext(begun.status(), context);
     metrics.RoomSeen(begin.room(), absl::Now());
     ApplyLocked(*std::move(begun));
@@ -118,7 +118,7 @@ absl::Status PrefillSidecar::LayersReady(const v1::LayersReady& layers) {
   }
   return Owned([&]() -> absl::Status {
     if (!attached) return absl::FailedPreconditionError(context + ": attach an arena first");
-    const absl::Time now = absl::Now();
+    const absl::Time now = RoomNow();
     KVRAIL_RETURN_IF_ERROR(BeginPrefillRoomLocked(layers.room(), now, context));
     absl::StatusOr<session::PrefillOutput> out =
         rooms->LayersReady(layers.room(), std::move(source), layers.layers(), now);
@@ -139,7 +139,7 @@ absl::Status PrefillSidecar::BeginPrefillRoomLocked(uint64_t room, absl::Time no
 // On the owner thread. Failed means fenced: a room with a transfer in flight fails only once no
 // write of it can land any more (its cancels, then the outcomes; PrefillRooms decides).
 void PrefillSidecar::AbortLocked(uint64_t room, const std::string& reason) {
-  ApplyLocked(rooms->Abort(room, reason, absl::Now()));
+  ApplyLocked(rooms->Abort(room, reason, RoomNow()));
 }
 
 void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
@@ -156,7 +156,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
   // the owner, which decides; the submits it defers run on `effects` (PostOwned).
   auto finish = [this, preparation] {
     PostOwned([this, preparation] {
-      const absl::Time now = absl::Now();
+      const absl::Time now = RoomNow();
       std::vector<std::string> sessions;
       for (const PreparedTransfer& p : preparation->destinations) {
         if (!p.error.ok()) {
@@ -180,7 +180,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
       for (size_t i = 0; i < ids.size(); ++i) {
         transfer::Transfer& request = preparation->destinations[i].request;
         request.transfer_id = ids[i];
-        request.deadline = now + options.transfer_deadline;
+        request.deadline = absl::Now() + options.transfer_deadline;  // the scheduler's clock
         request.done = [this](const transfer::TransferOutcome& outcome) {
           OnTransferOutcome(outcome);
         };
@@ -192,7 +192,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
           if (!submitted.ok()) {  // refused before anything was posted
             PostOwned([this, id, submitted, session = p.session] {
               if (!rooms) return;
-              ApplyLocked(rooms->TransferOutcome(id, submitted, session, absl::Now()));
+              ApplyLocked(rooms->TransferOutcome(id, submitted, session, RoomNow()));
             });
           }
         }
@@ -344,7 +344,7 @@ void PrefillSidecar::OnTransferOutcome(const transfer::TransferOutcome& outcome)
           "its writes stopped: {}",
           outcome.transfer_id, session, outcome.status.ToString());
     }
-    ApplyLocked(rooms->TransferOutcome(outcome.transfer_id, outcome.status, blame, absl::Now(),
+    ApplyLocked(rooms->TransferOutcome(outcome.transfer_id, outcome.status, blame, RoomNow(),
                                        outcome.fence_proven, outcome.stats.copies));
   });
 }

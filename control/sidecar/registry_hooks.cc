@@ -53,7 +53,7 @@ absl::Status PrefillSidecar::StartRegistry() {
   hooks.gone = [this](const std::string& session, const std::string& reason) {
     Owned([&] {
       if (!rooms || rooms->Registration(session) == nullptr) return;
-      DropSessionLocked(session, reason, Drop::kRegistry, absl::Now());
+      DropSessionLocked(session, reason, Drop::kRegistry, RoomNow());
     });
   };
   KVRAIL_ASSIGN_OR_RETURN(registry_descriptors,

@@ -64,7 +64,7 @@ bool DecodeSidecar::LandingInputsLocked(const LiveSuccess& success, const std::s
                         "known here",
                         what, success.rank, cannot,
                         kept_manifest == nullptr ? "manifest" : "prefill node"),
-        absl::Now(),
+        RoomNow(),
         absl::StartsWith(what, "--verify-digest") ? session::FailureCause::kDigest
                                                   : session::FailureCause::kEngine));
     return false;
@@ -89,7 +89,7 @@ bool DecodeSidecar::TakeForDigestLocked(const std::vector<std::string>& message)
         absl::StrFormat("--verify-digest: prefill rank %d sent Success without a room digest, and "
                         "its node is kvrail's (start its sidecars with --verify-digest too)",
                         rank),
-        absl::Now(), session::FailureCause::kDigest));
+        RoomNow(), session::FailureCause::kDigest));
     ++stats.room_digests_failed;
     return true;
   }
@@ -121,7 +121,7 @@ void DecodeSidecar::CheckLanded(std::vector<std::string> success, uint64_t room,
   }();
   Owned([&] {
     if (!rooms) return;  // the arena went away meanwhile
-    const absl::Time now = absl::Now();
+    const absl::Time now = RoomNow();
     if (landed.ok() && *landed == sent) {
       ++stats.room_digests;
       DeliverSuccessLocked(success, /*host=*/"");  // checked already; its sender not kept

@@ -154,6 +154,11 @@ struct SidecarOptions {
   // Each connection a ZAP handler refused (peer address, reason), from the handlers' threads;
   // the caller rate-limits its log. Empty: each is logged.
   std::function<void(const std::string& address, const std::string& reason)> on_auth_refusal;
+  // The clock of room state (every timeout of the room ledgers: --preallocation-wait,
+  // --waiting-timeout, --fence-wait, failed rooms' memory, session ttl), called on the sidecar's
+  // threads. Empty: absl::Now(). For tests, which move it to reach a timeout in milliseconds;
+  // the ticker still turns every 50 ms of real time. Not a flag.
+  std::function<absl::Time()> clock;
   // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
   size_t max_rooms = 65536;
   // Prefill: the most rooms one decode session may hold pre-allocations in at once

@@ -206,6 +206,10 @@ class SidecarCore {
     (void)what;
 #endif
   }
+  // The clock of room state: every time a ledger is told, and so every timeout it runs
+  // (SidecarOptions::clock; absl::Now() unless a test injects one). Metrics, the scheduler's
+  // deadlines and the ticker's pace keep the real clock.
+  absl::Time RoomNow() const { return options.clock ? options.clock() : absl::Now(); }
   // In a job: runs `call` once the job is done, off the owner thread.
   void Defer(std::function<void()> call) { deferred.push_back(std::move(call)); }
 

@@ -1,0 +1,166 @@
+// The room ledgers' timeouts through a prefill and a decode sidecar in this process (SidecarPair:
+// a bootstrap server, the loopback backend), on an injected room clock (SidecarOptions::clock)
+// that the test moves forward: a timeout of minutes is reached in the ticker's next turn (50 ms
+// of real time), and what each engine hears is checked end to end: the cause and reason of the
+// Failed event on each side, whether the decode's pages were held, and that their release was
+// proven by the prefill's fence answer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "control/engine_api/engine_api.h"
+#include "control/layout/contract.h"
+#include "control/layout/manifest.h"
+#include "control/layout/small_room.h"
+#include "control/sidecar/sidecar_pair.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+using layout::testing::RoomManifest;
+using layout::testing::SmallContract;
+
+class RoomTimeoutsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<testing::SidecarPair>> pair =
+        testing::SidecarPair::Start([this](SidecarOptions& options) {
+          options.clock = [this] { return absl::Now() + absl::Seconds(skipped_.load()); };
+        });
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = *std::move(pair);
+    prefill_ = Attach(pair_->prefill().engine_endpoint());
+    decode_ = Attach(pair_->decode().engine_endpoint());
+  }
+
+  std::unique_ptr<engine_api::EngineApiClient> Attach(const std::string& endpoint) {
+    auto client = engine_api::EngineApiClient::Connect(endpoint).value();
+    v1::EngineRequest attach;
+    attach.mutable_attach()->set_allocate_bytes(contract_.ArenaBytes());
+    attach.mutable_attach()->set_contract(layout::SerializeContract(contract_).value());
+    absl::StatusOr<v1::EngineReply> reply = client->Call(attach, absl::Seconds(30));
+    EXPECT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+    return client;
+  }
+
+  // Moves the room clock of both sidecars forward.
+  void Skip(absl::Duration by) { skipped_ += absl::ToInt64Seconds(by); }
+
+  void Expect(uint64_t room) {
+    v1::EngineRequest expect;
+    expect.mutable_expect()->set_room(room);
+    expect.mutable_expect()->set_bootstrap_address(pair_->bootstrap());
+    expect.mutable_expect()->set_destination_manifest(
+        layout::SerializeManifest(RoomManifest(contract_, {4, 7, 9})).value());
+    absl::StatusOr<v1::EngineReply> reply = decode_->Call(expect);
+    ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  void Begin(uint64_t room) {
+    v1::EngineRequest begin;
+    begin.mutable_begin()->set_room(room);
+    absl::StatusOr<v1::EngineReply> reply = prefill_->Call(begin);
+    ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  // The state the prefill's ledger has for `room` now (Poll).
+  v1::TransferPoll PrefillState(uint64_t room) {
+    v1::EngineRequest poll;
+    poll.mutable_poll()->add_rooms(room);
+    absl::StatusOr<v1::EngineReply> reply = prefill_->Call(poll);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->states(0).status() : v1::TRANSFER_POLL_FAILED;
+  }
+
+  // Waits until the prefill holds every pre-allocation of `room`.
+  void AwaitPreallocated(uint64_t room) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (PrefillState(room) != v1::TRANSFER_POLL_BOOTSTRAPPED) {
+      ASSERT_LT(absl::Now(), deadline) << "room " << room << " was never pre-allocated";
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+
+  // The next event of `client` that is not a Bootstrapped announcement.
+  static std::optional<v1::RoomEvent> NextEnd(engine_api::EngineApiClient& client) {
+    while (true) {
+      std::optional<v1::RoomEvent> event = client.NextEvent(absl::Seconds(30));
+      if (!event || event->status() != v1::TRANSFER_POLL_BOOTSTRAPPED) return event;
+    }
+  }
+
+  const layout::Contract contract_ = SmallContract();
+  std::atomic<int64_t> skipped_{0};  // seconds the room clock is ahead of the real one
+  std::unique_ptr<testing::SidecarPair> pair_;
+  std::unique_ptr<engine_api::EngineApiClient> prefill_, decode_;
+};
+
+// A begun prefill room that no decode pre-allocates fails after --bootstrap-timeout (CACHEPD
+// §7.4), naming the limit.
+TEST_F(RoomTimeoutsTest, APrefillRoomNobodyPreallocatesFailsAtItsBootstrapTimeout) {
+  Begin(1);
+  Skip(absl::Seconds(119));
+  absl::SleepFor(absl::Milliseconds(200));  // four turns of the ticker: nothing yet
+  EXPECT_EQ(PrefillState(1), v1::TRANSFER_POLL_BOOTSTRAPPING);
+  Skip(absl::Seconds(2));
+  std::optional<v1::RoomEvent> failed = NextEnd(*prefill_);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 1u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(failed->cause(), "timeout");
+  EXPECT_TRUE(absl::StrContains(failed->reason(), "bootstrap timeout")) << failed->reason();
+}
+
+// A decode's pre-allocation that no prefill request matches: the prefill gives the room up after
+// its wait (CACHEPD §11.2), and the decode hears the prefill's own cause and reason (kvrail's
+// room outcome), its pages held until the prefill's fence answer proves them safe.
+TEST_F(RoomTimeoutsTest, AnUnmatchedPreallocationFailsOnBothSidesWithThePrefillsReason) {
+  Expect(2);
+  AwaitPreallocated(2);
+  Skip(absl::Seconds(121));
+  std::optional<v1::RoomEvent> failed = NextEnd(*decode_);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 2u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(failed->cause(), "timeout") << failed->reason();
+  EXPECT_TRUE(absl::StrContains(failed->reason(), "pre-allocations unmatched")) << failed->reason();
+  ASSERT_EQ(failed->pages(), v1::PAGES_HELD);  // the prefill rank may have written them
+  std::optional<v1::RoomEvent> released = NextEnd(*decode_);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_TRUE(released->pages_released());
+  EXPECT_TRUE(released->pages_proven()) << released->reason();
+}
+
+// A decode room whose prefill engine began it but never said Ready fails at --waiting-timeout:
+// its pages are held, the prefill is asked to fence the room (its engine hears Failed), and
+// the prefill's answer releases them, proven.
+TEST_F(RoomTimeoutsTest, ADecodeWaitingTimeoutFencesThroughThePrefillAndReleasesProven) {
+  Expect(3);
+  AwaitPreallocated(3);
+  Begin(3);
+  Skip(absl::Seconds(299));
+  absl::SleepFor(absl::Milliseconds(200));
+  Skip(absl::Seconds(2));
+  std::optional<v1::RoomEvent> failed = NextEnd(*decode_);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 3u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(failed->cause(), "timeout") << failed->reason();
+  EXPECT_EQ(failed->pages(), v1::PAGES_HELD);
+  std::optional<v1::RoomEvent> released = NextEnd(*decode_);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_TRUE(released->pages_released());
+  EXPECT_TRUE(released->pages_proven()) << released->reason();
+  std::optional<v1::RoomEvent> prefill_failed = NextEnd(*prefill_);
+  ASSERT_TRUE(prefill_failed.has_value());
+  EXPECT_EQ(prefill_failed->room(), 3u);
+  EXPECT_EQ(prefill_failed->status(), v1::TRANSFER_POLL_FAILED);
+}
+
+}  // namespace
+}  // namespace kvrail::sidecar
