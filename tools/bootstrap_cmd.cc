@@ -21,10 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "control/bootstrap/bearer_token.h"
 #include "control/bootstrap/registration.h"
 #include "control/bootstrap/server.h"
 #include "control/bootstrap/server_metrics.h"
-#include "control/bootstrap/token.h"
 #include "control/layout/revision.h"
 #include "control/metrics_http/metrics_server.h"
 #include "control/registry/bootstrap_store.h"
@@ -33,6 +33,7 @@
 #include "engine/base/error.h"
 #include "tools/config_file.h"
 #include "tools/json_log_format.h"
+#include "tools/renamed_flag.h"
 
 namespace kvrail::tools {
 namespace {
@@ -127,14 +128,15 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return content.str();
 }
 
-// The server's options from the command's: the bounds, the token, the configured node.
+// The server's options from the command's: the bounds, the bearer token, the configured node.
 absl::StatusOr<bootstrap::BootstrapServerOptions> ServerOptions(const BootstrapOptions& options) {
   bootstrap::BootstrapServerOptions out;
   out.max_connections = options.max_connections;
   out.request_deadline = Milliseconds(options.request_deadline_seconds);
   out.max_body_bytes = options.max_body_bytes;
-  if (!options.token_file.empty()) {
-    KVRAIL_ASSIGN_OR_RETURN(out.token, bootstrap::ReadTokenFile(options.token_file));
+  if (!options.bearer_token_file.empty()) {
+    KVRAIL_ASSIGN_OR_RETURN(out.bearer_token,
+                            bootstrap::ReadBearerTokenFile(options.bearer_token_file));
   }
   out.cachepd_revision = layout::RevisionFromName(options.cachepd_revision);  // auto: nullopt
   if (options.world_size > 0) out.configured.world_size = options.world_size;
@@ -202,11 +204,11 @@ int RunBootstrap(const BootstrapOptions& options) {
     }
     if (serving != nullptr) s->PublishNode(serving->SyncAnswer().dump());
   };
-  const std::string token_text = server_options->token;
+  const std::string bearer_token = server_options->bearer_token;
   server_options->on_refusal = [logger, limiter](const bootstrap::RefusalEvent& event) {
     LogRefusal(*logger, *limiter, event);
   };
-  const bool token = !server_options->token.empty();
+  const bool bearer = !server_options->bearer_token.empty();
   bootstrap::BootstrapMetrics metrics;  // outlives the server, whose hooks count into it
   if (options.metrics_port >= 0) metrics.Hook(*server_options);
   bootstrap::BootstrapServer server(*std::move(server_options));
@@ -218,7 +220,7 @@ int RunBootstrap(const BootstrapOptions& options) {
         store->Bind(registry::BootstrapAddress(options.host, server.port()));
     if (!stored.ok()) return fail(stored.status());
     for (const std::string& refused :
-         registry::ReplayRegistrations(options.host, server.port(), token_text, *stored)) {
+         registry::ReplayRegistrations(options.host, server.port(), bearer_token, *stored)) {
       logger->warn("event=registry_replay_refused error=\"{}\"", refused);
     }
     // The ready line promises the node can be found: wait for its description to be in etcd,
@@ -252,9 +254,9 @@ int RunBootstrap(const BootstrapOptions& options) {
     metrics_entry = *std::move(leased);
   }
   logger->info(
-      "event=listening host={} port={} token={} max_connections={} request_deadline_ms={} "
+      "event=listening host={} port={} bearer_token={} max_connections={} request_deadline_ms={} "
       "cachepd_revision={}",
-      options.host, server.port(), token ? "required" : "none", options.max_connections,
+      options.host, server.port(), bearer ? "required" : "none", options.max_connections,
       Milliseconds(options.request_deadline_seconds).count(), options.cachepd_revision);
   // stdout carries one line for whoever started us (logs go to stderr), as the sidecar's
   // "sidecar ready" does: with --port 0 it is how a parent learns the port without racing
@@ -306,7 +308,8 @@ void AddBootstrap(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 65535));
   command->add_option("--metrics-host", options.metrics_host, "The address --metrics-port binds")
       ->capture_default_str();
-  command->add_option("--token-file", options.token_file,
+  AddRenamedFlag(command, "--token-file", "--bearer-token-file");
+  command->add_option("--bearer-token-file", options.bearer_token_file,
                       "File holding the token PUT /route must carry as 'Authorization: Bearer "
                       "<token>' (default: none, as the reference)");
   command

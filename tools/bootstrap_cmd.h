@@ -21,7 +21,7 @@ struct BootstrapOptions {
   int port = 0;  // 0: a free port, reported in the "event=listening" line
   // A file holding the token PUT /route must carry as "Authorization: Bearer <token>"; empty:
   // no token (the reference's wire, unchanged).
-  std::string token_file;
+  std::string bearer_token_file;
   // GET /metrics (Prometheus text) on this port, bound to metrics_host; -1: off, 0: a free
   // port, reported in the "bootstrap ready" line as metrics=host:port.
   int metrics_port = -1;

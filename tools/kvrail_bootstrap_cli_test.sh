@@ -116,13 +116,13 @@ expect log-413 grep -q \
 expect log-one-line-per-peer test "$(grep -c 'refused' "$tmp/limits.log")" -eq 1
 expect log-held-back grep -q "event=refusals_held_back peer=127.0.0.1 count=4" "$tmp/limits.log"
 
-# --token-file: PUT /route needs the bearer token; GETs do not. --world-size and --dp-size fix
+# --bearer-token-file: PUT /route needs the bearer token; GETs do not. --world-size and --dp-size fix
 # the node, so a stray registration with other sizes is refused and fixes nothing.
 printf 's3cret-token\n' >"$tmp/token"
-start "$tmp/token.log" --port 0 --host 127.0.0.1 --token-file "$tmp/token" --world-size 2 \
+start "$tmp/token.log" --port 0 --host 127.0.0.1 --bearer-token-file "$tmp/token" --world-size 2 \
   --dp-size 1
 url="http://127.0.0.1:$port"
-expect token-listening grep -q "event=listening .*token=required" "$tmp/token.log"
+expect token-listening grep -q "event=listening .*bearer_token=required" "$tmp/token.log"
 none=$(curl -sS -o "$tmp/none.out" -w '%{http_code}' -X PUT --data-binary @"$tmp/put.json" \
   "$url/route")
 expect token-missing test "$none" = 401
@@ -171,7 +171,7 @@ wait "$pid"
 expect bad-revision-exit test $? -eq 2
 
 printf 'two words\n' >"$tmp/bad-token"
-"$kvrail" bootstrap --port 0 --host 127.0.0.1 --token-file "$tmp/bad-token" 2>"$tmp/bad-token.log"
+"$kvrail" bootstrap --port 0 --host 127.0.0.1 --bearer-token-file "$tmp/bad-token" 2>"$tmp/bad-token.log"
 expect bad-token-exit test $? -eq 1
 expect bad-token-error grep -q "^error: token file $tmp/bad-token: " "$tmp/bad-token.log"
 

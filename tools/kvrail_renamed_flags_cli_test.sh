@@ -46,6 +46,14 @@ renamed bench-raw-rooms "kvrail bench raw: --rooms was renamed --transfers (in f
 expect bench-raw-help-transfers grep -q -- '^  --transfers' <<<"$("$kvrail" bench raw --help)"
 expect bench-raw-help-hides-rooms test "$(grep -c -- '--rooms' <<<"$("$kvrail" bench raw --help)")" -eq 0
 
+# The bootstrap server's secret, renamed on 2026-12-05: a "bootstrap token" is CachePD's first
+# output token (a room's); the secret PUT /route carries is a bearer token (a deployment's).
+renamed bootstrap-token-file "kvrail bootstrap: --token-file was renamed --bearer-token-file" \
+  bootstrap --token-file /dev/null
+renamed sidecar-bootstrap-token-file \
+  "kvrail sidecar: --bootstrap-token-file was renamed --bootstrap-bearer-token-file (a bootstrap token is CachePD's first output token)" \
+  sidecar --bootstrap-token-file /dev/null
+
 # The new names are what --help shows; the old one is hidden everywhere.
 for command in sidecar demo soak "bench kv" "bench control" "bench raw"; do
   # shellcheck disable=SC2086

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "control/bootstrap/token.h"
+#include "control/bootstrap/bearer_token.h"
 #include "control/layout/contract.h"
 #include "control/layout/kv_shape.h"
 #include "control/metrics_http/metrics_server.h"
@@ -114,6 +114,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::IsMember({"ucx", "verbs"}));
   AddRenamedFlag(sub, "--transport", "--backend (ucx or verbs)");
+  AddRenamedFlag(
+      sub, "--bootstrap-token-file",
+      "--bootstrap-bearer-token-file (a bootstrap token is CachePD's first output token)");
   sub->add_option("--verbs-provider", options.verbs_provider,
                   "Verbs: libibverbs (RDMA devices) or softverbs (the software provider: shared "
                   "memory on this host, for tests, never hardware); default "
@@ -168,10 +171,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: seconds a decode session's handshake endpoint may go unanswered "
                   "before its registration and rooms are dropped")
       ->capture_default_str();
-  static std::string bootstrap_token_file;
-  sub->add_option("--bootstrap-token-file", bootstrap_token_file,
+  static std::string bootstrap_bearer_token_file;
+  sub->add_option("--bootstrap-bearer-token-file", bootstrap_bearer_token_file,
                   "Prefill: a file holding the bearer token the bootstrap server was started "
-                  "with (its --token-file); sent with every PUT /route")
+                  "with (its --bearer-token-file); sent with every PUT /route")
       ->check(CLI::ExistingFile);
   static std::string cachepd_revision = "auto";
   sub->add_option("--cachepd-revision", cachepd_revision,
@@ -272,13 +275,14 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.sender_proofs = sender_proofs == "required" ? sidecar::SenderProofs::kRequired
                             : sender_proofs == "off"    ? sidecar::SenderProofs::kOff
                                                         : sidecar::SenderProofs::kAuto;
-    if (!bootstrap_token_file.empty()) {
-      absl::StatusOr<std::string> token = bootstrap::ReadTokenFile(bootstrap_token_file);
+    if (!bootstrap_bearer_token_file.empty()) {
+      absl::StatusOr<std::string> token =
+          bootstrap::ReadBearerTokenFile(bootstrap_bearer_token_file);
       if (!token.ok()) {
         exit_code = Report(token.status(), "sidecar");
         return;
       }
-      options.bootstrap_token = *std::move(token);
+      options.bootstrap_bearer_token = *std::move(token);
     }
     if (curve_key.empty() != curve_allowed.empty()) {
       exit_code = Report(absl::InvalidArgumentError(

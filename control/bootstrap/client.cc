@@ -10,7 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "control/bootstrap/token.h"
+#include "control/bootstrap/bearer_token.h"
 #include "engine/base/error.h"
 
 namespace kvrail::bootstrap {

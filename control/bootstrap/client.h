@@ -32,8 +32,8 @@ struct BootstrapClientOptions {
   // One call's whole budget: every attempt, every wait, and the time spent waiting for a node
   // that is not ready yet. No call returns much later than this.
   std::chrono::milliseconds deadline{10000};
-  // When not empty, PUT /route carries "Authorization: Bearer <token>" (token.h), which a server
-  // started with that token requires (docs/SECURITY.md). GETs never carry it. Empty: nothing
+  // When not empty, PUT /route carries "Authorization: Bearer <token>" (bearer_token.h), which a
+  // server started with that token requires (docs/SECURITY.md). GETs never carry it. Empty: nothing
   // changes on the wire.
   std::string bearer_token;
   // The CachePD revision a prefill registers in (the sidecar's --cachepd-revision). nullopt

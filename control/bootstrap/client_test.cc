@@ -263,7 +263,7 @@ TEST(BootstrapClientRevisionTest, RegistersWithAServerThatComesUpDuringTheRetrie
 
 TEST(BootstrapClientTokenTest, RegistersWithTheBearerTokenWhenGivenOne) {
   BootstrapServerOptions server_options;
-  server_options.token = "s3cret.Token";
+  server_options.bearer_token = "s3cret.Token";
   BootstrapServer server(server_options);
   ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   absl::Status without =

@@ -21,7 +21,7 @@ enum class Refusal {
   kReferenceRaises,  // 500: the reference's handler raises on this input (CACHEPD §2)
   kBadRequest,       // 400: well-formed, but breaks a rule the reference does not check
   kConflict,         // 409: disagrees with what the node registered first, or was configured
-  kUnauthorized,     // 401: lacks the bootstrap token the server was started with (token.h)
+  kUnauthorized,     // 401: lacks the bootstrap token the server was started with (bearer_token.h)
 };
 
 // An error status carrying `refusal`: InvalidArgument for the first two, FailedPrecondition

@@ -68,7 +68,7 @@ struct ConfiguredNode {
 // Who sent a registration, for the rule that guards a registered rank's endpoint.
 struct Registrant {
   std::string peer_ip;     // the connection's source address (PeerAddress::ip)
-  bool has_token = false;  // it carried the bootstrap token (token.h)
+  bool has_token = false;  // it carried the bootstrap token (bearer_token.h)
 };
 
 class PrefillRegistry {

@@ -15,11 +15,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "control/bootstrap/bearer_token.h"
 #include "control/bootstrap/client.h"
 #include "control/bootstrap/python_json.h"
 #include "control/bootstrap/refusal.h"
 #include "control/bootstrap/registration.h"
-#include "control/bootstrap/token.h"
 #include "control/wire/python_int.h"
 #include "engine/base/error.h"
 
@@ -100,7 +100,7 @@ absl::Status Unauthorized(const httplib::Request& req) {
   return Refuse(Refusal::kUnauthorized,
                 absl::StrCat("registration: PUT /route must carry the header 'Authorization: "
                              "Bearer <token>' with the token this bootstrap server was started "
-                             "with (--token-file), and this one ",
+                             "with (--bearer-token-file), and this one ",
                              req.has_header(kAuthorizationHeader) ? "carries another"
                                                                   : "has no Authorization header"));
 }
@@ -109,9 +109,9 @@ void AnswerPutRoute(PrefillRegistry& registry, const BootstrapServerOptions& opt
                     const httplib::Request& req, httplib::Response& res) {
   RegistrationEvent event;
   event.peer = PeerAddress{req.remote_addr, req.remote_port};
-  const bool token_required = !options.token.empty();
+  const bool token_required = !options.bearer_token.empty();
   if (token_required &&
-      !AuthorizationCarries(req.get_header_value(kAuthorizationHeader), options.token)) {
+      !AuthorizationCarries(req.get_header_value(kAuthorizationHeader), options.bearer_token)) {
     event.status = Unauthorized(req);
     res.set_header("WWW-Authenticate", "Bearer");
   } else if (absl::StatusOr<ParsedRegistration> parsed =
@@ -308,8 +308,8 @@ BootstrapServer::BootstrapServer(BootstrapServerOptions options)
 BootstrapServer::~BootstrapServer() { Stop(); }
 
 absl::Status BootstrapServer::Start(const std::string& host, int port) {
-  if (!options_.token.empty()) {
-    KVRAIL_RETURN_IF_ERROR(ValidateToken(options_.token));
+  if (!options_.bearer_token.empty()) {
+    KVRAIL_RETURN_IF_ERROR(ValidateBearerToken(options_.bearer_token));
   }
   return intake_.Start(host, port);
 }

@@ -96,9 +96,9 @@ struct BootstrapServerOptions {
   // From a connection's accept to its request's last byte, head and body; and again for
   // writing the answer.
   std::chrono::milliseconds request_deadline{5000};
-  // When not empty, PUT /route must carry "Authorization: Bearer <token>" (token.h; the token
-  // must pass ValidateToken). Empty: nothing changes on the wire.
-  std::string token;
+  // When not empty, PUT /route must carry "Authorization: Bearer <token>" (bearer_token.h; the
+  // token must pass ValidateBearerToken). Empty: nothing changes on the wire.
+  std::string bearer_token;
   // The node's sizes and layout, when fixed before any rank registers (registry.h).
   ConfiguredNode configured;
   // The CachePD revision the server speaks (`kvrail bootstrap --cachepd-revision`). nullopt
@@ -119,7 +119,7 @@ class BootstrapServer {
   // Binds host:port and serves on background threads until Stop(). Port 0 picks a free port;
   // port() then reports it. Connections are accepted from the moment Start returns. Fails
   // (Unavailable) when the address cannot be bound, FailedPrecondition when started already,
-  // InvalidArgument when the token is not one (token.h). A server is started at most once.
+  // InvalidArgument when the token is not one (bearer_token.h). A server is started at most once.
   absl::Status Start(const std::string& host, int port);
 
   // The bound port; 0 before Start succeeds.

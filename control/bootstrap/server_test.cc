@@ -979,7 +979,7 @@ TEST(BootstrapServerTokenTest, WithATokenEveryPutNeedsTheBearerHeader) {
   std::mutex mu;
   std::vector<RegistrationEvent> events;
   BootstrapServerOptions options;
-  options.token = "s3cret-Token";
+  options.bearer_token = "s3cret-Token";
   options.on_registration = [&](const RegistrationEvent& e) {
     std::lock_guard<std::mutex> lock(mu);
     events.push_back(e);
@@ -1028,7 +1028,7 @@ TEST(BootstrapServerTokenTest, WithATokenEveryPutNeedsTheBearerHeader) {
 
 TEST(BootstrapServerTokenTest, TheTokenLetsARankMoveToAnotherHost) {
   BootstrapServerOptions options;
-  options.token = "t";
+  options.bearer_token = "t";
   BootstrapServer server(options);
   ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   httplib::Client client("127.0.0.1", server.port());
@@ -1043,7 +1043,7 @@ TEST(BootstrapServerTokenTest, TheTokenLetsARankMoveToAnotherHost) {
 
 TEST(BootstrapServerTokenTest, AnInvalidTokenFailsToStart) {
   BootstrapServerOptions options;
-  options.token = "has space";
+  options.bearer_token = "has space";
   BootstrapServer server(options);
   EXPECT_EQ(server.Start("127.0.0.1", 0).code(), absl::StatusCode::kInvalidArgument);
 }

@@ -256,7 +256,7 @@ void PrefillSidecar::ReregisterIfForgotten() {
   quick.connect_timeout = std::chrono::milliseconds(500);
   quick.read_timeout = std::chrono::milliseconds(1000);
   quick.deadline = std::chrono::milliseconds(300);  // a rank not listed answers 500 at once
-  quick.bearer_token = options.bootstrap_token;
+  quick.bearer_token = options.bootstrap_bearer_token;
   const bootstrap::BootstrapClient client(server->first, server->second, quick);
   if (!client.Health().ok()) {
     if (bootstrap_answered) {

@@ -127,7 +127,7 @@ absl::Status PrefillSidecar::AnnounceArena() {
 absl::Status PrefillSidecar::RegisterWithBootstrap() const {
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(options.bootstrap, "--bootstrap"));
   bootstrap::BootstrapClientOptions client_options;
-  client_options.bearer_token = options.bootstrap_token;
+  client_options.bearer_token = options.bootstrap_bearer_token;
   // A prefill sidecar is often started beside its node's bootstrap server, which may still be
   // starting (in another network namespace, `ip netns exec` first): retry a refused or reset
   // connection for up to about 5.5 s (backoff 0.1 s doubling to 1 s), inside the client's 10 s

@@ -144,8 +144,8 @@ struct SidecarOptions {
   // log line says what it cost.
   bool populate_arena = true;
   // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
-  // server started with --token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
-  std::string bootstrap_token;
+  // server started with --bearer-token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
+  std::string bootstrap_bearer_token;
   // CURVE on every ZeroMQ socket (docs/SECURITY.md, "Authentication (CURVE)"): this
   // sidecar's own keypair, whose role and rank must be this sidecar's (a prefill's rank is its
   // status rank, pp_rank * tp_size + tp_rank; a decode's its tp_rank), and the keys it

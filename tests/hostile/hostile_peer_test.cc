@@ -538,8 +538,8 @@ TEST(BootstrapTokenTest, APrefillWithTheTokenRegistersAndAPutWithoutItIsRefused)
   }
   DeploymentOptions options;
   options.pages = 8;
-  options.bootstrap_args = {"--token-file", token_file};
-  options.prefill_args = {"--bootstrap-token-file", token_file};
+  options.bootstrap_args = {"--bearer-token-file", token_file};
+  options.prefill_args = {"--bootstrap-bearer-token-file", token_file};
   auto started = Deployment::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   const std::string& address = (*started)->bootstrap();

@@ -1,4 +1,4 @@
-#include "control/bootstrap/token.h"
+#include "control/bootstrap/bearer_token.h"
 
 #include <fstream>
 #include <sstream>
@@ -24,11 +24,11 @@ bool ConstantTimeEquals(absl::string_view got, absl::string_view expected) {
 
 }  // namespace
 
-absl::Status ValidateToken(absl::string_view token) {
+absl::Status ValidateBearerToken(absl::string_view token) {
   if (token.empty()) return absl::InvalidArgumentError("bootstrap token: is empty");
-  if (token.size() > kMaxTokenBytes) {
+  if (token.size() > kMaxBearerTokenBytes) {
     return absl::InvalidArgumentError(absl::StrCat("bootstrap token: is ", token.size(),
-                                                   " bytes, more than the ", kMaxTokenBytes,
+                                                   " bytes, more than the ", kMaxBearerTokenBytes,
                                                    " a token may have"));
   }
   size_t padding = token.size();
@@ -47,13 +47,13 @@ absl::Status ValidateToken(absl::string_view token) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("token file ", path, ": cannot be read"));
   std::ostringstream content;
   content << in.rdbuf();
   const std::string token(absl::StripAsciiWhitespace(content.str()));
-  absl::Status valid = ValidateToken(token);
+  absl::Status valid = ValidateBearerToken(token);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": ", valid.message()));
   }

@@ -1,4 +1,4 @@
-#include "control/bootstrap/token.h"
+#include "control/bootstrap/bearer_token.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,8 @@ std::string WriteFile(const std::string& name, const std::string& content) {
 }
 
 TEST(BootstrapTokenTest, AFileHoldsTheTokenWithoutSurroundingWhitespace) {
-  absl::StatusOr<std::string> token = ReadTokenFile(WriteFile("token", "  s3cr3t-Token_~+/==\n"));
+  absl::StatusOr<std::string> token =
+      ReadBearerTokenFile(WriteFile("token", "  s3cr3t-Token_~+/==\n"));
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, "s3cr3t-Token_~+/==");
 }
@@ -26,14 +27,14 @@ TEST(BootstrapTokenTest, TokensOutsideB64tokenAreRefusedWithoutShowingThem) {
   for (const std::string bad :
        {std::string(""), std::string("two words"), std::string("a%41"), std::string("=="),
         std::string("tok\x01"), std::string(5000, 'a'), std::string("a=b")}) {
-    absl::Status status = ValidateToken(bad);
+    absl::Status status = ValidateBearerToken(bad);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     if (bad.size() > 3) EXPECT_EQ(status.message().find(bad), std::string::npos) << status;
   }
-  absl::StatusOr<std::string> missing = ReadTokenFile("/nonexistent/kvrail-token");
+  absl::StatusOr<std::string> missing = ReadBearerTokenFile("/nonexistent/kvrail-token");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("/nonexistent/kvrail-token"), std::string::npos);
-  absl::StatusOr<std::string> blank = ReadTokenFile(WriteFile("blank", "\n\n"));
+  absl::StatusOr<std::string> blank = ReadBearerTokenFile(WriteFile("blank", "\n\n"));
   EXPECT_NE(blank.status().message().find("is empty"), std::string::npos) << blank.status();
 }
 
