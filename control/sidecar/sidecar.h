@@ -140,8 +140,8 @@ struct SidecarOptions {
   bool naive_copies = false;
   // An arena this sidecar allocates (AttachArena.allocate_bytes) has every page made resident
   // at attach (engine/memory/populate.h), so that no room pays the first touch of its pages
-  // inside its transfer (measured: BENCHMARKS.md, "Pages populated at attach"). The attach's
-  // log line says what it cost.
+  // inside its transfer (measured: docs/benchmarks-history.md, "Variants: naive writes,
+  // digests, pages populated at attach"). The attach's log line says what it cost.
   bool populate_arena = true;
   // Prefill: sent as "Authorization: Bearer <token>" with every PUT /route to a bootstrap
   // server started with --bearer-token-file (docs/SECURITY.md). Empty: nothing changes on the wire.
