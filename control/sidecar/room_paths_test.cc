@@ -1,9 +1,10 @@
-// The room ledgers' timeouts through a prefill and a decode sidecar in this process (SidecarPair:
-// a bootstrap server, the loopback backend), on an injected room clock (SidecarOptions::clock)
-// that the test moves forward: a timeout of minutes is reached in the ticker's next turn (50 ms
-// of real time), and what each engine hears is checked end to end: the cause and reason of the
-// Failed event on each side, whether the decode's pages were held, and that their release was
-// proven by the prefill's fence answer.
+// A room's failure paths through a prefill and a decode sidecar in this process (SidecarPair: a
+// bootstrap server, the loopback backend): the ledgers' timeouts, on an injected room clock
+// (SidecarOptions::clock) that the test moves forward, so that a timeout of minutes is reached in
+// the ticker's next turn (50 ms of real time); a decode that goes away; an engine that attaches
+// again. What each engine hears is checked end to end: the cause and reason of the Failed event
+// on each side, whether the decode's pages were held, and that their release was proven by the
+// prefill's fence answer.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,26 +26,32 @@ namespace {
 using layout::testing::RoomManifest;
 using layout::testing::SmallContract;
 
-class RoomTimeoutsTest : public ::testing::Test {
+class RoomPathsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<testing::SidecarPair>> pair =
         testing::SidecarPair::Start([this](SidecarOptions& options) {
           options.clock = [this] { return absl::Now() + absl::Seconds(skipped_.load()); };
+          options.timeouts.heartbeat_interval = absl::Seconds(2);  // the shortest: probes
         });
     ASSERT_TRUE(pair.ok()) << pair.status();
     pair_ = *std::move(pair);
     prefill_ = Attach(pair_->prefill().engine_endpoint());
+    prefill_engine_token_ = last_engine_token_;
     decode_ = Attach(pair_->decode().engine_endpoint());
   }
 
-  std::unique_ptr<engine_api::EngineApiClient> Attach(const std::string& endpoint) {
+  // `engine_token`: a takeover's proof, from an earlier attach's reply (ENGINE-API.md).
+  std::unique_ptr<engine_api::EngineApiClient> Attach(const std::string& endpoint,
+                                                      const std::string& engine_token = "") {
     auto client = engine_api::EngineApiClient::Connect(endpoint).value();
     v1::EngineRequest attach;
     attach.mutable_attach()->set_allocate_bytes(contract_.ArenaBytes());
     attach.mutable_attach()->set_contract(layout::SerializeContract(contract_).value());
+    attach.mutable_attach()->set_engine_token(engine_token);
     absl::StatusOr<v1::EngineReply> reply = client->Call(attach, absl::Seconds(30));
     EXPECT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+    if (reply.ok()) last_engine_token_ = reply->engine_token();
     return client;
   }
 
@@ -95,14 +102,16 @@ class RoomTimeoutsTest : public ::testing::Test {
   }
 
   const layout::Contract contract_ = SmallContract();
-  std::atomic<int64_t> skipped_{0};  // seconds the room clock is ahead of the real one
+  std::string last_engine_token_;     // of the last accepted attach
+  std::string prefill_engine_token_;  // the prefill engine's
+  std::atomic<int64_t> skipped_{0};   // seconds the room clock is ahead of the real one
   std::unique_ptr<testing::SidecarPair> pair_;
   std::unique_ptr<engine_api::EngineApiClient> prefill_, decode_;
 };
 
 // A begun prefill room that no decode pre-allocates fails after --bootstrap-timeout (CACHEPD
 // §7.4), naming the limit.
-TEST_F(RoomTimeoutsTest, APrefillRoomNobodyPreallocatesFailsAtItsBootstrapTimeout) {
+TEST_F(RoomPathsTest, APrefillRoomNobodyPreallocatesFailsAtItsBootstrapTimeout) {
   Begin(1);
   Skip(absl::Seconds(119));
   absl::SleepFor(absl::Milliseconds(200));  // four turns of the ticker: nothing yet
@@ -119,7 +128,7 @@ TEST_F(RoomTimeoutsTest, APrefillRoomNobodyPreallocatesFailsAtItsBootstrapTimeou
 // A decode's pre-allocation that no prefill request matches: the prefill gives the room up after
 // its wait (CACHEPD §11.2), and the decode hears the prefill's own cause and reason (kvrail's
 // room outcome), its pages held until the prefill's fence answer proves them safe.
-TEST_F(RoomTimeoutsTest, AnUnmatchedPreallocationFailsOnBothSidesWithThePrefillsReason) {
+TEST_F(RoomPathsTest, AnUnmatchedPreallocationFailsOnBothSidesWithThePrefillsReason) {
   Expect(2);
   AwaitPreallocated(2);
   Skip(absl::Seconds(121));
@@ -139,7 +148,7 @@ TEST_F(RoomTimeoutsTest, AnUnmatchedPreallocationFailsOnBothSidesWithThePrefills
 // A decode room whose prefill engine began it but never said Ready fails at --waiting-timeout:
 // its pages are held, the prefill is asked to fence the room (its engine hears Failed), and
 // the prefill's answer releases them, proven.
-TEST_F(RoomTimeoutsTest, ADecodeWaitingTimeoutFencesThroughThePrefillAndReleasesProven) {
+TEST_F(RoomPathsTest, ADecodeWaitingTimeoutFencesThroughThePrefillAndReleasesProven) {
   Expect(3);
   AwaitPreallocated(3);
   Begin(3);
@@ -160,6 +169,44 @@ TEST_F(RoomTimeoutsTest, ADecodeWaitingTimeoutFencesThroughThePrefillAndReleases
   ASSERT_TRUE(prefill_failed.has_value());
   EXPECT_EQ(prefill_failed->room(), 3u);
   EXPECT_EQ(prefill_failed->status(), v1::TRANSFER_POLL_FAILED);
+}
+
+// A decode that goes away (its sidecar stopped: nobody listens on its handshake port any more):
+// the prefill's next probe drops its session, and the room it was to write fails on the
+// prefill, naming the session, with the cause peer_failed.
+TEST_F(RoomPathsTest, ADecodeThatGoesAwayIsDroppedAndItsRoomsFailOnThePrefill) {
+  Expect(4);
+  AwaitPreallocated(4);
+  Begin(4);
+  const std::string session = pair_->decode().session_id();
+  pair_->decode().Stop();
+  std::optional<v1::RoomEvent> failed = NextEnd(*prefill_);  // within a heartbeat (2 s)
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 4u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(failed->cause(), "peer_failed") << failed->reason();
+  EXPECT_TRUE(absl::StrContains(failed->reason(), session)) << failed->reason();
+  EXPECT_EQ(pair_->prefill().stats().registrations, 0u) << "the session's registration went";
+}
+
+// An engine that attaches the same arena again (it restarted): the rooms its predecessor had
+// begun fail on the prefill ("void"), and the decode hears the prefill's reason.
+TEST_F(RoomPathsTest, AReattachVoidsTheRoomsTheEngineHadBegun) {
+  Expect(5);
+  AwaitPreallocated(5);
+  Begin(5);
+  std::unique_ptr<engine_api::EngineApiClient> again =
+      Attach(pair_->prefill().engine_endpoint(), prefill_engine_token_);
+  std::optional<v1::RoomEvent> failed = NextEnd(*again);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 5u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_TRUE(absl::StrContains(failed->reason(), "attached again")) << failed->reason();
+  std::optional<v1::RoomEvent> decode_failed = NextEnd(*decode_);
+  ASSERT_TRUE(decode_failed.has_value());
+  EXPECT_EQ(decode_failed->room(), 5u);
+  EXPECT_TRUE(absl::StrContains(decode_failed->reason(), "attached again"))
+      << decode_failed->reason();
 }
 
 }  // namespace
