@@ -15,10 +15,12 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "control/engine_api/engine_api.h"
+#include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
 #include "control/layout/manifest.h"
 #include "control/layout/small_room.h"
 #include "control/sidecar/sidecar_pair.h"
+#include "engine/transport/fault/fault_transport.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -33,17 +35,28 @@ class RoomPathsTest : public ::testing::Test {
         testing::SidecarPair::Start([this](SidecarOptions& options) {
           options.clock = [this] { return absl::Now() + absl::Seconds(skipped_.load()); };
           options.timeouts.heartbeat_interval = absl::Seconds(2);  // the shortest: probes
+          if (options.role != Role::kPrefill) return;
+          // The prefill writes through the fault-injecting transport (no fault set: it forwards
+          // every call unchanged); a stuck transfer is given up quickly.
+          options.transfer_deadline = absl::Milliseconds(300);
+          options.fence_timeout = absl::Milliseconds(500);
+          options.wrap_transport = [this](std::unique_ptr<transport::Transport> inner) {
+            auto fault = std::make_unique<transport::FaultTransport>(std::move(inner));
+            fault_ = fault.get();
+            return std::unique_ptr<transport::Transport>(std::move(fault));
+          };
         });
     ASSERT_TRUE(pair.ok()) << pair.status();
     pair_ = *std::move(pair);
     prefill_ = Attach(pair_->prefill().engine_endpoint());
     prefill_engine_token_ = last_engine_token_;
-    decode_ = Attach(pair_->decode().engine_endpoint());
+    decode_ = Attach(pair_->decode().engine_endpoint(), "", &decode_arena_);
   }
 
   // `engine_token`: a takeover's proof, from an earlier attach's reply (ENGINE-API.md).
-  std::unique_ptr<engine_api::EngineApiClient> Attach(const std::string& endpoint,
-                                                      const std::string& engine_token = "") {
+  std::unique_ptr<engine_api::EngineApiClient> Attach(
+      const std::string& endpoint, const std::string& engine_token = "",
+      std::optional<engine_api::SidecarArena>* arena = nullptr) {
     auto client = engine_api::EngineApiClient::Connect(endpoint).value();
     v1::EngineRequest attach;
     attach.mutable_attach()->set_allocate_bytes(contract_.ArenaBytes());
@@ -52,6 +65,12 @@ class RoomPathsTest : public ::testing::Test {
     absl::StatusOr<v1::EngineReply> reply = client->Call(attach, absl::Seconds(30));
     EXPECT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
     if (reply.ok()) last_engine_token_ = reply->engine_token();
+    if (reply.ok() && arena != nullptr) {
+      absl::StatusOr<engine_api::SidecarArena> mapped =
+          engine_api::MapSidecarArena(*reply, contract_.ArenaBytes());
+      EXPECT_TRUE(mapped.ok()) << mapped.status();
+      if (mapped.ok()) arena->emplace(*std::move(mapped));
+    }
     return client;
   }
 
@@ -66,6 +85,24 @@ class RoomPathsTest : public ::testing::Test {
         layout::SerializeManifest(RoomManifest(contract_, {4, 7, 9})).value());
     absl::StatusOr<v1::EngineReply> reply = decode_->Call(expect);
     ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  void Ready(uint64_t room) {
+    v1::EngineRequest ready;
+    ready.mutable_ready()->set_room(room);
+    ready.mutable_ready()->set_source_manifest(
+        layout::SerializeManifest(RoomManifest(contract_, {1, 2, 3})).value());
+    ready.mutable_ready()->set_bootstrap_token(7);
+    absl::StatusOr<v1::EngineReply> reply = prefill_->Call(ready);
+    ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  // Whether every byte of the decode's arena is still zero: nothing of any room landed.
+  bool DecodeArenaUntouched() const {
+    for (uint8_t b : decode_arena_->bytes()) {
+      if (b != 0) return false;
+    }
+    return true;
   }
 
   void Begin(uint64_t room) {
@@ -107,6 +144,8 @@ class RoomPathsTest : public ::testing::Test {
   std::atomic<int64_t> skipped_{0};   // seconds the room clock is ahead of the real one
   std::unique_ptr<testing::SidecarPair> pair_;
   std::unique_ptr<engine_api::EngineApiClient> prefill_, decode_;
+  std::optional<engine_api::SidecarArena> decode_arena_;  // mapped here, to watch its bytes
+  transport::FaultTransport* fault_ = nullptr;            // the prefill's data plane
 };
 
 // A begun prefill room that no decode pre-allocates fails after --bootstrap-timeout (CACHEPD
@@ -207,6 +246,62 @@ TEST_F(RoomPathsTest, AReattachVoidsTheRoomsTheEngineHadBegun) {
   EXPECT_EQ(decode_failed->room(), 5u);
   EXPECT_TRUE(absl::StrContains(decode_failed->reason(), "attached again"))
       << decode_failed->reason();
+}
+
+// A write the data plane fails (its completion reports the link broken; nothing of it lands):
+// the room fails on the prefill once fenced, the decode hears the prefill's reason, its pages
+// are released once the prefill answered its fence, and no byte of the room ever landed.
+TEST_F(RoomPathsTest, AWriteThatFailsFailsTheRoomOnBothSidesAndNothingLands) {
+  Expect(6);
+  AwaitPreallocated(6);
+  ASSERT_TRUE(fault_
+                  ->FailNext(transport::FaultTransport::Op::kPostWrites, 1000,
+                             absl::UnavailableError("injected: the link broke"),
+                             transport::FaultTransport::FailMode::kCompleted)
+                  .ok());
+  Ready(6);
+  std::optional<v1::RoomEvent> failed = NextEnd(*prefill_);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 6u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_TRUE(absl::StrContains(failed->reason(), "injected: the link broke")) << failed->reason();
+  std::optional<v1::RoomEvent> decode_failed = NextEnd(*decode_);
+  ASSERT_TRUE(decode_failed.has_value());
+  EXPECT_EQ(decode_failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(decode_failed->cause(), failed->cause()) << decode_failed->reason();
+  EXPECT_TRUE(absl::StrContains(decode_failed->reason(), "injected: the link broke"))
+      << decode_failed->reason();
+  if (decode_failed->pages() == v1::PAGES_HELD) {
+    std::optional<v1::RoomEvent> released = NextEnd(*decode_);
+    ASSERT_TRUE(released.has_value());
+    EXPECT_TRUE(released->pages_released());
+  }
+  EXPECT_TRUE(DecodeArenaUntouched());
+}
+
+// A transfer whose writes never complete (every lane stopped) fails at its deadline, once
+// fenced (the stuck peer disconnected: its held writes dropped), with the cause timeout on both
+// sides; nothing of it lands, then or after.
+TEST_F(RoomPathsTest, ATransferPastItsDeadlineFailsOnceFencedAndNothingLands) {
+  Expect(7);
+  AwaitPreallocated(7);
+  const int lanes = fault_->capabilities().lanes;
+  for (int lane = 0; lane < lanes; ++lane) ASSERT_TRUE(fault_->StopLane(lane).ok());
+  Ready(7);
+  std::optional<v1::RoomEvent> failed = NextEnd(*prefill_);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->room(), 7u);
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(failed->cause(), "timeout") << failed->reason();
+  std::optional<v1::RoomEvent> decode_failed = NextEnd(*decode_);
+  ASSERT_TRUE(decode_failed.has_value());
+  EXPECT_EQ(decode_failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(decode_failed->cause(), "timeout") << decode_failed->reason();
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(fault_->ResumeLane(lane).ok());  // what was held went with the disconnect
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_TRUE(DecodeArenaUntouched());
 }
 
 }  // namespace

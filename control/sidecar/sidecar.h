@@ -30,6 +30,9 @@
 namespace kvrail::metrics {
 class Registry;
 }
+namespace kvrail::transport {
+class Transport;
+}
 
 namespace kvrail::sidecar {
 
@@ -159,6 +162,11 @@ struct SidecarOptions {
   // threads. Empty: absl::Now(). For tests, which move it to reach a timeout in milliseconds;
   // the ticker still turns every 50 ms of real time. Not a flag.
   std::function<absl::Time()> clock;
+  // For tests: wraps the data plane the sidecar made (--backend) before anything uses it, e.g. in
+  // the fault-injecting transport (engine/transport/fault). Empty: the backend itself. Not a
+  // flag.
+  std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>
+      wrap_transport;
   // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
   size_t max_rooms = 65536;
   // Prefill: the most rooms one decode session may hold pre-allocations in at once
