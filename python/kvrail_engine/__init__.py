@@ -10,7 +10,8 @@ See python/examples/engine_example.py and docs/ENGINE-API.md.
 """
 
 from kvrail_engine.client import SidecarArena, SidecarClient, SidecarError
-from kvrail_engine.room_event import DecodeWindow, Pages, RoomEvent, RoomState, TransferPoll
+from kvrail_engine.room_event import (SIDECAR_LOST, DecodeWindow, Pages, RoomEvent, RoomState,
+                                     TransferPoll)
 
-__all__ = ["DecodeWindow", "Pages", "RoomEvent", "RoomState", "SidecarArena", "SidecarClient",
-           "SidecarError", "TransferPoll"]
+__all__ = ["DecodeWindow", "Pages", "RoomEvent", "RoomState", "SIDECAR_LOST", "SidecarArena",
+           "SidecarClient", "SidecarError", "TransferPoll"]

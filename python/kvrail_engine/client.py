@@ -398,11 +398,10 @@ class SidecarClient:
                 self._lost = None
             elif change["event"] == zmq.EVENT_DISCONNECTED and self._connected:
                 self._connected = False
-                self._lost = ("engine API %s: the sidecar is lost (its connection closed, or it "
-                              "answered no heartbeat for %.1f s)"
-                              % (self._endpoint, self._heartbeat_timeout))
-                self._events.extend(
-                    self._ledger.lost(self._lost, sidecar_process_gone(self.sidecar_pid)))
+                gone = sidecar_process_gone(self.sidecar_pid)
+                self._lost = "engine API %s: the sidecar is lost (%s)" % (
+                    self._endpoint, _why_lost(gone, self.sidecar_pid, self._heartbeat_timeout))
+                self._events.extend(self._ledger.lost(self._lost, gone))
 
     def _recover(self) -> None:
         """The same sidecar is back with rooms reported Failed while it was lost: attach again
@@ -493,11 +492,24 @@ def _logprob(message: Any) -> Optional[float]:
     return None
 
 
+def _why_lost(gone: Optional[bool], pid: int, heartbeat_timeout: float) -> str:
+    """Why the connection to the sidecar went, as far as this host can tell: its process is gone
+    (the connection closed with it), or it lives and answered no heartbeat (stopped, hung, or
+    unreachable), or unknown (no pid: the engine never attached)."""
+    if gone:
+        return "its process %d is gone: the connection closed with it" % pid
+    if gone is False:
+        return ("it answered no heartbeat for %.1f s, and its process %d still runs: stopped, "
+                "hung, or unreachable" % (heartbeat_timeout, pid))
+    return ("its connection closed, or it answered no heartbeat for %.1f s"
+            % heartbeat_timeout)
+
+
 def _event(e: "_pb.RoomEvent") -> RoomEvent:
     return RoomEvent(e.room, _POLL[e.status], e.reason, e.bootstrap_token,
                      list(e.speculative_ids), e.bytes, e.copies, e.seconds, Pages(e.pages),
                      e.pages_released, e.pages_proven, _windows(e.windows), e.cause,
-                     e.cached_tokens, _logprob(e))
+                     e.cached_tokens, _logprob(e), e.fence_seconds)
 
 
 def _curve_client(socket: zmq.Socket, key_file: str, server_key: str) -> None:

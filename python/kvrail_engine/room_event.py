@@ -45,7 +45,9 @@ class RoomEvent(NamedTuple):
     engine began with begin() also gets one event with status BOOTSTRAPPED and `windows`.
     A Failed one names its `cause`, one word from a fixed list (docs/ENGINE-API.md): aborted,
     timeout, peer_failed, expired, handshake, transport, bounds, invalid, refused, digest,
-    engine, bootstrap, other. A decode Success carries, besides the bootstrap token and
+    engine, bootstrap, other; and sidecar_lost for what this client reports itself when its
+    sidecar is lost (the sidecar could not). A release notice's `fence_seconds` is how long
+    the sidecar waited for the fence (docs/ENGINE-API.md, "When pages are safe"). A decode Success carries, besides the bootstrap token and
     speculative ids, `cached_tokens` (the prompt tokens the prefill served from its own prefix
     cache: the largest count any prefill rank reported, 0 from a snapshot-era prefill) and
     `first_token_logprob` (the bootstrap token's log-probability, None when no rank sent one;
@@ -66,6 +68,12 @@ class RoomEvent(NamedTuple):
     cause: str = ""
     cached_tokens: int = 0
     first_token_logprob: Optional[float] = None
+    fence_seconds: float = 0.0
+
+
+# The cause of the Failed events this client makes itself: its sidecar was lost (killed,
+# stopped, unreachable), so the sidecar could say nothing of the room.
+SIDECAR_LOST = "sidecar_lost"
 
 
 class RoomState(NamedTuple):
@@ -85,9 +93,9 @@ class RoomState(NamedTuple):
 
 def failed(room: int, reason: str, pages: Pages, released: bool = False,
            proven: bool = False) -> RoomEvent:
-    """A Failed outcome the client itself reports (the sidecar could not): cause "other". With
+    """A Failed outcome the client itself reports (the sidecar could not): cause sidecar_lost. With
     `released`, the release notice of a room told Failed with Pages.HELD before (status
     PAGES_RELEASED)."""
     status = TransferPoll.PAGES_RELEASED if released else TransferPoll.FAILED
     return RoomEvent(room, status, reason, -1, [], 0, 0, 0.0, pages, released,
-                     proven, cause="other")
+                     proven, cause=SIDECAR_LOST)

@@ -322,6 +322,8 @@ class SidecarLossTest(unittest.TestCase):
             self.assertEqual((e.status, e.pages), (TransferPoll.FAILED, Pages.REUSABLE))
             self.assertIn("the sidecar is lost", e.reason)
             self.assertIn("the sidecar process is gone", e.reason)
+            self.assertIn("process %d is gone" % sidecar.pid, e.reason)
+            self.assertEqual(e.cause, "sidecar_lost")
         self.assertIsNotNone(self.client.sidecar_lost)
         with self.assertRaisesRegex(SidecarError, "the sidecar is lost"):
             self.client.poll([1])
@@ -344,6 +346,8 @@ class SidecarLossTest(unittest.TestCase):
         self.assertEqual([(e.room, e.status, e.pages) for e in events],
                          [(3, TransferPoll.FAILED, Pages.HELD)])
         self.assertIn("may still land", events[0].reason)
+        self.assertIn("process %d still runs" % sidecar.pid, events[0].reason)
+        self.assertEqual(events[0].cause, "sidecar_lost")
         # Back: the client attaches again, which voids the room there; the sidecar fences it
         # (its prefill rank never answers: released unproven after --fence-wait 1) and the pages
         # come free.
