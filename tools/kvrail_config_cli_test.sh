@@ -125,4 +125,11 @@ for flag in $("$kvrail" sidecar --help | grep -o -- '^  --[a-z0-9-]*' | sed 's/^
 done
 "$kvrail" sidecar --config "$tmp/printed.toml" --print-config >"$tmp/again.toml"
 expect print-round-trip cmp -s "$tmp/printed.toml" "$tmp/again.toml"
+
+# The help states how fast a dead prefill rank is noticed: at the next probe, within one
+# --heartbeat-interval; --heartbeat-failures is for a node's bootstrap server gone silent.
+help=$("$kvrail" sidecar --help)
+expect help-heartbeat-interval grep -q "is dead at that probe, so within one interval" <<<"$help"
+expect help-heartbeat-failures grep -q "a rank whose socket refuses is found at the first probe" \
+  <<<"$help"
 exit $fail

@@ -146,10 +146,15 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                   "Prefill: seconds a pre-allocation waits for the engine to begin its room "
                   "before the room fails")
       ->capture_default_str();
-  sub->add_option("--heartbeat-interval", heartbeat, "Seconds, at least 2 (CACHEPD §1.6)")
+  sub->add_option("--heartbeat-interval", heartbeat,
+                  "Seconds between probes, at least 2 (CACHEPD §1.6). A decode tries the CachePD "
+                  "socket of each prefill rank it waits on: one that refuses (its process died) "
+                  "is dead at that probe, so within one interval")
       ->capture_default_str();
   sub->add_option("--heartbeat-failures", heartbeat_failures,
-                  "Missed /health probes that declare a prefill node dead")
+                  "Decode: consecutive failed /health probes of a prefill node's bootstrap server "
+                  "that declare the whole node dead (a host gone silent: this many intervals; a "
+                  "rank whose socket refuses is found at the first probe)")
       ->capture_default_str();
   sub->add_option("--transfer-deadline", transfer_deadline, "Seconds a room's writes may take")
       ->capture_default_str();
