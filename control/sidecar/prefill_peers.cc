@@ -234,6 +234,7 @@ void PrefillSidecar::DropSessionLocked(const std::string& session, const std::st
     MutexLock lock(&server_keys_mu);
     session_server_keys.erase(session);  // restarted decodes must leave no key behind
   }
+  ForgetWarmLinkLocked(session);
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
   static constexpr const char* kLabels[] = {"refused", "other_process", "silent", "registry"};

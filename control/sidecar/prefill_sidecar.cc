@@ -279,6 +279,7 @@ void PrefillSidecar::ApplyLocked(session::PrefillOutput out) {
   }
   for (const auto& [session, endpoint] : out.replaced) {
     // A restarted decode took over the session id: the old process's link and route go.
+    ForgetWarmLinkLocked(session);
     Defer([this, session = session, endpoint = endpoint] { DropPeer(session, endpoint); });
   }
   for (session::TransferWork& work : out.transfers) BeginTransferLocked(std::move(work));

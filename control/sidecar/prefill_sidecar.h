@@ -32,6 +32,11 @@
 
 namespace kvrail::sidecar {
 
+// A room's transfers while they are prepared (prefill_transfers.cc).
+struct Preparation;
+struct PreparedTransfer;
+struct DestinationJob;
+
 class PrefillSidecar final : public SidecarCore {
  public:
   explicit PrefillSidecar(const SidecarOptions& options);
@@ -53,6 +58,13 @@ class PrefillSidecar final : public SidecarCore {
   // When each registered session's handshake endpoint last accepted a probe (or was first
   // probed), for --registration-ttl. Owner thread.
   std::map<std::string, absl::Time> session_reached;
+  // The links of warm routes (a room was prepared over them), by session: the next room of
+  // such a session is prepared on the owner, with no hand-off to its strand. A copy of the
+  // peer directory's link, kept by the owner; forgotten when the link is dropped. link_drops
+  // counts the drops, so that a preparation begun before one does not bring its link back.
+  // Owner thread.
+  std::map<std::string, transfer::PeerLink> warm_links;
+  uint64_t link_drops = 0;
   // Data-plane peers of dropped sessions, for the scheduler to forget once idle. Owner thread.
   std::vector<transport::PeerId> forget_peers;
   // CURVE on: the public key of each session's verified owner, which its handshake endpoint
@@ -117,8 +129,17 @@ class PrefillSidecar final : public SidecarCore {
   // says so: "room N already failed: <reason>"), else begins it and applies what that says;
   // errors prefixed `context`.
   absl::Status BeginPrefillRoomLocked(uint64_t room, absl::Time now, const std::string& context);
-  // A room's transfer may start: prepare each destination in its session's strand.
+  // A room's transfer may start: prepare each destination, on the owner where its route is warm
+  // (warm_links), else in its session's strand; the last one prepared submits the room.
   void BeginTransferLocked(session::TransferWork work);
+  // One destination's transfer request over `link`: its copies (streamed, or listed to be
+  // staged or hashed), its bounds, its digest. On the owner or a strand; touches only `slot`.
+  void PrepareDestination(const Preparation& preparation, PreparedTransfer& slot,
+                          const DestinationJob& job, const transfer::PeerLink& link);
+  // Once every destination is prepared: tells the ledger, and defers the submits it allows.
+  void SubmitPreparedLocked(const std::shared_ptr<Preparation>& preparation);
+  // `session`'s link is not warm any more (dropped, or its session replaced or gone).
+  void ForgetWarmLinkLocked(const std::string& session);
   void OnTransferOutcome(const transfer::TransferOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
   // scheduler queue) and, unless a registration still uses it, the PUSH socket to

@@ -2,14 +2,16 @@
 // (prefill_sidecar.h). The room's entry in PrefillRooms owns their lifecycle (TransferPhase); this
 // file does what it decides.
 //
-//   Ready -> PrefillRooms hands back the room's TransferWork -> BeginTransferLocked: one job per
-//   destination in that session's strand (descriptor fetch, connect, copy expansion) -> the
-//   last one to finish posts to the owner, which reports TransfersPrepared and submits the
-//   transfer ids it returns (none when the room failed meanwhile) -> the scheduler's outcomes
-//   (a failure only once fenced) go to TransferOutcome -> the room ends: PrefillRooms sends
-//   Success, or Failed.
+//   Ready -> PrefillRooms hands back the room's TransferWork -> BeginTransferLocked prepares each
+//   destination: on the owner when its route is warm and its copies are streamed, else as a job
+//   in that session's strand (descriptor fetch, connect, copy expansion) -> the last one prepared
+//   posts to the owner, which reports TransfersPrepared and submits the transfer ids it returns
+//   (none when the room failed meanwhile): a small room's itself, a larger room's on `effects`
+//   -> the scheduler's outcomes (a failure only once fenced) go to TransferOutcome -> the room
+//   ends: PrefillRooms sends Success, or Failed.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <utility>
@@ -23,7 +25,6 @@
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
-namespace {
 
 // One destination's part of a room, once prepared.
 struct PreparedTransfer {
@@ -37,9 +38,17 @@ struct PreparedTransfer {
   // message before its Success (SendLocked), keyed by the registration's reply endpoint.
   std::optional<uint64_t> digest;
   std::string reply_endpoint;
+  // The link it was prepared over, and PrefillSidecar::link_drops when its preparation began:
+  // the owner keeps the link warm unless a link was dropped meanwhile.
+  std::optional<transfer::PeerLink> link;
+  uint64_t link_drops = 0;
 };
 
-// A room's destinations being prepared, each in its own session's strand.
+// The most copies a room's transfer may have for the owner to submit it (SubmitPreparedLocked):
+// a few pages of whole-page copies. Its Submit is then a few microseconds.
+constexpr uint64_t kOwnerSubmitCopies = 256;
+
+// A room's destinations being prepared: on the owner (a warm route) or in its session's strand.
 struct Preparation {
   uint64_t room = 0;
   uint64_t generation = 0;
@@ -47,7 +56,15 @@ struct Preparation {
   std::atomic<size_t> remaining{0};
 };
 
-}  // namespace
+// What preparing one destination needs, copied out of the owner's tables for the strand.
+struct DestinationJob {
+  std::shared_ptr<const session::DecodePeer> owner;  // the registration: route, contract, plan
+  std::shared_ptr<const layout::Manifest> source_manifest, destination_manifest;
+  plan::CopyPlan::LayerRange layers;
+  uint64_t remote_base = 0;   // B_dst, frame 4 (CACHEPD §6.9)
+  uint64_t arena_length = 0;  // the decode's arena
+  bool digest = false;        // hashed for --verify-digest
+};
 
 absl::Status PrefillSidecar::Ready(const v1::Ready& ready) {
   const std::string context = absl::StrCat("Ready room ", ready.room());
@@ -155,58 +172,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
   // The last destination to be prepared (or, with none, this call) submits the room: posted to
   // the owner, which decides; the submits it defers run on `effects` (PostOwned).
   auto finish = [this, preparation] {
-    PostOwned([this, preparation] {
-      const absl::Time now = RoomNow();
-      std::vector<std::string> sessions;
-      for (const PreparedTransfer& p : preparation->destinations) {
-        if (!p.error.ok()) {
-          const session::FailureCause cause =
-              p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
-          ApplyLocked(rooms->PreparationFailed(preparation->room, preparation->generation,
-                                               DescribeError(p.error), p.session, cause, now));
-          return;
-        }
-        sessions.push_back(p.session);
-      }
-      session::PrefillOutput prepared;
-      std::vector<uint64_t> ids = rooms->TransfersPrepared(
-          preparation->room, preparation->generation, sessions, now, prepared);
-      ApplyLocked(std::move(prepared));  // what ended: it failed meanwhile, or nothing to move
-      if (ids.empty()) return;
-      for (const PreparedTransfer& p : preparation->destinations) {
-        // Kept with the room, for the Success to that destination (SendLocked).
-        if (p.digest) (void)rooms->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
-      }
-      for (size_t i = 0; i < ids.size(); ++i) {
-        transfer::Transfer& request = preparation->destinations[i].request;
-        request.transfer_id = ids[i];
-        request.deadline = absl::Now() + options.transfer_deadline;  // the scheduler's clock
-        request.done = [this](const transfer::TransferOutcome& outcome) {
-          OnTransferOutcome(outcome);
-        };
-      }
-      Defer([this, preparation, failing = rooms->FailingFlag(preparation->room)] {
-        for (PreparedTransfer& p : preparation->destinations) {
-          const uint64_t id = p.request.transfer_id;
-          const absl::Status submitted = scheduler->Submit(std::move(p.request));
-          if (!submitted.ok()) {  // refused before anything was posted
-            PostOwned([this, id, submitted, session = p.session] {
-              if (!rooms) return;
-              ApplyLocked(rooms->TransferOutcome(id, submitted, session, RoomNow()));
-            });
-          }
-        }
-        // A room that failed while these were submitted cancels them now (PrefillRooms::
-        // TransfersSubmitted). One that had not failed once every Submit returned needs
-        // nothing: its failure, later, sets the flag before it decides its cancels, which run
-        // after these Submits returned and find what they submitted.
-        if (failing != nullptr && failing->load()) {
-          PostOwned([this, room = preparation->room] {
-            if (rooms) ApplyLocked(rooms->TransfersSubmitted(room));
-          });
-        }
-      });
-    });
+    PostOwned([this, preparation] { SubmitPreparedLocked(preparation); });
   };
   if (preparation->destinations.empty()) {
     finish();
@@ -222,20 +188,37 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
     if (peer.dummy || peer.copy_plan == nullptr) continue;
     PreparedTransfer& slot = preparation->destinations[index++];
     slot.session = peer.registration.session_id;
-    auto source_manifest = work.source_manifest;
-    auto destination_manifest = destination.manifest;
-    auto copy_plan = peer.copy_plan;
-    const plan::CopyPlan::LayerRange layers = work.layers;
-    const bool final = work.final;
-    const uint64_t remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
-    const uint64_t arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
+    DestinationJob job;
+    job.owner = destination.peer;
+    job.source_manifest = work.source_manifest;
+    job.destination_manifest = destination.manifest;
+    job.layers = work.layers;
+    job.remote_base = peer.registration.arena_base;  // B_dst, frame 4 (CACHEPD §6.9)
+    job.arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
     // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
     // over the whole room (the decode checks every byte the room landed).
-    const bool digest =
-        final && options.verify_digest && gate.KeyFor(destination.peer->reply_endpoint).has_value();
-    strands.Post(slot.session, [this, preparation, &slot, source_manifest, destination_manifest,
-                                copy_plan, layers, final, remote_base, arena_length, finish,
-                                failing, digest, owner = destination.peer] {
+    job.digest = work.final && options.verify_digest &&
+                 gate.KeyFor(destination.peer->reply_endpoint).has_value();
+    // A warm route (its link known to the owner, vouched for this registration) whose copies
+    // are streamed, neither hashed nor staged, is prepared here: building the stream checks the
+    // room's bounds and computes its envelope (no copy is expanded yet), so it costs the owner
+    // little and spares the room two hand-offs (to the strand and back). Anything that may wait
+    // on the peer (a fetch, a connect) or is proportional to the room's copies goes to the
+    // session's strand.
+    if (!job.digest && staging == nullptr) {
+      if (auto warm = warm_links.find(slot.session); warm != warm_links.end()) {
+        const transfer::PeerLink& link = warm->second;
+        if (CheckOwner(peer.registration, job.arena_length, link.cachepd_endpoint, *link.regions)
+                .ok()) {
+          slot.link_drops = link_drops;
+          PrepareDestination(*preparation, slot, job, link);
+          if (preparation->remaining.fetch_sub(1) == 1) finish();
+          continue;
+        }
+      }
+    }
+    slot.link_drops = link_drops;
+    strands.Post(slot.session, [this, preparation, &slot, job, finish, failing] {
       // Skipped when the room already failed: its preparation is moot.
       if (failing != nullptr && !failing->load()) {
         absl::StatusOr<transfer::PeerLink> link = directory->Get(slot.session);
@@ -245,7 +228,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
         // process at the same address (a restarted decode that got its old port back): fetch
         // and connect afresh, once.
         const auto vouched = [&] {
-          return CheckOwner(owner->registration, arena_length, link->cachepd_endpoint,
+          return CheckOwner(job.owner->registration, job.arena_length, link->cachepd_endpoint,
                             *link->regions);
         };
         if (link.ok() && !vouched().ok()) {
@@ -259,69 +242,157 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
           slot.error = link.status();
           slot.cause = session::FailureCause::kHandshake;
         } else {
-          slot.request.on_batch =
-              metrics.BatchCounter(preparation->room, slot.session, options.lanes);
-          slot.request.peer = link->peer;
-          slot.request.source = region;
-          slot.request.source_length = arena_bytes;
-          slot.request.remote = link->regions;
-          slot.request.remote_base = remote_base;
-          slot.request.remote_length = arena_length;  // this arena alone, not every region
-          // The scheduler pulls the copies a chunk at a time as it posts, so the first writes
-          // go out before the room's last copy is computed (copy_stream.h); --naive-copies
-          // posts the planner's copies unmerged, for measurement only.
-          absl::StatusOr<std::unique_ptr<CopySource>> stream = plan::StreamRoom(
-              copy_plan, source_manifest, destination_manifest, layers, !options.naive_copies);
-          const bool staged = staging != nullptr;
-          if (!stream.ok()) {
-            slot.error = stream.status();
-          } else if (!digest && !staged) {
-            slot.request.stream = *std::move(stream);
-          } else {
-            // Hashing and staging need the list: the stream is drained into one some earlier
-            // room used, whose pages are there already (copy_list_pool.h).
-            slot.request.copies = copy_lists->Take();
-            slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
-              pool->Give(std::move(spent));
-            };
-            AppendAll(**stream, slot.request.copies);
-          }
-          // A staged arena: the room's source bytes go to the mirror before any write reads
-          // them (arena_staging.cc), and before the digest hashes them there.
-          if (slot.error.ok() && staged) slot.error = StageSources(slot.request.copies);
-          // The engine's Ready says the source bytes are final, so hashing them here, before
-          // the writes, gives what hashing them after the flush would; the writes wait for
-          // it, so its cost adds to the room's time (docs/SECURITY.md, "Digests").
-          if (slot.error.ok() && digest) {
-            plan::CopyList sorted = slot.request.copies;  // the writes keep their order
-            if (layers.begin > 0) {  // earlier works sent the first layers: hash them all
-              sorted.clear();
-              absl::StatusOr<std::unique_ptr<CopySource>> whole = plan::StreamRoom(
-                  copy_plan, source_manifest, destination_manifest, {}, !options.naive_copies);
-              if (whole.ok()) {
-                AppendAll(**whole, sorted);
-              } else {
-                slot.error = whole.status();
-              }
-            }
-            absl::StatusOr<uint64_t> sum =
-                slot.error.ok() ? plan::RoomDigest(sorted, plan::DigestSide::kSource,
-                                                   absl::MakeConstSpan(
-                                                       reinterpret_cast<const uint8_t*>(arena_base),
-                                                       arena_bytes))
-                                : absl::StatusOr<uint64_t>(slot.error);
-            if (sum.ok()) {
-              slot.digest = *sum;
-              slot.reply_endpoint = owner->reply_endpoint;
-            } else {
-              slot.error = AddContext(sum.status(), "--verify-digest");
-            }
-          }
+          PrepareDestination(*preparation, slot, job, *link);
         }
       }
       if (preparation->remaining.fetch_sub(1) == 1) finish();
     });
   }
+}
+
+void PrefillSidecar::PrepareDestination(const Preparation& preparation, PreparedTransfer& slot,
+                                        const DestinationJob& job, const transfer::PeerLink& link) {
+  slot.link = link;
+  slot.request.on_batch = metrics.BatchCounter(preparation.room, slot.session, options.lanes);
+  slot.request.peer = link.peer;
+  slot.request.source = region;
+  slot.request.source_length = arena_bytes;
+  slot.request.remote = link.regions;
+  slot.request.remote_base = job.remote_base;
+  slot.request.remote_length = job.arena_length;  // this arena alone, not every region
+  // The scheduler pulls the copies a chunk at a time as it posts, so the first writes go out
+  // before the room's last copy is computed (copy_stream.h); --naive-copies posts the planner's
+  // copies unmerged, for measurement only.
+  absl::StatusOr<std::unique_ptr<CopySource>> stream =
+      plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest,
+                       job.layers, !options.naive_copies);
+  const bool staged = staging != nullptr;
+  if (!stream.ok()) {
+    slot.error = stream.status();
+  } else if (!job.digest && !staged) {
+    slot.request.stream = *std::move(stream);
+  } else {
+    // Hashing and staging need the list: the stream is drained into one some earlier room
+    // used, whose pages are there already (copy_list_pool.h).
+    slot.request.copies = copy_lists->Take();
+    slot.request.recycle = [pool = copy_lists](plan::CopyList spent) {
+      pool->Give(std::move(spent));
+    };
+    AppendAll(**stream, slot.request.copies);
+  }
+  // A staged arena: the room's source bytes go to the mirror before any write reads them
+  // (arena_staging.cc), and before the digest hashes them there.
+  if (slot.error.ok() && staged) slot.error = StageSources(slot.request.copies);
+  // The engine's Ready says the source bytes are final, so hashing them here, before the
+  // writes, gives what hashing them after the flush would; the writes wait for it, so its cost
+  // adds to the room's time (docs/SECURITY.md, "Digests").
+  if (!slot.error.ok() || !job.digest) return;
+  plan::CopyList sorted = slot.request.copies;  // the writes keep their order
+  if (job.layers.begin > 0) {  // earlier works sent the first layers: hash them all
+    sorted.clear();
+    absl::StatusOr<std::unique_ptr<CopySource>> whole =
+        plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest, {},
+                         !options.naive_copies);
+    if (!whole.ok()) {
+      slot.error = whole.status();
+      return;
+    }
+    AppendAll(**whole, sorted);
+  }
+  absl::StatusOr<uint64_t> sum = plan::RoomDigest(
+      sorted, plan::DigestSide::kSource,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));
+  if (sum.ok()) {
+    slot.digest = *sum;
+    slot.reply_endpoint = job.owner->reply_endpoint;
+  } else {
+    slot.error = AddContext(sum.status(), "--verify-digest");
+  }
+}
+
+void PrefillSidecar::SubmitPreparedLocked(const std::shared_ptr<Preparation>& preparation) {
+  const absl::Time now = RoomNow();
+  std::vector<std::string> sessions;
+  for (const PreparedTransfer& p : preparation->destinations) {
+    if (!p.error.ok()) {
+      const session::FailureCause cause =
+          p.cause != session::FailureCause::kNone ? p.cause : session::FailureCauseOf(p.error);
+      ApplyLocked(rooms->PreparationFailed(preparation->room, preparation->generation,
+                                           DescribeError(p.error), p.session, cause, now));
+      return;
+    }
+    sessions.push_back(p.session);
+    // The route is warm: the session's next room is prepared on the owner. Unless a link was
+    // dropped since this preparation began: this one may be the link that went.
+    if (p.link && p.link_drops == link_drops) warm_links.insert_or_assign(p.session, *p.link);
+  }
+  session::PrefillOutput prepared;
+  std::vector<uint64_t> ids =
+      rooms->TransfersPrepared(preparation->room, preparation->generation, sessions, now, prepared);
+  ApplyLocked(std::move(prepared));  // what ended: it failed meanwhile, or nothing to move
+  if (ids.empty()) return;
+  for (const PreparedTransfer& p : preparation->destinations) {
+    // Kept with the room, for the Success to that destination (SendLocked).
+    if (p.digest) (void)rooms->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    transfer::Transfer& request = preparation->destinations[i].request;
+    request.transfer_id = ids[i];
+    request.deadline = absl::Now() + options.transfer_deadline;  // the scheduler's clock
+    request.done = [this](const transfer::TransferOutcome& outcome) { OnTransferOutcome(outcome); };
+  }
+  // A small room is submitted here: its Submit checks, queues and posts at most
+  // kOwnerSubmitCopies copies, a bounded enqueue on the lanes that never waits (as the outbox's
+  // sends are), and spares the room two hand-offs (to `effects` and back). A larger one, whose
+  // Submit expands and posts a chunk of thousands of copies, is deferred to `effects`.
+  const bool small = std::all_of(preparation->destinations.begin(), preparation->destinations.end(),
+                                 [](const PreparedTransfer& p) {
+                                   const uint64_t copies = p.request.stream != nullptr
+                                                               ? p.request.stream->envelope().copies
+                                                               : p.request.copies.size();
+                                   return copies <= kOwnerSubmitCopies;
+                                 });
+  if (small) {
+    // Every Submit is made before a refusal is applied: a refusal fails the room, whose cancels
+    // must then find its other transfers in flight.
+    std::vector<std::pair<uint64_t, absl::Status>> refused;
+    for (PreparedTransfer& p : preparation->destinations) {
+      const uint64_t id = p.request.transfer_id;
+      if (absl::Status submitted = scheduler->Submit(std::move(p.request)); !submitted.ok()) {
+        refused.emplace_back(id, std::move(submitted));
+      }
+    }
+    for (const auto& [id, status] : refused) {
+      ApplyLocked(rooms->TransferOutcome(id, status, rooms->SessionOfTransfer(id), RoomNow()));
+    }
+    return;
+  }
+  Defer([this, preparation, failing = rooms->FailingFlag(preparation->room)] {
+    for (PreparedTransfer& p : preparation->destinations) {
+      const uint64_t id = p.request.transfer_id;
+      const absl::Status submitted = scheduler->Submit(std::move(p.request));
+      if (!submitted.ok()) {  // refused before anything was posted
+        PostOwned([this, id, submitted, session = p.session] {
+          if (!rooms) return;
+          ApplyLocked(rooms->TransferOutcome(id, submitted, session, RoomNow()));
+        });
+      }
+    }
+    // A room that failed while these were submitted cancels them now (PrefillRooms::
+    // TransfersSubmitted). One that had not failed once every Submit returned needs nothing:
+    // its failure, later, sets the flag before it decides its cancels, which run after these
+    // Submits returned and find what they submitted.
+    if (failing != nullptr && failing->load()) {
+      PostOwned([this, room = preparation->room] {
+        if (rooms) ApplyLocked(rooms->TransfersSubmitted(room));
+      });
+    }
+  });
+}
+
+void PrefillSidecar::ForgetWarmLinkLocked(const std::string& session) {
+  warm_links.erase(session);
+  ++link_drops;  // and none a preparation begun before now brings back
 }
 
 void PrefillSidecar::OnTransferOutcome(const transfer::TransferOutcome& outcome) {
@@ -352,6 +423,7 @@ void PrefillSidecar::OnTransferOutcome(const transfer::TransferOutcome& outcome)
 void PrefillSidecar::DropPeer(const std::string& session, const std::string& reply_endpoint) {
   std::optional<transport::PeerId> id = directory->Drop(session);
   Owned([&] {
+    ForgetWarmLinkLocked(session);
     if (id) forget_peers.push_back(*id);  // the ticker asks the scheduler once it is idle
     if (reply_endpoint.empty() || !rooms) return;
     for (const auto& other : rooms->Registrations()) {

@@ -279,6 +279,53 @@ TEST_F(RoomPathsTest, AWriteThatFailsFailsTheRoomOnBothSidesAndNothingLands) {
   EXPECT_TRUE(DecodeArenaUntouched());
 }
 
+// A room that lands warms its route: the next room of that decode is prepared and submitted on
+// the prefill's owner, over the owner's copy of the link. When a write then breaks the link, the
+// prefill drops it, and the owner's copy with it: the room after the quarantine connects afresh
+// and lands (over the dropped link, its writes would fail).
+TEST_F(RoomPathsTest, ARoomAfterABrokenLinkConnectsAfreshAndLands) {
+  const auto move_room = [&](uint64_t room) -> std::pair<v1::RoomEvent, v1::RoomEvent> {
+    Expect(room);
+    AwaitPreallocated(room);
+    Ready(room);
+    std::optional<v1::RoomEvent> sent = NextEnd(*prefill_);
+    std::optional<v1::RoomEvent> landed = NextEnd(*decode_);
+    EXPECT_TRUE(sent.has_value() && landed.has_value());
+    if (!sent || !landed) return {};
+    EXPECT_EQ(sent->room(), room);
+    EXPECT_EQ(landed->room(), room);
+    return {*sent, *landed};
+  };
+  for (uint64_t room : {20, 21}) {  // the second over the warm route
+    auto [sent, landed] = move_room(room);
+    EXPECT_EQ(sent.status(), v1::TRANSFER_POLL_SUCCESS) << sent.reason();
+    EXPECT_EQ(landed.status(), v1::TRANSFER_POLL_SUCCESS) << landed.reason();
+  }
+  ASSERT_TRUE(fault_
+                  ->FailNext(transport::FaultTransport::Op::kPostWrites, 1000,
+                             absl::UnavailableError("injected: the link broke"),
+                             transport::FaultTransport::FailMode::kCompleted)
+                  .ok());
+  {
+    auto [sent, landed] = move_room(22);
+    EXPECT_EQ(sent.status(), v1::TRANSFER_POLL_FAILED);
+    EXPECT_EQ(landed.status(), v1::TRANSFER_POLL_FAILED);
+    if (landed.pages() == v1::PAGES_HELD) {
+      std::optional<v1::RoomEvent> released = NextEnd(*decode_);
+      ASSERT_TRUE(released.has_value());
+      EXPECT_TRUE(released->pages_released());
+    }
+  }
+  ASSERT_TRUE(
+      fault_
+          ->FailNext(transport::FaultTransport::Op::kPostWrites, 0, absl::UnavailableError("none"))
+          .ok());
+  Skip(absl::Seconds(60));  // past the session's quarantine (FAILED_SESSION_TTL, 30 s)
+  auto [sent, landed] = move_room(23);
+  EXPECT_EQ(sent.status(), v1::TRANSFER_POLL_SUCCESS) << sent.reason();
+  EXPECT_EQ(landed.status(), v1::TRANSFER_POLL_SUCCESS) << landed.reason();
+}
+
 // A transfer whose writes never complete (every lane stopped) fails at its deadline, once
 // fenced (the stuck peer disconnected: its held writes dropped), with the cause timeout on both
 // sides; nothing of it lands, then or after.

@@ -29,20 +29,22 @@
 // them): the engine API's (`kvrail-engapi`), which drives `owner` (owner_loop.h, Driven). No
 // lock guards the state. The engine API's thread applies engine requests in place; every other
 // thread hands it a job, and the room path never waits for one: PostOwned for CachePD batches,
-// a prepared room (its submit runs on `effects`) and data-plane outcomes; Owned, which waits
-// for the answer, where a rare path needs it (stats from the metrics server, the
-// ticker, a strand's bootstrap lookup, the parser of large manifests). The owner never calls into
-// engine/ (scheduler, peer directory, transport) or makes an HTTP request for a room: such calls
-// are decided and deferred (Defer), and run once the job is done, on the thread that called Owned,
-// or else on `effects` (one post for what the jobs of one wake deferred); never on the owner
-// thread. (An AttachArena, applied on the engine API's thread like every request, maps and
-// registers the arena and registers with the bootstrap server there: before it no room exists.)
-// CachePD pushes are made by the owner: they are non-blocking enqueues (ZmqOutbox never waits)
-// whose order per endpoint is the order in which they were decided (a registration before its
-// pre-allocations, a pre-allocation before its fence request). What may block on one peer
-// (descriptor fetch, connect, copy expansion, a bootstrap lookup) runs in that peer's strand of
-// `strands`, so that one dead or slow peer delays only its own rooms. Methods named *Locked run on
-// the owner thread: the name is kept from the lock they replaced.
+// a room prepared in a strand and data-plane outcomes; Owned, which waits for the answer, where
+// a rare path needs it (stats from the metrics server, the ticker, a strand's bootstrap lookup,
+// the parser of large manifests). The owner never waits on a peer or makes an HTTP request for a
+// room. Of engine/ (scheduler, peer directory, transport) it calls one thing: a small room's
+// Scheduler::Submit, a bounded enqueue that never waits (prefill_transfers.cc,
+// kOwnerSubmitCopies); a warm route's room is prepared on the owner too (PrefillSidecar::
+// warm_links). Every other such call is decided and deferred (Defer), and runs once the job is
+// done, on the thread that called Owned, or else on `effects` (one post for what the jobs of one
+// wake deferred); never on the owner thread. (An AttachArena, applied on the engine API's thread
+// like every request, maps and registers the arena and registers with the bootstrap server there:
+// before it no room exists.) CachePD pushes are made by the owner: they are non-blocking enqueues
+// (ZmqOutbox never waits) whose order per endpoint is the order in which they were decided (a
+// registration before its pre-allocations, a pre-allocation before its fence request). What may
+// block on one peer (descriptor fetch, connect, copy expansion, a bootstrap lookup) runs in that
+// peer's strand of `strands`, so that one dead or slow peer delays only its own rooms. Methods
+// named *Locked run on the owner thread: the name is kept from the lock they replaced.
 #ifndef KVRAIL_CONTROL_SIDECAR_SIDECAR_CORE_H_
 #define KVRAIL_CONTROL_SIDECAR_SIDECAR_CORE_H_
 
