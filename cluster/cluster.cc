@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "cluster/sidecar_command.h"
 #include "engine/base/error.h"
 
@@ -62,6 +63,7 @@ absl::StatusOr<Member> Cluster::StartSidecar(const std::string& name, std::vecto
   sidecar.engine_endpoint = LineField(*ready, "engine");
   sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
   sidecar.metrics = LineField(*ready, "metrics");
+  sidecar.session_id = LineField(*ready, "session");
   return sidecar;
 }
 
@@ -96,6 +98,35 @@ absl::Status Cluster::RestartPrefillSidecar(int rank) {
   return absl::OkStatus();
 }
 
+absl::Status Cluster::RestartBootstrap() {
+  Member& bootstrap = bootstrap_member_;
+  bootstrap.process->Signal(SIGKILL);
+  (void)bootstrap.process->Wait(absl::Seconds(10));
+  // The port the sidecars know; retries cover another process that bound it in the moment it
+  // was free.
+  std::vector<std::string> argv = bootstrap.argv;
+  argv[bootstrap_port_arg_] = std::string(
+      absl::StripPrefix(absl::string_view(bootstrap_).substr(bootstrap_.rfind(':')), ":"));
+  absl::Status last;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    KVRAIL_ASSIGN_OR_RETURN(bootstrap, Spawn("bootstrap", argv));
+    last = process::AwaitAnnouncedPort(*bootstrap.process, "bootstrap ready", absl::Seconds(10))
+               .status();
+    if (last.ok()) return last;
+    bootstrap.process->Signal(SIGKILL);
+    (void)bootstrap.process->Wait(absl::Seconds(10));
+  }
+  return AddContext(last, "bootstrap server restarted on its port");
+}
+
+absl::Status Cluster::RestartDecodeSidecar(int index) {
+  Member& sidecar = decode_sidecars_[index];
+  sidecar.process->Signal(SIGKILL);
+  (void)sidecar.process->Wait(absl::Seconds(10));
+  KVRAIL_ASSIGN_OR_RETURN(sidecar, StartSidecar(sidecar.name, sidecar.argv, sidecar.env));
+  return absl::OkStatus();
+}
+
 absl::Status Cluster::StartAll() {
   signal(SIGPIPE, SIG_IGN);  // a child that died must not take this process with it
   const ClusterOptions& o = options_;
@@ -116,6 +147,7 @@ absl::Status Cluster::StartAll() {
       argv.push_back(a);
     }
   };
+  bootstrap_port_arg_ = bootstrap.size() - 1;
   add_metrics(bootstrap, o.prefill_node);
   const auto add_revision = [](std::vector<std::string>& argv, const std::string& revision) {
     if (revision.empty()) return;
@@ -123,6 +155,7 @@ absl::Status Cluster::StartAll() {
     argv.push_back(revision);
   };
   add_revision(bootstrap, o.bootstrap_revision);
+  bootstrap.insert(bootstrap.end(), o.bootstrap_args.begin(), o.bootstrap_args.end());
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
   KVRAIL_ASSIGN_OR_RETURN(const int port,
                           process::AwaitAnnouncedPort(*bootstrap_member_.process, "bootstrap ready",
@@ -139,10 +172,11 @@ absl::Status Cluster::StartAll() {
                                     "--pages",       absl::StrCat(o.shape.pages)};
   if (o.shape.latent) shape.push_back("--latent");
 
+  // `stage`: a prefill's pipeline stage, a decode's instance.
   auto start = [&](bool prefill, int stage, int rank) -> absl::Status {
     const std::string role = prefill ? "prefill" : "decode";
     const int tp = prefill ? o.prefill_tp : o.decode_tp;
-    const int global = prefill ? stage * o.prefill_tp + rank : rank;
+    const int global = stage * tp + rank;
     const std::string endpoint = absl::StrCat("ipc://", dir_, "/", role, global, ".sock");
     const NodeHost& node = prefill ? o.prefill_node : o.decode_node;
     SidecarCommand command;
@@ -174,8 +208,11 @@ absl::Status Cluster::StartAll() {
       add_revision(argv, o.prefill_revisions[global]);
     }
     argv.insert(argv.end(), o.sidecar_args.begin(), o.sidecar_args.end());
+    const std::vector<std::string>& role_args = prefill ? o.prefill_args : o.decode_args;
+    argv.insert(argv.end(), role_args.begin(), role_args.end());
     add_metrics(argv, node);
-    const Command line = SidecarCommandLine(command);
+    Command line = SidecarCommandLine(command);
+    if (prefill) line.env.insert(o.prefill_env.begin(), o.prefill_env.end());
     KVRAIL_ASSIGN_OR_RETURN(
         Member sidecar, StartSidecar(absl::StrCat(role, "-sidecar-", global), line.argv, line.env));
     (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
@@ -204,7 +241,14 @@ absl::Status Cluster::StartAll() {
   for (int stage = 0; stage < o.prefill_pp; ++stage) {
     for (int p = 0; p < o.prefill_tp; ++p) KVRAIL_RETURN_IF_ERROR(start(true, stage, p));
   }
-  for (int d = 0; d < o.decode_tp; ++d) KVRAIL_RETURN_IF_ERROR(start(false, 0, d));
+  if (o.engine_sims && o.decode_instances != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster: decode_instances is ", o.decode_instances,
+                     "; engine-sims serve one decode instance (engine_sims false for more)"));
+  }
+  for (int instance = 0; instance < o.decode_instances; ++instance) {
+    for (int d = 0; d < o.decode_tp; ++d) KVRAIL_RETURN_IF_ERROR(start(false, instance, d));
+  }
   for (int i = 0; i < sim_count(); ++i) Watch(i);
   return absl::OkStatus();
 }
@@ -259,7 +303,10 @@ void Cluster::Stop() {
   for (Member& m : prefill_sidecars_) services.push_back(&m);
   for (Member& m : decode_sidecars_) services.push_back(&m);
   if (bootstrap_member_.process) services.push_back(&bootstrap_member_);
-  for (Member* m : services) m->process->Signal(SIGTERM);
+  for (Member* m : services) {
+    m->process->Signal(SIGCONT);  // one a test stopped must hear the SIGTERM
+    m->process->Signal(SIGTERM);
+  }
   for (Member* m : services) {
     if (!m->process->Wait(absl::Seconds(10)).ok()) m->process->Signal(SIGKILL);
   }

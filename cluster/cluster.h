@@ -1,6 +1,9 @@
 // A disaggregated deployment on this machine, as processes: one bootstrap server (the prefill
-// node's), P prefill sidecars and D decode sidecars, each with its engine-sim. The demo runs
-// rooms through it; the end-to-end tests also kill parts of it and speak CachePD to it.
+// node's), P prefill sidecars and D decode sidecars, each with its engine-sim, or without
+// engine-sims for a caller that is the engine itself. The one harness of kvrail's processes: the
+// demo and the soak run rooms through it, `kvrail bench kv` drives its sidecars, the end-to-end
+// tests kill parts of it and speak CachePD to it, and the fault tests (tests/chaos/deployment.h)
+// break it while they watch every byte.
 #ifndef KVRAIL_CLUSTER_CLUSTER_H_
 #define KVRAIL_CLUSTER_CLUSTER_H_
 
@@ -35,6 +38,10 @@ struct ClusterOptions {
   std::string kvrail;  // the kvrail binary
   int prefill_tp = 2;
   int decode_tp = 1;
+  // Decode instances, each decode_tp ranks with a CachePD identity of its own (data-parallel
+  // decodes): the fault tests' several decodes. Engine-sims serve one (engine_sims false for
+  // more).
+  int decode_instances = 1;
   int prefill_pp = 1;          // pipeline stages of the prefill node (CACHEPD §10.1)
   std::string link = "shm";    // shm or tcp (UCX), or verbs (SidecarCommand::link)
   std::string verbs_provider;  // verbs: passed to the sidecars when not empty
@@ -52,6 +59,10 @@ struct ClusterOptions {
   // Passed to every sidecar (e.g. {"--heartbeat-interval", "2"}), and to every engine-sim.
   std::vector<std::string> sidecar_args;
   std::vector<std::string> sim_args;
+  // Added after sidecar_args to one role's sidecars; passed to the bootstrap server; added to
+  // the prefill sidecars' environment (e.g. MALLOC_ARENA_MAX).
+  std::vector<std::string> prefill_args, decode_args, bootstrap_args;
+  std::map<std::string, std::string> prefill_env;
   // Where each process's stderr goes: empty inherits; otherwise <dir>/<name>.log.
   std::string log_dir;
   // Where the prefill node (its bootstrap and sidecars) and the decode node run: by default
@@ -74,6 +85,7 @@ struct Member {
   std::string cachepd_endpoint;   // sidecars
   std::string arena_placement;    // engine-sims: where the arena lives ("ucx-shm", "posix-shm")
   std::string metrics;            // with ClusterOptions::metrics: "host:port" of GET /metrics
+  std::string session_id;         // decode sidecars: the data-plane session (handshake endpoint)
   std::vector<std::string> argv;  // how it was started (a restart starts it so again)
   std::map<std::string, std::string> env;  // and with which environment
 };
@@ -86,11 +98,12 @@ class Cluster {
   // "127.0.0.1:<port>" of the bootstrap server.
   const std::string& bootstrap() const { return bootstrap_; }
   int prefill_ranks() const { return options_.prefill_tp * options_.prefill_pp; }
-  int decode_ranks() const { return options_.decode_tp; }
+  int decode_ranks() const { return options_.decode_tp * options_.decode_instances; }
 
   Member& bootstrap_server() { return bootstrap_member_; }
   Member& prefill_sidecar(int rank) { return prefill_sidecars_[rank]; }
-  Member& decode_sidecar(int rank) { return decode_sidecars_[rank]; }
+  // Decode sidecars by global index: instance * decode_tp + rank.
+  Member& decode_sidecar(int index) { return decode_sidecars_[index]; }
   // Engine-sims: prefill ranks first (0..prefill_ranks()-1), then decode ranks.
   Member& sim(int index) { return sims_[index]; }
   int sim_count() const { return static_cast<int>(sims_.size()); }
@@ -110,7 +123,16 @@ class Cluster {
   // both again: the new sidecar registers with the bootstrap server anew.
   absl::Status RestartPrefillSidecar(int rank);
 
-  // Closes the engine-sims' stdin and waits for them, then stops the services. Idempotent.
+  // Kills the bootstrap server (SIGKILL) and starts a new one on the same port: it has forgotten
+  // every registration.
+  absl::Status RestartBootstrap();
+  // Kills decode sidecar `index` (SIGKILL, as a crash) and starts it again with the same flags:
+  // a new process with a new session id, whose engine must attach again (no engine-sim is
+  // restarted: for a caller that is the engine).
+  absl::Status RestartDecodeSidecar(int index);
+
+  // Closes the engine-sims' stdin and waits for them, then stops the services (a stopped one is
+  // continued first). Idempotent.
   void Stop();
 
  private:
@@ -127,6 +149,7 @@ class Cluster {
 
   ClusterOptions options_;
   std::string tag_, dir_, bootstrap_;
+  size_t bootstrap_port_arg_ = 0;  // where the port is in the bootstrap server's argv
   Member bootstrap_member_;
   std::vector<Member> prefill_sidecars_, decode_sidecars_, sims_;
   std::mutex mu_;

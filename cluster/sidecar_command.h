@@ -1,6 +1,6 @@
 // The command line of one `kvrail sidecar` of a cluster on this machine: the one place that
 // turns a node (its `ip netns exec` prefix, host, network devices) and a data plane into
-// sidecar flags, for the cluster (cluster.h) and the fault tests' deployment
+// sidecar flags, for the cluster (cluster.h), on which the fault tests' deployment runs too
 // (tests/chaos/deployment.h).
 #ifndef KVRAIL_CLUSTER_SIDECAR_COMMAND_H_
 #define KVRAIL_CLUSTER_SIDECAR_COMMAND_H_

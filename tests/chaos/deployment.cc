@@ -1,7 +1,5 @@
 #include "tests/chaos/deployment.h"
 
-#include <signal.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -11,9 +9,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "cluster/sidecar_command.h"
 #include "control/layout/kv_shape.h"
 #include "engine/base/error.h"
 #include "engine/memory/pattern.h"
@@ -25,32 +20,31 @@ namespace {
 
 constexpr uint64_t kPatternSeed = 41;
 
-std::string LogPath(const std::string& name) {
+std::string LogDir() {
   const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, ".log");
+  return dir != nullptr ? dir : "/tmp";
 }
 
 }  // namespace
 
+std::string Deployment::LogPath(const std::string& rank) {
+  // The cluster's member names (cluster.cc): "prefill-sidecar-0", "decode-sidecar-<d>".
+  std::string member = rank;
+  if (rank == "prefill") member = "prefill-sidecar-0";
+  if (absl::StartsWith(rank, "decode")) member = absl::StrCat("decode-sidecar-", rank.substr(6));
+  return absl::StrCat(LogDir(), "/", member, ".log");
+}
+
 absl::StatusOr<std::unique_ptr<Deployment>> Deployment::Start(DeploymentOptions options) {
-  signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<Deployment> deployment(new Deployment(std::move(options)));
   KVRAIL_RETURN_IF_ERROR(deployment->StartAll());
   return deployment;
 }
 
 Deployment::~Deployment() {
-  for (Rank& rank : decodes_) {
-    rank.engine.reset();
-    if (rank.sidecar) rank.sidecar->Signal(SIGCONT);
-    if (rank.sidecar) rank.sidecar->Stop();
-  }
+  for (Rank& rank : decodes_) rank.engine.reset();
   prefill_.engine.reset();
-  if (prefill_.sidecar) {
-    prefill_.sidecar->Signal(SIGCONT);
-    prefill_.sidecar->Stop();
-  }
-  if (bootstrap_) bootstrap_->Stop();
+  if (cluster_) cluster_->Stop();  // continues the stopped, then stops every process
 }
 
 absl::Status Deployment::StartAll() {
@@ -58,26 +52,33 @@ absl::Status Deployment::StartAll() {
   layout::KvShape shape;
   shape.pages = options_.pages;
   KVRAIL_ASSIGN_OR_RETURN(contract_, layout::BuildKvContract(shape, 1));
-  const std::string bind = options_.prefill_prefix.empty() ? "127.0.0.1" : options_.prefill_host;
-  std::vector<std::string> argv = options_.prefill_prefix;
-  for (const std::string& a :
-       {testing::KvrailBinary(), std::string("bootstrap"), std::string("--host"), bind,
-        std::string("--port"), std::string("0")}) {
-    argv.push_back(a);
-  }
-  const size_t port_arg = argv.size() - 1;
-  argv.insert(argv.end(), options_.bootstrap_args.begin(), options_.bootstrap_args.end());
-  KVRAIL_ASSIGN_OR_RETURN(bootstrap_,
-                          process::Subprocess::Start(argv, {}, LogPath("chaos-bootstrap")));
-  KVRAIL_ASSIGN_OR_RETURN(const int port, process::AwaitAnnouncedPort(
-                                              *bootstrap_, "bootstrap ready", absl::Seconds(30)));
-  argv[port_arg] = absl::StrCat(port);  // a restart binds the port the sidecars know
-  bootstrap_argv_ = argv;
-  bootstrap_address_ = absl::StrCat(bind, ":", port);
-  KVRAIL_ASSIGN_OR_RETURN(prefill_, StartRank("prefill", true));
+  cluster::ClusterOptions o;
+  o.kvrail = testing::KvrailBinary();
+  o.prefill_tp = 1;
+  o.decode_tp = 1;
+  o.decode_instances = options_.decodes;
+  // "sm" and "tcp" are UCX's transports; "verbs" is the verbs backend over the software
+  // provider, a rail on each of the sidecar's network devices, so a device set down there cuts
+  // the rail as it cuts tcp.
+  o.link = options_.tls == "sm" ? "shm" : options_.tls;
+  if (options_.tls == "verbs") o.verbs_provider = "softverbs";
+  o.engine_sims = false;  // the test is the engine
+  o.prefill_node = {options_.prefill_prefix, options_.prefill_host, options_.net_devices};
+  o.decode_node = {options_.decode_prefix, options_.decode_host, options_.decode_net_devices};
+  o.prefill_args = options_.prefill_args;
+  o.decode_args = options_.decode_args;
+  o.prefill_env = options_.prefill_env;
+  o.bootstrap_args = options_.bootstrap_args;
+  o.log_dir = LogDir();
+  KVRAIL_ASSIGN_OR_RETURN(cluster_, cluster::Cluster::Start(o));
+  bootstrap_address_ = cluster_->bootstrap();
+  prefill_.name = "prefill";
+  Bind(prefill_, cluster_->prefill_sidecar(0));
   KVRAIL_RETURN_IF_ERROR(AttachRank(prefill_, true));
   for (int d = 0; d < options_.decodes; ++d) {
-    KVRAIL_ASSIGN_OR_RETURN(Rank rank, StartRank(absl::StrCat("decode", d), false));
+    Rank rank;
+    rank.name = absl::StrCat("decode", d);
+    Bind(rank, cluster_->decode_sidecar(d));
     decodes_.push_back(std::move(rank));
     KVRAIL_RETURN_IF_ERROR(AttachRank(decodes_.back(), false));
   }
@@ -86,6 +87,13 @@ absl::Status Deployment::StartAll() {
     KVRAIL_RETURN_IF_ERROR(MoveRoom(d, 1000000 + d, Blocks(1, 1)));
   }
   return absl::OkStatus();
+}
+
+void Deployment::Bind(Rank& rank, cluster::Member& member) {
+  rank.sidecar = member.process.get();
+  rank.engine_endpoint = member.engine_endpoint;
+  rank.cachepd_endpoint = member.cachepd_endpoint;
+  rank.session_id = member.session_id;
 }
 
 absl::Status Deployment::MoveRoom(int d, uint64_t room, const layout::Manifest& manifest,
@@ -105,39 +113,6 @@ absl::Status Deployment::MoveRoom(int d, uint64_t room, const layout::Manifest& 
     return absl::DataLossError(absl::StrCat(what, ": Success, but its bytes differ"));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<Rank> Deployment::StartRank(const std::string& name, bool prefill) {
-  Rank rank;
-  rank.name = name;
-  rank.engine_endpoint = absl::StrCat("ipc:///tmp/kvrail-chaos-", tag_, "-", name, ".sock");
-  cluster::SidecarCommand command;
-  command.kvrail = testing::KvrailBinary();
-  command.prefix = prefill ? options_.prefill_prefix : options_.decode_prefix;
-  command.role = prefill ? "prefill" : "decode";
-  command.engine_endpoint = rank.engine_endpoint;
-  command.host = prefill ? options_.prefill_host : options_.decode_host;
-  // "sm" and "tcp" are UCX's transports; "verbs" is the verbs backend over the software
-  // provider, a rail on each of the sidecar's network devices, so a device set down there cuts
-  // the rail as it cuts tcp.
-  command.link = options_.tls == "sm" ? "shm" : options_.tls;
-  if (options_.tls == "verbs") command.verbs_provider = "softverbs";
-  command.net_devices = prefill ? options_.net_devices : options_.decode_net_devices;
-  if (prefill) command.bootstrap = bootstrap_address_;
-  command.args = prefill ? options_.prefill_args : options_.decode_args;
-  cluster::Command line = cluster::SidecarCommandLine(command);
-  if (prefill) line.env.insert(options_.prefill_env.begin(), options_.prefill_env.end());
-  KVRAIL_ASSIGN_OR_RETURN(
-      rank.sidecar,
-      process::Subprocess::Start(line.argv, line.env, LogPath(absl::StrCat("chaos-", name))));
-  KVRAIL_ASSIGN_OR_RETURN(const std::string ready,
-                          rank.sidecar->ReadUntil("sidecar ready", absl::Seconds(30)));
-  // "sidecar ready engine=... cachepd=... session=..."
-  for (absl::string_view field : absl::StrSplit(ready, ' ')) {
-    if (absl::ConsumePrefix(&field, "cachepd=")) rank.cachepd_endpoint = std::string(field);
-    if (absl::ConsumePrefix(&field, "session=")) rank.session_id = std::string(field);
-  }
-  return rank;
 }
 
 absl::Status Deployment::AttachRank(Rank& rank, bool prefill) {
@@ -254,30 +229,13 @@ absl::Status Deployment::ReconnectDecodeEngine(int d) {
   return AttachRank(decodes_[d], false);
 }
 
-absl::Status Deployment::RestartBootstrap() {
-  bootstrap_->Signal(SIGKILL);
-  bootstrap_.reset();
-  // The same port as before, which the sidecars know; retries cover another process that
-  // bound it in the moment it was free.
-  absl::Status last;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    KVRAIL_ASSIGN_OR_RETURN(
-        bootstrap_, process::Subprocess::Start(bootstrap_argv_, {}, LogPath("chaos-bootstrap")));
-    last = process::AwaitAnnouncedPort(*bootstrap_, "bootstrap ready", absl::Seconds(10)).status();
-    if (last.ok()) return last;
-  }
-  return last;
-}
+absl::Status Deployment::RestartBootstrap() { return cluster_->RestartBootstrap(); }
 
 absl::Status Deployment::RestartDecode(int d) {
   Rank& rank = decodes_[d];
   rank.engine.reset();
-  rank.sidecar->Signal(SIGKILL);
-  rank.sidecar.reset();
-  KVRAIL_ASSIGN_OR_RETURN(Rank fresh, StartRank(rank.name, false));
-  rank.sidecar = std::move(fresh.sidecar);
-  rank.cachepd_endpoint = fresh.cachepd_endpoint;
-  rank.session_id = fresh.session_id;
+  KVRAIL_RETURN_IF_ERROR(cluster_->RestartDecodeSidecar(d));
+  Bind(rank, cluster_->decode_sidecar(d));
   return AttachRank(rank, false);
 }
 

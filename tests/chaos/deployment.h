@@ -1,7 +1,8 @@
 // A prefill and a decode kvrail sidecar as real processes, with their bootstrap server, for the
-// fault tests of tests/chaos: the test itself is both engines (engine API clients over the
-// sidecars' sockets), owns both KV arenas (POSIX shared memory) and so can watch every byte of
-// the decode's pages while it breaks things.
+// fault tests of tests/chaos: the processes are a cluster::Cluster without engine-sims (the one
+// harness of kvrail's processes, cluster/cluster.h); the test itself is both engines (engine API
+// clients over the sidecars' sockets), owns both KV arenas (POSIX shared memory) and so can
+// watch every byte of the decode's pages while it breaks things.
 #ifndef KVRAIL_TESTS_CHAOS_DEPLOYMENT_H_
 #define KVRAIL_TESTS_CHAOS_DEPLOYMENT_H_
 
@@ -14,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/cluster.h"
 #include "cluster/process/subprocess.h"
 #include "control/engine_api/engine_api.h"
 #include "control/layout/contract.h"
@@ -43,7 +45,7 @@ struct DeploymentOptions {
 // One sidecar process and the test as its engine.
 struct Rank {
   std::string name;
-  std::unique_ptr<process::Subprocess> sidecar;
+  process::Subprocess* sidecar = nullptr;  // the cluster's process (a restart replaces it)
   std::unique_ptr<engine_api::EngineApiClient> engine;
   std::optional<Arena> arena;
   std::string arena_name;
@@ -65,7 +67,7 @@ class Deployment {
   const std::string& bootstrap() const { return bootstrap_address_; }
   Rank& prefill() { return prefill_; }
   Rank& decode(int i) { return decodes_[i]; }
-  process::Subprocess& bootstrap_server() { return *bootstrap_; }
+  process::Subprocess& bootstrap_server() { return *cluster_->bootstrap_server().process; }
   // Kills the bootstrap server (SIGKILL) and starts a new one on the same port: it has
   // forgotten every registration.
   absl::Status RestartBootstrap();
@@ -98,21 +100,24 @@ class Deployment {
   absl::Status ReconnectDecodeEngine(int d);
   // A Stats request to `rank`'s sidecar.
   absl::StatusOr<v1::SidecarStats> Stats(Rank& rank);
+  // Where the log of `rank` is ("prefill", "decode<d>", or "bootstrap"): the cluster's log of
+  // that process, in the test's outputs directory.
+  static std::string LogPath(const std::string& rank);
   // The sidecar process's resident set (kB) and open file descriptors.
   static absl::StatusOr<std::pair<uint64_t, uint64_t>> RssAndFds(int pid);
 
  private:
   explicit Deployment(DeploymentOptions options) : options_(std::move(options)) {}
   absl::Status StartAll();
-  absl::StatusOr<Rank> StartRank(const std::string& name, bool prefill);
+  // `rank` takes the sidecar process and endpoints of the cluster's `member`.
+  static void Bind(Rank& rank, cluster::Member& member);
   absl::Status AttachRank(Rank& rank, bool prefill);
 
   DeploymentOptions options_;
   layout::Contract contract_;
   std::string tag_;
   std::string bootstrap_address_;
-  std::unique_ptr<process::Subprocess> bootstrap_;
-  std::vector<std::string> bootstrap_argv_;
+  std::unique_ptr<cluster::Cluster> cluster_;
   Rank prefill_;
   std::vector<Rank> decodes_;
   std::vector<std::pair<std::string, v1::RoomEvent>> kept_;  // rank name, event

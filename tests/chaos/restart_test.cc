@@ -140,11 +140,10 @@ int PortOf(const std::string& session_id) {
   return port;
 }
 
-// Waits until the log of the sidecar `name` (chaos-<name>.log, deployment.cc) says `needle`; the
+// Waits until the log of the sidecar `name` (Deployment::LogPath) says `needle`; the
 // log's text when it never does.
 absl::Status AwaitLog(const std::string& name, const std::string& needle, absl::Duration timeout) {
-  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-", name, ".log");
+  const std::string path = Deployment::LogPath(name);
   const absl::Time deadline = absl::Now() + timeout;
   std::string text;
   while (absl::Now() < deadline) {

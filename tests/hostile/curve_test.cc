@@ -64,7 +64,7 @@ zmq_auth::KeyFile Key(const std::string& name) {
 }
 
 int CountLines(const std::string& rank, const std::string& text) {
-  std::ifstream log(absl::StrCat(OutputsDir(), "/chaos-", rank, ".log"));
+  std::ifstream log(chaos::Deployment::LogPath(rank));
   std::string line;
   int count = 0;
   while (std::getline(log, line)) count += line.find(text) != std::string::npos ? 1 : 0;

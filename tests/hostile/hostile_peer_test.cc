@@ -132,11 +132,10 @@ class HostilePeerTest : public ::testing::Test {
     return static_cast<uint16_t>(std::stoi(reply.substr(reply.rfind(':') + 1)));
   }
 
-  // Whether the prefill sidecar logged a line holding `text` (its log: chaos-prefill.log).
+  // Whether the prefill sidecar logged a line holding `text` (Deployment::LogPath).
   static bool PrefillLogHas(const std::string& text) { return LogHas("prefill", text); }
   static bool LogHas(const std::string& rank, const std::string& text) {
-    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-", rank, ".log"));
+    std::ifstream log(chaos::Deployment::LogPath(rank));
     std::string line;
     while (std::getline(log, line)) {
       if (line.find(text) != std::string::npos) return true;
@@ -155,8 +154,7 @@ class HostilePeerTest : public ::testing::Test {
   }
 
   static std::string DumpLog(const std::string& rank) {
-    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-", rank, ".log"));
+    std::ifstream log(chaos::Deployment::LogPath(rank));
     std::stringstream text;
     text << log.rdbuf();
     return text.str();
@@ -164,8 +162,7 @@ class HostilePeerTest : public ::testing::Test {
 
   // How many lines of the prefill sidecar's log hold `text`.
   static int CountPrefillLines(const std::string& text) {
-    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    std::ifstream log(absl::StrCat(dir != nullptr ? dir : "/tmp", "/chaos-prefill.log"));
+    std::ifstream log(chaos::Deployment::LogPath("prefill"));
     std::string line;
     int count = 0;
     while (std::getline(log, line)) count += line.find(text) != std::string::npos ? 1 : 0;
