@@ -4,6 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <deque>
+#include <fstream>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -28,7 +32,57 @@ std::string AnnouncedField(const std::string& transcript, const std::string& rea
   return value;
 }
 
+// The reason a child that failed gave in its log: its last "error: ..." line (what kvrail's
+// commands print when they give up), else the last line that says error, else its last line; ""
+// without a log or a line.
+std::string LoggedReason(const std::string& log) {
+  if (log.empty()) return "";
+  std::ifstream in(log);
+  std::string line, last, said_error, gave_up;
+  while (std::getline(in, line)) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    last = line;
+    if (absl::StartsWith(line, "error: ")) gave_up = line;
+    if (absl::StrContains(line, "error")) said_error = line;
+  }
+  const std::string& reason = !gave_up.empty() ? gave_up : !said_error.empty() ? said_error : last;
+  return std::string(absl::StripAsciiWhitespace(reason));
+}
+
 }  // namespace
+
+std::string LogTail(const std::string& path, int count) {
+  std::ifstream file(path);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(file, line)) {
+    lines.push_back(line);
+    if (static_cast<int>(lines.size()) > count) lines.pop_front();
+  }
+  if (lines.empty()) return absl::StrCat("    (", path, " is empty)");
+  std::string text;
+  for (const std::string& l : lines) absl::StrAppend(&text, "    | ", l, "\n");
+  return text;
+}
+
+absl::Status Cluster::StartFailure(Member& member, const absl::Status& why) {
+  absl::StatusOr<int> exited = member.process->Wait(absl::Seconds(2));
+  const std::string reason = LoggedReason(member.log);
+  std::string text = absl::StrCat(member.name, " did not start: ");
+  if (!reason.empty()) {
+    absl::StrAppend(&text, reason);
+  } else {
+    absl::StrAppend(&text, why.message());
+  }
+  if (exited.ok()) {
+    absl::StrAppend(&text, " (it exited with status ", *exited);
+  } else {
+    absl::StrAppend(&text, " (it is still running");
+  }
+  absl::StrAppend(&text, member.log.empty() ? "; its errors are above)"
+                                            : absl::StrCat("; its log: ", member.log, ")"));
+  return absl::FailedPreconditionError(text);
+}
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {
   std::unique_ptr<Cluster> cluster(new Cluster(options));
@@ -49,6 +103,7 @@ absl::StatusOr<Member> Cluster::Spawn(const std::string& name, std::vector<std::
   const std::string log =
       options_.log_dir.empty() ? "" : absl::StrCat(options_.log_dir, "/", name, ".log");
   KVRAIL_ASSIGN_OR_RETURN(member.process, Subprocess::Start(argv, env, log));
+  member.log = log;
   member.argv = std::move(argv);
   member.env = env;
   return member;
@@ -59,7 +114,7 @@ absl::StatusOr<Member> Cluster::StartSidecar(const std::string& name, std::vecto
   KVRAIL_ASSIGN_OR_RETURN(Member sidecar, Spawn(name, std::move(argv), env));
   absl::StatusOr<std::string> ready =
       sidecar.process->ReadUntil("sidecar ready", absl::Seconds(30));
-  if (!ready.ok()) return AddContext(ready.status(), sidecar.name);
+  if (!ready.ok()) return StartFailure(sidecar, ready.status());
   sidecar.engine_endpoint = LineField(*ready, "engine");
   sidecar.cachepd_endpoint = LineField(*ready, "cachepd");
   sidecar.metrics = LineField(*ready, "metrics");
@@ -71,7 +126,7 @@ absl::StatusOr<Member> Cluster::StartSim(const std::string& name, std::vector<st
   KVRAIL_ASSIGN_OR_RETURN(Member member, Spawn(name, std::move(argv)));
   // Its first line says the arena is attached, and where it lives.
   absl::StatusOr<std::string> arena = member.process->ReadUntil("arena ", absl::Seconds(60));
-  if (!arena.ok()) return AddContext(arena.status(), member.name);
+  if (!arena.ok()) return StartFailure(member, arena.status());
   member.arena_placement = LineField(*arena, "placement");
   return member;
 }
@@ -157,9 +212,10 @@ absl::Status Cluster::StartAll() {
   add_revision(bootstrap, o.bootstrap_revision);
   bootstrap.insert(bootstrap.end(), o.bootstrap_args.begin(), o.bootstrap_args.end());
   KVRAIL_ASSIGN_OR_RETURN(bootstrap_member_, Spawn("bootstrap", bootstrap));
-  KVRAIL_ASSIGN_OR_RETURN(const int port,
-                          process::AwaitAnnouncedPort(*bootstrap_member_.process, "bootstrap ready",
-                                                      absl::Seconds(30)));
+  absl::StatusOr<int> announced =
+      process::AwaitAnnouncedPort(*bootstrap_member_.process, "bootstrap ready", absl::Seconds(30));
+  if (!announced.ok()) return StartFailure(bootstrap_member_, announced.status());
+  const int port = *announced;
   bootstrap_ = absl::StrCat(o.prefill_node.host, ":", port);
   if (o.metrics) {
     bootstrap_member_.metrics =

@@ -86,9 +86,14 @@ struct Member {
   std::string arena_placement;    // engine-sims: where the arena lives ("ucx-shm", "posix-shm")
   std::string metrics;            // with ClusterOptions::metrics: "host:port" of GET /metrics
   std::string session_id;         // decode sidecars: the data-plane session (handshake endpoint)
+  std::string log;                // where its stderr goes (ClusterOptions::log_dir); "" inherits
   std::vector<std::string> argv;  // how it was started (a restart starts it so again)
   std::map<std::string, std::string> env;  // and with which environment
 };
+
+// The last `count` lines of a member's log (Member::log), each indented "    | ", for a
+// failure's context; "(<path> is empty)" when it has none.
+std::string LogTail(const std::string& path, int count);
 
 class Cluster {
  public:
@@ -144,6 +149,9 @@ class Cluster {
   absl::StatusOr<Member> StartSidecar(const std::string& name, std::vector<std::string> argv,
                                       const std::map<std::string, std::string>& env = {});
   absl::StatusOr<Member> StartSim(const std::string& name, std::vector<std::string> argv);
+  // What `member`, which did not say it was ready (`why`), tells of its failure: its exit
+  // status and the last error line of its log; the error names the member.
+  static absl::Status StartFailure(Member& member, const absl::Status& why);
   void Watch(int index);
   void Unwatch(int index);  // joins the reader of a dead engine-sim
 

@@ -34,7 +34,10 @@ using session::PeerLogLimiter;
 
 int Report(const absl::Status& status, const char* what) {
   if (status.ok()) return 0;
-  std::fprintf(stderr, "error: %s: %s\n", what, DescribeError(status).c_str());
+  // "error: <what>: <category>: <message>", or with no category "error: <what>: <message>".
+  const std::string described =
+      CategoryOf(status) ? DescribeError(status) : std::string(status.message());
+  std::fprintf(stderr, "error: %s: %s\n", what, described.c_str());
   return 1;
 }
 
@@ -490,6 +493,9 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_option("--pages", options.shape.pages,
                   "KV pages per rank (default: enough for --concurrency longest prompts)");
   sub->add_flag("--json", options.json, "Print the summary as JSON");
+  sub->add_option("--log-dir", options.log_dir,
+                  "Where each process's log goes, one file per process (default: a new "
+                  "directory under $TMPDIR or /tmp, named at the end)");
   sub->add_flag("--verify-digest", options.verify_digest,
                 "Run every sidecar with --verify-digest (room digests checked before Success)");
   sub->add_flag("--emulate-gpu-arena", options.emulate_gpu_arena,

@@ -107,10 +107,11 @@ void SidecarCore::TickerLoop() {
   while (!stop.load()) {
     absl::SleepFor(absl::Milliseconds(50));
     // A turn that came far later than asked: this process was stopped (SIGSTOP, a debugger, a
-    // frozen container) or starved (the role's Turn says what that changes).
+    // frozen container) or starved (the role's Turn says what that changes). Measured from the
+    // end of the last turn, so that a turn that waited for the owner (an attach mapping and
+    // filling a large arena) does not count as held.
     const absl::Time turn = absl::Now();
     const absl::Duration held = turn - last_turn;
-    last_turn = turn;
     const bool held_long = held > absl::Seconds(1);  // twenty turns
     // What the limiter held back goes out once its peer's interval has passed: never silent.
     for (const auto& [peer, count] : peer_log.TakeHeldBack(session::PeerLogLimiter::Clock::now())) {
@@ -120,7 +121,9 @@ void SidecarCore::TickerLoop() {
           role_name, count, peer);
     }
     const bool beat = turn >= next_heartbeat;
-    if (!Turn(held_long ? held : absl::ZeroDuration(), beat)) continue;  // not attached
+    const bool attached = Turn(held_long ? held : absl::ZeroDuration(), beat);
+    last_turn = absl::Now();
+    if (!attached) continue;
     if (beat) {
       next_heartbeat = turn + interval;
       ForgetUnusedRoutes();

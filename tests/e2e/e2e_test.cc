@@ -5,6 +5,8 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -44,12 +46,31 @@ struct Route {
 
 class DemoRouteTest : public ::testing::TestWithParam<Route> {};
 
+// The whole text of the file at `path` ("" when there is none).
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A scratch directory of this test's own, under Bazel's (or /tmp).
+std::string ScratchDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
+  const std::string dir = ScratchDir(GetParam().name);
+  const std::string logs = dir + "/logs";
   std::vector<std::string> argv = {
-      testing::KvrailBinary(), "demo", "--layers",     "2",   "--rooms", "6",
-      "--min-prompt",          "64",   "--max-prompt", "400", "--json"};
+      testing::KvrailBinary(), "demo", "--layers",  "2",  "--rooms", "6", "--min-prompt", "64",
+      "--max-prompt",          "400",  "--log-dir", logs, "--json"};
   for (const std::string& a : GetParam().args) argv.push_back(a);
-  auto demo = process::Subprocess::Start(argv);
+  auto demo = process::Subprocess::Start(argv, {}, dir + "/screen.txt");
   ASSERT_TRUE(demo.ok()) << demo.status();
   absl::StatusOr<std::string> summary = (*demo)->ReadUntil("{", absl::Seconds(120));
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -57,7 +78,48 @@ TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
   EXPECT_NE(summary->find(absl::StrCat("\"arena_placement\": \"", GetParam().placement, "\"")),
             std::string::npos)
       << *summary;
+  // The transfer apart from the end-to-end figures: a data-plane rate and Ready -> Success times.
+  for (const char* key : {"\"transfer_gbps\": ", "\"transfer_ms_p50\": ", "\"transfer_share\": "}) {
+    const size_t at = summary->find(key);
+    ASSERT_NE(at, std::string::npos) << key << " in " << *summary;
+    double value = 0;
+    const std::string rest = summary->substr(at + std::strlen(key));
+    ASSERT_TRUE(absl::SimpleAtod(rest.substr(0, rest.find_first_of(",}")), &value)) << rest;
+    EXPECT_GT(value, 0) << key << " in " << *summary;
+  }
   EXPECT_EQ((*demo)->Wait(absl::Seconds(30)).value_or(-1), 0);
+  // The screen holds the demo's own lines; each process's log is its file in --log-dir.
+  const std::string screen = ReadText(dir + "/screen.txt");
+  EXPECT_FALSE(absl::StrContains(screen, " info ") || absl::StrContains(screen, "level=info"))
+      << screen;
+  EXPECT_NE(summary->find(absl::StrCat("\"log_dir\": \"", logs, "\"")), std::string::npos)
+      << *summary;
+  for (const char* process : {"bootstrap", "prefill-sidecar-0", "decode-sidecar-0"}) {
+    EXPECT_TRUE(absl::StrContains(ReadText(absl::StrCat(logs, "/", process, ".log")), "info"))
+        << process << ".log in " << logs;
+  }
+}
+
+// A child that cannot start is named, with the reason it gave and what to do about it: here a
+// sidecar of `--link verbs` on a machine without an RDMA device.
+TEST(DemoFailureTest, ASidecarThatCannotStartIsNamedWithItsReasonAndAHint) {
+  if (std::filesystem::exists("/sys/class/infiniband") &&
+      !std::filesystem::is_empty("/sys/class/infiniband")) {
+    GTEST_SKIP() << "this machine has an RDMA device: the sidecars start";
+  }
+  const std::string dir = ScratchDir("no_rdma");
+  auto demo = process::Subprocess::Start(
+      {testing::KvrailBinary(), "demo", "--link", "verbs", "--verbs-provider", "libibverbs",
+       "--layers", "2", "--rooms", "1", "--log-dir", dir + "/logs"},
+      {}, dir + "/screen.txt");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ((*demo)->Wait(absl::Seconds(60)).value_or(-1), 1);
+  const std::string screen = ReadText(dir + "/screen.txt");
+  EXPECT_TRUE(absl::StrContains(screen, "prefill-sidecar-0 did not start: ")) << screen;
+  EXPECT_TRUE(absl::StrContains(screen, "lists no RDMA devices")) << screen;
+  EXPECT_TRUE(absl::StrContains(screen, "--verbs-provider softverbs")) << screen;
+  EXPECT_TRUE(absl::StrContains(screen, dir + "/logs/prefill-sidecar-0.log")) << screen;
+  EXPECT_FALSE(absl::StrContains(screen, "error: sidecar: error:")) << screen;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -45,8 +48,12 @@ struct RoomRecord {
   int pending = 0;  // done lines still expected
   bool failed = false;
   std::string reason;
-  absl::Duration latency;
+  absl::Duration latency;  // from its start to its last rank's done line (end to end)
   uint64_t bytes = 0;
+  // The transfer alone, from the prefill ranks' "transfer" lines: the slowest rank's data-plane
+  // seconds and seconds from its Ready to its Success.
+  double data_plane_seconds = 0;
+  double ready_to_success_seconds = 0;
 };
 
 double Percentile(std::vector<double> values, double p) {
@@ -59,10 +66,9 @@ double Percentile(std::vector<double> values, double p) {
 void Progress(int done, int total, uint64_t bytes, absl::Duration elapsed, int failures) {
   constexpr int kWidth = 30;
   const int filled = total == 0 ? kWidth : done * kWidth / total;
-  const double gbps = bytes / std::max(1e-9, absl::ToDoubleSeconds(elapsed)) / 1e9;
-  std::fprintf(stderr, "\r  [%s%s] %d/%d rooms  %.2f GB  %.2f GB/s%s",
+  std::fprintf(stderr, "\r  [%s%s] %d/%d rooms  %.2f GB checked  %.0f s%s",
                std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done,
-               total, bytes / 1e9, gbps,
+               total, bytes / 1e9, absl::ToDoubleSeconds(elapsed),
                failures > 0 ? absl::StrFormat("  %d FAILED", failures).c_str() : "");
   if (done == total) std::fputc('\n', stderr);
   std::fflush(stderr);
@@ -88,6 +94,36 @@ void PrintScrapeTargets(Cluster& cluster, FILE* out) {
                "          - targets: [%s]\n\n",
                absl::StrJoin(targets, ", ").c_str());
   std::fflush(out);
+}
+
+// A directory for the processes' logs: `wanted` (made if missing), or a new one under $TMPDIR.
+absl::StatusOr<std::string> LogDirectory(const std::string& wanted) {
+  if (!wanted.empty()) {
+    if (mkdir(wanted.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--log-dir ", wanted, ": cannot make it: ", std::strerror(errno)));
+    }
+    return wanted;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(
+      tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/kvrail-demo-",
+      absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()), "-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot make a log directory ", pattern, ": ", std::strerror(errno)));
+  }
+  return pattern;
+}
+
+// What a person can do about a child that did not start, from its reason; "" when nothing.
+std::string Hint(const DemoOptions& options, absl::string_view reason) {
+  if (options.link == "verbs" && absl::StrContains(reason, "lists no RDMA devices")) {
+    return "this machine has no RDMA device: `kvrail demo --link verbs --verbs-provider "
+           "softverbs` runs the verbs backend over the software provider (shared memory, not "
+           "hardware), or use --link shm or tcp";
+  }
+  return "";
 }
 
 }  // namespace
@@ -141,7 +177,9 @@ absl::Status RunDemo(DemoOptions options) {
       options.decode_tp, data_plane.c_str(), options.arena.c_str(), shape.layers, shape.kv_heads,
       shape.head_dim, shape.page_tokens, options.rooms, static_cast<int>(options.min_prompt),
       static_cast<int>(options.max_prompt), options.concurrency);
+  KVRAIL_ASSIGN_OR_RETURN(const std::string log_dir, LogDirectory(options.log_dir));
   ClusterOptions cluster_options;
+  cluster_options.log_dir = log_dir;
   cluster_options.kvrail = options.kvrail;
   cluster_options.prefill_tp = options.prefill_tp;
   cluster_options.decode_tp = options.decode_tp;
@@ -154,7 +192,22 @@ absl::Status RunDemo(DemoOptions options) {
   if (options.verify_digest) cluster_options.sidecar_args.push_back("--verify-digest");
   if (options.emulate_gpu_arena) cluster_options.sidecar_args.push_back("--emulate-gpu-arena");
   cluster_options.metrics = options.metrics;
-  KVRAIL_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(cluster_options));
+  const int processes = 1 + 2 * (options.prefill_tp * options.prefill_pp + options.decode_tp);
+  std::fprintf(stderr, "  starting %d processes (bootstrap server, sidecars, engine-sims) ...",
+               processes);
+  std::fflush(stderr);
+  const absl::Time starting = absl::Now();
+  absl::StatusOr<std::unique_ptr<Cluster>> started = Cluster::Start(cluster_options);
+  if (!started.ok()) {
+    std::fprintf(stderr, " failed\n");
+    const std::string hint = Hint(options, started.status().message());
+    return absl::Status(started.status().code(),
+                        absl::StrCat(started.status().message(),
+                                     hint.empty() ? "" : absl::StrCat("\n  hint: ", hint),
+                                     "\n  every process's log: ", log_dir));
+  }
+  std::unique_ptr<Cluster> cluster = *std::move(started);
+  std::fprintf(stderr, " started in %.1f s\n", absl::ToDoubleSeconds(absl::Now() - starting));
   if (options.metrics) PrintScrapeTargets(*cluster, options.json ? stderr : stdout);
   const int prefills = cluster->prefill_ranks();
   // Where the arenas live, as the engine-sims said ("ucx-shm", or "memfd,ucx-shm" if mixed).
@@ -173,6 +226,7 @@ absl::Status RunDemo(DemoOptions options) {
   const absl::Time start = absl::Now();
   absl::Time last_line = start;
   std::vector<std::string> failure_lines;
+  std::vector<std::string> notes;  // engine-sims' other lines, shown after the table
   auto issue = [&] {
     const uint64_t id = next_room++;
     RoomRecord& room = rooms[id];
@@ -197,9 +251,29 @@ absl::Status RunDemo(DemoOptions options) {
     last_line = absl::Now();
     const std::vector<std::string> words = absl::StrSplit(line.second, ' ');
     uint64_t id = 0;
+    if (words.size() >= 5 && words[0] == "transfer" && absl::SimpleAtoi(words[1], &id) &&
+        rooms.count(id) != 0) {
+      double data_plane = 0, ready_to_success = 0;
+      if (absl::SimpleAtod(words[3], &data_plane) &&
+          absl::SimpleAtod(words[4], &ready_to_success)) {
+        RoomRecord& room = rooms[id];
+        room.data_plane_seconds = std::max(room.data_plane_seconds, data_plane);
+        room.ready_to_success_seconds = std::max(room.ready_to_success_seconds, ready_to_success);
+      }
+      continue;
+    }
+    if (!words.empty() && (words[0] == "values" || words[0] == "transfer")) continue;
     if (words.size() < 3 || words[0] != "done" || !absl::SimpleAtoi(words[1], &id) ||
         rooms.count(id) == 0) {
-      std::fprintf(stderr, "\n  engine-sim %d: %s\n", line.first, line.second.c_str());
+      // A broken promise of the engine API ("error ...") fails the demo; anything else is shown
+      // after the table, not across the progress bar.
+      const std::string said = absl::StrCat("engine-sim ", line.first, ": ", line.second);
+      if (!words.empty() && words[0] == "error") {
+        failure_lines.push_back(said);
+        ++failures;
+      } else {
+        notes.push_back(said);
+      }
       continue;
     }
     RoomRecord& room = rooms[id];
@@ -251,19 +325,38 @@ absl::Status RunDemo(DemoOptions options) {
   }
   cluster->Stop();
 
-  std::vector<double> latencies;
+  // End to end: from a room's start to its last rank's done line, with the engine-sims' work
+  // (a prefill fills its pages, a decode checks every byte and decodes). The transfer: the
+  // prefill ranks' data plane (bytes over its seconds) and the time from Ready to Success.
+  std::vector<double> latencies, transfer_latencies;
+  double room_seconds = 0, transfer_seconds = 0, data_plane_seconds = 0;
+  uint64_t transfer_bytes = 0;
   for (const auto& [id, room] : rooms) {
-    if (room.pending == 0) latencies.push_back(absl::ToDoubleMilliseconds(room.latency));
+    if (room.pending != 0) continue;
+    latencies.push_back(absl::ToDoubleMilliseconds(room.latency));
+    room_seconds += absl::ToDoubleSeconds(room.latency);
+    if (room.failed || room.data_plane_seconds <= 0) continue;
+    transfer_latencies.push_back(room.ready_to_success_seconds * 1e3);
+    transfer_seconds += room.ready_to_success_seconds;
+    data_plane_seconds += room.data_plane_seconds;
+    transfer_bytes += room.bytes;
   }
   const double gbps = bytes / std::max(1e-9, absl::ToDoubleSeconds(wall)) / 1e9;
+  const double transfer_gbps = transfer_bytes / std::max(1e-9, data_plane_seconds) / 1e9;
+  const double transfer_share = transfer_seconds / std::max(1e-9, room_seconds);
+  const bool software_verbs = options.verbs_provider == "softverbs" && options.link == "verbs";
   if (options.json) {
     std::printf(
         "{\"rooms\": %d, \"failures\": %d, \"bytes\": %llu, \"seconds\": %.3f, \"gbps\": %.3f, "
-        "\"latency_ms_p50\": %.2f, \"latency_ms_p99\": %.2f, \"tokens_checked\": %llu, "
-        "\"arena\": \"%s\", \"arena_placement\": \"%s\"}\n",
+        "\"latency_ms_p50\": %.2f, \"latency_ms_p99\": %.2f, \"transfer_gbps\": %.3f, "
+        "\"transfer_ms_p50\": %.2f, \"transfer_ms_p99\": %.2f, \"transfer_share\": %.3f, "
+        "\"tokens_checked\": %llu, \"arena\": \"%s\", \"arena_placement\": \"%s\", "
+        "\"log_dir\": \"%s\"}\n",
         options.rooms, failures, static_cast<unsigned long long>(bytes),
         absl::ToDoubleSeconds(wall), gbps, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
-        static_cast<unsigned long long>(tokens_checked), options.arena.c_str(), placements.c_str());
+        transfer_gbps, Percentile(transfer_latencies, 0.5), Percentile(transfer_latencies, 0.99),
+        transfer_share, static_cast<unsigned long long>(tokens_checked), options.arena.c_str(),
+        placements.c_str(), log_dir.c_str());
   } else {
     std::printf(
         "\n  %-26s %s\n", "route",
@@ -275,21 +368,41 @@ absl::Status RunDemo(DemoOptions options) {
     std::printf("  %-26s %d (%d failed)\n", "rooms", options.rooms, failures);
     std::printf("  %-26s %.2f GB (every byte checked by its decode rank)\n", "KV bytes moved",
                 bytes / 1e9);
-    std::printf("  %-26s %.2f s\n", "wall time", absl::ToDoubleSeconds(wall));
-    std::printf("  %-26s %.2f GB/s%s\n", "throughput", gbps,
-                options.verbs_provider == "softverbs" && options.link == "verbs"
-                    ? " (software provider: not a bandwidth figure)"
-                    : "");
-    std::printf("  %-26s p50 %.1f ms, p99 %.1f ms\n", "room latency", Percentile(latencies, 0.5),
-                Percentile(latencies, 0.99));
+    std::printf("  %-26s %.2f GB/s: a room's bytes over its data-plane time%s\n", "transfer rate",
+                transfer_gbps,
+                software_verbs ? " (software provider: not a bandwidth figure)" : "");
+    std::printf("  %-26s p50 %.1f ms, p99 %.1f ms\n", "transfer, Ready -> Success",
+                Percentile(transfer_latencies, 0.5), Percentile(transfer_latencies, 0.99));
+    std::printf("  %-26s p50 %.1f ms, p99 %.1f ms (the engine-sims fill, check and decode)\n",
+                "room, end to end", Percentile(latencies, 0.5), Percentile(latencies, 0.99));
+    std::printf("  %-26s %.2f GB/s: %.2f GB in %.2f s of wall time\n", "end to end", gbps,
+                bytes / 1e9, absl::ToDoubleSeconds(wall));
+    std::printf("  %-26s %s: the transfer is %.0f %% of a room's end-to-end time\n", "bounded by",
+                transfer_share < 0.5
+                    ? "the engine-sims (they fill and check every byte's pattern on this CPU)"
+                    : "the transfer",
+                100 * transfer_share);
     std::printf("  %-26s %llu, all as expected\n", "decoded tokens checked",
                 static_cast<unsigned long long>(tokens_checked));
+    std::printf("  %-26s %s (one file per process)\n", "logs", log_dir.c_str());
   }
+  for (const std::string& note : notes) std::fprintf(stderr, "  %s\n", note.c_str());
   for (const std::string& failure : failure_lines) {
     std::fprintf(stderr, "  FAILED %s\n", failure.c_str());
   }
   if (failures > 0) {
-    return absl::InternalError(absl::StrCat(failures, " of ", options.rooms, " rooms failed"));
+    // The sidecars' side of it: the end of each one's log.
+    std::vector<const Member*> sidecars;
+    for (int p = 0; p < cluster->prefill_ranks(); ++p)
+      sidecars.push_back(&cluster->prefill_sidecar(p));
+    for (int d = 0; d < cluster->decode_ranks(); ++d)
+      sidecars.push_back(&cluster->decode_sidecar(d));
+    for (const Member* sidecar : sidecars) {
+      std::fprintf(stderr, "\n  the end of %s:\n%s", sidecar->log.c_str(),
+                   cluster::LogTail(sidecar->log, 10).c_str());
+    }
+    return absl::InternalError(absl::StrCat(failures, " of ", options.rooms,
+                                            " rooms failed (every process's log: ", log_dir, ")"));
   }
   return absl::OkStatus();
 }

@@ -4,7 +4,10 @@
 // with theirs, as processes; routes N rooms through them, `concurrency` at a time, with prompt
 // lengths drawn from [min_prompt, max_prompt]; verifies every byte (each decode engine-sim
 // checks its slice) and every streamed token (against ExpectedTokens); shows a progress bar and
-// ends with a summary table. Returns non-OK on any failure.
+// ends with a summary table: the transfer (the data plane's rate and the rooms' time from Ready
+// to Success) apart from the end-to-end figures, and which bounds which. The processes' logs go
+// to files, one per process, named at the end; a child that fails is named with its reason.
+// Returns non-OK on any failure.
 #ifndef KVRAIL_TOOLS_DEMO_DEMO_H_
 #define KVRAIL_TOOLS_DEMO_DEMO_H_
 
@@ -36,6 +39,9 @@ struct DemoOptions {
   layout::KvShape shape;  // pages: per rank; 0 = enough for `concurrency` longest prompts
   int decode_tokens = 8;
   bool json = false;  // print the summary as JSON instead of a table
+  // Where each process's stderr goes (<log_dir>/<process>.log); empty: a new directory under
+  // $TMPDIR (else /tmp).
+  std::string log_dir;
   // Every sidecar runs with --verify-digest (docs/SECURITY.md, "Digests"): to measure its cost.
   bool verify_digest = false;
   // Every sidecar stages its engine's arena through a host mirror as it would a GPU arena that

@@ -35,7 +35,8 @@ struct Room {
   int64_t token = -1;
   std::vector<int64_t> blocks;
   layout::Manifest manifest;
-  absl::Time started;
+  absl::Time started;   // the engine began it (before a prefill fills its pages)
+  absl::Time ready_at;  // a prefill's Ready was sent
 };
 
 int64_t PagesFor(const layout::KvShape& shape, int64_t prompt) {
@@ -267,6 +268,7 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
       request.mutable_expect()->set_bootstrap_address(options.bootstrap);
       request.mutable_expect()->set_destination_manifest(manifest_wire);
     }
+    room.ready_at = absl::Now();
     absl::StatusOr<v1::EngineReply> reply = sidecar->Call(request);
     const uint64_t id = room.id;
     if (!reply.ok()) {
@@ -315,6 +317,10 @@ absl::Status RunEngineSim(const EngineSimOptions& options) {
     if (event.status() != v1::TRANSFER_POLL_SUCCESS) {
       Say(absl::StrCat("done ", room.id, " failed ", event.reason()));
     } else if (options.prefill) {
+      // The transfer apart from the engine's own work: bytes, the data plane's seconds for them
+      // (the event's), and seconds from the Ready to its Success.
+      Say(absl::StrCat("transfer ", room.id, " ", event.bytes(), " ", event.seconds(), " ",
+                       absl::ToDoubleSeconds(absl::Now() - room.ready_at)));
       Say(absl::StrCat("done ", room.id, " ok ", event.bytes(), " ", seconds));
     } else {
       // A Success whose bytes or token are wrong is the one outcome an engine cannot survive:

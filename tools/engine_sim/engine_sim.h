@@ -19,6 +19,13 @@
 //   done <id> failed <reason>
 //   done <id> wrong <reason>     (decode: a Success whose bytes or token are not the room's)
 //
+// <seconds> are the room's from its engine's start (a prefill's include filling its pages). A
+// prefill's Success is preceded by the transfer alone:
+//
+//   transfer <id> <bytes> <data-plane seconds> <seconds from its Ready to its Success>
+//
+// and a decode's by `values <id> cached_tokens=<n> first_token_logprob=<x|none>`.
+//
 // `abort <id>` on stdin gives a room up (engine API Abort; a room still waiting for pages ends
 // at once). A decode keeps a room's pages out of use after a Failed event with PAGES_HELD until
 // the event that releases them (docs/ENGINE-API.md, "When pages are safe"); a decode that finds

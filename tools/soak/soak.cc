@@ -120,21 +120,6 @@ absl::StatusOr<Sample> TakeSample(const Member& sidecar) {
   return sample;
 }
 
-// The last `count` lines of a child's stderr log.
-std::string Tail(const std::string& path, int count) {
-  std::ifstream file(path);
-  std::deque<std::string> lines;
-  std::string line;
-  while (std::getline(file, line)) {
-    lines.push_back(line);
-    if (static_cast<int>(lines.size()) > count) lines.pop_front();
-  }
-  if (lines.empty()) return absl::StrCat("    (", path, " is empty)");
-  std::string text;
-  for (const std::string& l : lines) absl::StrAppend(&text, "    | ", l, "\n");
-  return text;
-}
-
 struct Totals {
   int64_t rooms_ok = 0, rooms_failed = 0;
   int64_t bytes_checked = 0, tokens_checked = 0, done_lines = 0;
@@ -401,7 +386,7 @@ void Epoch::InjectFault() {
     if (!restarted.ok()) {
       Violation("a restart failed",
                 absl::StrCat("restarting prefill sidecar ", rank, ": ", restarted.message(), "\n",
-                             Tail(LogOf(cluster_->prefill_sidecar(rank).name), 10)));
+                             cluster::LogTail(LogOf(cluster_->prefill_sidecar(rank).name), 10)));
     }
   } else {
     const int sim = std::uniform_int_distribution<int>(0, Sims() - 1)(random_);
@@ -412,7 +397,7 @@ void Epoch::InjectFault() {
     if (!restarted.ok()) {
       Violation("a restart failed",
                 absl::StrCat("restarting ", cluster_->sim(sim).name, ": ", restarted.message(),
-                             "\n", Tail(LogOf(cluster_->sim(sim).name), 10)));
+                             "\n", cluster::LogTail(LogOf(cluster_->sim(sim).name), 10)));
     }
   }
   const double scale = std::uniform_real_distribution<double>(0.5, 1.5)(random_);
@@ -428,9 +413,9 @@ bool Epoch::CheckAlive() {
   for (Member* member : members) {
     absl::StatusOr<int> exited = member->process->Wait(absl::ZeroDuration());
     if (!exited.ok()) continue;
-    alive = Violation("a process died",
-                      absl::StrCat(member->name, " exited with status ", *exited,
-                                   "; its last stderr lines:\n", Tail(LogOf(member->name), 10)));
+    alive = Violation("a process died", absl::StrCat(member->name, " exited with status ", *exited,
+                                                     "; its last stderr lines:\n",
+                                                     cluster::LogTail(LogOf(member->name), 10)));
   }
   return alive;
 }
