@@ -21,34 +21,97 @@ RUNFILES = os.getcwd()
 KVRAIL = os.path.join(RUNFILES, "tools", "kvrail")
 TMP = os.environ.get("TEST_TMPDIR", "/tmp")
 SOURCE = os.path.join(TMP, "src", "python")
-VENV = os.path.join(TMP, "venv")
+VENV = os.path.join(TMP, "src", "venv")  # the documented "venv", beside the copy
 PYTHON = os.path.join(VENV, "bin", "python")
 SHAPE = ["--tp", "1", "--layers", "2", "--pages", "64"]
 
 
-def run(argv, **kwargs):
+def run(argv, cwd_override=None, env_extra=None, **kwargs):
     """argv from $TEST_TMPDIR (never the source tree, so nothing imports from there), with no
-    PYTHONPATH; its completed process, output as text."""
+    PYTHONPATH (unless env_extra gives one); its completed process, output as text."""
     env = dict(os.environ, HOME=TMP, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("PYTHONPATH", None)
-    return subprocess.run(argv, cwd=TMP, env=env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=120, **kwargs)
+    env.update(env_extra or {})
+    return subprocess.run(argv, cwd=cwd_override or TMP, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, **kwargs)
+
+
+def documented_install():
+    """The install commands of python/README.md's "Install" section, as written there: the
+    indented lines of its first block."""
+    with open(os.path.join(RUNFILES, "python", "README.md")) as readme:
+        text = readme.read()
+    section = text[text.index("## Install"):]
+    lines = []
+    for line in section.splitlines()[1:]:
+        if line.startswith("    "):
+            lines.append(line.strip())
+        elif lines:
+            break
+    return lines
+
+
+def tree(root):
+    """Every path under `root`, for a before and after."""
+    found = []
+    for parent, dirs, files in os.walk(root):
+        found.extend(os.path.join(parent, name) for name in dirs + files)
+    return sorted(found)
 
 
 class PythonPackageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # Runfiles are symlinks (python/proto/... links into proto/ in git too): a plain copy.
+        # Runfiles are symlinks (python/proto/... links into proto/ in git too): a plain copy,
+        # made read-only (root writes anyway: the tree is compared before and after).
         shutil.rmtree(os.path.join(TMP, "src"), ignore_errors=True)
         shutil.copytree(os.path.join(RUNFILES, "python"), SOURCE, symlinks=False)
-        made = run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", VENV])
-        assert made.returncode == 0, made.stdout
-        installed = run([PYTHON, "-m", "pip", "install", "--no-build-isolation", "--no-index",
-                         SOURCE])
-        assert installed.returncode == 0, installed.stdout
+        for parent, dirs, files in os.walk(SOURCE):
+            for name in dirs + files:
+                os.chmod(os.path.join(parent, name), 0o555 if name in dirs else 0o444)
+        os.chmod(SOURCE, 0o555)
+        cls.source_before = tree(SOURCE)
+        # The documented commands, as written, run from beside the copy ("./python", "venv").
+        commands = documented_install()
+        assert commands == [
+            "/usr/bin/python3 -m venv --system-site-packages venv",
+            "venv/bin/pip install --no-build-isolation --no-index ./python"], commands
+        for command in commands:
+            done = run(command.split(), cwd_override=os.path.dirname(SOURCE))
+            assert done.returncode == 0, "%s:\n%s" % (command, done.stdout)
         cls.package = run([PYTHON, "-c", "import kvrail_engine, os; "
                            "print(os.path.dirname(kvrail_engine.__file__))"]).stdout.strip()
         print("kvrail_engine imports from %s" % cls.package, flush=True)
+
+    def test_0a_the_install_wrote_nothing_into_the_tree_it_was_given(self):
+        self.assertEqual(tree(SOURCE), self.source_before)
+
+    def test_0b_a_python_without_pyzmq_is_named_in_one_line(self):
+        # A venv of Debian's Python that does not see its packages: no wheel, pyzmq or protobuf.
+        bare = os.path.join(TMP, "bare")
+        shutil.rmtree(bare, ignore_errors=True)
+        made = run(["/usr/bin/python3", "-m", "venv", "--without-pip", bare])
+        self.assertEqual(made.returncode, 0, made.stdout)
+        # Its install stops at the build's first step with the one line (pip from Debian's
+        # Python, installing into the bare venv's interpreter's view: --python is pip 23.1+, so
+        # the bare interpreter runs setup.py itself, as pip would).
+        built = run([os.path.join(bare, "bin", "python"), "setup.py", "--name"],
+                    cwd_override=SOURCE)
+        self.assertNotEqual(built.returncode, 0, built.stdout)
+        lines = [l for l in built.stdout.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, built.stdout)
+        self.assertIn("kvrail-engine: this Python (%s" % os.path.join(bare, "bin", "python"),
+                      lines[0])
+        self.assertIn("lacks wheel, pyzmq, protobuf", lines[0])
+        self.assertIn("/usr/bin/python3 -m venv --system-site-packages venv", lines[0])
+        # And importing the package there says which Python to use, in its last line.
+        imported = run([os.path.join(bare, "bin", "python"), "-c", "import kvrail_engine"],
+                       env_extra={"PYTHONPATH": SOURCE, "PYTHONDONTWRITEBYTECODE": "1"})
+        self.assertNotEqual(imported.returncode, 0)
+        self.assertIn("ImportError: kvrail_engine: this Python (%s) lacks pyzmq, protobuf: use "
+                      "Debian's /usr/bin/python3" % os.path.join(bare, "bin", "python"),
+                      imported.stdout.strip().splitlines()[-1])
+        self.assertEqual(tree(SOURCE), self.source_before)
 
     def test_1_it_imports_from_the_venv_with_its_generated_module_and_types(self):
         site = run([PYTHON, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
