@@ -168,10 +168,7 @@ class PythonPackageTest(unittest.TestCase):
     def test_5_the_installed_examples_land_a_room_and_ping_sees_it(self):
         processes = []
         try:
-            bootstrap, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port",
-                                       "0"], "bootstrap ready")
-            processes.append(bootstrap)
-            address = "127.0.0.1:%s" % line.split("port=")[1].split()[0]
+            address = start_bootstrap(processes)
             contract = os.path.join(TMP, "contract.json")
             with open(contract, "w") as f:
                 f.write(subprocess.check_output([KVRAIL, "contract"] + SHAPE, text=True))
@@ -247,6 +244,53 @@ class PythonPackageTest(unittest.TestCase):
             self.assertIn("engine-0.pub: no \"secret\"", public.stdout)
         finally:
             stop([sidecar])
+
+    def test_7_the_arena_layout_example_writes_and_checks_a_head_sliced_room(self):
+        # docs/INTEGRATING.md, "Arena layout for engine authors": P=2 -> D=1 over tcp, with
+        # --verify-digest, written and checked with numpy by the installed example.
+        processes = []
+        try:
+            address = start_bootstrap(processes)
+            shape = ["--layers", "2", "--pages", "16"]
+            files = {}
+            for role, tp in (("prefill", "2"), ("decode", "1")):
+                files[role] = os.path.join(TMP, "layout-%s.json" % role)
+                with open(files[role], "w") as f:
+                    f.write(subprocess.check_output([KVRAIL, "contract", "--tp", tp] + shape,
+                                                    text=True))
+                files[role + "-bytes"] = subprocess.check_output(
+                    [KVRAIL, "contract", "--arena-bytes", "--tp", tp] + shape, text=True).strip()
+            endpoints = []
+            for rank in (0, 1):
+                endpoints.append("ipc:///tmp/kvrail-pkgtest-%s-layout-p%d.sock" % (TAG, rank))
+                sidecar, _ = started([KVRAIL, "sidecar", "--role", "prefill", "--engine-endpoint",
+                                      endpoints[-1], "--host", "127.0.0.1", "--tls", "tcp",
+                                      "--tp-size", "2", "--tp-rank", str(rank), "--bootstrap",
+                                      address, "--verify-digest"], "sidecar ready")
+                processes.append(sidecar)
+            decode_endpoint = "ipc:///tmp/kvrail-pkgtest-%s-layout-d0.sock" % TAG
+            sidecar, _ = started([KVRAIL, "sidecar", "--role", "decode", "--engine-endpoint",
+                                  decode_endpoint, "--host", "127.0.0.1", "--tls", "tcp",
+                                  "--verify-digest"], "sidecar ready")
+            processes.append(sidecar)
+            example = run([PYTHON, "-m", "kvrail_engine.examples.arena_layout", "--bootstrap",
+                           address, "--prefill", endpoints[0], "--prefill", endpoints[1],
+                           "--prefill-contract", files["prefill"], "--prefill-arena-bytes",
+                           files["prefill-bytes"], "--decode", decode_endpoint,
+                           "--decode-contract", files["decode"], "--decode-arena-bytes",
+                           files["decode-bytes"]])
+            self.assertEqual(example.returncode, 0, example.stdout)
+            self.assertIn("every head of every page of the window checked", example.stdout)
+        finally:
+            stop(processes)
+
+
+def start_bootstrap(processes):
+    """A bootstrap server on a free port, appended to `processes`; its host:port."""
+    bootstrap, line = started([KVRAIL, "bootstrap", "--host", "127.0.0.1", "--port", "0"],
+                              "bootstrap ready")
+    processes.append(bootstrap)
+    return "127.0.0.1:%s" % line.split("port=")[1].split()[0]
 
 
 def free_port():
