@@ -45,8 +45,9 @@ struct PreparedTransfer {
 };
 
 // The most copies a room's transfer may have for the owner to submit it (SubmitPreparedLocked):
-// a few pages of whole-page copies. Its Submit is then a few microseconds.
-constexpr uint64_t kOwnerSubmitCopies = 256;
+// a few pages of whole-page copies, or one layer of a layer-wise room's whole pages (2 fields x
+// 256 pages at 4k tokens). Its Submit is then tens of microseconds.
+constexpr uint64_t kOwnerSubmitCopies = 1024;
 
 // A room's destinations being prepared: on the owner (a warm route) or in its session's strand.
 struct Preparation {

@@ -402,8 +402,14 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
           std::min(slice, copies[transfer->next_copy].length - transfer->next_offset);
       const int lane = PickLane(q, first_len);
       if (lane < 0) return;  // every lane is full: a completion pumps again
-      const uint64_t budget = q.lane_inflight[lane] == 0 ? std::max(inflight_cap, first_len)
-                                                         : inflight_cap - q.lane_inflight[lane];
+      // A transfer smaller than the lanes' bounds together is cut so that every lane carries a
+      // share of it: one layer of a layer-wise room (16 MiB) would otherwise be one batch on one
+      // lane, and the room's last layer would take twice the time it needs.
+      const uint64_t share =
+          std::max(slice, (transfer->stats.bytes + lanes - 1) / static_cast<uint64_t>(lanes));
+      const uint64_t budget =
+          std::min(share, q.lane_inflight[lane] == 0 ? std::max(inflight_cap, first_len)
+                                                     : inflight_cap - q.lane_inflight[lane]);
       std::vector<Write> batch;
       if (!q.spare_batches.empty()) {
         batch = std::move(q.spare_batches.back());

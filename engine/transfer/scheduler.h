@@ -13,7 +13,10 @@
 //   3. Slices go out in batches, each to the lane of the peer with the fewest bytes in flight
 //      (striping), keeping at most max_inflight_bytes_per_endpoint posted and not yet locally
 //      complete per (peer, lane): UCX over tcp collapses when many large puts are in flight.
-//      Transfers of one peer are served first come, first served, so early transfers finish early.
+//      A batch carries at most a lane's share of its transfer (its bytes / lanes, a slice at
+//      least), so that a transfer smaller than the lanes' bounds together (one layer of a
+//      layer-wise room) still goes out on every lane. Transfers of one peer are served first come,
+//      first served, so early transfers finish early.
 //   4. Success means landed: once every slice is posted, each lane the transfer used is flushed,
 //      and the transfer completes OK only when all its batches and flushes have.
 //   5. A transfer fails with the first transport error, with DeadlineExceeded at its deadline, or

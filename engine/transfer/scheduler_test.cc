@@ -344,6 +344,27 @@ TEST(SchedulerTest, SlicesLongCopiesAndStripesThemOverEveryLane) {
   ExpectExactly(f, copies);
 }
 
+// A transfer smaller than the lanes' in-flight bounds together (one layer of a layer-wise room)
+// is still spread over every lane, a share each, rather than posted as one batch on one lane.
+TEST(SchedulerTest, ATransferBelowTheLanesBoundsTogetherStillTakesEveryLane) {
+  Fixture f(16 * kMiB);
+  f.sender->DelayCompletions(absl::Milliseconds(20));  // no lane frees up meanwhile
+  SchedulerOptions options;
+  options.slice_bytes = 1 * kMiB;
+  options.max_inflight_bytes_per_endpoint = 64 * kMiB;  // one lane could take it all
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  const CopyList copies = {{0, 0, 8 * kMiB}, {8 * kMiB, 8 * kMiB, 8 * kMiB}};
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const TransferOutcome outcome = outcomes.Get(1);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.stats.lanes_used, 4u);
+  EXPECT_EQ(outcome.stats.batches, 4u);  // 16 MiB over 4 lanes: 4 MiB a lane
+  EXPECT_EQ(f.watch->lanes_seen(), 4u);
+  ExpectExactly(f, copies);
+}
+
 TEST(SchedulerTest, NeverExceedsTheInflightBoundPerEndpoint) {
   Fixture f(16 * kMiB);
   f.sender->DelayCompletions(absl::Milliseconds(2));
