@@ -51,6 +51,10 @@ std::string LoggedReason(const std::string& log) {
 
 }  // namespace
 
+std::string SidecarName(const std::string& role, int index) {
+  return absl::StrCat(role, "-sidecar-", index);
+}
+
 std::string LogTail(const std::string& path, int count) {
   std::ifstream file(path);
   std::deque<std::string> lines;
@@ -269,8 +273,8 @@ absl::Status Cluster::StartAll() {
     add_metrics(argv, node);
     Command line = SidecarCommandLine(command);
     if (prefill) line.env.insert(o.prefill_env.begin(), o.prefill_env.end());
-    KVRAIL_ASSIGN_OR_RETURN(
-        Member sidecar, StartSidecar(absl::StrCat(role, "-sidecar-", global), line.argv, line.env));
+    KVRAIL_ASSIGN_OR_RETURN(Member sidecar,
+                            StartSidecar(SidecarName(role, global), line.argv, line.env));
     (prefill ? prefill_sidecars_ : decode_sidecars_).push_back(std::move(sidecar));
     if (!o.engine_sims) return absl::OkStatus();
     std::vector<std::string> sim = {o.kvrail,          "engine-sim",

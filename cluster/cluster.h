@@ -91,6 +91,10 @@ struct Member {
   std::map<std::string, std::string> env;  // and with which environment
 };
 
+// The name of sidecar `index` of `role` ("prefill" or "decode"; the index is global, stage- or
+// instance-major): its Member::name, and its log's name (<log_dir>/<name>.log).
+std::string SidecarName(const std::string& role, int index);
+
 // The last `count` lines of a member's log (Member::log), each indented "    | ", for a
 // failure's context; "(<path> is empty)" when it has none.
 std::string LogTail(const std::string& path, int count);

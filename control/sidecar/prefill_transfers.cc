@@ -38,8 +38,9 @@ struct PreparedTransfer {
   // message before its Success (SendLocked), keyed by the registration's reply endpoint.
   std::optional<uint64_t> digest;
   std::string reply_endpoint;
-  // The link it was prepared over, and PrefillSidecar::link_drops when its preparation began:
-  // the owner keeps the link warm unless a link was dropped meanwhile.
+  // A strand's preparation: the link it fetched, and PrefillSidecar::link_drops when it began.
+  // The owner keeps the link warm unless a link was dropped meanwhile (one prepared on the
+  // owner is warm already).
   std::optional<transfer::PeerLink> link;
   uint64_t link_drops = 0;
 };
@@ -243,6 +244,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
           slot.error = link.status();
           slot.cause = session::FailureCause::kHandshake;
         } else {
+          slot.link = *link;  // for the owner to keep warm (SubmitPreparedLocked)
           PrepareDestination(*preparation, slot, job, *link);
         }
       }
@@ -253,7 +255,6 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
 
 void PrefillSidecar::PrepareDestination(const Preparation& preparation, PreparedTransfer& slot,
                                         const DestinationJob& job, const transfer::PeerLink& link) {
-  slot.link = link;
   slot.request.on_batch = metrics.BatchCounter(preparation.room, slot.session, options.lanes);
   slot.request.peer = link.peer;
   slot.request.source = region;

@@ -28,10 +28,12 @@ std::string LogDir() {
 }  // namespace
 
 std::string Deployment::LogPath(const std::string& rank) {
-  // The cluster's member names (cluster.cc): "prefill-sidecar-0", "decode-sidecar-<d>".
+  // The cluster's member names: "prefill" is prefill sidecar 0, "decode<d>" decode sidecar d.
   std::string member = rank;
-  if (rank == "prefill") member = "prefill-sidecar-0";
-  if (absl::StartsWith(rank, "decode")) member = absl::StrCat("decode-sidecar-", rank.substr(6));
+  if (rank == "prefill") member = cluster::SidecarName("prefill", 0);
+  if (absl::StartsWith(rank, "decode")) {
+    member = cluster::SidecarName("decode", std::stoi(rank.substr(6)));
+  }
   return absl::StrCat(LogDir(), "/", member, ".log");
 }
 
