@@ -270,13 +270,16 @@ void EngineApiServer::Run() {
   while (!stop_.load()) {
     // A server that stopped serving polls nothing of its socket: requests wait there unread.
     const bool serving = serving_.load();
-    zmq::pollitem_t items[3] = {
+    const bool reads = looped && serving && loop_.socket != nullptr;
+    zmq::pollitem_t items[4] = {
         {serving ? router.handle() : nullptr, serving ? 0 : -1, ZMQ_POLLIN, 0},
         {nullptr, mailbox_->wake_fd, ZMQ_POLLIN, 0},
-        {nullptr, loop_.fd, ZMQ_POLLIN, 0}};
+        {nullptr, loop_.fd, ZMQ_POLLIN, 0},
+        {loop_.socket, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, looped ? 3 : 2, std::chrono::milliseconds(100));
+      zmq::poll(items, reads ? 4 : (looped ? 3 : 2), std::chrono::milliseconds(100));
       if (looped && (items[2].revents & ZMQ_POLLIN)) loop_.run();
+      if (reads && (items[3].revents & ZMQ_POLLIN)) loop_.read();
       if (items[1].revents & ZMQ_POLLIN) Deliver();
       if (!serving || !(items[0].revents & ZMQ_POLLIN)) continue;
       while (true) {

@@ -34,6 +34,11 @@ struct ServerLoop {
   int fd = -1;
   std::function<void()> adopt;
   std::function<void()> run;
+  // When set, a ZeroMQ socket the loop reads too (a sidecar's CachePD inbox: ZmqInbox::
+  // poll_handle): polled beside the server's own while it serves, `read` called when it is
+  // readable. `read` takes what it wants of it; what it leaves wakes the next poll at once.
+  void* socket = nullptr;
+  std::function<void()> read;
 };
 
 class EngineApiServer {

@@ -95,6 +95,11 @@ class ZmqInbox {
                                                                   std::string* user_id = nullptr,
                                                                   std::string* peer_host = nullptr);
 
+  // The socket, for zmq_poll by the one thread that reads the inbox (a sidecar's engine API
+  // thread: engine_api::ServerLoop::socket); valid until Close, which that thread's owner calls
+  // only once it polls no more.
+  void* poll_handle() const { return poll_handle_; }
+
   // Closes the socket, discarding what is queued; later Receives fail. Idempotent.
   void Close();
 
@@ -110,6 +115,7 @@ class ZmqInbox {
   std::unique_ptr<InboxWatch> watch_;  // guarded by mu_; stopped before the socket closes
   std::string endpoint_;
   uint16_t port_ = 0;
+  void* poll_handle_ = nullptr;
 };
 
 struct OutboxOptions {

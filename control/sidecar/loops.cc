@@ -11,44 +11,29 @@
 
 namespace kvrail::sidecar {
 
-void SidecarCore::InboxLoop() {
-  // What is queued is read first (up to kBatch messages) and then posted to the owner as one
-  // job: the inbox reads on while the owner applies it, and the work the batch starts (a
-  // prefill's transfers into the strands, a decode's events) starts once per batch. The inbox
-  // waits for the owner only when kMaxBatchesQueued of its batches are still queued there, so
-  // that a flood stays in ZeroMQ's bounded queues, not in the owner's.
+void SidecarCore::ReadInboxLocked() {
+  // The owner reads the CachePD inbox itself, polled beside the engine API's socket
+  // (engine_api::ServerLoop::socket): a peer message is applied by the thread that read it, with
+  // no hand-off. At most kBatch messages per call, so that engine requests and posted jobs are
+  // served between them under a flood; what is left stays in ZeroMQ's bounded queue and wakes
+  // the next poll at once.
+  AssertOnOwner("ReadInboxLocked");
   constexpr size_t kBatch = 16;
-  constexpr size_t kMaxBatchesQueued = 8;
-  bool closed = false;
-  while (!stop.load() && !closed) {
-    auto batch = std::make_shared<std::vector<InboxMessage>>(kBatch);
-    size_t count = 0;
-    while (count < kBatch) {
-      InboxMessage& in = (*batch)[count];
-      absl::StatusOr<std::optional<std::vector<std::string>>> message = inbox->Receive(
-          count == 0 ? absl::Milliseconds(100) : absl::ZeroDuration(), &in.user_id, &in.host);
-      if (!message.ok()) {
-        if (message.status().code() != absl::StatusCode::kInvalidArgument) {
-          closed = true;
-          break;
-        }
-        in.dropped = message.status();
-      } else if (!message->has_value()) {
-        break;
-      } else {
-        in.dropped = absl::OkStatus();
-        in.frames = **std::move(message);
-      }
-      ++count;
+  if (stop.load()) return;
+  for (size_t count = 0; count < kBatch; ++count) {
+    InboxMessage in;
+    absl::StatusOr<std::optional<std::vector<std::string>>> message =
+        inbox->Receive(absl::ZeroDuration(), &in.user_id, &in.host);
+    if (!message.ok()) {
+      if (message.status().code() != absl::StatusCode::kInvalidArgument) return;  // closing
+      in.dropped = message.status();
+    } else if (!message->has_value()) {
+      return;
+    } else {
+      in.dropped = absl::OkStatus();
+      in.frames = **std::move(message);
     }
-    if (count == 0) continue;
-    batch->resize(count);
-    inbox_batches_queued.fetch_add(1);
-    PostOwned([this, batch] {
-      inbox_batches_queued.fetch_sub(1);
-      for (InboxMessage& in : *batch) HandleInboxMessageLocked(in);
-    });
-    if (inbox_batches_queued.load() > kMaxBatchesQueued) Owned([] {});  // the owner catches up
+    HandleInboxMessageLocked(in);
   }
 }
 

@@ -406,7 +406,12 @@ void PrefillSidecar::OnTransferOutcome(const transfer::TransferOutcome& outcome)
     if (!outcome.status.ok()) metrics.WriteFailed(outcome.status);
     if (outcome.peer_disconnected || code == absl::StatusCode::kUnavailable) {
       // The link is gone or broken: the next room fetches the descriptor and connects afresh.
-      Defer([this, session] { DropPeer(session, ""); });
+      // The owner forgets its warm copy now, and the drop goes to the session's strand, ahead
+      // of every later room's preparation there: no room prepared after this outcome posts to
+      // the link being disconnected (on the owner's warm copy, or a strand's directory read
+      // made before the drop).
+      ForgetWarmLinkLocked(session);
+      strands.Post(session, [this, session] { DropPeer(session, ""); });
     }
     // A cancel is the room's own doing (an abort, a sibling): nobody to blame for it.
     const std::string blame =

@@ -479,6 +479,12 @@ absl::Status SidecarCore::Start() {
     raw->owner.RunPending();
     raw->RunDeferredOffOwner();
   };
+  owner_loop.socket = inbox->poll_handle();
+  owner_loop.read = [raw] {
+    raw->WaitForApi();
+    raw->ReadInboxLocked();
+    raw->RunDeferredOffOwner();
+  };
   auto handle = [raw](const v1::EngineRequest& request) {
     raw->WaitForApi();
     v1::EngineReply reply = raw->Handle(request);
@@ -502,8 +508,6 @@ absl::Status SidecarCore::Start() {
                   session_id.empty() ? std::string(absl::StripPrefix(cachepd_advertised, "tcp://"))
                                      : session_id);
   metrics.SetStatsSource([raw] { return raw->Stats(); });
-  inbox_thread = std::thread([raw] { raw->InboxLoop(); });
-  NameThread(inbox_thread, "kvrail-inbox");
   ticker_thread = std::thread([raw] { raw->TickerLoop(); });
   NameThread(ticker_thread, "kvrail-ticker");
   spdlog::info(
@@ -524,7 +528,6 @@ void SidecarCore::Stop() {
   // requests, and runs the owner's jobs until everything below is done.
   api->StopServing();
   parser.Stop();  // what it still holds is applied; its answers are dropped
-  if (inbox_thread.joinable()) inbox_thread.join();
   if (ticker_thread.joinable()) ticker_thread.join();
   strands.Stop();
   // From here only the data plane's completions post to the owner. What jobs posted before

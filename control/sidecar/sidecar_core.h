@@ -27,9 +27,10 @@
 //
 // The owner: one thread owns the room state (the pure state machines and the tables beside
 // them): the engine API's (`kvrail-engapi`), which drives `owner` (owner_loop.h, Driven). No
-// lock guards the state. The engine API's thread applies engine requests in place; every other
-// thread hands it a job, and the room path never waits for one: PostOwned for CachePD batches,
-// a room prepared in a strand and data-plane outcomes; Owned, which waits for the answer, where
+// lock guards the state. The engine API's thread applies engine requests and CachePD peer
+// messages in place (it polls the inbox's PULL socket beside its own: ReadInboxLocked); every
+// other thread hands it a job, and the room path never waits for one: PostOwned for a room
+// prepared in a strand and data-plane outcomes; Owned, which waits for the answer, where
 // a rare path needs it (stats from the metrics server, the ticker, a strand's bootstrap lookup,
 // the parser of large manifests). The owner never waits on a peer or makes an HTTP request for a
 // room. Of engine/ (scheduler, peer directory, transport) it calls one thing: a small room's
@@ -100,8 +101,8 @@ class SidecarCore {
   SidecarCore(const SidecarCore&) = delete;
   SidecarCore& operator=(const SidecarCore&) = delete;
 
-  // Binds every socket, starts the role's data plane and registry, the engine API, the inbox
-  // and the ticker (sidecar_core.cc). Errors name the option or endpoint at fault.
+  // Binds every socket, starts the role's data plane and registry, the engine API (which reads
+  // the inbox too) and the ticker (sidecar_core.cc). Errors name the option or endpoint at fault.
   absl::Status Start();
   // Sidecar::Stop: everything stopped and joined, in order. Idempotent.
   void Stop();
@@ -165,7 +166,6 @@ class SidecarCore {
   SidecarStats stats;
 
   std::atomic<bool> stop{false};
-  std::thread inbox_thread;
   std::thread ticker_thread;
   StrandPool strands{4, "kvrail-peer"};
   // Requests with a large manifest, parsed and applied here rather than on the engine API's
@@ -257,8 +257,7 @@ class SidecarCore {
   void ReleaseArena() ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu);
 
   // --- loops.cc -----------------------------------------------------------------------------
-  void InboxLoop();
-  std::atomic<size_t> inbox_batches_queued{0};  // posted to the owner, not yet begun
+  void ReadInboxLocked();
   // One message the inbox read (or dropped), kept with its sender for HandleInboxMessageLocked.
   struct InboxMessage {
     absl::Status dropped;  // not OK: the inbox dropped it (too many frames), nothing to handle
