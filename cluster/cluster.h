@@ -20,19 +20,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/node_host.h"
 #include "cluster/process/subprocess.h"
 #include "control/layout/kv_shape.h"
 
 namespace kvrail::cluster {
-
-// One node's host: the argv prefix that runs its processes there (`ip netns exec <ns>`, or
-// none), the address they bind and are reached at, and their UCX tcp device (empty: UCX's
-// choice).
-struct NodeHost {
-  std::vector<std::string> prefix;
-  std::string host = "127.0.0.1";
-  std::string net_devices;
-};
 
 struct ClusterOptions {
   std::string kvrail;  // the kvrail binary

@@ -35,6 +35,7 @@
 #include "bench/raw/raw_target.h"
 #include "bench/raw/write_window.h"
 #include "cluster/netns.h"
+#include "cluster/node_host.h"
 #include "cluster/process/subprocess.h"
 #include "engine/base/error.h"
 #include "engine/memory/arena.h"
@@ -106,10 +107,9 @@ uint64_t WorkingSet(uint64_t block, int batch) {
 // Where the two sides of one link run.
 struct Placement {
   RawLink link;
-  std::vector<std::string> target_prefix;  // argv prefix for target-side processes
-  std::string local_device;                // UCX_NET_DEVICES here (tcp)
-  std::string target_device;               // and there
-  std::string target_host = "127.0.0.1";   // the ucx_perftest server's address
+  // This side (its UCX tcp device) and the target's (cluster/node_host.h: the argv prefix of
+  // target-side processes, the ucx_perftest server's address, its UCX tcp device).
+  cluster::NodeHost local, target;
   // verbs: the provider both sides use ("libibverbs", "softverbs"; transport::VerbsProviderOf).
   std::string verbs_provider;
 };
@@ -201,15 +201,15 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
   PerftestRun run;
   run.tls = where.link == RawLink::kShm ? "sm,self" : "tcp";
   if (where.link != RawLink::kShm) {
-    run.net_devices = where.local_device.empty() ? "lo" : where.local_device;
-    run.server_net_devices = where.target_device;
+    run.net_devices = where.local.net_devices.empty() ? "lo" : where.local.net_devices;
+    run.server_net_devices = where.target.net_devices;
   }
-  run.server_host = where.target_host;
+  run.server_host = where.target.host;
   run.block_bytes = block;
   run.outstanding = outstanding;
   if (tuned) {
-    run.extra_env =
-        transport::UcxTuningEnvironment(UcxOptionsFor(where.link, /*lanes=*/1, where.local_device));
+    run.extra_env = transport::UcxTuningEnvironment(
+        UcxOptionsFor(where.link, /*lanes=*/1, where.local.net_devices));
   }
   const double rate = std::max(expected_bytes_per_s, 20e6);
   run.iterations = static_cast<uint64_t>(
@@ -226,7 +226,7 @@ PeerOutcome RunPerftest(const RawBenchOptions& options, const Placement& where, 
   for (int attempt = 0; attempt < 3; ++attempt) {
     run.port = FreeTcpPort();
     SpawnOptions server_spec = SpawnOptions::ContainedTool();
-    server_spec.argv = where.target_prefix;
+    server_spec.argv = where.target.prefix;
     server_spec.argv.push_back(options.perftest);
     for (std::string& arg : PerftestServerArgs(run)) server_spec.argv.push_back(std::move(arg));
     server_spec.env = PerftestServerEnv(run);
@@ -406,10 +406,10 @@ class KvrailSession {
     target_options.link = where_.link;
     target_options.lanes = tuning_.lanes;
     target_options.arena_bytes = target_bytes_;
-    target_options.net_device = where_.target_device;
+    target_options.net_device = where_.target.net_devices;
     target_options.verbs_provider = where_.verbs_provider;
     absl::StatusOr<TargetProcess> target =
-        TargetProcess::Start(where_.target_prefix, options_.self_exe, target_options);
+        TargetProcess::Start(where_.target.prefix, options_.self_exe, target_options);
     if (!target.ok()) return target.status();
     target_ = std::make_unique<TargetProcess>(std::move(*target));
     // The bounds the scheduler checks every transfer against: the target's descriptor, as a sidecar
@@ -436,7 +436,7 @@ class KvrailSession {
   // A transport of `lanes` lanes with the source arena registered, connected to the target, and
   // a scheduler on it with the bench's slice and in-flight bound.
   absl::Status Connect(int lanes, Connection& connection) {
-    transport::TransportSpec spec = TransportSpecFor(where_.link, lanes, where_.local_device);
+    transport::TransportSpec spec = TransportSpecFor(where_.link, lanes, where_.local.net_devices);
     spec.verbs_provider = where_.verbs_provider;
     spec.max_inflight_bytes_per_endpoint = tuning_.inflight_bytes_per_lane;
     KVRAIL_ASSIGN_OR_RETURN(connection.transport, transport::MakeTransport(spec));
@@ -843,13 +843,13 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
               absl::StrCat("verbs: provider softverbs (KVRAIL_VERBS_PROVIDER): ", kSoftverbsNote));
         }
       } else if (link == RawLink::kTcp) {
-        where.local_device = where.target_device = "lo";
+        where.local.net_devices = where.target.net_devices = "lo";
       } else if (link == RawLink::kNetns) {
         const NetnsSide& side = *options.netns_side;
-        where.target_prefix = cluster::NetnsPair::ExecPrefix(side.target_netns);
-        where.local_device = side.local_device;
-        where.target_device = side.target_device;
-        where.target_host = side.target_address;
+        where.target.prefix = cluster::NetnsPair::ExecPrefix(side.target_netns);
+        where.local.net_devices = side.local_device;
+        where.target.net_devices = side.target_device;
+        where.target.host = side.target_address;
       }
       measured = MeasureHere(options, where, memcpy_limit, progress);
     }

@@ -74,7 +74,7 @@ constexpr const char* kLanes = "2";
 absl::StatusOr<std::optional<std::vector<std::string>>> PrefillArgv(
     const RouteSetup& setup, const HarnessOptions& options, int p,
     const std::vector<std::string>& sessions, int rooms) {
-  std::vector<std::string> argv = options.prefill_prefix;
+  std::vector<std::string> argv = options.prefill_node.prefix;
   for (const std::string& a :
        {NodePath(), std::string("prefill"), std::string("--arena"), ArenaName("p", p),
         std::string("--tls"), options.tls, std::string("--lanes"), std::string(kLanes),
@@ -86,7 +86,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> PrefillArgv(
   }
   if (options.tls == "tcp" || options.tls == "verbs") {
     argv.push_back("--net-devices");
-    argv.push_back(options.prefill_net_devices);
+    argv.push_back(options.prefill_node.net_devices);
   }
   for (const std::string& a : options.prefill_args) argv.push_back(a);
   int targets = 0;
@@ -193,10 +193,10 @@ bool Running(process::Subprocess& process) {
 
 absl::StatusOr<DecodeNode> StartDecodeNode(const HarnessOptions& options, const std::string& arena,
                                            uint64_t allocate_bytes) {
-  std::vector<std::string> argv = options.decode_prefix;
+  std::vector<std::string> argv = options.decode_node.prefix;
   for (const std::string& a :
        {NodePath(), std::string("decode"), std::string("--tls"), options.tls, std::string("--bind"),
-        options.decode_bind, std::string("--lanes"), std::string(kLanes)}) {
+        options.decode_node.host, std::string("--lanes"), std::string(kLanes)}) {
     argv.push_back(a);
   }
   if (allocate_bytes != 0) {
@@ -208,7 +208,7 @@ absl::StatusOr<DecodeNode> StartDecodeNode(const HarnessOptions& options, const 
   }
   if (options.tls == "tcp" || options.tls == "verbs") {
     argv.push_back("--net-devices");
-    argv.push_back(options.decode_net_devices);
+    argv.push_back(options.decode_node.net_devices);
   }
   DecodeNode node;
   KVRAIL_ASSIGN_OR_RETURN(node.process, Subprocess::Start(argv));

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "cluster/node_host.h"
 #include "cluster/process/subprocess.h"
 #include "engine/memory/arena.h"
 #include "tests/transfer/route_fixture.h"
@@ -22,12 +23,10 @@ struct HarnessOptions {
   // "tcp" or "sm" (UCX), or "verbs" (the verbs backend over the software provider, its rail on
   // the net devices below)
   std::string tls = "tcp";
-  std::string decode_bind = "127.0.0.1";
-  std::string decode_net_devices = "lo";
-  std::string prefill_net_devices = "lo";
-  // Commands put in front of a node's argv, e.g. {"ip", "netns", "exec", "kvrail-b"}.
-  std::vector<std::string> decode_prefix;
-  std::vector<std::string> prefill_prefix;
+  // Where each side's nodes run (cluster/node_host.h, as a cluster's do): the argv prefix (e.g.
+  // {"ip", "netns", "exec", "kvrail-b"}), the address the decode binds, the UCX tcp device.
+  cluster::NodeHost decode_node{{}, "127.0.0.1", "lo"};
+  cluster::NodeHost prefill_node{{}, "127.0.0.1", "lo"};
   int rooms = 1;
   absl::Duration timeout = absl::Seconds(120);
   // Extra arguments for every prefill node (e.g. "--out-of-bounds", "--deadline-ms", "3000").

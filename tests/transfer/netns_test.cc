@@ -63,11 +63,8 @@ class VethPair {
   HarnessOptions Options(const std::string& tls) const {
     HarnessOptions options;
     options.tls = tls;
-    options.decode_prefix = {"ip", "netns", "exec", b_};
-    options.prefill_prefix = {"ip", "netns", "exec", a_};
-    options.decode_bind = address_b_;
-    options.decode_net_devices = veth_b_;
-    options.prefill_net_devices = veth_a_;
+    options.decode_node = {{"ip", "netns", "exec", b_}, address_b_, veth_b_};
+    options.prefill_node = {{"ip", "netns", "exec", a_}, "127.0.0.1", veth_a_};
     return options;
   }
 
