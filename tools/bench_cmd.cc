@@ -231,6 +231,10 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
   kv->add_flag("--unpopulated", flags.text.unpopulated,
                "Also run each case with --no-populate-arena on every sidecar, beside it: rows "
                "of mode unpopulated, whose first room shows what populating at attach saves");
+  kv->add_flag("--compare", flags.text.compare,
+               "Also run each case with each head-sliced row as a copy of its own (the sidecars' "
+               "--no-strided-copies, the path before strided copies), beside it: rows of mode "
+               "rows");
   kv->add_flag("--layerwise", flags.text.layerwise,
                "each case also streams its rooms layer by layer (LayersReady) behind a simulated "
                "forward pass: a row of mode layerwise, with the transfer time left exposed after "

@@ -228,6 +228,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   sub->add_flag("--naive-copies", options.naive_copies,
                 "Prefill, for measurement: post one write per row per page per field, never "
                 "merged (kvrail bench kv --naive measures what merging gains)");
+  sub->add_flag("--no-strided-copies", options.no_strided_copies,
+                "Prefill, for measurement: post each head-sliced row as a copy of its own, as "
+                "before strided copies (kvrail bench kv --compare measures what they gain)");
   sub->add_option("--max-rooms", options.max_rooms,
                   "Prefill: the most rooms tracked at once; pre-allocations past it are "
                   "answered Failed (0: no bound)")

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/cluster.h"
 #include "cluster/kv_pattern.h"
+#include "cluster/process/cpu_time.h"
 #include "control/engine_api/engine_api.h"
 #include "control/engine_api/sidecar_arena.h"
 #include "control/layout/contract.h"
@@ -183,6 +184,7 @@ class KvCaseRunner::Impl {
   absl::StatusOr<KvRoomFigures> Room(uint64_t room, bool whole_check) {
     KvRoomFigures figures;
     for (Rank& d : decode_) std::memset(d.arena->bytes().data(), 0, d.arena->bytes().size());
+    KVRAIL_ASSIGN_OR_RETURN(const SideCpu cpu_before, ReadSideCpu());
     for (Rank& d : decode_) {
       v1::EngineRequest expect;
       expect.mutable_expect()->set_room(room);
@@ -227,6 +229,9 @@ class KvCaseRunner::Impl {
     figures.first_byte_seconds = watch.Finish();
     KVRAIL_RETURN_IF_ERROR(landed);
     KVRAIL_RETURN_IF_ERROR(AwaitPrefillEvents(room, figures));
+    KVRAIL_ASSIGN_OR_RETURN(const SideCpu cpu_after, ReadSideCpu());
+    figures.prefill_cpu_seconds = cpu_after.prefill - cpu_before.prefill;
+    figures.decode_cpu_seconds = cpu_after.decode - cpu_before.decode;
 
     for (Rank& d : decode_) {
       const absl::Status checked =
@@ -255,6 +260,26 @@ class KvCaseRunner::Impl {
   uint64_t uncoalesced() const { return uncoalesced_; }
 
  private:
+  // The CPU seconds used so far by each side's sidecars, all ranks together.
+  struct SideCpu {
+    double prefill = 0;
+    double decode = 0;
+  };
+  absl::StatusOr<SideCpu> ReadSideCpu() {
+    SideCpu cpu;
+    for (int p = 0; p < spec_.prefill_tp; ++p) {
+      KVRAIL_ASSIGN_OR_RETURN(const double seconds,
+                              process::CpuSeconds(cluster_->prefill_sidecar(p).process->pid()));
+      cpu.prefill += seconds;
+    }
+    for (int d = 0; d < spec_.decode_tp; ++d) {
+      KVRAIL_ASSIGN_OR_RETURN(const double seconds,
+                              process::CpuSeconds(cluster_->decode_sidecar(d).process->pid()));
+      cpu.decode += seconds;
+    }
+    return cpu;
+  }
+
   absl::Status CountUncoalesced() {
     KVRAIL_ASSIGN_OR_RETURN(const plan::Planner planner,
                             plan::Planner::Create(spec_.prefill_tp, spec_.decode_tp,

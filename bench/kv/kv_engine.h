@@ -64,6 +64,10 @@ struct KvRoomFigures {
   // Layer-wise rooms: the Ready calls (after the last layer's compute) to the last decode
   // RoomEvent, the transfer time the overlap left exposed. -1 in the default mode.
   double exposed_seconds = -1;
+  // The CPU seconds each side's sidecars used from the room's Expect to its last event (every
+  // rank's process, all its threads; /proc/<pid>/stat).
+  double prefill_cpu_seconds = 0;
+  double decode_cpu_seconds = 0;
 };
 
 // A case's rooms, as its runner measured them.

@@ -154,6 +154,7 @@ absl::StatusOr<KvBenchOptions> ParseKvFlags(const KvFlagText& text) {
   o.naive = text.naive;
   o.digest = text.digest;
   o.unpopulated = text.unpopulated;
+  o.compare = text.compare;
   o.layerwise = text.layerwise;
   return o;
 }

@@ -32,6 +32,7 @@ struct KvFlagText {
   bool naive = false;
   bool digest = false;
   bool unpopulated = false;
+  bool compare = false;
   bool layerwise = false;
 };
 
@@ -53,6 +54,9 @@ struct KvBenchOptions {
   // Each case also runs with --no-populate-arena on every sidecar, beside it: a row of mode
   // "unpopulated", whose first room's GB/s against the case's is what populating saves.
   bool unpopulated = false;
+  // Each case also runs with --no-strided-copies on every sidecar (each head-sliced row its own
+  // copy, as before strided copies: docs/decisions/0016), beside it: a row of mode "rows".
+  bool compare = false;
   // Each case also runs layer-wise (engine API LayersReady, CACHEPD §6.11) after its model
   // rooms: a simulated forward pass whose compute per layer equals one layer's share of the
   // model rooms' measured transfer time, a LayersReady per layer, then the Ready. A row of mode

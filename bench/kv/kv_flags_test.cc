@@ -46,6 +46,9 @@ TEST(KvFlagsTest, ListsOverrideTheSweep) {
   EXPECT_FALSE(o.naive);
   text.naive = true;
   EXPECT_TRUE(ParseKvFlags(text).value().naive);
+  EXPECT_FALSE(o.compare);
+  text.compare = true;
+  EXPECT_TRUE(ParseKvFlags(text).value().compare);
   EXPECT_FALSE(ParseKvFlags(text).value().digest);
   text.digest = true;
   EXPECT_TRUE(ParseKvFlags(text).value().digest);

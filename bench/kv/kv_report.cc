@@ -37,6 +37,8 @@ ordered_json CaseJson(const KvCaseResult& c) {
           {"exposed_ms", Measured(c.exposed_ms)},
           {"layer_share_ms", Measured(c.layer_share_ms)},
           {"exposed_ratio", Measured(c.exposed_ratio)},
+          {"prefill_cpu_s_per_gib", Measured(c.prefill_cpu_s_per_gib)},
+          {"decode_cpu_s_per_gib", Measured(c.decode_cpu_s_per_gib)},
           {"rooms", c.rooms},
           {"bytes_checked", c.bytes_checked}};
 }
@@ -83,24 +85,28 @@ std::string KvSweepToCsv(const KvSweepResult& result) {
 
 std::string KvSweepToTable(const KvSweepResult& result) {
   std::string out = absl::StrFormat(
-      "%-16s %5s %6s %-5s %-10s %10s %8s %9s %8s %8s %9s %9s %9s %9s %6s %7s\n", "shape", "tp",
-      "tokens", "link", "mode", "bytes", "copies", "coalesced", "GB/s", "GB/s_1st", "p50_ms",
-      "p99_ms", "1st_fresh", "1st_warm", "eff", "x_naive");
+      "%-16s %5s %6s %-5s %-10s %10s %8s %9s %8s %8s %9s %9s %9s %9s %6s %7s %6s %6s\n", "shape",
+      "tp", "tokens", "link", "mode", "bytes", "copies", "coalesced", "GB/s", "GB/s_1st", "p50_ms",
+      "p99_ms", "1st_fresh", "1st_warm", "eff", "x_naive", "cpu_p", "cpu_d");
   for (const KvCaseResult& c : result.cases) {
     absl::StrAppendFormat(
-        &out, "%-16s %5s %6d %-5s %-10s %10s %8d %9d %8.2f %8s %9.2f %9.2f %9s %9s %6.2f %7s\n",
+        &out,
+        "%-16s %5s %6d %-5s %-10s %10s %8d %9d %8.2f %8s %9.2f %9.2f %9s %9s %6.2f %7s %6s %6s\n",
         c.shape, absl::StrCat(c.prefill_tp, ":", c.decode_tp), c.tokens, c.link, c.mode,
         Bytes(c.bytes), c.copies, c.coalesced_copies, c.gbps,
         c.first_room_gbps < 0 ? "-" : absl::StrFormat("%.2f", c.first_room_gbps), c.p50_ms,
         c.p99_ms, Ms(c.first_byte_ms), Ms(c.first_byte_warm_ms), c.efficiency,
-        c.naive_gain < 0 ? "-" : absl::StrFormat("%.2f", c.naive_gain));
+        c.naive_gain < 0 ? "-" : absl::StrFormat("%.2f", c.naive_gain),
+        c.prefill_cpu_s_per_gib < 0 ? "-" : absl::StrFormat("%.2f", c.prefill_cpu_s_per_gib),
+        c.decode_cpu_s_per_gib < 0 ? "-" : absl::StrFormat("%.2f", c.decode_cpu_s_per_gib));
   }
   absl::StrAppendFormat(&out,
                         "GB/s: bytes / the data plane's seconds, warm rooms; GB/s_1st: the first "
                         "room's (fresh connection, pages no room wrote); eff: GB/s / the "
                         "contiguous room's of the same bytes and link; x_naive: GB/s / the "
-                        "naive row's (--naive: one write per row, never merged); single-thread "
-                        "memcpy here: %.2f GB/s; sweep %.1f s\n",
+                        "naive row's (--naive: one write per row, never merged); cpu_p, cpu_d: "
+                        "CPU seconds of the prefill and of the decode sidecars per GiB, warm "
+                        "rooms; single-thread memcpy here: %.2f GB/s; sweep %.1f s\n",
                         result.memcpy_gbps, result.seconds);
   for (const KvCaseResult& c : result.cases) {
     if (c.mode != "layerwise") continue;

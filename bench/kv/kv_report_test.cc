@@ -82,7 +82,21 @@ TEST(KvReportTest, TheNaiveRowAndTheGainOverItAreReported) {
   EXPECT_TRUE(doc["cases"][0]["naive_gain"].is_null());
   const std::string table = KvSweepToTable(r);
   EXPECT_NE(table.find("x_naive"), std::string::npos) << table;
-  EXPECT_NE(table.find(" 6.00\n"), std::string::npos) << table;
+  EXPECT_NE(table.find(" 6.00      -      -\n"), std::string::npos) << table;
+}
+
+// The CPU seconds per GiB of each side's sidecars: in the JSON, and the table's last columns.
+TEST(KvReportTest, EachSidesCpuSecondsPerGibAreReported) {
+  KvSweepResult r = TwoRows();
+  r.cases[1].prefill_cpu_s_per_gib = 1.25;
+  r.cases[1].decode_cpu_s_per_gib = 0.5;
+  const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(r));
+  EXPECT_DOUBLE_EQ(doc["cases"][1]["prefill_cpu_s_per_gib"].get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(doc["cases"][1]["decode_cpu_s_per_gib"].get<double>(), 0.5);
+  EXPECT_TRUE(doc["cases"][0]["prefill_cpu_s_per_gib"].is_null());
+  const std::string table = KvSweepToTable(r);
+  EXPECT_NE(table.find("cpu_p  cpu_d\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("  1.25   0.50\n"), std::string::npos) << table;
 }
 
 // --layerwise: the exposed time, one layer's share and their ratio, against the 1.5 target.

@@ -19,8 +19,10 @@ struct KvCaseResult {
   // room, 1:1, through the same path (the efficiency's denominator); "naive": the preset's
   // rooms with one write per row per page per field, never merged (--naive); "digest": the
   // preset's rooms with --verify-digest on every sidecar (--digest); "unpopulated": with
-  // --no-populate-arena on every sidecar (--unpopulated); "layerwise": the preset's rooms
-  // streamed layer by layer behind a simulated forward pass (--layerwise).
+  // --no-populate-arena on every sidecar (--unpopulated); "rows": the preset's rooms with
+  // --no-strided-copies on every sidecar, each head-sliced row its own copy as before strided
+  // copies (--compare); "layerwise": the preset's rooms streamed layer by layer behind a
+  // simulated forward pass (--layerwise).
   std::string mode = "model";
   int rooms = 0;
   uint64_t bytes = 0;             // per room, all prefill ranks together
@@ -46,6 +48,10 @@ struct KvCaseResult {
   double exposed_ms = -1;
   double layer_share_ms = -1;
   double exposed_ratio = -1;
+  // Over the warm rooms: the CPU seconds each side's sidecars used (all ranks, all threads,
+  // from Expect to the room's last event) per GiB of the room's bytes; -1: not measured.
+  double prefill_cpu_s_per_gib = -1;
+  double decode_cpu_s_per_gib = -1;
 };
 
 struct KvSweepResult {

@@ -54,11 +54,15 @@ KvCaseResult Summarise(const KvCaseFigures& figures) {
   const size_t from = figures.rooms.size() > 1 ? 1 : 0;
   uint64_t bytes = 0;
   double seconds = 0;
+  double prefill_cpu = 0;
+  double decode_cpu = 0;
   std::vector<double> latencies, first_bytes;
   for (size_t i = from; i < figures.rooms.size(); ++i) {
     const KvRoomFigures& room = figures.rooms[i];
     bytes += room.bytes;
     seconds += room.data_plane_seconds;
+    prefill_cpu += room.prefill_cpu_seconds;
+    decode_cpu += room.decode_cpu_seconds;
     latencies.push_back(room.latency_seconds * 1e3);
     if (i > 0 && room.first_byte_seconds >= 0) first_bytes.push_back(room.first_byte_seconds);
   }
@@ -67,6 +71,11 @@ KvCaseResult Summarise(const KvCaseFigures& figures) {
   r.bytes = first.bytes;
   r.coalesced_copies = first.coalesced_copies;
   r.gbps = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+  if (bytes > 0) {
+    const double gib = static_cast<double>(bytes) / 1073741824.0;
+    r.prefill_cpu_s_per_gib = prefill_cpu / gib;
+    r.decode_cpu_s_per_gib = decode_cpu / gib;
+  }
   if (figures.rooms.size() > 1 && first.data_plane_seconds > 0) {
     r.first_room_gbps = static_cast<double>(first.bytes) / first.data_plane_seconds / 1e9;
   }
@@ -255,11 +264,13 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     if (options.naive) variants.push_back("naive");
     if (options.digest) variants.push_back("digest");
     if (options.unpopulated) variants.push_back("unpopulated");
+    if (options.compare) variants.push_back("rows");
     for (const std::string& mode : variants) {
       KvCaseSpec variant = spec;
-      variant.sidecar_args.push_back(mode == "naive"    ? "--naive-copies"
-                                     : mode == "digest" ? "--verify-digest"
-                                                        : "--no-populate-arena");
+      variant.sidecar_args.push_back(mode == "naive"         ? "--naive-copies"
+                                     : mode == "digest"      ? "--verify-digest"
+                                     : mode == "unpopulated" ? "--no-populate-arena"
+                                                             : "--no-strided-copies");
       specs.push_back(variant);
       names.push_back(mode);
     }

@@ -20,6 +20,8 @@ for c in cases:
     assert c["rooms"] == 2 and c["gbps"] > 0 and c["efficiency"] > 0, c
     assert c["p99_ms"] >= c["p50_ms"] > 0, c
     assert c["bytes_checked"] > 0, c
+    # Each side's sidecars' CPU seconds per GiB of the warm room (a tick may not pass: >= 0).
+    assert c["prefill_cpu_s_per_gib"] >= 0 and c["decode_cpu_s_per_gib"] >= 0, c
 base, model = cases
 # 1k tokens of 32 layers x (K, V) x 8 heads x 128 dims x bf16: 128 MiB, in both rooms.
 assert model["shape"] == "llama3-8b" and model["bytes"] == 128 << 20, model
@@ -83,6 +85,25 @@ out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --
   --rooms 2 --naive --digest --unpopulated --json)
 expect variants-exit test $? -eq 0
 expect variants-cases check_variants "$out"
+
+# --compare: a head-sliced case (2:1) again with each row a copy of its own (the sidecars'
+# --no-strided-copies), checked as the others: the same bytes in more copies than the strided
+# rooms' (a page's rows are one strided copy there).
+check_compare() {  # check_compare JSON
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+cases = json.loads(sys.argv[1])["cases"]
+assert [c["mode"] for c in cases] == ["contiguous", "rows", "model"], cases
+base, rows, model = cases
+assert rows["bytes"] == model["bytes"] and rows["bytes_checked"] > 0, rows
+assert (rows["prefill_tp"], rows["decode_tp"]) == (2, 1), rows
+assert model["coalesced_copies"] * 16 == rows["coalesced_copies"], (model, rows)
+PY
+}
+out=$("$kvrail" bench kv --presets llama3-8b --tp 2:1 --tokens 256 --link tcp --quiet \
+  --rooms 2 --compare --json)
+expect compare-exit test $? -eq 0
+expect compare-cases check_compare "$out"
 
 # --layerwise: the model's rooms again, streamed layer by layer (LayersReady) behind a
 # simulated forward pass, checked as the others, with the exposed time and one layer's share.

@@ -205,9 +205,9 @@ absl::Status CopyPlan::CheckRoom(const layout::Manifest& src, const layout::Mani
 }
 
 absl::StatusOr<CopyCursor> CopyPlan::Begin(const layout::Manifest& src, const layout::Manifest& dst,
-                                           bool coalesce) const {
+                                           bool coalesce, bool strided) const {
   KVRAIL_RETURN_IF_ERROR(CheckRoom(src, dst));
-  return CopyCursor(this, &src, &dst, coalesce);
+  return CopyCursor(this, &src, &dst, coalesce, nullptr, strided);
 }
 
 absl::Status CopyPlan::ExpandInto(const layout::Manifest& src, const layout::Manifest& dst,
@@ -289,8 +289,13 @@ absl::Status CopyPlan::ExpandChunk(absl::Span<const GroupSelection> selection,
 
 CopyCursor::CopyCursor(const CopyPlan* plan, const layout::Manifest* src,
                        const layout::Manifest* dst, bool coalesce,
-                       const std::vector<char>* fragment_mask)
-    : plan_(plan), src_(src), dst_(dst), coalesce_(coalesce), fragment_mask_(fragment_mask) {
+                       const std::vector<char>* fragment_mask, bool strided)
+    : plan_(plan),
+      src_(src),
+      dst_(dst),
+      coalesce_(coalesce),
+      fragment_mask_(fragment_mask),
+      strided_(strided) {
   EnterFragment();
 }
 
@@ -314,7 +319,8 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
   // Forced inline: called from two loops, and left out of line `run` would live in memory.
   auto emit = [&](const Copy& copy) __attribute__((always_inline)) {
     if constexpr (kCoalesce) {
-      if (run.length != 0 && run.src_offset + run.length == copy.src_offset &&
+      if (run.length != 0 && run.rows == 1 && copy.rows == 1 &&
+          run.src_offset + run.length == copy.src_offset &&
           run.dst_offset + run.length == copy.dst_offset) {
         run.length += copy.length;
         return true;
@@ -362,6 +368,25 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
         const int64_t page = filtered ? b.owner.LocalPage(s[position_]) : s[position_];
         const uint64_t src_page = static_cast<uint64_t>(src_base + page * src_stride);
         const uint64_t dst_page = static_cast<uint64_t>(dst_base + t[position_] * dst_stride);
+        if (strided_ && row_ == 0) {
+          // The page's rows as one copy: strided, or plain where they are contiguous on both
+          // sides.
+          const bool contiguous = b.rows == 1 || (b.src_row_stride == b.bytes_per_row &&
+                                                  b.dst_row_stride == b.bytes_per_row);
+          const Copy page_rows =
+              contiguous ? Copy{src_page, dst_page, length * static_cast<uint64_t>(b.rows)}
+                         : Copy{src_page,
+                                dst_page,
+                                length,
+                                static_cast<uint64_t>(b.rows),
+                                static_cast<uint64_t>(b.src_row_stride),
+                                static_cast<uint64_t>(b.dst_row_stride)};
+          if (!emit(page_rows)) {
+            full = true;
+            break;
+          }
+          continue;
+        }
         for (; row_ < b.rows; ++row_) {
           if (!emit(Copy{src_page + static_cast<uint64_t>(row_ * b.src_row_stride),
                          dst_page + static_cast<uint64_t>(row_ * b.dst_row_stride), length})) {
@@ -395,7 +420,7 @@ size_t CoalesceRange(Copy* copies, size_t n) {
   for (size_t i = 1; i < n; ++i) {
     Copy& run = copies[last];
     const Copy& next = copies[i];
-    if (run.src_offset + run.length == next.src_offset &&
+    if (run.rows == 1 && next.rows == 1 && run.src_offset + run.length == next.src_offset &&
         run.dst_offset + run.length == next.dst_offset) {
       run.length += next.length;
     } else {

@@ -62,7 +62,7 @@ class CopyCursor {
   friend class CopyPlan;
   friend class CopyStream;
   CopyCursor(const CopyPlan* plan, const layout::Manifest* src, const layout::Manifest* dst,
-             bool coalesce, const std::vector<char>* fragment_mask = nullptr);
+             bool coalesce, const std::vector<char>* fragment_mask = nullptr, bool strided = false);
   void EnterFragment();
   template <bool kCoalesce>
   size_t Fill(Copy* __restrict out, size_t capacity);
@@ -72,6 +72,7 @@ class CopyCursor {
   const layout::Manifest* dst_;
   bool coalesce_;
   const std::vector<char>* fragment_mask_;  // nullptr: every fragment; else 1 = send it
+  bool strided_;  // a page's rows of a row fragment as one strided copy (CopyPlan::Begin)
   size_t fragment_ = 0;
   size_t position_ = 0;
   int64_t row_ = 0;
@@ -110,9 +111,13 @@ class CopyPlan {
                                CopyList& out) const;
 
   // Checks a room's manifests as Expand does and returns a cursor over its copies, coalesced
-  // as they are produced when `coalesce` (the same list as ExpandCoalesced).
+  // as they are produced when `coalesce` (the same list as ExpandCoalesced). With `strided`, a
+  // fragment of rows (a head-sliced field of a mismatched TP route) yields each page's rows as
+  // one strided copy (Copy::rows, its row strides) where Expand yields a copy per row: the same
+  // bytes to the same places, in the same order; strided copies are never merged with others
+  // (rows that turn out contiguous on both sides are one plain copy).
   absl::StatusOr<CopyCursor> Begin(const layout::Manifest& src, const layout::Manifest& dst,
-                                   bool coalesce) const;
+                                   bool coalesce, bool strided = false) const;
 
   // Layerwise mode (§6.11): appends the copies of one chunk, coalesced: for each group the
   // selection's source blocks paired with the decode manifest's blocks at the selection's

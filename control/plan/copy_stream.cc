@@ -14,12 +14,12 @@ class CopyStream : public CopySource {
  public:
   CopyStream(std::shared_ptr<const CopyPlan> plan, std::shared_ptr<const layout::Manifest> src,
              std::shared_ptr<const layout::Manifest> dst, std::vector<char> mask, bool masked,
-             bool coalesce)
+             bool coalesce, bool strided)
       : plan_(std::move(plan)),
         src_(std::move(src)),
         dst_(std::move(dst)),
         mask_(std::move(mask)),
-        cursor_(plan_.get(), src_.get(), dst_.get(), coalesce, masked ? &mask_ : nullptr) {
+        cursor_(plan_.get(), src_.get(), dst_.get(), coalesce, masked ? &mask_ : nullptr, strided) {
     envelope_ = Envelope(masked ? &mask_ : nullptr);
   }
 
@@ -28,13 +28,14 @@ class CopyStream : public CopySource {
 
   static absl::StatusOr<std::unique_ptr<CopySource>> Make(
       std::shared_ptr<const CopyPlan> plan, std::shared_ptr<const layout::Manifest> src,
-      std::shared_ptr<const layout::Manifest> dst, CopyPlan::LayerRange layers, bool coalesce) {
+      std::shared_ptr<const layout::Manifest> dst, CopyPlan::LayerRange layers, bool coalesce,
+      bool strided) {
     const bool masked = layers.begin > 0 || layers.end != INT64_MAX;
     if (masked) KVRAIL_RETURN_IF_ERROR(plan->layered());
     KVRAIL_RETURN_IF_ERROR(plan->CheckRoom(*src, *dst));
     std::vector<char> mask = masked ? plan->LayerMask(layers) : std::vector<char>();
     return std::make_unique<CopyStream>(std::move(plan), std::move(src), std::move(dst),
-                                        std::move(mask), masked, coalesce);
+                                        std::move(mask), masked, coalesce, strided);
   }
 
  private:
@@ -77,8 +78,10 @@ class CopyStream : public CopySource {
 absl::StatusOr<std::unique_ptr<CopySource>> StreamRoom(std::shared_ptr<const CopyPlan> plan,
                                                        std::shared_ptr<const layout::Manifest> src,
                                                        std::shared_ptr<const layout::Manifest> dst,
-                                                       CopyPlan::LayerRange layers, bool coalesce) {
-  return CopyStream::Make(std::move(plan), std::move(src), std::move(dst), layers, coalesce);
+                                                       CopyPlan::LayerRange layers, bool coalesce,
+                                                       bool strided) {
+  return CopyStream::Make(std::move(plan), std::move(src), std::move(dst), layers, coalesce,
+                          strided);
 }
 
 }  // namespace kvrail::plan

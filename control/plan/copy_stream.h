@@ -16,13 +16,15 @@
 namespace kvrail::plan {
 
 // The copies ExpandCoalesced (coalesce) or Expand would append for (src, dst), or, with a layer
-// range other than the default, those ExpandLayers would: the same copies in the same order.
-// The same errors as those, before anything is produced. The stream keeps the plan and the
-// manifests alive.
+// range other than the default, those ExpandLayers would: the same copies in the same order,
+// or with `strided` the same bytes with each page's rows of a row fragment as one strided copy
+// (CopyPlan::Begin). The same errors as those, before anything is produced. The stream keeps the
+// plan and the manifests alive.
 absl::StatusOr<std::unique_ptr<CopySource>> StreamRoom(std::shared_ptr<const CopyPlan> plan,
                                                        std::shared_ptr<const layout::Manifest> src,
                                                        std::shared_ptr<const layout::Manifest> dst,
-                                                       CopyPlan::LayerRange layers, bool coalesce);
+                                                       CopyPlan::LayerRange layers, bool coalesce,
+                                                       bool strided = false);
 
 }  // namespace kvrail::plan
 

@@ -43,6 +43,11 @@ absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
   const char* side_name = side == DigestSide::kSource ? "source" : "destination";
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy& c = copies[i];
+    if (c.rows != 1) {
+      return absl::InternalError(absl::StrCat("room digest: copy ", Describe(c), " has ", c.rows,
+                                              " rows; a digest takes one copy per row "
+                                              "(copy_plan.h)"));
+    }
     const uint64_t offset = side == DigestSide::kSource ? c.src_offset : c.dst_offset;
     if (offset > arena.size() || c.length > arena.size() - offset) {
       return MakeError(ErrorCategory::kInvalidManifest,

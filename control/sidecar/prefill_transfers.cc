@@ -263,12 +263,16 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   slot.request.remote_base = job.remote_base;
   slot.request.remote_length = job.arena_length;  // this arena alone, not every region
   // The scheduler pulls the copies a chunk at a time as it posts, so the first writes go out
-  // before the room's last copy is computed (copy_stream.h); --naive-copies posts the planner's
-  // copies unmerged, for measurement only.
+  // before the room's last copy is computed (copy_stream.h), each head-sliced page's rows as one
+  // strided copy (issue 31); --naive-copies posts the planner's copies unmerged, one per row,
+  // and --no-strided-copies one per row merged where contiguous, for measurement only. Hashing
+  // and staging take one copy per row.
+  const bool staged = staging != nullptr;
+  const bool strided =
+      !job.digest && !staged && !options.naive_copies && !options.no_strided_copies;
   absl::StatusOr<std::unique_ptr<CopySource>> stream =
       plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest,
-                       job.layers, !options.naive_copies);
-  const bool staged = staging != nullptr;
+                       job.layers, !options.naive_copies, strided);
   if (!stream.ok()) {
     slot.error = stream.status();
   } else if (!job.digest && !staged) {

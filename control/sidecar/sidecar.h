@@ -141,6 +141,10 @@ struct SidecarOptions {
   // that write per token row do. The bytes and the checks are the same; only the write count
   // grows. Never the default.
   bool naive_copies = false;
+  // Prefill, for measurement only (`kvrail bench kv --compare`): each head-sliced page's rows are
+  // posted as one copy per row (merged where contiguous), as before strided copies
+  // (docs/decisions/0016-strided-copies.md). Never the default.
+  bool no_strided_copies = false;
   // An arena this sidecar allocates (AttachArena.allocate_bytes) has every page made resident
   // at attach (engine/memory/populate.h), so that no room pays the first touch of its pages
   // inside its transfer (measured: docs/benchmarks-history.md, "Variants: naive writes,

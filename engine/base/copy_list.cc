@@ -6,7 +6,9 @@
 namespace kvrail {
 
 bool operator==(const Copy& a, const Copy& b) {
-  return a.src_offset == b.src_offset && a.dst_offset == b.dst_offset && a.length == b.length;
+  return a.src_offset == b.src_offset && a.dst_offset == b.dst_offset && a.length == b.length &&
+         a.rows == b.rows &&
+         (a.rows <= 1 || (a.src_stride == b.src_stride && a.dst_stride == b.dst_stride));
 }
 
 CopyList::CopyList(std::initializer_list<Copy> copies) {
@@ -26,7 +28,7 @@ CopyList& CopyList::operator=(const CopyList& other) {
 Copy* CopyList::Extend(size_t n) {
   if (size_ + n > capacity_) {
     const size_t capacity = std::max(size_ + n, capacity_ * 2);
-    std::unique_ptr<Copy[]> grown(new Copy[capacity]);  // default-init: no zeroing
+    std::unique_ptr<Copy[]> grown(new Copy[capacity]);
     std::copy(begin(), end(), grown.get());
     data_ = std::move(grown);
     capacity_ = capacity;

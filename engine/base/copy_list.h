@@ -11,20 +11,41 @@
 
 namespace kvrail {
 
-// One contiguous copy: `length` bytes from prefill arena offset `src_offset` to decode arena
-// offset `dst_offset`. Trivial on purpose: CopyList grows without initialising it.
+// One copy from the prefill arena to the decode arena: `rows` rows of `length` bytes, row r
+// from prefill offset `src_offset` + r * `src_stride` to decode offset `dst_offset` + r *
+// `dst_stride`. One row (the default) is one contiguous run, and its strides mean nothing; a
+// strided copy (rows > 1) is a head-sliced page of a mismatched TP route as one unit (issue 31:
+// the planner, the scheduler and the transports that can move rows take it whole), its strides
+// at least `length` so that no two rows overlap.
 struct Copy {
   uint64_t src_offset;
   uint64_t dst_offset;
   uint64_t length;
+  uint64_t rows = 1;
+  uint64_t src_stride = 0;
+  uint64_t dst_stride = 0;
 };
 
+// Equal when they move the same bytes the same way: the strides count only with rows > 1.
 bool operator==(const Copy& a, const Copy& b);
 inline bool operator!=(const Copy& a, const Copy& b) { return !(a == b); }
 
-// A room's copy list: a growable array reused from room to room. Unlike std::vector it never
-// value-initialises what it grows into, so expanding a 32k-token room costs the writes alone,
-// and once grown it allocates nothing.
+// The bytes a copy moves: rows x length.
+inline uint64_t PayloadBytes(const Copy& c) { return c.rows * c.length; }
+// The span of its rows on each side: from the first row's first byte to the last row's last.
+inline uint64_t SourceSpan(const Copy& c) { return (c.rows - 1) * c.src_stride + c.length; }
+inline uint64_t DestinationSpan(const Copy& c) { return (c.rows - 1) * c.dst_stride + c.length; }
+
+// Calls fn(src_offset, dst_offset, length) for each row of `c`, in order.
+template <typename Fn>
+void ForEachRow(const Copy& c, Fn&& fn) {
+  for (uint64_t r = 0; r < c.rows; ++r) {
+    fn(c.src_offset + r * c.src_stride, c.dst_offset + r * c.dst_stride, c.length);
+  }
+}
+
+// A room's copy list: a growable array reused from room to room. Once grown it allocates
+// nothing, and it never zeroes what it grows into.
 class CopyList {
  public:
   CopyList() = default;

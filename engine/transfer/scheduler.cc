@@ -30,8 +30,56 @@ namespace {
 
 constexpr uint64_t kDefaultSliceBytes = uint64_t{4} << 20;
 constexpr uint64_t kDefaultInflightBytes = uint64_t{64} << 20;
-// Copies pulled from a streamed transfer at a time: 96 KiB, cache-resident.
+// Copies pulled from a streamed transfer at a time: 192 KiB, cache-resident.
 constexpr size_t kStreamChunk = 4096;
+
+// A copy's payload and the spans of its rows on each side (engine/base/copy_list.h), or false
+// when it is malformed: no byte, no row, rows that overlap (a stride below the row's length), or
+// a span past 2^64.
+bool Measure(const Copy& c, uint64_t* payload, uint64_t* src_span, uint64_t* dst_span) {
+  if (c.length == 0 || c.rows == 0) return false;
+  if (c.rows == 1) {
+    *payload = *src_span = *dst_span = c.length;
+    return true;
+  }
+  uint64_t src_step = 0;
+  uint64_t dst_step = 0;
+  return c.src_stride >= c.length && c.dst_stride >= c.length &&
+         !__builtin_mul_overflow(c.rows, c.length, payload) &&
+         !__builtin_mul_overflow(c.rows - 1, c.src_stride, &src_step) &&
+         !__builtin_mul_overflow(c.rows - 1, c.dst_stride, &dst_step) &&
+         !__builtin_add_overflow(src_step, c.length, src_span) &&
+         !__builtin_add_overflow(dst_step, c.length, dst_span);
+}
+
+// The next write of copy `c`, from `offset` bytes of its payload on: a slice of a one-row copy;
+// for a strided copy, as many whole rows as `limit` bytes (and the slice) hold, at least one,
+// as one strided write where the transport takes them (`strided`), else one row, or one slice
+// of a row longer than the slice.
+Write NextWrite(const Copy& c, uint64_t offset, uint64_t limit, uint64_t slice, bool strided,
+                uint64_t remote_base) {
+  if (c.rows == 1) {
+    return Write{.local_offset = c.src_offset + offset,
+                 .remote_address = remote_base + c.dst_offset + offset,
+                 .length = std::min(slice, c.length - offset)};
+  }
+  const uint64_t row = offset / c.length;
+  const uint64_t in_row = offset % c.length;
+  const uint64_t src = c.src_offset + row * c.src_stride + in_row;
+  const uint64_t dst = remote_base + c.dst_offset + row * c.dst_stride + in_row;
+  if (!strided || in_row != 0 || c.length > slice) {
+    return Write{
+        .local_offset = src, .remote_address = dst, .length = std::min(slice, c.length - in_row)};
+  }
+  const uint64_t rows =
+      std::min(c.rows - row, std::max<uint64_t>(1, std::min(slice, limit) / c.length));
+  return Write{.local_offset = src,
+               .remote_address = dst,
+               .length = c.length,
+               .rows = rows,
+               .local_stride = c.src_stride,
+               .remote_stride = c.dst_stride};
+}
 
 struct InFlight : std::enable_shared_from_this<InFlight> {
   Transfer request;
@@ -87,18 +135,23 @@ absl::Status PullChunk(InFlight& transfer) {
   };
   for (size_t i = 0; i < n; ++i) {
     const Copy& c = copies[i];
-    if (c.length == 0 || !inside(c.src_offset, c.length, e.src_begin, e.src_end) ||
-        !inside(c.dst_offset, c.length, e.dst_begin, e.dst_end) ||
-        c.length > e.bytes - transfer.streamed_bytes) {
+    uint64_t payload = 0;
+    uint64_t src_span = 0;
+    uint64_t dst_span = 0;
+    if (!Measure(c, &payload, &src_span, &dst_span) ||
+        !inside(c.src_offset, src_span, e.src_begin, e.src_end) ||
+        !inside(c.dst_offset, dst_span, e.dst_begin, e.dst_end) ||
+        payload > e.bytes - transfer.streamed_bytes) {
       copies.clear();
       return absl::InternalError(absl::StrFormat(
-          "transfer %d: copy %d of its source (%u bytes from source offset %u to destination "
-          "offset %u) lies outside the envelope the source gave (source [%u, %u), destination "
-          "[%u, %u), %u bytes); it was not posted",
-          transfer.request.transfer_id, transfer.stats.copies + i, c.length, c.src_offset,
-          c.dst_offset, e.src_begin, e.src_end, e.dst_begin, e.dst_end, e.bytes));
+          "transfer %d: copy %d of its source (%u rows of %u bytes from source offset %u, "
+          "stride %u, to destination offset %u, stride %u) lies outside the envelope the source "
+          "gave (source [%u, %u), destination [%u, %u), %u bytes); it was not posted",
+          transfer.request.transfer_id, transfer.stats.copies + i, c.rows, c.length, c.src_offset,
+          c.src_stride, c.dst_offset, c.dst_stride, e.src_begin, e.src_end, e.dst_begin, e.dst_end,
+          e.bytes));
     }
-    transfer.streamed_bytes += c.length;
+    transfer.streamed_bytes += payload;
   }
   transfer.stats.copies += n;
   return absl::OkStatus();
@@ -167,6 +220,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   int lanes = 1;
   absl::Duration fence_timeout;
   bool disconnect_fences = true;  // Capabilities::disconnect_fences
+  bool strided = false;           // Capabilities::strided_writes: a strided copy's rows go whole
 
   // Lock order: peers_mu, a PeerQueue's mu, a TransferStripe's mu, mu. A landed transfer takes its
   // peer's queue and its stripe only; mu is the delivery thread's (failures, deadlines).
@@ -398,8 +452,9 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         continue;
       }
       const CopyList& copies = transfer->request.copies;
-      const uint64_t first_len =
-          std::min(slice, copies[transfer->next_copy].length - transfer->next_offset);
+      const uint64_t remote_base = transfer->request.remote_base;
+      const uint64_t first_len = PayloadBytes(NextWrite(
+          copies[transfer->next_copy], transfer->next_offset, slice, slice, strided, remote_base));
       const int lane = PickLane(q, first_len);
       if (lane < 0) return;  // every lane is full: a completion pumps again
       // A transfer smaller than the lanes' bounds together is cut so that every lane carries a
@@ -420,15 +475,22 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       uint64_t bytes = 0;
       size_t copy = transfer->next_copy;
       uint64_t offset = transfer->next_offset;
-      while (copy < copies.size() && batch.size() < batch_cap) {
+      // A batch holds at most batch_cap rows (a strided write's rows count one by one), so a
+      // batch of head-sliced pages is no larger than the same rows written one by one were:
+      // the lane that posts it completes, and the next batch is decided, as often.
+      uint64_t rows = 0;
+      while (copy < copies.size() && rows < batch_cap) {
         const Copy& c = copies[copy];
-        const uint64_t length = std::min(slice, c.length - offset);
+        const uint64_t room_left = batch.empty() ? budget : budget - std::min(budget, bytes);
+        const Write w = NextWrite(c, offset, std::min(room_left, (batch_cap - rows) * c.length),
+                                  slice, strided, remote_base);
+        const uint64_t length = PayloadBytes(w);
         if (!batch.empty() && bytes + length > budget) break;
-        batch.push_back(
-            {c.src_offset + offset, transfer->request.remote_base + c.dst_offset + offset, length});
+        batch.push_back(w);
+        rows += w.rows;
         bytes += length;
         offset += length;
-        if (offset == c.length) {
+        if (offset == PayloadBytes(c)) {
           ++copy;
           offset = 0;
         }
@@ -737,6 +799,7 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
   core_->lanes = std::max(1, caps.lanes);
   core_->fence_timeout = options.fence_timeout;
   core_->disconnect_fences = caps.disconnect_fences;
+  core_->strided = caps.strided_writes;
   core_->delivery = std::thread([core = core_.get()] { core->Run(); });
   NameThread(core_->delivery, "kvrail-sched");
 }
@@ -800,46 +863,60 @@ absl::StatusOr<uint64_t> CheckedBytes(const Transfer& request, const std::string
   CopyEnvelope e{UINT64_MAX, 0, UINT64_MAX, 0, 0, request.copies.size()};
   bool wraps = false;
   for (const Copy& c : request.copies) {
-    const uint64_t src_end = c.src_offset + c.length;
-    const uint64_t dst_end = c.dst_offset + c.length;
-    wraps |= (c.length == 0) | (src_end < c.src_offset) | (dst_end < c.dst_offset);
+    uint64_t payload = 0;
+    uint64_t src_span = 0;
+    uint64_t dst_span = 0;
+    const bool measured = Measure(c, &payload, &src_span, &dst_span);
+    const uint64_t src_end = c.src_offset + src_span;
+    const uint64_t dst_end = c.dst_offset + dst_span;
+    wraps |= !measured | (src_end < c.src_offset) | (dst_end < c.dst_offset);
     e.src_begin = std::min(e.src_begin, c.src_offset);
     e.src_end = std::max(e.src_end, src_end);
     e.dst_begin = std::min(e.dst_begin, c.dst_offset);
     e.dst_end = std::max(e.dst_end, dst_end);
-    e.bytes += c.length;
+    e.bytes += payload;
   }
   if (!wraps && CheckEnvelope(request, e, context).ok()) return e.bytes;
   uint64_t total = 0;
   for (size_t i = 0; i < request.copies.size(); ++i) {
     const Copy& c = request.copies[i];
-    if (c.length == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: copy %d of %d has length 0", context, i, request.copies.size()));
+    uint64_t payload = 0;
+    uint64_t src_span = 0;
+    uint64_t dst_span = 0;
+    if (!Measure(c, &payload, &src_span, &dst_span)) {
+      const std::string rule = c.length == 0 ? "has length 0"
+                               : c.rows == 0 ? "has 0 rows"
+                               : c.src_stride < c.length || c.dst_stride < c.length
+                                   ? "has rows that overlap (a stride below the row length)"
+                                   : "reaches past 2^64";
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: copy %d of %d %s: %u rows of %u bytes at strides %u (source) and "
+          "%u (destination); nothing was written",
+          context, i, request.copies.size(), rule, c.rows, c.length, c.src_stride, c.dst_stride));
     }
-    if (!transport::RangeInside(c.src_offset, c.length, 0, request.source_length)) {
+    if (!transport::RangeInside(c.src_offset, src_span, 0, request.source_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: copy %d of %d: source [%u, +%u) lies outside the source region's %u bytes; "
           "nothing was written",
-          context, i, request.copies.size(), c.src_offset, c.length, request.source_length));
+          context, i, request.copies.size(), c.src_offset, src_span, request.source_length));
     }
     const uint64_t address = request.remote_base + c.dst_offset;
-    if (address < request.remote_base || !request.remote->Find(address, c.length).has_value()) {
+    if (address < request.remote_base || !request.remote->Find(address, dst_span).has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: copy %d of %d: destination base 0x%x + offset %u, %u bytes, lies inside none of "
           "the peer's %d registered regions; nothing was written",
-          context, i, request.copies.size(), request.remote_base, c.dst_offset, c.length,
+          context, i, request.copies.size(), request.remote_base, c.dst_offset, dst_span,
           request.remote->size()));
     }
     if (request.remote_length > 0 &&
-        !transport::RangeInside(c.dst_offset, c.length, 0, request.remote_length)) {
+        !transport::RangeInside(c.dst_offset, dst_span, 0, request.remote_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: copy %d of %d: destination offset %u, %u bytes, lies outside the destination's "
           "arena of %u bytes at 0x%x; nothing was written",
-          context, i, request.copies.size(), c.dst_offset, c.length, request.remote_length,
+          context, i, request.copies.size(), c.dst_offset, dst_span, request.remote_length,
           request.remote_base));
     }
-    total += c.length;
+    total += payload;
   }
   return total;
 }

@@ -42,6 +42,8 @@ class WatchingTransport final : public transport::Transport {
   const transport::Capabilities& capabilities() const override { return capabilities_; }
   // Before a scheduler is made: a backend whose disconnected links may still deliver (UCX).
   void DisconnectDoesNotFence() { capabilities_.disconnect_fences = false; }
+  // Before a scheduler is made: a backend that takes one row a write (verbs).
+  void TakesOneRowAWrite() { capabilities_.strided_writes = false; }
   absl::StatusOr<RegionId> Register(const transport::LocalRegion& r) override {
     return inner_->Register(r);
   }
@@ -66,9 +68,10 @@ class WatchingTransport final : public transport::Transport {
     absl::SleepFor(delay);  // a slow post: it lands in the transport well after it was called
     uint64_t bytes = 0;
     for (const Write& w : writes) {
-      bytes += w.length;
+      bytes += transport::PayloadBytes(w);
       std::lock_guard<std::mutex> lock(mu_);
-      max_write_ = std::max(max_write_, w.length);
+      max_write_ = std::max(max_write_, transport::PayloadBytes(w));
+      max_rows_ = std::max(max_rows_, w.rows);
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -147,6 +150,14 @@ class WatchingTransport final : public transport::Transport {
     std::lock_guard<std::mutex> lock(mu_);
     return max_write_;
   }
+  uint64_t max_rows() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_rows_;
+  }
+  uint64_t writes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writes_;
+  }
   uint64_t batches() {
     std::lock_guard<std::mutex> lock(mu_);
     return batches_;
@@ -182,6 +193,7 @@ class WatchingTransport final : public transport::Transport {
   std::vector<uint64_t> inflight_;
   uint64_t max_inflight_ = 0;
   uint64_t max_write_ = 0;
+  uint64_t max_rows_ = 0;
   uint64_t batches_ = 0;
   uint64_t writes_ = 0;
   uint64_t flushes_ = 0;
@@ -290,9 +302,10 @@ CopyList Scattered(uint64_t bytes, uint64_t length) {
 void ExpectExactly(const Fixture& f, const CopyList& copies) {
   std::vector<bool> written(f.destination.size(), false);
   for (const Copy& c : copies) {
-    ASSERT_EQ(std::memcmp(&f.destination[c.dst_offset], &f.source[c.src_offset], c.length), 0)
-        << "copy to " << c.dst_offset;
-    std::fill(written.begin() + c.dst_offset, written.begin() + c.dst_offset + c.length, true);
+    ForEachRow(c, [&](uint64_t src, uint64_t dst, uint64_t length) {
+      ASSERT_EQ(std::memcmp(&f.destination[dst], &f.source[src], length), 0) << "row to " << dst;
+      std::fill(written.begin() + dst, written.begin() + dst + length, true);
+    });
   }
   for (size_t i = 0; i < f.destination.size(); ++i) {
     if (!written[i]) {
@@ -489,10 +502,10 @@ class ListSource : public CopySource {
     envelope_.src_begin = envelope_.dst_begin = UINT64_MAX;
     for (const Copy& c : copies_) {
       envelope_.src_begin = std::min(envelope_.src_begin, c.src_offset);
-      envelope_.src_end = std::max(envelope_.src_end, c.src_offset + c.length);
+      envelope_.src_end = std::max(envelope_.src_end, c.src_offset + SourceSpan(c));
       envelope_.dst_begin = std::min(envelope_.dst_begin, c.dst_offset);
-      envelope_.dst_end = std::max(envelope_.dst_end, c.dst_offset + c.length);
-      envelope_.bytes += c.length;
+      envelope_.dst_end = std::max(envelope_.dst_end, c.dst_offset + DestinationSpan(c));
+      envelope_.bytes += PayloadBytes(c);
       ++envelope_.copies;
     }
   }
@@ -520,6 +533,100 @@ Transfer Streamed(Fixture& f, uint64_t id, std::unique_ptr<CopySource> source, T
 
 // A streamed transfer lands exactly as its list would, pulled a chunk at a time (more chunks than
 // one of the scheduler's), and reports every copy.
+// Head-sliced pages (issue 31): `pages` strided copies of 16 rows of 1 KiB, the source rows
+// contiguous, the destination's every other KiB (a prefill rank of TP 2 into a decode of TP 1).
+CopyList HeadSliced(uint64_t pages) {
+  CopyList copies;
+  for (uint64_t p = 0; p < pages; ++p) {
+    copies.push_back(Copy{.src_offset = p * 16 * kKiB,
+                          .dst_offset = p * 32 * kKiB + 512,
+                          .length = kKiB,
+                          .rows = 16,
+                          .src_stride = kKiB,
+                          .dst_stride = 2 * kKiB});
+  }
+  return copies;
+}
+
+// A strided copy goes to a transport that takes rows as whole strided writes (never cut into
+// rows), sliced by whole rows where it is longer than the slice, and every row lands where it
+// belongs and nothing else is written; listed or streamed alike.
+TEST(SchedulerTest, StridedCopiesGoOutAsStridedWritesAndLandExactly) {
+  Fixture f(8 * kMiB);
+  SchedulerOptions options;
+  options.slice_bytes = 8 * kKiB;  // half a page: each page is two writes of 8 rows
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  const CopyList copies = HeadSliced(128);  // 2 MiB of payload over 4 MiB of destination
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const TransferOutcome outcome = outcomes.Get(1);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.stats.bytes, 2 * kMiB);
+  EXPECT_EQ(outcome.stats.copies, 128u);
+  EXPECT_EQ(outcome.stats.writes, 256u);
+  EXPECT_EQ(f.watch->max_rows(), 8u);
+  EXPECT_EQ(f.watch->max_write(), 8 * kKiB);
+  ExpectExactly(f, copies);
+  ASSERT_TRUE(
+      scheduler.Submit(Streamed(f, 2, std::make_unique<ListSource>(copies, 5), outcomes.Callback()))
+          .ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  ASSERT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+  EXPECT_EQ(outcomes.Get(2).stats.bytes, 2 * kMiB);
+  ExpectExactly(f, copies);
+}
+
+// A transport that takes one row a write (verbs) gets a strided copy's rows one by one.
+TEST(SchedulerTest, ATransportOfOneRowAWriteGetsAStridedCopysRows) {
+  Fixture f(8 * kMiB);
+  f.watch->TakesOneRowAWrite();
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const CopyList copies = HeadSliced(64);
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, copies, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  ASSERT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
+  EXPECT_EQ(f.watch->max_rows(), 1u);
+  EXPECT_EQ(f.watch->writes(), 64u * 16);
+  ExpectExactly(f, copies);
+}
+
+// A strided copy is checked by the span of its rows: one whose last row leaves the destination's
+// arena, one whose rows overlap, and one of 0 rows are refused whole, naming the copy, and
+// nothing is written.
+TEST(SchedulerTest, AStridedCopyIsCheckedByItsRowsSpan) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const Copy last_row_out{.src_offset = 0,
+                          .dst_offset = kMiB - 40 * kKiB,
+                          .length = kKiB,
+                          .rows = 16,
+                          .src_stride = kKiB,
+                          .dst_stride = 4 * kKiB};
+  const Copy overlapping{.src_offset = 0,
+                         .dst_offset = 0,
+                         .length = kKiB,
+                         .rows = 4,
+                         .src_stride = kKiB,
+                         .dst_stride = 512};
+  const Copy no_rows{.src_offset = 0, .dst_offset = 0, .length = kKiB, .rows = 0};
+  const std::vector<std::pair<Copy, std::string>> cases = {
+      {last_row_out, "destination"}, {overlapping, "overlap"}, {no_rows, "0 rows"}};
+  uint64_t id = 1;
+  for (const auto& [bad, reason] : cases) {
+    const absl::Status status =
+        scheduler.Submit(f.MakeTransfer(id++, CopyList{{0, 0, 16}, bad}, outcomes.Callback()));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find(reason), std::string::npos) << status;
+    EXPECT_NE(status.message().find("copy 1 of 2"), std::string::npos) << status;
+  }
+  EXPECT_EQ(f.watch->batches(), 0u);
+  EXPECT_TRUE(
+      std::all_of(f.destination.begin(), f.destination.end(), [](uint8_t b) { return b == 0; }));
+}
+
 TEST(SchedulerTest, AStreamedTransferLandsExactly) {
   Fixture f(8 * kMiB);
   Scheduler scheduler(f.watch.get());

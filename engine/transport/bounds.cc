@@ -120,7 +120,7 @@ absl::Status CheckLocalRegion(const LocalRegion& region, bool gpu_memory) {
 }
 
 absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
-                         const RemoteRegions& remote, uint64_t max_write_bytes,
+                         const RemoteRegions& remote, uint64_t max_write_bytes, bool strided,
                          std::vector<int>* region_of) {
   if (writes.empty()) {
     return absl::InvalidArgumentError("batch has no writes; post at least one");
@@ -132,21 +132,54 @@ absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: length is 0; every write moves at least one byte", i, writes.size()));
     }
-    if (w.length > max_write_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("write %d of %d: length %u exceeds the transport's max_write_bytes %u", i,
-                          writes.size(), w.length, max_write_bytes));
+    if (w.rows == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "write %d of %d: 0 rows; every write moves at least one row", i, writes.size()));
     }
-    if (!RangeInside(w.local_offset, w.length, 0, source_length)) {
+    uint64_t payload = 0;
+    uint64_t local_span = w.length;
+    uint64_t remote_span = w.length;
+    if (w.rows > 1) {
+      if (!strided) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("write %d of %d: %u rows; this transport takes one row a write", i,
+                            writes.size(), w.rows));
+      }
+      if (w.local_stride < w.length || w.remote_stride < w.length) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "write %d of %d: strides %u (source) and %u (destination) below the row length %u; "
+            "rows must not overlap",
+            i, writes.size(), w.local_stride, w.remote_stride, w.length));
+      }
+      uint64_t local_step = 0;
+      uint64_t remote_step = 0;
+      if (__builtin_mul_overflow(w.rows, w.length, &payload) ||
+          __builtin_mul_overflow(w.rows - 1, w.local_stride, &local_step) ||
+          __builtin_mul_overflow(w.rows - 1, w.remote_stride, &remote_step) ||
+          __builtin_add_overflow(local_step, w.length, &local_span) ||
+          __builtin_add_overflow(remote_step, w.length, &remote_span)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("write %d of %d: %u rows of %u bytes at strides %u and %u pass 2^64", i,
+                            writes.size(), w.rows, w.length, w.local_stride, w.remote_stride));
+      }
+    } else {
+      payload = w.length;
+    }
+    if (payload > max_write_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("write %d of %d: %u bytes exceed the transport's max_write_bytes %u", i,
+                          writes.size(), payload, max_write_bytes));
+    }
+    if (!RangeInside(w.local_offset, local_span, 0, source_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: source [%u, +%u) lies outside the source region's %u bytes", i,
-          writes.size(), w.local_offset, w.length, source_length));
+          writes.size(), w.local_offset, local_span, source_length));
     }
-    const std::optional<int> region = remote.Find(w.remote_address, w.length);
+    const std::optional<int> region = remote.Find(w.remote_address, remote_span);
     if (!region.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: destination [0x%x, +%u) lies inside none of the peer's %d regions", i,
-          writes.size(), w.remote_address, w.length, remote.size()));
+          writes.size(), w.remote_address, remote_span, remote.size()));
     }
     if (region_of != nullptr) region_of->push_back(*region);
   }

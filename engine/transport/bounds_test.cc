@@ -124,14 +124,14 @@ class CheckWritesTest : public testing::Test {
 
 TEST_F(CheckWritesTest, AcceptsABatchSpanningSeveralRegions) {
   const std::vector<Write> writes = {{0, 0x10000, 0x400}, {0x400, 0x20c00, 0x400}};
-  EXPECT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite).ok());
+  EXPECT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite, false).ok());
 }
 
 TEST_F(CheckWritesTest, GivesEachWritesRegionWhenAsked) {
   const std::vector<Write> writes = {
       {0, 0x20000, 0x400}, {0x400, 0x10c00, 0x400}, {0, 0x20400, 0x10}};
   std::vector<int> region_of = {7, 7, 7, 7};  // whatever was there is replaced
-  ASSERT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite, &region_of).ok());
+  ASSERT_TRUE(CheckWrites(writes, kSourceLength, remote_, kMaxWrite, false, &region_of).ok());
   EXPECT_EQ(region_of,
             (std::vector<int>{*remote_.Find(0x20000, 0x400), *remote_.Find(0x10c00, 0x400),
                               *remote_.Find(0x20400, 0x10)}));
@@ -139,29 +139,32 @@ TEST_F(CheckWritesTest, GivesEachWritesRegionWhenAsked) {
 }
 
 TEST_F(CheckWritesTest, RejectsEmptyBatch) {
-  EXPECT_EQ(CheckWrites({}, kSourceLength, remote_, kMaxWrite).code(),
+  EXPECT_EQ(CheckWrites({}, kSourceLength, remote_, kMaxWrite, false).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckWritesTest, RejectsZeroLengthWriteByIndex) {
   const std::vector<Write> writes = {{0, 0x10000, 8}, {8, 0x10008, 0}};
-  const absl::Status status = CheckWrites(writes, kSourceLength, remote_, kMaxWrite);
+  const absl::Status status = CheckWrites(writes, kSourceLength, remote_, kMaxWrite, false);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("write 1 of 2"), absl::string_view::npos) << status;
 }
 
 TEST_F(CheckWritesTest, RejectsWriteLongerThanMaxWriteBytes) {
   const std::vector<Write> writes = {{0, 0x10000, kMaxWrite + 1}};
-  EXPECT_EQ(CheckWrites(writes, 0x1000, remote_, kMaxWrite).code(),
+  EXPECT_EQ(CheckWrites(writes, 0x1000, remote_, kMaxWrite, false).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckWritesTest, RejectsSourceRangePastTheSourceRegion) {
-  EXPECT_EQ(CheckWrites({{{0x700, 0x10000, 0x101}}}, kSourceLength, remote_, kMaxWrite).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(CheckWrites({{{0x700, 0x10000, 0x100}}}, kSourceLength, remote_, kMaxWrite).ok());
   EXPECT_EQ(
-      CheckWrites({{{UINT64_MAX - 1, 0x10000, 0x10}}}, kSourceLength, remote_, kMaxWrite).code(),
+      CheckWrites({{{0x700, 0x10000, 0x101}}}, kSourceLength, remote_, kMaxWrite, false).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      CheckWrites({{{0x700, 0x10000, 0x100}}}, kSourceLength, remote_, kMaxWrite, false).ok());
+  EXPECT_EQ(
+      CheckWrites({{{UINT64_MAX - 1, 0x10000, 0x10}}}, kSourceLength, remote_, kMaxWrite, false)
+          .code(),
       absl::StatusCode::kInvalidArgument);
 }
 
@@ -169,7 +172,7 @@ TEST_F(CheckWritesTest, RejectsDestinationOutsideEveryRegion) {
   for (uint64_t address : {uint64_t{0x0ffff}, uint64_t{0x10f01}, uint64_t{0x18000},
                            uint64_t{0x20f01}, UINT64_MAX - 0x10}) {
     const std::vector<Write> writes = {{0, 0x10000, 0x100}, {0, address, 0x100}};
-    const absl::Status status = CheckWrites(writes, kSourceLength, remote_, kMaxWrite);
+    const absl::Status status = CheckWrites(writes, kSourceLength, remote_, kMaxWrite, false);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << address;
     EXPECT_NE(status.message().find("write 1 of 2: destination"), absl::string_view::npos)
         << status;
@@ -178,8 +181,61 @@ TEST_F(CheckWritesTest, RejectsDestinationOutsideEveryRegion) {
 
 TEST_F(CheckWritesTest, RejectsDestinationStraddlingTwoRegions) {
   const RemoteRegions adjacent = RegionsOf({{0x1000, 0x1000}, {0x2000, 0x1000}});
-  EXPECT_EQ(CheckWrites({{{0, 0x1f00, 0x200}}}, kSourceLength, adjacent, kMaxWrite).code(),
+  EXPECT_EQ(CheckWrites({{{0, 0x1f00, 0x200}}}, kSourceLength, adjacent, kMaxWrite, false).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A strided write (rows > 1) is checked by the span of its rows on each side, and by its payload
+// against max_write_bytes; a backend that takes one row a write refuses it.
+TEST_F(CheckWritesTest, ChecksAStridedWriteByItsRows) {
+  // 4 rows of 0x80 bytes: source every 0x100, destination every 0x200 (span 0x680).
+  const Write strided{.local_offset = 0,
+                      .remote_address = 0x10000,
+                      .length = 0x80,
+                      .rows = 4,
+                      .local_stride = 0x100,
+                      .remote_stride = 0x200};
+  std::vector<int> region_of;
+  EXPECT_TRUE(CheckWrites({&strided, 1}, kSourceLength, remote_, kMaxWrite, true, &region_of).ok());
+  EXPECT_EQ(region_of, std::vector<int>{0});
+  const absl::Status one_row = CheckWrites({&strided, 1}, kSourceLength, remote_, kMaxWrite, false);
+  EXPECT_NE(one_row.message().find("4 rows; this transport takes one row a write"),
+            absl::string_view::npos)
+      << one_row;
+  Write last_row_out = strided;
+  last_row_out.remote_address = 0x10a00;  // the first row inside, the last past the region
+  EXPECT_NE(CheckWrites({&last_row_out, 1}, kSourceLength, remote_, kMaxWrite, true)
+                .message()
+                .find("destination [0x10a00, +1664)"),
+            absl::string_view::npos);
+  Write source_out = strided;
+  source_out.local_offset = 0x500;  // last row at 0x800: past the source's 0x800 bytes
+  EXPECT_NE(CheckWrites({&source_out, 1}, kSourceLength, remote_, kMaxWrite, true)
+                .message()
+                .find("source [1280, +896)"),
+            absl::string_view::npos);
+  Write overlapping = strided;
+  overlapping.remote_stride = 0x40;
+  EXPECT_NE(CheckWrites({&overlapping, 1}, kSourceLength, remote_, kMaxWrite, true)
+                .message()
+                .find("rows must not overlap"),
+            absl::string_view::npos);
+  Write too_much = strided;
+  too_much.rows = 9;  // 0x480 bytes of payload > kMaxWrite
+  EXPECT_NE(CheckWrites({&too_much, 1}, 0x10000, remote_, kMaxWrite, true)
+                .message()
+                .find("1152 bytes exceed"),
+            absl::string_view::npos);
+  Write wrapping = strided;
+  wrapping.remote_stride = UINT64_MAX / 2;
+  EXPECT_NE(
+      CheckWrites({&wrapping, 1}, kSourceLength, remote_, kMaxWrite, true).message().find("2^64"),
+      absl::string_view::npos);
+  Write no_rows = strided;
+  no_rows.rows = 0;
+  EXPECT_NE(
+      CheckWrites({&no_rows, 1}, kSourceLength, remote_, kMaxWrite, true).message().find("0 rows"),
+      absl::string_view::npos);
 }
 
 }  // namespace

@@ -91,6 +91,10 @@ struct Capabilities {
   // stopped peer that resumes): there only a Flush that completed OK, or the peer's death,
   // proves it.
   bool disconnect_fences = true;
+  // Whether a Write may carry several rows (Write::rows > 1): a head-sliced page moved as one
+  // unit. Where false, the scheduler posts one Write per row, and a batch with a strided write
+  // is refused (CheckWrites).
+  bool strided_writes = false;
 };
 
 // Events of a transport's life that change no result but an operator wants counted.
@@ -112,12 +116,24 @@ using RegionId = uint32_t;
 using PeerId = uint32_t;
 
 // One one-sided write: `length` bytes from `local_offset` in the batch's source region to
-// `remote_address`, an absolute address inside one of the peer's descriptor regions.
+// `remote_address`, an absolute address inside one of the peer's descriptor regions. With
+// `rows` > 1 (only where Capabilities::strided_writes) it writes that many rows of `length`
+// bytes, row r from local_offset + r * local_stride to remote_address + r * remote_stride (each
+// stride at least `length`); every row lies inside the source region and inside the same one of
+// the peer's regions.
 struct Write {
   uint64_t local_offset = 0;
   uint64_t remote_address = 0;
   uint64_t length = 0;
+  uint64_t rows = 1;
+  uint64_t local_stride = 0;
+  uint64_t remote_stride = 0;
 };
+
+// The bytes a write moves (rows x length) and the span of its rows at the peer.
+inline uint64_t PayloadBytes(const Write& w) { return w.rows * w.length; }
+inline uint64_t RemoteSpan(const Write& w) { return (w.rows - 1) * w.remote_stride + w.length; }
+inline uint64_t LocalSpan(const Write& w) { return (w.rows - 1) * w.local_stride + w.length; }
 
 // Host memory that Transport::Allocate made and registered, and how another process on this
 // host maps the same pages: it opens /proc/<this process's pid>/fd/<fd> read-write and maps it;

@@ -143,6 +143,69 @@ TEST_P(TransportConformanceTest, CopiesPatterned64MiBRegionExactlyInManyBatchesO
   EXPECT_EQ(std::memcmp(pair.source.data(), pair.destination.data(), kBytes), 0);
 }
 
+// Head-sliced pages (issue 31): 64 strided writes of 16 rows of 1 KiB, the source rows
+// contiguous, the destination's every other KiB, in batches of 8 over every lane, beside a
+// one-row write. A backend that takes rows (Capabilities::strided_writes) lands every row and
+// writes nothing between them; one that does not refuses the batch whole and writes nothing.
+TEST_P(TransportConformanceTest, AStridedWriteLandsEveryRowAndNothingBetween) {
+  constexpr uint64_t kRow = 1024;
+  constexpr uint64_t kRows = 16;
+  constexpr int kPages = 64;
+  Pair pair(GetParam(), kPages * kRows * kRow + kRow, 2 * kPages * kRows * kRow + kRow);
+  const uint64_t base = pair.destination_base();
+  const int lanes = pair.sender->capabilities().lanes;
+  std::vector<Write> writes;
+  for (int p = 0; p < kPages; ++p) {
+    writes.push_back(Write{.local_offset = p * kRows * kRow,
+                           .remote_address = base + 2 * p * kRows * kRow,
+                           .length = kRow,
+                           .rows = kRows,
+                           .local_stride = kRow,
+                           .remote_stride = 2 * kRow});
+  }
+  // The odd one out: a row of one write, into the destination's last KiB.
+  writes.push_back(Write{.local_offset = kPages * kRows * kRow,
+                         .remote_address = base + 2 * kPages * kRows * kRow,
+                         .length = kRow});
+  constexpr size_t kPerBatch = 8;
+  const size_t batches = (writes.size() + kPerBatch - 1) / kPerBatch;
+  Recorder recorder(static_cast<int>(batches));
+  absl::Status first;
+  for (size_t b = 0; b < batches; ++b) {
+    const absl::Status posted =
+        pair.sender->PostWrites(pair.peer, static_cast<int>(b) % lanes, pair.source_region,
+                                absl::MakeConstSpan(writes).subspan(b * kPerBatch, kPerBatch),
+                                recorder.Callback(static_cast<int>(b)));
+    if (!pair.sender->capabilities().strided_writes) {
+      EXPECT_EQ(posted.code(), absl::StatusCode::kInvalidArgument) << posted;
+      EXPECT_NE(posted.message().find("16 rows; this transport takes one row a write"),
+                absl::string_view::npos)
+          << posted;
+      EXPECT_TRUE(pair.FlushAndWait().ok());
+      EXPECT_TRUE(AllZero(pair.destination));
+      return;
+    }
+    ASSERT_TRUE(posted.ok()) << posted;
+  }
+  for (int lane = 0; lane < lanes; ++lane) ASSERT_TRUE(pair.FlushAndWait(lane).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  for (int op = 0; op < static_cast<int>(batches); ++op) {
+    EXPECT_TRUE(recorder.status(op).ok()) << op;
+  }
+  for (int p = 0; p < kPages; ++p) {
+    for (uint64_t r = 0; r < kRows; ++r) {
+      const uint8_t* landed = &pair.destination[(2 * p * kRows + 2 * r) * kRow];
+      ASSERT_EQ(std::memcmp(landed, &pair.source[(p * kRows + r) * kRow], kRow), 0)
+          << "page " << p << " row " << r;
+      ASSERT_TRUE(std::all_of(landed + kRow, landed + 2 * kRow, [](uint8_t b) { return b == 0; }))
+          << "between rows " << r << " and " << r + 1 << " of page " << p;
+    }
+  }
+  EXPECT_EQ(std::memcmp(&pair.destination[2 * kPages * kRows * kRow],
+                        &pair.source[kPages * kRows * kRow], kRow),
+            0);
+}
+
 TEST_P(TransportConformanceTest, OutOfBoundsDestinationRejectsWholeBatchAndWritesNothing) {
   Pair pair(GetParam(), 4096, 4096);
   const uint64_t base = pair.destination_base();

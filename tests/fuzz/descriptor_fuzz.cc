@@ -132,7 +132,7 @@ void CheckRegions(const v1::HandshakeDescriptor& d) {
   std::vector<int> passing_regions;
   for (size_t i = 0; i < writes.size(); ++i) {
     const absl::Status one =
-        transport::CheckWrites({&writes[i], 1}, kMaxWriteBytes, *regions, kMaxWriteBytes);
+        transport::CheckWrites({&writes[i], 1}, kMaxWriteBytes, *regions, kMaxWriteBytes, false);
     Check(one.ok() == expected[i].has_value(), "CheckWrites disagrees with the model");
     if (one.ok()) {
       passing.push_back(writes[i]);
@@ -142,7 +142,8 @@ void CheckRegions(const v1::HandshakeDescriptor& d) {
   if (!passing.empty()) {
     std::vector<int> region_of;
     Check(
-        transport::CheckWrites(passing, kMaxWriteBytes, *regions, kMaxWriteBytes, &region_of).ok(),
+        transport::CheckWrites(passing, kMaxWriteBytes, *regions, kMaxWriteBytes, false, &region_of)
+            .ok(),
         "a batch of writes that each pass fails");
     for (size_t i = 0; i < passing.size(); ++i) {
       Check(Inside(passing[i].remote_address, passing[i].length, d.regions(region_of[i])),

@@ -193,6 +193,7 @@ LoopbackTransport::LoopbackTransport(const LoopbackOptions& options, uint64_t id
           .gpu_memory = false,
           .max_write_bytes = options.max_write_bytes,
           .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
+          .strided_writes = true,
       } {
   progress_ = std::thread([this] { RunProgress(); });
   NameThread(progress_, "kvrail-loopback");
@@ -361,9 +362,10 @@ absl::Status LoopbackTransport::PostWrites(PeerId peer, int lane, RegionId sourc
     job.source = registered->entry;
   }
   // Bounds before bytes: the whole batch, outside the lock, before it is queued.
-  KVRAIL_RETURN_IF_ERROR(AddContext(
-      CheckWrites(writes, job.source->length, job.peer->regions, capabilities_.max_write_bytes),
-      context));
+  KVRAIL_RETURN_IF_ERROR(
+      AddContext(CheckWrites(writes, job.source->length, job.peer->regions,
+                             capabilities_.max_write_bytes, capabilities_.strided_writes),
+                 context));
   job.writes.assign(writes.begin(), writes.end());
   std::lock_guard<std::mutex> lock(mu_);
   return AddContext(Enqueue(std::move(job)), context);
@@ -520,7 +522,7 @@ absl::Status LoopbackTransport::CopyOne(const Job& job, const Write& write, size
         job.peer->id, index, n));
   }
   // PostWrites checked that one region holds the destination.
-  const int region = *job.peer->regions.Find(write.remote_address, write.length);
+  const int region = *job.peer->regions.Find(write.remote_address, RemoteSpan(write));
   RegionEntry* target = job.peer->entries[region].get();
   if (target == nullptr || !target->Pin()) {
     job.source->Unpin();
@@ -530,8 +532,11 @@ absl::Status LoopbackTransport::CopyOne(const Job& job, const Write& write, size
         job.peer->id, index, n, region));
   }
   // Connect matched the descriptor's base and length to the registration.
-  std::memmove(target->base + (write.remote_address - target->address()),
-               job.source->base + write.local_offset, write.length);
+  std::byte* to = target->base + (write.remote_address - target->address());
+  const std::byte* from = job.source->base + write.local_offset;
+  for (uint64_t row = 0; row < write.rows; ++row) {
+    std::memmove(to + row * write.remote_stride, from + row * write.local_stride, write.length);
+  }
   target->Unpin();
   job.source->Unpin();
   return absl::OkStatus();

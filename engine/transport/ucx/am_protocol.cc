@@ -17,10 +17,35 @@ void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<Am
   const uint64_t packable = slice / 8;
   const size_t count = writes.size();
   for (size_t i = 0; i < count;) {
+    const Write& w = writes[i];
+    if (w.rows > 1) {
+      const uint64_t per_message =
+          slice > sizeof(PackedRows) ? (slice - sizeof(PackedRows)) / w.length : 0;
+      for (uint64_t row = 0; row < w.rows;) {
+        if (per_message == 0) {  // a row longer than a message: its slices, one by one
+          for (uint64_t done = 0; done < w.length; done += slice) {
+            plan->push_back(AmMessage{.id = kWriteAm,
+                                      .first = i,
+                                      .end = i + 1,
+                                      .offset = done,
+                                      .length = std::min(slice, w.length - done),
+                                      .row = row});
+          }
+          ++row;
+          continue;
+        }
+        const uint64_t rows = std::min(per_message, w.rows - row);
+        plan->push_back(
+            AmMessage{.id = kRowsAm, .first = i, .end = i + 1, .length = rows, .row = row});
+        row += rows;
+      }
+      ++i;
+      continue;
+    }
     // A run of small writes that fits one message, entries and bytes together.
     size_t end = i;
     uint64_t bytes = 0;
-    while (end < count && writes[end].length <= packable &&
+    while (end < count && writes[end].rows == 1 && writes[end].length <= packable &&
            (end - i + 1) * sizeof(PackedWrite) + bytes + writes[end].length <= slice) {
       bytes += writes[end].length;
       ++end;
@@ -30,7 +55,6 @@ void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<Am
       i = end;
       continue;
     }
-    const Write& w = writes[i];
     for (uint64_t done = 0; done < w.length; done += slice) {
       plan->push_back(AmMessage{.id = kWriteAm,
                                 .first = i,
@@ -42,13 +66,18 @@ void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<Am
   }
 }
 
-PlanSizes SizesOf(absl::Span<const AmMessage> plan) {
+PlanSizes SizesOf(absl::Span<const AmMessage> plan, absl::Span<const Write> writes) {
   PlanSizes sizes;
   sizes.headers = plan.size();
   for (const AmMessage& message : plan) {
-    if (message.id != kWritesAm) continue;
-    sizes.packed += message.end - message.first;
-    sizes.gather += 1 + (message.end - message.first);
+    if (message.id == kWritesAm) {
+      sizes.packed += message.end - message.first;
+      sizes.gather += 1 + (message.end - message.first);
+    } else if (message.id == kRowsAm) {
+      const Write& w = writes[message.first];
+      ++sizes.rows;
+      sizes.gather += 1 + (w.local_stride == w.length ? 1 : message.length);
+    }
   }
   return sizes;
 }
@@ -56,8 +85,15 @@ PlanSizes SizesOf(absl::Span<const AmMessage> plan) {
 AmHeader AmWriter::WriteHeader(const AmMessage& message, absl::Span<const Write> writes) const {
   AmHeader header;
   header.token = token_;
-  header.a = message.id == kWritesAm ? message.end - message.first
-                                     : writes[message.first].remote_address + message.offset;
+  const Write& w = writes[message.first];
+  if (message.id == kWritesAm) {
+    header.a = message.end - message.first;
+  } else if (message.id == kRowsAm) {
+    header.a = w.remote_address + message.row * w.remote_stride;
+    header.b = w.remote_stride;
+  } else {
+    header.a = w.remote_address + message.row * w.remote_stride + message.offset;
+  }
   return header;
 }
 
@@ -139,6 +175,36 @@ void AmTarget::OnWrites(const AmHeader& header, const std::byte* data, uint64_t 
       }
       landing.Fence();  // every row landed before any flush this message completes is answered
     }
+  }
+  if (reply != nullptr && !in.waiting.empty()) AnswerHandled(header.token, in, *reply);
+}
+
+void AmTarget::OnRows(const AmHeader& header, const std::byte* data, uint64_t length, bool whole,
+                      AmLanding& landing, const Reply* reply) {
+  Inbound& in = inbound_[header.token];
+  ++in.handled;
+  PackedRows rows;
+  uint64_t bytes = 0;
+  uint64_t step = 0;
+  uint64_t span = 0;
+  const bool well_formed =
+      whole && length >= sizeof(PackedRows) &&
+      (std::memcpy(&rows, data, sizeof(rows)), rows.rows > 0 && rows.length > 0) &&
+      !__builtin_mul_overflow(rows.rows, rows.length, &bytes) &&
+      bytes == length - sizeof(PackedRows) && (rows.rows == 1 || header.b >= rows.length) &&
+      !__builtin_mul_overflow(rows.rows - 1, header.b, &step) &&
+      !__builtin_add_overflow(step, rows.length, &span);
+  // Bounds before bytes: the rows' whole span inside one region registered now, or none lands.
+  if (!well_formed) {
+    in.Refuse(header.a, length);
+  } else if (!landing.Registered(header.a, span)) {
+    in.Refuse(header.a, span);
+  } else {
+    const std::byte* from = data + sizeof(PackedRows);
+    for (uint64_t row = 0; row < rows.rows; ++row) {
+      landing.Copy(header.a + row * header.b, from + row * rows.length, rows.length);
+    }
+    landing.Fence();  // every row landed before any flush this message completes is answered
   }
   if (reply != nullptr && !in.waiting.empty()) AnswerHandled(header.token, in, *reply);
 }

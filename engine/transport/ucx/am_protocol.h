@@ -12,6 +12,10 @@
 //   * kWritesAm: several small writes in one message (a staged relayout, docs/ARCHITECTURE.md
 //     "Small rows over tcp"): header.a is their count n; the payload holds n PackedWrites, then
 //     each write's bytes in that order.
+//   * kRowsAm: rows of one strided write (a head-sliced page, transport.h's Write::rows):
+//     header.a is the first row's destination address, header.b the destination stride; the
+//     payload is a PackedRows (rows, row length), then the rows' bytes back to back, gathered
+//     from the source; the target checks the rows' whole span once and scatters them.
 //   * kFlushAm: header.a is the number of write messages the writer sent on this lane so far,
 //     header.b the flush's number. The target answers with a kFlushReplyAm once it has handled
 //     that many of the token's messages.
@@ -39,7 +43,14 @@
 namespace kvrail::transport::am {
 
 // Active-message ids on every lane's worker.
-enum AmId : unsigned { kWriteAm = 1, kFlushAm = 2, kFlushReplyAm = 3, kByeAm = 4, kWritesAm = 5 };
+enum AmId : unsigned {
+  kWriteAm = 1,
+  kFlushAm = 2,
+  kFlushReplyAm = 3,
+  kByeAm = 4,
+  kWritesAm = 5,
+  kRowsAm = 6,
+};
 
 // The header of every message but a flush's answer; what `a` and `b` mean depends on the id.
 struct AmHeader {
@@ -64,7 +75,14 @@ struct PackedWrite {
   uint64_t length = 0;
 };
 
-static_assert(sizeof(AmHeader) == 24 && sizeof(FlushReply) == 40 && sizeof(PackedWrite) == 16,
+// The head of a kRowsAm's payload: how many rows follow, and each one's length.
+struct PackedRows {
+  uint64_t rows = 0;
+  uint64_t length = 0;
+};
+
+static_assert(sizeof(AmHeader) == 24 && sizeof(FlushReply) == 40 && sizeof(PackedWrite) == 16 &&
+                  sizeof(PackedRows) == 16,
               "the active-message layouts are kvrail's wire format: they must not change size");
 
 // A received header as `Header`; false when its length is another's. (UCX does not align
@@ -79,31 +97,37 @@ bool ReadHeader(const void* header, size_t header_length, Header* out) {
 // ---------------------------------------------------------------------------------------------
 // The writer's side.
 
-// One message of a batch: a kWriteAm carries bytes [offset, offset + length) of write `first`;
-// a kWritesAm carries writes [first, end) whole.
+// One message of a batch: a kWriteAm carries bytes [offset, offset + length) of row `row` of
+// write `first` (row 0 of a one-row write); a kWritesAm carries writes [first, end) whole; a
+// kRowsAm carries rows [row, row + length) of write `first`.
 struct AmMessage {
   AmId id = kWriteAm;
   size_t first = 0;
   size_t end = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint64_t row = 0;
 };
 
 // Cuts a checked batch (every length > 0) into messages of at most `slice` bytes of payload, in
 // write order, into `plan` (cleared first; its capacity is kept). Writes of at most slice / 8
 // bytes share a kWritesAm with their neighbours, as many as fit one slice with their entries (a
 // head-sliced room's rows of a KiB or two would otherwise cost a message, a handler call and a
-// flush count each); a run of one goes alone. Every other write goes as kWriteAm slices.
+// flush count each); a run of one goes alone. A strided write goes as kRowsAm messages of as many
+// whole rows as fit a slice with their PackedRows, or, where one row does not, row by row as
+// kWriteAm slices. Every other write goes as kWriteAm slices.
 void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<AmMessage>* plan);
 
 // How much a plan needs kept still while UCX reads it: one header per message, one entry per
-// packed write, and one gather element per entry table and per packed write.
+// packed write, one PackedRows per rows message, and one gather element per entry table, per
+// packed write, per rows message and per row whose source is not contiguous with the last.
 struct PlanSizes {
   size_t headers = 0;
   size_t packed = 0;
+  size_t rows = 0;
   size_t gather = 0;
 };
-PlanSizes SizesOf(absl::Span<const AmMessage> plan);
+PlanSizes SizesOf(absl::Span<const AmMessage> plan, absl::Span<const Write> writes);
 
 // What a writer keeps per connection and lane: its token, the write messages sent, the last
 // flush's number.
@@ -162,6 +186,11 @@ class AmTarget {
   // own; then as OnWrite.
   void OnWrites(const AmHeader& header, const std::byte* data, uint64_t length, bool whole,
                 AmLanding& landing, const Reply* reply);
+  // A kRowsAm: refused whole when malformed (no row, a zero length, rows whose bytes are not what
+  // follows its PackedRows, a stride below the row length) or when the rows' span does not lie
+  // inside one region registered now, else every row landed; then as OnWrite.
+  void OnRows(const AmHeader& header, const std::byte* data, uint64_t length, bool whole,
+              AmLanding& landing, const Reply* reply);
   // A kFlushAm: answered at once when every message it counts has been handled, else once they
   // are. A flush whose writer cannot be answered is dropped.
   void OnFlush(const AmHeader& header, const Reply* reply);

@@ -69,9 +69,19 @@ class AmLink {
           Append(payload, source.data() + writes[k].local_offset, writes[k].length);
         }
         target_.OnWrites(header, payload.data(), payload.size(), true, landing_, Replier());
+      } else if (message.id == kRowsAm) {
+        const Write& w = writes[message.first];
+        const PackedRows rows{message.length, w.length};
+        Append(payload, &rows, sizeof(rows));
+        for (uint64_t r = message.row; r < message.row + message.length; ++r) {
+          Append(payload, source.data() + w.local_offset + r * w.local_stride, w.length);
+        }
+        target_.OnRows(header, payload.data(), payload.size(), true, landing_, Replier());
       } else {
         const Write& w = writes[message.first];
-        Append(payload, source.data() + w.local_offset + message.offset, message.length);
+        Append(payload,
+               source.data() + w.local_offset + message.row * w.local_stride + message.offset,
+               message.length);
         target_.OnWrite(header, payload.data(), payload.size(), true, landing_, Replier());
       }
       writer_.Sent();
@@ -165,7 +175,7 @@ TEST(AmPlanTest, SmallNeighboursShareOneMessageWithTheirEntries) {
   EXPECT_EQ(plan[0].id, kWritesAm);
   EXPECT_EQ(plan[0].first, 0u);
   EXPECT_EQ(plan[0].end, 4u);
-  const PlanSizes sizes = SizesOf(plan);
+  const PlanSizes sizes = SizesOf(plan, writes);
   EXPECT_EQ(sizes.headers, 1u);
   EXPECT_EQ(sizes.packed, 4u);
   EXPECT_EQ(sizes.gather, 5u);
@@ -312,6 +322,83 @@ TEST(AmProtocolTest, APackedMessageLandsEachGoodRowAndRefusesTheBadOne) {
   EXPECT_EQ(link.landing().Read(kBase + 8, 4), "cccc");
   ASSERT_EQ(link.replies().size(), 1u);
   EXPECT_EQ(link.replies()[0].refused_address, kBase + 4096);
+}
+
+// A strided write (rows of a head-sliced page) goes as rows messages of as many whole rows as
+// fit the slice with their PackedRows, and every row lands at its stride; a row longer than a
+// message goes row by row in slices.
+TEST(AmProtocolTest, AStridedWriteGoesAsRowsMessagesAndLandsEveryRow) {
+  AmLink link(16 + 3 * 4, 256);  // three 4-byte rows a message
+  const std::string source = "aaaabbbbccccddddeeee";
+  link.SendBatch(source, {Write{.local_offset = 0,
+                                .remote_address = kBase,
+                                .length = 4,
+                                .rows = 5,
+                                .local_stride = 4,
+                                .remote_stride = 8}});
+  ASSERT_EQ(link.plan().size(), 2u);
+  EXPECT_EQ(link.plan()[0].id, kRowsAm);
+  EXPECT_EQ(link.plan()[0].length, 3u);
+  EXPECT_EQ(link.plan()[1].row, 3u);
+  EXPECT_EQ(link.plan()[1].length, 2u);
+  link.SendFlush();
+  EXPECT_EQ(link.landing().Read(kBase, 40),
+            std::string("aaaa\0\0\0\0bbbb\0\0\0\0cccc\0\0\0\0dddd\0\0\0\0eeee\0\0\0\0", 40));
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused, 0u);
+
+  AmLink narrow(6, 256);  // an 8-byte row and its PackedRows do not fit: slices of each row
+  narrow.SendBatch(source, {Write{.local_offset = 0,
+                                  .remote_address = kBase,
+                                  .length = 8,
+                                  .rows = 2,
+                                  .local_stride = 8,
+                                  .remote_stride = 16}});
+  ASSERT_EQ(narrow.plan().size(), 4u);
+  EXPECT_EQ(narrow.plan()[0].id, kWriteAm);
+  EXPECT_EQ(narrow.plan()[3].row, 1u);
+  narrow.SendFlush();
+  EXPECT_EQ(narrow.landing().Read(kBase, 24), std::string("aaaabbbb\0\0\0\0\0\0\0\0ccccdddd", 24));
+}
+
+// A rows message is checked whole: rows whose span leaves registered memory are refused, none
+// landed, and the flush names the span; a malformed one (no rows, bytes that are not rows x
+// length, a stride below the length) is refused whole too.
+TEST(AmProtocolTest, ARowsMessageIsCheckedByItsWholeSpan) {
+  AmLink link(1024, 256);
+  const std::string source(64, 'x');
+  link.SendBatch(source, {Write{.local_offset = 0,
+                                .remote_address = kBase + 212,
+                                .length = 4,
+                                .rows = 4,
+                                .local_stride = 4,
+                                .remote_stride = 16}});  // the last row ends at 264, past 256
+  link.SendFlush();
+  EXPECT_EQ(link.landing().copies(), 0);
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused_address, kBase + 212);
+  EXPECT_EQ(link.replies()[0].refused_length, 3 * 16 + 4u);
+
+  const auto refused_whole = [](PackedRows rows, uint64_t stride, size_t bytes) {
+    AmTarget target;
+    FakeMemory memory(256);
+    std::vector<std::byte> payload(sizeof(PackedRows) + bytes, std::byte{1});
+    std::memcpy(payload.data(), &rows, sizeof(rows));
+    std::vector<FlushReply> replies;
+    std::function<void(const FlushReply&)> record = [&](const FlushReply& r) {
+      replies.push_back(r);
+    };
+    const Reply reply(record);
+    target.OnRows(AmHeader{.token = 5, .a = kBase, .b = stride}, payload.data(), payload.size(),
+                  true, memory, &reply);
+    target.OnFlush(AmHeader{.token = 5, .a = 1, .b = 1}, &reply);
+    EXPECT_EQ(memory.copies(), 0);
+    return replies.size() == 1 && replies[0].refused == 1;
+  };
+  EXPECT_TRUE(refused_whole({0, 4}, 8, 0));
+  EXPECT_TRUE(refused_whole({2, 4}, 8, 9));
+  EXPECT_TRUE(refused_whole({2, 4}, 2, 8));
+  EXPECT_TRUE(refused_whole({UINT64_MAX, 4}, 8, 8));
 }
 
 // A packed message's entries must account for exactly the bytes that follow them.

@@ -107,8 +107,8 @@ class RegisteredMemory final : public am::AmLanding {
   const Regions& regions_;
 };
 
-// The target's side of a write message (kWriteAm or kWritesAm; arg is the Lane): to the lane's
-// am::AmTarget, which lands it in the memory registered now.
+// The target's side of a write message (kWriteAm, kWritesAm or kRowsAm; arg is the Lane): to the
+// lane's am::AmTarget, which lands it in the memory registered now.
 ucs_status_t OnWriteMessage(unsigned id, void* arg, const void* header, size_t header_length,
                             void* data, size_t length, const ucp_am_recv_param_t* param) {
   am::AmHeader parsed;
@@ -124,6 +124,9 @@ ucs_status_t OnWriteMessage(unsigned id, void* arg, const void* header, size_t h
   if (id == am::kWritesAm) {
     lane.target.OnWrites(parsed, bytes, length, whole, landing,
                          reply_ep != nullptr ? &reply : nullptr);
+  } else if (id == am::kRowsAm) {
+    lane.target.OnRows(parsed, bytes, length, whole, landing,
+                       reply_ep != nullptr ? &reply : nullptr);
   } else {
     lane.target.OnWrite(parsed, bytes, length, whole, landing,
                         reply_ep != nullptr ? &reply : nullptr);
@@ -144,6 +147,11 @@ absl::Status SetAmHandlers(Lane& lane) {
        [](void* arg, const void* header, size_t header_length, void* data, size_t length,
           const ucp_am_recv_param_t* param) {
          return OnWriteMessage(am::kWritesAm, arg, header, header_length, data, length, param);
+       }},
+      {am::kRowsAm,
+       [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+          const ucp_am_recv_param_t* param) {
+         return OnWriteMessage(am::kRowsAm, arg, header, header_length, data, length, param);
        }},
       {am::kFlushAm, OnFlushAm},
       {am::kFlushReplyAm, OnFlushReplyAm},
@@ -173,9 +181,10 @@ void SendBye(PeerLane& pl) {
 void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
   am::PlanMessages(op->writes, lane.shared->am_slice_bytes, &op->plan);
   // UCX reads headers, entries and gather lists until each send completes: none may move.
-  const am::PlanSizes sizes = am::SizesOf(op->plan);
+  const am::PlanSizes sizes = am::SizesOf(op->plan, op->writes);
   op->headers.reserve(sizes.headers);
   op->packed.reserve(sizes.packed);
+  op->rows.reserve(sizes.rows);
   op->gather.reserve(sizes.gather);
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
@@ -202,10 +211,30 @@ void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
       op->gather[first_iov].buffer = &op->packed[first_entry];
       request = ucp_am_send_nbx(pl.ep, am::kWritesAm, &header, sizeof(header),
                                 &op->gather[first_iov], message.end - message.first + 1, &gathered);
+    } else if (message.id == am::kRowsAm) {
+      // One gather list: the PackedRows, then the rows' source bytes (one element when the
+      // source rows are contiguous, as a prefill of the larger TP's are).
+      const Write& w = op->writes[message.first];
+      const size_t first_iov = op->gather.size();
+      am::PackedRows& rows = op->rows.emplace_back(am::PackedRows{message.length, w.length});
+      op->gather.push_back({&rows, sizeof(am::PackedRows)});
+      const std::byte* first_row = op->base + w.local_offset + message.row * w.local_stride;
+      if (w.local_stride == w.length) {
+        op->gather.push_back({const_cast<std::byte*>(first_row), message.length * w.length});
+      } else {
+        for (uint64_t row = 0; row < message.length; ++row) {
+          op->gather.push_back(
+              {const_cast<std::byte*>(first_row + row * w.local_stride), w.length});
+        }
+      }
+      request = ucp_am_send_nbx(pl.ep, am::kRowsAm, &header, sizeof(header), &op->gather[first_iov],
+                                op->gather.size() - first_iov, &gathered);
     } else {
       const Write& w = op->writes[message.first];
-      request = ucp_am_send_nbx(pl.ep, am::kWriteAm, &header, sizeof(header),
-                                op->base + w.local_offset + message.offset, message.length, &param);
+      request =
+          ucp_am_send_nbx(pl.ep, am::kWriteAm, &header, sizeof(header),
+                          op->base + w.local_offset + message.row * w.local_stride + message.offset,
+                          message.length, &param);
     }
     if (UCS_PTR_IS_ERR(request)) {
       op->status =

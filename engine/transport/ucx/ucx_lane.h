@@ -71,6 +71,8 @@ struct Op {
   // kWritesAm messages: their entries and the gather list UCX reads each payload from (entries
   // first, then the writes' source bytes), kept like `headers` until the sends complete.
   std::vector<am::PackedWrite> packed;
+  // kRowsAm messages: each one's PackedRows, first in its gather list, kept the same way.
+  std::vector<am::PackedRows> rows;
   // The batch cut into active messages (am_protocol.h, PlanMessages).
   std::vector<am::AmMessage> plan;
   std::vector<ucp_dt_iov_t> gather;
@@ -199,18 +201,21 @@ struct Lane {
   void Recycle(Op* op) {
     std::vector<am::AmHeader> headers = std::move(op->headers);
     std::vector<am::PackedWrite> packed = std::move(op->packed);
+    std::vector<am::PackedRows> rows = std::move(op->rows);
     std::vector<am::AmMessage> plan = std::move(op->plan);
     std::vector<ucp_dt_iov_t> gather = std::move(op->gather);
     std::vector<Write> writes = std::move(op->writes);
     std::vector<int> region_of = std::move(op->region_of);
     headers.clear();
     packed.clear();
+    rows.clear();
     plan.clear();
     gather.clear();
     writes.clear();
     region_of.clear();
     *op = Op();
     if (headers.capacity() <= 4096) op->headers = std::move(headers);
+    if (rows.capacity() <= 4096) op->rows = std::move(rows);
     if (plan.capacity() <= 4096) op->plan = std::move(plan);
     if (packed.capacity() <= 4096 && gather.capacity() <= 8192) {
       op->packed = std::move(packed);

@@ -41,22 +41,33 @@ void IssuePuts(Lane& lane, PeerLane& pl, Op* op) {
     // Into a region UCX maps here, a write is a plain store on this thread, as UCX's own put
     // into such memory would be, without a UCX call per write (a head-sliced room's rows are
     // a KiB each).
+    // A strided write (a head-sliced page) is its rows, stored or put one by one from the one
+    // description: nothing above expanded it.
     if (std::byte* to = MappedAddress(state, op->region_of[i], w.remote_address)) {
-      state.prefault[op->region_of[i]]->Before(to, w.length);
-      LandingCopy(to, op->base + w.local_offset, w.length);
+      state.prefault[op->region_of[i]]->Before(to, RemoteSpan(w));
+      const std::byte* from = op->base + w.local_offset;
+      for (uint64_t row = 0; row < w.rows; ++row) {
+        LandingCopy(to + row * w.remote_stride, from + row * w.local_stride, w.length);
+      }
       stored = true;
       continue;
     }
-    ucs_status_ptr_t request = ucp_put_nbx(pl.ep, op->base + w.local_offset, w.length,
-                                           w.remote_address, pl.rkeys[op->region_of[i]], &param);
-    if (request == nullptr) continue;
-    if (UCS_PTR_IS_ERR(request)) {
-      op->status = PostFailure(
-          request, absl::StrFormat("%s: write %d of %d: ucp_put_nbx",
-                                   BatchContext(state.id, lane.index, op->source), i, count));
-      break;
+    bool failed = false;
+    for (uint64_t row = 0; row < w.rows && !failed; ++row) {
+      ucs_status_ptr_t request =
+          ucp_put_nbx(pl.ep, op->base + w.local_offset + row * w.local_stride, w.length,
+                      w.remote_address + row * w.remote_stride, pl.rkeys[op->region_of[i]], &param);
+      if (request == nullptr) continue;
+      if (UCS_PTR_IS_ERR(request)) {
+        op->status = PostFailure(
+            request, absl::StrFormat("%s: write %d of %d: ucp_put_nbx",
+                                     BatchContext(state.id, lane.index, op->source), i, count));
+        failed = true;
+        break;
+      }
+      ++op->requests;
     }
-    ++op->requests;
+    if (failed) break;
   }
   // The stores are visible to the peer before anything this lane does next (a flush's answer,
   // the caller's status message) can be.

@@ -372,6 +372,56 @@ TEST(UcxTransportTest, WritesIntoAPeersSharedSegmentAreStoresThatLandExactly) {
   EXPECT_TRUE(receiver->Deregister(shared.region).ok());
 }
 
+// Strided writes (head-sliced pages) into a peer's shared segment are stores too, row by row
+// from the one description: every row lands, the bytes between rows stay zero, and no put is
+// made.
+TEST(UcxTransportTest, StridedWritesIntoAPeersSharedSegmentAreStoresRowByRow) {
+  constexpr uint64_t kRow = 1024;
+  constexpr uint64_t kRows = 16;
+  constexpr uint64_t kPages = 128;
+  std::vector<uint8_t> source(kPages * kRows * kRow);
+  Fill(source, 12);
+  auto sender = UcxTransport::Create(Sm()).value();
+  auto receiver = UcxTransport::Create(Sm()).value();
+  const RegionId src = sender->Register({source.data(), source.size()}).value();
+  SharedRegion shared = receiver->Allocate(2 * source.size()).value();
+  ASSERT_EQ(shared.placement, "ucx-shm");
+  auto* destination = static_cast<uint8_t*>(shared.base);
+  std::memset(destination, 0, 2 * source.size());
+  const PeerId peer = sender->Connect(receiver->LocalDescriptor().value()).value();
+  const uint64_t base = reinterpret_cast<uintptr_t>(shared.base);
+  std::vector<Write> writes;
+  for (uint64_t p = 0; p < kPages; ++p) {
+    writes.push_back(Write{.local_offset = p * kRows * kRow,
+                           .remote_address = base + 2 * p * kRows * kRow + kRow,
+                           .length = kRow,
+                           .rows = kRows,
+                           .local_stride = kRow,
+                           .remote_stride = 2 * kRow});
+  }
+  ucx_calls::ResetCalls();
+  std::promise<absl::Status> posted, flushed;
+  ASSERT_TRUE(
+      sender
+          ->PostWrites(peer, 0, src, writes, [&](absl::Status status) { posted.set_value(status); })
+          .ok());
+  ASSERT_TRUE(sender->Flush(peer, 0, [&](absl::Status status) { flushed.set_value(status); }).ok());
+  ASSERT_TRUE(posted.get_future().get().ok());
+  ASSERT_TRUE(flushed.get_future().get().ok());
+  EXPECT_EQ(ucx_calls::Calls("ucp_put_nbx"), 0u) << "a row went through UCX's put";
+  for (uint64_t p = 0; p < kPages; ++p) {
+    for (uint64_t r = 0; r < kRows; ++r) {
+      const uint8_t* row = destination + (2 * p * kRows + 2 * r) * kRow;
+      ASSERT_TRUE(std::all_of(row, row + kRow, [](uint8_t b) { return b == 0; }))
+          << "page " << p << " before row " << r;
+      ASSERT_EQ(std::memcmp(row + kRow, &source[(p * kRows + r) * kRow], kRow), 0)
+          << "page " << p << " row " << r;
+    }
+  }
+  sender->Close();
+  EXPECT_TRUE(receiver->Deregister(shared.region).ok());
+}
+
 TEST(UcxTransportTest, AllocateOverTcpOnlyFallsBackToAMemfd) {
   auto transport = UcxTransport::Create(Tcp());
   ASSERT_TRUE(transport.ok()) << transport.status();
@@ -394,6 +444,7 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   EXPECT_EQ(caps.name, "ucx");
   EXPECT_EQ(caps.lanes, 2);
   EXPECT_TRUE(caps.one_sided);
+  EXPECT_TRUE(caps.strided_writes);
   EXPECT_FALSE(caps.gpu_memory);
   EXPECT_EQ(caps.max_write_bytes, 4 * kMiB);
 }

@@ -391,7 +391,8 @@ absl::Status VerbsTransport::PostWrites(PeerId peer, int lane, RegionId source,
   }
   auto op = std::make_unique<Op>();
   KVRAIL_RETURN_IF_ERROR(CheckWrites(writes, r->length, p->second->remote,
-                                     capabilities_.max_write_bytes, &op->remote_region));
+                                     capabilities_.max_write_bytes, capabilities_.strided_writes,
+                                     &op->remote_region));
   op->done = std::move(done);
   op->source = r->entry;
   op->writes.assign(writes.begin(), writes.end());
