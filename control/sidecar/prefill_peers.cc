@@ -235,6 +235,7 @@ void PrefillSidecar::DropSessionLocked(const std::string& session, const std::st
     session_server_keys.erase(session);  // restarted decodes must leave no key behind
   }
   ForgetWarmLinkLocked(session);
+  logged_routes.erase(session);
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
   static constexpr const char* kLabels[] = {"refused", "other_process", "silent", "registry"};

@@ -65,6 +65,9 @@ class PrefillSidecar final : public SidecarCore {
   // Owner thread.
   std::map<std::string, transfer::PeerLink> warm_links;
   uint64_t link_drops = 0;
+  // The registration each session's copies were last logged for (LogRouteLocked): a route's
+  // choice of copies is logged once, at its first room. Forgotten with the session. Owner.
+  std::map<std::string, std::weak_ptr<const session::DecodePeer>> logged_routes;
   // Data-plane peers of dropped sessions, for the scheduler to forget once idle. Owner thread.
   std::vector<transport::PeerId> forget_peers;
   // CURVE on: the public key of each session's verified owner, which its handshake endpoint
@@ -140,6 +143,9 @@ class PrefillSidecar final : public SidecarCore {
   void SubmitPreparedLocked(const std::shared_ptr<Preparation>& preparation);
   // `session`'s link is not warm any more (dropped, or its session replaced or gone).
   void ForgetWarmLinkLocked(const std::string& session);
+  // Logs, once per registration, how a route's rooms are copied: whole pages, or head-sliced
+  // rows as strided copies (and whether the transport takes them whole) or one copy per row.
+  void LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer);
   void OnTransferOutcome(const transfer::TransferOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
   // scheduler queue) and, unless a registration still uses it, the PUSH socket to

@@ -188,6 +188,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
   for (const session::TransferDestination& destination : work.destinations) {
     const session::DecodePeer& peer = *destination.peer;
     if (peer.dummy || peer.copy_plan == nullptr) continue;
+    LogRouteLocked(destination.peer);
     PreparedTransfer& slot = preparation->destinations[index++];
     slot.session = peer.registration.session_id;
     DestinationJob job;
@@ -394,6 +395,39 @@ void PrefillSidecar::SubmitPreparedLocked(const std::shared_ptr<Preparation>& pr
       });
     }
   });
+}
+
+void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer) {
+  std::weak_ptr<const session::DecodePeer>& logged = logged_routes[peer->registration.session_id];
+  if (logged.lock() == peer) return;
+  logged = peer;
+  // The widest row fragment, if any: a mismatched TP's head-sliced rows (CACHEPD §6.8).
+  int64_t rows = 1;
+  int64_t row_bytes = 0;
+  for (const plan::BoundFragment& f : peer->copy_plan->fragments()) {
+    if (f.rows > 1 && f.bytes_per_row > row_bytes) {
+      rows = f.rows;
+      row_bytes = f.bytes_per_row;
+    }
+  }
+  std::string copies = "whole pages";
+  if (row_bytes > 0) {
+    // As PrepareDestination decides: a room hashed (its final work) or staged, or these
+    // measurement flags, take a copy per row.
+    const bool hashed = options.verify_digest && gate.KeyFor(peer->reply_endpoint).has_value();
+    const bool strided =
+        !hashed && staging == nullptr && !options.naive_copies && !options.no_strided_copies;
+    copies = absl::StrCat(
+        "head-sliced rows of ", row_bytes, " bytes, ", rows, " a page: ",
+        !strided ? "a copy per row (a hashed room's last work, a staged arena, --naive-copies or "
+                   "--no-strided-copies)"
+        : transport->capabilities().strided_writes
+            ? "a strided copy per page, posted whole"
+            : "a strided copy per page, posted a row a write (the transport takes no rows)");
+  }
+  spdlog::info("event=route session={} decode_rank={} of {} fragments={} copies=\"{}\"",
+               peer->registration.session_id, peer->registration.decode_tp_rank,
+               peer->registration.decode_tp_size, peer->copy_plan->fragments().size(), copies);
 }
 
 void PrefillSidecar::ForgetWarmLinkLocked(const std::string& session) {

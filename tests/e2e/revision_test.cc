@@ -144,6 +144,16 @@ void ExpectRoomsLand(RevisionCluster& c, const std::vector<uint64_t>& rooms,
   }
 }
 
+// How often `text` stands in `log`.
+size_t CountOf(const std::string& log, absl::string_view text) {
+  size_t count = 0;
+  for (size_t at = log.find(std::string(text)); at != std::string::npos;
+       at = log.find(std::string(text), at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
 // What each side logged it chose: the prefill ranks' bootstrap registration, the decode's view
 // of the node, and the prefill ranks' status form for the decode.
 void ExpectChosen(RevisionCluster& c, const std::string& node, const std::string& registration) {
@@ -172,6 +182,14 @@ TEST(RevisionTest, EveryPeerOnAutoSpeaks2026_09AndTheDecodeEngineGetsTheNewValue
   EXPECT_TRUE(
       absl::StrContains(c->Log("prefill-sidecar-0"), "event=bootstrap_registered bootstrap="));
   EXPECT_TRUE(absl::StrContains(c->Log("prefill-sidecar-0"), "cachepd_revision=2026-09"));
+  // P=2 into D=1 slices every row's heads: each prefill rank logs its route's copies once, at
+  // its first room (issue 31: strided copies, posted whole over UCX).
+  for (int p = 0; p < 2; ++p) {
+    const std::string prefill = c->Log(absl::StrCat("prefill-sidecar-", p));
+    EXPECT_EQ(CountOf(prefill, "event=route session="), 1u) << prefill;
+    EXPECT_TRUE(absl::StrContains(prefill, "decode_rank=0 of 1")) << prefill;
+    EXPECT_TRUE(absl::StrContains(prefill, "a strided copy per page, posted whole")) << prefill;
+  }
 }
 
 // A bootstrap server of the snapshot (its sync answer has no cache_fields_by_stage): the

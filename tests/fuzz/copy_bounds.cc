@@ -19,18 +19,25 @@ void CheckCopiesInArenas(const CopyList& copies, uint64_t source_bytes, uint64_t
   });
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy& c = copies[i];
+    // A strided copy: its last row's end, each side (every row lies between its first and it).
+    const Wide rows_before_last = c.rows == 0 ? 0 : Wide{c.rows} - 1;
     const char* broken = nullptr;
-    if (c.length == 0) {
+    if (c.length == 0 || c.rows == 0) {
       broken = "moves no byte";
-    } else if (Wide{c.src_offset} + c.length > source_bytes) {
+    } else if (c.rows > 1 && (c.src_stride < c.length || c.dst_stride < c.length)) {
+      broken = "has rows that overlap";
+    } else if (Wide{c.src_offset} + rows_before_last * c.src_stride + c.length > source_bytes) {
       broken = "reads outside the prefill arena";
-    } else if (Wide{c.dst_offset} + c.length > destination_bytes) {
+    } else if (Wide{c.dst_offset} + rows_before_last * c.dst_stride + c.length >
+               destination_bytes) {
       broken = "writes outside the decode arena";
     }
     Check(broken == nullptr, [&] {
       return absl::StrCat(what, ": copy ", i, " of ", copies.size(), " {src ", c.src_offset,
-                          ", dst ", c.dst_offset, ", ", c.length, " bytes} ", broken, " (prefill ",
-                          source_bytes, " bytes, decode ", destination_bytes, " bytes)");
+                          ", dst ", c.dst_offset, ", ", c.rows, " rows of ", c.length,
+                          " bytes, strides ", c.src_stride, " and ", c.dst_stride, "} ", broken,
+                          " (prefill ", source_bytes, " bytes, decode ", destination_bytes,
+                          " bytes)");
     });
   }
 }
@@ -60,6 +67,24 @@ absl::Status ExpandAndCheck(const plan::CopyPlan& plan, const layout::Manifest& 
   }
   Check(cursor->done(), "a cursor that returned 0 copies is not done");
   Check(streamed == copies, "the coalescing cursor differs from ExpandCoalesced");
+  // Strided, as the prefill sidecar streams a room (a page's rows as one copy): every copy's
+  // rows inside both arenas, and its rows, merged, the same list.
+  absl::StatusOr<plan::CopyCursor> strided =
+      plan.Begin(src, dst, /*coalesce=*/true, /*strided=*/true);
+  Check(strided.ok(), "a strided Begin fails where ExpandCoalesced succeeds");
+  CopyList pages;
+  while ((n = strided->Next(batch, 7)) > 0) {
+    for (size_t i = 0; i < n; ++i) pages.push_back(batch[i]);
+  }
+  CheckCopiesInArenas(pages, source_bytes, destination_base, destination_bytes, "strided cursor");
+  CopyList rows;
+  for (const Copy& page : pages) {
+    ForEachRow(page, [&](uint64_t s, uint64_t d, uint64_t length) {
+      rows.push_back({s, d, length});
+    });
+  }
+  plan::Coalesce(rows);
+  Check(rows == copies, "the strided cursor's rows differ from ExpandCoalesced");
   return expanded;
 }
 
@@ -78,7 +103,7 @@ void CheckTransfer(const session::TransferWork& work, const layout::Contract& pr
       return absl::StrCat("a room the rooms layer accepted does not expand: ", expanded.ToString());
     });
     uint64_t bytes = 0;
-    for (const Copy& c : copies) bytes += c.length;
+    for (const Copy& c : copies) bytes += PayloadBytes(c);
     Check(bytes == d.bytes, [&] {
       return absl::StrCat("the copies move ", bytes,
                           " bytes, the rooms layer "

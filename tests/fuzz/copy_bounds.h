@@ -17,16 +17,18 @@
 
 namespace kvrail::fuzz {
 
-// Aborts, naming `what` and the copy, unless every copy moves at least one byte, from inside
-// [0, source_bytes) of the prefill's arena to inside [destination_base, destination_base +
-// destination_bytes) of the decode's, a range that must not pass 2^64.
+// Aborts, naming `what` and the copy, unless every copy moves at least one byte, every row of
+// it (a strided copy's, rows that do not overlap) from inside [0, source_bytes) of the prefill's
+// arena to inside [destination_base, destination_base + destination_bytes) of the decode's, a
+// range that must not pass 2^64.
 void CheckCopiesInArenas(const CopyList& copies, uint64_t source_bytes, uint64_t destination_base,
                          uint64_t destination_bytes, absl::string_view what);
 
 // Expands `plan` over (src, dst) into `copies` as the prefill sidecar does (ExpandCoalesced,
 // control/sidecar/prefill_transfers.cc) and returns its status. When it succeeds, the copies
 // are checked with CheckCopiesInArenas, and Expand followed by Coalesce, and a coalescing cursor
-// read in small batches, must give the same list; when it fails, nothing may be appended.
+// read in small batches, must give the same list; so must a strided cursor's copies (each checked
+// with CheckCopiesInArenas), row by row, merged. When it fails, nothing may be appended.
 absl::Status ExpandAndCheck(const plan::CopyPlan& plan, const layout::Manifest& src,
                             const layout::Manifest& dst, uint64_t source_bytes,
                             uint64_t destination_base, uint64_t destination_bytes,
