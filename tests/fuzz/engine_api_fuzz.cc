@@ -1,10 +1,10 @@
 // Fuzz harness: the engine API's requests (proto/kvrail/v1/engine.proto EngineRequest), taken
 // as deep as the sidecar takes them without sockets.
 //
-// The sidecar's handler (Sidecar::Impl::Handle, control/sidecar) runs only inside a started
-// sidecar, which binds its sockets and a transport; what it does with each request is replayed
-// here on the pure layers it feeds, with one fixed contract on both sides (kEngineApiCase,
-// planner_cases.h: state groups and a full-history group; P = D = 1):
+// The sidecar's handler (SidecarCore::Handle, control/sidecar/sidecar_core.cc) runs only inside
+// a started sidecar, which binds its sockets and a transport; what it does with each request is
+// replayed here on the pure layers it feeds, with one fixed contract on both sides
+// (kEngineApiCase, planner_cases.h: state groups and a full-history group; P = D = 1):
 //   * AttachArena: the contract is parsed and checked (§4.4), a stage list validated
 //     (§10.1), and both roles' room state machines are created with it. Whatever a prefill
 //     attaches must give a bootstrap registration the bootstrap server accepts (§2.1), and
