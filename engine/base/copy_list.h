@@ -45,7 +45,8 @@ void ForEachRow(const Copy& c, Fn&& fn) {
 }
 
 // A room's copy list: a growable array reused from room to room. Once grown it allocates
-// nothing, and it never zeroes what it grows into.
+// nothing; what it grows into gets one row and no strides (Copy's defaults), its offsets and
+// lengths left for the writer.
 class CopyList {
  public:
   CopyList() = default;

@@ -18,6 +18,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/rows.h"
 #include "engine/sync/thread_name.h"
 #include "engine/transfer/lane_calls.h"
 
@@ -32,25 +33,6 @@ constexpr uint64_t kDefaultSliceBytes = uint64_t{4} << 20;
 constexpr uint64_t kDefaultInflightBytes = uint64_t{64} << 20;
 // Copies pulled from a streamed transfer at a time: 192 KiB, cache-resident.
 constexpr size_t kStreamChunk = 4096;
-
-// A copy's payload and the spans of its rows on each side (engine/base/copy_list.h), or false
-// when it is malformed: no byte, no row, rows that overlap (a stride below the row's length), or
-// a span past 2^64.
-bool Measure(const Copy& c, uint64_t* payload, uint64_t* src_span, uint64_t* dst_span) {
-  if (c.length == 0 || c.rows == 0) return false;
-  if (c.rows == 1) {
-    *payload = *src_span = *dst_span = c.length;
-    return true;
-  }
-  uint64_t src_step = 0;
-  uint64_t dst_step = 0;
-  return c.src_stride >= c.length && c.dst_stride >= c.length &&
-         !__builtin_mul_overflow(c.rows, c.length, payload) &&
-         !__builtin_mul_overflow(c.rows - 1, c.src_stride, &src_step) &&
-         !__builtin_mul_overflow(c.rows - 1, c.dst_stride, &dst_step) &&
-         !__builtin_add_overflow(src_step, c.length, src_span) &&
-         !__builtin_add_overflow(dst_step, c.length, dst_span);
-}
 
 // The next write of copy `c`, from `offset` bytes of its payload on: a slice of a one-row copy;
 // for a strided copy, as many whole rows as `limit` bytes (and the slice) hold, at least one,
@@ -135,13 +117,11 @@ absl::Status PullChunk(InFlight& transfer) {
   };
   for (size_t i = 0; i < n; ++i) {
     const Copy& c = copies[i];
-    uint64_t payload = 0;
-    uint64_t src_span = 0;
-    uint64_t dst_span = 0;
-    if (!Measure(c, &payload, &src_span, &dst_span) ||
-        !inside(c.src_offset, src_span, e.src_begin, e.src_end) ||
-        !inside(c.dst_offset, dst_span, e.dst_begin, e.dst_end) ||
-        payload > e.bytes - transfer.streamed_bytes) {
+    RowsMeasure m;
+    if (!MeasureRows(c.rows, c.length, c.src_stride, c.dst_stride, &m) ||
+        !inside(c.src_offset, m.span_a, e.src_begin, e.src_end) ||
+        !inside(c.dst_offset, m.span_b, e.dst_begin, e.dst_end) ||
+        m.payload > e.bytes - transfer.streamed_bytes) {
       copies.clear();
       return absl::InternalError(absl::StrFormat(
           "transfer %d: copy %d of its source (%u rows of %u bytes from source offset %u, "
@@ -151,7 +131,7 @@ absl::Status PullChunk(InFlight& transfer) {
           c.src_stride, c.dst_offset, c.dst_stride, e.src_begin, e.src_end, e.dst_begin, e.dst_end,
           e.bytes));
     }
-    transfer.streamed_bytes += payload;
+    transfer.streamed_bytes += m.payload;
   }
   transfer.stats.copies += n;
   return absl::OkStatus();
@@ -863,27 +843,23 @@ absl::StatusOr<uint64_t> CheckedBytes(const Transfer& request, const std::string
   CopyEnvelope e{UINT64_MAX, 0, UINT64_MAX, 0, 0, request.copies.size()};
   bool wraps = false;
   for (const Copy& c : request.copies) {
-    uint64_t payload = 0;
-    uint64_t src_span = 0;
-    uint64_t dst_span = 0;
-    const bool measured = Measure(c, &payload, &src_span, &dst_span);
-    const uint64_t src_end = c.src_offset + src_span;
-    const uint64_t dst_end = c.dst_offset + dst_span;
+    RowsMeasure m;
+    const bool measured = MeasureRows(c.rows, c.length, c.src_stride, c.dst_stride, &m);
+    const uint64_t src_end = c.src_offset + m.span_a;
+    const uint64_t dst_end = c.dst_offset + m.span_b;
     wraps |= !measured | (src_end < c.src_offset) | (dst_end < c.dst_offset);
     e.src_begin = std::min(e.src_begin, c.src_offset);
     e.src_end = std::max(e.src_end, src_end);
     e.dst_begin = std::min(e.dst_begin, c.dst_offset);
     e.dst_end = std::max(e.dst_end, dst_end);
-    e.bytes += payload;
+    e.bytes += m.payload;
   }
   if (!wraps && CheckEnvelope(request, e, context).ok()) return e.bytes;
   uint64_t total = 0;
   for (size_t i = 0; i < request.copies.size(); ++i) {
     const Copy& c = request.copies[i];
-    uint64_t payload = 0;
-    uint64_t src_span = 0;
-    uint64_t dst_span = 0;
-    if (!Measure(c, &payload, &src_span, &dst_span)) {
+    RowsMeasure m;
+    if (!MeasureRows(c.rows, c.length, c.src_stride, c.dst_stride, &m)) {
       const std::string rule = c.length == 0 ? "has length 0"
                                : c.rows == 0 ? "has 0 rows"
                                : c.src_stride < c.length || c.dst_stride < c.length
@@ -894,29 +870,29 @@ absl::StatusOr<uint64_t> CheckedBytes(const Transfer& request, const std::string
           "%u (destination); nothing was written",
           context, i, request.copies.size(), rule, c.rows, c.length, c.src_stride, c.dst_stride));
     }
-    if (!transport::RangeInside(c.src_offset, src_span, 0, request.source_length)) {
+    if (!transport::RangeInside(c.src_offset, m.span_a, 0, request.source_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: copy %d of %d: source [%u, +%u) lies outside the source region's %u bytes; "
           "nothing was written",
-          context, i, request.copies.size(), c.src_offset, src_span, request.source_length));
+          context, i, request.copies.size(), c.src_offset, m.span_a, request.source_length));
     }
     const uint64_t address = request.remote_base + c.dst_offset;
-    if (address < request.remote_base || !request.remote->Find(address, dst_span).has_value()) {
+    if (address < request.remote_base || !request.remote->Find(address, m.span_b).has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: copy %d of %d: destination base 0x%x + offset %u, %u bytes, lies inside none of "
           "the peer's %d registered regions; nothing was written",
-          context, i, request.copies.size(), request.remote_base, c.dst_offset, dst_span,
+          context, i, request.copies.size(), request.remote_base, c.dst_offset, m.span_b,
           request.remote->size()));
     }
     if (request.remote_length > 0 &&
-        !transport::RangeInside(c.dst_offset, dst_span, 0, request.remote_length)) {
+        !transport::RangeInside(c.dst_offset, m.span_b, 0, request.remote_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: copy %d of %d: destination offset %u, %u bytes, lies outside the destination's "
           "arena of %u bytes at 0x%x; nothing was written",
-          context, i, request.copies.size(), c.dst_offset, dst_span, request.remote_length,
+          context, i, request.copies.size(), c.dst_offset, m.span_b, request.remote_length,
           request.remote_base));
     }
-    total += payload;
+    total += m.payload;
   }
   return total;
 }

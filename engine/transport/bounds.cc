@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
+#include "engine/base/rows.h"
 
 namespace kvrail::transport {
 
@@ -136,50 +137,38 @@ absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: 0 rows; every write moves at least one row", i, writes.size()));
     }
-    uint64_t payload = 0;
-    uint64_t local_span = w.length;
-    uint64_t remote_span = w.length;
-    if (w.rows > 1) {
-      if (!strided) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("write %d of %d: %u rows; this transport takes one row a write", i,
-                            writes.size(), w.rows));
-      }
-      if (w.local_stride < w.length || w.remote_stride < w.length) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "write %d of %d: strides %u (source) and %u (destination) below the row length %u; "
-            "rows must not overlap",
-            i, writes.size(), w.local_stride, w.remote_stride, w.length));
-      }
-      uint64_t local_step = 0;
-      uint64_t remote_step = 0;
-      if (__builtin_mul_overflow(w.rows, w.length, &payload) ||
-          __builtin_mul_overflow(w.rows - 1, w.local_stride, &local_step) ||
-          __builtin_mul_overflow(w.rows - 1, w.remote_stride, &remote_step) ||
-          __builtin_add_overflow(local_step, w.length, &local_span) ||
-          __builtin_add_overflow(remote_step, w.length, &remote_span)) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("write %d of %d: %u rows of %u bytes at strides %u and %u pass 2^64", i,
-                            writes.size(), w.rows, w.length, w.local_stride, w.remote_stride));
-      }
-    } else {
-      payload = w.length;
+    if (w.rows > 1 && !strided) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("write %d of %d: %u rows; this transport takes one row a write", i,
+                          writes.size(), w.rows));
     }
-    if (payload > max_write_bytes) {
+    if (w.rows > 1 && (w.local_stride < w.length || w.remote_stride < w.length)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "write %d of %d: strides %u (source) and %u (destination) below the row length %u; "
+          "rows must not overlap",
+          i, writes.size(), w.local_stride, w.remote_stride, w.length));
+    }
+    RowsMeasure m;
+    if (!MeasureRows(w.rows, w.length, w.local_stride, w.remote_stride, &m)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("write %d of %d: %u rows of %u bytes at strides %u and %u pass 2^64", i,
+                          writes.size(), w.rows, w.length, w.local_stride, w.remote_stride));
+    }
+    if (m.payload > max_write_bytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("write %d of %d: %u bytes exceed the transport's max_write_bytes %u", i,
-                          writes.size(), payload, max_write_bytes));
+                          writes.size(), m.payload, max_write_bytes));
     }
-    if (!RangeInside(w.local_offset, local_span, 0, source_length)) {
+    if (!RangeInside(w.local_offset, m.span_a, 0, source_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: source [%u, +%u) lies outside the source region's %u bytes", i,
-          writes.size(), w.local_offset, local_span, source_length));
+          writes.size(), w.local_offset, m.span_a, source_length));
     }
-    const std::optional<int> region = remote.Find(w.remote_address, remote_span);
+    const std::optional<int> region = remote.Find(w.remote_address, m.span_b);
     if (!region.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: destination [0x%x, +%u) lies inside none of the peer's %d regions", i,
-          writes.size(), w.remote_address, remote_span, remote.size()));
+          writes.size(), w.remote_address, m.span_b, remote.size()));
     }
     if (region_of != nullptr) region_of->push_back(*region);
   }

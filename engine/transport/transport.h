@@ -130,10 +130,10 @@ struct Write {
   uint64_t remote_stride = 0;
 };
 
-// The bytes a write moves (rows x length) and the span of its rows at the peer.
+// The bytes a write moves (rows x length) and the span of its rows at the peer, for a write
+// CheckWrites accepted (engine/base/rows.h measures any).
 inline uint64_t PayloadBytes(const Write& w) { return w.rows * w.length; }
 inline uint64_t RemoteSpan(const Write& w) { return (w.rows - 1) * w.remote_stride + w.length; }
-inline uint64_t LocalSpan(const Write& w) { return (w.rows - 1) * w.local_stride + w.length; }
 
 // Host memory that Transport::Allocate made and registered, and how another process on this
 // host maps the same pages: it opens /proc/<this process's pid>/fd/<fd> read-write and maps it;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
+#include "engine/base/rows.h"
 
 namespace kvrail::transport::am {
 
@@ -184,21 +185,16 @@ void AmTarget::OnRows(const AmHeader& header, const std::byte* data, uint64_t le
   Inbound& in = inbound_[header.token];
   ++in.handled;
   PackedRows rows;
-  uint64_t bytes = 0;
-  uint64_t step = 0;
-  uint64_t span = 0;
-  const bool well_formed =
-      whole && length >= sizeof(PackedRows) &&
-      (std::memcpy(&rows, data, sizeof(rows)), rows.rows > 0 && rows.length > 0) &&
-      !__builtin_mul_overflow(rows.rows, rows.length, &bytes) &&
-      bytes == length - sizeof(PackedRows) && (rows.rows == 1 || header.b >= rows.length) &&
-      !__builtin_mul_overflow(rows.rows - 1, header.b, &step) &&
-      !__builtin_add_overflow(step, rows.length, &span);
+  RowsMeasure m;
+  const bool well_formed = whole && length >= sizeof(PackedRows) &&
+                           (std::memcpy(&rows, data, sizeof(rows)),
+                            MeasureRows(rows.rows, rows.length, header.b, header.b, &m)) &&
+                           m.payload == length - sizeof(PackedRows);
   // Bounds before bytes: the rows' whole span inside one region registered now, or none lands.
   if (!well_formed) {
     in.Refuse(header.a, length);
-  } else if (!landing.Registered(header.a, span)) {
-    in.Refuse(header.a, span);
+  } else if (!landing.Registered(header.a, m.span_b)) {
+    in.Refuse(header.a, m.span_b);
   } else {
     const std::byte* from = data + sizeof(PackedRows);
     for (uint64_t row = 0; row < rows.rows; ++row) {
