@@ -143,6 +143,10 @@ class PrefillSidecar final : public SidecarCore {
   void SubmitPreparedLocked(const std::shared_ptr<Preparation>& preparation);
   // `session`'s link is not warm any more (dropped, or its session replaced or gone).
   void ForgetWarmLinkLocked(const std::string& session);
+  // Whether a room's copies are streamed as strided copies (a head-sliced page's rows as one):
+  // not where they are hashed (`hashed`) or staged, nor under --naive-copies or
+  // --no-strided-copies, which take a copy per row.
+  bool StridedCopies(bool hashed) const;
   // Logs, once per registration, how a route's rooms are copied: whole pages, or head-sliced
   // rows as strided copies (and whether the transport takes them whole) or one copy per row.
   void LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer);

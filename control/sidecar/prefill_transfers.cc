@@ -269,11 +269,9 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   // and --no-strided-copies one per row merged where contiguous, for measurement only. Hashing
   // and staging take one copy per row.
   const bool staged = staging != nullptr;
-  const bool strided =
-      !job.digest && !staged && !options.naive_copies && !options.no_strided_copies;
   absl::StatusOr<std::unique_ptr<CopySource>> stream =
       plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest,
-                       job.layers, !options.naive_copies, strided);
+                       job.layers, !options.naive_copies, StridedCopies(job.digest));
   if (!stream.ok()) {
     slot.error = stream.status();
   } else if (!job.digest && !staged) {
@@ -397,6 +395,10 @@ void PrefillSidecar::SubmitPreparedLocked(const std::shared_ptr<Preparation>& pr
   });
 }
 
+bool PrefillSidecar::StridedCopies(bool hashed) const {
+  return !hashed && staging == nullptr && !options.naive_copies && !options.no_strided_copies;
+}
+
 void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer) {
   std::weak_ptr<const session::DecodePeer>& logged = logged_routes[peer->registration.session_id];
   if (logged.lock() == peer) return;
@@ -412,15 +414,13 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
   }
   std::string copies = "whole pages";
   if (row_bytes > 0) {
-    // As PrepareDestination decides: a room hashed (its final work) or staged, or these
-    // measurement flags, take a copy per row.
+    // A hashed room's final work is hashed (PrepareDestination's job.digest).
     const bool hashed = options.verify_digest && gate.KeyFor(peer->reply_endpoint).has_value();
-    const bool strided =
-        !hashed && staging == nullptr && !options.naive_copies && !options.no_strided_copies;
     copies = absl::StrCat(
         "head-sliced rows of ", row_bytes, " bytes, ", rows, " a page: ",
-        !strided ? "a copy per row (a hashed room's last work, a staged arena, --naive-copies or "
-                   "--no-strided-copies)"
+        !StridedCopies(hashed)
+            ? "a copy per row (a hashed room's last work, a staged arena, --naive-copies or "
+              "--no-strided-copies)"
         : transport->capabilities().strided_writes
             ? "a strided copy per page, posted whole"
             : "a strided copy per page, posted a row a write (the transport takes no rows)");
