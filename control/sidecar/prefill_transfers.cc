@@ -404,26 +404,37 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
   if (logged.lock() == peer) return;
   logged = peer;
   // The widest row fragment, if any: a mismatched TP's head-sliced rows (CACHEPD §6.8).
-  int64_t rows = 1;
-  int64_t row_bytes = 0;
+  const plan::BoundFragment* widest = nullptr;
   for (const plan::BoundFragment& f : peer->copy_plan->fragments()) {
-    if (f.rows > 1 && f.bytes_per_row > row_bytes) {
-      rows = f.rows;
-      row_bytes = f.bytes_per_row;
-    }
+    if (f.rows > 1 && (widest == nullptr || f.bytes_per_row > widest->bytes_per_row)) widest = &f;
   }
   std::string copies = "whole pages";
-  if (row_bytes > 0) {
+  if (widest != nullptr) {
     // A hashed room's final work is hashed (PrepareDestination's job.digest).
     const bool hashed = options.verify_digest && gate.KeyFor(peer->reply_endpoint).has_value();
-    copies = absl::StrCat(
-        "head-sliced rows of ", row_bytes, " bytes, ", rows, " a page: ",
-        !StridedCopies(hashed)
-            ? "a copy per row (a hashed room's last work, a staged arena, --naive-copies or "
-              "--no-strided-copies)"
-        : transport->capabilities().strided_writes
-            ? "a strided copy per page, posted whole"
-            : "a strided copy per page, posted a row a write (the transport takes no rows)");
+    const transport::Capabilities& caps = transport->capabilities();
+    const uint64_t most =
+        transport::MaxRowsPerWrite(caps, widest->bytes_per_row, widest->dst_row_stride);
+    std::string posted;
+    if (!StridedCopies(hashed)) {
+      posted =
+          "a copy per row (a hashed room's last work, a staged arena, --naive-copies or "
+          "--no-strided-copies)";
+    } else if (caps.strided_writes) {
+      posted = "a strided copy per page, posted whole";
+    } else if (most >= static_cast<uint64_t>(widest->rows)) {
+      posted = absl::StrCat("a strided copy per page, posted as one write gathering its ",
+                            widest->rows, " rows");
+    } else if (most > 1) {
+      posted = absl::StrCat("a strided copy per page, posted as writes gathering up to ", most,
+                            " rows each");
+    } else {
+      posted =
+          absl::StrCat("a strided copy per page, posted a row a write (the transport takes no rows",
+                       caps.max_gather_rows > 1 ? " landing apart" : "", ")");
+    }
+    copies = absl::StrCat("head-sliced rows of ", widest->bytes_per_row, " bytes, ", widest->rows,
+                          " a page: ", posted);
   }
   spdlog::info("event=route session={} decode_rank={} of {} fragments={} copies=\"{}\"",
                peer->registration.session_id, peer->registration.decode_tp_rank,

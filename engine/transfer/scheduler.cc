@@ -36,10 +36,10 @@ constexpr size_t kStreamChunk = 4096;
 
 // The next write of copy `c`, from `offset` bytes of its payload on: a slice of a one-row copy;
 // for a strided copy, as many whole rows as `limit` bytes (and the slice) hold, at least one,
-// as one strided write where the transport takes them (`strided`), else one row, or one slice
-// of a row longer than the slice.
-Write NextWrite(const Copy& c, uint64_t offset, uint64_t limit, uint64_t slice, bool strided,
-                uint64_t remote_base) {
+// and at most what the transport takes in one write (`caps`, MaxRowsPerWrite), else one row,
+// or one slice of a row longer than the slice.
+Write NextWrite(const Copy& c, uint64_t offset, uint64_t limit, uint64_t slice,
+                const transport::Capabilities& caps, uint64_t remote_base) {
   if (c.rows == 1) {
     return Write{.local_offset = c.src_offset + offset,
                  .remote_address = remote_base + c.dst_offset + offset,
@@ -49,12 +49,13 @@ Write NextWrite(const Copy& c, uint64_t offset, uint64_t limit, uint64_t slice, 
   const uint64_t in_row = offset % c.length;
   const uint64_t src = c.src_offset + row * c.src_stride + in_row;
   const uint64_t dst = remote_base + c.dst_offset + row * c.dst_stride + in_row;
-  if (!strided || in_row != 0 || c.length > slice) {
+  const uint64_t most = transport::MaxRowsPerWrite(caps, c.length, c.dst_stride);
+  if (most <= 1 || in_row != 0 || c.length > slice) {
     return Write{
         .local_offset = src, .remote_address = dst, .length = std::min(slice, c.length - in_row)};
   }
   const uint64_t rows =
-      std::min(c.rows - row, std::max<uint64_t>(1, std::min(slice, limit) / c.length));
+      std::min({c.rows - row, most, std::max<uint64_t>(1, std::min(slice, limit) / c.length)});
   return Write{.local_offset = src,
                .remote_address = dst,
                .length = c.length,
@@ -200,7 +201,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   int lanes = 1;
   absl::Duration fence_timeout;
   bool disconnect_fences = true;  // Capabilities::disconnect_fences
-  bool strided = false;           // Capabilities::strided_writes: a strided copy's rows go whole
+  transport::Capabilities caps;   // the transport's: how many rows one write may carry
 
   // Lock order: peers_mu, a PeerQueue's mu, a TransferStripe's mu, mu. A landed transfer takes its
   // peer's queue and its stripe only; mu is the delivery thread's (failures, deadlines).
@@ -434,7 +435,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       const CopyList& copies = transfer->request.copies;
       const uint64_t remote_base = transfer->request.remote_base;
       const uint64_t first_len = PayloadBytes(NextWrite(
-          copies[transfer->next_copy], transfer->next_offset, slice, slice, strided, remote_base));
+          copies[transfer->next_copy], transfer->next_offset, slice, slice, caps, remote_base));
       const int lane = PickLane(q, first_len);
       if (lane < 0) return;  // every lane is full: a completion pumps again
       // A transfer smaller than the lanes' bounds together is cut so that every lane carries a
@@ -463,7 +464,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         const Copy& c = copies[copy];
         const uint64_t room_left = batch.empty() ? budget : budget - std::min(budget, bytes);
         const Write w = NextWrite(c, offset, std::min(room_left, (batch_cap - rows) * c.length),
-                                  slice, strided, remote_base);
+                                  slice, caps, remote_base);
         const uint64_t length = PayloadBytes(w);
         if (!batch.empty() && bytes + length > budget) break;
         batch.push_back(w);
@@ -779,7 +780,7 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
   core_->lanes = std::max(1, caps.lanes);
   core_->fence_timeout = options.fence_timeout;
   core_->disconnect_fences = caps.disconnect_fences;
-  core_->strided = caps.strided_writes;
+  core_->caps = caps;
   core_->delivery = std::thread([core = core_.get()] { core->Run(); });
   NameThread(core_->delivery, "kvrail-sched");
 }

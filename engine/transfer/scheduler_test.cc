@@ -44,6 +44,12 @@ class WatchingTransport final : public transport::Transport {
   void DisconnectDoesNotFence() { capabilities_.disconnect_fences = false; }
   // Before a scheduler is made: a backend that takes one row a write (verbs).
   void TakesOneRowAWrite() { capabilities_.strided_writes = false; }
+  // Before a scheduler is made: a backend that gathers up to `rows` rows into contiguous bytes
+  // at the peer and takes no other strided write (verbs' scatter-gather lists).
+  void GathersUpTo(uint32_t rows) {
+    capabilities_.strided_writes = false;
+    capabilities_.max_gather_rows = rows;
+  }
   absl::StatusOr<RegionId> Register(const transport::LocalRegion& r) override {
     return inner_->Register(r);
   }
@@ -590,6 +596,39 @@ TEST(SchedulerTest, ATransportOfOneRowAWriteGetsAStridedCopysRows) {
   EXPECT_EQ(f.watch->max_rows(), 1u);
   EXPECT_EQ(f.watch->writes(), 64u * 16);
   ExpectExactly(f, copies);
+}
+
+// A transport that gathers rows into contiguous bytes (verbs' scatter-gather lists, here 6 a
+// write) gets a source-strided copy landing back to back (a 1:2 route's) as writes of up to 6
+// rows, and a destination-strided copy's rows one by one; both land exactly.
+TEST(SchedulerTest, AGatheringTransportGetsSourceStridedRowsGatheredAndOthersOneByOne) {
+  Fixture f(8 * kMiB);
+  f.watch->GathersUpTo(6);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  CopyList gathered;
+  for (uint64_t p = 0; p < 64; ++p) {
+    gathered.push_back(Copy{.src_offset = p * 32 * kKiB + 512,
+                            .dst_offset = p * 16 * kKiB,
+                            .length = kKiB,
+                            .rows = 16,
+                            .src_stride = 2 * kKiB,
+                            .dst_stride = kKiB});
+  }
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(1, gathered, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  ASSERT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
+  EXPECT_EQ(f.watch->max_rows(), 6u);
+  EXPECT_EQ(f.watch->writes(), 64u * 3);  // 6 + 6 + 4 rows a page
+  ExpectExactly(f, gathered);
+  const CopyList apart = HeadSliced(16);
+  std::fill(f.destination.begin(), f.destination.end(), 0);
+  const uint64_t before = f.watch->writes();
+  ASSERT_TRUE(scheduler.Submit(f.MakeTransfer(2, apart, outcomes.Callback())).ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  ASSERT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+  EXPECT_EQ(f.watch->writes() - before, 16u * 16);
+  ExpectExactly(f, apart);
 }
 
 // A strided copy is checked by the span of its rows: one whose last row leaves the destination's

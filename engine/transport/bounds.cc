@@ -121,7 +121,7 @@ absl::Status CheckLocalRegion(const LocalRegion& region, bool gpu_memory) {
 }
 
 absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
-                         const RemoteRegions& remote, uint64_t max_write_bytes, bool strided,
+                         const RemoteRegions& remote, const Capabilities& caps,
                          std::vector<int>* region_of) {
   if (writes.empty()) {
     return absl::InvalidArgumentError("batch has no writes; post at least one");
@@ -137,10 +137,17 @@ absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
       return absl::InvalidArgumentError(absl::StrFormat(
           "write %d of %d: 0 rows; every write moves at least one row", i, writes.size()));
     }
-    if (w.rows > 1 && !strided) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("write %d of %d: %u rows; this transport takes one row a write", i,
-                          writes.size(), w.rows));
+    if (w.rows > MaxRowsPerWrite(caps, w.length, w.remote_stride)) {
+      if (caps.max_gather_rows <= 1) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("write %d of %d: %u rows; this transport takes one row a write", i,
+                            writes.size(), w.rows));
+      }
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "write %d of %d: %u rows of %u bytes landing %u apart; this transport takes rows only "
+          "gathered into contiguous bytes at the peer (a destination stride equal to the "
+          "length), at most %u a write",
+          i, writes.size(), w.rows, w.length, w.remote_stride, caps.max_gather_rows));
     }
     if (w.rows > 1 && (w.local_stride < w.length || w.remote_stride < w.length)) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -154,10 +161,10 @@ absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
           absl::StrFormat("write %d of %d: %u rows of %u bytes at strides %u and %u pass 2^64", i,
                           writes.size(), w.rows, w.length, w.local_stride, w.remote_stride));
     }
-    if (m.payload > max_write_bytes) {
+    if (m.payload > caps.max_write_bytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("write %d of %d: %u bytes exceed the transport's max_write_bytes %u", i,
-                          writes.size(), m.payload, max_write_bytes));
+                          writes.size(), m.payload, caps.max_write_bytes));
     }
     if (!RangeInside(w.local_offset, m.span_a, 0, source_length)) {
       return absl::InvalidArgumentError(absl::StrFormat(

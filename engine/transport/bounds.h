@@ -71,14 +71,14 @@ absl::Status CheckPeerKind(const v1::HandshakeDescriptor& peer, v1::TransportKin
                            absl::string_view name);
 
 // Checks a whole batch before any byte moves. InvalidArgument, naming the first bad write by
-// index, for: an empty batch; a write of length 0, or of 0 rows, or moving more than
-// `max_write_bytes`; a strided write (rows > 1) where `strided` is false, or with a stride
+// index, for: an empty batch; a write of length 0, or of 0 rows, or moving more than `caps`'
+// max_write_bytes; a write of more rows than MaxRowsPerWrite allows on `caps`, or with a stride
 // below its length; a source span (every row's bytes) outside [0, source_length); a destination
 // span not inside one of `remote`'s regions. Overflow-safe. With `region_of`, on success it holds
 // each write's region index (RemoteRegions::Find), so a backend posting the batch need not look
 // them up again.
 absl::Status CheckWrites(absl::Span<const Write> writes, uint64_t source_length,
-                         const RemoteRegions& remote, uint64_t max_write_bytes, bool strided,
+                         const RemoteRegions& remote, const Capabilities& caps,
                          std::vector<int>* region_of = nullptr);
 
 }  // namespace kvrail::transport

@@ -92,10 +92,23 @@ struct Capabilities {
   // proves it.
   bool disconnect_fences = true;
   // Whether a Write may carry several rows (Write::rows > 1): a head-sliced page moved as one
-  // unit. Where false, the scheduler posts one Write per row, and a batch with a strided write
-  // is refused (CheckWrites).
+  // unit. Where false, the scheduler posts one Write per row, except as max_gather_rows allows,
+  // and a batch with any other strided write is refused (CheckWrites).
   bool strided_writes = false;
+  // Where strided_writes is false: the most rows one Write may gather from a strided source
+  // into contiguous bytes at the peer (remote_stride == length), as one RDMA write with a
+  // scatter-gather list of that many entries (verbs: the devices' max_sge, queried). 1: none.
+  uint32_t max_gather_rows = 1;
 };
+
+// The most rows one Write of `length`-byte rows landing `remote_stride` apart may carry on a
+// backend of `caps`: any number where it takes strided writes; up to max_gather_rows where the
+// rows land as contiguous bytes; else 1. The scheduler cuts writes by it and CheckWrites holds
+// batches to it.
+inline uint64_t MaxRowsPerWrite(const Capabilities& caps, uint64_t length, uint64_t remote_stride) {
+  if (caps.strided_writes) return UINT64_MAX;
+  return remote_stride == length ? caps.max_gather_rows : 1;
+}
 
 // Events of a transport's life that change no result but an operator wants counted.
 struct TransportCounters {
@@ -117,7 +130,7 @@ using PeerId = uint32_t;
 
 // One one-sided write: `length` bytes from `local_offset` in the batch's source region to
 // `remote_address`, an absolute address inside one of the peer's descriptor regions. With
-// `rows` > 1 (only where Capabilities::strided_writes) it writes that many rows of `length`
+// `rows` > 1 (only as MaxRowsPerWrite allows) it writes that many rows of `length`
 // bytes, row r from local_offset + r * local_stride to remote_address + r * remote_stride (each
 // stride at least `length`); every row lies inside the source region and inside the same one of
 // the peer's regions.

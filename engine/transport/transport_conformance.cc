@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/transport/completion_recorder.h"
 #include "engine/transport/transport.h"
@@ -178,7 +179,9 @@ TEST_P(TransportConformanceTest, AStridedWriteLandsEveryRowAndNothingBetween) {
                                 recorder.Callback(static_cast<int>(b)));
     if (!pair.sender->capabilities().strided_writes) {
       EXPECT_EQ(posted.code(), absl::StatusCode::kInvalidArgument) << posted;
-      EXPECT_NE(posted.message().find("16 rows; this transport takes one row a write"),
+      EXPECT_NE(posted.message().find(pair.sender->capabilities().max_gather_rows > 1
+                                          ? "16 rows of 1024 bytes landing 2048 apart"
+                                          : "16 rows; this transport takes one row a write"),
                 absl::string_view::npos)
           << posted;
       EXPECT_TRUE(pair.FlushAndWait().ok());
@@ -204,6 +207,73 @@ TEST_P(TransportConformanceTest, AStridedWriteLandsEveryRowAndNothingBetween) {
   EXPECT_EQ(std::memcmp(&pair.destination[2 * kPages * kRows * kRow],
                         &pair.source[kPages * kRows * kRow], kRow),
             0);
+}
+
+// Rows gathered from a strided source into contiguous bytes at the peer (issue 31: a 1:2
+// route's pages; verbs' scatter-gather lists): 32 pages of 16 rows of 1 KiB, the source's every
+// other KiB, the destination's back to back, as many rows a write as the backend takes
+// (MaxRowsPerWrite), over every lane. Every row lands in order and the source's rows between
+// stay unsent. A backend that gathers a limited number of rows refuses a write of one more
+// whole, writing nothing.
+TEST_P(TransportConformanceTest, RowsGatheredFromAStridedSourceLandBackToBack) {
+  constexpr uint64_t kRow = 1024;
+  constexpr uint64_t kRows = 16;
+  constexpr int kPages = 32;
+  Pair pair(GetParam(), 2 * kPages * kRows * kRow, kPages * kRows * kRow + kRow);
+  const Capabilities& caps = pair.sender->capabilities();
+  const uint64_t base = pair.destination_base();
+  const int lanes = caps.lanes;
+  if (!caps.strided_writes && caps.max_gather_rows > 1) {
+    const uint64_t over = caps.max_gather_rows + 1;
+    const Write too_many{.local_offset = 0,
+                         .remote_address = base,
+                         .length = 8,
+                         .rows = over,
+                         .local_stride = 16,
+                         .remote_stride = 8};
+    const absl::Status refused =
+        pair.sender->PostWrites(pair.peer, 0, pair.source_region, {&too_many, 1}, Ignore);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_NE(refused.message().find(absl::StrCat("at most ", caps.max_gather_rows, " a write")),
+              absl::string_view::npos)
+        << refused;
+    EXPECT_TRUE(pair.FlushAndWait().ok());
+    EXPECT_TRUE(AllZero(pair.destination));
+  }
+  const uint64_t per_write = std::min<uint64_t>(kRows, MaxRowsPerWrite(caps, kRow, kRow));
+  std::vector<Write> writes;
+  for (int p = 0; p < kPages; ++p) {
+    for (uint64_t r = 0; r < kRows; r += per_write) {
+      writes.push_back(Write{.local_offset = (p * kRows + r) * 2 * kRow,
+                             .remote_address = base + (p * kRows + r) * kRow,
+                             .length = kRow,
+                             .rows = per_write,
+                             .local_stride = 2 * kRow,
+                             .remote_stride = kRow});
+    }
+  }
+  constexpr size_t kPerBatch = 8;
+  const size_t batches = (writes.size() + kPerBatch - 1) / kPerBatch;
+  Recorder recorder(static_cast<int>(batches));
+  for (size_t b = 0; b < batches; ++b) {
+    const size_t n = std::min(kPerBatch, writes.size() - b * kPerBatch);
+    ASSERT_TRUE(pair.sender
+                    ->PostWrites(pair.peer, static_cast<int>(b) % lanes, pair.source_region,
+                                 absl::MakeConstSpan(writes).subspan(b * kPerBatch, n),
+                                 recorder.Callback(static_cast<int>(b)))
+                    .ok());
+  }
+  for (int lane = 0; lane < lanes; ++lane) ASSERT_TRUE(pair.FlushAndWait(lane).ok());
+  ASSERT_TRUE(recorder.WaitAll());
+  for (int op = 0; op < static_cast<int>(batches); ++op) {
+    EXPECT_TRUE(recorder.status(op).ok()) << op;
+  }
+  for (uint64_t r = 0; r < kPages * kRows; ++r) {
+    ASSERT_EQ(std::memcmp(&pair.destination[r * kRow], &pair.source[2 * r * kRow], kRow), 0)
+        << "row " << r;
+  }
+  EXPECT_TRUE(std::all_of(pair.destination.end() - kRow, pair.destination.end(),
+                          [](uint8_t b) { return b == 0; }));
 }
 
 TEST_P(TransportConformanceTest, OutOfBoundsDestinationRejectsWholeBatchAndWritesNothing) {

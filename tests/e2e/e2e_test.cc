@@ -42,6 +42,8 @@ struct Route {
   // Where the KV arenas must live: the sidecars' allocations ("ucx-shm" over shared memory,
   // "memfd" over tcp) by default, "posix-shm" with --arena engine.
   const char* placement;
+  // Where not empty: what prefill rank 0's log says of its route's copies (event=route).
+  const char* copies = "";
 };
 
 class DemoRouteTest : public ::testing::TestWithParam<Route> {};
@@ -98,6 +100,8 @@ TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
     EXPECT_TRUE(absl::StrContains(ReadText(absl::StrCat(logs, "/", process, ".log")), "info"))
         << process << ".log in " << logs;
   }
+  const std::string prefill = ReadText(logs + "/prefill-sidecar-0.log");
+  EXPECT_TRUE(absl::StrContains(prefill, GetParam().copies)) << prefill;
 }
 
 // A child that cannot start is named, with the reason it gave and what to do about it: here a
@@ -142,9 +146,14 @@ INSTANTIATE_TEST_SUITE_P(
         Route{"digests_two_stages_p2_d2",
               {"--prefill-tp", "2", "--decode-tp", "2", "--pp", "2", "--verify-digest"},
               "ucx-shm"},
-        // The raw verbs backend over the software provider (shared memory, never hardware).
-        Route{
-            "verbs_softverbs_p2_d1", {"--link", "verbs", "--verbs-provider", "softverbs"}, "memfd"},
+        // The raw verbs backend over the software provider (shared memory, never hardware):
+        // at 1:2 each decode rank's rows are gathered from the prefill's strided rows by
+        // scatter-gather lists; at 4:2 (below) they land apart, a write each.
+        Route{"verbs_softverbs_p1_d2",
+              {"--prefill-tp", "1", "--decode-tp", "2", "--link", "verbs", "--verbs-provider",
+               "softverbs"},
+              "memfd",
+              "a strided copy per page, posted as one write gathering its 16 rows"},
         Route{"verbs_softverbs_digests_p4_d2_engine_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--link", "verbs", "--verbs-provider",
                "softverbs", "--arena", "engine", "--verify-digest"},

@@ -43,6 +43,8 @@ using Wide = unsigned __int128;
 // Regions looked at by the quadratic model and the boundary queries; the rest are only parsed.
 constexpr int kModelRegions = 24;
 constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 30;
+// A transport that takes one row a write, of up to kMaxWriteBytes.
+transport::Capabilities OneRowAWrite() { return {.max_write_bytes = kMaxWriteBytes}; }
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 bool Inside(uint64_t address, uint64_t length, const v1::Region& r) {
@@ -132,7 +134,7 @@ void CheckRegions(const v1::HandshakeDescriptor& d) {
   std::vector<int> passing_regions;
   for (size_t i = 0; i < writes.size(); ++i) {
     const absl::Status one =
-        transport::CheckWrites({&writes[i], 1}, kMaxWriteBytes, *regions, kMaxWriteBytes, false);
+        transport::CheckWrites({&writes[i], 1}, kMaxWriteBytes, *regions, OneRowAWrite());
     Check(one.ok() == expected[i].has_value(), "CheckWrites disagrees with the model");
     if (one.ok()) {
       passing.push_back(writes[i]);
@@ -142,8 +144,7 @@ void CheckRegions(const v1::HandshakeDescriptor& d) {
   if (!passing.empty()) {
     std::vector<int> region_of;
     Check(
-        transport::CheckWrites(passing, kMaxWriteBytes, *regions, kMaxWriteBytes, false, &region_of)
-            .ok(),
+        transport::CheckWrites(passing, kMaxWriteBytes, *regions, OneRowAWrite(), &region_of).ok(),
         "a batch of writes that each pass fails");
     for (size_t i = 0; i < passing.size(); ++i) {
       Check(Inside(passing[i].remote_address, passing[i].length, d.regions(region_of[i])),

@@ -103,8 +103,7 @@ absl::Status FaultTransport::CheckCallLocked(PeerId peer, int lane, const Region
   if (region == regions_.end()) {
     return absl::NotFoundError(absl::StrFormat("source region %d is not registered", *source));
   }
-  return CheckWrites(writes, region->second, remote->second, capabilities_.max_write_bytes,
-                     capabilities_.strided_writes);
+  return CheckWrites(writes, region->second, remote->second, capabilities_);
 }
 
 bool FaultTransport::TakeInjectionLocked(Op op, Injection* taken) {

@@ -362,10 +362,8 @@ absl::Status LoopbackTransport::PostWrites(PeerId peer, int lane, RegionId sourc
     job.source = registered->entry;
   }
   // Bounds before bytes: the whole batch, outside the lock, before it is queued.
-  KVRAIL_RETURN_IF_ERROR(
-      AddContext(CheckWrites(writes, job.source->length, job.peer->regions,
-                             capabilities_.max_write_bytes, capabilities_.strided_writes),
-                 context));
+  KVRAIL_RETURN_IF_ERROR(AddContext(
+      CheckWrites(writes, job.source->length, job.peer->regions, capabilities_), context));
   job.writes.assign(writes.begin(), writes.end());
   std::lock_guard<std::mutex> lock(mu_);
   return AddContext(Enqueue(std::move(job)), context);

@@ -269,9 +269,8 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
   }
   // Checked here, so that a bad batch is refused at once; the lane's thread sends it as it is.
   Op* op = home.TakeOpLocked();
-  if (absl::Status checked =
-          CheckWrites(writes, region->length, started.state->regions, capabilities_.max_write_bytes,
-                      capabilities_.strided_writes, &op->region_of);
+  if (absl::Status checked = CheckWrites(writes, region->length, started.state->regions,
+                                         capabilities_, &op->region_of);
       !checked.ok()) {
     op->region_of.clear();
     home.spare.emplace_back(op);

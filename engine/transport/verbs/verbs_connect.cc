@@ -51,9 +51,10 @@ absl::Status VerbsTransport::ConnectLanes(PeerState& peer, const std::vector<int
     }
     const Rail& rail = *rails_[rail_index];
     const v1::VerbsLaneAddress& remote = peer.lanes[remote_lane];
-    KVRAIL_ASSIGN_OR_RETURN(ibv_qp * raw,
-                            CreateQp(api_, rail, lane.cqs[rail_index], options_.max_send_wr,
-                                     absl::StrCat(rail.device(), ", lane ", lane_index)));
+    KVRAIL_ASSIGN_OR_RETURN(
+        ibv_qp * raw,
+        CreateQp(api_, rail, lane.cqs[rail_index], options_.max_send_wr, options_.max_send_sge,
+                 absl::StrCat(rail.device(), ", lane ", lane_index)));
     const uint32_t psn = RandomPsn();
     v1::VerbsConnectRequest request;
     request.set_connection_id(absl::StrCat(peer.connection_base, ".", lane_index, ".", generation));
@@ -151,6 +152,7 @@ v1::VerbsConnectReply VerbsTransport::OnConnectRequest(const v1::VerbsConnectReq
     LaneState& lane = *lanes_[remote.lane() % lanes_.size()];
     absl::StatusOr<ibv_qp*> qp =
         CreateQp(api_, *lane.rail, responder_cqs_[lane.rail_index], options_.max_send_wr,
+                 /*max_send_sge=*/1,
                  absl::StrCat(lane.rail->device(), ", lane ", lane.index, " (responder)"));
     if (!qp.ok()) return fail(qp.status());
     responder->qps.push_back(*qp);

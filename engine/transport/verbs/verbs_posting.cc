@@ -46,22 +46,28 @@ void VerbsTransport::PumpLocked(QpState& qp) {
     const uint32_t room = options_.max_send_wr - qp.outstanding;
     if (room == 0) return;
     const size_t count = std::min<size_t>(room, op->writes.size() - op->next);
+    // One work request a write; a write of several rows (gathered into contiguous bytes at the
+    // peer: CheckWrites held it to max_send_sge) is one scatter-gather entry a row.
+    size_t entries = 0;
+    for (size_t i = 0; i < count; ++i) entries += op->writes[op->next + i].rows;
     qp.wrs.resize(count);
-    qp.sges.resize(count);
+    qp.sges.resize(entries);
     LaneState& lane = *qp.lane;
     const uint32_t lkey = op->source->mrs[qp.rail]->lkey;
     const PeerState& peer = *qp.peer;
+    ibv_sge* sge = qp.sges.data();
     for (size_t i = 0; i < count; ++i) {
       const Write& write = op->writes[op->next + i];
-      ibv_sge& sge = qp.sges[i];
-      sge.addr = op->source->base + write.local_offset;
-      sge.length = static_cast<uint32_t>(write.length);
-      sge.lkey = lkey;
       ibv_send_wr& wr = qp.wrs[i];
       wr = {};
       wr.wr_id = qp.next_wr + i;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      wr.sg_list = sge;
+      wr.num_sge = static_cast<int>(write.rows);
+      for (uint64_t row = 0; row < write.rows; ++row, ++sge) {
+        sge->addr = op->source->base + write.local_offset + row * write.local_stride;
+        sge->length = static_cast<uint32_t>(write.length);
+        sge->lkey = lkey;
+      }
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.send_flags = i + 1 == count ? IBV_SEND_SIGNALED : 0;
       wr.wr.rdma.remote_addr = write.remote_address;

@@ -44,7 +44,8 @@ std::string WcStatusText(ibv_wc_status status) {
 }
 
 absl::StatusOr<ibv_qp*> CreateQp(const VerbsApi& api, const Rail& rail, ibv_cq* cq,
-                                 uint32_t max_send_wr, const std::string& where) {
+                                 uint32_t max_send_wr, uint32_t max_send_sge,
+                                 const std::string& where) {
   ibv_qp_init_attr init = {};
   init.send_cq = cq;
   init.recv_cq = cq;
@@ -52,7 +53,7 @@ absl::StatusOr<ibv_qp*> CreateQp(const VerbsApi& api, const Rail& rail, ibv_cq* 
   init.sq_sig_all = 0;
   init.cap.max_send_wr = max_send_wr;
   init.cap.max_recv_wr = 1;
-  init.cap.max_send_sge = 1;
+  init.cap.max_send_sge = max_send_sge;
   init.cap.max_recv_sge = 1;
   ibv_qp* qp = api.create_qp(rail.pd(), &init);
   if (qp == nullptr) return VerbsCallError("ibv_create_qp", errno, where);

@@ -27,10 +27,12 @@ uint32_t RandomPsn();
 // The text of a work completion's status, as rdma-core names it, and what it usually means.
 std::string WcStatusText(ibv_wc_status status);
 
-// An RC QP on `rail` completing into `cq`, at most `max_send_wr` work requests outstanding, in
-// INIT (remote writes allowed). The verbs call's error, naming `where`, when one fails.
+// An RC QP on `rail` completing into `cq`, at most `max_send_wr` work requests outstanding of
+// at most `max_send_sge` scatter-gather entries each, in INIT (remote writes allowed). The verbs
+// call's error, naming `where`, when one fails.
 absl::StatusOr<ibv_qp*> CreateQp(const VerbsApi& api, const Rail& rail, ibv_cq* cq,
-                                 uint32_t max_send_wr, const std::string& where);
+                                 uint32_t max_send_wr, uint32_t max_send_sge,
+                                 const std::string& where);
 // INIT -> RTR towards `remote` at path MTU `mtu`.
 absl::Status QpToRtr(const VerbsApi& api, ibv_qp* qp, const Rail& rail,
                      const v1::VerbsQpInfo& remote, ibv_mtu mtu);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -182,6 +183,7 @@ absl::StatusOr<std::unique_ptr<Rail>> Rail::Open(const VerbsApi& api, ibv_device
     return VerbsError("ibv_query_device", rc, rail->device_);
   }
   rail->max_qp_wr_ = static_cast<uint32_t>(device_attr.max_qp_wr);
+  rail->max_sge_ = static_cast<uint32_t>(std::max(1, device_attr.max_sge));
   ibv_port_attr port = {};
   if (int rc = api.query_port(rail->context_, options.port, &port); rc != 0) {
     return VerbsError("ibv_query_port", rc, absl::StrCat(rail->device_, " port ", options.port));

@@ -80,6 +80,8 @@ class Rail {
   uint32_t gbps() const { return gbps_; }
   uint8_t link_layer() const { return link_layer_; }
   uint32_t max_qp_wr() const { return max_qp_wr_; }
+  // Scatter-gather entries a work request may carry on this device (ibv_device_attr::max_sge).
+  uint32_t max_sge() const { return max_sge_; }
 
  private:
   explicit Rail(const VerbsApi& api) : api_(api) {}
@@ -96,6 +98,7 @@ class Rail {
   uint32_t gbps_ = 0;
   uint8_t link_layer_ = IBV_LINK_LAYER_UNSPECIFIED;
   uint32_t max_qp_wr_ = 0;
+  uint32_t max_sge_ = 1;
 };
 
 // Opens one rail per named device (`devices`; empty: every device whose port is active), in the

@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<VerbsTransport>> VerbsTransport::Create(
         absl::StrCat("verbs: max_write_bytes must be in [1, 2^31] (an RDMA write's length), got ",
                      options.max_write_bytes));
   }
+  if (options.max_send_sge == 0) {
+    return absl::InvalidArgumentError(
+        "verbs: max_send_sge must be >= 1 (a write carries at least one entry), got 0");
+  }
   if (options.max_send_wr < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("verbs: max_send_wr must be >= 2, got ", options.max_send_wr));
@@ -68,6 +72,8 @@ absl::Status VerbsTransport::Init() {
                           OpenRails(api_, options_.devices, options_.port, options_.gid_index));
   for (const auto& rail : rails_) {
     options_.max_send_wr = std::min<uint32_t>(options_.max_send_wr, rail->max_qp_wr());
+    // A batch may move to another rail on failover: a write gathers what every rail takes.
+    options_.max_send_sge = std::min<uint32_t>(options_.max_send_sge, rail->max_sge());
   }
   capabilities_.name = "verbs";
   capabilities_.lanes = options_.lanes;
@@ -92,6 +98,7 @@ absl::Status VerbsTransport::Init() {
   capabilities_.max_write_bytes = options_.max_write_bytes;
   capabilities_.max_inflight_bytes_per_endpoint = options_.max_inflight_bytes_per_endpoint;
   capabilities_.disconnect_fences = true;
+  capabilities_.max_gather_rows = options_.max_send_sge;
 
   for (const auto& rail : rails_) {
     ibv_cq* cq = api_.create_cq(rail->context(), verbs_internal::kCqDepth, nullptr, nullptr, 0);
@@ -390,9 +397,8 @@ absl::Status VerbsTransport::PostWrites(PeerId peer, int lane, RegionId source,
     return absl::NotFoundError(absl::StrCat("PostWrites: region ", source, " is not registered"));
   }
   auto op = std::make_unique<Op>();
-  KVRAIL_RETURN_IF_ERROR(CheckWrites(writes, r->length, p->second->remote,
-                                     capabilities_.max_write_bytes, capabilities_.strided_writes,
-                                     &op->remote_region));
+  KVRAIL_RETURN_IF_ERROR(
+      CheckWrites(writes, r->length, p->second->remote, capabilities_, &op->remote_region));
   op->done = std::move(done);
   op->source = r->entry;
   op->writes.assign(writes.begin(), writes.end());

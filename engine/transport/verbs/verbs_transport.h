@@ -112,6 +112,10 @@ struct VerbsOptions {
   uint64_t max_inflight_bytes_per_endpoint = uint64_t{256} << 20;
   // Work requests outstanding per QP (capped by the device's max_qp_wr).
   uint32_t max_send_wr = 256;
+  // Scatter-gather entries a work request may carry (capped by every rail's device max_sge): a
+  // source-strided copy landing as contiguous bytes goes as one RDMA write gathering up to this
+  // many rows (Capabilities::max_gather_rows). 1 gathers none.
+  uint32_t max_send_sge = 30;
   // RC retry budget: 4.096 us x 2^timeout x (retry_cnt + 1) before a write to a silent peer fails
   // with IBV_WC_RETRY_EXC_ERR. 14 and 7: about 0.5 s.
   uint8_t qp_timeout = 14;

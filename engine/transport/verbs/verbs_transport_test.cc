@@ -1,10 +1,12 @@
 // The verbs backend's own behaviour beyond the Transport contract (verbs_conformance_test): its
 // descriptor, the connect exchange and what it refuses, chained posts longer than the send
 // queue, error completions and the QP that replaces a failed one, and multi-rail: lanes weighted
-// by link speed, a room striped over two rails, and a rail that fails mid-room costing no room.
+// by link speed, a room striped over two rails, a rail that fails mid-room costing no room, and
+// rows gathered by scatter-gather lists up to the device's max_sge.
 // All over the software provider (softverbs), whose faults stand in for a NIC's.
 #include "engine/transport/verbs/verbs_transport.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -81,6 +83,16 @@ class VerbsTransportTest : public ::testing::Test {
     }
   }
 
+  // Posts `writes` as one batch on lane 0, flushes the lane, and expects both to succeed.
+  void PostOnLaneZeroAndFlush(const std::vector<Write>& writes) {
+    Recorder recorder(2);
+    ASSERT_TRUE(sender_->PostWrites(peer_, 0, source_region_, writes, recorder.Callback(0)).ok());
+    ASSERT_TRUE(sender_->Flush(peer_, 0, recorder.Callback(1)).ok());
+    ASSERT_TRUE(recorder.WaitAll());
+    EXPECT_TRUE(recorder.status(0).ok()) << recorder.status(0);
+    EXPECT_TRUE(recorder.status(1).ok()) << recorder.status(1);
+  }
+
   std::unique_ptr<VerbsTransport> sender_, receiver_;
   std::vector<uint8_t> source_, destination_;
   RegionId source_region_ = 0;
@@ -147,13 +159,49 @@ TEST_F(VerbsTransportTest, ABatchLongerThanTheSendQueueIsPostedAsCompletionsFree
   // 512 writes of 16 KiB in one batch: 128 doorbells of 4 work requests.
   std::vector<Write> writes;
   for (uint64_t i = 0; i < 512; ++i) writes.push_back({i * 16384, Base() + i * 16384, 16384});
-  Recorder recorder(2);
-  ASSERT_TRUE(sender_->PostWrites(peer_, 0, source_region_, writes, recorder.Callback(0)).ok());
-  ASSERT_TRUE(sender_->Flush(peer_, 0, recorder.Callback(1)).ok());
-  ASSERT_TRUE(recorder.WaitAll());
-  EXPECT_TRUE(recorder.status(0).ok()) << recorder.status(0);
-  EXPECT_TRUE(recorder.status(1).ok()) << recorder.status(1);
+  PostOnLaneZeroAndFlush(writes);
   EXPECT_EQ(destination_, source_);
+}
+
+// A source-strided write landing as contiguous bytes is one RDMA write with a scatter-gather
+// list: as many entries as asked (max_send_sge) and the device takes (the software provider
+// says 16, and refuses a work request of more); longer batches of them post as completions
+// free room in the send queue, and every row lands in order.
+TEST_F(VerbsTransportTest, RowsGoAsScatterGatherListsCappedByTheDevicesMaxSge) {
+  {
+    auto asked_too_much = VerbsTransport::Create(Options(1, {"softverbs0"}));
+    ASSERT_TRUE(asked_too_much.ok()) << asked_too_much.status();
+    EXPECT_EQ((*asked_too_much)->capabilities().max_gather_rows, 16u);  // 30 asked, 16 offered
+    EXPECT_FALSE((*asked_too_much)->capabilities().strided_writes);
+    VerbsOptions none = Options(1, {"softverbs0"});
+    none.max_send_sge = 0;
+    const absl::Status refused = VerbsTransport::Create(none).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find("max_send_sge must be >= 1"), std::string::npos) << refused;
+  }
+  VerbsOptions options = Options(1, {"softverbs0"});
+  options.max_send_sge = 4;
+  options.max_send_wr = 4;
+  Pair(1, {"softverbs0"}, options);
+  ASSERT_EQ(sender_->capabilities().max_gather_rows, 4u);
+  // 1024 rows of 1 KiB, the source's every other KiB, back to back at the peer: 256 writes of
+  // 4 entries, 64 doorbells of 4 work requests.
+  constexpr uint64_t kRow = 1024;
+  std::vector<Write> writes;
+  for (uint64_t r = 0; r < 1024; r += 4) {
+    writes.push_back({.local_offset = 2 * r * kRow,
+                      .remote_address = Base() + r * kRow,
+                      .length = kRow,
+                      .rows = 4,
+                      .local_stride = 2 * kRow,
+                      .remote_stride = kRow});
+  }
+  PostOnLaneZeroAndFlush(writes);
+  for (uint64_t r = 0; r < 1024; ++r) {
+    ASSERT_EQ(std::memcmp(&destination_[r * kRow], &source_[2 * r * kRow], kRow), 0) << r;
+  }
+  EXPECT_TRUE(std::all_of(destination_.begin() + 1024 * kRow, destination_.end(),
+                          [](uint8_t b) { return b == 0; }));
 }
 
 TEST_F(VerbsTransportTest, AnErrorCompletionFailsItsBatchNamingTheStatusAndANewQpCarriesOn) {
