@@ -59,8 +59,11 @@ void OnPutDone(void* request, ucs_status_t status, void* user_data) {
   }
   switch (op->kind) {
     case OpKind::kFlush:
-      op->home->FinishFlush(
-          op, FromUcs(status, absl::StrFormat("flush to peer %d lane %d", op->peer->id, op->lane)));
+      // The context is formatted only for a failure: a flush per transfer is the common path.
+      op->home->FinishFlush(op, status == UCS_OK
+                                    ? absl::OkStatus()
+                                    : FromUcs(status, absl::StrFormat("flush to peer %d lane %d",
+                                                                      op->peer->id, op->lane)));
       return;
     case OpKind::kAmFlush:
       // Its message left; the peer's answer completes it (OnFlushReplyAm), or the endpoint's

@@ -85,6 +85,43 @@ struct Op {
   std::vector<int> region_of;
   // kClose: the peer, alive until its endpoint on this lane has closed.
   std::shared_ptr<PeerState> closing;
+
+  // As a new Op, but for the vectors' capacity, each kept up to its bound (Lane::Recycle). Every
+  // field above is reset here.
+  void Reset() {
+    peer = nullptr;
+    lane = 0;
+    kind = OpKind::kBatch;
+    requests = 0;
+    delivered = false;
+    status = absl::OkStatus();
+    done = nullptr;
+    home = nullptr;
+    seq = 0;
+    source = 0;
+    base = nullptr;
+    closing.reset();
+    ClearKeeping(headers, 4096);
+    ClearKeeping(rows, 4096);
+    ClearKeeping(plan, 4096);
+    const bool keep_gather = packed.capacity() <= 4096 && gather.capacity() <= 8192;
+    ClearKeeping(packed, keep_gather ? 4096 : 0);
+    ClearKeeping(gather, keep_gather ? 8192 : 0);
+    const bool keep_writes = writes.capacity() <= 1024;
+    ClearKeeping(writes, keep_writes ? 1024 : 0);
+    ClearKeeping(region_of, keep_writes ? SIZE_MAX : 0);
+  }
+
+ private:
+  // Empties `v`, keeping its storage only up to `most` elements.
+  template <typename T>
+  static void ClearKeeping(std::vector<T>& v, size_t most) {
+    if (v.capacity() > most) {
+      std::vector<T>().swap(v);
+    } else {
+      v.clear();
+    }
+  }
 };
 
 // A completion the lane's thread has taken from the worker, with its status, due to be
@@ -197,34 +234,11 @@ struct Lane {
   }
 
   // Keeps a finished op (or a job done with) for a later post, with its vectors' capacity up to
-  // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB).
+  // a bound (at most kSpareOps ops wait, each keeping at most 1024 writes, about 24 KiB). Resets
+  // it in place (Op::Reset): moving seven vectors out and back was 6 % of a lane's time at a
+  // transfer of one 64 KiB write.
   void Recycle(Op* op) {
-    std::vector<am::AmHeader> headers = std::move(op->headers);
-    std::vector<am::PackedWrite> packed = std::move(op->packed);
-    std::vector<am::PackedRows> rows = std::move(op->rows);
-    std::vector<am::AmMessage> plan = std::move(op->plan);
-    std::vector<ucp_dt_iov_t> gather = std::move(op->gather);
-    std::vector<Write> writes = std::move(op->writes);
-    std::vector<int> region_of = std::move(op->region_of);
-    headers.clear();
-    packed.clear();
-    rows.clear();
-    plan.clear();
-    gather.clear();
-    writes.clear();
-    region_of.clear();
-    *op = Op();
-    if (headers.capacity() <= 4096) op->headers = std::move(headers);
-    if (rows.capacity() <= 4096) op->rows = std::move(rows);
-    if (plan.capacity() <= 4096) op->plan = std::move(plan);
-    if (packed.capacity() <= 4096 && gather.capacity() <= 8192) {
-      op->packed = std::move(packed);
-      op->gather = std::move(gather);
-    }
-    if (writes.capacity() <= 1024) {
-      op->writes = std::move(writes);
-      op->region_of = std::move(region_of);
-    }
+    op->Reset();
     recycled.emplace_back(op);
   }
 
