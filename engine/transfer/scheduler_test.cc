@@ -690,6 +690,50 @@ TEST(SchedulerTest, AStreamedTransferLandsExactly) {
   EXPECT_TRUE(outcomes.Get(2).status.ok());
 }
 
+// A stream is pulled 64 copies first, then twice as many each time the source filled the last
+// pull, up to 4,096: a transfer of a few copies never makes a list for thousands.
+TEST(SchedulerTest, AStreamIsPulledInChunksThatGrowWhileTheSourceFillsThem) {
+  Fixture f(8 * kMiB);
+  class RecordingSource : public ListSource {
+   public:
+    RecordingSource(CopyList copies, size_t chunk, std::vector<size_t>& asked)
+        : ListSource(std::move(copies), chunk), asked_(asked) {}
+    size_t Next(Copy* out, size_t capacity) override {
+      asked_.push_back(capacity);
+      return ListSource::Next(out, capacity);
+    }
+
+   private:
+    std::vector<size_t>& asked_;
+  };
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const CopyList copies = Scattered(8 * kMiB, 512);  // 8,192 copies
+  std::vector<size_t> filled, short_handed;
+  ASSERT_TRUE(scheduler
+                  .Submit(Streamed(f, 1, std::make_unique<RecordingSource>(copies, 100000, filled),
+                                   outcomes.Callback()))
+                  .ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  ASSERT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
+  ExpectExactly(f, copies);
+  // 64 + 128 + ... + 4096 = 8128, then 64 copies left in a pull of 4096, then the end.
+  EXPECT_EQ(filled, (std::vector<size_t>{64, 128, 256, 512, 1024, 2048, 4096, 4096, 4096}));
+  // A source that hands out at most 100 a pull keeps the pull at 128.
+  std::fill(f.destination.begin(), f.destination.end(), 0);
+  ASSERT_TRUE(
+      scheduler
+          .Submit(Streamed(f, 2, std::make_unique<RecordingSource>(copies, 100, short_handed),
+                           outcomes.Callback()))
+          .ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  ASSERT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+  ASSERT_GE(short_handed.size(), 3u);
+  EXPECT_EQ(short_handed[0], 64u);
+  EXPECT_TRUE(std::all_of(short_handed.begin() + 1, short_handed.end(),
+                          [](size_t asked) { return asked == 128; }));
+}
+
 // The first byte first: a streamed transfer's first writes are posted once its first chunks are
 // pulled (a batch per lane), not once the in-flight bound is filled, which for small rows is
 // the whole transfer here (4 MiB of 512-byte copies, under the default bound).
