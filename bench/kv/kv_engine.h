@@ -12,8 +12,9 @@
 //
 // Time to the first byte: a thread polls the first 8 bytes of the room's first copy on decode
 // rank 0 (field layer.0.*, block 1, offset 0: the decode arena is zero there until the write
-// lands) from just before the Ready calls, every 50 microseconds, and stamps when they turn
-// non-zero (the pattern's 8 bytes are all zero with probability 2^-64). The first room of a
+// lands) from just before the Ready calls, every 50 microseconds (SCHED_FIFO where permitted),
+// and stamps when they turn non-zero (the pattern's 8 bytes are all zero with probability
+// 2^-64). The first room of a
 // case runs on a fresh connection: new sidecars, whose registration (CachePD) completes before
 // the timing starts, but whatever the prefill sets up on its first transfer to a new peer falls
 // inside it; later rooms run on a warm one.
