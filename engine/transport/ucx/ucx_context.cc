@@ -16,6 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "engine/transport/ucx/ucx_options.h"
 
 namespace kvrail::transport {
@@ -194,6 +196,22 @@ absl::StatusOr<Context> CreateContext(const UcxOptions& options) {
 }
 
 }  // namespace ucx_internal
+
+bool SharedMemoryOnly(const std::string& tls) {
+  if (tls.empty()) return false;  // UCX's default: every transport it finds, tcp among them
+  for (absl::string_view name : absl::StrSplit(tls, ',')) {
+    if (name != "sm" && name != "self" && name != "posix" && name != "sysv" && name != "xpmem" &&
+        name != "cma" && name != "knem") {
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t InflightBytesPerEndpoint(const UcxOptions& options) {
+  if (options.max_inflight_bytes_per_endpoint != 0) return options.max_inflight_bytes_per_endpoint;
+  return SharedMemoryOnly(options.tls) ? uint64_t{1} << 20 : uint64_t{64} << 20;
+}
 
 std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options) {
   std::vector<std::pair<std::string, std::string>> env;

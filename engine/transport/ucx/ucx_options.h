@@ -21,7 +21,10 @@ struct UcxOptions {
   // default.
   std::string net_devices;
   uint64_t max_write_bytes = uint64_t{16} << 20;
-  uint64_t max_inflight_bytes_per_endpoint = uint64_t{64} << 20;
+  // The scheduler's bound on bytes posted and not yet complete per peer and lane
+  // (Capabilities::max_inflight_bytes_per_endpoint). 0 chooses by `tls`
+  // (InflightBytesPerEndpoint): 1 MiB where only shared memory carries the bytes, else 64 MiB.
+  uint64_t max_inflight_bytes_per_endpoint = 0;
   // UCX's tcp segment sizes in bytes (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE). UCX's own
   // defaults (8 KiB and 64 KiB) cut every put into 8 KiB sends, each one send(2) and a trip
   // through the peer's progress; 64 KiB and 256 KiB moved 2.5x the bytes per second on this
@@ -42,6 +45,19 @@ struct UcxOptions {
   // DeadlineExceeded naming the peer. Create rejects a timeout that is not positive.
   absl::Duration connect_timeout = absl::Seconds(5);
 };
+
+// Whether `tls` names shared-memory transports only ("sm,self", "posix", ...): no byte of a
+// write leaves this host's memory.
+bool SharedMemoryOnly(const std::string& tls);
+
+// The in-flight bound a transport of `options` advises its scheduler: the one given, else by
+// link. Over shared memory a lane's writes are stores made when it reaches them, so a deep queue
+// buys nothing, and 1 MiB per peer and lane keeps the transfers of one prefill rank to several
+// decode ranks (a smaller TP's head-sliced rows, read from the same source pages) within reach
+// of each other in the cache: measured, 2:4 rooms 24-27 % and 1:2 rooms 6-16 % faster than at
+// 64 MiB, whole pages no slower (BENCHMARKS.md, "Strided copies"). Over tcp, 64 MiB keeps the link
+// busy without the collapse that unbounded puts bring.
+uint64_t InflightBytesPerEndpoint(const UcxOptions& options);
 
 // The UCX environment that gives another UCX program (ucx_perftest) the settings `options`
 // gives a UcxTransport beyond TLS and NET_DEVICES: {"UCX_TCP_TX_SEG_SIZE", "65536"}, ...

@@ -60,7 +60,7 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           .one_sided = true,
           .gpu_memory = false,
           .max_write_bytes = options.max_write_bytes,
-          .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
+          .max_inflight_bytes_per_endpoint = InflightBytesPerEndpoint(options),
           // Writes in the kernel's socket buffers or the peer's FIFO outlive a force close.
           .disconnect_fences = false,
           .strided_writes = true,

@@ -447,6 +447,19 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   EXPECT_TRUE(caps.strided_writes);
   EXPECT_FALSE(caps.gpu_memory);
   EXPECT_EQ(caps.max_write_bytes, 4 * kMiB);
+  // Over shared memory only, the scheduler is advised a shallow queue; over tcp a deep one; and
+  // a bound given wins.
+  EXPECT_EQ(caps.max_inflight_bytes_per_endpoint, 1 * kMiB);
+  EXPECT_EQ(UcxTransport::Create(Tcp()).value()->capabilities().max_inflight_bytes_per_endpoint,
+            64 * kMiB);
+  UcxOptions given = Sm();
+  given.max_inflight_bytes_per_endpoint = 8 * kMiB;
+  EXPECT_EQ(UcxTransport::Create(given).value()->capabilities().max_inflight_bytes_per_endpoint,
+            8 * kMiB);
+  EXPECT_TRUE(SharedMemoryOnly("sm,self"));
+  EXPECT_TRUE(SharedMemoryOnly("posix,cma"));
+  EXPECT_FALSE(SharedMemoryOnly("sm,tcp"));
+  EXPECT_FALSE(SharedMemoryOnly(""));
 }
 
 TEST(UcxTransportTest, DescriptorCarriesWorkerAddressesAndPackedRkeys) {
