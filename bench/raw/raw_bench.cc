@@ -650,9 +650,10 @@ absl::StatusOr<std::vector<RawRow>> MeasureHere(const RawBenchOptions& options,
       }
       // Over shared memory a put is a copy, and ucx_perftest's one buffer stays in cache where
       // kvrail's batch of distinct pages does not: measure kvrail with perftest's working set
-      // too, so the comparison can be read with that difference taken out.
+      // too, over one lane with perftest's bytes in flight, so that only the difference in what
+      // each does per write is left in the comparison.
       if (where.link == RawLink::kShm && row.working_set > block) {
-        absl::StatusOr<KvrailSession::Measured> one_block = measure(block, Lanes::kTuned);
+        absl::StatusOr<KvrailSession::Measured> one_block = measure(block, Lanes::kOne);
         if (!one_block.ok()) return one_block.status();
         row.one_block_gbps = one_block->window.gbps();
       }

@@ -213,7 +213,7 @@ std::string RowsToTable(const std::vector<RawRow>& rows) {
       "UCX_TCP_RX_SEG_SIZE), and kvrail / that. 1lane: kvrail with one lane, its scheduler "
       "bound to ucx_perftest's bytes in flight (-O x block); like = 1lane / tuned ucx_perftest "
       "(shm: / ucx_perftest), "
-      "the like-for-like ratio. 1blk (shm, batch > 1): kvrail writing every write "
+      "the like-for-like ratio. 1blk (shm, batch > 1): 1lane again, writing every write "
       "into one block, as ucx_perftest does, and kvrail / ucx_perftest then. memcpy: as many "
       "threads as kvrail's lanes, the same working set, in kvrail's pieces (a block or its "
       "slices). cpu kv / cpu pt: the whole machine's CPU busy / in the kernel (system, irq, "
