@@ -170,6 +170,7 @@ struct KvFlags {
   bool quiet = false;
   double max_room_gib = 4;
   double max_arena_gib = 12;
+  std::string log_dir;
 };
 
 int RunKv(const KvFlags& flags) {
@@ -192,6 +193,7 @@ int RunKv(const KvFlags& flags) {
   settings.kvrail = SelfExe();
   settings.max_room_bytes = static_cast<uint64_t>(flags.max_room_gib * (uint64_t{1} << 30));
   settings.progress = flags.quiet ? nullptr : stderr;
+  settings.log_dir = flags.log_dir;
   signal(SIGPIPE, SIG_IGN);  // a sidecar that dies must be an error, not our death
   absl::StatusOr<bench::KvSweepResult> result = bench::RunKvSweep(*options, settings);
   if (!result.ok()) return Fail(result.status(), kExitFailed);
@@ -263,6 +265,10 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
                "Print {\"cases\": [{\"shape\", \"prefill_tp\", \"decode_tp\", \"tokens\", "
                "\"link\", \"mode\", \"bytes\", \"copies\", \"coalesced_copies\", "
                "\"gbps\", \"p50_ms\", \"p99_ms\", \"first_byte_ms\", \"efficiency\", ...}]}");
+  kv->add_option("--log-dir", flags.log_dir,
+                 "Keep each process's log in <dir>/<case>/<run>/<process>.log (run: model, "
+                 "contiguous-baseline, rows, ...; default: a new directory under /tmp, removed "
+                 "when every case passed and named in the error when one failed)");
   kv->add_flag("--csv", flags.csv, "Print the cases as CSV");
   kv->add_option("--plot", flags.plot,
                  "Also draw GB/s against prompt length per link into this image (.png)");

@@ -37,6 +37,14 @@ std::string Label(const std::string& shape, int prefill_tp, int decode_tp, int64
   return absl::StrCat(shape, " ", prefill_tp, ":", decode_tp, " ", tokens, " tokens ", link);
 }
 
+// `text` as one part of a path: spaces and colons become '-' ("llama3-8b 2:1 4096 tokens shm"
+// -> "llama3-8b-2-1-4096-tokens-shm").
+std::string PathPart(std::string text) {
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return c == ' ' || c == ':' || c == '/'; }, '-');
+  return text;
+}
+
 // Nearest-rank percentile of `values` (not empty), q in (0, 1].
 double Percentile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
@@ -119,7 +127,19 @@ absl::StatusOr<std::vector<KvCaseFigures>> RunBeside(const std::vector<KvCaseSpe
   std::vector<KvCaseFigures> figures(specs.size());
   std::vector<std::unique_ptr<KvCaseRunner>> runners(specs.size());
   auto start = [&](size_t i) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<KvCaseRunner>> runner = KvCaseRunner::Start(specs[i]);
+    // Each run's processes log in a directory of their own under the case's: the runs of a case
+    // have processes of the same names, and a log file is appended to.
+    KvCaseSpec spec = specs[i];
+    if (!spec.log_dir.empty()) {
+      spec.log_dir = absl::StrCat(spec.log_dir, "/", PathPart(names[i]));
+      std::error_code made;
+      std::filesystem::create_directories(spec.log_dir, made);
+      if (made) {
+        return absl::InternalError(
+            absl::StrCat("bench kv: making ", spec.log_dir, ": ", made.message()));
+      }
+    }
+    absl::StatusOr<std::unique_ptr<KvCaseRunner>> runner = KvCaseRunner::Start(spec);
     if (!runner.ok()) return AddContext(runner.status(), names[i]);
     runners[i] = *std::move(runner);
     figures[i].uncoalesced_copies = runners[i]->uncoalesced_copies();
@@ -246,7 +266,9 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       }
     }
     spec.sample_every = options.sample_every;
-    spec.log_dir = log_dir;
+    // The case's runs log under log_dir/<case>/<run> (RunBeside).
+    const std::string case_logs = absl::StrCat(log_dir, "/", PathPart(label));
+    spec.log_dir = case_logs;
     // What the decode ranks hold of a room together: every byte of it once, and a replicated
     // latent once per decode rank.
     const uint64_t bytes =
@@ -286,7 +308,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     absl::StatusOr<std::vector<KvCaseFigures>> figures =
         RunBeside(specs, names, options.rooms, beside);
     if (!figures.ok()) {
-      return AddContext(figures.status(), absl::StrCat(label, " (logs: ", log_dir, ")"));
+      return AddContext(figures.status(), absl::StrCat(label, " (logs: ", case_logs, ")"));
     }
     KvCaseResult row = Summarise((*figures)[0]);
     if (row.bytes != bytes) {
@@ -332,7 +354,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       absl::StatusOr<std::vector<KvCaseFigures>> streamed =
           RunBeside({layered}, {"layerwise"}, options.rooms, false);
       if (!streamed.ok()) {
-        return AddContext(streamed.status(), absl::StrCat(label, " (logs: ", log_dir, ")"));
+        return AddContext(streamed.status(), absl::StrCat(label, " (logs: ", case_logs, ")"));
       }
       KvCaseResult lw = Summarise((*streamed)[0]);
       lw.shape = row.shape;

@@ -32,9 +32,17 @@ PY
 }
 
 tiny=(bench kv --presets llama3-8b --tp 1:1 --tokens 1k --link tcp --quiet)
-out=$("$kvrail" "${tiny[@]}" --rooms 2 --json)
+logs="${TEST_TMPDIR:-/tmp}/kv-logs"
+rm -rf "$logs"
+out=$("$kvrail" "${tiny[@]}" --rooms 2 --json --log-dir "$logs")
 expect json-exit test $? -eq 0
 expect json-cases check_cases "$out"
+# Each run of the case logs in its own directory: the runs have processes of the same names.
+case_logs="$logs/llama3-8b-1-1-1024-tokens-tcp"
+for run in model contiguous-baseline; do
+  expect "logs-$run" grep -q "prefill sidecar rank 0/1" "$case_logs/$run/prefill-sidecar-0.log"
+done
+expect logs-apart test "$(grep -c "prefill sidecar rank 0/1" "$case_logs/model/prefill-sidecar-0.log")" -eq 1
 
 png="${TEST_TMPDIR:-/tmp}/kv.png"
 # --max-arena-gib below the four 128 MiB arenas: the baseline runs after the case (said in a note,
