@@ -197,20 +197,38 @@ absl::StatusOr<Context> CreateContext(const UcxOptions& options) {
 
 }  // namespace ucx_internal
 
-bool SharedMemoryOnly(const std::string& tls) {
-  if (tls.empty()) return false;  // UCX's default: every transport it finds, tcp among them
+namespace {
+
+bool IsSharedMemoryTl(absl::string_view name) {
+  return name == "sm" || name == "self" || name == "posix" || name == "sysv" || name == "xpmem" ||
+         name == "cma" || name == "knem";
+}
+
+// Whether `tls` is not empty and each of its names passes `allowed`.
+template <typename Allowed>
+bool EveryTl(const std::string& tls, Allowed allowed) {
+  if (tls.empty()) return false;  // UCX's default: every transport it finds
   for (absl::string_view name : absl::StrSplit(tls, ',')) {
-    if (name != "sm" && name != "self" && name != "posix" && name != "sysv" && name != "xpmem" &&
-        name != "cma" && name != "knem") {
-      return false;
-    }
+    if (!allowed(name)) return false;
   }
   return true;
 }
 
+}  // namespace
+
+bool SharedMemoryOnly(const std::string& tls) { return EveryTl(tls, IsSharedMemoryTl); }
+
+bool TcpOnly(const std::string& tls) {
+  return !SharedMemoryOnly(tls) && EveryTl(tls, [](absl::string_view name) {
+    return name == "tcp" || IsSharedMemoryTl(name);
+  });
+}
+
 uint64_t InflightBytesPerEndpoint(const UcxOptions& options) {
   if (options.max_inflight_bytes_per_endpoint != 0) return options.max_inflight_bytes_per_endpoint;
-  return SharedMemoryOnly(options.tls) ? uint64_t{1} << 20 : uint64_t{64} << 20;
+  if (SharedMemoryOnly(options.tls)) return uint64_t{1} << 20;
+  if (TcpOnly(options.tls)) return uint64_t{4} << 20;
+  return uint64_t{64} << 20;
 }
 
 std::vector<std::pair<std::string, std::string>> UcxTuningEnvironment(const UcxOptions& options) {

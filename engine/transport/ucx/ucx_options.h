@@ -23,7 +23,8 @@ struct UcxOptions {
   uint64_t max_write_bytes = uint64_t{16} << 20;
   // The scheduler's bound on bytes posted and not yet complete per peer and lane
   // (Capabilities::max_inflight_bytes_per_endpoint). 0 chooses by `tls`
-  // (InflightBytesPerEndpoint): 1 MiB where only shared memory carries the bytes, else 64 MiB.
+  // (InflightBytesPerEndpoint): 1 MiB over shared memory only, 4 MiB over tcp (and shared
+  // memory) only, else 64 MiB.
   uint64_t max_inflight_bytes_per_endpoint = 0;
   // UCX's tcp segment sizes in bytes (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE). UCX's own
   // defaults (8 KiB and 64 KiB) cut every put into 8 KiB sends, each one send(2) and a trip
@@ -49,14 +50,22 @@ struct UcxOptions {
 // Whether `tls` names shared-memory transports only ("sm,self", "posix", ...): no byte of a
 // write leaves this host's memory.
 bool SharedMemoryOnly(const std::string& tls);
+// Whether `tls` names tcp and, at most, shared-memory transports ("tcp", "tcp,sm,self").
+bool TcpOnly(const std::string& tls);
 
 // The in-flight bound a transport of `options` advises its scheduler: the one given, else by
-// link. Over shared memory a lane's writes are stores made when it reaches them, so a deep queue
-// buys nothing, and 1 MiB per peer and lane keeps the transfers of one prefill rank to several
-// decode ranks (a smaller TP's head-sliced rows, read from the same source pages) within reach
-// of each other in the cache: measured, 2:4 rooms 24-27 % and 1:2 rooms 6-16 % faster than at
-// 64 MiB, whole pages no slower (BENCHMARKS.md, "Strided copies"). Over tcp, 64 MiB keeps the link
-// busy without the collapse that unbounded puts bring.
+// link. A deep queue buys no bandwidth where the link is shared memory (a lane stores what it
+// reaches) or loopback and veth tcp, and costs: measured (BENCHMARKS.md, "Strided copies"),
+// - over shared memory, 1 MiB per peer and lane keeps the transfers of one prefill rank to
+//   several decode ranks (a smaller TP's head-sliced rows, read from the same source pages)
+//   within reach of each other in the cache: 2:4 rooms 24-27 % and 1:2 rooms 6-16 % faster than
+//   at 64 MiB, whole pages no slower;
+// - over tcp, 4 MiB (about a 400 Gb/s link's bandwidth-delay product at an 80 us round trip)
+//   spares UCX's pending queue 64 MiB of sends waiting on a full socket: 4:2 rooms over
+//   loopback 1.3-1.8 times as fast on half the prefill's CPU per GiB, the other TP pairs and
+//   whole pages within noise.
+// Elsewhere (UCX's choice of transports: RDMA where it finds it) 64 MiB keeps the link busy
+// without the collapse that unbounded puts bring.
 uint64_t InflightBytesPerEndpoint(const UcxOptions& options);
 
 // The UCX environment that gives another UCX program (ucx_perftest) the settings `options`

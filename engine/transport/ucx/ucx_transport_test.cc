@@ -447,11 +447,13 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   EXPECT_TRUE(caps.strided_writes);
   EXPECT_FALSE(caps.gpu_memory);
   EXPECT_EQ(caps.max_write_bytes, 4 * kMiB);
-  // Over shared memory only, the scheduler is advised a shallow queue; over tcp a deep one; and
-  // a bound given wins.
+  // The scheduler is advised 1 MiB over shared memory only, 4 MiB over tcp only, 64 MiB where UCX
+  // may choose RDMA; a bound given wins.
   EXPECT_EQ(caps.max_inflight_bytes_per_endpoint, 1 * kMiB);
   EXPECT_EQ(UcxTransport::Create(Tcp()).value()->capabilities().max_inflight_bytes_per_endpoint,
-            64 * kMiB);
+            4 * kMiB);
+  EXPECT_EQ(InflightBytesPerEndpoint({.tls = "rc,sm,self"}), 64 * kMiB);
+  EXPECT_EQ(InflightBytesPerEndpoint({}), 64 * kMiB);
   UcxOptions given = Sm();
   given.max_inflight_bytes_per_endpoint = 8 * kMiB;
   EXPECT_EQ(UcxTransport::Create(given).value()->capabilities().max_inflight_bytes_per_endpoint,
@@ -460,6 +462,10 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   EXPECT_TRUE(SharedMemoryOnly("posix,cma"));
   EXPECT_FALSE(SharedMemoryOnly("sm,tcp"));
   EXPECT_FALSE(SharedMemoryOnly(""));
+  EXPECT_TRUE(TcpOnly("tcp"));
+  EXPECT_TRUE(TcpOnly("tcp,sm,self"));
+  EXPECT_FALSE(TcpOnly("sm,self"));
+  EXPECT_FALSE(TcpOnly("rc,tcp"));
 }
 
 TEST(UcxTransportTest, DescriptorCarriesWorkerAddressesAndPackedRkeys) {
