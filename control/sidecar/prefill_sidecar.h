@@ -143,6 +143,9 @@ class PrefillSidecar final : public SidecarCore {
   void SubmitPreparedLocked(const std::shared_ptr<Preparation>& preparation);
   // `session`'s link is not warm any more (dropped, or its session replaced or gone).
   void ForgetWarmLinkLocked(const std::string& session);
+  // Whether rooms to `peer` are hashed in their final work: --verify-digest, and the session is
+  // kvrail's (it has a key); the decode then checks every byte the room landed.
+  bool Hashed(const session::DecodePeer& peer) const;
   // Whether a room's copies are streamed as strided copies (a head-sliced page's rows as one):
   // not where they are hashed (`hashed`) or staged, nor under --naive-copies or
   // --no-strided-copies, which take a copy per row.

@@ -200,8 +200,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
     job.arena_length = static_cast<uint64_t>(peer.contract.ArenaBytes());
     // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
     // over the whole room (the decode checks every byte the room landed).
-    job.digest = work.final && options.verify_digest &&
-                 gate.KeyFor(destination.peer->reply_endpoint).has_value();
+    job.digest = work.final && Hashed(peer);
     // A warm route (its link known to the owner, vouched for this registration) whose copies
     // are streamed, neither hashed nor staged, is prepared here: building the stream checks the
     // room's bounds and computes its envelope (no copy is expanded yet), so it costs the owner
@@ -395,6 +394,10 @@ void PrefillSidecar::SubmitPreparedLocked(const std::shared_ptr<Preparation>& pr
   });
 }
 
+bool PrefillSidecar::Hashed(const session::DecodePeer& peer) const {
+  return options.verify_digest && gate.KeyFor(peer.reply_endpoint).has_value();
+}
+
 bool PrefillSidecar::StridedCopies(bool hashed) const {
   return !hashed && staging == nullptr && !options.naive_copies && !options.no_strided_copies;
 }
@@ -410,8 +413,8 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
   }
   std::string copies = "whole pages";
   if (widest != nullptr) {
-    // A hashed room's final work is hashed (PrepareDestination's job.digest).
-    const bool hashed = options.verify_digest && gate.KeyFor(peer->reply_endpoint).has_value();
+    // A hashed route's rooms are copied a row a copy in their final work (job.digest).
+    const bool hashed = Hashed(*peer);
     const transport::Capabilities& caps = transport->capabilities();
     const uint64_t most =
         transport::MaxRowsPerWrite(caps, widest->bytes_per_row, widest->dst_row_stride);

@@ -207,8 +207,8 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   uint32_t batch_cap = 0;
   int lanes = 1;
   absl::Duration fence_timeout;
-  bool disconnect_fences = true;  // Capabilities::disconnect_fences
-  transport::Capabilities caps;   // the transport's: how many rows one write may carry
+  // The transport's: whether a disconnect fences, how many rows one write may carry.
+  transport::Capabilities caps;
 
   // Lock order: peers_mu, a PeerQueue's mu, a TransferStripe's mu, mu. A landed transfer takes its
   // peer's queue and its stripe only; mu is the delivery thread's (failures, deadlines).
@@ -304,7 +304,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     outcome.status = transfer.status;
     outcome.stats = transfer.stats;
     outcome.peer_disconnected = transfer.peer_disconnected;
-    outcome.fence_proven = transfer.status.ok() || disconnect_fences ||
+    outcome.fence_proven = transfer.status.ok() || caps.disconnect_fences ||
                            (!transfer.peer_disconnected && !transfer.flush_failed);
     if (transfer.status.ok()) {
       transfers_ok.fetch_add(1, std::memory_order_relaxed);
@@ -685,7 +685,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
         absl::StrFormat("%s; its writes did not drain within the fence timeout of %s, so peer %d "
                         "was disconnected (%s)",
                         transfer->status.message(), absl::FormatDuration(fence_timeout), peer,
-                        disconnect_fences
+                        caps.disconnect_fences
                             ? "nothing it carried lands any more"
                             : "writes this transport had already handed over may still land"));
     DisconnectLocked(lock, peer, *q);
@@ -786,7 +786,6 @@ Scheduler::Scheduler(transport::Transport* transport, SchedulerOptions options)
   core_->batch_cap = std::max<uint32_t>(1, options.max_writes_per_batch);
   core_->lanes = std::max(1, caps.lanes);
   core_->fence_timeout = options.fence_timeout;
-  core_->disconnect_fences = caps.disconnect_fences;
   core_->caps = caps;
   core_->delivery = std::thread([core = core_.get()] { core->Run(); });
   NameThread(core_->delivery, "kvrail-sched");
