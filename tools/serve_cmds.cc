@@ -225,6 +225,18 @@ void AddSidecar(CLI::App& app, int& exit_code) {
                 "Make every page of an arena this sidecar allocates resident at attach, so no "
                 "room pays their first touch (the attach's log line says what it cost)")
       ->capture_default_str();
+  sub->add_option("--row-staging-bytes", options.row_staging_bytes,
+                  "Decode: offer prefill ranks this much registered host memory, a slot per "
+                  "room, to write head-sliced rows into back to back; the decode scatters them "
+                  "into the pages before Success counts (0: none; docs/PROTOCOL.md, Row staging)")
+      ->capture_default_str();
+  static std::string row_staging = "auto";
+  sub->add_option("--row-staging", row_staging,
+                  "Decode: the routes row staging serves: auto (rows that land apart, short, on "
+                  "a transport that cannot write them in one write: verbs), all (every route "
+                  "whose rows land apart)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "all"}));
   sub->add_flag("--naive-copies", options.naive_copies,
                 "Prefill, for measurement: post one write per row per page per field, never "
                 "merged (kvrail bench kv --naive measures what merging gains)");
@@ -286,6 +298,8 @@ void AddSidecar(CLI::App& app, int& exit_code) {
     options.sender_proofs = sender_proofs == "required" ? sidecar::SenderProofs::kRequired
                             : sender_proofs == "off"    ? sidecar::SenderProofs::kOff
                                                         : sidecar::SenderProofs::kAuto;
+    options.row_staging = row_staging == "all" ? sidecar::SidecarOptions::RowStaging::kAll
+                                               : sidecar::SidecarOptions::RowStaging::kAuto;
     if (!bootstrap_bearer_token_file.empty()) {
       absl::StatusOr<std::string> token =
           bootstrap::ReadBearerTokenFile(bootstrap_bearer_token_file);
@@ -504,6 +518,11 @@ void AddDemo(CLI::App& app, int& exit_code) {
   sub->add_flag("--emulate-gpu-arena", options.emulate_gpu_arena,
                 "With --arena engine: every sidecar stages its arena through a host mirror, as "
                 "a GPU arena over a transport without GPU access is (memcpy for cudaMemcpyAsync)");
+  sub->add_option("--row-staging-bytes", options.row_staging_bytes,
+                  "Every decode sidecar offers this much row staging memory: head-sliced rows "
+                  "that land apart go back to back into a slot, which the decode scatters "
+                  "(docs/PROTOCOL.md A.8; 0: none)")
+      ->capture_default_str();
   sub->add_flag("--metrics", options.metrics,
                 "The bootstrap server and every sidecar serve GET /metrics (Prometheus) on a free "
                 "port; print where, with a prometheus.yml scrape config");

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "control/plan/copy_stream.h"
 #include "control/plan/pipeline.h"
 #include "control/plan/planner.h"
 #include "engine/base/error.h"
@@ -43,8 +44,12 @@ absl::StatusOr<CopyPlan> LandingPlan(const PrefillDescription& node, int decode_
   return bound;
 }
 
-absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destination,
-                           CopyList& out) {
+namespace {
+
+// Refuses a plan whose landing the decode cannot find alone; else the room's source manifest
+// as the decode stands it in: `destination` with page 1 for every block.
+absl::StatusOr<layout::Manifest> LandingSource(const CopyPlan& plan,
+                                               const layout::Manifest& destination) {
   for (const BoundFragment& fragment : plan.fragments()) {
     if (fragment.owner.owner_count > 1) {
       return MakeError(ErrorCategory::kUnsupportedLayout,
@@ -57,7 +62,33 @@ absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destina
   for (layout::ManifestGroup& group : source.groups) {
     for (int64_t& block : group.block_ids) block = 1;
   }
-  return plan.Expand(source, destination, out);
+  return source;
+}
+
+}  // namespace
+
+absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destination, CopyList& out,
+                           bool strided) {
+  KVRAIL_ASSIGN_OR_RETURN(const layout::Manifest source, LandingSource(plan, destination));
+  if (!strided) return plan.Expand(source, destination, out);
+  KVRAIL_ASSIGN_OR_RETURN(CopyCursor cursor,
+                          plan.Begin(source, destination, /*coalesce=*/false, /*strided=*/true));
+  constexpr size_t kBatch = 1024;
+  while (!cursor.done()) {
+    Copy* batch = out.Extend(kBatch);
+    out.Truncate(out.size() - kBatch + cursor.Next(batch, kBatch));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> LandingBytes(std::shared_ptr<const CopyPlan> plan,
+                                      const layout::Manifest& destination) {
+  KVRAIL_ASSIGN_OR_RETURN(layout::Manifest source, LandingSource(*plan, destination));
+  KVRAIL_ASSIGN_OR_RETURN(
+      std::unique_ptr<CopySource> stream,
+      StreamRoom(std::move(plan), std::make_shared<const layout::Manifest>(std::move(source)),
+                 std::make_shared<const layout::Manifest>(destination), {}, /*coalesce=*/false));
+  return stream->envelope().bytes;
 }
 
 }  // namespace kvrail::plan

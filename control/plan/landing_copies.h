@@ -19,6 +19,9 @@
 #ifndef KVRAIL_CONTROL_PLAN_LANDING_COPIES_H_
 #define KVRAIL_CONTROL_PLAN_LANDING_COPIES_H_
 
+#include <cstdint>
+#include <memory>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "control/layout/contract.h"
@@ -38,10 +41,17 @@ absl::StatusOr<CopyPlan> LandingPlan(const PrefillDescription& node, int decode_
 
 // Appends the copies `plan` makes for a room pre-allocated at `destination` (which must pass
 // CopyPlan::Expand's checks, with every block a page of the decode's contract), with source
-// page 1 for every block. Errors as Expand's; unsupported-layout for a plan with an owner
-// filter (a page-sharded group, §12.8).
-absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destination,
-                           CopyList& out);
+// page 1 for every block: a copy per row, or with `strided` each head-sliced page's rows as one
+// strided copy (CopyPlan::Begin), which lands the same bytes. Errors as Expand's;
+// unsupported-layout for a plan with an owner filter (a page-sharded group, §12.8).
+absl::Status LandingCopies(const CopyPlan& plan, const layout::Manifest& destination, CopyList& out,
+                           bool strided = false);
+
+// The bytes LandingCopies lands for `destination` (the sum over its copies' rows), from the
+// plan's envelope of the room (a pass over fragments and blocks, not rows). Errors as
+// LandingCopies's.
+absl::StatusOr<uint64_t> LandingBytes(std::shared_ptr<const CopyPlan> plan,
+                                      const layout::Manifest& destination);
 
 }  // namespace kvrail::plan
 

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -31,6 +34,17 @@ layout::Manifest Room(const layout::Contract& contract, int64_t first, int block
   for (int i = 0; i < blocks; ++i) ids.push_back(first + 2 * i);
   const std::vector<std::vector<int64_t>> table = {ids};
   return layout::BuildManifest(contract, table, 0, blocks * 16).value();
+}
+
+// Every destination row the copies write, as (offset, length), sorted: what lands, whichever
+// way the copies group the rows.
+std::vector<std::pair<uint64_t, uint64_t>> MergedRows(const CopyList& copies) {
+  std::vector<std::pair<uint64_t, uint64_t>> rows;
+  for (const Copy& c : copies) {
+    ForEachRow(c, [&](uint64_t, uint64_t dst, uint64_t length) { rows.push_back({dst, length}); });
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
 }
 
 struct Case {
@@ -97,6 +111,16 @@ TEST_P(LandingCopiesTest, ThePrefillsSourceDigestEqualsTheDecodesDigestOfWhatLan
         const uint64_t landed_digest =
             RoomDigest(derived, DigestSide::kDestination, landed).value();
         EXPECT_EQ(sent_digest, landed_digest) << "prefill rank " << rank << ", decode rank " << d;
+        // With `strided`, a page's rows are one copy (a staged arena's landed ranges): the same
+        // destination bytes, in fewer copies wherever the route slices heads.
+        CopyList strided;
+        ASSERT_TRUE(LandingCopies(*landing, dst, strided, /*strided=*/true).ok());
+        EXPECT_EQ(MergedRows(strided), MergedRows(derived)) << "prefill rank " << rank;
+        if (c.prefill_tp != c.decode_tp) EXPECT_LT(strided.size(), derived.size());
+        // LandingBytes: what they land, from the envelope alone (a row staging slot's size).
+        uint64_t payload = 0;
+        for (const Copy& copy : derived) payload += PayloadBytes(copy);
+        EXPECT_EQ(LandingBytes(std::make_shared<const CopyPlan>(*landing), dst).value(), payload);
       }
     }
   }

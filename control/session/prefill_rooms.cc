@@ -1203,8 +1203,8 @@ size_t PrefillRooms::room_count() const {
   return rooms_.size() - unheld;
 }
 
-absl::Status PrefillRooms::KeepSentDigest(uint64_t room_id, absl::string_view reply_endpoint,
-                                          uint64_t digest) {
+absl::StatusOr<PrefillRooms::Room*> PrefillRooms::DestinationRoom(
+    uint64_t room_id, absl::string_view reply_endpoint) {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end()) {
     return absl::NotFoundError(absl::StrCat("room ", room_id, " is not tracked"));
@@ -1217,16 +1217,44 @@ absl::Status PrefillRooms::KeepSentDigest(uint64_t room_id, absl::string_view re
     return absl::InvalidArgumentError(
         absl::StrCat("room ", room_id, " has no destination at ", reply_endpoint));
   }
-  room.sent_digests[reply_endpoint] = digest;
+  return &room;
+}
+
+template <typename T>
+absl::Status PrefillRooms::KeepFor(uint64_t room_id, absl::string_view reply_endpoint,
+                                   absl::flat_hash_map<std::string, T> Room::*kept, T value) {
+  KVRAIL_ASSIGN_OR_RETURN(Room * room, DestinationRoom(room_id, reply_endpoint));
+  (room->*kept)[reply_endpoint] = std::move(value);
   return absl::OkStatus();
+}
+
+template <typename T>
+std::optional<T> PrefillRooms::TakeFor(uint64_t room_id, absl::string_view reply_endpoint,
+                                       absl::flat_hash_map<std::string, T> Room::*kept) {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  auto taken = (found->second.*kept).extract(reply_endpoint);
+  return taken.empty() ? std::nullopt : std::optional<T>(std::move(taken.mapped()));
+}
+
+absl::Status PrefillRooms::KeepSentDigest(uint64_t room_id, absl::string_view reply_endpoint,
+                                          uint64_t digest) {
+  return KeepFor(room_id, reply_endpoint, &Room::sent_digests, digest);
 }
 
 std::optional<uint64_t> PrefillRooms::TakeSentDigest(uint64_t room_id,
                                                      absl::string_view reply_endpoint) {
-  auto found = rooms_.find(room_id);
-  if (found == rooms_.end()) return std::nullopt;
-  auto taken = found->second.sent_digests.extract(reply_endpoint);
-  return taken.empty() ? std::nullopt : std::optional<uint64_t>(taken.mapped());
+  return TakeFor(room_id, reply_endpoint, &Room::sent_digests);
+}
+
+absl::Status PrefillRooms::KeepStagingAnswer(uint64_t room_id, absl::string_view reply_endpoint,
+                                             bool staged) {
+  return KeepFor(room_id, reply_endpoint, &Room::staging_answers, staged);
+}
+
+std::optional<bool> PrefillRooms::TakeStagingAnswer(uint64_t room_id,
+                                                    absl::string_view reply_endpoint) {
+  return TakeFor(room_id, reply_endpoint, &Room::staging_answers);
 }
 
 void PrefillRooms::Free(uint64_t room_id, absl::Time /*now*/) {

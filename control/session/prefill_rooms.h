@@ -424,6 +424,13 @@ class PrefillRooms {
   // The digest kept for `reply_endpoint`, forgotten as it is taken; nullopt when none was.
   std::optional<uint64_t> TakeSentDigest(uint64_t room, absl::string_view reply_endpoint);
 
+  // Row staging (wire/row_staging.h): the answer to the staging offer of the destination whose
+  // reply endpoint is `reply_endpoint`, true when the room's rows to it went to the offered slot,
+  // false when into its pages; kept and taken as the digest is (KeepSentDigest), with the same
+  // errors.
+  absl::Status KeepStagingAnswer(uint64_t room, absl::string_view reply_endpoint, bool staged);
+  std::optional<bool> TakeStagingAnswer(uint64_t room, absl::string_view reply_endpoint);
+
   // Expires what is due at `now`: begun rooms Bootstrapping for bootstrap_timeout; rooms never
   // begun whose first pre-allocation is unmatched_preallocation_timeout old (§11.2); both fail
   // like Abort. Also forgets remembered failed rooms and quarantines that have run out.
@@ -506,7 +513,21 @@ class PrefillRooms {
     std::vector<std::string> fence_waiters;
     // --verify-digest: by destination reply endpoint, until its Success goes (KeepSentDigest).
     absl::flat_hash_map<std::string, uint64_t> sent_digests;
+    // Row staging: by destination reply endpoint, until its Success goes (KeepStagingAnswer).
+    absl::flat_hash_map<std::string, bool> staging_answers;
   };
+  // The room `room_id` with a destination at `reply_endpoint`: NotFound for an untracked room,
+  // InvalidArgument for an endpoint none of its destinations has.
+  absl::StatusOr<Room*> DestinationRoom(uint64_t room_id, absl::string_view reply_endpoint);
+  // What a room keeps per destination until the Success to it (digests, staging answers):
+  // kept in the room's map `kept` (DestinationRoom's errors), and taken from it.
+  template <typename T>
+  absl::Status KeepFor(uint64_t room_id, absl::string_view reply_endpoint,
+                       absl::flat_hash_map<std::string, T> Room::*kept, T value);
+  template <typename T>
+  std::optional<T> TakeFor(uint64_t room_id, absl::string_view reply_endpoint,
+                           absl::flat_hash_map<std::string, T> Room::*kept);
+
   struct PlannerKey {
     int decode_tp_size;
     std::string canonical_contract;

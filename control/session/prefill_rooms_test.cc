@@ -258,6 +258,26 @@ TEST(PrefillRoomsTest, ASentDigestIsKeptWithItsRoomForItsDestinationAndGoesWithI
       << "a digest outlived its room";
 }
 
+// Row staging: the answer to a destination's staging offer lives in the room's entry as the
+// digest does, kept per destination, taken once by the Success to it, and gone with the room.
+TEST(PrefillRoomsTest, AStagingAnswerIsKeptWithItsRoomForItsDestinationAndGoesWithIt) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  EXPECT_EQ(rooms.KeepStagingAnswer(42, ReplyEndpointOf(0), true).code(),
+            absl::StatusCode::kNotFound);
+  StartTransfer(rooms, 42);
+  EXPECT_EQ(rooms.KeepStagingAnswer(42, "tcp://10.9.9.9:1", true).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(rooms.KeepStagingAnswer(42, ReplyEndpointOf(0), true).ok());
+  ASSERT_TRUE(rooms.KeepStagingAnswer(42, ReplyEndpointOf(1), false).ok());
+  EXPECT_EQ(rooms.TakeStagingAnswer(42, ReplyEndpointOf(0)), true);
+  EXPECT_EQ(rooms.TakeStagingAnswer(42, ReplyEndpointOf(0)), std::nullopt) << "taken twice";
+  ASSERT_TRUE(LandAll(rooms, 42, kT0).ok());
+  rooms.Free(42, kT0);
+  EXPECT_EQ(rooms.TakeStagingAnswer(42, ReplyEndpointOf(1)), std::nullopt)
+      << "an answer outlived its room";
+}
+
 // kvrail peers (PrefillOptions::send_outcomes): right before each Success, a room outcome
 // (wire/outcome.h) with what this rank wrote to that destination.
 TEST(PrefillRoomsTest, ASuccessIsPrecededByTheBytesAndCopiesWrittenToThatDestination) {

@@ -55,8 +55,9 @@ void DecodeSidecar::StageLanded(std::vector<std::string> success, uint64_t room,
   const absl::Status copied = [&]() -> absl::Status {
     KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const plan::CopyPlan> landing,
                             LandingPlanOf(*node, rank));
+    // A head-sliced page's rows as one range (one 2-D copy a chunk on a GPU).
     plan::CopyList copies;
-    KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies));
+    KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies, /*strided=*/true));
     return staging->FromMirror(MergedRanges(copies, CopySide::kDestination));
   }();
   Owned([&] {

@@ -14,6 +14,7 @@
 #include "control/sidecar/liveness.h"
 #include "control/wire/digest.h"
 #include "control/wire/proof.h"
+#include "control/wire/row_staging.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
@@ -57,8 +58,14 @@ void DecodeSidecar::OnPeerMessageLocked(InboxMessage& in) {
     KeepDigestLocked(message, host);
     return;
   }
-  if (options.verify_digest && TakeForDigestLocked(message)) return;
-  DeliverSuccessLocked(message, host);
+  if (wire::IsStagingAnswer(message)) {
+    KeepStagingAnswerLocked(message, host);
+    return;
+  }
+  // Row staging first: a Success whose rows wait in a slot is scattered before its digest
+  // is checked (the digest is of the pages) and before it counts.
+  if (!offered_slots.empty() && TakeForRowStagingLocked(message)) return;
+  ContinueSuccessLocked(message, host);
 }
 
 bool DecodeSidecar::SenderProofRequiredLocked(const std::vector<std::string>& message) const {

@@ -43,9 +43,10 @@ absl::Status DecodeSidecar::Expect(const v1::Expect& expect) {
         rooms->BeginRoom(expect.room(), expect.bootstrap_address(), RoomNow());
     if (!out.ok()) return AddContext(out.status(), context);
     metrics.RoomSeen(expect.room(), absl::Now());  // its clock starts here, whatever comes next
-    // --verify-digest hashes the room's destination ranges when its Successes come, and a
-    // staged arena copies them back to the GPU.
-    if (options.verify_digest || staging != nullptr) {  // kept with the room, gone with it
+    // --verify-digest hashes the room's destination ranges when its Successes come, a staged
+    // arena copies them back to the GPU, and row staging sizes its slots by them and scatters
+    // the rows into them.
+    if (options.verify_digest || staging != nullptr || row_slots) {  // gone with the room
       (void)rooms->KeepManifest(expect.room(), std::make_shared<const layout::Manifest>(*manifest));
     }
     ApplyLocked(*std::move(out));

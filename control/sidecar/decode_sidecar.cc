@@ -74,7 +74,7 @@ absl::Status DecodeSidecar::StartRooms(const v1::AttachArena& attach,
     rooms.emplace(std::move(ledger));
     attached = true;
   });
-  return absl::OkStatus();
+  return StartRowStaging();
 }
 
 absl::Status DecodeSidecar::AnnounceArena() {
@@ -91,6 +91,7 @@ void DecodeSidecar::ForgetRooms() {
     attached = false;
     rooms.reset();
   });
+  StopRowStaging();
 }
 
 // --- what Poll and Stats read -----------------------------------------------------------------
@@ -122,6 +123,7 @@ void DecodeSidecar::FreeLocked(uint64_t room) { rooms->Free(room); }
 bool DecodeSidecar::PrepareSendLocked(const session::OutboundMessage& m) {
   // A decode proves that its pre-allocations and fence requests are its own: an owner proof
   // goes right before each, on the same route (control/wire/proof.h).
+  OfferRowStagingLocked(m);  // row staging: an offer goes right before its pre-allocation
   if (const std::optional<uint64_t> room = wire::ProvenRoomOf(m.frames)) {
     absl::StatusOr<std::vector<std::string>> proof =
         wire::BuildOwnerProof({*room, session_id, session_key->bytes()});
@@ -141,11 +143,20 @@ void DecodeSidecar::ApplyLocked(session::DecodeOutput out) {
     (void)SendLocked(failed.messages);  // its fence requests
   }
   for (const session::RoomEvent& event : out.events) {
+    // Row staging: a room that ended with its pages the engine's again (Success, or Failed
+    // with nothing that may still land) gives its slots back.
+    if (event.state == TransferPoll::kSuccess ||
+        (event.state == TransferPoll::kFailed && event.pages == session::Pages::kReusable)) {
+      ReturnRoomSlotsLocked(event.room, /*proven=*/true);
+    }
     FinishLocked(event);  // first: counted before the engine can see the event
     Publish(event);
   }
   // Failed means fenced: the ledger releases no pages while a copy back into them runs.
-  for (const session::PagesRelease& release : out.releases) PublishRelease(release);
+  for (const session::PagesRelease& release : out.releases) {
+    ReturnRoomSlotsLocked(release.room, release.proven);
+    PublishRelease(release);
+  }
   for (const std::string& dead : out.dead_prefills) {
     spdlog::warn("decode: prefill node {} declared dead (heartbeat)", dead);
     nodes.erase(dead);

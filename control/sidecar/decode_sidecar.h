@@ -22,6 +22,7 @@
 #include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar_core.h"
+#include "control/sidecar/staging_slots.h"
 #include "engine/transport/handshake/handshake.h"
 
 namespace kvrail::sidecar {
@@ -137,6 +138,50 @@ class DecodeSidecar final : public SidecarCore {
   void StageLanded(std::vector<std::string> success, uint64_t room, uint32_t rank,
                    std::shared_ptr<const layout::Manifest> manifest,
                    std::shared_ptr<PrefillNode> node);
+
+  // --- row_staging.cc -----------------------------------------------------------------------
+  // Row staging (SidecarOptions::row_staging_bytes; control/wire/row_staging.h): the memory
+  // offered, cut into slots, and each slot offered, by room and prefill rank (its status rank),
+  // until it comes back. Owner thread.
+  struct OfferedSlot {
+    uint64_t offset = 0;  // in row_staging_memory
+    uint64_t bytes = 0;
+    std::optional<bool> staged;  // the rank's answer ("staged": true), once it came
+    bool scattering = false;     // its rows are being scattered into the pages (a strand)
+  };
+  std::optional<transport::SharedRegion> row_staging_memory;
+  std::optional<StagingSlots> row_slots;
+  std::map<uint64_t, std::map<uint32_t, OfferedSlot>> offered_slots;
+  // The routes (bootstrap address, prefill rank) whose choice was logged: once each.
+  std::set<std::pair<std::string, int>> row_staging_logged;
+  // At attach: allocates and registers the memory (a staged or GPU arena gets none, logged).
+  absl::Status StartRowStaging();
+  // With the arena: forgets every slot and withdraws the memory.
+  void StopRowStaging();
+  // Whether a route lands rows apart where row staging serves it (SidecarOptions::row_staging).
+  bool RouteStagesRowsLocked(const plan::CopyPlan& landing) const;
+  // On the owner thread, before `m` goes: when it is a pre-allocation to a kvrail prefill rank
+  // whose route stages rows and a slot is free, offers the rank the slot (owner proof, offer).
+  void OfferRowStagingLocked(const session::OutboundMessage& m);
+  // On the owner thread: a prefill rank's answer to its offer: "staged" is kept for its
+  // Success; "in_place" gives the slot back.
+  void KeepStagingAnswerLocked(const std::vector<std::string>& message, const std::string& host);
+  // On the owner thread: takes a Success whose rank staged its rows (scattered in a strand,
+  // ScatterStagedRows), fails the room whose rank did not answer its offer, drops a repeat
+  // while the scatter runs. False: not such a Success.
+  bool TakeForRowStagingLocked(const std::vector<std::string>& message);
+  // Scatters the rows prefill rank `rank` staged for `room` into the pages (off the owner
+  // thread), gives the slot back, then goes on with `success` (ContinueSuccessLocked) or
+  // fails the room naming the error.
+  void ScatterStagedRows(std::vector<std::string> success, uint64_t room, uint32_t rank,
+                         OfferedSlot slot, std::shared_ptr<const layout::Manifest> manifest,
+                         std::shared_ptr<PrefillNode> node);
+  // On the owner thread: a Success whose rows are in the pages goes on: its digest check
+  // (--verify-digest), then the ledger.
+  void ContinueSuccessLocked(const std::vector<std::string>& message, const std::string& host);
+  // On the owner thread: `room` ended and no write of it can land any more (`proven`), or may
+  // (its fence was not proven): its slots come back, or are kept out of use for good.
+  void ReturnRoomSlotsLocked(uint64_t room, bool proven);
 
   // --- registry_hooks.cc --------------------------------------------------------------------
   absl::Status StartRegistry() override;  // the publisher, under --registry

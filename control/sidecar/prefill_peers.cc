@@ -12,6 +12,7 @@
 #include "control/sidecar/liveness.h"
 #include "control/sidecar/prefill_sidecar.h"
 #include "control/wire/registration.h"
+#include "control/wire/row_staging.h"
 #include "engine/base/error.h"
 #include "engine/transport/bounds.h"
 
@@ -44,10 +45,24 @@ void PrefillSidecar::OnPeerMessageLocked(InboxMessage& in) {
 void PrefillSidecar::HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
                                          const std::string& host) {
   AssertOnOwner("HandleMessageLocked");
+  if (wire::IsStagingOffer(message)) {  // kvrail's own, for the room's first work
+    KeepStagingOfferLocked(message, host);
+    return;
+  }
   session::PrefillOutput out = rooms->OnMessage(message, now);
   const absl::Status rejected = out.rejected;
   ApplyLocked(std::move(out));
   if (!rejected.ok()) RefuseLocked(host, "peer message refused: " + DescribeError(rejected));
+}
+
+void PrefillSidecar::KeepStagingOfferLocked(const std::vector<std::string>& message,
+                                            const std::string& host) {
+  absl::StatusOr<wire::StagingOffer> offer = wire::ParseStagingOffer(message);
+  if (!offer.ok()) {
+    RefuseLocked(host, "staging offer dropped: " + DescribeError(offer.status()));
+    return;
+  }
+  staging_offers.Keep(*std::move(offer));
 }
 
 void PrefillSidecar::VerifyRegistration(RegistrationGate::Check check) {
@@ -236,6 +251,7 @@ void PrefillSidecar::DropSessionLocked(const std::string& session, const std::st
   }
   ForgetWarmLinkLocked(session);
   logged_routes.erase(session);
+  staging_offers.ForgetSession(session);
   if (!endpoint) return;
   spdlog::info("prefill: {}: dropped", reason);
   static constexpr const char* kLabels[] = {"refused", "other_process", "silent", "registry"};

@@ -15,6 +15,7 @@
 #include "control/wire/digest.h"
 #include "control/wire/outcome.h"
 #include "control/wire/proof.h"
+#include "control/wire/row_staging.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
 
@@ -243,12 +244,25 @@ bool PrefillSidecar::PrepareSendLocked(const session::OutboundMessage& m) {
       if (proof.ok()) (void)outbox->Send(m.endpoint, *proof);
     }
   };
-  // --verify-digest: the room digest of what this rank wrote to that session goes right
-  // before its Success (control/wire/digest.h), proven as the Success is.
+  // Right before its Success, proven as the Success is: the answer to the session's staging
+  // offer (control/wire/row_staging.h), and under --verify-digest the room digest of what this
+  // rank wrote to that session (control/wire/digest.h).
   absl::StatusOr<wire::StatusMessage> status =
-      !options.verify_digest ? absl::StatusOr<wire::StatusMessage>(absl::NotFoundError(""))
-                             : wire::ParseStatus(m.frames);
+      key ? wire::ParseStatus(m.frames)
+          : absl::StatusOr<wire::StatusMessage>(absl::NotFoundError(""));
   if (status.ok() && status->status == static_cast<int>(TransferPoll::kSuccess)) {
+    if (const std::optional<bool> staged = rooms->TakeStagingAnswer(status->room, m.endpoint)) {
+      absl::StatusOr<std::vector<std::string>> frames =
+          wire::BuildStagingAnswer({status->room, status->prefill_rank, *staged});
+      if (frames.ok()) {
+        prove(*frames);
+        (void)outbox->Send(m.endpoint, *frames);
+      }
+    }
+    if (!options.verify_digest) {
+      prove(m.frames);
+      return true;
+    }
     if (const std::optional<uint64_t> digest = rooms->TakeSentDigest(status->room, m.endpoint)) {
       absl::StatusOr<std::vector<std::string>> frames =
           wire::BuildRoomDigest({status->room, status->prefill_rank, *digest});

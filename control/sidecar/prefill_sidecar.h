@@ -25,6 +25,7 @@
 #include "control/sidecar/sender_check.h"
 #include "control/sidecar/session_key.h"
 #include "control/sidecar/sidecar_core.h"
+#include "control/sidecar/staging_offers.h"
 #include "engine/transfer/copy_list_pool.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
@@ -68,6 +69,9 @@ class PrefillSidecar final : public SidecarCore {
   // The registration each session's copies were last logged for (LogRouteLocked): a route's
   // choice of copies is logged once, at its first room. Forgotten with the session. Owner.
   std::map<std::string, std::weak_ptr<const session::DecodePeer>> logged_routes;
+  // Row staging: decodes' offers of a slot for a room, until the room's first work to that
+  // session takes them (control/wire/row_staging.h). Owner thread.
+  StagingOffers staging_offers;
   // Data-plane peers of dropped sessions, for the scheduler to forget once idle. Owner thread.
   std::vector<transport::PeerId> forget_peers;
   // CURVE on: the public key of each session's verified owner, which its handshake endpoint
@@ -91,6 +95,9 @@ class PrefillSidecar final : public SidecarCore {
   // inbox's Peer-Address; empty if unknown): refusals are logged at most once per host per 10 s.
   void HandleMessageLocked(const std::vector<std::string>& message, absl::Time now,
                            const std::string& host);
+  // On the owner thread: keeps a decode's staging offer (wire/row_staging.h) for its room's
+  // first work, or refuses one that does not parse.
+  void KeepStagingOfferLocked(const std::vector<std::string>& message, const std::string& host);
   // Checks a registration the gate holds against its session's descriptor, in that session's
   // strand, then lets the gate release what waited (registration_gate.h).
   void VerifyRegistration(RegistrationGate::Check check);

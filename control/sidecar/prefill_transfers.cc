@@ -22,7 +22,9 @@
 #include "control/plan/room_digest.h"
 #include "control/session/ended_room.h"
 #include "control/sidecar/prefill_sidecar.h"
+#include "control/wire/row_staging.h"
 #include "engine/base/error.h"
+#include "engine/base/packed_destination.h"
 
 namespace kvrail::sidecar {
 
@@ -38,6 +40,9 @@ struct PreparedTransfer {
   // message before its Success (SendLocked), keyed by the registration's reply endpoint.
   std::optional<uint64_t> digest;
   std::string reply_endpoint;
+  // Row staging: the answer to the session's staging offer, for the message before its Success
+  // (true: the rows went to the slot); nullopt when it offered none.
+  std::optional<bool> staged;
   // A strand's preparation: the link it fetched, and PrefillSidecar::link_drops when it began.
   // The owner keeps the link warm unless a link was dropped meanwhile (one prepared on the
   // owner is warm already).
@@ -66,6 +71,11 @@ struct DestinationJob {
   uint64_t remote_base = 0;   // B_dst, frame 4 (CACHEPD §6.9)
   uint64_t arena_length = 0;  // the decode's arena
   bool digest = false;        // hashed for --verify-digest
+  // Row staging: the decode's offer of a slot for the room (wire/row_staging.h), taken by the
+  // room's first work to it, and whether this work is the whole room (not layer-wise) and so
+  // may take it.
+  std::optional<wire::StagingOffer> offer;
+  bool whole_room = true;
 };
 
 absl::Status PrefillSidecar::Ready(const v1::Ready& ready) {
@@ -201,6 +211,8 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
     // --verify-digest, and the session is kvrail's (it has a key): on the room's final work,
     // over the whole room (the decode checks every byte the room landed).
     job.digest = work.final && Hashed(peer);
+    job.offer = staging_offers.Take(slot.session, work.room);
+    job.whole_room = work.final && work.layers.begin == 0 && work.layers.end == INT64_MAX;
     // A warm route (its link known to the owner, vouched for this registration) whose copies
     // are streamed, neither hashed nor staged, is prepared here: building the stream checks the
     // room's bounds and computes its envelope (no copy is expanded yet), so it costs the owner
@@ -255,6 +267,7 @@ void PrefillSidecar::BeginTransferLocked(session::TransferWork work) {
 
 void PrefillSidecar::PrepareDestination(const Preparation& preparation, PreparedTransfer& slot,
                                         const DestinationJob& job, const transfer::PeerLink& link) {
+  slot.reply_endpoint = job.owner->reply_endpoint;
   slot.request.on_batch = metrics.BatchCounter(preparation.room, slot.session, options.lanes);
   slot.request.peer = link.peer;
   slot.request.source = region;
@@ -266,15 +279,35 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   // before the room's last copy is computed (copy_stream.h), each head-sliced page's rows as one
   // strided copy (issue 31); --naive-copies posts the planner's copies unmerged, one per row,
   // and --no-strided-copies one per row merged where contiguous, for measurement only. Hashing
-  // and staging take one copy per row.
+  // takes one copy per row; a staged arena's strided copies go to the mirror as ranges of rows
+  // (one 2-D copy a chunk on a GPU).
   const bool staged = staging != nullptr;
   absl::StatusOr<std::unique_ptr<CopySource>> stream =
       plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest,
                        job.layers, !options.naive_copies, StridedCopies(job.digest));
+  // Row staging: a whole room whose decode offered a slot of exactly its bytes writes its rows
+  // there, back to back in the plan's order (packed_destination.h), for the decode to scatter
+  // into its pages; anything else (a layer-wise room's works, a slot of another size) writes in
+  // place and says so. The slot lies in a region of the session's descriptor, or the
+  // scheduler's bounds check refuses the transfer before its first byte.
+  if (job.offer && stream.ok()) {
+    const uint64_t bytes = (*stream)->envelope().bytes;
+    slot.staged = job.whole_room && bytes == job.offer->bytes;
+    if (*slot.staged) {
+      slot.request.remote_base = job.offer->address;
+      slot.request.remote_length = job.offer->bytes;
+    } else if (job.whole_room) {
+      spdlog::warn(
+          "prefill: room {} to {}: the staging slot offered holds {} bytes, the room's rows to "
+          "it are {}: written in place",
+          preparation.room, slot.session, job.offer->bytes, bytes);
+    }
+  }
+  const bool packed = slot.staged.value_or(false);
   if (!stream.ok()) {
     slot.error = stream.status();
   } else if (!job.digest && !staged) {
-    slot.request.stream = *std::move(stream);
+    slot.request.stream = packed ? PackDestination(*std::move(stream)) : *std::move(stream);
   } else {
     // Hashing and staging need the list: the stream is drained into one some earlier room
     // used, whose pages are there already (copy_list_pool.h).
@@ -290,8 +323,17 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   // The engine's Ready says the source bytes are final, so hashing them here, before the
   // writes, gives what hashing them after the flush would; the writes wait for it, so its cost
   // adds to the room's time (docs/SECURITY.md, "Digests").
-  if (!slot.error.ok() || !job.digest) return;
+  // A listed room's destinations are packed once its digest has its copies (the digest is over
+  // the pages' offsets, which the decode hashes once it has scattered the rows).
+  const auto pack_listed = [&] {
+    if (packed && slot.request.stream == nullptr) PackDestinations(slot.request.copies);
+  };
+  if (!slot.error.ok() || !job.digest) {
+    pack_listed();
+    return;
+  }
   plan::CopyList sorted = slot.request.copies;  // the writes keep their order
+  pack_listed();
   if (job.layers.begin > 0) {  // earlier works sent the first layers: hash them all
     sorted.clear();
     absl::StatusOr<std::unique_ptr<CopySource>> whole =
@@ -338,6 +380,7 @@ void PrefillSidecar::SubmitPreparedLocked(const std::shared_ptr<Preparation>& pr
   for (const PreparedTransfer& p : preparation->destinations) {
     // Kept with the room, for the Success to that destination (SendLocked).
     if (p.digest) (void)rooms->KeepSentDigest(preparation->room, p.reply_endpoint, *p.digest);
+    if (p.staged) (void)rooms->KeepStagingAnswer(preparation->room, p.reply_endpoint, *p.staged);
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     transfer::Transfer& request = preparation->destinations[i].request;
@@ -399,7 +442,7 @@ bool PrefillSidecar::Hashed(const session::DecodePeer& peer) const {
 }
 
 bool PrefillSidecar::StridedCopies(bool hashed) const {
-  return !hashed && staging == nullptr && !options.naive_copies && !options.no_strided_copies;
+  return !hashed && !options.naive_copies && !options.no_strided_copies;
 }
 
 void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer) {
@@ -421,7 +464,7 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
     std::string posted;
     if (!StridedCopies(hashed)) {
       posted =
-          "a copy per row (a hashed room's last work, a staged arena, --naive-copies or "
+          "a copy per row (a hashed room's last work, --naive-copies or "
           "--no-strided-copies)";
     } else if (caps.strided_writes) {
       posted = "a strided copy per page, posted whole";

@@ -8,6 +8,7 @@
 #include "control/wire/fence.h"
 #include "control/wire/preallocation.h"
 #include "control/wire/proof.h"
+#include "control/wire/row_staging.h"
 
 namespace kvrail::sidecar {
 
@@ -23,6 +24,11 @@ std::optional<std::string> SessionOf(const std::vector<std::string>& message,
     absl::StatusOr<wire::FenceRequest> fence = wire::ParseFenceRequest(message);
     if (!fence.ok()) return std::nullopt;
     return fence->session_id;
+  }
+  if (wire::IsStagingOffer(message)) {
+    absl::StatusOr<wire::StagingOffer> offer = wire::ParseStagingOffer(message);
+    if (!offer.ok()) return std::nullopt;
+    return offer->session_id;
   }
   switch (wire::Classify(message)) {
     case wire::MessageKind::kRegistration: {
@@ -102,7 +108,10 @@ void RegistrationGate::Route(const std::string& session, Message message,
           "%s of room %d naming decode session %s refused: no owner proof of that room came "
           "right before it, and the session's descriptor carries a key digest; nothing of it "
           "is stored",
-          wire::IsFenceRequest(message) ? "fence request" : "pre-allocation", room, session));
+          wire::IsFenceRequest(message)   ? "fence request"
+          : wire::IsStagingOffer(message) ? "staging offer"
+                                          : "pre-allocation",
+          room, session));
       return;
     }
   }

@@ -6,6 +6,7 @@
 #include "control/wire/fence.h"
 #include "control/wire/outcome.h"
 #include "control/wire/proof.h"
+#include "control/wire/row_staging.h"
 #include "control/wire/status.h"
 
 namespace kvrail::sidecar {
@@ -25,6 +26,11 @@ std::optional<std::pair<uint64_t, uint32_t>> RoomAndRank(absl::Span<const std::s
     absl::StatusOr<wire::RoomOutcomeMessage> outcome = wire::ParseRoomOutcome(message);
     if (!outcome.ok()) return std::nullopt;
     return std::make_pair(outcome->room, outcome->prefill_rank);
+  }
+  if (wire::IsStagingAnswer(message)) {
+    absl::StatusOr<wire::StagingAnswer> answer = wire::ParseStagingAnswer(message);
+    if (!answer.ok()) return std::nullopt;
+    return std::make_pair(answer->room, answer->prefill_rank);
   }
   absl::StatusOr<wire::StatusMessage> status = wire::ParseStatusLenient(message);
   if (!status.ok()) return std::nullopt;
@@ -52,10 +58,11 @@ absl::Status SenderCheck::Check(absl::Span<const std::string> message) {
         "a message that names no room and prefill rank cannot be proven: dropped");
   }
   auto kept = tags_.find(*id);
-  const char* what = wire::IsFencedAnswer(message)  ? "fence answer"
-                     : wire::IsRoomDigest(message)  ? "room digest"
-                     : wire::IsRoomOutcome(message) ? "room outcome"
-                                                    : "status";
+  const char* what = wire::IsFencedAnswer(message)    ? "fence answer"
+                     : wire::IsRoomDigest(message)    ? "room digest"
+                     : wire::IsRoomOutcome(message)   ? "room outcome"
+                     : wire::IsStagingAnswer(message) ? "staging answer"
+                                                      : "status";
   if (kept == tags_.end()) {
     return absl::PermissionDeniedError(absl::StrFormat(
         "%s of room %d from prefill rank %d refused: no sender proof came right before it, and "

@@ -136,6 +136,19 @@ struct SidecarOptions {
   // treated as memory the data plane cannot reach and staged through a mirror with memcpy
   // (engine/memory/host_arena_staging.h), exactly as a CUDA arena would be but for the copies.
   bool emulate_gpu_arena = false;
+  // Decode: row staging (issue 31; docs/PROTOCOL.md, "Row staging"): host memory of this many
+  // bytes, registered on the data plane and cut into a slot per (room, prefill rank) of a route
+  // whose rows land apart in the pages (a head-sliced room of a larger prefill TP): that rank
+  // writes the room's rows back to back into the slot, as one run, and this sidecar scatters
+  // them into the pages before the rank's Success counts. 0: none offered. Host arenas that the
+  // data plane reaches (no arena mirror).
+  uint64_t row_staging_bytes = 0;
+  // Decode: the routes row staging serves. kAuto: those whose transport cannot land rows apart
+  // in one write (Capabilities::strided_writes false: verbs) and whose rows are shorter than
+  // kRowStagingLongestRow. kAll: every route whose rows land apart (tests, measurement).
+  enum class RowStaging { kAuto, kAll };
+  RowStaging row_staging = RowStaging::kAuto;
+  static constexpr uint64_t kRowStagingLongestRow = 16 << 10;
   // Prefill, for measurement only (`kvrail bench kv --naive`): a room's copies are posted as
   // the planner expands them, one write per row per page per field, never merged, as connectors
   // that write per token row do. The bytes and the checks are the same; only the write count
@@ -227,6 +240,12 @@ struct SidecarStats {
   // landed bytes, and rooms failed because it did not (or none came from a kvrail node).
   uint64_t room_digests = 0;
   uint64_t room_digests_failed = 0;
+  // Decode, row staging (--row-staging-bytes): prefill ranks' staged rows scattered into the
+  // pages; offers not made for want of a free slot (those rooms were written in place); slots
+  // kept out of use because their room's fence was not proven.
+  uint64_t rows_scattered = 0;
+  uint64_t row_staging_full = 0;
+  uint64_t row_staging_quarantined = 0;
   uint64_t rail_failovers = 0;  // transport::TransportCounters
   // The attached arena's bytes and the layers its contract's fields name (0 before AttachArena).
   uint64_t arena_bytes = 0;

@@ -146,6 +146,13 @@ void SidecarMetrics::SetStatsSource(std::function<SidecarStats()> stats) {
             s.room_digests);
     counter("room_digests_failed", "--verify-digest, decode: rooms failed by their digest",
             s.room_digests_failed);
+    counter("rows_scattered", "Decode: prefill ranks' staged rows scattered into the pages",
+            s.rows_scattered);
+    counter("row_staging_full", "Decode: row staging offers not made for want of a free slot",
+            s.row_staging_full);
+    counter("row_staging_quarantined",
+            "Decode: row staging slots kept out of use after an unproven fence",
+            s.row_staging_quarantined);
     counter("rail_failovers", "Data-plane rail failovers", s.rail_failovers);
   });
 }

@@ -7,6 +7,7 @@
 #include "control/wire/kvrail_frames.h"
 #include "control/wire/limits.h"
 #include "control/wire/preallocation.h"
+#include "control/wire/row_staging.h"
 #include "engine/base/error.h"
 
 namespace kvrail::wire {
@@ -23,6 +24,11 @@ std::optional<uint64_t> ProvenRoomOf(absl::Span<const std::string> frames) {
   if (IsFenceRequest(frames)) {
     absl::StatusOr<FenceRequest> fence = ParseFenceRequest(frames);
     if (fence.ok()) return fence->room;
+    return std::nullopt;
+  }
+  if (IsStagingOffer(frames)) {
+    absl::StatusOr<StagingOffer> offer = ParseStagingOffer(frames);
+    if (offer.ok()) return offer->room;
     return std::nullopt;
   }
   if (Classify(frames) != MessageKind::kPreallocation) return std::nullopt;

@@ -65,8 +65,8 @@ bool IsSenderProof(absl::Span<const std::string> frames);
 absl::StatusOr<OwnerProof> ParseOwnerProof(absl::Span<const std::string> frames);
 absl::StatusOr<std::vector<std::string>> BuildOwnerProof(const OwnerProof& proof);
 
-// The room of a message an owner proof must precede (a pre-allocation or a fence request whose
-// room frame parses), or nullopt for any other message.
+// The room of a message an owner proof must precede (a pre-allocation, a fence request or a
+// staging offer, row_staging.h, whose room frame parses), or nullopt for any other message.
 std::optional<uint64_t> ProvenRoomOf(absl::Span<const std::string> frames);
 
 // invalid-frame naming the frame and rule: not 4 frames, another magic, a room or rank that is

@@ -21,26 +21,38 @@
 
 namespace kvrail {
 
-// `length` bytes at `offset`, in the arena and in its mirror alike.
+// `length` bytes at `offset`, in the arena and in its mirror alike; with `rows` > 1, that many
+// rows of `length` bytes, row r at `offset` + r * `stride` (a head-sliced page's rows on one
+// side of a strided copy, engine/base/copy_list.h), `stride` at least `length`.
 struct ByteRange {
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint64_t rows = 1;
+  uint64_t stride = 0;
 };
 
+// Equal when they name the same bytes the same way: the stride counts only with rows > 1.
 bool operator==(const ByteRange& a, const ByteRange& b);
+// The bytes a range names (rows x length) and the span from its first byte to its last.
+inline uint64_t RangeBytes(const ByteRange& r) { return r.rows * r.length; }
+inline uint64_t RangeSpan(const ByteRange& r) { return (r.rows - 1) * r.stride + r.length; }
 
 // Which offsets of a copy list a range list is made of: the source's (a prefill's arena) or the
 // destination's (a decode's).
 enum class CopySide { kSource, kDestination };
 
-// The byte ranges that `copies` read (kSource) or write (kDestination), sorted by offset, with
-// overlapping and touching ranges merged, and empty copies left out: every byte once, in as few
-// ranges as the copies allow.
+// The byte ranges that `copies` read (kSource) or write (kDestination), sorted by offset, empty
+// copies left out. A strided copy whose rows are apart on that side is one range of its rows
+// (so that a GPU arena's staging moves them as one 2-D copy); rows back to back on that side
+// are one plain range. Plain ranges that overlap or touch are merged: every byte once, in as
+// few ranges as the copies allow (a strided range may share bytes with another range: staging
+// copies such a byte twice, the same way, which changes nothing).
 std::vector<ByteRange> MergedRanges(const CopyList& copies, CopySide side);
 
 // Whether every range lies inside an arena of `arena_bytes`: InvalidArgument naming the first
-// that does not ("<what>: range [offset, offset+length) ends past the arena's N bytes") or whose
-// end overflows. Staging checks before it copies anything (bounds before bytes).
+// that does not ("<what>: range [offset, offset+span) ends past the arena's N bytes"), whose
+// span overflows, or whose rows overlap (a stride below the length). Staging checks before it
+// copies anything (bounds before bytes).
 absl::Status CheckRanges(absl::Span<const ByteRange> ranges, uint64_t arena_bytes,
                          const std::string& what);
 

@@ -27,14 +27,30 @@ CudaArenaStaging::CudaArenaStaging(std::unique_ptr<CudaStaging> staging, uint8_t
 absl::Status CudaArenaStaging::ToMirror(absl::Span<const ByteRange> ranges) {
   KVRAIL_RETURN_IF_ERROR(CheckRanges(ranges, bytes_, "staging to the mirror"));
   for (const ByteRange& r : ranges) {
-    if (r.length == 0) continue;
-    uint8_t* const to = mirror_ + r.offset;
-    KVRAIL_RETURN_IF_ERROR(staging_->StageOut(
-        device_ + r.offset, r.length,
-        [to](const uint8_t* host, uint64_t offset, uint64_t length) -> absl::Status {
-          std::memcpy(to + offset, host, length);
-          return absl::OkStatus();
-        }));
+    if (r.length == 0 || r.rows == 0) continue;
+    if (r.rows > 1 && r.length <= staging_->chunk_bytes()) {
+      // A head-sliced page's rows: packed into the chunks by one 2-D copy each, then each row to
+      // its place in the mirror.
+      uint8_t* const to = mirror_ + r.offset;
+      KVRAIL_RETURN_IF_ERROR(staging_->StageOutRows(
+          device_ + r.offset, r.length, r.rows, r.stride,
+          [&r, to](const uint8_t* host, uint64_t first, uint64_t count) -> absl::Status {
+            for (uint64_t row = 0; row < count; ++row) {
+              std::memcpy(to + (first + row) * r.stride, host + row * r.length, r.length);
+            }
+            return absl::OkStatus();
+          }));
+      continue;
+    }
+    for (uint64_t row = 0; row < r.rows; ++row) {  // one range, or rows longer than a chunk
+      uint8_t* const to = mirror_ + r.offset + row * r.stride;
+      KVRAIL_RETURN_IF_ERROR(staging_->StageOut(
+          device_ + r.offset + row * r.stride, r.length,
+          [to](const uint8_t* host, uint64_t offset, uint64_t length) -> absl::Status {
+            std::memcpy(to + offset, host, length);
+            return absl::OkStatus();
+          }));
+    }
   }
   return absl::OkStatus();
 }
@@ -44,8 +60,9 @@ absl::Status CudaArenaStaging::FromMirror(absl::Span<const ByteRange> ranges) {
   std::vector<CudaStaging::Scatter> scatters;
   scatters.reserve(ranges.size());
   for (const ByteRange& r : ranges) {
-    if (r.length == 0) continue;
-    scatters.push_back({mirror_ + r.offset, device_ + r.offset, r.length});
+    if (r.length == 0 || r.rows == 0) continue;
+    scatters.push_back({mirror_ + r.offset, device_ + r.offset, r.length, r.rows, r.stride,
+                        r.stride});  // the mirror has the arena's layout: one pitch
   }
   if (scatters.empty()) return absl::OkStatus();
   return staging_->ScatterIn(scatters);

@@ -2,7 +2,9 @@
 // (cuda_staging.h) between the GPU arena and its host mirror. To the mirror, each range is
 // copied device to pinned chunk with cudaMemcpyAsync, `depth` chunks in flight, and each chunk
 // is copied on to the mirror while later chunks copy; from the mirror, the ranges are packed
-// into chunks and copied host to device, and the call returns once the stream is done.
+// into chunks and copied host to device, and the call returns once the stream is done. A range
+// of rows (a head-sliced page, issue 31) crosses the bus as its rows alone, packed: one
+// cudaMemcpy2DAsync per chunk each way (CudaStaging::StageOutRows, a Scatter of rows).
 //
 // Built with or without a toolkit: without one, Create returns CudaStaging::Create's
 // Unimplemented; without a GPU, its "no GPU" line.

@@ -72,20 +72,46 @@ class CudaStaging {
   // Returns only once no copy into the pinned chunks is outstanding, failure or not.
   absl::Status StageOut(const void* device_src, uint64_t length, Sink sink);
 
-  // One piece of the receive side: `length` host bytes at `host` that belong at `device`.
+  // The receiver of StageOutRows's chunks: `count` rows of the row length, back to back at
+  // `host`, which were rows `first` .. `first` + count - 1 on the device. Valid, and called, as
+  // Sink's chunks are.
+  using RowSink =
+      absl::FunctionRef<absl::Status(const uint8_t* host, uint64_t first, uint64_t count)>;
+
+  // StageOut for `rows` rows of `length` bytes, row r at device_src + r * `pitch`: each chunk
+  // holds as many whole rows as fit, packed back to back, copied with one cudaMemcpy2DAsync
+  // (device to host), so that a head-sliced page's rows cross the bus without the other ranks'
+  // bytes between them, in one copy per chunk rather than one per row. Pipelined as StageOut.
+  //
+  // Fails with InvalidArgument for a null `device_src`, zero `length` or `rows`, a `pitch` below
+  // `length`, a row longer than a chunk (stage such rows one StageOut each), a span that wraps
+  // the address space, or `device_src` not device memory; otherwise as StageOut.
+  absl::Status StageOutRows(const void* device_src, uint64_t length, uint64_t rows, uint64_t pitch,
+                            RowSink sink);
+
+  // One piece of the receive side: `length` host bytes at `host` that belong at `device`; with
+  // `rows` > 1, that many rows of `length` bytes, row r from host + r * `host_pitch` to
+  // device + r * `device_pitch` (each pitch at least `length`).
   struct Scatter {
     const uint8_t* host;
     void* device;
     uint64_t length;
+    uint64_t rows = 1;
+    uint64_t host_pitch = 0;
+    uint64_t device_pitch = 0;
   };
 
   // Copies every scatter's host bytes to its device address through the pinned chunks (memcpy
   // into a chunk, then cudaMemcpyAsync host to device), packing small scatters into one chunk,
-  // and waits for the stream: when it returns OK, every byte is on the device.
+  // and waits for the stream: when it returns OK, every byte is on the device. A scatter of
+  // rows has as many whole rows as fit packed into a chunk and copied on with one
+  // cudaMemcpy2DAsync to their pitch on the device; a row longer than a chunk goes as a plain
+  // scatter of its own.
   //
   // Fails with InvalidArgument, before copying anything, when a scatter's host or device pointer
-  // is null or its length is 0 (the message names scatters[i] and the field); otherwise with the
-  // failing CUDA call, in which case some of the bytes may already be on the device.
+  // is null, its length or rows 0, or a pitch of a scatter of rows below its length (the message
+  // names scatters[i] and the field); otherwise with the failing CUDA call, in which case some
+  // of the bytes may already be on the device.
   absl::Status ScatterIn(absl::Span<const Scatter> scatters);
 
   // The bytes of pinned host memory held: depth x chunk_bytes.
@@ -96,6 +122,15 @@ class CudaStaging {
 
  private:
   CudaStaging(int device, uint64_t chunk_bytes, int depth);
+
+  // StageOut's and StageOutRows's pipeline, under the mutex on the device: chunks 0 ..
+  // `chunks` - 1, chunk i into slot i % depth; `issue(i, slot)` issues its copy into the slot
+  // (the event is recorded here), `drain(i, slot)` hands the landed chunk on. Up to `depth`
+  // chunks are in flight; a slot is issued again only after its chunk was drained.
+  template <typename Issue, typename Drain>
+  absl::Status Pipeline(uint64_t chunks, Issue issue, Drain drain);
+  // InvalidArgument (naming `call`) unless `device_src` is device or managed memory.
+  absl::Status CheckDeviceSource(const void* device_src, const char* call);
 
   // The pinned chunk `slot` (0 <= slot < depth).
   uint8_t* chunk(int slot) const { return pinned_ + static_cast<uint64_t>(slot) * chunk_bytes_; }

@@ -266,6 +266,9 @@ TEST(CudaStagingGpuTest, ScatterInArgumentsAreCheckedBeforeAnyCopy) {
       {{nullptr, arena->data() + 4096, 4096}, "scatters[1].host is null"},
       {{zeros.data(), nullptr, 4096}, "scatters[1].device is null"},
       {{zeros.data(), arena->data() + 4096, 0}, "scatters[1].length is 0"},
+      {{zeros.data(), arena->data() + 4096, 16, 0}, "scatters[1].rows is 0"},
+      {{zeros.data(), arena->data() + 4096, 16, 2, 8, 16},
+       "scatters[1].host_pitch or device_pitch is below length: rows would overlap"},
   };
   for (const auto& c : cases) {
     const CudaStaging::Scatter scatters[] = {{zeros.data(), arena->data(), 4096}, c.second};
@@ -278,6 +281,42 @@ TEST(CudaStagingGpuTest, ScatterInArgumentsAreCheckedBeforeAnyCopy) {
   ASSERT_TRUE(arena->CopyToHost(0, absl::MakeSpan(landed)).ok());
   EXPECT_EQ(FirstPatternMismatch(landed, 1), std::nullopt);
   EXPECT_TRUE((*staging)->ScatterIn({}).ok());
+}
+
+// StageOutRows's arguments are checked before any copy, each refusal naming the rule.
+TEST(CudaStagingGpuTest, StageOutRowsArgumentsAreChecked) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<CudaArena> arena = CudaArena::Allocate(1 << 20, 0);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  StagingOptions options;
+  options.chunk_bytes = 4096;
+  absl::StatusOr<std::unique_ptr<CudaStaging>> staging = CudaStaging::Create(options);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  int calls = 0;
+  const auto sink = [&](const uint8_t*, uint64_t, uint64_t) {
+    ++calls;
+    return absl::OkStatus();
+  };
+  const struct {
+    const void* src;
+    uint64_t length, rows, pitch;
+    const char* message;
+  } cases[] = {
+      {nullptr, 16, 2, 32, "device_src is null"},
+      {arena->data(), 0, 2, 32, "length is 0"},
+      {arena->data(), 16, 0, 32, "rows is 0"},
+      {arena->data(), 16, 2, 8, "pitch is below length"},
+      {arena->data(), 4097, 2, 8192, "a row is longer than a chunk"},
+  };
+  for (const auto& c : cases) {
+    const absl::Status status = (*staging)->StageOutRows(c.src, c.length, c.rows, c.pitch, sink);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+  std::vector<uint8_t> host(4096);
+  EXPECT_THAT(std::string((*staging)->StageOutRows(host.data(), 16, 2, 32, sink).message()),
+              HasSubstr("device_src is not device memory"));
+  EXPECT_EQ(calls, 0);
 }
 
 // The staging path end to end, as a GPU-arena room travels without GPUDirect: stage out of one

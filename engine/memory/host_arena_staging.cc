@@ -13,14 +13,22 @@ HostArenaStaging::HostArenaStaging(uint8_t* arena, uint8_t* mirror, uint64_t byt
 absl::Status HostArenaStaging::ToMirror(absl::Span<const ByteRange> ranges) {
   KVRAIL_RETURN_IF_ERROR(CheckRanges(ranges, bytes_, "staging to the mirror"));
   std::lock_guard<std::mutex> lock(mu_);
-  for (const ByteRange& r : ranges) std::memcpy(mirror_ + r.offset, arena_ + r.offset, r.length);
+  for (const ByteRange& r : ranges) {
+    for (uint64_t row = 0, at = r.offset; row < r.rows; ++row, at += r.stride) {
+      std::memcpy(mirror_ + at, arena_ + at, r.length);
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status HostArenaStaging::FromMirror(absl::Span<const ByteRange> ranges) {
   KVRAIL_RETURN_IF_ERROR(CheckRanges(ranges, bytes_, "staging from the mirror"));
   std::lock_guard<std::mutex> lock(mu_);
-  for (const ByteRange& r : ranges) std::memcpy(arena_ + r.offset, mirror_ + r.offset, r.length);
+  for (const ByteRange& r : ranges) {
+    for (uint64_t row = 0, at = r.offset; row < r.rows; ++row, at += r.stride) {
+      std::memcpy(arena_ + at, mirror_ + at, r.length);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -44,6 +44,8 @@ struct Route {
   const char* placement;
   // Where not empty: what prefill rank 0's log says of its route's copies (event=route).
   const char* copies = "";
+  // Where not empty: what decode rank 0's log says (event=row_staging).
+  const char* decode_says = "";
 };
 
 class DemoRouteTest : public ::testing::TestWithParam<Route> {};
@@ -102,6 +104,8 @@ TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
   }
   const std::string prefill = ReadText(logs + "/prefill-sidecar-0.log");
   EXPECT_TRUE(absl::StrContains(prefill, GetParam().copies)) << prefill;
+  const std::string decode = ReadText(logs + "/decode-sidecar-0.log");
+  EXPECT_TRUE(absl::StrContains(decode, GetParam().decode_says)) << decode;
 }
 
 // A child that cannot start is named, with the reason it gave and what to do about it: here a
@@ -158,6 +162,14 @@ INSTANTIATE_TEST_SUITE_P(
               {"--prefill-tp", "4", "--decode-tp", "2", "--link", "verbs", "--verbs-provider",
                "softverbs", "--arena", "engine", "--verify-digest"},
               "posix-shm"},
+        // Row staging (docs/PROTOCOL.md A.8): at 2:1 over verbs the rows land apart, so the
+        // decode offers slots (--row-staging auto) and scatters what each rank staged.
+        Route{"verbs_softverbs_row_staging_digests_p2_d1",
+              {"--prefill-tp", "2", "--decode-tp", "1", "--link", "verbs", "--verbs-provider",
+               "softverbs", "--row-staging-bytes", "67108864", "--verify-digest"},
+              "memfd",
+              "",
+              "prefill_rank=1 staged=yes"},
         Route{"digests_tcp_p4_d2_engine_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--link", "tcp", "--arena", "engine",
                "--verify-digest"},

@@ -191,6 +191,10 @@ absl::Status RunDemo(DemoOptions options) {
   cluster_options.decode_tokens = options.decode_tokens;
   if (options.verify_digest) cluster_options.sidecar_args.push_back("--verify-digest");
   if (options.emulate_gpu_arena) cluster_options.sidecar_args.push_back("--emulate-gpu-arena");
+  if (options.row_staging_bytes > 0) {
+    cluster_options.decode_args.push_back("--row-staging-bytes");
+    cluster_options.decode_args.push_back(absl::StrCat(options.row_staging_bytes));
+  }
   cluster_options.metrics = options.metrics;
   const int processes = 1 + 2 * (options.prefill_tp * options.prefill_pp + options.decode_tp);
   std::fprintf(stderr, "  starting %d processes (bootstrap server, sidecars, engine-sims) ...",

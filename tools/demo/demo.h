@@ -47,6 +47,10 @@ struct DemoOptions {
   // Every sidecar stages its engine's arena through a host mirror as it would a GPU arena that
   // its transport cannot reach (SidecarOptions::emulate_gpu_arena). Needs arena "engine".
   bool emulate_gpu_arena = false;
+  // Every decode sidecar offers this much row staging memory (--row-staging-bytes; docs/
+  // PROTOCOL.md A.8): head-sliced rows that land apart go back to back into a slot, scattered
+  // by the decode. 0: none.
+  uint64_t row_staging_bytes = 0;
   // The bootstrap server and every sidecar serve GET /metrics on a free port; the demo prints
   // the addresses and a prometheus.yml scrape config, and with metrics_hold_seconds keeps the
   // cluster up that long after the rooms, for a person to scrape.

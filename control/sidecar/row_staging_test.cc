@@ -1,0 +1,255 @@
+// Row staging (control/wire/row_staging.h; row_staging.cc) through a TP-2 prefill node and a TP-1
+// decode in this process (SidecarPair: a bootstrap server, the loopback backend), arenas
+// allocated by the sidecars and mapped here, driven through the engine API as engines would. A
+// head-sliced room's rows land apart in the decode's pages; with --row-staging all, each prefill
+// rank writes them back to back into a slot the decode offered, and the decode scatters them
+// into the pages before that rank's Success counts. Every byte of every room is checked against
+// the prefill arenas, and the slots are seen to come back: after a Success, after an abort's
+// fence, and when there is no room for a slot the rank writes in place.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "control/engine_api/engine_api.h"
+#include "control/engine_api/sidecar_arena.h"
+#include "control/layout/contract.h"
+#include "control/layout/kv_shape.h"
+#include "control/layout/manifest.h"
+#include "control/plan/copy_plan.h"
+#include "control/plan/planner.h"
+#include "control/sidecar/sidecar_pair.h"
+
+namespace kvrail::sidecar {
+namespace {
+
+constexpr int kPrefillTp = 2;
+
+layout::KvShape Shape() {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.kv_heads = 4;
+  shape.head_dim = 32;  // 2 heads of 32 bf16 a prefill rank's row: 128 bytes, 256 apart here
+  shape.pages = 16;
+  return shape;
+}
+
+// An engine rank: its engine API client and the arena its sidecar allocated, mapped here.
+struct Engine {
+  std::unique_ptr<engine_api::EngineApiClient> client;
+  std::optional<engine_api::SidecarArena> arena;
+};
+
+class RowStagingTest : public ::testing::Test {
+ protected:
+  // `slots`: how many (room, rank) slots the decode's staging memory holds.
+  void Start(int slots, bool verify_digest = false) {
+    const uint64_t slot_bytes = RankBytes();
+    absl::StatusOr<std::unique_ptr<testing::SidecarPair>> pair = testing::SidecarPair::Start(
+        [&](SidecarOptions& options) {
+          options.verify_digest = verify_digest;
+          if (options.role != Role::kDecode) return;
+          options.row_staging_bytes = slots * ((slot_bytes + 4095) / 4096 * 4096);
+          options.row_staging = SidecarOptions::RowStaging::kAll;  // loopback writes rows whole
+        },
+        kPrefillTp);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = *std::move(pair);
+    for (int rank = 0; rank < kPrefillTp; ++rank) {
+      prefills_.push_back(Open(pair_->prefill(rank).engine_endpoint(), prefill_contract_));
+      ASSERT_TRUE(prefills_.back().arena.has_value());
+      std::mt19937 random(11 + rank);
+      for (uint8_t& b : prefills_.back().arena->bytes()) b = static_cast<uint8_t>(random() | 1);
+    }
+    decode_ = Open(pair_->decode().engine_endpoint(), decode_contract_);
+    ASSERT_TRUE(decode_.arena.has_value());
+  }
+
+  Engine Open(const std::string& endpoint, const layout::Contract& contract) {
+    Engine engine;
+    engine.client = engine_api::EngineApiClient::Connect(endpoint).value();
+    v1::EngineRequest attach;
+    attach.mutable_attach()->set_allocate_bytes(contract.ArenaBytes());
+    attach.mutable_attach()->set_contract(layout::SerializeContract(contract).value());
+    absl::StatusOr<v1::EngineReply> reply = engine.client->Call(attach, absl::Seconds(30));
+    EXPECT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+    if (!reply.ok()) return engine;
+    absl::StatusOr<engine_api::SidecarArena> arena =
+        engine_api::MapSidecarArena(*reply, contract.ArenaBytes());
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    if (arena.ok()) engine.arena.emplace(*std::move(arena));
+    return engine;
+  }
+
+  static layout::Manifest Room(const layout::Contract& contract, int64_t first) {
+    const std::vector<std::vector<int64_t>> table = {{first, first + 3, first + 5}};
+    return layout::BuildManifest(contract, table, 0, 48).value();
+  }
+
+  // The copies prefill rank `rank` makes for a room (its planner, as the sidecar binds it).
+  plan::CopyList CopiesOf(int rank, const layout::Manifest& src,
+                          const layout::Manifest& dst) const {
+    const plan::Planner planner =
+        plan::Planner::Create(kPrefillTp, 1, prefill_contract_, decode_contract_).value();
+    const plan::RegistrationOutcome outcome = planner.OnRegistration(rank, 0);
+    const plan::CopyPlan bound = plan::CopyPlan::Bind(prefill_contract_, decode_contract_,
+                                                      outcome.fragments, outcome.owner_filters)
+                                     .value();
+    plan::CopyList copies;
+    EXPECT_TRUE(bound.Expand(src, dst, copies).ok());
+    return copies;
+  }
+
+  // The bytes one prefill rank writes for a room of 3 blocks: a slot's size.
+  uint64_t RankBytes() const {
+    uint64_t bytes = 0;
+    for (const plan::Copy& c : CopiesOf(0, Room(prefill_contract_, 1), Room(decode_contract_, 1))) {
+      bytes += PayloadBytes(c);
+    }
+    return bytes;
+  }
+
+  // Moves room `room` (destination blocks from `first`) and waits for its decode Success.
+  void Move(uint64_t room, int64_t first) {
+    Expect(room, first);
+    for (Engine& prefill : prefills_) Ready(prefill, room);
+    ASSERT_EQ(AwaitDecode(room), v1::TRANSFER_POLL_SUCCESS) << "room " << room;
+    // Every byte each rank's copies write is its source byte.
+    const layout::Manifest src = Room(prefill_contract_, 1);
+    const layout::Manifest dst = Room(decode_contract_, first);
+    for (int rank = 0; rank < kPrefillTp; ++rank) {
+      const uint8_t* from = prefills_[rank].arena->bytes().data();
+      const uint8_t* to = decode_.arena->bytes().data();
+      for (const plan::Copy& c : CopiesOf(rank, src, dst)) {
+        for (uint64_t i = 0; i < c.length; ++i) {
+          ASSERT_EQ(to[c.dst_offset + i], from[c.src_offset + i])
+              << "room " << room << ", rank " << rank << ", decode offset " << c.dst_offset + i;
+        }
+      }
+    }
+  }
+
+  void Expect(uint64_t room, int64_t first) {
+    v1::EngineRequest expect;
+    expect.mutable_expect()->set_room(room);
+    expect.mutable_expect()->set_bootstrap_address(pair_->bootstrap());
+    expect.mutable_expect()->set_destination_manifest(
+        layout::SerializeManifest(Room(decode_contract_, first)).value());
+    absl::StatusOr<v1::EngineReply> reply = decode_.client->Call(expect);
+    ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  void Ready(Engine& prefill, uint64_t room) {
+    v1::EngineRequest ready;
+    ready.mutable_ready()->set_room(room);
+    ready.mutable_ready()->set_source_manifest(
+        layout::SerializeManifest(Room(prefill_contract_, 1)).value());
+    ready.mutable_ready()->set_bootstrap_token(7);
+    absl::StatusOr<v1::EngineReply> reply = prefill.client->Call(ready);
+    ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  v1::RoomState Poll(Engine& engine, uint64_t room) {
+    v1::EngineRequest poll;
+    poll.mutable_poll()->add_rooms(room);
+    absl::StatusOr<v1::EngineReply> reply = engine.client->Call(poll);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->states(0) : v1::RoomState();
+  }
+
+  // The decode's state of `room` once it is Success or Failed, or after 30 s, whatever it is.
+  v1::TransferPoll AwaitDecode(uint64_t room) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (true) {
+      const v1::TransferPoll state = Poll(decode_, room).status();
+      if (state == v1::TRANSFER_POLL_SUCCESS || state == v1::TRANSFER_POLL_FAILED ||
+          absl::Now() > deadline) {
+        return state;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+
+  // Waits until the prefill ranks hold the room's pre-allocations (Bootstrapped).
+  void AwaitPreallocated(uint64_t room) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    for (Engine& prefill : prefills_) {
+      while (Poll(prefill, room).status() != v1::TRANSFER_POLL_BOOTSTRAPPED) {
+        ASSERT_LT(absl::Now(), deadline) << "room " << room << " was never pre-allocated";
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+    }
+  }
+
+  SidecarStats DecodeStats() { return pair_->decode().stats(); }
+
+  const layout::Contract prefill_contract_ = layout::BuildKvContract(Shape(), kPrefillTp).value();
+  const layout::Contract decode_contract_ = layout::BuildKvContract(Shape(), 1).value();
+  std::unique_ptr<testing::SidecarPair> pair_;
+  std::vector<Engine> prefills_;
+  Engine decode_;
+};
+
+TEST_F(RowStagingTest, EachRanksRowsAreStagedAndScatteredIntoThePagesByteExact) {
+  Start(/*slots=*/4);
+  Move(1, 1);
+  Move(2, 4);  // the slots came back after the first room's Success
+  const SidecarStats stats = DecodeStats();
+  EXPECT_EQ(stats.rows_scattered, 4u);
+  EXPECT_EQ(stats.row_staging_full, 0u);
+}
+
+// One slot for two ranks: the rank that gets none writes its rows in place (answering
+// "in_place" to nothing: it was offered nothing), the other stages; both land exactly.
+TEST_F(RowStagingTest, ARankOfferedNoSlotWritesInPlaceBesideOneThatStages) {
+  Start(/*slots=*/1);
+  Move(1, 1);
+  EXPECT_EQ(DecodeStats().rows_scattered, 1u);
+  EXPECT_EQ(DecodeStats().row_staging_full, 1u);
+  Move(2, 4);
+  EXPECT_EQ(DecodeStats().rows_scattered, 2u) << "the slot did not come back after Success";
+}
+
+// --verify-digest: the decode hashes its pages once the rows are scattered, and the digests
+// agree.
+TEST_F(RowStagingTest, DigestsAreCheckedOnThePagesAfterTheScatter) {
+  Start(/*slots=*/2, /*verify_digest=*/true);
+  Move(1, 1);
+  const SidecarStats stats = DecodeStats();
+  EXPECT_EQ(stats.rows_scattered, 2u);
+  EXPECT_EQ(stats.room_digests, 2u);
+  EXPECT_EQ(stats.room_digests_failed, 0u);
+}
+
+// An abort on the decode before the prefill ranks' Ready: the room fails there, its pages held
+// until both ranks fenced it; the slots come back with the pages, and the next room stages
+// again into the same memory, exactly.
+TEST_F(RowStagingTest, AnAbortedRoomsSlotsComeBackWithItsPages) {
+  Start(/*slots=*/2);
+  Expect(1, 1);
+  AwaitPreallocated(1);
+  v1::EngineRequest abort;
+  abort.mutable_abort()->set_room(1);
+  ASSERT_TRUE(decode_.client->Call(abort).ok());
+  ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
+  // Its pages come back once both ranks answered the fence (an event of their own).
+  while (true) {
+    std::optional<v1::RoomEvent> event = decode_.client->NextEvent(absl::Seconds(30));
+    ASSERT_TRUE(event.has_value()) << "the aborted room's pages were never released";
+    if (event->room() != 1 || !event->pages_released()) continue;
+    EXPECT_TRUE(event->pages_proven());
+    break;
+  }
+  Move(2, 4);
+  EXPECT_EQ(DecodeStats().rows_scattered, 2u);
+  EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the aborted room's slots did not come back";
+  EXPECT_EQ(DecodeStats().row_staging_quarantined, 0u);
+}
+
+}  // namespace
+}  // namespace kvrail::sidecar
