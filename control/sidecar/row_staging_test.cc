@@ -24,6 +24,7 @@
 #include "control/plan/copy_plan.h"
 #include "control/plan/planner.h"
 #include "control/sidecar/sidecar_pair.h"
+#include "engine/transport/fault/fault_transport.h"
 
 namespace kvrail::sidecar {
 namespace {
@@ -53,6 +54,18 @@ class RowStagingTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<testing::SidecarPair>> pair = testing::SidecarPair::Start(
         [&](SidecarOptions& options) {
           options.verify_digest = verify_digest;
+          // A failed transfer does not quarantine its session (CACHEPD §7.4): the room after a
+          // failed one goes through at once.
+          options.timeouts.failed_session_ttl = absl::ZeroDuration();
+          if (options.role == Role::kPrefill && options.tp_rank == 0) {
+            // Prefill rank 0 writes through the fault-injecting transport (no fault set: it
+            // forwards every call unchanged).
+            options.wrap_transport = [this](std::unique_ptr<transport::Transport> inner) {
+              auto fault = std::make_unique<transport::FaultTransport>(std::move(inner));
+              fault_ = fault.get();
+              return std::unique_ptr<transport::Transport>(std::move(fault));
+            };
+          }
           if (options.role != Role::kDecode) return;
           options.row_staging_bytes = slots * ((slot_bytes + 4095) / 4096 * 4096);
           options.row_staging = SidecarOptions::RowStaging::kAll;  // loopback writes rows whole
@@ -190,6 +203,7 @@ class RowStagingTest : public ::testing::Test {
 
   const layout::Contract prefill_contract_ = layout::BuildKvContract(Shape(), kPrefillTp).value();
   const layout::Contract decode_contract_ = layout::BuildKvContract(Shape(), 1).value();
+  transport::FaultTransport* fault_ = nullptr;  // prefill rank 0's data plane
   std::unique_ptr<testing::SidecarPair> pair_;
   std::vector<Engine> prefills_;
   Engine decode_;
@@ -248,6 +262,34 @@ TEST_F(RowStagingTest, AnAbortedRoomsSlotsComeBackWithItsPages) {
   Move(2, 4);
   EXPECT_EQ(DecodeStats().rows_scattered, 2u);
   EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the aborted room's slots did not come back";
+  EXPECT_EQ(DecodeStats().row_staging_quarantined, 0u);
+}
+
+// A write of prefill rank 0 fails on the wire: its room fails on both sides, with its rows
+// partly in its slot; the decode's pages are held until both ranks fenced the room, and the
+// slots come back with them: the next room stages both ranks again, exactly.
+TEST_F(RowStagingTest, AFailedWriteFailsTheRoomAndItsSlotsComeBackAfterTheFence) {
+  Start(/*slots=*/2);
+  ASSERT_NE(fault_, nullptr);
+  ASSERT_TRUE(fault_
+                  ->FailNext(transport::FaultTransport::Op::kPostWrites, 1,
+                             absl::UnavailableError("injected: the link went down"),
+                             transport::FaultTransport::FailMode::kCompleted)
+                  .ok());
+  Expect(1, 1);
+  for (Engine& prefill : prefills_) Ready(prefill, 1);
+  ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
+  while (true) {
+    std::optional<v1::RoomEvent> event = decode_.client->NextEvent(absl::Seconds(30));
+    ASSERT_TRUE(event.has_value()) << "the failed room's pages were never released";
+    if (event->room() != 1 || !event->pages_released()) continue;
+    EXPECT_TRUE(event->pages_proven());
+    break;
+  }
+  const uint64_t scattered = DecodeStats().rows_scattered;  // rank 1's, if it got there first
+  Move(2, 4);
+  EXPECT_EQ(DecodeStats().rows_scattered, scattered + 2);
+  EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the failed room's slots did not come back";
   EXPECT_EQ(DecodeStats().row_staging_quarantined, 0u);
 }
 
