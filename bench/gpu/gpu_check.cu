@@ -4,7 +4,7 @@
 // same operations by hand: CUDA IPC between two processes, pinned and pageable copy bandwidth,
 // the staging path that CudaStaging implements, and what a GPUDirect transport would need.
 //
-// Usage: gpu_check [all|info|ipc|bandwidth|staging|dmabuf]   (bench/gpu/check runs each step)
+// Usage: gpu_check [all|info|ipc|bandwidth|staging|rows|dmabuf]   (bench/gpu/check: each step)
 //        gpu_check ipc-import HEX BYTES SEED                  (the IPC step's child; internal)
 // Exit status: 0 every check passed; 1 a verification or a CUDA call failed; 2 no GPU (one line
 // "no GPU: ..." on stdout); 3 usage.
@@ -391,6 +391,23 @@ struct Staging {
   uint8_t* chunk(int slot) const { return pinned + static_cast<uint64_t>(slot) * kChunkBytes; }
 };
 
+// The pinned chunks, the stream and the events, as CudaStaging::Create makes them.
+Staging MakeStaging() {
+  Staging s;
+  CHECK_CUDA(cudaHostAlloc(&s.pinned, kDepth * kChunkBytes, cudaHostAllocDefault));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  for (cudaEvent_t& event : s.events) {
+    CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  return s;
+}
+
+void Release(Staging& s) {
+  for (cudaEvent_t event : s.events) CHECK_CUDA(cudaEventDestroy(event));
+  CHECK_CUDA(cudaStreamDestroy(s.stream));
+  CHECK_CUDA(cudaFreeHost(s.pinned));
+}
+
 // CudaStaging::StageOut: `depth` chunks copied ahead; chunk i + depth is issued into chunk i's
 // buffer only after chunk i was handed on (here: memcpy to the wire, the transport's stand-in).
 void StageOut(Staging& s, const uint8_t* device, uint64_t length, uint8_t* wire) {
@@ -460,12 +477,7 @@ int StepStaging() {
   Fill(from, kRoomBytes, kSeed);
   // The wire: resident host memory, as a transport's registered buffers are.
   std::vector<uint8_t> wire(kRoomBytes, 0);
-  Staging s;
-  CHECK_CUDA(cudaHostAlloc(&s.pinned, kDepth * kChunkBytes, cudaHostAllocDefault));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  for (cudaEvent_t& event : s.events) {
-    CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  }
+  Staging s = MakeStaging();
   std::vector<Scatter> scatters;
   for (uint64_t offset = 0; offset < kRoomBytes; offset += kScatterBytes) {
     scatters.push_back({wire.data() + offset, to + offset, kScatterBytes});
@@ -499,15 +511,136 @@ int StepStaging() {
       in_rates.back());
   Row("  end to end", "%6.1f GB/s median, %.1f best", total_rates[median], total_rates.back());
 
-  for (cudaEvent_t event : s.events) CHECK_CUDA(cudaEventDestroy(event));
-  CHECK_CUDA(cudaStreamDestroy(s.stream));
-  CHECK_CUDA(cudaFreeHost(s.pinned));
+  Release(s);
   CHECK_CUDA(cudaFree(from));
   CHECK_CUDA(cudaFree(to));
   return 0;
 }
 
-// ---- (5) What GPUDirect would need: dmabuf export, nvidia_peermem, libibverbs. ----
+// ---- (5) Head-sliced rows through the staging path: a copy per row against one 2-D copy a
+// chunk, as CudaStaging::StageOutRows and a Scatter of rows do it (issue 31). ----
+
+// A TP-2 prefill rank's half of each 2 KiB row of a TP-1 page: 1 KiB rows, 2 KiB apart, 64 MiB of
+// them, through the 4 MiB chunks.
+constexpr uint64_t kRowBytes = 1024;
+constexpr uint64_t kRowPitch = 2048;
+constexpr uint64_t kRows = 64 * kMiB / kRowBytes;
+constexpr int kRowRuns = 3;
+
+// Gathers every row of `device` (kRows rows at kRowPitch) into `wire` back to back, through the
+// chunks: per row one cudaMemcpyAsync, or per chunk one cudaMemcpy2DAsync.
+void GatherRows(Staging& s, const uint8_t* device, uint8_t* wire, bool two_d) {
+  const uint64_t per_chunk = kChunkBytes / kRowBytes;
+  const uint64_t chunks = (kRows + per_chunk - 1) / per_chunk;
+  const auto rows_of = [&](uint64_t i) { return std::min(per_chunk, kRows - i * per_chunk); };
+  const auto issue = [&](uint64_t index) {
+    const int slot = static_cast<int>(index % kDepth);
+    const uint64_t first = index * per_chunk;
+    if (two_d) {
+      CHECK_CUDA(cudaMemcpy2DAsync(s.chunk(slot), kRowBytes, device + first * kRowPitch, kRowPitch,
+                                   kRowBytes, rows_of(index), cudaMemcpyDeviceToHost, s.stream));
+    } else {
+      for (uint64_t r = 0; r < rows_of(index); ++r) {
+        CHECK_CUDA(cudaMemcpyAsync(s.chunk(slot) + r * kRowBytes, device + (first + r) * kRowPitch,
+                                   kRowBytes, cudaMemcpyDeviceToHost, s.stream));
+      }
+    }
+    CHECK_CUDA(cudaEventRecord(s.events[slot], s.stream));
+  };
+  uint64_t issued = 0;
+  while (issued < chunks && issued < static_cast<uint64_t>(kDepth)) issue(issued++);
+  for (uint64_t next = 0; next < chunks; ++next) {
+    const int slot = static_cast<int>(next % kDepth);
+    CHECK_CUDA(cudaEventSynchronize(s.events[slot]));
+    memcpy(wire + next * per_chunk * kRowBytes, s.chunk(slot), rows_of(next) * kRowBytes);
+    if (issued < chunks) issue(issued++);
+  }
+}
+
+// Scatters `wire` (kRows rows back to back) onto `device` at kRowPitch through the chunks: per
+// row one cudaMemcpyAsync, or per chunk one cudaMemcpy2DAsync.
+void ScatterRows(Staging& s, const uint8_t* wire, uint8_t* device, bool two_d) {
+  const uint64_t per_chunk = kChunkBytes / kRowBytes;
+  bool recorded[kDepth] = {};
+  for (uint64_t first = 0, index = 0; first < kRows; first += per_chunk, ++index) {
+    const int slot = static_cast<int>(index % kDepth);
+    if (recorded[slot]) CHECK_CUDA(cudaEventSynchronize(s.events[slot]));
+    const uint64_t count = std::min(per_chunk, kRows - first);
+    memcpy(s.chunk(slot), wire + first * kRowBytes, count * kRowBytes);
+    if (two_d) {
+      CHECK_CUDA(cudaMemcpy2DAsync(device + first * kRowPitch, kRowPitch, s.chunk(slot), kRowBytes,
+                                   kRowBytes, count, cudaMemcpyHostToDevice, s.stream));
+    } else {
+      for (uint64_t r = 0; r < count; ++r) {
+        CHECK_CUDA(cudaMemcpyAsync(device + (first + r) * kRowPitch, s.chunk(slot) + r * kRowBytes,
+                                   kRowBytes, cudaMemcpyHostToDevice, s.stream));
+      }
+    }
+    CHECK_CUDA(cudaEventRecord(s.events[slot], s.stream));
+    recorded[slot] = true;
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s.stream));
+}
+
+int StepRows() {
+  RequireGpu();
+  constexpr uint64_t kSeed = 0x0f5;
+  constexpr uint64_t kSpan = kRows * kRowPitch;
+  uint8_t *from = nullptr, *to = nullptr;
+  CHECK_CUDA(cudaMalloc(&from, kSpan));
+  CHECK_CUDA(cudaMalloc(&to, kSpan));
+  Fill(from, kSpan, kSeed);
+  std::vector<uint8_t> wire(kRows * kRowBytes), expected(kSpan), landed(kSpan);
+  CHECK_CUDA(cudaMemcpy(expected.data(), from, kSpan, cudaMemcpyDeviceToHost));
+  Staging s = MakeStaging();
+  const double bytes = static_cast<double>(kRows * kRowBytes);
+  double gather_gbps[2] = {}, scatter_gbps[2] = {};  // [per row, 2-D]: medians
+  for (const bool two_d : {false, true}) {
+    std::vector<double> gathers, scatters;
+    for (int run = 0; run < kRowRuns; ++run) {
+      CHECK_CUDA(cudaMemset(to, 0, kSpan));
+      memset(wire.data(), 0, wire.size());
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const double start = Seconds();
+      GatherRows(s, from, wire.data(), two_d);
+      const double gathered = Seconds();
+      ScatterRows(s, wire.data(), to, two_d);
+      const double scattered = Seconds();
+      gathers.push_back(bytes / (gathered - start) / kGB);
+      scatters.push_back(bytes / (scattered - gathered) / kGB);
+      // The rows landed where they came from; the bytes between them stayed zero.
+      CHECK_CUDA(cudaMemcpy(landed.data(), to, kSpan, cudaMemcpyDeviceToHost));
+      for (uint64_t i = 0; i < kSpan; ++i) {
+        const uint8_t want = i % kRowPitch < kRowBytes ? expected[i] : 0;
+        if (landed[i] != want) {
+          Row("head-sliced rows", "FAILED: byte %llu is %u, expected %u (%s copies)",
+              static_cast<unsigned long long>(i), landed[i], want, two_d ? "2-D" : "per-row");
+          return kExitFailed;
+        }
+      }
+    }
+    std::sort(gathers.begin(), gathers.end());
+    std::sort(scatters.begin(), scatters.end());
+    gather_gbps[two_d] = gathers[kRowRuns / 2];
+    scatter_gbps[two_d] = scatters[kRowRuns / 2];
+  }
+  Row("head-sliced rows", "%llu MiB of %llu-byte rows %llu apart, %d runs, byte-exact: ok",
+      static_cast<unsigned long long>(kRows * kRowBytes / kMiB),
+      static_cast<unsigned long long>(kRowBytes), static_cast<unsigned long long>(kRowPitch),
+      kRowRuns);
+  Row("  gather (D2H), a copy per row", "%6.1f GB/s median", gather_gbps[0]);
+  Row("  gather (D2H), 2-D a chunk", "%6.1f GB/s median (%.1fx)", gather_gbps[1],
+      gather_gbps[1] / gather_gbps[0]);
+  Row("  scatter (H2D), a copy per row", "%6.1f GB/s median", scatter_gbps[0]);
+  Row("  scatter (H2D), 2-D a chunk", "%6.1f GB/s median (%.1fx)", scatter_gbps[1],
+      scatter_gbps[1] / scatter_gbps[0]);
+  Release(s);
+  CHECK_CUDA(cudaFree(from));
+  CHECK_CUDA(cudaFree(to));
+  return 0;
+}
+
+// ---- (6) What GPUDirect would need: dmabuf export, nvidia_peermem, libibverbs. ----
 
 // A driver API function, through the runtime (cudaGetDriverEntryPointByVersion), so that the
 // program links no libcuda and still starts, and says "no GPU", where no driver is installed.
@@ -597,7 +730,7 @@ int StepDmabuf() {
 
 int Usage() {
   fprintf(stderr,
-          "usage: gpu_check [all|info|ipc|bandwidth|staging|dmabuf]\n"
+          "usage: gpu_check [all|info|ipc|bandwidth|staging|rows|dmabuf]\n"
           "       gpu_check ipc-import HEX BYTES SEED   (internal: the ipc step's child)\n");
   return kExitUsage;
 }
@@ -615,10 +748,11 @@ int main(int argc, char** argv) {
   if (mode == "ipc") return StepIpc();
   if (mode == "bandwidth") return StepBandwidth();
   if (mode == "staging") return StepStaging();
+  if (mode == "rows") return StepRows();
   if (mode == "dmabuf") return StepDmabuf();
   if (mode != "all") return Usage();
   int failed = 0;
-  for (int (*step)() : {StepInfo, StepIpc, StepBandwidth, StepStaging, StepDmabuf}) {
+  for (int (*step)() : {StepInfo, StepIpc, StepBandwidth, StepStaging, StepRows, StepDmabuf}) {
     failed |= step() != 0;
   }
   return failed ? kExitFailed : 0;
