@@ -233,8 +233,8 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   static std::string row_staging = "auto";
   sub->add_option("--row-staging", row_staging,
                   "Decode: the routes row staging serves: auto (rows that land apart, short, on "
-                  "a transport that cannot write them in one write: verbs), all (every route "
-                  "whose rows land apart)")
+                  "a transport that writes them one by one: verbs, UCX where it may choose "
+                  "RDMA), all (every route whose rows land apart)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "all"}));
   sub->add_flag("--naive-copies", options.naive_copies,

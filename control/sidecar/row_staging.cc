@@ -78,7 +78,7 @@ bool DecodeSidecar::RouteStagesRowsLocked(const plan::CopyPlan& landing) const {
   for (const plan::BoundFragment& f : landing.fragments()) {
     if (f.rows <= 1 || f.dst_row_stride == f.bytes_per_row) continue;  // rows back to back
     if (options.row_staging == SidecarOptions::RowStaging::kAll) return true;
-    if (!caps.strided_writes &&
+    if (!caps.lands_rows_apart_whole &&
         static_cast<uint64_t>(f.bytes_per_row) < SidecarOptions::kRowStagingLongestRow) {
       return true;
     }

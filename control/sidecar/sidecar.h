@@ -143,9 +143,10 @@ struct SidecarOptions {
   // them into the pages before the rank's Success counts. 0: none offered. Host arenas that the
   // data plane reaches (no arena mirror).
   uint64_t row_staging_bytes = 0;
-  // Decode: the routes row staging serves. kAuto: those whose transport cannot land rows apart
-  // in one write (Capabilities::strided_writes false: verbs) and whose rows are shorter than
-  // kRowStagingLongestRow. kAll: every route whose rows land apart (tests, measurement).
+  // Decode: the routes row staging serves. kAuto: those whose transport places rows landing
+  // apart one operation a row (Capabilities::lands_rows_apart_whole false: verbs, UCX where it
+  // may choose RDMA) and whose rows are shorter than kRowStagingLongestRow. kAll: every route
+  // whose rows land apart (tests, measurement).
   enum class RowStaging { kAuto, kAll };
   RowStaging row_staging = RowStaging::kAuto;
   static constexpr uint64_t kRowStagingLongestRow = 16 << 10;

@@ -99,6 +99,12 @@ struct Capabilities {
   // into contiguous bytes at the peer (remote_stride == length), as one RDMA write with a
   // scatter-gather list of that many entries (verbs: the devices' max_sge, queried). 1: none.
   uint32_t max_gather_rows = 1;
+  // Whether a strided write whose rows land apart (remote_stride > length) is placed by one
+  // operation of the backend (UCX over shared memory: the lane's stores into the mapped
+  // segment; UCX over tcp: one rows message; loopback: memcpy in this process), not by an
+  // operation per row (a put or an RDMA write each: UCX where it may choose RDMA, verbs). A
+  // decode's row staging serves, in its auto mode, the routes where it is false.
+  bool lands_rows_apart_whole = false;
 };
 
 // The most rows one Write of `length`-byte rows landing `remote_stride` apart may carry on a

@@ -194,6 +194,7 @@ LoopbackTransport::LoopbackTransport(const LoopbackOptions& options, uint64_t id
           .max_write_bytes = options.max_write_bytes,
           .max_inflight_bytes_per_endpoint = options.max_inflight_bytes_per_endpoint,
           .strided_writes = true,
+          .lands_rows_apart_whole = true,
       } {
   progress_ = std::thread([this] { RunProgress(); });
   NameThread(progress_, "kvrail-loopback");

@@ -64,6 +64,8 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           // Writes in the kernel's socket buffers or the peer's FIFO outlive a force close.
           .disconnect_fences = false,
           .strided_writes = true,
+          // Over shared memory or tcp alone; where UCX may choose RDMA, a put per row.
+          .lands_rows_apart_whole = SharedMemoryOnly(options.tls) || TcpOnly(options.tls),
       },
       shared_(std::make_unique<ucx_internal::Shared>()),
       connect_timeout_(options.connect_timeout) {}

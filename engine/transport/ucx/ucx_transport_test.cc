@@ -466,6 +466,9 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   EXPECT_TRUE(TcpOnly("tcp,sm,self"));
   EXPECT_FALSE(TcpOnly("sm,self"));
   EXPECT_FALSE(TcpOnly("rc,tcp"));
+  // Rows landing apart are placed whole over shared memory or tcp alone, a put each over RDMA.
+  EXPECT_TRUE(caps.lands_rows_apart_whole);
+  EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().lands_rows_apart_whole);
 }
 
 TEST(UcxTransportTest, DescriptorCarriesWorkerAddressesAndPackedRkeys) {
