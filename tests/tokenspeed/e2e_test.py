@@ -110,22 +110,24 @@ class Side:
     KVArgs of tokenspeed's get_kv_args, and the executor of tokenspeed's create_kv_transfer for
     backend "kvrail" (it starts the rank's sidecar)."""
 
-    def __init__(self, role, tp, bootstrap_port, layerwise=False):
+    def __init__(self, role, tp, bootstrap_port, layerwise=False, dp_size=1, dp_rank=0):
         import torch
         from tokenspeed.runtime.pd.factory import create_kv_transfer
 
         self.role, self.tp = role, tp
+        self.name = "%s%d" % (role, dp_rank)
         self.pools, self.executors, self.counters, self.threads = [], [], [], []
         group = Lockstep(tp) if tp > 1 else None
         config = te.model_config(layers=LAYERS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
         for rank in range(tp):
-            pool = te.mha_pool(shm_name="kvrail-ts-%s-%s%d" % (TAG, role, rank), layers=LAYERS,
+            pool = te.mha_pool(shm_name="kvrail-ts-%s-%s-%d" % (TAG, self.name, rank), layers=LAYERS,
                                kv_heads=KV_HEADS, tp_size=tp, head_dim=HEAD_DIM,
                                page_tokens=PAGE, pages=PAGES)
             if role == "decode":
                 pool.arena.buffer.fill_(SENTINEL)
             kv_args = te.kv_args(pool, config, rank)
-            args = te.manager_args(tp_size=tp, tp_rank=rank, bootstrap_port=bootstrap_port)
+            args = te.manager_args(tp_size=tp, tp_rank=rank, dp_size=dp_size, dp_rank=dp_rank,
+                                   bootstrap_port=bootstrap_port)
             thread = RankThread("%s%d" % (role, rank))
             self.threads.append(thread)
             executor = self.on(rank, lambda: create_kv_transfer(
@@ -174,8 +176,8 @@ class Side:
         self.all(lambda r, ex: ex.close())
         for thread in self.threads:
             thread.stop()
-        for pool in self.pools:
-            name = "/dev/shm/kvrail-ts-%s-%s%d" % (TAG, self.role, self.pools.index(pool))
+        for rank in range(len(self.pools)):
+            name = "/dev/shm/kvrail-ts-%s-%s-%d" % (TAG, self.name, rank)
             if os.path.exists(name):
                 os.unlink(name)
 
@@ -207,8 +209,10 @@ def value(room, layer, kind, head, token, dim):
 
 
 class Request:
-    def __init__(self, rid, room, prompt_len, decode_prefix=0, prefill_cached=0, chunk=64):
+    def __init__(self, rid, room, prompt_len, decode_prefix=0, prefill_cached=0, chunk=64,
+                 group=None):
         self.rid, self.room, self.prompt_len = rid, room, prompt_len
+        self.group = room if group is None else group  # the prefill DP group it is sent to
         self.decode_prefix, self.prefill_cached, self.chunk = decode_prefix, prefill_cached, chunk
         self.token = 1000 + room
         self.spec = [room % 7, room % 11]
@@ -220,15 +224,17 @@ class Deployment:
     """A kvrail bootstrap server, a prefill side and a decode side, and the scheduler loop of
     each, played by the test."""
 
-    def __init__(self, prefill_tp, decode_tp, layerwise):
+    def __init__(self, prefill_tp, decode_tp, layerwise, prefill_dp=1):
         from kvrail_tokenspeed.backend import kv_class
         from tokenspeed.runtime.pd.utils import KVClassType
 
         server = kv_class(KVClassType.BOOTSTRAP_SERVER)
         self.bootstrap = server(0, host="127.0.0.1")
-        self.prefill = self.decode = None
+        self.prefills, self.decode = [], None
         try:
-            self.prefill = Side("prefill", prefill_tp, self.bootstrap.port, layerwise)
+            for group in range(prefill_dp):  # each DP group its own scheduler (DP attention)
+                self.prefills.append(Side("prefill", prefill_tp, self.bootstrap.port, layerwise,
+                                          dp_size=prefill_dp, dp_rank=group))
             self.decode = Side("decode", decode_tp, self.bootstrap.port)
         except BaseException:
             self.close()
@@ -236,7 +242,7 @@ class Deployment:
         self.layerwise = layerwise
 
     def close(self):
-        for side in (self.prefill, self.decode):
+        for side in self.prefills + [self.decode]:
             if side is not None:
                 side.close()
         self.bootstrap.close()
@@ -269,8 +275,16 @@ class Deployment:
 
     # The prefill's scheduler ----------------------------------------------------------------
 
+    @property
+    def prefill(self):
+        return self.prefills[0]
+
+    def prefill_of(self, request):
+        """The prefill DP group a router sends the request to: room mod dp_size (CachePD)."""
+        return self.prefills[request.group % len(self.prefills)]
+
     def admit_prefill(self, request):
-        self.prefill.all(lambda r, ex: ex.register(request.rid, self.info(request)))
+        self.prefill_of(request).all(lambda r, ex: ex.register(request.rid, self.info(request)))
 
     def forward(self, request, layer_pause=0.0):
         """The prefill's forward pass of the request, chunk by chunk: prepare_prefill, each
@@ -278,7 +292,7 @@ class Deployment:
         counter advanced per layer, as the attention backend records it), then
         store_prefill_token; the next iteration's batch calls execute()."""
         from tokenspeed_scheduler import Forward
-        side = self.prefill
+        side = self.prefill_of(request)
         request.prefill_pages = side.take_pages(-(-request.prompt_len // PAGE))
         tables = self.tables(request.prefill_pages)
         heads = KV_HEADS // side.tp
@@ -304,7 +318,7 @@ class Deployment:
         return Forward.Batch([request.rid], 0, block_tables=tables)
 
     def fill(self, pool, request, first_head, heads, begin, end, layers, only=None):
-        torch = self.prefill.torch
+        torch = self.decode.torch
         for layer in range(layers) if only is None else [only]:
             for kind, view in ((0, pool.get_key_buffer(layer)), (1, pool.get_value_buffer(layer))):
                 for token in range(begin, end):
@@ -323,18 +337,20 @@ class Deployment:
         deadline = time.monotonic() + seconds
         while not until(outcomes):
             assert time.monotonic() < deadline, ("no outcome in %.0f s" % seconds, outcomes)
-            for op in pending_execute:
-                self.prefill.all(lambda r, ex: ex.execute(op))
+            for side, op in pending_execute:
+                side.all(lambda r, ex: ex.execute(op))
             pending_execute = []
-            for event in self.prefill.events():
-                name = type(event).__name__
-                if name == "BootstrappedEvent":
-                    request = requests[event.request_id]
-                    if prefill_hook is not None and prefill_hook(request):
-                        continue
-                    pending_execute.append(self.forward(request, 0.05 if self.layerwise else 0))
-                else:
-                    outcomes[("prefill", event.request_id)] = name
+            for side in self.prefills:
+                for event in side.events():
+                    name = type(event).__name__
+                    if name == "BootstrappedEvent":
+                        request = requests[event.request_id]
+                        if prefill_hook is not None and prefill_hook(request):
+                            continue
+                        pending_execute.append(
+                            (side, self.forward(request, 0.05 if self.layerwise else 0)))
+                    else:
+                        outcomes[("prefill", event.request_id)] = name
             for event in self.decode_events():
                 outcomes[("decode", event.request_id)] = (
                     type(event).__name__, getattr(event, "bootstrap_token", None))
@@ -358,11 +374,12 @@ class Deployment:
     def check_bytes(self, request):
         """Every byte of the decode pages of the request: the window's pages equal the prefill
         ranks' pages (heads placed by each side's TP), the pages before the window untouched."""
-        torch = self.prefill.torch
+        torch = self.decode.torch
+        prefill_pools = self.prefill_of(request).pools
         window = range(request.decode_prefix // PAGE, -(-request.prompt_len // PAGE))
         for layer in range(LAYERS):
             for getter in ("get_key_buffer", "get_value_buffer"):
-                prefill = torch.cat([getattr(p, getter)(layer) for p in self.prefill.pools], 1)
+                prefill = torch.cat([getattr(p, getter)(layer) for p in prefill_pools], 1)
                 decode = torch.cat([getattr(p, getter)(layer) for p in self.decode.pools], 1)
                 for slot, (src, dst) in enumerate(zip(request.prefill_pages,
                                                       request.decode_pages)):
@@ -547,6 +564,57 @@ class EndToEndTest(unittest.TestCase):
                 time.sleep(0.05)
             self.assertGreaterEqual(sidecar.starts, 2)
             self.land(deployment, Request("after-kill", 42, 40))
+        finally:
+            deployment.close()
+
+    def test_6_dp_attention_routes_each_room_to_its_prefill_group(self):
+        deployment = Deployment(1, 1, layerwise=False, prefill_dp=2)
+        try:
+            self.land(deployment, Request("g1", 61, 40))  # room 61: group 1
+            self.land(deployment, Request("g0", 62, 40))  # room 62: group 0
+            # A request routed to the wrong group is failed there at once, never begun.
+            wrong = Request("wrong", 63, 40, group=0)
+            deployment.admit_prefill(wrong)
+            outcomes = deployment.run({"wrong": wrong}, done(("prefill", "wrong")))
+            self.assertEqual(outcomes[("prefill", "wrong")], "FailedEvent")
+        finally:
+            deployment.close()
+
+    def test_7_a_stopped_decode_sidecar_holds_the_pages_until_it_is_back(self):
+        deployment = Deployment(1, 1, layerwise=False)
+        try:
+            request = Request("stopped", 71, 40)
+            deployment.admit_prefill(request)
+            deployment.admit_decode(request)
+            pid = deployment.decode.executors[0].sidecar.pid
+            stopped = []
+
+            def stop_decode(req):  # the pre-allocation reached the prefill: stop the decode's
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(time.monotonic())
+                return True
+
+            try:
+                # Lost within the client's heartbeat timeout (3 s): the room is Failed with its
+                # pages held, so tokenspeed must not hear FailedEvent (it would free them).
+                outcomes = deployment.run(
+                    {"stopped": request},
+                    lambda o: bool(stopped) and time.monotonic() >= stopped[0] + 6,
+                    prefill_hook=stop_decode)
+                self.assertNotIn(("decode", "stopped"), outcomes)
+                executor = deployment.decode.executors[0]
+                self.assertIsNotNone(executor.client.sidecar_lost)
+                self.assertTrue(executor.requests["stopped"].held)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # Back: the client attaches again, which voids the room there, fenced through the
+            # prefill; the release notice lets FailedEvent out.
+            outcomes = deployment.run({"stopped": request}, done(("decode", "stopped"),
+                                                                 ("prefill", "stopped")),
+                                      prefill_hook=lambda req: True)
+            self.assertEqual(outcomes[("decode", "stopped")][0], "FailedEvent")
+            self.assertEqual(outcomes[("prefill", "stopped")], "FailedEvent")
+            self.land(deployment, Request("after-stop", 72, 40))
         finally:
             deployment.close()
 
