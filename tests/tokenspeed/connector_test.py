@@ -6,6 +6,7 @@ on the sidecar, what the scheduler is told, and when."""
 import argparse
 import enum
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -20,6 +21,7 @@ from fakes import (PD, FakeClient, FakeSidecar, Forward, Info, StepCounter,  # n
 from kvrail_engine import Pages, TransferPoll  # noqa: E402
 from kvrail_tokenspeed import arena, hook, settings  # noqa: E402
 from kvrail_tokenspeed.decode import DecodeConnector  # noqa: E402
+from kvrail_tokenspeed.launcher import LaunchError, Supervised  # noqa: E402
 from kvrail_tokenspeed.prefill import PrefillConnector, layers_final  # noqa: E402
 from kvrail_tokenspeed.vote import Agreed, Local, agree, alone  # noqa: E402
 
@@ -400,6 +402,40 @@ class ArenaTest(unittest.TestCase):
             b'{"plan": {"num_lcm_blocks": 32, "lcm_block_bytes": 2048}}'), 33 * 2048)
         with self.assertRaisesRegex(arena.ArenaError, "no plan with num_lcm_blocks"):
             arena.arena_bytes(b"{}")
+
+
+class LauncherTest(unittest.TestCase):
+    """launcher.Supervised on stand-in programs (a shell that says the ready line, or not)."""
+
+    def supervised(self, script, ready="sidecar ready"):
+        log = os.path.join(tempfile.mkdtemp(), "sidecar.log")
+        return Supervised(["/bin/sh", "-c", script], ready, log, timeout=5), log
+
+    def test_a_process_is_ready_on_its_line_and_its_end_is_said_in_one_line(self):
+        process, log = self.supervised("echo oops >&2; echo 'sidecar ready engine=x'; exec sleep 30")
+        self.assertEqual(process.start(), "sidecar ready engine=x")
+        self.assertIsNone(process.exited())
+        os.kill(process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while process.exited() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertRegex(process.exited(), "^kvrail: /bin/sh -c \\(pid \\d+\\) killed by "
+                                           "signal 9; its log: " + log)
+        process.stop()
+        with open(log) as f:
+            self.assertIn("oops", f.read())
+
+    def test_a_process_that_says_something_else_is_refused_naming_it(self):
+        process, log = self.supervised("echo 'usage: kvrail ...'; exit 2")
+        with self.assertRaisesRegex(LaunchError, "did not say 'sidecar ready' within 5 s \\(it "
+                                                 "said 'usage: kvrail ...'\\); its log: " + log):
+            process.start()
+
+    def test_a_missing_binary_names_kvrail_bin(self):
+        process = Supervised(["/nonexistent/kvrail", "sidecar"], "sidecar ready",
+                             os.path.join(tempfile.mkdtemp(), "log"))
+        with self.assertRaisesRegex(LaunchError, "cannot run /nonexistent/kvrail: .*KVRAIL_BIN"):
+            process.start()
 
 
 class HookPiecesTest(unittest.TestCase):

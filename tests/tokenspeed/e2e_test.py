@@ -23,6 +23,7 @@ python3-torch); without either, every case is recorded skipped with the reason
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -618,12 +619,56 @@ class EndToEndTest(unittest.TestCase):
         finally:
             deployment.close()
 
-    def test_5_the_patch_applies_to_the_checkout(self):
+    def test_5_the_patch_applies_and_chooses_kvrail_without_the_hook(self):
         patch = os.path.join(os.getcwd(), "python", "kvrail_tokenspeed", "tokenspeed.patch")
-        check = subprocess.run(["git", "apply", "--check", patch],
-                               cwd=os.environ["TOKENSPEED_SRC"], text=True,
+        source = os.environ["TOKENSPEED_SRC"]
+        check = subprocess.run(["git", "apply", "--check", patch], cwd=source, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.assertEqual(check.returncode, 0, check.stdout)
+        # Applied to a copy of the checkout's package, tokenspeed chooses kvrail by itself.
+        copy = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "patched-%s" % TAG)
+        shutil.copytree(os.path.join(source, "python", "tokenspeed"),
+                        os.path.join(copy, "python", "tokenspeed"))
+        try:
+            applied = subprocess.run(["git", "apply", patch], cwd=copy, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.assertEqual(applied.returncode, 0, applied.stdout)
+            chosen = subprocess.run(
+                [sys.executable, "-c", PATCHED_CHOICES], text=True, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, env=dict(os.environ, TOKENSPEED_SRC=copy,
+                                                   PYTHONPATH=os.path.join(os.getcwd(), "python")))
+            self.assertEqual(chosen.returncode, 0, chosen.stdout)
+            self.assertEqual(chosen.stdout.strip().splitlines()[-1], "kvrail chosen 5 times")
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+# The five choices of a patched tokenspeed, with no hook installed (run in a process of its own).
+PATCHED_CHOICES = """
+import argparse, inspect, sys
+sys.path.insert(0, %r)
+import tokenspeed_env
+tokenspeed_env.load()
+from kvrail_tokenspeed.launcher import KvrailBootstrapServer
+from tokenspeed.runtime.pd import factory, utils
+from tokenspeed.runtime.engine import event_loop
+from tokenspeed.runtime.utils.server_args import ServerArgs
+assert "kvrail_tokenspeed.hook" not in sys.modules
+chosen = 0
+chosen += utils.TransferBackend("kvrail") is utils.TransferBackend.KVRAIL
+chosen += utils.get_kv_class(utils.TransferBackend.KVRAIL,
+                             utils.KVClassType.BOOTSTRAP_SERVER) is KvrailBootstrapServer
+try:
+    factory.create_kv_transfer("encode", "kvrail", None, None, None)
+except NotImplementedError as error:
+    chosen += str(error).startswith("kvrail: disaggregation mode 'encode'")
+chosen += '("mooncake", "kvrail")' in inspect.getsource(event_loop.EventLoop.__init__)
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+chosen += parser.parse_args(["--disaggregation-transfer-backend", "kvrail"]
+                            ).disaggregation_transfer_backend == "kvrail"
+print("kvrail chosen %%d times" %% chosen)
+""" % HERE
 
 
 if __name__ == "__main__":
