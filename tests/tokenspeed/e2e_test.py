@@ -619,6 +619,22 @@ class EndToEndTest(unittest.TestCase):
         finally:
             deployment.close()
 
+    def test_8_tokenspeeds_waiting_timeout_is_the_decodes_deadline(self):
+        os.environ["TOKENSPEED_DISAGGREGATION_WAITING_TIMEOUT"] = "2"
+        try:
+            deployment = Deployment(1, 1, layerwise=False)
+        finally:
+            del os.environ["TOKENSPEED_DISAGGREGATION_WAITING_TIMEOUT"]
+        try:
+            self.assertIn("--waiting-timeout 2", " ".join(
+                deployment.decode.executors[0].sidecar.argv))
+            started = time.monotonic()
+            # The prefill never runs its forward pass: the decode's deadline fails the room.
+            self.fail_both(deployment, Request("late", 81, 40))
+            self.assertGreaterEqual(time.monotonic() - started, 2.0)
+        finally:
+            deployment.close()
+
     def test_5_the_patch_applies_and_chooses_kvrail_without_the_hook(self):
         patch = os.path.join(os.getcwd(), "python", "kvrail_tokenspeed", "tokenspeed.patch")
         source = os.environ["TOKENSPEED_SRC"]
