@@ -70,7 +70,13 @@ class Rank:
             self.sidecar.start()
         self.client = SidecarClient(plan.endpoint, timeout=30.0)
         self.address = int(kv_args.kv_data_ptr)
-        self.attach()
+        try:
+            self.attach()
+        except Exception:  # the refusal is the error's one line: nothing left behind it
+            self.client.close()
+            if self.sidecar is not None:
+                self.sidecar.stop()
+            raise
         self.reduce = gloo_min(gloo_group)
         self.manifest = manifest_builder(kv_args.cache_layout)
         schedule = getattr(kv_args, "cache_producer_schedule", None)

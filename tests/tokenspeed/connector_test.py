@@ -462,6 +462,51 @@ class HookPiecesTest(unittest.TestCase):
         args = parser.parse_args(["--disaggregation-transfer-backend", "kvrail"])
         self.assertEqual(args.disaggregation_transfer_backend, "kvrail")
 
+    def test_the_event_loop_sees_mooncake_while_kvrail_is_built(self):
+        module = types.ModuleType("fake_event_loop")
+
+        class EventLoop:  # tokenspeed's check, then its create_kv_transfer call by keyword
+            def __init__(self, server_args):
+                backend = server_args.disaggregation_transfer_backend
+                if backend != "mooncake":
+                    raise NotImplementedError("non-Mooncake transfer backend")
+                self.kv_transfer = module.create_kv_transfer(
+                    mode="decode", backend=backend, args=1, kv_args=2, gloo_group=3)
+
+        module.EventLoop = EventLoop
+        factory = types.ModuleType(hook.FACTORY)
+        factory.create_kv_transfer = hook._create_kv_transfer(lambda *args: "mooncake's")
+        saved = sys.modules.get(hook.FACTORY), hook.choice.create_kv_transfer
+        sys.modules[hook.FACTORY] = factory
+        hook.choice.create_kv_transfer = lambda mode, args, kv_args, group: ("kvrail's", mode)
+        try:
+            hook._patch_event_loop(module)
+            kvrail = types.SimpleNamespace(disaggregation_transfer_backend="kvrail")
+            self.assertEqual(EventLoop(kvrail).kv_transfer, ("kvrail's", "decode"))
+            self.assertEqual(kvrail.disaggregation_transfer_backend, "kvrail")
+            mooncake = types.SimpleNamespace(disaggregation_transfer_backend="mooncake")
+            self.assertEqual(EventLoop(mooncake).kv_transfer, "mooncake's")
+        finally:
+            if saved[0] is None:
+                del sys.modules[hook.FACTORY]
+            else:
+                sys.modules[hook.FACTORY] = saved[0]
+            hook.choice.create_kv_transfer = saved[1]
+
+    def test_a_module_imported_later_is_patched_right_after_it_runs(self):
+        root = tempfile.mkdtemp()
+        os.makedirs(os.path.join(root, "later_pkg"))
+        open(os.path.join(root, "later_pkg", "__init__.py"), "w").close()
+        with open(os.path.join(root, "later_pkg", "loop.py"), "w") as f:
+            f.write("VALUE = 'tokenspeed'\n")
+        sys.path.insert(0, root)
+        try:
+            hook.after_import("later_pkg.loop", lambda m: setattr(m, "VALUE", "patched"))
+            import later_pkg.loop  # noqa: PLC0415
+            self.assertEqual(later_pkg.loop.VALUE, "patched")
+        finally:
+            sys.path.remove(root)
+
     def test_replace_reaches_modules_that_imported_the_name(self):
         def original():
             return "mooncake"

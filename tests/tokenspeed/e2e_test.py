@@ -516,6 +516,9 @@ class EndToEndTest(unittest.TestCase):
             for executor in deployment.prefill.executors:
                 self.assertEqual(executor.layers_ready_calls, LAYERS)
             self.land(deployment, Request("b", 12, 40, prefill_cached=16))
+            # The hook replaced the event loop's start-up when tokenspeed imported it.
+            from tokenspeed.runtime.engine.event_loop import EventLoop
+            self.assertEqual(EventLoop.__init__.__module__, "kvrail_tokenspeed.hook")
             # The prefill's cached prefix reaches the decode (CachePD 2026-09), if its
             # contract revision carries it.
             extras = deployment.decode.executors[0].pop_remote_prefill_extras("b")
@@ -634,6 +637,22 @@ class EndToEndTest(unittest.TestCase):
             self.assertGreaterEqual(time.monotonic() - started, 2.0)
         finally:
             deployment.close()
+
+    def test_9_an_arena_in_private_memory_is_refused_at_start_up(self):
+        from kvrail_tokenspeed.arena import ArenaError
+        from tokenspeed.runtime.pd.factory import create_kv_transfer
+
+        pool = te.mha_pool(shm_name=None, layers=LAYERS, kv_heads=KV_HEADS, tp_size=1,
+                           head_dim=HEAD_DIM, page_tokens=PAGE, pages=PAGES)
+        config = te.model_config(layers=LAYERS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
+        with self.assertRaises(ArenaError) as refused:
+            create_kv_transfer(mode="decode", backend="kvrail",
+                               args=te.manager_args(tp_size=1, tp_rank=0),
+                               kv_args=te.kv_args(pool, config, 0), gloo_group=None)
+        message = str(refused.exception)
+        self.assertNotIn("\n", message)
+        self.assertIn("is neither in POSIX shared memory (/dev/shm) nor CUDA device memory",
+                      message)
 
     def test_5_the_patch_applies_and_chooses_kvrail_without_the_hook(self):
         patch = os.path.join(os.getcwd(), "python", "kvrail_tokenspeed", "tokenspeed.patch")

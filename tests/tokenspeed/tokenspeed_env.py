@@ -97,7 +97,8 @@ def shared_memory_zeros(name: str):
 def mha_pool(*, shm_name: str, layers: int, kv_heads: int, tp_size: int, head_dim: int,
              page_tokens: int, pages: int):
     """A real tokenspeed MHATokenToKVPool on the CPU, bf16, `kv_heads / tp_size` heads a rank,
-    its arena in /dev/shm/<shm_name>: the plan from tokenspeed's own spec.group, pack and bind."""
+    its arena in /dev/shm/<shm_name> (None: where tokenspeed puts it, private memory): the plan
+    from tokenspeed's own spec.group, pack and bind."""
     import torch
     from tokenspeed.runtime.layers.attention.kv_cache.arena import CacheArena
     from tokenspeed.runtime.layers.attention.kv_cache.mha import MHATokenToKVPool
@@ -122,8 +123,11 @@ def mha_pool(*, shm_name: str, layers: int, kv_heads: int, tp_size: int, head_di
                   max_padding_fraction=1.0)
     plan = layout.bind(pages)
     specs = tuple(group_spec for group_spec, _ in groups)
-    with shared_memory_zeros(shm_name):
+    if shm_name is None:  # tokenspeed's own allocation: private memory
         arena = CacheArena(plan, "cpu", cache_group_specs=specs)
+    else:
+        with shared_memory_zeros(shm_name):
+            arena = CacheArena(plan, "cpu", cache_group_specs=specs)
     return MHATokenToKVPool(arena, torch.bfloat16, heads, head_dim, layers, 0)
 
 
