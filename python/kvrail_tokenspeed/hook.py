@@ -1,11 +1,13 @@
 """`--disaggregation-transfer-backend kvrail` without patching tokenspeed: install() makes the
-same five choices as tokenspeed.patch, by replacing them at import time.
+same five choices as tokenspeed.patch, by replacing them as tokenspeed's modules are imported.
 
-    import kvrail_tokenspeed.hook; kvrail_tokenspeed.hook.install()
+    import kvrail_tokenspeed; kvrail_tokenspeed.install()
 
-in every process of the server before it parses its arguments; tokenspeed spawns its rank
-processes, so `python3 -m kvrail_tokenspeed serve ...` (tokenspeed's CLI with the hook
-installed in each process, __main__.py) is the way to run it. What it replaces:
+in every process of the server before tokenspeed parses its arguments or builds its event loop.
+tokenspeed starts its engine and rank processes itself; `python3 -m kvrail_tokenspeed ...`
+(__main__.py) and `python3 -m kvrail_tokenspeed.engine ...` (engine.py) install it in each.
+install() imports nothing of tokenspeed: each replacement is made right after its module first
+runs (or at once, if it ran already). What it replaces:
 
 - TransferBackend gets the member KVRAIL ("kvrail");
 - get_kv_class and create_kv_transfer answer kvrail's (backend.py) for it, in their modules
@@ -16,7 +18,6 @@ installed in each process, __main__.py) is the way to run it. What it replaces:
 - the server argument's choices include "kvrail".
 """
 
-import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -41,13 +42,23 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    utils = importlib.import_module(UTILS)
+    after_import(UTILS, _patch_utils)
+    after_import(FACTORY, _patch_factory)
+    after_import(SERVER_ARGS, _patch_server_args)
+    after_import(EVENT_LOOP, _patch_event_loop)
+
+
+def installed() -> bool:
+    return _installed
+
+
+def _patch_utils(utils: types.ModuleType) -> None:
     _add_member(utils.TransferBackend)
     _replace(utils, "get_kv_class", _get_kv_class(utils.get_kv_class))
-    factory = importlib.import_module(FACTORY)
+
+
+def _patch_factory(factory: types.ModuleType) -> None:
     _replace(factory, "create_kv_transfer", _create_kv_transfer(factory.create_kv_transfer))
-    _patch_server_args(importlib.import_module(SERVER_ARGS))
-    after_import(EVENT_LOOP, _patch_event_loop)
 
 
 def _add_member(enum_class: Any) -> None:

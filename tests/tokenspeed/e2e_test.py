@@ -654,6 +654,18 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn("is neither in POSIX shared memory (/dev/shm) nor CUDA device memory",
                       message)
 
+    def test_10_the_hook_reaches_the_rank_processes_an_engine_spawns(self):
+        # tests/tokenspeed/spawn_probe.py stands in for tokenspeed's engine entry point (which
+        # needs a model): a rank started with spawn must see tokenspeed choose kvrail.
+        env = dict(os.environ, KVRAIL_ENGINE_MODULE="spawn_probe",
+                   PYTHONPATH=os.pathsep.join([os.path.join(os.getcwd(), "python"), HERE]))
+        run = subprocess.run([sys.executable, "-m", "kvrail_tokenspeed.engine"], env=env,
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             timeout=120)
+        self.assertEqual(run.returncode, 0, run.stdout)
+        self.assertIn("rank: main module kvrail_tokenspeed.engine, kvrail chosen: True",
+                      run.stdout)
+
     def test_5_the_patch_applies_and_chooses_kvrail_without_the_hook(self):
         patch = os.path.join(os.getcwd(), "python", "kvrail_tokenspeed", "tokenspeed.patch")
         source = os.environ["TOKENSPEED_SRC"]
