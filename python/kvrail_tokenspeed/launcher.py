@@ -15,6 +15,8 @@ import subprocess
 import time
 from typing import IO, List, Optional
 
+from kvrail_tokenspeed import settings
+
 
 class LaunchError(RuntimeError):
     """A kvrail process did not start: the message says which, and why."""
@@ -104,13 +106,12 @@ class KvrailBootstrapServer:
     started when tokenspeed's prefill front end makes it (async_llm.py) and stopped at exit.
     The prefill ranks' sidecars register with it; decode sidecars ask it for routes."""
 
-    def __init__(self, port: int, host: str = "", kvrail: str = "") -> None:
-        binary = kvrail or os.environ.get("KVRAIL_BIN") or "kvrail"
-        argv = [binary, "bootstrap", "--port", str(port)]
+    def __init__(self, port: int, host: str = "") -> None:
+        argv = [settings.kvrail_binary(os.environ), "bootstrap", "--port", str(port)]
         if host:
             argv += ["--host", host]
-        log = os.path.join(os.environ.get("KVRAIL_LOG_DIR") or "/tmp",
-                           "kvrail-bootstrap-%d.log" % port)
+        log = os.path.join(settings.log_dir(os.environ), "kvrail-bootstrap-%d-%d.log"
+                           % (os.getpid(), port))
         self.process = Supervised(argv, "bootstrap ready", log)
         self.process.start()
         self.port = int(ready_field(self.process.ready_line, "port") or port)

@@ -109,7 +109,7 @@ def plan_sidecar(role: str, topology: Topology, bootstrap: Optional[str],
                              "{tp_rank}, {dp_rank})" % (KVRAIL_SIDECAR_ENDPOINT, template, error))
         return SidecarPlan(endpoint, [])
     endpoint = "ipc:///tmp/kvrail-tokenspeed-%s-%s%d.sock" % (tag, role, topology.global_rank)
-    argv = [env.get(KVRAIL_BIN) or "kvrail", "sidecar", "--role", role,
+    argv = [kvrail_binary(env), "sidecar", "--role", role,
             "--engine-endpoint", endpoint,
             "--tp-size", str(topology.tp_size), "--tp-rank", str(topology.tp_rank)]
     if role == "prefill":
@@ -125,5 +125,10 @@ def plan_sidecar(role: str, topology: Topology, bootstrap: Optional[str],
     return SidecarPlan(endpoint, argv)
 
 
+def kvrail_binary(env: Mapping[str, str]) -> str:
+    return env.get(KVRAIL_BIN) or "kvrail"
+
+
 def log_dir(env: Mapping[str, str]) -> str:
-    return env.get(KVRAIL_LOG_DIR) or os.environ.get("TMPDIR") or "/tmp"
+    """Where the kvrail processes a rank starts write their logs."""
+    return env.get(KVRAIL_LOG_DIR) or env.get("TMPDIR") or "/tmp"
