@@ -2,18 +2,19 @@
 """kvrail as tokenspeed's transfer backend, end to end against tokenspeed's own code: its
 executors built by its own create_kv_transfer (the backend chosen by kvrail_tokenspeed.hook on
 an unpatched checkout), its CPU MHA cache pools with their arenas in shared memory, its
-get_kv_args and manifests, its event loop's _process_kv_transfer_events consuming the decode's
-events; real kvrail sidecars (started by the executors, --verify-digest) and a real kvrail
-bootstrap server (tokenspeed's BOOTSTRAP_SERVER class for kvrail). This test plays tokenspeed's
-replicated scheduler: every TP rank of a side gets the same calls in the same iteration, each
-from its own thread, and the TP vote is a real all-reduce among them (a barrier).
+get_kv_args and manifests; the prefill's batches through its event loop's _dispatch_forward
+(paths 4 and 3), the decode's events through its _process_kv_transfer_events; real kvrail
+sidecars (started by the executors, --verify-digest) and a real kvrail bootstrap server
+(tokenspeed's BOOTSTRAP_SERVER class for kvrail). This test plays tokenspeed's replicated
+scheduler: every TP rank of a side gets the same calls in the same iteration, each from its
+own thread, and the TP vote is a real all-reduce among them (a barrier).
 
-Cases: TP 2->1 and 1->2; a prefix window (the decode holds the first page) and the prefill's
-own cached prefix; chunked prefill; layer-wise sending on and off; an abort on each side; a
-decode sidecar killed mid-room (started again, the next room lands). After every landed room
-every byte of the decode's pages of the window is compared with the prefill ranks' pages
-through tokenspeed's K/V views (get_key_buffer / get_value_buffer), and the decode's pages it
-did not fetch must hold what they held.
+Cases: TP 2->1 (layer-wise, chunked, a decode prefix window, the prefill's cached prefix) and
+1->2; two prefill DP groups; an abort on each side; a decode sidecar killed mid-room, and one
+stopped mid-room; tokenspeed's waiting timeout as a deadline; a private arena refused; the
+hook in a spawned rank; the patch. After every landed room every byte of the decode's pages of
+the window is compared with the prefill ranks' pages through tokenspeed's K/V views
+(get_key_buffer / get_value_buffer), and decode pages no room fetched must hold what they held.
 
 Needs TOKENSPEED_SRC (a checkout of lightseekorg/tokenspeed) and torch (Debian's
 python3-torch); without either, every case is recorded skipped with the reason
@@ -288,10 +289,12 @@ class Deployment:
         self.prefill_of(request).all(lambda r, ex: ex.register(request.rid, self.info(request)))
 
     def forward(self, request, layer_pause=0.0):
-        """The prefill's forward pass of the request, chunk by chunk: prepare_prefill, each
-        layer's K and V of the chunk's tokens written through tokenspeed's views (and the step
-        counter advanced per layer, as the attention backend records it), then
-        store_prefill_token; the next iteration's batch calls execute()."""
+        """The prefill's forward pass of the request, chunk by chunk, each through tokenspeed's
+        EventLoop._dispatch_forward (its path 4: reset, prepare_prefill, the model's forward,
+        and store_prefill_token handed back as on_first_token, called as the output processor
+        does). The model's forward writes each layer's K and V of the chunk's tokens through
+        tokenspeed's views and advances the step counter per layer, as the attention backend
+        records it. Returns the batch of the next iteration (path 3: execute)."""
         from tokenspeed_scheduler import Forward
         side = self.prefill_of(request)
         request.prefill_pages = side.take_pages(-(-request.prompt_len // PAGE))
@@ -306,16 +309,23 @@ class Deployment:
             op = Forward.Batch([request.rid], 1, extend_prefix_lens=[begin],
                                input_lengths=[end - begin], prefill_lengths=[request.prompt_len],
                                request_pool_indices=[1], block_tables=tables)
-            side.all(lambda r, ex: ex.prepare_prefill(op))
-            for layer in range(LAYERS):
-                for rank, pool in enumerate(side.pools):
-                    self.fill(pool, request, rank * heads, heads, begin, end, layer + 1, layer)
-                for counter in side.counters:
-                    counter.record_cache()
-                time.sleep(layer_pause)
+
+            def model_forward(rank, begin=begin, end=end):
+                for layer in range(LAYERS):
+                    self.fill(side.pools[rank], request, rank * heads, heads, begin, end,
+                              layer + 1, layer)
+                    if side.counters:
+                        side.counters[rank].record_cache()
+                    time.sleep(layer_pause)
+
+            def dispatch(rank, executor, op=op, last=end == request.prompt_len):
+                results, on_first_token = PrefillLoop(executor, rank, model_forward).dispatch(op)
+                assert results == "forward %d" % rank and on_first_token is not None
+                if last:
+                    on_first_token(request.rid, 1, request.token, request.spec)
+
+            side.all(dispatch)
             begin = end
-        side.all(lambda r, ex: ex.store_prefill_token(request.rid, 0, request.token,
-                                                      request.spec))
         return Forward.Batch([request.rid], 0, block_tables=tables)
 
     def fill(self, pool, request, first_head, heads, begin, end, layers, only=None):
@@ -338,8 +348,8 @@ class Deployment:
         deadline = time.monotonic() + seconds
         while not until(outcomes):
             assert time.monotonic() < deadline, ("no outcome in %.0f s" % seconds, outcomes)
-            for side, op in pending_execute:
-                side.all(lambda r, ex: ex.execute(op))
+            for side, op in pending_execute:  # path 3 of the event loop's dispatch
+                side.all(lambda r, ex: PrefillLoop(ex, r, None).dispatch(op))
             pending_execute = []
             for side in self.prefills:
                 for event in side.events():
@@ -403,6 +413,35 @@ class Deployment:
                     for page in [0] + self.decode.free:
                         raw = view[page * PAGE:(page + 1) * PAGE].view(torch.uint8)
                         assert bool((raw == SENTINEL).all()), ("page never given", page)
+
+
+class PrefillLoop:
+    """What EventLoop._dispatch_forward reads of the loop on a prefill rank: its executor and
+    a model executor whose forward pass is the test's."""
+
+    def __init__(self, executor, rank, model_forward):
+        self.kv_transfer = executor
+        self.epd_admission = None
+
+        class Model:
+            def reset_valid_cache_length(self, op):
+                pass
+
+            def execute_forward_op_with_log(self, op, *args, **kwargs):
+                model_forward(rank)
+                return "forward %d" % rank
+
+        self.model_executor = Model()
+
+    def _get_multimodal_context_for_forward(self, op):
+        return None
+
+    def _assert_epd_embeddings_received(self, context):
+        pass
+
+    def dispatch(self, op):
+        from tokenspeed.runtime.engine.event_loop import EventLoop
+        return EventLoop._dispatch_forward(self, op, [], None)
 
 
 class LoopState:
