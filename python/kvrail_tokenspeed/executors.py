@@ -45,7 +45,7 @@ def bootstrap_address(args: Any) -> str:
     if args.dist_init_addr:
         host = socket.gethostbyname(args.dist_init_addr.split(":")[0])
     else:
-        from tokenspeed.runtime.utils.network import get_ip  # pylint: disable=import-outside-toplevel
+        from tokenspeed.runtime.utils.network import get_ip  # noqa: PLC0415
         host = get_ip()
     return "%s:%d" % (host, args.bootstrap_port)
 

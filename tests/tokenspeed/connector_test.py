@@ -412,7 +412,8 @@ class LauncherTest(unittest.TestCase):
         return Supervised(["/bin/sh", "-c", script], ready, log, timeout=5), log
 
     def test_a_process_is_ready_on_its_line_and_its_end_is_said_in_one_line(self):
-        process, log = self.supervised("echo oops >&2; echo 'sidecar ready engine=x'; exec sleep 30")
+        process, log = self.supervised(
+            "echo oops >&2; echo 'sidecar ready engine=x'; exec sleep 30")
         self.assertEqual(process.start(), "sidecar ready engine=x")
         self.assertIsNone(process.exited())
         os.kill(process.pid, signal.SIGKILL)

@@ -122,8 +122,8 @@ class Side:
         group = Lockstep(tp) if tp > 1 else None
         config = te.model_config(layers=LAYERS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
         for rank in range(tp):
-            pool = te.mha_pool(shm_name="kvrail-ts-%s-%s-%d" % (TAG, self.name, rank), layers=LAYERS,
-                               kv_heads=KV_HEADS, tp_size=tp, head_dim=HEAD_DIM,
+            pool = te.mha_pool(shm_name="kvrail-ts-%s-%s-%d" % (TAG, self.name, rank),
+                               layers=LAYERS, kv_heads=KV_HEADS, tp_size=tp, head_dim=HEAD_DIM,
                                page_tokens=PAGE, pages=PAGES)
             if role == "decode":
                 pool.arena.buffer.fill_(SENTINEL)
