@@ -133,21 +133,23 @@ class PrefillConnector(Connector):
             room = self.requests.get(request_id)
             if room is None or room.failed or room.readied:
                 continue
-            if room.window is None:
+            if room.window is None and not room.dummy:
                 room.fail("the forward pass ran before kvrail's BOOTSTRAPPED")
                 continue
             if room.token < 0:
                 room.fail("no bootstrap token was stored before the room's Ready")
                 continue
-            prefix_len, prompt_len = room.window
+            # A dummy rank (no decode reads it, CachePD's idle ranks) readies its token only.
+            prefix_len, prompt_len = room.window or (0, 0)
             manifest = b""
-            if not room.layers_sent:
+            if not room.layers_sent and not room.dummy:
                 manifest = self.manifest(op, row, prefix_len, prompt_len)
             room.readied = True
             if self.call(room, "Ready", partial(
                     self.client.ready, room.room, source_manifest=manifest,
                     bootstrap_token=room.token, speculative_ids=room.speculative_ids or (),
                     cached_tokens=min(room.cached_tokens, prompt_len),
+                    # (a dummy's prompt_len is 0: it reports no cached tokens)
                     first_token_logprob=room.first_token_logprob)):
                 room.status = TRANSFERRING
 
@@ -164,7 +166,10 @@ class PrefillConnector(Connector):
 
     def bootstrapped(self, room: Room, event: RoomEvent) -> None:
         windows = {(w.prefix_len, w.prompt_len) for w in event.windows}
-        if len(windows) != 1:
+        if not windows and room.status != FAILED:  # a dummy rank: no decode reads its pages
+            room.dummy = True
+            room.status = BOOTSTRAPPED
+        elif len(windows) != 1:
             room.fail("the decode ranks' windows disagree: %s" % sorted(windows))
         elif room.status != FAILED:
             room.window = windows.pop()

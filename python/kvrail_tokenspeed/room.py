@@ -25,6 +25,7 @@ class Room:
         self.aborting = False
         # The decode's window [prefix_len, prompt_len) (a prefill learns it when Bootstrapped).
         self.window: Optional[Tuple[int, int]] = None
+        self.dummy = False  # a prefill rank no decode rank reads (its BOOTSTRAPPED: no window)
         self.token = -1
         self.speculative_ids: Optional[List[int]] = None
         self.cached_tokens = 0

@@ -82,6 +82,18 @@ class PrefillTest(unittest.TestCase):
         self.assertEqual(executor.generate_events(), [PD.SucceededEvent("r1")])
         self.assertEqual(executor.requests, {})
 
+    def test_an_idle_rank_readies_its_token_only(self):
+        client = FakeClient()
+        executor = prefill(client)
+        executor.register("r1", Info(7))
+        client.events.append(bootstrapped(7))  # CachePD's dummy: no decode reads this rank
+        self.assertEqual(executor.generate_events(), [PD.BootstrappedEvent("r1")])
+        executor.prepare_prefill(extend("r1", 0, 40, 40))
+        executor.store_prefill_token("r1", 0, 42)
+        executor.execute(after_forward("r1"))
+        (_, room, ready), = client.named("ready")
+        self.assertEqual((room, ready["source_manifest"], ready["bootstrap_token"]), (7, b"", 42))
+
     def test_a_room_of_another_dp_group_fails_without_begin(self):
         client = FakeClient()
         executor = prefill(client, dp_size=2, dp_rank=0)

@@ -10,7 +10,7 @@ scheduler: every TP rank of a side gets the same calls in the same iteration, ea
 own thread, and the TP vote is a real all-reduce among them (a barrier).
 
 Cases: TP 2->1 (layer-wise, chunked, a decode prefix window, the prefill's cached prefix) and
-1->2; two prefill DP groups; an abort on each side; a decode sidecar killed mid-room, and one
+1->2; MLA 2->1 (an idle prefill rank); two prefill DP groups; an abort on each side; a decode sidecar killed mid-room, and one
 stopped mid-room; tokenspeed's waiting timeout as a deadline; a private arena refused; the
 hook in a spawned rank; the patch. After every landed room every byte of the decode's pages of
 the window is compared with the prefill ranks' pages through tokenspeed's K/V views
@@ -41,6 +41,7 @@ import tokenspeed_env as te  # noqa: E402
 
 TAG = "%d-%06x" % (os.getpid(), random.getrandbits(24))
 LAYERS, KV_HEADS, HEAD_DIM, PAGE, PAGES = 2, 4, 8, 16, 32
+LATENT, ROPE = 12, 4  # an MLA pool's latent field: LATENT + ROPE wide, the same on every rank
 SENTINEL = 0x5A  # every byte of a decode arena before any transfer
 
 
@@ -112,7 +113,8 @@ class Side:
     KVArgs of tokenspeed's get_kv_args, and the executor of tokenspeed's create_kv_transfer for
     backend "kvrail" (it starts the rank's sidecar)."""
 
-    def __init__(self, role, tp, bootstrap_port, layerwise=False, dp_size=1, dp_rank=0):
+    def __init__(self, role, tp, bootstrap_port, layerwise=False, dp_size=1, dp_rank=0,
+                 mla=False):
         import torch
         from tokenspeed.runtime.pd.factory import create_kv_transfer
 
@@ -122,9 +124,13 @@ class Side:
         group = Lockstep(tp) if tp > 1 else None
         config = te.model_config(layers=LAYERS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
         for rank in range(tp):
-            pool = te.mha_pool(shm_name="kvrail-ts-%s-%s-%d" % (TAG, self.name, rank),
-                               layers=LAYERS, kv_heads=KV_HEADS, tp_size=tp, head_dim=HEAD_DIM,
-                               page_tokens=PAGE, pages=PAGES)
+            shm_name = "kvrail-ts-%s-%s-%d" % (TAG, self.name, rank)
+            if mla:
+                pool = te.mla_pool(shm_name=shm_name, layers=LAYERS, latent=LATENT, rope=ROPE,
+                                   page_tokens=PAGE, pages=PAGES)
+            else:
+                pool = te.mha_pool(shm_name=shm_name, layers=LAYERS, kv_heads=KV_HEADS,
+                                   tp_size=tp, head_dim=HEAD_DIM, page_tokens=PAGE, pages=PAGES)
             if role == "decode":
                 pool.arena.buffer.fill_(SENTINEL)
             kv_args = te.kv_args(pool, config, rank)
@@ -226,7 +232,7 @@ class Deployment:
     """A kvrail bootstrap server, a prefill side and a decode side, and the scheduler loop of
     each, played by the test."""
 
-    def __init__(self, prefill_tp, decode_tp, layerwise, prefill_dp=1):
+    def __init__(self, prefill_tp, decode_tp, layerwise, prefill_dp=1, mla=False):
         from kvrail_tokenspeed.backend import kv_class
         from tokenspeed.runtime.pd.utils import KVClassType
 
@@ -236,12 +242,13 @@ class Deployment:
         try:
             for group in range(prefill_dp):  # each DP group its own scheduler (DP attention)
                 self.prefills.append(Side("prefill", prefill_tp, self.bootstrap.port, layerwise,
-                                          dp_size=prefill_dp, dp_rank=group))
-            self.decode = Side("decode", decode_tp, self.bootstrap.port)
+                                          dp_size=prefill_dp, dp_rank=group, mla=mla))
+            self.decode = Side("decode", decode_tp, self.bootstrap.port, mla=mla)
         except BaseException:
             self.close()
             raise
         self.layerwise = layerwise
+        self.mla = mla
 
     def close(self):
         for side in self.prefills + [self.decode]:
@@ -328,15 +335,24 @@ class Deployment:
             begin = end
         return Forward.Batch([request.rid], 0, block_tables=tables)
 
+    def views(self, pool, layer):
+        """(kind, view) of a layer: K and V, or an MLA pool's one latent view."""
+        if self.mla:
+            return [(0, pool.get_key_buffer(layer))]
+        return [(0, pool.get_key_buffer(layer)), (1, pool.get_value_buffer(layer))]
+
     def fill(self, pool, request, first_head, heads, begin, end, layers, only=None):
         torch = self.decode.torch
+        if self.mla:  # the latent is replicated: every rank computes the same
+            first_head, heads = 0, 1
+        width = LATENT + ROPE if self.mla else HEAD_DIM
         for layer in range(layers) if only is None else [only]:
-            for kind, view in ((0, pool.get_key_buffer(layer)), (1, pool.get_value_buffer(layer))):
+            for kind, view in self.views(pool, layer):
                 for token in range(begin, end):
                     row = request.prefill_pages[token // PAGE] * PAGE + token % PAGE
                     view[row] = torch.tensor(
                         [[value(request.room, layer, kind, first_head + h, token, d)
-                          for d in range(HEAD_DIM)] for h in range(heads)],
+                          for d in range(width)] for h in range(heads)],
                         dtype=torch.bfloat16)
 
     # Both -------------------------------------------------------------------------------------
@@ -388,10 +404,16 @@ class Deployment:
         torch = self.decode.torch
         prefill_pools = self.prefill_of(request).pools
         window = range(request.decode_prefix // PAGE, -(-request.prompt_len // PAGE))
+        # Heads concatenate across TP ranks; an MLA latent is every rank's (the first's, here).
+        if self.mla:
+            prefill_pools, decode_pools = prefill_pools[:1], self.decode.pools[:1]
+        else:
+            decode_pools = self.decode.pools
         for layer in range(LAYERS):
-            for getter in ("get_key_buffer", "get_value_buffer"):
+            for kind in range(len(self.views(prefill_pools[0], layer))):
+                getter = kind == 0 and "get_key_buffer" or "get_value_buffer"
                 prefill = torch.cat([getattr(p, getter)(layer) for p in prefill_pools], 1)
-                decode = torch.cat([getattr(p, getter)(layer) for p in self.decode.pools], 1)
+                decode = torch.cat([getattr(p, getter)(layer) for p in decode_pools], 1)
                 for slot, (src, dst) in enumerate(zip(request.prefill_pages,
                                                       request.decode_pages)):
                     got = decode[dst * PAGE:(dst + 1) * PAGE].view(torch.int16)
@@ -409,7 +431,7 @@ class Deployment:
         torch = self.decode.torch
         for pool in self.decode.pools:
             for layer in range(LAYERS):
-                for view in (pool.get_key_buffer(layer), pool.get_value_buffer(layer)):
+                for _, view in self.views(pool, layer):
                     for page in [0] + self.decode.free:
                         raw = view[page * PAGE:(page + 1) * PAGE].view(torch.uint8)
                         assert bool((raw == SENTINEL).all()), ("page never given", page)
@@ -704,6 +726,16 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stdout)
         self.assertIn("rank: main module kvrail_tokenspeed.engine, kvrail chosen: True",
                       run.stdout)
+
+    def test_11_mla_tp2_to_tp1_with_an_idle_prefill_rank(self):
+        # The latent is replicated: one prefill rank sends it, the other is CachePD's idle
+        # (dummy) rank, Bootstrapped with no window; both must end the room succeeded.
+        deployment = Deployment(2, 1, layerwise=True, mla=True)
+        try:
+            self.land(deployment, Request("mla", 111, 45))
+            self.land(deployment, Request("mla-prefix", 112, 40, decode_prefix=16))
+        finally:
+            deployment.close()
 
     def test_5_the_patch_applies_and_chooses_kvrail_without_the_hook(self):
         patch = os.path.join(os.getcwd(), "python", "kvrail_tokenspeed", "tokenspeed.patch")

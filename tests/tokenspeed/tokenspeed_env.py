@@ -97,22 +97,42 @@ def shared_memory_zeros(name: str):
 def mha_pool(*, shm_name: str, layers: int, kv_heads: int, tp_size: int, head_dim: int,
              page_tokens: int, pages: int):
     """A real tokenspeed MHATokenToKVPool on the CPU, bf16, `kv_heads / tp_size` heads a rank,
-    its arena in /dev/shm/<shm_name> (None: where tokenspeed puts it, private memory): the plan
-    from tokenspeed's own spec.group, pack and bind."""
+    its arena in /dev/shm/<shm_name> (None: where tokenspeed puts it, private memory)."""
+    import torch
+    from tokenspeed.runtime.layers.attention.kv_cache.mha import MHATokenToKVPool
+
+    shape = (page_tokens, kv_heads // tp_size, head_dim)
+    arena = cache_arena(shm_name, layers, page_tokens, pages, (("k", shape), ("v", shape)))
+    return MHATokenToKVPool(arena, torch.bfloat16, kv_heads // tp_size, head_dim, layers, 0)
+
+
+def mla_pool(*, shm_name: str, layers: int, latent: int, rope: int, page_tokens: int,
+             pages: int):
+    """A real tokenspeed MLATokenToKVPool on the CPU, bf16: one latent field a layer
+    (`latent + rope` wide), the same on every TP rank (CachePD replicates it)."""
+    import torch
+    from tokenspeed.runtime.layers.attention.kv_cache.mla import MLATokenToKVPool
+
+    shape = (page_tokens, 1, latent + rope)
+    arena = cache_arena(shm_name, layers, page_tokens, pages, (("latent_kv", shape),))
+    return MLATokenToKVPool(arena, torch.bfloat16, torch.bfloat16, "", latent, rope, layers, 0)
+
+
+def cache_arena(shm_name, layers, page_tokens, pages, fields):
+    """A tokenspeed CacheArena of one full-attention group whose layers each have `fields`
+    ((suffix, page shape) in bf16): the plan from tokenspeed's own spec.group, pack and bind."""
     import torch
     from tokenspeed.runtime.layers.attention.kv_cache.arena import CacheArena
-    from tokenspeed.runtime.layers.attention.kv_cache.mha import MHATokenToKVPool
     from tokenspeed.runtime.layers.attention.kv_cache.recipes import spec
     from tokenspeed.runtime.layers.attention.kv_cache.recipes.plan import (
         CacheFieldSpec, pack, scatter_stored_dtype_name)
 
-    heads = kv_heads // tp_size
-    shape = (page_tokens, heads, head_dim)
     dtype = scatter_stored_dtype_name(torch.bfloat16)
 
     def fields_for_layer(layer_id, group_id, occurrence):
-        return (CacheFieldSpec("layer.%d.k" % layer_id, "unit.%d.k" % occurrence, shape, dtype),
-                CacheFieldSpec("layer.%d.v" % layer_id, "unit.%d.v" % occurrence, shape, dtype))
+        return tuple(CacheFieldSpec("layer.%d.%s" % (layer_id, suffix),
+                                    "unit.%d.%s" % (occurrence, suffix), shape, dtype)
+                     for suffix, shape in fields)
 
     group_ids = ("full_attention",) * layers
     groups = spec.group(layer_types=(), group_ids=group_ids, sliding_window_tokens=None,
@@ -124,11 +144,9 @@ def mha_pool(*, shm_name: str, layers: int, kv_heads: int, tp_size: int, head_di
     plan = layout.bind(pages)
     specs = tuple(group_spec for group_spec, _ in groups)
     if shm_name is None:  # tokenspeed's own allocation: private memory
-        arena = CacheArena(plan, "cpu", cache_group_specs=specs)
-    else:
-        with shared_memory_zeros(shm_name):
-            arena = CacheArena(plan, "cpu", cache_group_specs=specs)
-    return MHATokenToKVPool(arena, torch.bfloat16, heads, head_dim, layers, 0)
+        return CacheArena(plan, "cpu", cache_group_specs=specs)
+    with shared_memory_zeros(shm_name):
+        return CacheArena(plan, "cpu", cache_group_specs=specs)
 
 
 def model_config(*, layers: int, kv_heads: int, head_dim: int):
