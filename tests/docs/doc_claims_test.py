@@ -66,6 +66,12 @@ OTHER_FLAGS = {
     "--ipc": "docker run",
     "--device": "docker run",
     "--dry-run": "bench/gpu/check",
+    "--disaggregation-mode": "tokenspeed",
+    "--disaggregation-transfer-backend": "tokenspeed",
+    "--disaggregation-bootstrap-port": "tokenspeed",
+    "--disaggregation-ib-device": "tokenspeed",
+    "--disaggregation-layerwise-interval": "tokenspeed",
+    "--dist-init-addr": "tokenspeed",
 }
 # Documents the docs name that live outside this tree, and where they are.
 EXTERNAL_DOCS = {

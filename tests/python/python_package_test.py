@@ -124,6 +124,10 @@ class PythonPackageTest(unittest.TestCase):
                          "from kvrail_engine.client import engine_pb2; print(engine_pb2 is m)"])
         self.assertEqual(generated.stdout.split(),
                          [os.path.join(self.package, "engine_pb2.py"), "True"])
+        # kvrail_tokenspeed installs beside it, with the patch of tokenspeed it ships.
+        tokenspeed = os.path.join(os.path.dirname(self.package), "kvrail_tokenspeed")
+        for name in ("py.typed", "tokenspeed.patch", "executors.py", "hook.py"):
+            self.assertTrue(os.path.isfile(os.path.join(tokenspeed, name)), name)
         # Built into the package, never written into the source tree pip was given.
         self.assertFalse(os.path.exists(os.path.join(SOURCE, "kvrail_engine", "engine_pb2.py")))
 
@@ -152,7 +156,8 @@ class PythonPackageTest(unittest.TestCase):
     def test_4_mypy_checks_the_installed_package_and_its_users(self):
         config = ["--config-file", os.path.join(SOURCE, "pyproject.toml"),
                   "--python-executable", PYTHON, "--cache-dir", os.path.join(TMP, "mypy")]
-        package = run(["/usr/bin/python3", "-m", "mypy"] + config + ["-p", "kvrail_engine"])
+        package = run(["/usr/bin/python3", "-m", "mypy"] + config + ["-p", "kvrail_engine",
+                                                                      "-p", "kvrail_tokenspeed"])
         self.assertEqual(package.returncode, 0, package.stdout)
         # PEP 561: a program of the engine's sees the package's types from the venv.
         user = os.path.join(TMP, "engine_rank.py")
