@@ -170,11 +170,12 @@ class DecodeSidecar final : public SidecarCore {
   // ScatterStagedRows), fails the room whose rank did not answer its offer, drops a repeat
   // while the scatter runs. False: not such a Success.
   bool TakeForRowStagingLocked(const std::vector<std::string>& message);
-  // Scatters the rows prefill rank `rank` staged for `room` into the pages (off the owner
-  // thread), gives the slot back, then goes on with `success` (ContinueSuccessLocked) or
-  // fails the room naming the error.
+  // Scatters the rows prefill rank `rank` staged for `room` (at `rows`, the slot's first byte)
+  // into the pages (off the owner thread), gives the slot back, then goes on with `success`
+  // (ContinueSuccessLocked) or fails the room naming the error.
   void ScatterStagedRows(std::vector<std::string> success, uint64_t room, uint32_t rank,
-                         OfferedSlot slot, std::shared_ptr<const layout::Manifest> manifest,
+                         OfferedSlot slot, const uint8_t* rows,
+                         std::shared_ptr<const layout::Manifest> manifest,
                          std::shared_ptr<PrefillNode> node);
   // On the owner thread: a Success whose rows are in the pages goes on: its digest check
   // (--verify-digest), then the ledger.

@@ -196,17 +196,19 @@ bool DecodeSidecar::TakeForRowStagingLocked(const std::vector<std::string>& mess
   }
   slot.scattering = true;
   rooms->BeginStaging(success->room);  // its pages are held until the scatter returned
+  // Read here, on the owner: the strand touches no member the owner writes.
+  const uint8_t* rows = static_cast<const uint8_t*>(row_staging_memory->base) + slot.offset;
   strands.Post(absl::StrCat("scatter ", success->room),
-               [this, message, room = success->room, rank = success->rank, slot,
+               [this, message, room = success->room, rank = success->rank, slot, rows,
                 manifest = std::move(manifest), node = std::move(node)]() mutable {
-                 ScatterStagedRows(std::move(message), room, rank, slot, std::move(manifest),
+                 ScatterStagedRows(std::move(message), room, rank, slot, rows, std::move(manifest),
                                    std::move(node));
                });
   return true;
 }
 
 void DecodeSidecar::ScatterStagedRows(std::vector<std::string> success, uint64_t room,
-                                      uint32_t rank, OfferedSlot slot,
+                                      uint32_t rank, OfferedSlot slot, const uint8_t* rows,
                                       std::shared_ptr<const layout::Manifest> manifest,
                                       std::shared_ptr<PrefillNode> node) {
   const absl::Status scattered = [&]() -> absl::Status {
@@ -228,7 +230,7 @@ void DecodeSidecar::ScatterStagedRows(std::vector<std::string> success, uint64_t
       return absl::InternalError(absl::StrFormat(
           "the room's rows from the rank are %d bytes, its slot %d", total, slot.bytes));
     }
-    const uint8_t* from = static_cast<const uint8_t*>(row_staging_memory->base) + slot.offset;
+    const uint8_t* from = rows;
     uint8_t* const pages = reinterpret_cast<uint8_t*>(arena_base);
     for (const Copy& c : copies) {
       ForEachRow(c, [&](uint64_t, uint64_t dst, uint64_t length) {
