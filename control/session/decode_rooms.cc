@@ -623,6 +623,15 @@ std::shared_ptr<const layout::Manifest> DecodeRooms::ManifestOf(uint64_t room_id
   return found == rooms_.end() ? nullptr : found->second.manifest;
 }
 
+std::optional<int> DecodeRooms::RankAt(uint64_t room_id, const std::string& endpoint) const {
+  auto found = rooms_.find(room_id);
+  if (found == rooms_.end()) return std::nullopt;
+  for (const PrefillTarget& target : found->second.targets) {
+    if (target.endpoint == endpoint) return target.rank;
+  }
+  return std::nullopt;
+}
+
 absl::Status DecodeRooms::KeepDigest(uint64_t room_id, int prefill_rank, uint64_t digest) {
   auto found = rooms_.find(room_id);
   if (found == rooms_.end()) {

@@ -235,6 +235,9 @@ class DecodeRooms {
   absl::Status KeepManifest(uint64_t room, std::shared_ptr<const layout::Manifest> manifest);
   // The manifest kept with the room; null when none was, or the room is not tracked.
   std::shared_ptr<const layout::Manifest> ManifestOf(uint64_t room) const;
+  // The prefill rank of the room's route whose PULL socket is `endpoint` (a pre-allocation's
+  // destination); nullopt for an untracked room, one with no route yet, or another endpoint.
+  std::optional<int> RankAt(uint64_t room, const std::string& endpoint) const;
   // The room digest (wire/digest.h) a kvrail prefill rank sent right before its Success, kept
   // until that Success takes it (TakeDigest); a second one of the rank replaces the first.
   // NotFound for an untracked room, InvalidArgument for a rank outside the room's T_d (or a

@@ -882,9 +882,12 @@ TEST(DecodeRoomsTest, AManifestAndDigestsKeptWithARoomGoWithIt) {
   EXPECT_NE(unrouted.message().find("no route yet"), std::string::npos) << unrouted;
   auto manifest = std::make_shared<const layout::Manifest>(DecodeManifest());
   ASSERT_TRUE(rooms.KeepManifest(7, manifest).ok());
+  EXPECT_EQ(rooms.RankAt(7, PrefillEndpoint(1)), std::nullopt) << "a rank before the route";
   ASSERT_TRUE(rooms.OnRoute(7, Route({0, 1}), kT0).ok());
   ASSERT_TRUE(rooms.OnAllocated(7, DecodeManifest(), kT0).ok());
   EXPECT_EQ(rooms.ManifestOf(7), manifest);
+  EXPECT_EQ(rooms.RankAt(7, PrefillEndpoint(1)), 1);
+  EXPECT_EQ(rooms.RankAt(7, PrefillEndpoint(5)), std::nullopt) << "not the route's endpoint";
 
   // A peer cannot grow the entry past the room's prefill ranks.
   absl::Status stranger = rooms.KeepDigest(7, 5, 0xdead);

@@ -259,11 +259,9 @@ bool PrefillSidecar::PrepareSendLocked(const session::OutboundMessage& m) {
         (void)outbox->Send(m.endpoint, *frames);
       }
     }
-    if (!options.verify_digest) {
-      prove(m.frames);
-      return true;
-    }
-    if (const std::optional<uint64_t> digest = rooms->TakeSentDigest(status->room, m.endpoint)) {
+    const std::optional<uint64_t> digest =
+        options.verify_digest ? rooms->TakeSentDigest(status->room, m.endpoint) : std::nullopt;
+    if (digest) {
       absl::StatusOr<std::vector<std::string>> frames =
           wire::BuildRoomDigest({status->room, status->prefill_rank, *digest});
       if (frames.ok()) {

@@ -37,8 +37,8 @@ class RoomPathsTest : public ::testing::Test {
           options.timeouts.heartbeat_interval = absl::Seconds(2);  // the shortest: probes
           if (options.role != Role::kPrefill) return;
           // The prefill writes through the fault-injecting transport (no fault set: it forwards
-          // every call unchanged); a stuck transfer is given up quickly.
-          options.transfer_deadline = absl::Milliseconds(300);
+          // every call unchanged).
+          options.transfer_deadline = transfer_deadline_;
           options.fence_timeout = absl::Milliseconds(500);
           options.wrap_transport = [this](std::unique_ptr<transport::Transport> inner) {
             auto fault = std::make_unique<transport::FaultTransport>(std::move(inner));
@@ -142,6 +142,9 @@ class RoomPathsTest : public ::testing::Test {
   std::string last_engine_token_;     // of the last accepted attach
   std::string prefill_engine_token_;  // the prefill engine's
   std::atomic<int64_t> skipped_{0};   // seconds the room clock is ahead of the real one
+  // Long enough for a room to land under a sanitizer on a loaded machine; the test of the
+  // deadline itself gives a stuck transfer up quickly (RoomPathsDeadlineTest).
+  absl::Duration transfer_deadline_ = absl::Seconds(30);
   std::unique_ptr<testing::SidecarPair> pair_;
   std::unique_ptr<engine_api::EngineApiClient> prefill_, decode_;
   std::optional<engine_api::SidecarArena> decode_arena_;  // mapped here, to watch its bytes
@@ -329,7 +332,12 @@ TEST_F(RoomPathsTest, ARoomAfterABrokenLinkConnectsAfreshAndLands) {
 // A transfer whose writes never complete (every lane stopped) fails at its deadline, once
 // fenced (the stuck peer disconnected: its held writes dropped), with the cause timeout on both
 // sides; nothing of it lands, then or after.
-TEST_F(RoomPathsTest, ATransferPastItsDeadlineFailsOnceFencedAndNothingLands) {
+class RoomPathsDeadlineTest : public RoomPathsTest {
+ protected:
+  RoomPathsDeadlineTest() { transfer_deadline_ = absl::Milliseconds(300); }
+};
+
+TEST_F(RoomPathsDeadlineTest, ATransferPastItsDeadlineFailsOnceFencedAndNothingLands) {
   Expect(7);
   AwaitPreallocated(7);
   const int lanes = fault_->capabilities().lanes;

@@ -96,10 +96,7 @@ void DecodeSidecar::OfferRowStagingLocked(const session::OutboundMessage& m) {
   if (!view) return;
   auto node = nodes.find(view->bootstrap_address);
   if (node == nodes.end() || !node->second->kvrail) return;  // a CachePD peer drops offers
-  std::optional<int> rank;
-  for (const auto& [key, endpoint] : node->second->endpoints) {
-    if (endpoint == m.endpoint) rank = key.second;
-  }
+  const std::optional<int> rank = rooms->RankAt(room, m.endpoint);
   std::shared_ptr<const layout::Manifest> manifest = rooms->ManifestOf(room);
   if (!rank || manifest == nullptr) return;
   // A pre-allocation sent again keeps the slot offered first.
