@@ -294,6 +294,7 @@ absl::Status ZmqOutbox::Send(absl::string_view endpoint_view,
     return absl::InvalidArgumentError(
         absl::StrCat("peer endpoint \"", endpoint, "\" is not tcp://host:port"));
   }
+  if (options_.withhold && options_.withhold(frames)) return absl::OkStatus();
   absl::Status error;
   std::shared_ptr<Peer> peer = PeerFor(endpoint, error);
   if (peer == nullptr) return error;

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -134,6 +135,10 @@ struct OutboxOptions {
   // CURVE on: every PUSH socket is a CURVE client with this keypair, of the server key given
   // for its endpoint with SetServerKey. Null: no security, nothing changes on the wire.
   std::shared_ptr<const zmq_auth::KeyFile> curve_client;
+  // For tests: a message this returns true for is not sent, and Send returns OK, as if it was
+  // lost on the way or its sender never sent it (a peer of another version, a bug). Called on
+  // the sending thread. Empty: every message is sent.
+  std::function<bool(absl::Span<const std::string> frames)> withhold;
 };
 
 // PUSH sockets, one per peer endpoint, connected on first use and cached (CACHEPD §1.1), each

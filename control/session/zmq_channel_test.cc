@@ -78,6 +78,21 @@ TEST(ZmqChannelTest, MultipartMessagesArriveWholeAndInOrderWithEmptyAndBinaryFra
   EXPECT_THAT(MustReceive(*inbox), ElementsAre(binary));
 }
 
+// The test seam OutboxOptions::withhold: a message it picks is not sent, Send says OK, and the
+// messages around it arrive in order.
+TEST(ZmqChannelTest, AWithheldMessageIsNotSentAndTheOthersArrive) {
+  auto context = ZmqContext::Create();
+  std::unique_ptr<ZmqInbox> inbox = BindLocal(context);
+  OutboxOptions options;
+  options.withhold = [](absl::Span<const std::string> frames) { return frames[0] == "lost"; };
+  ZmqOutbox outbox(context, options);
+  ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"first"}).ok());
+  ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"lost", "x"}).ok());
+  ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"last"}).ok());
+  EXPECT_THAT(MustReceive(*inbox), ElementsAre("first"));
+  EXPECT_THAT(MustReceive(*inbox), ElementsAre("last"));
+}
+
 TEST(ZmqChannelTest, ReceiveWithNothingQueuedReturnsNone) {
   auto context = ZmqContext::Create();
   std::unique_ptr<ZmqInbox> inbox = BindLocal(context);

@@ -6,8 +6,12 @@
 // into the pages before that rank's Success counts. Every byte of every room is checked against
 // the prefill arenas, and the slots are seen to come back: after a Success, after an abort's
 // fence, and when there is no room for a slot the rank writes in place.
+#include "control/wire/row_staging.h"
+
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -48,12 +52,15 @@ struct Engine {
 
 class RowStagingTest : public ::testing::Test {
  protected:
-  // `slots`: how many (room, rank) slots the decode's staging memory holds.
-  void Start(int slots, bool verify_digest = false) {
+  // `slots`: how many (room, rank) slots the decode's staging memory holds; `more`: a case's
+  // own options, after the fixture's.
+  void Start(int slots, bool verify_digest = false,
+             const std::function<void(SidecarOptions&)>& more = nullptr) {
     const uint64_t slot_bytes = RankBytes();
     absl::StatusOr<std::unique_ptr<testing::SidecarPair>> pair = testing::SidecarPair::Start(
         [&](SidecarOptions& options) {
           options.verify_digest = verify_digest;
+          if (more) more(options);
           // A failed transfer does not quarantine its session (CACHEPD §7.4): the room after a
           // failed one goes through at once.
           options.timeouts.failed_session_ttl = absl::ZeroDuration();
@@ -130,6 +137,11 @@ class RowStagingTest : public ::testing::Test {
   // Moves room `room` (destination blocks from `first`) and waits for its decode Success.
   void Move(uint64_t room, int64_t first) {
     Expect(room, first);
+    Land(room, first);
+  }
+
+  // Moves an expected room: both prefill ranks Ready, its decode Success, every byte checked.
+  void Land(uint64_t room, int64_t first) {
     for (Engine& prefill : prefills_) Ready(prefill, room);
     ASSERT_EQ(AwaitDecode(room), v1::TRANSFER_POLL_SUCCESS) << "room " << room;
     // Every byte each rank's copies write is its source byte.
@@ -199,6 +211,22 @@ class RowStagingTest : public ::testing::Test {
     }
   }
 
+  void AbortOnDecode(uint64_t room) {
+    v1::EngineRequest abort;
+    abort.mutable_abort()->set_room(room);
+    absl::StatusOr<v1::EngineReply> reply = decode_.client->Call(abort);
+    ASSERT_TRUE(reply.ok() && reply->error().empty()) << reply.status();
+  }
+
+  // The decode's event that gives `room`'s pages back (after its fence), or nullopt after 30 s.
+  std::optional<v1::RoomEvent> AwaitPagesReleased(uint64_t room) {
+    while (true) {
+      std::optional<v1::RoomEvent> event = decode_.client->NextEvent(absl::Seconds(30));
+      if (!event.has_value()) return std::nullopt;
+      if (event->room() == room && event->pages_released()) return event;
+    }
+  }
+
   SidecarStats DecodeStats() { return pair_->decode().stats(); }
 
   const layout::Contract prefill_contract_ = layout::BuildKvContract(Shape(), kPrefillTp).value();
@@ -247,18 +275,12 @@ TEST_F(RowStagingTest, AnAbortedRoomsSlotsComeBackWithItsPages) {
   Start(/*slots=*/2);
   Expect(1, 1);
   AwaitPreallocated(1);
-  v1::EngineRequest abort;
-  abort.mutable_abort()->set_room(1);
-  ASSERT_TRUE(decode_.client->Call(abort).ok());
+  AbortOnDecode(1);
   ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
   // Its pages come back once both ranks answered the fence (an event of their own).
-  while (true) {
-    std::optional<v1::RoomEvent> event = decode_.client->NextEvent(absl::Seconds(30));
-    ASSERT_TRUE(event.has_value()) << "the aborted room's pages were never released";
-    if (event->room() != 1 || !event->pages_released()) continue;
-    EXPECT_TRUE(event->pages_proven());
-    break;
-  }
+  std::optional<v1::RoomEvent> released = AwaitPagesReleased(1);
+  ASSERT_TRUE(released.has_value()) << "the aborted room's pages were never released";
+  EXPECT_TRUE(released->pages_proven());
   Move(2, 4);
   EXPECT_EQ(DecodeStats().rows_scattered, 2u);
   EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the aborted room's slots did not come back";
@@ -279,18 +301,83 @@ TEST_F(RowStagingTest, AFailedWriteFailsTheRoomAndItsSlotsComeBackAfterTheFence)
   Expect(1, 1);
   for (Engine& prefill : prefills_) Ready(prefill, 1);
   ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
-  while (true) {
-    std::optional<v1::RoomEvent> event = decode_.client->NextEvent(absl::Seconds(30));
-    ASSERT_TRUE(event.has_value()) << "the failed room's pages were never released";
-    if (event->room() != 1 || !event->pages_released()) continue;
-    EXPECT_TRUE(event->pages_proven());
-    break;
-  }
+  std::optional<v1::RoomEvent> released = AwaitPagesReleased(1);
+  ASSERT_TRUE(released.has_value()) << "the failed room's pages were never released";
+  EXPECT_TRUE(released->pages_proven());
   const uint64_t scattered = DecodeStats().rows_scattered;  // rank 1's, if it got there first
   Move(2, 4);
   EXPECT_EQ(DecodeStats().rows_scattered, scattered + 2);
   EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the failed room's slots did not come back";
   EXPECT_EQ(DecodeStats().row_staging_quarantined, 0u);
+}
+
+// A prefill rank offered a slot that sends its Success without answering the offer (here its
+// answer is withheld, as a peer of another version would never send one): its rows may be in the
+// slot or in the pages, so the Success cannot count, and the room fails on the decode with the
+// reason; the engine never sees a Success. The fence proves the room, the slots come back, and the
+// next room stages both ranks again, exactly.
+TEST_F(RowStagingTest, ASuccessWithoutItsStagingAnswerFailsTheRoom) {
+  std::atomic<bool> withhold{true};
+  Start(/*slots=*/2, /*verify_digest=*/false, [&withhold](SidecarOptions& options) {
+    if (options.role != Role::kPrefill || options.tp_rank != 0) return;
+    options.withhold_message = [&withhold](absl::Span<const std::string> frames) {
+      return withhold.load() && wire::IsStagingAnswer(frames);
+    };
+  });
+  Expect(1, 1);
+  for (Engine& prefill : prefills_) Ready(prefill, 1);
+  ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
+  const v1::RoomState state = Poll(decode_, 1);
+  EXPECT_NE(state.reason().find("prefill rank 0 sent Success without answering the staging"),
+            std::string::npos)
+      << state.reason();
+  std::optional<v1::RoomEvent> released = AwaitPagesReleased(1);
+  ASSERT_TRUE(released.has_value()) << "the room's pages were never released";
+  EXPECT_TRUE(released->pages_proven());
+  withhold = false;
+  const uint64_t scattered = DecodeStats().rows_scattered;  // rank 1's, if it came first
+  Move(2, 4);
+  EXPECT_EQ(DecodeStats().rows_scattered, scattered + 2);
+  EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the failed room's slots did not come back";
+}
+
+// A room whose fence the decode cannot prove (prefill rank 0's writes are held on its lanes past
+// the decode's fence wait): its pages go back as not provably safe, and rank 0's slot is kept
+// out of use for good, so that the held writes, which land in it later, land in no other room's
+// rows. The next room has one slot for two ranks: one stages, the other writes in place; both
+// land exactly.
+TEST_F(RowStagingTest, AnUnprovenFenceKeepsTheSlotOutOfUseAndItsLateWritesLandInNoRoom) {
+  Start(/*slots=*/2, /*verify_digest=*/false, [](SidecarOptions& options) {
+    if (options.role == Role::kDecode) options.fence_wait = absl::Milliseconds(300);
+    // The stuck rank does not give its writes up (disconnect) before the test resumes them.
+    if (options.role == Role::kPrefill) options.fence_timeout = absl::Seconds(60);
+  });
+  ASSERT_NE(fault_, nullptr);
+  Expect(1, 1);
+  AwaitPreallocated(1);
+  const int lanes = fault_->capabilities().lanes;
+  for (int lane = 0; lane < lanes; ++lane) ASSERT_TRUE(fault_->StopLane(lane).ok());
+  for (Engine& prefill : prefills_) Ready(prefill, 1);
+  // Rank 1's rows are scattered (its slot back); rank 0's writes are held.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (DecodeStats().rows_scattered < 1) {
+    ASSERT_LT(absl::Now(), deadline) << "rank 1's rows were never scattered";
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  AbortOnDecode(1);
+  ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
+  std::optional<v1::RoomEvent> released = AwaitPagesReleased(1);
+  ASSERT_TRUE(released.has_value()) << "the room's pages were never released";
+  EXPECT_FALSE(released->pages_proven()) << released->reason();
+  EXPECT_EQ(DecodeStats().row_staging_quarantined, 1u);
+  Expect(2, 4);
+  AwaitPreallocated(2);
+  // Room 1's held writes land now, in rank 0's slot of room 1.
+  for (int lane = 0; lane < lanes; ++lane) ASSERT_TRUE(fault_->ResumeLane(lane).ok());
+  Land(2, 4);
+  EXPECT_EQ(DecodeStats().rows_scattered, 2u);
+  EXPECT_EQ(DecodeStats().row_staging_full, 1u) << "a slot kept out of use was offered again";
+  EXPECT_EQ(DecodeStats().row_staging_quarantined, 1u);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "control/layout/revision.h"
 #include "control/session/timeouts.h"
 #include "engine/zmq_auth/curve.h"
@@ -185,6 +186,10 @@ struct SidecarOptions {
   // flag.
   std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>
       wrap_transport;
+  // For tests: control-plane messages this sidecar would send that this returns true for are
+  // not sent (session::OutboxOptions::withhold), e.g. an answer a peer of another version never
+  // gives. Empty: every message is sent. Not a flag.
+  std::function<bool(absl::Span<const std::string> frames)> withhold_message;
   // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
   size_t max_rooms = 65536;
   // Prefill: the most rooms one decode session may hold pre-allocations in at once
