@@ -75,13 +75,26 @@ absl::StatusOr<std::optional<std::vector<std::string>>> PrefillArgv(
     const RouteSetup& setup, const HarnessOptions& options, int p,
     const std::vector<std::string>& sessions, int rooms) {
   std::vector<std::string> argv = options.prefill_node.prefix;
-  for (const std::string& a :
-       {NodePath(), std::string("prefill"), std::string("--arena"), ArenaName("p", p),
-        std::string("--tls"), options.tls, std::string("--lanes"), std::string(kLanes),
-        std::string("--prefill-tp"), absl::StrCat(setup.prefill_tp), std::string("--rank"),
-        absl::StrCat(p), std::string("--decode-tp"), absl::StrCat(setup.decode_tp),
-        std::string("--rooms"), absl::StrCat(rooms), std::string("--room-pages"),
-        absl::StrCat(setup.room_pages)}) {
+  for (const std::string& a : {NodePath(),
+                               std::string("prefill"),
+                               std::string("--arena"),
+                               ArenaName("p", p),
+                               std::string("--tls"),
+                               options.tls,
+                               std::string("--lanes"),
+                               std::string(kLanes),
+                               std::string("--prefill-tp"),
+                               absl::StrCat(setup.prefill_tp),
+                               std::string("--rank"),
+                               absl::StrCat(p),
+                               std::string("--decode-tp"),
+                               absl::StrCat(setup.decode_tp),
+                               std::string("--rooms"),
+                               absl::StrCat(rooms),
+                               std::string("--room-pages"),
+                               absl::StrCat(setup.room_pages),
+                               std::string("--pages"),
+                               absl::StrCat(setup.shape.pages)}) {
     argv.push_back(a);
   }
   if (options.tls == "tcp" || options.tls == "verbs") {

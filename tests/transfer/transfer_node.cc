@@ -58,6 +58,7 @@ struct Flags {
   int64_t deadline_ms = 60000;
   uint64_t inflight_bytes = 0;
   int room_pages = 480;
+  int pages = 511;  // the route's pages a field (RouteSetup::shape), the null one not counted
   bool out_of_bounds = false;  // drill: push the last copy one byte past the peer's arena
 };
 
@@ -157,6 +158,7 @@ int RunPrefill(const Flags& flags) {
   setup.prefill_tp = flags.prefill_tp;
   setup.decode_tp = flags.decode_tp;
   setup.room_pages = flags.room_pages;
+  setup.shape.pages = flags.pages;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -252,6 +254,7 @@ int main(int argc, char** argv) {
       sub->add_option("--deadline-ms", flags.deadline_ms);
       sub->add_option("--inflight-bytes", flags.inflight_bytes);
       sub->add_option("--room-pages", flags.room_pages);
+      sub->add_option("--pages", flags.pages);
       sub->add_flag("--out-of-bounds", flags.out_of_bounds);
     }
   }
