@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kvrail bench kv --link netns`: the prefill node (bootstrap and sidecars) in one network
 # namespace and the decode node in another, joined by a veth pair, the bench engine in this one
-# (behaviour, never timings). Needs root; runs unsandboxed and alone.
+# (behaviour, never timings). Needs root; runs unsandboxed.
 set -u
 kvrail="tools/kvrail"
 source tests/support/cli_checks.sh  # expect
@@ -18,13 +18,16 @@ assert [(c["prefill_tp"], c["decode_tp"]) for c in cases[1::2]] == [(1, 1), (2, 
 assert not any(n.startswith("netns") for n in doc["notes"]), doc["notes"]
 PY
 }
-before=$(ip netns list | grep -c '^kvrail-bench-' || true)
-out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1,2:1 --tokens 256 --link netns \
-  --rooms 2 --quiet --json)
+out_file="${TEST_TMPDIR:-/tmp}/bench_kv_netns.json"
+"$kvrail" bench kv --presets llama3-8b --tp 1:1,2:1 --tokens 256 --link netns \
+  --rooms 2 --quiet --json >"$out_file" &
+bench_pid=$!
+wait "$bench_pid"
 expect netns-exit test $? -eq 0
-expect netns-cases check_netns "$out"
-# No namespace is left behind.
-expect netns-removed test "$(ip netns list | grep -c '^kvrail-bench-' || true)" -eq "$before"
+expect netns-cases check_netns "$(cat "$out_file")"
+# No namespace of this bench's is left behind (they are named kvrail-bench-<pid>-a and -b; other
+# tests beside this one make their own).
+expect netns-removed test "$(ip netns list | grep -c "^kvrail-bench-$bench_pid-" || true)" -eq 0
 
 [[ $fail -eq 0 ]] && echo "kvrail_bench_kv_netns_test: ok"
 exit $fail

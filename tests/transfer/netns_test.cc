@@ -22,7 +22,7 @@ int Sh(const std::string& command) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-// Two namespaces A and B, veth ends "kva<n>" in A (10.233.<n>.1) and "kvb<n>" in B
+// Two namespaces A and B, veth ends "kva<pid>" in A (10.233.<n>.1) and "kvb<pid>" in B
 // (10.233.<n>.2), removed by the destructor whatever happened.
 class VethPair {
  public:
@@ -30,8 +30,10 @@ class VethPair {
     const int n = static_cast<int>(getpid() % 200) + 20;
     a_ = absl::StrCat("kvrail-a-", getpid());
     b_ = absl::StrCat("kvrail-b-", getpid());
-    veth_a_ = absl::StrCat("kva", n);
-    veth_b_ = absl::StrCat("kvb", n);
+    // Made in this namespace before they move: named after the pid, as other tests beside this
+    // one make theirs.
+    veth_a_ = absl::StrCat("kva", getpid());
+    veth_b_ = absl::StrCat("kvb", getpid());
     address_a_ = absl::StrCat("10.233.", n, ".1");
     address_b_ = absl::StrCat("10.233.", n, ".2");
     const std::vector<std::string> steps = {
