@@ -37,6 +37,7 @@ struct RawFlags {
   std::string inflight;
   std::string slice;
   int transfers = 0;
+  std::string landing_stores = "plain";
   int repeat = 2;
   double seconds = 0.5;
   bool json = false;
@@ -50,6 +51,7 @@ struct TargetFlags {
   int lanes = 2;
   uint64_t arena_bytes = 0;
   std::string net_device;
+  std::string landing_stores = "plain";
 };
 
 int Fail(const absl::Status& status, int code) {
@@ -109,6 +111,8 @@ int RunRaw(const RawFlags& flags) {
     return Fail(absl::InvalidArgumentError("--repeat: between 1 and 10"), kExitUsage);
   }
   options.repeat = flags.repeat;
+  options.landing_stores = transport::LandingStoresNamed(flags.landing_stores)
+                               .value_or(transport::LandingStores::kPlain);
   options.run_peer = !flags.no_peer;
   if (!flags.netns_side.empty()) {
     auto side = bench::ParseNetnsSide(flags.netns_side);
@@ -146,6 +150,8 @@ int RunTarget(const TargetFlags& flags) {
   options.lanes = flags.lanes;
   options.arena_bytes = flags.arena_bytes;
   options.net_device = flags.net_device;
+  options.landing_stores = transport::LandingStoresNamed(flags.landing_stores)
+                               .value_or(transport::LandingStores::kPlain);
   signal(SIGPIPE, SIG_IGN);
   // The protocol gets stdout to itself; UCX's warnings (printed on stdout) go to stderr.
   std::fflush(stdout);
@@ -237,6 +243,9 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
                "Also run each case with each head-sliced row as a copy of its own (the sidecars' "
                "--no-strided-copies, the path before strided copies), beside it: rows of mode "
                "rows");
+  kv->add_flag("--streaming-stores", flags.text.streaming_stores,
+               "Also run each case with --landing-stores streaming on every sidecar (non-temporal "
+               "stores where the lanes land bytes), beside it: rows of mode streaming");
   kv->add_flag("--layerwise", flags.text.layerwise,
                "each case also streams its rooms layer by layer (LayersReady) behind a simulated "
                "forward pass: a row of mode layerwise, with the transfer time left exposed after "
@@ -342,6 +351,11 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "Bytes posted and not yet complete per lane (the scheduler's bound); also bounds "
                   "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
+  raw->add_option("--landing-stores", raw_flags.landing_stores,
+                  "UCX links: how both sides' lanes store what lands, auto, plain (memcpy) or "
+                  "streaming (non-temporal stores), as a sidecar's --landing-stores")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"plain", "streaming"}));
   raw->add_option("--transfers", raw_flags.transfers,
                   "Transfers (batches) in flight per lane at most, through the scheduler (default "
                   "64)");
@@ -365,6 +379,8 @@ void AddBench(CLI::App& app, int& exit_code) {
   target->add_option("--lanes", target_flags.lanes);
   target->add_option("--arena-bytes", target_flags.arena_bytes)->required();
   target->add_option("--net-device", target_flags.net_device);
+  target->add_option("--landing-stores", target_flags.landing_stores)
+      ->check(CLI::IsMember({"plain", "streaming"}));
   target->callback([&exit_code]() { exit_code = RunTarget(target_flags); });
 
   AddBenchControl(bench, exit_code);

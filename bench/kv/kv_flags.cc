@@ -155,6 +155,7 @@ absl::StatusOr<KvBenchOptions> ParseKvFlags(const KvFlagText& text) {
   o.digest = text.digest;
   o.unpopulated = text.unpopulated;
   o.compare = text.compare;
+  o.streaming_stores = text.streaming_stores;
   o.layerwise = text.layerwise;
   return o;
 }

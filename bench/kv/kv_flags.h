@@ -33,6 +33,7 @@ struct KvFlagText {
   bool digest = false;
   bool unpopulated = false;
   bool compare = false;
+  bool streaming_stores = false;
   bool layerwise = false;
 };
 
@@ -57,6 +58,9 @@ struct KvBenchOptions {
   // Each case also runs with --no-strided-copies on every sidecar (each head-sliced row its own
   // copy, as before strided copies: docs/decisions/0016), beside it: a row of mode "rows".
   bool compare = false;
+  // Each case also runs with --landing-stores streaming on every sidecar (non-temporal stores
+  // where the lanes land bytes: docs/decisions/0017), beside it: a row of mode "streaming".
+  bool streaming_stores = false;
   // Each case also runs layer-wise (engine API LayersReady, CACHEPD §6.11) after its model
   // rooms: a simulated forward pass whose compute per layer equals one layer's share of the
   // model rooms' measured transfer time, a LayersReady per layer, then the Ready. A row of mode

@@ -49,6 +49,9 @@ TEST(KvFlagsTest, ListsOverrideTheSweep) {
   EXPECT_FALSE(o.compare);
   text.compare = true;
   EXPECT_TRUE(ParseKvFlags(text).value().compare);
+  EXPECT_FALSE(ParseKvFlags(text).value().streaming_stores);
+  text.streaming_stores = true;
+  EXPECT_TRUE(ParseKvFlags(text).value().streaming_stores);
   EXPECT_FALSE(ParseKvFlags(text).value().digest);
   text.digest = true;
   EXPECT_TRUE(ParseKvFlags(text).value().digest);

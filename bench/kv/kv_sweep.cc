@@ -287,11 +287,13 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
     if (options.digest) variants.push_back("digest");
     if (options.unpopulated) variants.push_back("unpopulated");
     if (options.compare) variants.push_back("rows");
+    if (options.streaming_stores) variants.push_back("streaming");
     for (const std::string& mode : variants) {
       KvCaseSpec variant = spec;
       variant.sidecar_args.push_back(mode == "naive"         ? "--naive-copies"
                                      : mode == "digest"      ? "--verify-digest"
                                      : mode == "unpopulated" ? "--no-populate-arena"
+                                     : mode == "streaming"   ? "--landing-stores=streaming"
                                                              : "--no-strided-copies");
       specs.push_back(variant);
       names.push_back(mode);

@@ -96,20 +96,23 @@ expect variants-cases check_variants "$out"
 
 # --compare: a head-sliced case (2:1) again with each row a copy of its own (the sidecars'
 # --no-strided-copies), checked as the others: the same bytes in more copies than the strided
-# rooms' (a page's rows are one strided copy there).
+# rooms' (a page's rows are one strided copy there). --streaming-stores: the case again with
+# --landing-stores streaming on every sidecar, every byte checked as the others.
 check_compare() {  # check_compare JSON
   /usr/bin/python3 - "$1" <<'PY'
 import json, sys
 cases = json.loads(sys.argv[1])["cases"]
-assert [c["mode"] for c in cases] == ["contiguous", "rows", "model"], cases
-base, rows, model = cases
+assert [c["mode"] for c in cases] == ["contiguous", "rows", "streaming", "model"], cases
+base, rows, streaming, model = cases
+assert streaming["bytes"] == model["bytes"] and streaming["bytes_checked"] > 0, streaming
+assert streaming["coalesced_copies"] == model["coalesced_copies"], streaming
 assert rows["bytes"] == model["bytes"] and rows["bytes_checked"] > 0, rows
 assert (rows["prefill_tp"], rows["decode_tp"]) == (2, 1), rows
 assert model["coalesced_copies"] * 16 == rows["coalesced_copies"], (model, rows)
 PY
 }
 out=$("$kvrail" bench kv --presets llama3-8b --tp 2:1 --tokens 256 --link tcp --quiet \
-  --rooms 2 --compare --json)
+  --rooms 2 --compare --streaming-stores --json)
 expect compare-exit test $? -eq 0
 expect compare-cases check_compare "$out"
 

@@ -37,6 +37,18 @@ for link in shm tcp; do
   expect "$link-json" check_rows "$link" "$out"
 done
 
+# Streaming stores on both sides (the initiator's stores over shared memory, the target's copies
+# over tcp): every window's bytes are checked at the target, as with the default plain stores.
+for link in shm tcp; do
+  table=$("$kvrail" bench raw --link "$link" --block-sizes 4KiB,64KiB --batch-sizes 1,3 \
+    --landing-stores streaming --seconds 0.05 --no-peer --quiet)
+  expect "$link-streaming-exit" test $? -eq 0
+  expect "$link-streaming-rows" test "$(grep -c "^$link " <<<"$table")" -eq 4
+done
+err=$("$kvrail" bench raw --landing-stores fast 2>&1 >/dev/null)
+expect bad-stores-exit test $? -eq 2
+expect bad-stores-message grep -q -- "--landing-stores" <<<"$err"
+
 table=$("$kvrail" bench raw --link shm --block-sizes 4KiB --batch-sizes 2 --seconds 0.05 \
   --no-peer --quiet)
 expect table-header grep -q "kvrail GB/s" <<<"$table"

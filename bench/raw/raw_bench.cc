@@ -408,6 +408,7 @@ class KvrailSession {
     target_options.arena_bytes = target_bytes_;
     target_options.net_device = where_.target.net_devices;
     target_options.verbs_provider = where_.verbs_provider;
+    target_options.landing_stores = options_.landing_stores;
     absl::StatusOr<TargetProcess> target =
         TargetProcess::Start(where_.target.prefix, options_.self_exe, target_options);
     if (!target.ok()) return target.status();
@@ -436,7 +437,8 @@ class KvrailSession {
   // A transport of `lanes` lanes with the source arena registered, connected to the target, and
   // a scheduler on it with the bench's slice and in-flight bound.
   absl::Status Connect(int lanes, Connection& connection) {
-    transport::TransportSpec spec = TransportSpecFor(where_.link, lanes, where_.local.net_devices);
+    transport::TransportSpec spec =
+        TransportSpecFor(where_.link, lanes, where_.local.net_devices, options_.landing_stores);
     spec.verbs_provider = where_.verbs_provider;
     spec.max_inflight_bytes_per_endpoint = tuning_.inflight_bytes_per_lane;
     KVRAIL_ASSIGN_OR_RETURN(connection.transport, transport::MakeTransport(spec));
@@ -826,8 +828,8 @@ absl::StatusOr<std::vector<RawRow>> RunRawBench(const RawBenchOptions& options) 
         if (!provider.ok()) return provider.status();
         where.verbs_provider = *provider;
         // Here first, where the error can say what to do, rather than in the target process.
-        absl::StatusOr<std::unique_ptr<transport::Transport>> probe =
-            transport::MakeTransport(TransportSpecFor(link, /*lanes=*/1, ""));
+        absl::StatusOr<std::unique_ptr<transport::Transport>> probe = transport::MakeTransport(
+            TransportSpecFor(link, /*lanes=*/1, "", transport::LandingStores::kPlain));
         if (!probe.ok()) {
           return absl::Status(
               probe.status().code(),

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "bench/raw/raw_flags.h"
 #include "bench/raw/raw_report.h"
+#include "engine/transport/landing_copy.h"
 
 namespace kvrail::bench {
 
@@ -78,6 +79,9 @@ struct RawBenchOptions {
   uint64_t inflight_bytes_per_lane = 0;
   uint64_t slice_bytes = 0;
   int transfers_per_lane = 0;
+  // UCX: how both sides' lanes store what lands (engine/transport/landing_copy.h), as a
+  // sidecar's --landing-stores.
+  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
   bool run_peer = true;  // run ucx_perftest
   std::string self_exe;  // this binary, re-run as the target (and inside netns)
   std::string perftest = "ucx_perftest";

@@ -46,9 +46,11 @@ void WriteLine(std::FILE* out, const std::string& line) {
 
 }  // namespace
 
-transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::string& net_device) {
+transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::string& net_device,
+                                          transport::LandingStores stores) {
   transport::TransportSpec spec;
   spec.lanes = lanes;
+  if (link != RawLink::kVerbs) spec.landing_stores = stores;
   switch (link) {
     case RawLink::kShm:
       spec.backend = "ucx";
@@ -71,7 +73,8 @@ transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::st
 }
 
 transport::UcxOptions UcxOptionsFor(RawLink link, int lanes, const std::string& net_device) {
-  const transport::TransportSpec spec = TransportSpecFor(link, lanes, net_device);
+  const transport::TransportSpec spec =
+      TransportSpecFor(link, lanes, net_device, transport::LandingStores::kPlain);
   transport::UcxOptions options;
   options.lanes = spec.lanes;
   options.tls = spec.tls == "sm" ? "sm,self" : spec.tls;
@@ -81,8 +84,8 @@ transport::UcxOptions UcxOptionsFor(RawLink link, int lanes, const std::string& 
 }
 
 absl::Status RunRawTarget(const RawTargetOptions& options, std::FILE* in, std::FILE* out) {
-  absl::StatusOr<std::unique_ptr<transport::Transport>> made =
-      transport::MakeTransport(TransportSpecFor(options.link, options.lanes, options.net_device));
+  absl::StatusOr<std::unique_ptr<transport::Transport>> made = transport::MakeTransport(
+      TransportSpecFor(options.link, options.lanes, options.net_device, options.landing_stores));
   if (!made.ok()) return made.status();
   transport::Transport& data_plane = **made;
   // The arena a decode sidecar would give its engine: Allocate places it in UCX's own shared
@@ -136,6 +139,10 @@ absl::StatusOr<TargetProcess> TargetProcess::Start(const std::vector<std::string
        absl::StrCat(options.lanes), "--arena-bytes", absl::StrCat(options.arena_bytes)});
   if (!options.net_device.empty()) {
     spec.argv.insert(spec.argv.end(), {"--net-device", options.net_device});
+  }
+  if (options.link != RawLink::kVerbs) {
+    spec.argv.insert(spec.argv.end(),
+                     {"--landing-stores", transport::LandingStoresName(options.landing_stores)});
   }
   if (!options.verbs_provider.empty()) {
     spec.env.emplace_back("KVRAIL_VERBS_PROVIDER", options.verbs_provider);

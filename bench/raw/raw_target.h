@@ -44,13 +44,18 @@ struct RawTargetOptions {
   // verbs: the provider the initiator uses ("libibverbs", "softverbs"), set as
   // KVRAIL_VERBS_PROVIDER in the target's environment so both ends agree; empty: inherited.
   std::string verbs_provider;
+  // UCX: how the target's lanes store what lands (a tcp write message's bytes), as the bench
+  // raw's --landing-stores.
+  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
 };
 
 // The transport both sides of a measurement make (transport::MakeTransport): UCX "sm,self" for
 // shm; UCX "tcp" on `net_device` (default "lo") for tcp and netns; the verbs backend for verbs,
 // its provider from KVRAIL_VERBS_PROVIDER (else libibverbs). Either way the transport takes any
-// block whole (max_write_bytes: the largest block); slices are the bench's to choose.
-transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::string& net_device);
+// block whole (max_write_bytes: the largest block); slices are the bench's to choose. UCX links
+// store what lands with `stores` (verbs takes none).
+transport::TransportSpec TransportSpecFor(RawLink link, int lanes, const std::string& net_device,
+                                          transport::LandingStores stores);
 
 // The UCX settings of a UCX row's spec (tcp, shm, netns), for what only UCX knows: the tuning
 // environment ucx_perftest is given (transport::UcxTuningEnvironment).

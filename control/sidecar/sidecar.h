@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "control/layout/revision.h"
 #include "control/session/timeouts.h"
+#include "engine/transport/landing_copy.h"
 #include "engine/zmq_auth/curve.h"
 
 namespace kvrail::metrics {
@@ -79,6 +80,9 @@ struct SidecarOptions {
   // UCX: its transport layers ("tcp", "sm") and, for tcp, the interface.
   std::string tls = "tcp";
   std::string net_devices = "lo";
+  // UCX: how the lanes' own copies store into landing memory, plain or streaming
+  // (non-temporal); which is faster depends on the host (engine/transport/landing_copy.h).
+  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
   // Verbs: the provider ("libibverbs", or "softverbs", the software provider; empty: the
   // environment variable KVRAIL_VERBS_PROVIDER, else libibverbs), the RDMA devices to use as
   // rails (empty: every active one) and a GID index (-1: chosen).

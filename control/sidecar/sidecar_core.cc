@@ -460,6 +460,7 @@ absl::Status SidecarCore::Start() {
   spec.gid_index = options.gid_index;
   spec.rail_affinity = options.rail_affinity;
   spec.connect_timeout = options.connect_timeout;
+  spec.landing_stores = options.landing_stores;
   KVRAIL_ASSIGN_OR_RETURN(transport, transport::MakeTransport(spec));
   if (options.wrap_transport) transport = options.wrap_transport(std::move(transport));
   KVRAIL_RETURN_IF_ERROR(StartDataPlane());

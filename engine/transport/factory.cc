@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeUcx(const TransportSpec& spec) {
   options.tls = spec.tls == "sm" ? "sm,self" : spec.tls;
   if (spec.tls != "sm") options.net_devices = spec.net_devices;
   if (spec.connect_timeout > absl::ZeroDuration()) options.connect_timeout = spec.connect_timeout;
+  options.landing_stores = spec.landing_stores;
   return UcxTransport::Create(options);
 }
 
@@ -36,6 +37,11 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeVerbs(const TransportSpec& spec) 
     return absl::InvalidArgumentError(absl::StrCat(
         "transport backend \"verbs\": tls \"", spec.tls, "\" and net_devices \"", spec.net_devices,
         "\" are UCX settings; name RDMA devices with rdma_devices instead"));
+  }
+  if (spec.landing_stores == LandingStores::kStreaming) {
+    return absl::InvalidArgumentError(
+        "transport backend \"verbs\": landing_stores \"streaming\" is a UCX setting; the verbs "
+        "backend's writes land by the device (or the software provider), not by its own copy");
   }
   auto provider = VerbsProviderOf(spec);
   if (!provider.ok()) return provider.status();
@@ -53,6 +59,11 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeLoopback(const TransportSpec& spe
     return absl::InvalidArgumentError(absl::StrCat(
         "transport backend \"loopback\": tls \"", spec.tls, "\" and net_devices \"",
         spec.net_devices, "\" are UCX settings; loopback copies in this process and takes none"));
+  }
+  if (spec.landing_stores == LandingStores::kStreaming) {
+    return absl::InvalidArgumentError(
+        "transport backend \"loopback\": landing_stores \"streaming\" is a UCX setting; "
+        "loopback copies in this process with memcpy");
   }
   return LoopbackTransport::Create(WithSizes(spec, LoopbackOptions{}));
 }

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/transport/landing_copy.h"
 #include "engine/transport/transport.h"
 
 namespace kvrail::transport {
@@ -48,6 +49,9 @@ struct TransportSpec {
   // Verbs only, when rdma_devices is empty: the arena the rails should be near,
   // "gpu:<PCI address>" or "numa:<node>" (engine/transport/verbs/rails.h, RailsForAffinity).
   std::string rail_affinity;
+  // UCX only: how the lanes' own copies store into landing memory, plain (memcpy) or streaming
+  // (non-temporal) stores; which is faster depends on the host (engine/transport/landing_copy.h).
+  LandingStores landing_stores = LandingStores::kPlain;
 };
 
 // The backends MakeTransport knows, sorted: {"loopback", "ucx", "verbs"}.

@@ -72,6 +72,37 @@ TEST(MakeTransportTest, LoopbackRefusesUcxSettings) {
   EXPECT_NE(made.status().message().find("UCX settings"), std::string::npos) << made.status();
 }
 
+// Streaming stores are UCX's lanes' own copies: a UCX transport takes them, and the backends
+// that land no bytes by a copy of their own refuse them, naming the setting.
+TEST(MakeTransportTest, StreamingLandingStoresAreUcxsAndRefusedElsewhere) {
+  TransportSpec ucx;
+  ucx.tls = "sm";
+  ucx.lanes = 1;
+  ucx.landing_stores = LandingStores::kStreaming;
+  auto made = MakeTransport(ucx);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->capabilities().name, "ucx");
+
+  TransportSpec loopback;
+  loopback.backend = "loopback";
+  loopback.landing_stores = LandingStores::kStreaming;
+  auto refused = MakeTransport(loopback);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("landing_stores \"streaming\" is a UCX setting"),
+            std::string::npos)
+      << refused.status();
+
+  TransportSpec verbs;
+  verbs.backend = "verbs";
+  verbs.verbs_provider = "softverbs";
+  verbs.landing_stores = LandingStores::kStreaming;
+  refused = MakeTransport(verbs);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("landing_stores \"streaming\" is a UCX setting"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(MakeTransportTest, TheBackendsOwnErrorsComeThrough) {
   TransportSpec spec;
   spec.tls = "tcp";

@@ -3,6 +3,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
 
 #include "engine/base/sanitizers.h"
 
@@ -16,16 +19,29 @@
 
 namespace kvrail::transport {
 
+const char* LandingStoresName(LandingStores stores) {
+  return stores == LandingStores::kStreaming ? "streaming" : "plain";
+}
+
+std::optional<LandingStores> LandingStoresNamed(std::string_view name) {
+  for (LandingStores stores : {LandingStores::kPlain, LandingStores::kStreaming}) {
+    if (name == LandingStoresName(stores)) return stores;
+  }
+  return std::nullopt;
+}
+
 #if defined(KVRAIL_LANDING_PLAIN)
 
-void LandingCopy(std::byte* dst, const std::byte* src, size_t n) { std::memcpy(dst, src, n); }
+void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores /*stores*/) {
+  std::memcpy(dst, src, n);
+}
 
 void LandingFence() { std::atomic_thread_fence(std::memory_order_release); }
 
 #else
 
-void LandingCopy(std::byte* dst, const std::byte* src, size_t n) {
-  if (n < kLandingStreamMin) {
+void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
+  if (stores == LandingStores::kPlain || n < kLandingStreamMin) {
     std::memcpy(dst, src, n);
     return;
   }

@@ -4,15 +4,18 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace kvrail::transport {
 namespace {
 
+class LandingCopyTest : public ::testing::TestWithParam<LandingStores> {};
+
 // Every length from 0 to a few lines past the streaming threshold, at every alignment of the
 // source and destination within a line: exactly the bytes asked for are copied, and the guard
 // bytes on both sides of the destination keep theirs.
-TEST(LandingCopyTest, CopiesExactlyTheBytesAtEveryLengthAndAlignment) {
+TEST_P(LandingCopyTest, CopiesExactlyTheBytesAtEveryLengthAndAlignment) {
   constexpr size_t kMax = kLandingStreamMin + 5 * 64 + 7;
   std::vector<std::byte> src(kMax + 128);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xFF);
@@ -21,7 +24,7 @@ TEST(LandingCopyTest, CopiesExactlyTheBytesAtEveryLengthAndAlignment) {
     for (size_t dst_shift = 0; dst_shift < 64; dst_shift += 7) {
       for (size_t n = 0; n <= kMax; n += (n < 300 ? 1 : 13)) {
         std::memset(dst, 0xA5, sizeof(dst));
-        LandingCopy(dst + 64 + dst_shift, src.data() + src_shift, n);
+        LandingCopy(dst + 64 + dst_shift, src.data() + src_shift, n, GetParam());
         LandingFence();
         for (size_t i = 0; i < sizeof(dst); ++i) {
           const bool inside = i >= 64 + dst_shift && i < 64 + dst_shift + n;
@@ -36,13 +39,14 @@ TEST(LandingCopyTest, CopiesExactlyTheBytesAtEveryLengthAndAlignment) {
 }
 
 // A row copy as a head-sliced room makes it: 1 KiB rows into every other KiB of a page.
-TEST(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
+TEST_P(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
   constexpr size_t kRow = 1024;
   constexpr size_t kRows = 64;
   std::vector<std::byte> src(kRow * kRows);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i % 251);
   std::vector<std::byte> dst(2 * kRow * kRows, std::byte{0x11});
-  for (size_t r = 0; r < kRows; ++r) LandingCopy(&dst[2 * r * kRow], &src[r * kRow], kRow);
+  for (size_t r = 0; r < kRows; ++r)
+    LandingCopy(&dst[2 * r * kRow], &src[r * kRow], kRow, GetParam());
   LandingFence();
   for (size_t r = 0; r < kRows; ++r) {
     ASSERT_EQ(std::memcmp(&dst[2 * r * kRow], &src[r * kRow], kRow), 0) << "row " << r;
@@ -51,6 +55,19 @@ TEST(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
     }
   }
 }
+
+TEST(LandingStoresTest, NamesGoBothWays) {
+  for (LandingStores stores : {LandingStores::kPlain, LandingStores::kStreaming}) {
+    EXPECT_EQ(LandingStoresNamed(LandingStoresName(stores)), stores);
+  }
+  EXPECT_EQ(LandingStoresNamed("fast"), std::nullopt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, LandingCopyTest,
+                         ::testing::Values(LandingStores::kPlain, LandingStores::kStreaming),
+                         [](const ::testing::TestParamInfo<LandingStores>& info) {
+                           return std::string(LandingStoresName(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvrail::transport

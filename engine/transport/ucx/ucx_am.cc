@@ -94,17 +94,20 @@ ucs_status_t OnByeAm(void* arg, const void* header, size_t header_length, void* 
 
 class RegisteredMemory final : public am::AmLanding {
  public:
-  explicit RegisteredMemory(const Regions& regions) : regions_(regions) {}
+  RegisteredMemory(const Regions& regions, LandingStores stores)
+      : regions_(regions), stores_(stores) {}
   bool Registered(uint64_t address, uint64_t length) const override {
     return regions_.Covering(address, length).has_value();
   }
   void Copy(uint64_t address, const std::byte* bytes, uint64_t length) override {
-    LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(address)), bytes, length);
+    LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(address)), bytes, length,
+                stores_);
   }
   void Fence() override { LandingFence(); }
 
  private:
   const Regions& regions_;
+  const LandingStores stores_;
 };
 
 // The target's side of a write message (kWriteAm, kWritesAm or kRowsAm; arg is the Lane): to the
@@ -114,7 +117,7 @@ ucs_status_t OnWriteMessage(unsigned id, void* arg, const void* header, size_t h
   am::AmHeader parsed;
   if (!am::ReadHeader(header, header_length, &parsed)) return UCS_OK;
   Lane& lane = *static_cast<Lane*>(arg);
-  RegisteredMemory landing(lane.shared->regions);
+  RegisteredMemory landing(lane.shared->regions, lane.shared->landing_stores);
   // A rendezvous never comes from a kvrail writer (eager only).
   const bool whole = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
   const ucp_ep_h reply_ep = ReplyEndpoint(param);

@@ -45,7 +45,7 @@ std::string PeerName(const v1::HandshakeDescriptor& peer) {
   return absl::StrCat("session ", peer.session_id());
 }
 
-void StartFlush(Lane& lane, ucp_ep_h ep, Op* op, const std::string& what) {
+void StartFlush(Lane& lane, ucp_ep_h ep, Op* op, absl::FunctionRef<std::string()> what) {
   ucp_request_param_t param = RequestParam(op);
   Lane::Hold(op);
   ucs_status_ptr_t request = ucp_ep_flush_nbx(ep, &param);
@@ -54,7 +54,7 @@ void StartFlush(Lane& lane, ucp_ep_h ep, Op* op, const std::string& what) {
   if (request == nullptr) {
     lane.FinishFlush(op, absl::OkStatus());
   } else if (UCS_PTR_IS_ERR(request)) {
-    lane.FinishFlush(op, PostFailure(request, what));
+    lane.FinishFlush(op, PostFailure(request, what()));
   }
 }
 
@@ -125,7 +125,7 @@ void IssueConnect(Lane& lane, Op* op) {
     wait->Done(std::move(status));
   };
   pl.ops.push_back(op);
-  StartFlush(lane, pl.ep, op, "ucp_ep_flush_nbx");
+  StartFlush(lane, pl.ep, op, [] { return std::string("ucp_ep_flush_nbx"); });
 }
 
 void IssueClose(Lane& lane, Op* job) {

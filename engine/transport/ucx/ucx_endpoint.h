@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "engine/memory/prefault.h"
 #include "engine/transport/bounds.h"
@@ -128,7 +129,9 @@ void IssueConnect(Lane& lane, Op* op);
 void IssueClose(Lane& lane, Op* job);
 
 // A flush of `ep` (Flush over puts, and Connect's wireup): ucp_ep_flush_nbx completes `op`.
-void StartFlush(Lane& lane, ucp_ep_h ep, Op* op, const std::string& what);
+// `what` names the call in the error when it fails at once; it is formatted only then (a flush
+// per transfer is the common path).
+void StartFlush(Lane& lane, ucp_ep_h ep, Op* op, absl::FunctionRef<std::string()> what);
 
 }  // namespace kvrail::transport::ucx_internal
 

@@ -182,7 +182,8 @@ void Issue(Lane& lane, Op* op) {
     if (lane.shared->am_writes) {
       SendAmFlush(lane, pl, op);
     } else {
-      StartFlush(lane, pl.ep, op, FlushContext(state.id, lane.index) + ": ucp_ep_flush_nbx");
+      StartFlush(lane, pl.ep, op,
+                 [&] { return FlushContext(state.id, lane.index) + ": ucp_ep_flush_nbx"; });
     }
     return;
   }

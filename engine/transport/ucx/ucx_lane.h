@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/transport/landing_copy.h"
 #include "engine/transport/transport.h"
 #include "engine/transport/ucx/am_protocol.h"
 #include "engine/transport/ucx/ucx_endpoint.h"
@@ -39,6 +40,8 @@ struct Shared {
   // Writes go as active messages of at most am_slice_bytes (tcp may carry them); else puts.
   bool am_writes = false;
   uint64_t am_slice_bytes = 0;
+  // How the lanes' copies into landing memory store (UcxOptions::landing_stores).
+  LandingStores landing_stores = LandingStores::kPlain;
   // Endpoints ask UCX for peer-failure handling; cleared, once, when UCX has none to give.
   std::atomic<bool> peer_errors{true};
 };

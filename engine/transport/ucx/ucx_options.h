@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "engine/transport/landing_copy.h"
 
 namespace kvrail::transport {
 
@@ -45,6 +46,11 @@ struct UcxOptions {
   // How long Connect waits for UCX's wireup with every lane of the peer; then it fails with
   // DeadlineExceeded naming the peer. Create rejects a timeout that is not positive.
   absl::Duration connect_timeout = absl::Seconds(5);
+  // How the lanes' own copies store the bytes where they land (a store into a peer's mapped
+  // segment over shared memory, a target's copy out of a write message over tcp): plain
+  // (memcpy) or streaming (non-temporal) stores, whichever is faster on the host
+  // (engine/transport/landing_copy.h).
+  LandingStores landing_stores = LandingStores::kPlain;
 };
 
 // Whether `tls` names shared-memory transports only ("sm,self", "posix", ...): no byte of a

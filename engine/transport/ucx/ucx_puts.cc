@@ -46,8 +46,9 @@ void IssuePuts(Lane& lane, PeerLane& pl, Op* op) {
     if (std::byte* to = MappedAddress(state, op->region_of[i], w.remote_address)) {
       state.prefault[op->region_of[i]]->Before(to, RemoteSpan(w));
       const std::byte* from = op->base + w.local_offset;
+      const LandingStores stores = lane.shared->landing_stores;
       for (uint64_t row = 0; row < w.rows; ++row) {
-        LandingCopy(to + row * w.remote_stride, from + row * w.local_stride, w.length);
+        LandingCopy(to + row * w.remote_stride, from + row * w.local_stride, w.length, stores);
       }
       stored = true;
       continue;

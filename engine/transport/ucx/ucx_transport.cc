@@ -75,6 +75,7 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
   context_ = made.context;
   shared_->am_writes = made.am_writes;
   shared_->am_slice_bytes = made.am_slice_bytes;
+  shared_->landing_stores = options.landing_stores;
   for (int index = 0; index < options.lanes; ++index) {
     KVRAIL_RETURN_IF_ERROR(ucx_internal::AddLane(made.context, index, shared_.get(), lanes_));
   }
