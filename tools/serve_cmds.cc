@@ -144,9 +144,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   static std::string landing_stores = "plain";
   sub->add_option("--landing-stores", landing_stores,
                   "UCX: how the lanes' own copies store the bytes where they land (a peer's "
-                  "shared-memory segment, a tcp target's region): auto (non-temporal stores for "
-                  "rows that land apart, memcpy for bytes back to back), plain (memcpy) or "
-                  "streaming (non-temporal stores); docs/decisions/0017")
+                  "shared-memory segment, a tcp target's region): plain (memcpy) or streaming "
+                  "(non-temporal stores), whichever `bazel run -c opt //bench:landing_copy_bench` "
+                  "shows faster on this host (docs/decisions/0017)")
       ->capture_default_str()
       ->check(CLI::IsMember({"plain", "streaming"}));
   sub->add_option("--bootstrap-timeout", bootstrap_timeout, "Seconds (CACHEPD §7.4)")
