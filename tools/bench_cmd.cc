@@ -352,7 +352,7 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
   raw->add_option("--landing-stores", raw_flags.landing_stores,
-                  "UCX links: how both sides' lanes store what lands, auto, plain (memcpy) or "
+                  "UCX links: how both sides' lanes store what lands, plain (memcpy) or "
                   "streaming (non-temporal stores), as a sidecar's --landing-stores")
       ->capture_default_str()
       ->check(CLI::IsMember({"plain", "streaming"}));
