@@ -294,7 +294,16 @@ absl::Status ZmqOutbox::Send(absl::string_view endpoint_view,
     return absl::InvalidArgumentError(
         absl::StrCat("peer endpoint \"", endpoint, "\" is not tcp://host:port"));
   }
-  if (options_.withhold && options_.withhold(frames)) return absl::OkStatus();
+  std::vector<std::string> intercepted;
+  if (options_.intercept) {
+    intercepted.assign(frames.begin(), frames.end());
+    if (!options_.intercept(intercepted)) return absl::OkStatus();
+    if (intercepted.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the test's intercept left no frames to send to ", endpoint));
+    }
+    frames = intercepted;
+  }
   absl::Status error;
   std::shared_ptr<Peer> peer = PeerFor(endpoint, error);
   if (peer == nullptr) return error;

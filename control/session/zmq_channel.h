@@ -135,10 +135,12 @@ struct OutboxOptions {
   // CURVE on: every PUSH socket is a CURVE client with this keypair, of the server key given
   // for its endpoint with SetServerKey. Null: no security, nothing changes on the wire.
   std::shared_ptr<const zmq_auth::KeyFile> curve_client;
-  // For tests: a message this returns true for is not sent, and Send returns OK, as if it was
-  // lost on the way or its sender never sent it (a peer of another version, a bug). Called on
-  // the sending thread. Empty: every message is sent.
-  std::function<bool(absl::Span<const std::string> frames)> withhold;
+  // For tests: every message passes through this before it is sent. It may change the frames
+  // (a peer with a bug, or one that holds the right keys and lies), or return false, and the
+  // message is not sent while Send returns OK, as if it was lost on the way or its sender never
+  // sent it (a peer of another version). Called on the sending thread. Empty: every message is
+  // sent as it is.
+  std::function<bool(std::vector<std::string>& frames)> intercept;
 };
 
 // PUSH sockets, one per peer endpoint, connected on first use and cached (CACHEPD §1.1), each

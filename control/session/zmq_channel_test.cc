@@ -78,18 +78,28 @@ TEST(ZmqChannelTest, MultipartMessagesArriveWholeAndInOrderWithEmptyAndBinaryFra
   EXPECT_THAT(MustReceive(*inbox), ElementsAre(binary));
 }
 
-// The test seam OutboxOptions::withhold: a message it picks is not sent, Send says OK, and the
-// messages around it arrive in order.
-TEST(ZmqChannelTest, AWithheldMessageIsNotSentAndTheOthersArrive) {
+// The test seam OutboxOptions::intercept: a message it withholds is not sent and Send says OK; a
+// message it changes arrives changed; the messages around them arrive in order. One it leaves
+// with no frames is refused, naming the seam.
+TEST(ZmqChannelTest, AnInterceptedMessageIsWithheldOrChangedAndTheOthersArrive) {
   auto context = ZmqContext::Create();
   std::unique_ptr<ZmqInbox> inbox = BindLocal(context);
   OutboxOptions options;
-  options.withhold = [](absl::Span<const std::string> frames) { return frames[0] == "lost"; };
+  options.intercept = [](std::vector<std::string>& frames) {
+    if (frames[0] == "changed") frames = {"changed", "y", "z"};
+    if (frames[0] == "emptied") frames.clear();
+    return frames.empty() || frames[0] != "lost";
+  };
   ZmqOutbox outbox(context, options);
   ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"first"}).ok());
   ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"lost", "x"}).ok());
+  ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"changed", "x"}).ok());
+  const absl::Status emptied = outbox.Send(inbox->endpoint(), {"emptied"});
+  EXPECT_EQ(emptied.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(emptied.message()), HasSubstr("intercept left no frames"));
   ASSERT_TRUE(outbox.Send(inbox->endpoint(), {"last"}).ok());
   EXPECT_THAT(MustReceive(*inbox), ElementsAre("first"));
+  EXPECT_THAT(MustReceive(*inbox), ElementsAre("changed", "y", "z"));
   EXPECT_THAT(MustReceive(*inbox), ElementsAre("last"));
 }
 

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -320,8 +321,8 @@ TEST_F(RowStagingTest, ASuccessWithoutItsStagingAnswerFailsTheRoom) {
   std::atomic<bool> withhold{true};
   Start(/*slots=*/2, /*verify_digest=*/false, [&withhold](SidecarOptions& options) {
     if (options.role != Role::kPrefill || options.tp_rank != 0) return;
-    options.withhold_message = [&withhold](absl::Span<const std::string> frames) {
-      return withhold.load() && wire::IsStagingAnswer(frames);
+    options.intercept_message = [&withhold](std::vector<std::string>& frames) {
+      return !(withhold.load() && wire::IsStagingAnswer(frames));
     };
   });
   Expect(1, 1);
@@ -379,6 +380,71 @@ TEST_F(RowStagingTest, AnUnprovenFenceKeepsTheSlotOutOfUseAndItsLateWritesLandIn
   EXPECT_EQ(DecodeStats().row_staging_full, 1u) << "a slot kept out of use was offered again";
   EXPECT_EQ(DecodeStats().row_staging_quarantined, 1u);
 }
+
+// A decode that holds its session's key but lies in its staging offer (a bug, or a tenant that
+// would write through the prefill into memory it does not own): the slot's address is moved
+// (a) onto memory of this process that no descriptor names, and (b) to the end of the decode's
+// staging memory, so that one rank's slot straddles its end and the other's lies past it. The
+// prefill's bounds check refuses each rank's transfer before its first byte, naming the
+// regions; the room fails on both sides, nothing is written into the memory named, the
+// decode's pages come back proven with its slots, and the next room, offered truly, stages both
+// ranks and lands exactly.
+class LyingOfferTest : public RowStagingTest,
+                       public ::testing::WithParamInterface<bool /*unregistered*/> {};
+
+TEST_P(LyingOfferTest, IsRefusedBeforeItsFirstByteAndTheNextRoomLands) {
+  const bool unregistered = GetParam();
+  constexpr int kSlots = 2;
+  const uint64_t slot_bytes = (RankBytes() + 4095) / 4096 * 4096;
+  std::vector<uint8_t> victim(kSlots * slot_bytes, 0x5a);  // memory no descriptor names
+  std::atomic<bool> lie{true};
+  std::atomic<int> lies{0};
+  Start(kSlots, /*verify_digest=*/false, [&](SidecarOptions& options) {
+    if (options.role != Role::kDecode) return;
+    options.intercept_message = [&](std::vector<std::string>& frames) {
+      if (!lie.load() || !wire::IsStagingOffer(frames)) return true;
+      absl::StatusOr<wire::StagingOffer> offer = wire::ParseStagingOffer(frames);
+      EXPECT_TRUE(offer.ok()) << offer.status();
+      if (!offer.ok()) return true;
+      offer->address = unregistered
+                           ? reinterpret_cast<uintptr_t>(victim.data()) + lies.load() * slot_bytes
+                           : offer->address + kSlots * slot_bytes - offer->bytes / 2;
+      frames = wire::BuildStagingOffer(*offer).value();
+      ++lies;
+      return true;
+    };
+  });
+  const std::vector<uint8_t> pages_before(decode_.arena->bytes().begin(),
+                                          decode_.arena->bytes().end());
+  Expect(1, 1);
+  for (Engine& prefill : prefills_) Ready(prefill, 1);
+  ASSERT_EQ(AwaitDecode(1), v1::TRANSFER_POLL_FAILED);
+  EXPECT_EQ(lies.load(), kPrefillTp);
+  for (Engine& prefill : prefills_) {
+    const v1::RoomState state = Poll(prefill, 1);
+    EXPECT_EQ(state.status(), v1::TRANSFER_POLL_FAILED);
+    EXPECT_NE(state.reason().find("registered regions; nothing was written"), std::string::npos)
+        << state.reason();
+  }
+  std::optional<v1::RoomEvent> released = AwaitPagesReleased(1);
+  ASSERT_TRUE(released.has_value()) << "the room's pages were never released";
+  EXPECT_TRUE(released->pages_proven()) << released->reason();
+  EXPECT_TRUE(std::all_of(victim.begin(), victim.end(), [](uint8_t b) { return b == 0x5a; }))
+      << "the prefill wrote into memory the decode does not own";
+  EXPECT_TRUE(std::equal(pages_before.begin(), pages_before.end(), decode_.arena->bytes().begin()))
+      << "the decode's pages changed";
+  EXPECT_EQ(DecodeStats().rows_scattered, 0u);
+  lie = false;
+  Move(2, 4);
+  EXPECT_EQ(DecodeStats().rows_scattered, 2u);
+  EXPECT_EQ(DecodeStats().row_staging_full, 0u) << "the refused room's slots did not come back";
+  EXPECT_EQ(DecodeStats().row_staging_quarantined, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Address, LyingOfferTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OnUnregisteredMemory" : "PastTheStagingMemory";
+                         });
 
 }  // namespace
 }  // namespace kvrail::sidecar

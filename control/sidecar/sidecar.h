@@ -190,10 +190,11 @@ struct SidecarOptions {
   // flag.
   std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>
       wrap_transport;
-  // For tests: control-plane messages this sidecar would send that this returns true for are
-  // not sent (session::OutboxOptions::withhold), e.g. an answer a peer of another version never
-  // gives. Empty: every message is sent. Not a flag.
-  std::function<bool(absl::Span<const std::string> frames)> withhold_message;
+  // For tests: every control-plane message this sidecar sends passes through this first
+  // (session::OutboxOptions::intercept): it may change the frames (a peer that holds the right
+  // keys and lies), or return false to withhold the message (an answer a peer of another version
+  // never gives). Empty: every message is sent as it is. Not a flag.
+  std::function<bool(std::vector<std::string>& frames)> intercept_message;
   // Prefill: the most rooms tracked at once (PrefillOptions::max_rooms).
   size_t max_rooms = 65536;
   // Prefill: the most rooms one decode session may hold pre-allocations in at once

@@ -430,7 +430,7 @@ absl::Status SidecarCore::Start() {
   // (bench/control).
   session::OutboxOptions outbox_options;
   outbox_options.send_hwm = 100000;
-  outbox_options.withhold = options.withhold_message;
+  outbox_options.intercept = options.intercept_message;
   if (curve) {
     KVRAIL_RETURN_IF_ERROR(CheckOwnKey());
     // A prefill's CachePD socket hears decodes; a decode's hears prefills.
