@@ -250,6 +250,12 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
                "each case also streams its rooms layer by layer (LayersReady) behind a simulated "
                "forward pass: a row of mode layerwise, with the transfer time left exposed after "
                "the last layer");
+  kv->add_option("--layer-compute-scale", flags.text.layer_compute_scale,
+                 "With --layerwise: the simulated compute per layer in layer shares (0.25 to 16). "
+                 "1, the default, is the target's measure; more leaves the lanes idle between "
+                 "layers, so what stays exposed is the last layer and the fixed path to the "
+                 "decode's event")
+      ->capture_default_str();
   kv->add_option("--presets", flags.text.presets,
                  "Comma list of llama3-8b, llama3-70b, deepseek-v3-mla, hybrid-swa-state");
   kv->add_option("--tp", flags.text.tp, "Comma list of <prefill TP>:<decode TP>, e.g. 1:1,2:1");

@@ -157,6 +157,16 @@ absl::StatusOr<KvBenchOptions> ParseKvFlags(const KvFlagText& text) {
   o.compare = text.compare;
   o.streaming_stores = text.streaming_stores;
   o.layerwise = text.layerwise;
+  if (!(text.layer_compute_scale >= 0.25 && text.layer_compute_scale <= 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layer-compute-scale: ", text.layer_compute_scale,
+        ": the simulated compute per layer is 0.25 to 16 layer shares (1: the target's measure)"));
+  }
+  if (text.layer_compute_scale != 1 && !text.layerwise) {
+    return absl::InvalidArgumentError(
+        "--layer-compute-scale: it scales the --layerwise rooms' compute; give --layerwise too");
+  }
+  o.layer_compute_scale = text.layer_compute_scale;
   return o;
 }
 

@@ -35,6 +35,7 @@ struct KvFlagText {
   bool compare = false;
   bool streaming_stores = false;
   bool layerwise = false;
+  double layer_compute_scale = 1;
 };
 
 struct KvBenchOptions {
@@ -66,6 +67,11 @@ struct KvBenchOptions {
   // model rooms' measured transfer time, a LayersReady per layer, then the Ready. A row of mode
   // "layerwise" gives the transfer time still exposed after the last layer against that share.
   bool layerwise = false;
+  // The simulated compute per layer, in layer shares (0.25 to 16): 1 is the measure
+  // (compute exactly as fast as the transfer, so any shortfall of a layer's transfer queues up);
+  // more leaves the lanes slack between layers, so what stays exposed is the last layer's
+  // transfer and the fixed path to the decode's event.
+  double layer_compute_scale = 1;
 };
 
 // The sweeps: --quick (llama3-8b, 1:1 and 2:1, 4k tokens, tcp and shm, 6 rooms), the default

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ TEST(KvFlagsTest, ListsOverrideTheSweep) {
   EXPECT_TRUE(ParseKvFlags(text).value().unpopulated);
   text.layerwise = true;
   EXPECT_TRUE(ParseKvFlags(text).value().layerwise);
+  EXPECT_EQ(ParseKvFlags(text).value().layer_compute_scale, 1);
+  text.layer_compute_scale = 3;
+  EXPECT_EQ(ParseKvFlags(text).value().layer_compute_scale, 3);
 }
 
 // Each refusal names the flag and the rule, in one line.
@@ -95,6 +99,15 @@ TEST(KvFlagsTest, BadValuesAreRefusedNamingTheFlag) {
   text = {};
   text.quick = text.full = true;
   ExpectRefused(text, "--quick and --full");
+  text = {};
+  text.layerwise = true;
+  text.layer_compute_scale = 0.1;
+  ExpectRefused(text, "--layer-compute-scale: 0.1: the simulated compute per layer is 0.25 to 16");
+  text.layer_compute_scale = std::nan("");
+  ExpectRefused(text, "--layer-compute-scale: nan");
+  text.layer_compute_scale = 2;
+  text.layerwise = false;
+  ExpectRefused(text, "--layer-compute-scale: it scales the --layerwise rooms' compute");
 }
 
 }  // namespace

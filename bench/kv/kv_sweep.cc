@@ -352,7 +352,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
                                : 0;
       KvCaseSpec layered = spec;
       layered.layer_step = 1;
-      layered.layer_compute = absl::Seconds(share);
+      layered.layer_compute = absl::Seconds(share * options.layer_compute_scale);
       absl::StatusOr<std::vector<KvCaseFigures>> streamed =
           RunBeside({layered}, {"layerwise"}, options.rooms, false);
       if (!streamed.ok()) {
@@ -373,6 +373,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       }
       lw.exposed_ms = Percentile(exposed, 0.5);
       lw.layer_share_ms = share * 1e3;
+      lw.layer_compute_ms = share * options.layer_compute_scale * 1e3;
       lw.exposed_ratio = share > 0 ? lw.exposed_ms / lw.layer_share_ms : -1;
       result.cases.push_back(lw);
     }

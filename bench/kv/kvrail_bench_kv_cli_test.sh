@@ -136,5 +136,17 @@ out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --
 expect layerwise-exit test $? -eq 0
 expect layerwise-cases check_layerwise "$out"
 
+# --layer-compute-scale: the simulated compute per layer is that many shares.
+out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --quiet \
+  --rooms 2 --layerwise --layer-compute-scale 2 --json)
+expect scaled-exit test $? -eq 0
+expect scaled-cases check_layerwise "$out"
+expect scaled-compute /usr/bin/python3 -c '
+import json, sys
+layered = json.loads(sys.argv[1])["cases"][1]
+assert abs(layered["layer_compute_ms"] - 2 * layered["layer_share_ms"]) < 1e-6, layered' "$out"
+"$kvrail" bench kv --quick --layer-compute-scale 2 >/dev/null 2>&1
+expect scale-without-layerwise test $? -ne 0
+
 [[ $fail -eq 0 ]] && echo "kvrail_bench_kv_cli_test: ok"
 exit $fail
