@@ -96,7 +96,8 @@ expect variants-cases check_variants "$out"
 
 # --compare: a head-sliced case (2:1) again with each row a copy of its own (the sidecars'
 # --no-strided-copies), checked as the others: the same bytes in more copies than the strided
-# rooms' (a page's rows are one strided copy there). --streaming-stores: the case again with
+# rooms' (there the rows of a field's pages, back to back on both sides in the bench, are one
+# strided copy: 32 layers x k and v x 2 prefill ranks). --streaming-stores: the case again with
 # --landing-stores streaming on every sidecar, every byte checked as the others.
 check_compare() {  # check_compare JSON
   /usr/bin/python3 - "$1" <<'PY'
@@ -108,7 +109,8 @@ assert streaming["bytes"] == model["bytes"] and streaming["bytes_checked"] > 0, 
 assert streaming["coalesced_copies"] == model["coalesced_copies"], streaming
 assert rows["bytes"] == model["bytes"] and rows["bytes_checked"] > 0, rows
 assert (rows["prefill_tp"], rows["decode_tp"]) == (2, 1), rows
-assert model["coalesced_copies"] * 16 == rows["coalesced_copies"], (model, rows)
+assert model["coalesced_copies"] == 32 * 2 * 2, model
+assert rows["coalesced_copies"] == 32 * 2 * 2 * 16 * 16, rows  # 16 pages of 16 rows a field
 PY
 }
 out=$("$kvrail" bench kv --presets llama3-8b --tp 2:1 --tokens 256 --link tcp --quiet \

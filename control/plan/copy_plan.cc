@@ -325,6 +325,16 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
         run.length += copy.length;
         return true;
       }
+      // A strided copy that goes on where the run's rows end, with the same rows and strides
+      // (the next page of a head-sliced field, when both sides' pages follow each other): more
+      // rows of the run.
+      if (run.length != 0 && run.rows > 1 && copy.rows > 1 && run.length == copy.length &&
+          run.src_stride == copy.src_stride && run.dst_stride == copy.dst_stride &&
+          run.src_offset + run.rows * run.src_stride == copy.src_offset &&
+          run.dst_offset + run.rows * run.dst_stride == copy.dst_offset) {
+        run.rows += copy.rows;
+        return true;
+      }
       if (run.length != 0) {
         if (n == capacity) return false;
         out[n++] = run;

@@ -114,8 +114,10 @@ class CopyPlan {
   // as they are produced when `coalesce` (the same list as ExpandCoalesced). With `strided`, a
   // fragment of rows (a head-sliced field of a mismatched TP route) yields each page's rows as
   // one strided copy (Copy::rows, its row strides) where Expand yields a copy per row: the same
-  // bytes to the same places, in the same order; strided copies are never merged with others
-  // (rows that turn out contiguous on both sides are one plain copy).
+  // bytes to the same places, in the same order. With `coalesce`, a strided copy that goes on
+  // where the one before it ends (the next page, with both sides' pages back to back) merges
+  // into it as more rows; a strided copy never merges with a plain one (rows that turn out
+  // contiguous on both sides are one plain copy).
   absl::StatusOr<CopyCursor> Begin(const layout::Manifest& src, const layout::Manifest& dst,
                                    bool coalesce, bool strided = false) const;
 

@@ -10,8 +10,11 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "control/layout/contract.h"
+#include "control/layout/kv_shape.h"
 #include "control/layout/manifest.h"
+#include "control/plan/planner.h"
 #include "control/plan/vector_cases.h"
 #include "engine/base/error.h"
 #include "tests/support/vectors.h"
@@ -195,6 +198,56 @@ TEST(CopyCursorTest, BatchesConcatenateToTheExpandedList) {
         EXPECT_TRUE(got == want) << "batch " << batch << " coalesce " << coalesce;
       }
     }
+  }
+}
+
+// Prefill rank 0's strided, coalesced copies of a room of `blocks` (the same block ids on both
+// sides) at TP prefill:decode, 2 layers of 4 heads of 32 bf16, 16-token pages: its rows, one per
+// copy, must be the per-row list's.
+std::vector<Copy> StridedRoom(int prefill_tp, int decode_tp, const std::vector<int64_t>& blocks) {
+  layout::KvShape shape;
+  shape.layers = 2;
+  shape.kv_heads = 4;
+  shape.head_dim = 32;
+  shape.pages = 16;
+  const layout::Contract src = layout::BuildKvContract(shape, prefill_tp).value();
+  const layout::Contract dst = layout::BuildKvContract(shape, decode_tp).value();
+  const Planner planner = Planner::Create(prefill_tp, decode_tp, src, dst).value();
+  const RegistrationOutcome outcome = planner.OnRegistration(0, 0);
+  const CopyPlan plan = CopyPlan::Bind(src, dst, outcome.fragments, outcome.owner_filters).value();
+  const int64_t tokens = static_cast<int64_t>(blocks.size()) * shape.page_tokens;
+  const layout::Manifest s = layout::BuildManifest(src, {blocks}, 0, tokens).value();
+  const layout::Manifest d = layout::BuildManifest(dst, {blocks}, 0, tokens).value();
+  CopyList per_row;
+  EXPECT_TRUE(plan.Expand(s, d, per_row).ok());
+  absl::StatusOr<CopyCursor> cursor = plan.Begin(s, d, /*coalesce=*/true, /*strided=*/true);
+  EXPECT_TRUE(cursor.ok()) << cursor.status();
+  std::vector<Copy> got;
+  Copy batch[3];  // small, so that runs cross batch ends
+  for (size_t n; cursor.ok() && (n = cursor->Next(batch, 3)) > 0;) {
+    got.insert(got.end(), batch, batch + n);
+  }
+  CopyList rows;
+  for (const Copy& c : got) {
+    ForEachRow(c, [&](uint64_t so, uint64_t dof, uint64_t n) { rows.push_back({so, dof, n}); });
+  }
+  EXPECT_TRUE(rows == per_row) << "the strided copies' rows are not the per-row list";
+  return got;
+}
+
+// Head-sliced pages that follow each other on both sides are one strided copy per field (k and
+// v of each layer): a TP-2 prefill's rows landing apart in a TP-1 decode, and a TP-1 prefill's
+// rows read apart for a TP-2 decode. A block that breaks the run starts a new copy.
+TEST(CopyCursorTest, StridedPagesBackToBackMergeIntoOneCopyPerField) {
+  for (const auto& [p, d] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    SCOPED_TRACE(absl::StrCat(p, ":", d));
+    const std::vector<Copy> run = StridedRoom(p, d, {1, 2, 3, 4, 5});
+    ASSERT_EQ(run.size(), 4u);  // 2 layers x k, v
+    for (const Copy& c : run) EXPECT_EQ(c.rows, 5u * 16u) << c.src_offset;
+    const std::vector<Copy> broken = StridedRoom(p, d, {1, 2, 3, 7, 8});
+    ASSERT_EQ(broken.size(), 8u);  // each field: pages 1-3, then 7-8
+    EXPECT_EQ(broken[0].rows, 3u * 16u);
+    EXPECT_EQ(broken[1].rows, 2u * 16u);
   }
 }
 

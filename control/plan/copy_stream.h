@@ -17,7 +17,8 @@ namespace kvrail::plan {
 
 // The copies ExpandCoalesced (coalesce) or Expand would append for (src, dst), or, with a layer
 // range other than the default, those ExpandLayers would: the same copies in the same order,
-// or with `strided` the same bytes with each page's rows of a row fragment as one strided copy
+// or with `strided` the same bytes with each page's rows of a row fragment as one strided copy,
+// merged with the next page's when `coalesce` and both sides' pages are back to back
 // (CopyPlan::Begin). The same errors as those, before anything is produced. The stream keeps the
 // plan and the manifests alive.
 absl::StatusOr<std::unique_ptr<CopySource>> StreamRoom(std::shared_ptr<const CopyPlan> plan,

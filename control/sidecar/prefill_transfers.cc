@@ -466,18 +466,18 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
       posted =
           "a copy per row (a hashed room's last work, --naive-copies or "
           "--no-strided-copies)";
-    } else if (caps.strided_writes) {
-      posted = "a strided copy per page, posted whole";
-    } else if (most >= static_cast<uint64_t>(widest->rows)) {
-      posted = absl::StrCat("a strided copy per page, posted as one write gathering its ",
-                            widest->rows, " rows");
-    } else if (most > 1) {
-      posted = absl::StrCat("a strided copy per page, posted as writes gathering up to ", most,
-                            " rows each");
     } else {
-      posted =
-          absl::StrCat("a strided copy per page, posted a row a write (the transport takes no rows",
-                       caps.max_gather_rows > 1 ? " landing apart" : "", ")");
+      // The plan's strided copies: a page's rows, or the rows of pages that follow each other on
+      // both sides (CopyPlan::Begin, coalesced).
+      const std::string strided = "a strided copy per run of pages";
+      if (caps.strided_writes) {
+        posted = strided + ", posted whole";
+      } else if (most > 1) {
+        posted = absl::StrCat(strided, ", posted as writes gathering up to ", most, " rows each");
+      } else {
+        posted = absl::StrCat(strided, ", posted a row a write (the transport takes no rows",
+                              caps.max_gather_rows > 1 ? " landing apart" : "", ")");
+      }
     }
     copies = absl::StrCat("head-sliced rows of ", widest->bytes_per_row, " bytes, ", widest->rows,
                           " a page: ", posted);

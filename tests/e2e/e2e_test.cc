@@ -157,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(
               {"--prefill-tp", "1", "--decode-tp", "2", "--link", "verbs", "--verbs-provider",
                "softverbs"},
               "memfd",
-              "a strided copy per page, posted as one write gathering its 16 rows"},
+              "a strided copy per run of pages, posted as writes gathering up to 16 rows each"},
         Route{"verbs_softverbs_digests_p4_d2_engine_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--link", "verbs", "--verbs-provider",
                "softverbs", "--arena", "engine", "--verify-digest"},

@@ -188,7 +188,8 @@ TEST(RevisionTest, EveryPeerOnAutoSpeaks2026_09AndTheDecodeEngineGetsTheNewValue
     const std::string prefill = c->Log(absl::StrCat("prefill-sidecar-", p));
     EXPECT_EQ(CountOf(prefill, "event=route session="), 1u) << prefill;
     EXPECT_TRUE(absl::StrContains(prefill, "decode_rank=0 of 1")) << prefill;
-    EXPECT_TRUE(absl::StrContains(prefill, "a strided copy per page, posted whole")) << prefill;
+    EXPECT_TRUE(absl::StrContains(prefill, "a strided copy per run of pages, posted whole"))
+        << prefill;
   }
 }
 
