@@ -21,6 +21,7 @@
 #include "bench/raw/raw_flags.h"
 #include "bench/raw/raw_report.h"
 #include "bench/raw/raw_target.h"
+#include "tools/landing_stores_flag.h"
 #include "tools/renamed_flag.h"
 
 namespace kvrail::tools {
@@ -37,7 +38,7 @@ struct RawFlags {
   std::string inflight;
   std::string slice;
   int transfers = 0;
-  std::string landing_stores = "plain";
+  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
   int repeat = 2;
   double seconds = 0.5;
   bool json = false;
@@ -51,7 +52,7 @@ struct TargetFlags {
   int lanes = 2;
   uint64_t arena_bytes = 0;
   std::string net_device;
-  std::string landing_stores = "plain";
+  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
 };
 
 int Fail(const absl::Status& status, int code) {
@@ -111,8 +112,7 @@ int RunRaw(const RawFlags& flags) {
     return Fail(absl::InvalidArgumentError("--repeat: between 1 and 10"), kExitUsage);
   }
   options.repeat = flags.repeat;
-  options.landing_stores = transport::LandingStoresNamed(flags.landing_stores)
-                               .value_or(transport::LandingStores::kPlain);
+  options.landing_stores = flags.landing_stores;
   options.run_peer = !flags.no_peer;
   if (!flags.netns_side.empty()) {
     auto side = bench::ParseNetnsSide(flags.netns_side);
@@ -150,8 +150,7 @@ int RunTarget(const TargetFlags& flags) {
   options.lanes = flags.lanes;
   options.arena_bytes = flags.arena_bytes;
   options.net_device = flags.net_device;
-  options.landing_stores = transport::LandingStoresNamed(flags.landing_stores)
-                               .value_or(transport::LandingStores::kPlain);
+  options.landing_stores = flags.landing_stores;
   signal(SIGPIPE, SIG_IGN);
   // The protocol gets stdout to itself; UCX's warnings (printed on stdout) go to stderr.
   std::fflush(stdout);
@@ -357,11 +356,10 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "Bytes posted and not yet complete per lane (the scheduler's bound); also bounds "
                   "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
-  raw->add_option("--landing-stores", raw_flags.landing_stores,
-                  "UCX links: how both sides' lanes store what lands, plain (memcpy) or "
-                  "streaming (non-temporal stores), as a sidecar's --landing-stores")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"plain", "streaming"}));
+  tools::AddLandingStoresFlag(raw, &raw_flags.landing_stores,
+                              "UCX links: how both sides' lanes store what lands, plain (memcpy) "
+                              "or streaming (non-temporal stores), as a sidecar's "
+                              "--landing-stores");
   raw->add_option("--transfers", raw_flags.transfers,
                   "Transfers (batches) in flight per lane at most, through the scheduler (default "
                   "64)");
@@ -385,8 +383,7 @@ void AddBench(CLI::App& app, int& exit_code) {
   target->add_option("--lanes", target_flags.lanes);
   target->add_option("--arena-bytes", target_flags.arena_bytes)->required();
   target->add_option("--net-device", target_flags.net_device);
-  target->add_option("--landing-stores", target_flags.landing_stores)
-      ->check(CLI::IsMember({"plain", "streaming"}));
+  tools::AddLandingStoresFlag(target, &target_flags.landing_stores, "");
   target->callback([&exit_code]() { exit_code = RunTarget(target_flags); });
 
   AddBenchControl(bench, exit_code);

@@ -25,6 +25,7 @@
 #include "tools/demo/demo.h"
 #include "tools/engine_sim/engine_sim.h"
 #include "tools/json_log_format.h"
+#include "tools/landing_stores_flag.h"
 #include "tools/renamed_flag.h"
 
 namespace kvrail::tools {
@@ -141,14 +142,12 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--lanes", options.lanes, "Data-plane lanes (UCX workers)")
       ->capture_default_str();
-  static std::string landing_stores = "plain";
-  sub->add_option("--landing-stores", landing_stores,
-                  "UCX: how the lanes' own copies store the bytes where they land (a peer's "
-                  "shared-memory segment, a tcp target's region): plain (memcpy) or streaming "
-                  "(non-temporal stores), whichever `bazel run -c opt //bench:landing_copy_bench` "
-                  "shows faster on this host (docs/decisions/0017)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"plain", "streaming"}));
+  tools::AddLandingStoresFlag(
+      sub, &options.landing_stores,
+      "UCX: how the lanes' own copies store the bytes where they land (a peer's shared-memory "
+      "segment, a tcp target's region): plain (memcpy) or streaming (non-temporal stores), "
+      "whichever `bazel run -c opt //bench:landing_copy_bench` shows faster on this host "
+      "(docs/decisions/0017)");
   sub->add_option("--bootstrap-timeout", bootstrap_timeout, "Seconds (CACHEPD §7.4)")
       ->capture_default_str();
   sub->add_option("--waiting-timeout", waiting_timeout, "Seconds (CACHEPD §7.4)")
@@ -290,8 +289,6 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   AddConfigFile(sub, std::cout);  // every flag above, and any added below, is a key
   sub->callback([&exit_code] {
     options.role = role == "prefill" ? sidecar::Role::kPrefill : sidecar::Role::kDecode;
-    options.landing_stores =
-        transport::LandingStoresNamed(landing_stores).value_or(transport::LandingStores::kPlain);
     options.registry_ttl = absl::Seconds(registry_ttl);
     options.timeouts.bootstrap_timeout = absl::Seconds(bootstrap_timeout);
     options.timeouts.waiting_timeout = absl::Seconds(waiting_timeout);

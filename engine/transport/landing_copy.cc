@@ -3,7 +3,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <optional>
 #include <string_view>
 
@@ -24,7 +23,7 @@ const char* LandingStoresName(LandingStores stores) {
 }
 
 std::optional<LandingStores> LandingStoresNamed(std::string_view name) {
-  for (LandingStores stores : {LandingStores::kPlain, LandingStores::kStreaming}) {
+  for (LandingStores stores : kAllLandingStores) {
     if (name == LandingStoresName(stores)) return stores;
   }
   return std::nullopt;

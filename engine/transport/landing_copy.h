@@ -33,6 +33,8 @@ namespace kvrail::transport {
 
 // How LandingCopy stores (above).
 enum class LandingStores { kPlain, kStreaming };
+inline constexpr LandingStores kAllLandingStores[] = {LandingStores::kPlain,
+                                                      LandingStores::kStreaming};
 
 // "plain" and "streaming", as --landing-stores names them, and back (nullopt for any other
 // name).
