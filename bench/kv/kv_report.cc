@@ -1,6 +1,5 @@
 #include "bench/kv/kv_report.h"
 
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -37,7 +36,8 @@ ordered_json CaseJson(const KvCaseResult& c) {
           {"naive_gain", Measured(c.naive_gain)},
           {"exposed_ms", Measured(c.exposed_ms)},
           {"layer_share_ms", Measured(c.layer_share_ms)},
-          {"layer_compute_ms", Measured(c.layer_compute_ms)},
+          {"layer_compute_ms",
+           Measured(c.layer_compute_scale >= 0 ? c.layer_share_ms * c.layer_compute_scale : -1)},
           {"exposed_ratio", Measured(c.exposed_ratio)},
           {"prefill_cpu_s_per_gib", Measured(c.prefill_cpu_s_per_gib)},
           {"decode_cpu_s_per_gib", Measured(c.decode_cpu_s_per_gib)},
@@ -113,8 +113,7 @@ std::string KvSweepToTable(const KvSweepResult& result) {
   for (const KvCaseResult& c : result.cases) {
     if (c.mode != "layerwise") continue;
     // The target is judged where the compute per layer is one share (--layer-compute-scale 1).
-    const bool judged = c.layer_compute_ms < 0 ||
-                        std::abs(c.layer_compute_ms - c.layer_share_ms) <= 1e-9 * c.layer_share_ms;
+    const bool judged = c.layer_compute_scale == 1;
     const std::string verdict =
         judged ? (c.exposed_ratio >= 0 && c.exposed_ratio <= 1.5 ? "met" : "MISSED")
                : "not judged: the target's compute is one share";
@@ -123,7 +122,7 @@ std::string KvSweepToTable(const KvSweepResult& result) {
         "layerwise %s %d:%d %d tokens %s: %.2f ms exposed after the last layer, one layer's "
         "share %.2f ms, simulated compute per layer %.2f ms: %.2fx, target <= 1.5 %s\n",
         c.shape, c.prefill_tp, c.decode_tp, c.tokens, c.link, c.exposed_ms, c.layer_share_ms,
-        judged ? c.layer_share_ms : c.layer_compute_ms, c.exposed_ratio, verdict);
+        c.layer_share_ms * c.layer_compute_scale, c.exposed_ratio, verdict);
   }
   for (const std::string& note : result.notes) absl::StrAppend(&out, "note: ", note, "\n");
   return out;

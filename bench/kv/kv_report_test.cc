@@ -99,15 +99,15 @@ TEST(KvReportTest, EachSidesCpuSecondsPerGibAreReported) {
   EXPECT_NE(table.find("  1.25   0.50\n"), std::string::npos) << table;
 }
 
-// TwoRows and a layerwise row exposed 3 ms, its layer's share 2 ms, with `compute_ms` of
+// TwoRows and a layerwise row exposed 3 ms, its layer's share 2 ms, with `scale` shares of
 // simulated compute per layer.
-KvSweepResult WithLayerwiseRow(double compute_ms) {
+KvSweepResult WithLayerwiseRow(double scale) {
   KvSweepResult r = TwoRows();
   KvCaseResult layered = r.cases[1];
   layered.mode = "layerwise";
   layered.exposed_ms = 3;
   layered.layer_share_ms = 2;
-  layered.layer_compute_ms = compute_ms;
+  layered.layer_compute_scale = scale;
   layered.exposed_ratio = 1.5;
   r.cases.push_back(layered);
   return r;
@@ -115,7 +115,7 @@ KvSweepResult WithLayerwiseRow(double compute_ms) {
 
 // --layerwise: the exposed time, one layer's share and their ratio, against the 1.5 target.
 TEST(KvReportTest, TheLayerwiseRowReportsItsExposedTimeAgainstTheTarget) {
-  const KvSweepResult r = WithLayerwiseRow(2);
+  const KvSweepResult r = WithLayerwiseRow(1);
   const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(r));
   EXPECT_DOUBLE_EQ(doc["cases"][2]["exposed_ratio"].get<double>(), 1.5);
   EXPECT_TRUE(doc["cases"][1]["exposed_ms"].is_null());
@@ -129,7 +129,7 @@ TEST(KvReportTest, TheLayerwiseRowReportsItsExposedTimeAgainstTheTarget) {
 // --layer-compute-scale other than 1: the compute per layer is shown, and the target, whose
 // compute is one share, is not judged.
 TEST(KvReportTest, ALayerwiseRowWithScaledComputeIsNotJudged) {
-  const KvSweepResult r = WithLayerwiseRow(6);
+  const KvSweepResult r = WithLayerwiseRow(3);
   const nlohmann::json doc = nlohmann::json::parse(KvSweepToJson(r));
   EXPECT_DOUBLE_EQ(doc["cases"][2]["layer_compute_ms"].get<double>(), 6);
   const std::string table = KvSweepToTable(r);

@@ -45,10 +45,10 @@ struct KvCaseResult {
   // the last layer's compute) to the last decode event, one layer's share of the model rooms'
   // transfer time (their mean data-plane seconds / layers, also the simulated compute per
   // layer at --layer-compute-scale 1), and the first over the second (the target: <= 1.5,
-  // at scale 1); the simulated compute per layer, the share times the scale.
+  // judged at scale 1); the scale (the simulated compute per layer is share x scale).
   double exposed_ms = -1;
   double layer_share_ms = -1;
-  double layer_compute_ms = -1;
+  double layer_compute_scale = -1;
   double exposed_ratio = -1;
   // Over the warm rooms: the CPU seconds each side's sidecars used (all ranks, all threads,
   // from Expect to the room's last event) per GiB of the room's bytes; -1: not measured.

@@ -373,7 +373,7 @@ absl::StatusOr<KvSweepResult> RunKvSweep(const KvBenchOptions& options,
       }
       lw.exposed_ms = Percentile(exposed, 0.5);
       lw.layer_share_ms = share * 1e3;
-      lw.layer_compute_ms = share * options.layer_compute_scale * 1e3;
+      lw.layer_compute_scale = options.layer_compute_scale;
       lw.exposed_ratio = share > 0 ? lw.exposed_ms / lw.layer_share_ms : -1;
       result.cases.push_back(lw);
     }
