@@ -57,7 +57,7 @@ TEST_P(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
 }
 
 TEST(LandingStoresTest, NamesGoBothWays) {
-  for (LandingStores stores : {LandingStores::kPlain, LandingStores::kStreaming}) {
+  for (LandingStores stores : kAllLandingStores) {
     EXPECT_EQ(LandingStoresNamed(LandingStoresName(stores)), stores);
   }
   EXPECT_EQ(LandingStoresNamed("fast"), std::nullopt);
