@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <deque>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
@@ -375,7 +376,10 @@ void Cluster::Stop() {
     if (reader.joinable()) reader.join();
   }
   readers_.clear();
-  (void)rmdir(dir_.c_str());
+  // The directory is this cluster's own and holds only its members' sockets: a member that was
+  // killed (a test's restart, or one that did not stop in time) left its socket file there.
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
 }
 
 }  // namespace kvrail::cluster

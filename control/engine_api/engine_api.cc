@@ -86,6 +86,12 @@ struct EngineApiServer::Sockets {
   std::unique_ptr<zmq_auth::ZapHandler> zap;
   zmq::socket_t router;
   std::set<std::string> engines;  // the one engine driving the sidecar, or none (server thread)
+  // An ipc endpoint's socket file and the inode the bind made there ("" for tcp): Stop removes
+  // it when it is still that inode. ZeroMQ removes it too, but only once its I/O thread gets to
+  // the closed socket, which a process that exits right after Stop never lets it do.
+  std::string socket_file;
+  dev_t socket_device = 0;
+  ino_t socket_inode = 0;
 };
 
 absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
@@ -128,15 +134,19 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
     router.set(zmq::sockopt::router_mandatory, true);
     router.bind(endpoint);
     server->endpoint_ = router.get(zmq::sockopt::last_endpoint);
+    server->sockets_->router = std::move(router);
     // An ipc socket is its owner's alone: no other user on the host can connect to it.
     if (absl::StartsWith(server->endpoint_, "ipc://")) {
       const std::string path = server->endpoint_.substr(6);
-      if (chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+      struct stat bound {};
+      if (chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0 || stat(path.c_str(), &bound) != 0) {
         return absl::UnavailableError(
             absl::StrCat("engine API: chmod 0600 ", path, " failed: ", std::strerror(errno)));
       }
+      server->sockets_->socket_file = path;
+      server->sockets_->socket_device = bound.st_dev;
+      server->sockets_->socket_inode = bound.st_ino;
     }
-    server->sockets_->router = std::move(router);
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(
         absl::StrCat("engine API: bind ", endpoint, " failed: ", e.what()));
@@ -164,6 +174,14 @@ void EngineApiServer::Stop() {
   if (sockets_ != nullptr) {
     sockets_->router.close();
     sockets_->zap.reset();
+    // The socket file goes with the socket, unless another server has bound the path since
+    // (ZeroMQ's bind replaces a file left there): that one is not ours to remove.
+    struct stat now {};
+    if (!sockets_->socket_file.empty() && stat(sockets_->socket_file.c_str(), &now) == 0 &&
+        now.st_dev == sockets_->socket_device && now.st_ino == sockets_->socket_inode) {
+      (void)unlink(sockets_->socket_file.c_str());
+    }
+    sockets_->socket_file.clear();
   }
 }
 

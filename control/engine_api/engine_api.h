@@ -108,6 +108,8 @@ class EngineApiServer {
   // Takes no more requests; the thread goes on delivering events and running `loop`'s work
   // until Stop.
   void StopServing() { serving_.store(false); }
+  // Closes the socket and joins the thread. An ipc endpoint's socket file is removed, unless
+  // another server has bound that path since.
   void Stop();
 
  private:

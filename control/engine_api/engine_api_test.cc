@@ -357,8 +357,32 @@ TEST(EngineApiTest, AnIpcSocketIsItsOwnersAlone) {
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   server->reset();
-  unlink(path.c_str());
-  rmdir(dir);
+  EXPECT_NE(stat(path.c_str(), &st), 0) << path << " outlived its server";
+  EXPECT_EQ(rmdir(dir), 0) << dir << " is not empty";
+}
+
+TEST(EngineApiTest, AServerRemovesItsSocketFileButNotOneThatReplacedIt) {
+  char dir[] = "/tmp/kvrail-engine-api-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string endpoint = absl::StrCat("ipc://", dir, "/engine.sock");
+  auto first = EngineApiServer::Start(endpoint, Echo);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // A second server on the same path (a sidecar restarted before the first one exited): its
+  // bind replaces the file, and the first server's Stop must leave the second's alone.
+  auto second = EngineApiServer::Start(endpoint, Echo);
+  ASSERT_TRUE(second.ok()) << second.status();
+  first->reset();
+  const std::string path = endpoint.substr(6);
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0) << "the second server's socket file was removed";
+  auto client = EngineApiClient::Connect(endpoint).value();
+  v1::EngineRequest poll;
+  poll.mutable_poll()->add_rooms(7);
+  EXPECT_TRUE(client->Call(poll).ok());
+  client.reset();
+  second->reset();
+  EXPECT_NE(stat(path.c_str(), &st), 0) << path << " outlived its server";
+  EXPECT_EQ(rmdir(dir), 0) << dir << " is not empty";
 }
 
 TEST(EngineApiTest, BindFailureNamesTheEndpoint) {

@@ -46,8 +46,11 @@ class RevisionCluster {
   // P=2 -> D=1, small rooms, logs in a directory of their own.
   static std::unique_ptr<RevisionCluster> Start(const Pins& pins) {
     auto self = std::unique_ptr<RevisionCluster>(new RevisionCluster());
-    char dir[] = "/tmp/kvrail-revision-XXXXXX";
-    if (mkdtemp(dir) == nullptr) return nullptr;
+    // Under Bazel's scratch directory, which Bazel clears (logs are not sockets: the path's
+    // length does not matter); /tmp outside Bazel.
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/kvrail-revision-XXXXXX");
+    if (mkdtemp(dir.data()) == nullptr) return nullptr;
     self->log_dir_ = dir;
     cluster::ClusterOptions options;
     options.kvrail = testing::KvrailBinary();
