@@ -67,18 +67,64 @@ void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<Am
   }
 }
 
+size_t GatherPieces(const AmMessage& message, absl::Span<const Write> writes) {
+  if (message.id == kWritesAm) return 1 + (message.end - message.first);
+  if (message.id == kRowsAm) {
+    const Write& w = writes[message.first];
+    return 1 + (w.local_stride == w.length ? 1 : message.length);
+  }
+  return 1;
+}
+
+bool PackedBeforeSending(const AmMessage& message, absl::Span<const Write> writes) {
+  return message.id != kWriteAm && GatherPieces(message, writes) > kMostGatherPieces;
+}
+
+uint64_t PayloadBytes(const AmMessage& message, absl::Span<const Write> writes) {
+  if (message.id == kWritesAm) {
+    return (message.end - message.first) * sizeof(PackedWrite) + message.length;
+  }
+  if (message.id == kRowsAm) {
+    return sizeof(PackedRows) + message.length * writes[message.first].length;
+  }
+  return message.length;
+}
+
+void PackPayload(const AmMessage& message, absl::Span<const Write> writes, const std::byte* base,
+                 std::byte* out) {
+  if (message.id == kWritesAm) {
+    for (size_t k = message.first; k < message.end; ++k) {
+      const PackedWrite entry{writes[k].remote_address, writes[k].length};
+      std::memcpy(out, &entry, sizeof(entry));
+      out += sizeof(entry);
+    }
+    for (size_t k = message.first; k < message.end; ++k) {
+      std::memcpy(out, base + writes[k].local_offset, writes[k].length);
+      out += writes[k].length;
+    }
+    return;
+  }
+  const Write& w = writes[message.first];
+  const PackedRows rows{message.length, w.length};
+  std::memcpy(out, &rows, sizeof(rows));
+  out += sizeof(rows);
+  const std::byte* row = base + w.local_offset + message.row * w.local_stride;
+  for (uint64_t r = 0; r < message.length; ++r, row += w.local_stride, out += w.length) {
+    std::memcpy(out, row, w.length);
+  }
+}
+
 PlanSizes SizesOf(absl::Span<const AmMessage> plan, absl::Span<const Write> writes) {
   PlanSizes sizes;
   sizes.headers = plan.size();
   for (const AmMessage& message : plan) {
-    if (message.id == kWritesAm) {
-      sizes.packed += message.end - message.first;
-      sizes.gather += 1 + (message.end - message.first);
-    } else if (message.id == kRowsAm) {
-      const Write& w = writes[message.first];
-      ++sizes.rows;
-      sizes.gather += 1 + (w.local_stride == w.length ? 1 : message.length);
+    if (message.id == kWriteAm) continue;
+    if (PackedBeforeSending(message, writes)) {
+      sizes.packed_bytes += PayloadBytes(message, writes);
+      continue;
     }
+    ++sizes.rows;  // a kWritesAm is always packed: it has two writes at least
+    sizes.gather += GatherPieces(message, writes);
   }
   return sizes;
 }

@@ -118,14 +118,34 @@ struct AmMessage {
 // kWriteAm slices. Every other write goes as kWriteAm slices.
 void PlanMessages(absl::Span<const Write> writes, uint64_t slice, std::vector<AmMessage>* plan);
 
-// How much a plan needs kept still while UCX reads it: one header per message, one entry per
-// packed write, one PackedRows per rows message, and one gather element per entry table, per
-// packed write, per rows message and per row whose source is not contiguous with the last.
+// How a message's payload leaves the writer. It names pieces of memory: kWritesAm its entry
+// table and each write's bytes; kRowsAm its PackedRows and each row, or one run where the
+// source rows are contiguous; kWriteAm one. UCX's tcp zero-copy send takes only a few pieces
+// (6 in UCX 1.13: `ucx_info -d`, am_zcopy); past that UCP packs the payload into 8 KiB
+// bounce buffers or splits it into sends of a few rows each, so a KiB-row message costs a
+// syscall per 5 KiB. So a payload of more than kMostGatherPieces pieces is packed contiguous by
+// the writer (PackPayload, one copy it would pay in UCX anyway) and sent as one piece of up to
+// a slice; a payload of fewer goes as UCX's gather list, read in place.
+constexpr size_t kMostGatherPieces = 2;
+size_t GatherPieces(const AmMessage& message, absl::Span<const Write> writes);
+// Whether the writer packs the message's payload (more than kMostGatherPieces pieces).
+bool PackedBeforeSending(const AmMessage& message, absl::Span<const Write> writes);
+// A message's payload bytes: entries or PackedRows, then the bytes written.
+uint64_t PayloadBytes(const AmMessage& message, absl::Span<const Write> writes);
+// Writes the payload of a kWritesAm or kRowsAm message, PayloadBytes of it, to `out`, reading
+// the writes' source bytes at their local_offset from `base`: the bytes a gather list of its
+// pieces would send.
+void PackPayload(const AmMessage& message, absl::Span<const Write> writes, const std::byte* base,
+                 std::byte* out);
+
+// How much a plan needs kept still while UCX reads it: one header per message; for each message
+// sent as a gather list, its PackedRows and its pieces; for each one packed
+// (PackedBeforeSending), its payload's bytes.
 struct PlanSizes {
   size_t headers = 0;
-  size_t packed = 0;
   size_t rows = 0;
   size_t gather = 0;
+  uint64_t packed_bytes = 0;
 };
 PlanSizes SizesOf(absl::Span<const AmMessage> plan, absl::Span<const Write> writes);
 

@@ -175,10 +175,90 @@ TEST(AmPlanTest, SmallNeighboursShareOneMessageWithTheirEntries) {
   EXPECT_EQ(plan[0].id, kWritesAm);
   EXPECT_EQ(plan[0].first, 0u);
   EXPECT_EQ(plan[0].end, 4u);
+  // Five pieces (the entry table and four writes): packed by the writer, entries and bytes.
+  EXPECT_EQ(GatherPieces(plan[0], writes), 5u);
+  EXPECT_TRUE(PackedBeforeSending(plan[0], writes));
   const PlanSizes sizes = SizesOf(plan, writes);
   EXPECT_EQ(sizes.headers, 1u);
-  EXPECT_EQ(sizes.packed, 4u);
-  EXPECT_EQ(sizes.gather, 5u);
+  EXPECT_EQ(sizes.packed_bytes, 4 * sizeof(PackedWrite) + 400);
+  EXPECT_EQ(sizes.rows, 0u);
+  EXPECT_EQ(sizes.gather, 0u);
+}
+
+// The bytes a writer packs for a message are those its gather list would have sent: entries,
+// then each write's bytes; PackedRows, then each row from its source stride.
+TEST(AmPlanTest, APackedPayloadIsWhatItsGatherListWouldSend) {
+  std::string source(8192, '\0');
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<char>(i * 7 + i / 251);
+  const auto* base = reinterpret_cast<const std::byte*>(source.data());
+  const auto append = [](std::vector<std::byte>& out, const void* data, size_t length) {
+    const auto* bytes = static_cast<const std::byte*>(data);
+    out.insert(out.end(), bytes, bytes + length);
+  };
+
+  // Small writes sharing a kWritesAm.
+  std::vector<Write> small;
+  for (uint64_t i = 0; i < 3; ++i) {
+    small.push_back(
+        {.local_offset = 300 * i + 5, .remote_address = kBase + 1000 * i, .length = 90 + i});
+  }
+  std::vector<AmMessage> plan;
+  PlanMessages(small, 1024, &plan);
+  ASSERT_EQ(plan.size(), 1u);
+  ASSERT_EQ(plan[0].id, kWritesAm);
+  std::vector<std::byte> expected;
+  for (const Write& w : small) {
+    const PackedWrite entry{w.remote_address, w.length};
+    append(expected, &entry, sizeof(entry));
+  }
+  for (const Write& w : small) append(expected, base + w.local_offset, w.length);
+  ASSERT_EQ(PayloadBytes(plan[0], small), expected.size());
+  std::vector<std::byte> packed(expected.size());
+  PackPayload(plan[0], small, base, packed.data());
+  EXPECT_EQ(packed, expected);
+
+  // Rows whose source is strided (a prefill of the smaller TP): 10 rows of 64 bytes, 160
+  // apart at the source, cut at 6 rows a message by a slice of 6 rows and a PackedRows.
+  const std::vector<Write> strided = {{.local_offset = 40,
+                                       .remote_address = kBase,
+                                       .length = 64,
+                                       .rows = 10,
+                                       .local_stride = 160,
+                                       .remote_stride = 128}};
+  PlanMessages(strided, sizeof(PackedRows) + 6 * 64, &plan);
+  ASSERT_EQ(plan.size(), 2u);
+  for (const AmMessage& message : plan) {
+    ASSERT_EQ(message.id, kRowsAm);
+    EXPECT_TRUE(PackedBeforeSending(message, strided));
+    EXPECT_EQ(GatherPieces(message, strided), 1 + message.length);
+    expected.clear();
+    const PackedRows rows{message.length, 64};
+    append(expected, &rows, sizeof(rows));
+    for (uint64_t r = message.row; r < message.row + message.length; ++r) {
+      append(expected, base + 40 + r * 160, 64);
+    }
+    ASSERT_EQ(PayloadBytes(message, strided), expected.size());
+    packed.assign(expected.size(), std::byte{0});
+    PackPayload(message, strided, base, packed.data());
+    EXPECT_EQ(packed, expected) << "the message from row " << message.row;
+  }
+  EXPECT_EQ(SizesOf(plan, strided).packed_bytes, 2 * sizeof(PackedRows) + 10 * 64);
+
+  // Rows contiguous at the source (a prefill of the larger TP): two pieces, sent in place.
+  const std::vector<Write> contiguous = {{.local_offset = 0,
+                                          .remote_address = kBase,
+                                          .length = 64,
+                                          .rows = 10,
+                                          .local_stride = 64,
+                                          .remote_stride = 128}};
+  PlanMessages(contiguous, 4096, &plan);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(GatherPieces(plan[0], contiguous), 2u);
+  EXPECT_FALSE(PackedBeforeSending(plan[0], contiguous));
+  const PlanSizes sizes = SizesOf(plan, contiguous);
+  EXPECT_EQ(sizes.packed_bytes, 0u);
+  EXPECT_EQ(sizes.rows, 1u);
+  EXPECT_EQ(sizes.gather, 2u);
 }
 
 TEST(AmPlanTest, APackedMessageNeverPassesTheSlice) {

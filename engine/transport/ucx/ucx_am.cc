@@ -183,12 +183,14 @@ void SendBye(PeerLane& pl) {
 
 void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
   am::PlanMessages(op->writes, lane.shared->am_slice_bytes, &op->plan);
-  // UCX reads headers, entries and gather lists until each send completes: none may move.
+  // UCX reads headers, packed payloads and gather lists until each send completes: none may
+  // move, so each is reserved whole first.
   const am::PlanSizes sizes = am::SizesOf(op->plan, op->writes);
   op->headers.reserve(sizes.headers);
-  op->packed.reserve(sizes.packed);
+  if (op->packed.size() < sizes.packed_bytes) op->packed.resize(sizes.packed_bytes);
   op->rows.reserve(sizes.rows);
   op->gather.reserve(sizes.gather);
+  size_t packed_used = 0;
   ucp_request_param_t param = RequestParam(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // Eager: the target gets each message whole inside its progress and never has to ask for it
@@ -200,44 +202,30 @@ void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
   for (const am::AmMessage& message : op->plan) {
     am::AmHeader& header = op->headers.emplace_back(pl.writer.WriteHeader(message, op->writes));
     ucs_status_ptr_t request;
-    if (message.id == am::kWritesAm) {
-      // One gather list: the entry table, then each write's source bytes.
-      const size_t first_entry = op->packed.size();
-      const size_t first_iov = op->gather.size();
-      op->gather.push_back({nullptr, (message.end - message.first) * sizeof(am::PackedWrite)});
-      for (size_t k = message.first; k < message.end; ++k) {
-        const Write& small_write = op->writes[k];
-        op->packed.push_back({small_write.remote_address, small_write.length});
-        op->gather.push_back(
-            {const_cast<std::byte*>(op->base + small_write.local_offset), small_write.length});
-      }
-      op->gather[first_iov].buffer = &op->packed[first_entry];
-      request = ucp_am_send_nbx(pl.ep, am::kWritesAm, &header, sizeof(header),
-                                &op->gather[first_iov], message.end - message.first + 1, &gathered);
-    } else if (message.id == am::kRowsAm) {
-      // One gather list: the PackedRows, then the rows' source bytes (one element when the
-      // source rows are contiguous, as a prefill of the larger TP's are).
-      const Write& w = op->writes[message.first];
-      const size_t first_iov = op->gather.size();
-      am::PackedRows& rows = op->rows.emplace_back(am::PackedRows{message.length, w.length});
-      op->gather.push_back({&rows, sizeof(am::PackedRows)});
-      const std::byte* first_row = op->base + w.local_offset + message.row * w.local_stride;
-      if (w.local_stride == w.length) {
-        op->gather.push_back({const_cast<std::byte*>(first_row), message.length * w.length});
-      } else {
-        for (uint64_t row = 0; row < message.length; ++row) {
-          op->gather.push_back(
-              {const_cast<std::byte*>(first_row + row * w.local_stride), w.length});
-        }
-      }
-      request = ucp_am_send_nbx(pl.ep, am::kRowsAm, &header, sizeof(header), &op->gather[first_iov],
-                                op->gather.size() - first_iov, &gathered);
-    } else {
+    if (message.id == am::kWriteAm) {
       const Write& w = op->writes[message.first];
       request =
           ucp_am_send_nbx(pl.ep, am::kWriteAm, &header, sizeof(header),
                           op->base + w.local_offset + message.row * w.local_stride + message.offset,
                           message.length, &param);
+    } else if (am::PackedBeforeSending(message, op->writes)) {
+      // Packed here: one piece, which UCX sends in place.
+      std::byte* payload = op->packed.data() + packed_used;
+      const uint64_t bytes = am::PayloadBytes(message, op->writes);
+      am::PackPayload(message, op->writes, op->base, payload);
+      packed_used += bytes;
+      request = ucp_am_send_nbx(pl.ep, message.id, &header, sizeof(header), payload, bytes, &param);
+    } else {
+      // A rows message whose source rows are contiguous (as a prefill of the larger TP's are),
+      // or a single row: its PackedRows, then the rows in place.
+      const Write& w = op->writes[message.first];
+      const size_t first_iov = op->gather.size();
+      am::PackedRows& rows = op->rows.emplace_back(am::PackedRows{message.length, w.length});
+      op->gather.push_back({&rows, sizeof(am::PackedRows)});
+      const std::byte* first_row = op->base + w.local_offset + message.row * w.local_stride;
+      op->gather.push_back({const_cast<std::byte*>(first_row), message.length * w.length});
+      request = ucp_am_send_nbx(pl.ep, am::kRowsAm, &header, sizeof(header), &op->gather[first_iov],
+                                op->gather.size() - first_iov, &gathered);
     }
     if (UCS_PTR_IS_ERR(request)) {
       op->status =

@@ -71,14 +71,16 @@ struct Op {
   // Active-message headers: UCX reads each until its send completes. Reserved before the first
   // send (so none moves) and kept with its capacity when the op is recycled.
   std::vector<am::AmHeader> headers;
-  // kWritesAm messages: their entries and the gather list UCX reads each payload from (entries
-  // first, then the writes' source bytes), kept like `headers` until the sends complete.
-  std::vector<am::PackedWrite> packed;
-  // kRowsAm messages: each one's PackedRows, first in its gather list, kept the same way.
+  // Payloads of more pieces than UCX's zero-copy send takes (am_protocol.h, kMostGatherPieces),
+  // packed back to back from its start, kept like `headers` until the sends complete. Only
+  // grown: its bytes past what a batch packs are left over from earlier batches.
+  std::vector<std::byte> packed;
+  // kRowsAm messages sent as gather lists: each one's PackedRows, first in its list, kept the
+  // same way; and the lists UCX reads those payloads from.
   std::vector<am::PackedRows> rows;
+  std::vector<ucp_dt_iov_t> gather;
   // The batch cut into active messages (am_protocol.h, PlanMessages).
   std::vector<am::AmMessage> plan;
-  std::vector<ucp_dt_iov_t> gather;
   // A batch as PostWrites checked it: the source region (sent only while it is registered),
   // its bytes, the writes and each one's index in the peer's descriptor regions (its rkey).
   // The vectors keep their capacity when the op is recycled.
@@ -107,15 +109,18 @@ struct Op {
     ClearKeeping(headers, 4096);
     ClearKeeping(rows, 4096);
     ClearKeeping(plan, 4096);
-    const bool keep_gather = packed.capacity() <= 4096 && gather.capacity() <= 8192;
-    ClearKeeping(packed, keep_gather ? 4096 : 0);
-    ClearKeeping(gather, keep_gather ? 8192 : 0);
+    // Its size is kept, not only its capacity: growing it again would zero it first.
+    if (packed.size() > kKeptPackedBytes) std::vector<std::byte>().swap(packed);
+    ClearKeeping(gather, 8192);
     const bool keep_writes = writes.capacity() <= 1024;
     ClearKeeping(writes, keep_writes ? 1024 : 0);
     ClearKeeping(region_of, keep_writes ? SIZE_MAX : 0);
   }
 
  private:
+  // A batch of head-sliced rows packs at most its batch's bytes (the scheduler's batch holds
+  // 256 rows: 256 KiB of KiB rows); a larger one's storage is not kept.
+  static constexpr size_t kKeptPackedBytes = size_t{1} << 20;
   // Empties `v`, keeping its storage only up to `most` elements.
   template <typename T>
   static void ClearKeeping(std::vector<T>& v, size_t most) {

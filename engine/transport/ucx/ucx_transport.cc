@@ -281,33 +281,7 @@ absl::Status UcxTransport::PostWrites(PeerId peer, int lane, RegionId source,
   }
   op->source = source;
   op->base = reinterpret_cast<const std::byte*>(region->base);
-  if (shared_->am_writes && std::any_of(writes.begin(), writes.end(), [](const Write& w) {
-        return w.rows > 1 && w.local_stride != w.length;
-      })) {
-    // Rows whose source is strided (a prefill of the smaller TP) go as packed rows
-    // (am_protocol.h, kWritesAm), one entry each, as they did before kRowsAm: measured, a rows
-    // message gathering them was no faster over tcp (BENCHMARKS.md, "Strided copies"). Rows
-    // contiguous at the source stay one write, for kRowsAm.
-    std::vector<int> region_of;
-    op->writes.clear();
-    for (size_t i = 0; i < writes.size(); ++i) {
-      const Write& w = writes[i];
-      if (w.rows == 1 || w.local_stride == w.length) {
-        op->writes.push_back(w);
-        region_of.push_back(op->region_of[i]);
-        continue;
-      }
-      for (uint64_t row = 0; row < w.rows; ++row) {
-        op->writes.push_back(Write{.local_offset = w.local_offset + row * w.local_stride,
-                                   .remote_address = w.remote_address + row * w.remote_stride,
-                                   .length = w.length});
-        region_of.push_back(op->region_of[i]);
-      }
-    }
-    op->region_of = std::move(region_of);
-  } else {
-    op->writes.assign(writes.begin(), writes.end());
-  }
+  op->writes.assign(writes.begin(), writes.end());
   home.PushLocked(op, *started.state, OpKind::kBatch, std::move(done));
   return absl::OkStatus();
 }
