@@ -16,7 +16,10 @@
 //      A batch carries at most a lane's share of its transfer (its bytes / lanes, a slice at
 //      least), so that a transfer smaller than the lanes' bounds together (one layer of a
 //      layer-wise room) still goes out on every lane. Transfers of one peer are served first come,
-//      first served, so early transfers finish early.
+//      first served, so early transfers finish early. Work follows the lanes that complete: a
+//      batch is decided when a lane has room under its bound, so a lane whose writes do not
+//      complete (its thread off its core, a slow peer) is given nothing more, and the others
+//      carry the rest; with UCX over shared memory the bound is one 1 MiB batch.
 //   4. Success means landed: once every slice is posted, each lane the transfer used is flushed,
 //      and the transfer completes OK only when all its batches and flushes have.
 //   5. A transfer fails with the first transport error, with DeadlineExceeded at its deadline, or
