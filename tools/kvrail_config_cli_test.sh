@@ -89,6 +89,9 @@ expect prefill-cachepd-default-host grep -q ' cachepd=tcp://127\.0\.0\.1:' "$tmp
 expect decode-stops stop "$decode_pid"
 expect prefill-stops stop "$prefill_pid"
 expect bootstrap-stops stop "$bootstrap_pid"
+# A sidecar that stopped on SIGTERM took its engine API socket file with it.
+expect decode-socket-removed test ! -e "$sockets/decode.sock"
+expect prefill-socket-removed test ! -e "$sockets/prefill.sock"
 pids=()
 for name in bootstrap decode prefill; do
   expect "$name-json-logs" all_json "$tmp/$name.err"

@@ -139,13 +139,15 @@ absl::StatusOr<std::unique_ptr<EngineApiServer>> EngineApiServer::Start(
     if (absl::StartsWith(server->endpoint_, "ipc://")) {
       const std::string path = server->endpoint_.substr(6);
       struct stat bound {};
-      if (chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0 || stat(path.c_str(), &bound) != 0) {
+      if (stat(path.c_str(), &bound) == 0) {  // from here on, Stop removes it: a refusal too
+        server->sockets_->socket_file = path;
+        server->sockets_->socket_device = bound.st_dev;
+        server->sockets_->socket_inode = bound.st_ino;
+      }
+      if (chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
         return absl::UnavailableError(
             absl::StrCat("engine API: chmod 0600 ", path, " failed: ", std::strerror(errno)));
       }
-      server->sockets_->socket_file = path;
-      server->sockets_->socket_device = bound.st_dev;
-      server->sockets_->socket_inode = bound.st_ino;
     }
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(

@@ -118,8 +118,10 @@ struct Op {
   }
 
  private:
-  // A batch of head-sliced rows packs at most its batch's bytes (the scheduler's batch holds
-  // 256 rows: 256 KiB of KiB rows); a larger one's storage is not kept.
+  // A batch packs at most its own payload and entries (the scheduler's batch holds 256 rows:
+  // 256 KiB of KiB rows); a larger one's storage is not kept. So what the spare ops keep is
+  // about the packed bytes that were in flight at once at the peak (the scheduler's bound per
+  // peer and lane: 4 MiB over tcp), not kSpareOps times this.
   static constexpr size_t kKeptPackedBytes = size_t{1} << 20;
   // Empties `v`, keeping its storage only up to `most` elements.
   template <typename T>
