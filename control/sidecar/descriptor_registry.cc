@@ -106,13 +106,21 @@ void RegistryDescriptors::OnEvent(const registry::WatchEvent& event) {
     return;
   }
   bool changed = false;
+  bool learned = false;
+  const int64_t version = entry->version;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& known = entries_[session];
-    changed = known.version != 0 && known.version != entry->version;
+    learned = known.version == 0;
+    changed = known.version != 0 && known.version != version;
     known.descriptor = std::move(descriptor);
-    known.version = entry->version;
+    known.version = version;
     known.lease_ttl_s = entry->lease_ttl_s;
+  }
+  // Once per session (and per change): from here on a room of it takes no handshake.
+  if (learned || changed) {
+    spdlog::info("prefill: descriptor of session {} read from the registry (version {})", session,
+                 version);
   }
   if (changed && hooks_.changed) hooks_.changed(session);
 }

@@ -150,12 +150,22 @@ class RegistryTest(Rooms, unittest.TestCase):
         metrics = json.loads(self.etcd.get("/kvrail/v1/metrics/decode-0-" + self.session))
         self.assertEqual(metrics["url"], "http://%s/metrics" % self.decode_metrics)
 
-    def test_2_a_room_lands_with_the_descriptor_from_the_registry(self):
-        self.assertEqual(self.landed(1), TransferPoll.SUCCESS)
+    def prefill_log_text(self):
         self.prefill_log.flush()
         with open(self.prefill_log_path) as f:
-            log = f.read()
-        self.assertIn("descriptor of session %s taken from the registry" % self.session, log)
+            return f.read()
+
+    def test_2_a_room_lands_with_the_descriptor_from_the_registry(self):
+        # The prefill's watch may see the key after etcd has it: wait until the prefill says it
+        # read the session's descriptor, then a room takes it with no handshake.
+        read = "descriptor of session %s read from the registry" % self.session
+        deadline = time.monotonic() + 10
+        while read not in self.prefill_log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn(read, self.prefill_log_text())
+        self.assertEqual(self.landed(1), TransferPoll.SUCCESS)
+        self.assertIn("descriptor of session %s taken from the registry" % self.session,
+                      self.prefill_log_text())
 
     def test_3_a_killed_decode_expires_and_its_prefill_rooms_fail_naming_the_expiry(self):
         self.route(2, ready=False)  # pre-allocated at the prefill, never sent
