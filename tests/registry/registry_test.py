@@ -94,6 +94,21 @@ class Rooms:
         return self.event(self.decode_client, room,
                           (TransferPoll.SUCCESS, TransferPoll.FAILED)).status
 
+    def prefill_log_text(self):
+        """What the prefill sidecar logged so far (`self.prefill_log`, at prefill_log_path)."""
+        self.prefill_log.flush()
+        with open(self.prefill_log_path) as f:
+            return f.read()
+
+    def await_registry_read(self, session, seconds=10):
+        """Waits until the prefill says its watch read `session`'s descriptor: its watch may see
+        a key after etcd has it, and a room that comes first takes a handshake (CI saw that)."""
+        read = "descriptor of session %s read from the registry" % session
+        deadline = time.monotonic() + seconds
+        while read not in self.prefill_log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn(read, self.prefill_log_text())
+
 
 class RegistryTest(Rooms, unittest.TestCase):
     @classmethod
@@ -150,19 +165,8 @@ class RegistryTest(Rooms, unittest.TestCase):
         metrics = json.loads(self.etcd.get("/kvrail/v1/metrics/decode-0-" + self.session))
         self.assertEqual(metrics["url"], "http://%s/metrics" % self.decode_metrics)
 
-    def prefill_log_text(self):
-        self.prefill_log.flush()
-        with open(self.prefill_log_path) as f:
-            return f.read()
-
     def test_2_a_room_lands_with_the_descriptor_from_the_registry(self):
-        # The prefill's watch may see the key after etcd has it: wait until the prefill says it
-        # read the session's descriptor, then a room takes it with no handshake.
-        read = "descriptor of session %s read from the registry" % self.session
-        deadline = time.monotonic() + 10
-        while read not in self.prefill_log_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertIn(read, self.prefill_log_text())
+        self.await_registry_read(self.session)
         self.assertEqual(self.landed(1), TransferPoll.SUCCESS)
         self.assertIn("descriptor of session %s taken from the registry" % self.session,
                       self.prefill_log_text())

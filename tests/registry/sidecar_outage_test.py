@@ -5,7 +5,6 @@ path. The prefill keeps landing rooms for the decode whose descriptor it took fr
 
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.getcwd(), "python"))
@@ -47,21 +46,10 @@ class SidecarEtcdLostTest(Rooms, unittest.TestCase):
         client.attach_allocated(self.arena_bytes, self.contract)
         return client, field(line, "session")
 
-    def prefill_log_text(self):
-        self.prefill_log.flush()
-        with open(self.prefill_log_path) as f:
-            return f.read()
-
     def test_rooms_keep_landing_after_etcd_dies(self):
         self.decode_client, known = self.sidecar("decode", ["--registry", self.etcd.url])
         self.assertIsNotNone(self.etcd.await_key("/kvrail/v1/sessions/" + known, True, 10))
-        # The prefill's watch may see the key after etcd has it (CI saw a room come first):
-        # wait until the prefill says it read the session's descriptor.
-        read = "descriptor of session %s read from the registry" % known
-        deadline = time.monotonic() + 10
-        while read not in self.prefill_log_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertIn(read, self.prefill_log_text())
+        self.await_registry_read(known)
         self.assertEqual(self.landed(1), TransferPoll.SUCCESS)
         taken = "descriptor of session %s taken from the registry"
         self.assertIn(taken % known, self.prefill_log_text())
