@@ -35,15 +35,21 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores /
   std::memcpy(dst, src, n);
 }
 
+void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
+                     size_t length, size_t rows, LandingStores /*stores*/) {
+  for (size_t row = 0; row < rows; ++row) {
+    std::memcpy(dst + row * dst_stride, src + row * src_stride, length);
+  }
+}
+
 void LandingFence() { std::atomic_thread_fence(std::memory_order_release); }
 
 #else
 
-void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
-  if (stores == LandingStores::kPlain || n < kLandingStreamMin) {
-    std::memcpy(dst, src, n);
-    return;
-  }
+namespace {
+
+// LandingCopy's streaming kind, for `n` >= kLandingStreamMin.
+void StreamCopy(std::byte* dst, const std::byte* src, size_t n) {
   // The head, up to the first 64-byte boundary of the destination.
   const size_t head = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;
   std::memcpy(dst, src, head);
@@ -68,6 +74,29 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
     dst += 64;
   }
   std::memcpy(dst, src, n - lines * 64);  // the tail
+}
+
+}  // namespace
+
+void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
+  if (stores == LandingStores::kPlain || n < kLandingStreamMin) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  StreamCopy(dst, src, n);
+}
+
+void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
+                     size_t length, size_t rows, LandingStores stores) {
+  if (stores == LandingStores::kPlain || length < kLandingStreamMin) {
+    for (size_t row = 0; row < rows; ++row) {
+      std::memcpy(dst + row * dst_stride, src + row * src_stride, length);
+    }
+    return;
+  }
+  for (size_t row = 0; row < rows; ++row) {
+    StreamCopy(dst + row * dst_stride, src + row * src_stride, length);
+  }
 }
 
 void LandingFence() {

@@ -49,6 +49,13 @@ inline constexpr size_t kLandingStreamMin = 256;
 // memcpy.
 void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores);
 
+// Copies `rows` rows of `length` bytes each, row r from `src + r * src_stride` to
+// `dst + r * dst_stride`, each row as LandingCopy stores it: a head-sliced page's rows in one
+// call (no call per row), from a peer's strided write or a packed message. Rows must not overlap
+// each other or the source (strides of at least `length`).
+void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
+                     size_t length, size_t rows, LandingStores stores);
+
 // Orders every earlier LandingCopy of this thread before its later stores and messages
 // (sfence on x86; a release fence elsewhere, where LandingCopy is a memcpy).
 void LandingFence();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,36 @@ TEST_P(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
     ASSERT_EQ(std::memcmp(&dst[2 * r * kRow], &src[r * kRow], kRow), 0) << "row " << r;
     for (size_t i = 0; i < kRow; ++i) {
       ASSERT_EQ(dst[(2 * r + 1) * kRow + i], std::byte{0x11}) << "gap after row " << r;
+    }
+  }
+}
+
+// LandingCopyRows lands what a LandingCopy per row would, in one call, for rows shorter and
+// longer than the streaming threshold, from packed and from strided sources, at odd alignments,
+// and touches nothing between the rows or past the last; zero rows write nothing.
+TEST_P(LandingCopyTest, RowsLandAsARowAtATimeWould) {
+  struct Case {
+    size_t length, rows, src_stride, dst_stride, dst_shift;
+  };
+  for (const Case& c : {Case{1024, 64, 1024, 2048, 0}, Case{256, 33, 256, 1024, 5},
+                        Case{kLandingStreamMin - 1, 9, 300, 700, 63},
+                        Case{kLandingStreamMin + 65, 7, 1000, kLandingStreamMin + 65, 17},
+                        Case{512, 16, 2048, 512, 1}, Case{64, 0, 64, 128, 0}}) {
+    std::vector<std::byte> src(c.src_stride * (c.rows + 1) + c.length);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 37 + 3) & 0xFF);
+    const size_t span = c.dst_shift + c.dst_stride * (c.rows + 1) + 128;
+    std::vector<std::byte> want(span, std::byte{0x5A});
+    std::vector<std::byte> got(span, std::byte{0x5A});
+    for (size_t r = 0; r < c.rows; ++r) {
+      std::memcpy(&want[c.dst_shift + r * c.dst_stride], &src[r * c.src_stride], c.length);
+    }
+    LandingCopyRows(got.data() + c.dst_shift, c.dst_stride, src.data(), c.src_stride, c.length,
+                    c.rows, GetParam());
+    LandingFence();
+    for (size_t i = 0; i < span; ++i) {
+      ASSERT_EQ(got[i], want[i]) << "byte " << i << " of " << c.rows << " rows of " << c.length
+                                 << " bytes, source stride " << c.src_stride
+                                 << ", destination stride " << c.dst_stride;
     }
   }
 }

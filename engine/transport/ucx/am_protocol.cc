@@ -181,7 +181,7 @@ void AmTarget::OnWrite(const AmHeader& header, const std::byte* data, uint64_t l
   Inbound& in = inbound_[header.token];
   ++in.handled;
   if (whole && landing.Registered(header.a, length)) {
-    landing.Copy(header.a, data, length);
+    landing.CopyRows(header.a, length, data, length, 1);
     landing.Fence();  // landed before any flush this message completes is answered
   } else {
     in.Refuse(header.a, length);
@@ -214,7 +214,7 @@ void AmTarget::OnWrites(const AmHeader& header, const std::byte* data, uint64_t 
         PackedWrite entry;
         std::memcpy(&entry, data + k * sizeof(PackedWrite), sizeof(entry));
         if (landing.Registered(entry.address, entry.length)) {
-          landing.Copy(entry.address, data + offset, entry.length);
+          landing.CopyRows(entry.address, entry.length, data + offset, entry.length, 1);
         } else {
           in.Refuse(entry.address, entry.length);
         }
@@ -242,10 +242,7 @@ void AmTarget::OnRows(const AmHeader& header, const std::byte* data, uint64_t le
   } else if (!landing.Registered(header.a, m.span_b)) {
     in.Refuse(header.a, m.span_b);
   } else {
-    const std::byte* from = data + sizeof(PackedRows);
-    for (uint64_t row = 0; row < rows.rows; ++row) {
-      landing.Copy(header.a + row * header.b, from + row * rows.length, rows.length);
-    }
+    landing.CopyRows(header.a, header.b, data + sizeof(PackedRows), rows.length, rows.rows);
     landing.Fence();  // every row landed before any flush this message completes is answered
   }
   if (reply != nullptr && !in.waiting.empty()) AnswerHandled(header.token, in, *reply);

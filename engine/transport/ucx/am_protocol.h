@@ -184,8 +184,10 @@ class AmLanding {
   virtual ~AmLanding() = default;
   // Whether [address, address + length) lies inside one region registered now.
   virtual bool Registered(uint64_t address, uint64_t length) const = 0;
-  // Copies `length` bytes to `address`, which Registered accepted.
-  virtual void Copy(uint64_t address, const std::byte* bytes, uint64_t length) = 0;
+  // Copies `rows` rows of `length` bytes, back to back in `bytes`, row r to
+  // `address + r * stride`: a span Registered accepted whole. One write is one row.
+  virtual void CopyRows(uint64_t address, uint64_t stride, const std::byte* bytes, uint64_t length,
+                        uint64_t rows) = 0;
   // Publishes the copies before any flush they complete is answered.
   virtual void Fence() = 0;
 };

@@ -25,9 +25,14 @@ class FakeMemory final : public AmLanding {
     return registered_ && address >= kBase && length <= bytes_.size() &&
            address - kBase <= bytes_.size() - length;
   }
-  void Copy(uint64_t address, const std::byte* bytes, uint64_t length) override {
-    ASSERT_TRUE(Registered(address, length));
-    std::memcpy(bytes_.data() + (address - kBase), bytes, length);
+  void CopyRows(uint64_t address, uint64_t stride, const std::byte* bytes, uint64_t length,
+                uint64_t rows) override {
+    ASSERT_GE(rows, 1u);
+    ASSERT_GE(stride, length);
+    ASSERT_TRUE(Registered(address, (rows - 1) * stride + length));
+    for (uint64_t row = 0; row < rows; ++row) {
+      std::memcpy(bytes_.data() + (address - kBase) + row * stride, bytes + row * length, length);
+    }
     ++copies_;
     fenced_ = false;
   }

@@ -99,9 +99,10 @@ class RegisteredMemory final : public am::AmLanding {
   bool Registered(uint64_t address, uint64_t length) const override {
     return regions_.Covering(address, length).has_value();
   }
-  void Copy(uint64_t address, const std::byte* bytes, uint64_t length) override {
-    LandingCopy(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(address)), bytes, length,
-                stores_);
+  void CopyRows(uint64_t address, uint64_t stride, const std::byte* bytes, uint64_t length,
+                uint64_t rows) override {
+    LandingCopyRows(reinterpret_cast<std::byte*>(static_cast<uintptr_t>(address)), stride, bytes,
+                    length, length, rows, stores_);
   }
   void Fence() override { LandingFence(); }
 

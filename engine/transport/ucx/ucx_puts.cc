@@ -45,11 +45,8 @@ void IssuePuts(Lane& lane, PeerLane& pl, Op* op) {
     // description: nothing above expanded it.
     if (std::byte* to = MappedAddress(state, op->region_of[i], w.remote_address)) {
       state.prefault[op->region_of[i]]->Before(to, RemoteSpan(w));
-      const std::byte* from = op->base + w.local_offset;
-      const LandingStores stores = lane.shared->landing_stores;
-      for (uint64_t row = 0; row < w.rows; ++row) {
-        LandingCopy(to + row * w.remote_stride, from + row * w.local_stride, w.length, stores);
-      }
+      LandingCopyRows(to, w.remote_stride, op->base + w.local_offset, w.local_stride, w.length,
+                      w.rows, lane.shared->landing_stores);
       stored = true;
       continue;
     }
