@@ -30,12 +30,15 @@ struct UcxOptions {
   // UCX's tcp segment sizes in bytes (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE). UCX's own
   // defaults (8 KiB and 64 KiB) cut every put into 8 KiB sends, each one send(2) and a trip
   // through the peer's progress; 64 KiB and 256 KiB moved 2.5x the bytes per second on this
-  // machine's loopback and veth (bench/raw/README.md). 0 keeps UCX's default; UCX_TCP_TX_SEG_SIZE
+  // machine's loopback and veth (bench/raw/README.md). The rx segment is what one recv(2) may
+  // read of a connection: 1 MiB instead of 256 KiB cut the decode's CPU per GiB by a quarter
+  // (whole pages) to a third or more (head-sliced rows from 2 and 4 writers), about 3 MB more
+  // per sidecar (docs/decisions/0004). 0 keeps UCX's default; UCX_TCP_TX_SEG_SIZE
   // or UCX_TCP_RX_SEG_SIZE in the environment wins over these. Create rejects a tx segment
   // outside [1 KiB, 16 MiB] and an rx segment smaller than the tx one (a peer's rx segment must
   // hold this side's tx segment: give both ends the same options).
   uint64_t tcp_tx_seg_bytes = uint64_t{64} << 10;
-  uint64_t tcp_rx_seg_bytes = uint64_t{256} << 10;
+  uint64_t tcp_rx_seg_bytes = uint64_t{1} << 20;
   // How often UCX checks that its peers are alive (UCX_KEEPALIVE_INTERVAL; also tcp's keepalive
   // idle time and probe interval, UCX_TCP_KEEPIDLE and UCX_TCP_KEEPINTVL, in whole seconds). A
   // peer process that died is seen within about this over shared memory, where nothing else

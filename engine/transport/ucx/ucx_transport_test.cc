@@ -285,7 +285,7 @@ TEST(UcxTransportTest, TuningEnvironmentNamesTheTcpSegmentSizes) {
   EXPECT_EQ(env[0].first, "UCX_TCP_TX_SEG_SIZE");
   EXPECT_EQ(env[0].second, "65536");
   EXPECT_EQ(env[1].first, "UCX_TCP_RX_SEG_SIZE");
-  EXPECT_EQ(env[1].second, "262144");
+  EXPECT_EQ(env[1].second, "1048576");
   EXPECT_TRUE(UcxTuningEnvironment({.tcp_tx_seg_bytes = 0, .tcp_rx_seg_bytes = 0}).empty());
 }
 
