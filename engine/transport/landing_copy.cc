@@ -31,16 +31,13 @@ std::optional<LandingStores> LandingStoresNamed(std::string_view name) {
 
 #if defined(KVRAIL_LANDING_PLAIN)
 
-void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores /*stores*/) {
+namespace {
+
+void Land(std::byte* dst, const std::byte* src, size_t n, LandingStores /*stores*/) {
   std::memcpy(dst, src, n);
 }
 
-void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
-                     size_t length, size_t rows, LandingStores /*stores*/) {
-  for (size_t row = 0; row < rows; ++row) {
-    std::memcpy(dst + row * dst_stride, src + row * src_stride, length);
-  }
-}
+}  // namespace
 
 void LandingFence() { std::atomic_thread_fence(std::memory_order_release); }
 
@@ -76,9 +73,7 @@ void StreamCopy(std::byte* dst, const std::byte* src, size_t n) {
   std::memcpy(dst, src, n - lines * 64);  // the tail
 }
 
-}  // namespace
-
-void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
+void Land(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
   if (stores == LandingStores::kPlain || n < kLandingStreamMin) {
     std::memcpy(dst, src, n);
     return;
@@ -86,18 +81,7 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
   StreamCopy(dst, src, n);
 }
 
-void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
-                     size_t length, size_t rows, LandingStores stores) {
-  if (stores == LandingStores::kPlain || length < kLandingStreamMin) {
-    for (size_t row = 0; row < rows; ++row) {
-      std::memcpy(dst + row * dst_stride, src + row * src_stride, length);
-    }
-    return;
-  }
-  for (size_t row = 0; row < rows; ++row) {
-    StreamCopy(dst + row * dst_stride, src + row * src_stride, length);
-  }
-}
+}  // namespace
 
 void LandingFence() {
   std::atomic_thread_fence(std::memory_order_release);  // the compiler's order
@@ -105,5 +89,17 @@ void LandingFence() {
 }
 
 #endif
+
+// Both builds: each row is Land (above, this build's), inlined, not a call per row.
+void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
+  Land(dst, src, n, stores);
+}
+
+void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
+                     size_t length, size_t rows, LandingStores stores) {
+  for (size_t row = 0; row < rows; ++row) {
+    Land(dst + row * dst_stride, src + row * src_stride, length, stores);
+  }
+}
 
 }  // namespace kvrail::transport

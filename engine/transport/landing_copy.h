@@ -56,8 +56,8 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores);
 
-// Orders every earlier LandingCopy of this thread before its later stores and messages
-// (sfence on x86; a release fence elsewhere, where LandingCopy is a memcpy).
+// Orders every earlier LandingCopy and LandingCopyRows of this thread before its later stores and
+// messages (sfence on x86; a release fence elsewhere, where LandingCopy is a memcpy).
 void LandingFence();
 
 }  // namespace kvrail::transport
