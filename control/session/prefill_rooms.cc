@@ -337,6 +337,11 @@ absl::StatusOr<std::shared_ptr<const DecodePeer>> PrefillRooms::Admit(
                               plan::CopyPlan::Bind(identity_.contract, peer->contract,
                                                    outcome.fragments, outcome.owner_filters));
       peer->copy_plan = std::make_shared<const plan::CopyPlan>(std::move(copy_plan));
+      KVRAIL_ASSIGN_OR_RETURN(plan::DecodeTargets targets, planner->TargetsFor(decode_tp_rank));
+      const std::vector<int>& sources = targets.expected_prefill_ranks;
+      peer->route_sources = static_cast<int>(sources.size());
+      peer->source_index = static_cast<int>(
+          std::find(sources.begin(), sources.end(), identity_.prefill_tp_rank) - sources.begin());
       break;
     }
   }

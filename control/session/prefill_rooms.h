@@ -147,6 +147,10 @@ struct DecodePeer {
   std::vector<int> expected_decode_ranks;
   // The fragments bound to both contracts, planned once per registration; null for a dummy.
   std::shared_ptr<const plan::CopyPlan> copy_plan;
+  // E_d, the prefill ranks the decode rank's route reads (§6.5): how many, and this rank's
+  // place among them (ascending). 1 and 0 for a dummy.
+  int route_sources = 1;
+  int source_index = 0;
 };
 
 // One data destination of a room.

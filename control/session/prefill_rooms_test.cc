@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <map>
@@ -16,11 +17,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "control/layout/kv_shape.h"
 #include "control/layout/revision.h"
 #include "control/session/test_peers.h"
 #include "control/session/test_transfers.h"
 #include "control/wire/fence.h"
 #include "control/wire/outcome.h"
+#include "control/wire/registration.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
 
@@ -1081,6 +1084,64 @@ TEST(PrefillRoomsTest, RegistrationsPlanOnceAndShareThePlannerAcrossRanks) {
   // An identical registration keeps the stored object.
   rooms.OnMessage(RegistrationFrames(0), kT0);
   EXPECT_EQ(rooms.Registration(SessionOf(0)), zero);
+}
+
+// A registration says where this prefill rank stands among the sources of the decode rank's
+// route (E_d, CACHEPD §6.5): the sidecar gives each source lanes of its own where the decode's
+// lanes receive the bytes (prefill_transfers.cc, LanesFor).
+TEST(PrefillRoomsTest, ARegistrationKnowsItsPlaceAmongTheRoutesSources) {
+  struct Case {
+    int prefill_tp, decode_tp;
+    bool latent;
+    int decode_rank;
+    std::vector<int> sources;  // E_d: the prefill ranks that send to it, ascending
+  };
+  const Case cases[] = {
+      {4, 2, false, 1, {2, 3}},        // head-sliced: two sources per decode rank
+      {4, 1, false, 0, {0, 1, 2, 3}},  // four
+      {2, 4, false, 3, {1}},           // a decode rank that reads one prefill rank
+      {2, 2, false, 1, {1}},           // the whole-field copy
+      {2, 1, true, 0, {0}},            // replicated (MLA): one source, the other a dummy
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.prefill_tp, ":", c.decode_tp, c.latent ? " latent" : ""));
+    layout::KvShape shape;
+    shape.layers = 2;
+    shape.kv_heads = 4;
+    shape.head_dim = 2;
+    shape.dtype = layout::DType::kUint8;
+    shape.latent = c.latent;
+    shape.latent_dim = 8;
+    const layout::Contract prefill = layout::BuildKvContract(shape, c.prefill_tp).value();
+    const layout::Contract decode = layout::BuildKvContract(shape, c.decode_tp).value();
+    wire::Registration registration;
+    registration.endpoint = "10.1.0.9";
+    registration.port = 17009;
+    registration.session_id = "10.1.0.9:15009";
+    registration.arena_base = 0x7e0000000000;
+    registration.contract_wire = layout::SerializeContract(decode).value();
+    registration.decode_tp_size = static_cast<uint32_t>(c.decode_tp);
+    registration.decode_tp_rank = static_cast<uint32_t>(c.decode_rank);
+    const std::vector<std::string> frames = wire::BuildRegistration(registration).value();
+    for (int p = 0; p < c.prefill_tp; ++p) {
+      PrefillIdentity identity;
+      identity.prefill_tp_size = c.prefill_tp;
+      identity.prefill_tp_rank = p;
+      identity.contract = prefill;
+      PrefillRooms rooms = PrefillRooms::Create(identity, {}).value();
+      rooms.OnMessage(frames, kT0);
+      std::shared_ptr<const DecodePeer> peer = rooms.Registration(registration.session_id);
+      const auto place = std::find(c.sources.begin(), c.sources.end(), p);
+      if (place == c.sources.end()) {  // a rank this decode rank does not read: never sends
+        EXPECT_TRUE(peer == nullptr || peer->dummy) << "prefill rank " << p;
+        continue;
+      }
+      ASSERT_NE(peer, nullptr) << "prefill rank " << p;
+      EXPECT_FALSE(peer->dummy);
+      EXPECT_EQ(peer->route_sources, static_cast<int>(c.sources.size())) << "prefill rank " << p;
+      EXPECT_EQ(peer->source_index, place - c.sources.begin()) << "prefill rank " << p;
+    }
+  }
 }
 
 // Property: over random sequences of peer messages, engine signals, transfer results, aborts

@@ -27,6 +27,7 @@
 #include "control/sidecar/sidecar_core.h"
 #include "control/sidecar/staging_offers.h"
 #include "engine/transfer/copy_list_pool.h"
+#include "engine/transfer/lane_set.h"
 #include "engine/transfer/peer_directory.h"
 #include "engine/transfer/scheduler.h"
 #include "engine/transport/handshake/handshake.h"
@@ -158,8 +159,11 @@ class PrefillSidecar final : public SidecarCore {
   // --no-strided-copies, which take a copy per row.
   bool StridedCopies(bool hashed) const;
   // Logs, once per registration, how a route's rooms are copied: whole pages, or head-sliced
-  // rows as strided copies (and whether the transport takes them whole) or one copy per row.
+  // rows as strided copies (and whether the transport takes them whole) or one copy per row;
+  // and on which lanes.
   void LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer);
+  // The lanes a route's transfers post on (Transfer::lanes).
+  transfer::LaneSet LanesFor(const session::DecodePeer& peer) const;
   void OnTransferOutcome(const transfer::TransferOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its
   // scheduler queue) and, unless a registration still uses it, the PUSH socket to

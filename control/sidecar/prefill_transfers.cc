@@ -275,6 +275,7 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   slot.request.remote = link.regions;
   slot.request.remote_base = job.remote_base;
   slot.request.remote_length = job.arena_length;  // this arena alone, not every region
+  slot.request.lanes = LanesFor(*job.owner);
   // The scheduler pulls the copies a chunk at a time as it posts, so the first writes go out
   // before the room's last copy is computed (copy_stream.h), each head-sliced page's rows as one
   // strided copy (issue 31); --naive-copies posts the planner's copies unmerged, one per row,
@@ -482,9 +483,25 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
     copies = absl::StrCat("head-sliced rows of ", widest->bytes_per_row, " bytes, ", widest->rows,
                           " a page: ", posted);
   }
-  spdlog::info("event=route session={} decode_rank={} of {} fragments={} copies=\"{}\"",
-               peer->registration.session_id, peer->registration.decode_tp_rank,
-               peer->registration.decode_tp_size, peer->copy_plan->fragments().size(), copies);
+  const transfer::LaneSet lanes = LanesFor(*peer);
+  std::string lanes_said = lanes.Describe(transport->capabilities().lanes);
+  if (!lanes.Every()) {
+    absl::StrAppend(&lanes_said, " (source ", peer->source_index + 1, " of the decode's ",
+                    peer->route_sources, ": each decode lane reads one source)");
+  }
+  spdlog::info(
+      "event=route session={} decode_rank={} of {} fragments={} copies=\"{}\" lanes=\"{}\"",
+      peer->registration.session_id, peer->registration.decode_tp_rank,
+      peer->registration.decode_tp_size, peer->copy_plan->fragments().size(), copies, lanes_said);
+}
+
+transfer::LaneSet PrefillSidecar::LanesFor(const session::DecodePeer& peer) const {
+  // Where the decode's lane threads receive what the lanes carry (UCX over tcp), a decode that
+  // reads several prefill ranks gets each one on lanes of its own (lane_set.h); elsewhere, and
+  // for a route of one source, every lane.
+  const transport::Capabilities& caps = transport->capabilities();
+  if (!caps.peer_lanes_receive) return transfer::LaneSet{};
+  return transfer::WriterLanes(caps.lanes, peer.route_sources, peer.source_index);
 }
 
 void PrefillSidecar::ForgetWarmLinkLocked(const std::string& session) {

@@ -418,10 +418,10 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     }
   }
 
-  // The lane with the fewest bytes in flight that may take `bytes` more, or -1.
-  int PickLane(const PeerQueue& q, uint64_t bytes) const {
+  // The lane of `set` with the fewest bytes in flight that may take `bytes` more, or -1.
+  int PickLane(const PeerQueue& q, uint64_t bytes, const LaneSet& set) const {
     int best = -1;
-    for (int lane = 0; lane < lanes; ++lane) {
+    for (int lane = set.first; lane < lanes; lane += set.step) {
       const uint64_t inflight = q.lane_inflight[lane];
       const bool fits = inflight == 0 || inflight + bytes <= inflight_cap;
       if (fits && (best < 0 || inflight < q.lane_inflight[best])) best = lane;
@@ -443,13 +443,13 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       const uint64_t remote_base = transfer->request.remote_base;
       const uint64_t first_len = PayloadBytes(NextWrite(
           copies[transfer->next_copy], transfer->next_offset, slice, slice, caps, remote_base));
-      const int lane = PickLane(q, first_len);
+      const int lane = PickLane(q, first_len, transfer->request.lanes);
       if (lane < 0) return;  // every lane is full: a completion pumps again
       // A transfer smaller than the lanes' bounds together is cut so that every lane carries a
       // share of it: one layer of a layer-wise room (16 MiB) would otherwise be one batch on one
       // lane, and the room's last layer would take twice the time it needs.
-      const uint64_t share =
-          std::max(slice, (transfer->stats.bytes + lanes - 1) / static_cast<uint64_t>(lanes));
+      const uint64_t its_lanes = transfer->request.lanes.CountIn(lanes);
+      const uint64_t share = std::max(slice, (transfer->stats.bytes + its_lanes - 1) / its_lanes);
       const uint64_t budget =
           std::min(share, q.lane_inflight[lane] == 0 ? std::max(inflight_cap, first_len)
                                                      : inflight_cap - q.lane_inflight[lane]);
@@ -928,6 +928,13 @@ absl::Status Scheduler::Submit(Transfer request) {
     core_->transfers_rejected.fetch_add(1, std::memory_order_relaxed);
     return status;
   };
+  const LaneSet& lanes = request.lanes;
+  if (lanes.first < 0 || lanes.step < 1 || lanes.CountIn(core_->lanes) == 0) {
+    return reject(absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its lanes (from lane %d, every %d) hold none of the transport's %d lanes (the "
+        "first must be 0 to %d, the step at least 1); nothing was written",
+        context, lanes.first, lanes.step, core_->lanes, core_->lanes - 1)));
+  }
   // Bounds before bytes: the whole transfer, before anything is posted.
   const bool streamed = request.stream != nullptr;
   absl::StatusOr<uint64_t> total =

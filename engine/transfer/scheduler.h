@@ -11,15 +11,16 @@
 //   2. Copies longer than the slice size are cut into slices (the transport's max_write_bytes
 //      at most).
 //   3. Slices go out in batches, each to the lane of the peer with the fewest bytes in flight
-//      (striping), keeping at most max_inflight_bytes_per_endpoint posted and not yet locally
-//      complete per (peer, lane): UCX over tcp collapses when many large puts are in flight.
-//      A batch carries at most a lane's share of its transfer (its bytes / lanes, a slice at
-//      least), so that a transfer smaller than the lanes' bounds together (one layer of a
-//      layer-wise room) still goes out on every lane. Transfers of one peer are served first come,
-//      first served, so early transfers finish early. Work follows the lanes that complete: a
-//      batch is decided when a lane has room under its bound, so a lane whose writes do not
-//      complete (its thread off its core, a slow peer) is given nothing more, and the others
-//      carry the rest; with UCX over shared memory the bound is one 1 MiB batch.
+//      among the transfer's lanes (Transfer::lanes; every lane by default: striping), keeping at
+//      most max_inflight_bytes_per_endpoint posted and not yet locally complete per (peer, lane):
+//      UCX over tcp collapses when many large puts are in flight. A batch carries at most a lane's
+//      share of its transfer (its bytes / its lanes, a slice at least), so that a transfer smaller
+//      than the lanes' bounds together (one layer of a layer-wise room) still goes out on every
+//      lane it has. Transfers of one peer are served first come, first served, so early transfers
+//      finish early. Work follows the lanes that complete: a batch is decided when a lane has room
+//      under its bound, so a lane whose writes do not complete (its thread off its core, a slow
+//      peer) is given nothing more, and the others carry the rest; with UCX over shared memory the
+//      bound is one 1 MiB batch.
 //   4. Success means landed: once every slice is posted, each lane the transfer used is flushed,
 //      and the transfer completes OK only when all its batches and flushes have.
 //   5. A transfer fails with the first transport error, with DeadlineExceeded at its deadline, or
@@ -58,6 +59,7 @@
 #include "absl/time/time.h"
 #include "engine/base/copy_list.h"
 #include "engine/base/copy_source.h"
+#include "engine/transfer/lane_set.h"
 #include "engine/transport/bounds.h"
 #include "engine/transport/transport.h"
 
@@ -149,6 +151,9 @@ struct Transfer {
   // When set, called for each batch posted and each batch completed (BatchEvent), on the
   // thread that posts or completes it, with no scheduler lock held; it must be quick (count).
   std::function<void(const BatchEvent&)> on_batch;
+  // The peer's lanes the transfer may post on (step 3 stripes over these alone); the default is
+  // every lane. Submit refuses a set that holds none of the transport's lanes.
+  LaneSet lanes;
 };
 
 struct SchedulerStats {

@@ -1,5 +1,6 @@
 #include "engine/transfer/scheduler.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -396,6 +398,58 @@ TEST(SchedulerTest, ATransferBelowTheLanesBoundsTogetherStillTakesEveryLane) {
   EXPECT_EQ(outcome.stats.batches, 4u);  // 16 MiB over 4 lanes: 4 MiB a lane
   EXPECT_EQ(f.watch->lanes_seen(), 4u);
   ExpectExactly(f, copies);
+}
+
+// A transfer given a set of lanes (one of several writers into a peer: lane_set.h) posts and
+// flushes on those lanes alone, and its share per lane counts only them.
+TEST(SchedulerTest, ATransferPostsOnlyOnItsLanes) {
+  Fixture f(16 * kMiB);
+  f.sender->DelayCompletions(absl::Milliseconds(20));  // no lane frees up meanwhile
+  SchedulerOptions options;
+  options.slice_bytes = 1 * kMiB;
+  options.max_inflight_bytes_per_endpoint = 64 * kMiB;
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  const CopyList copies = {{0, 0, 8 * kMiB}, {8 * kMiB, 8 * kMiB, 8 * kMiB}};
+  Transfer transfer = f.MakeTransfer(1, copies, outcomes.Callback());
+  transfer.lanes = LaneSet{.first = 1, .step = 2};  // lanes 1 and 3 of 4
+  ASSERT_TRUE(scheduler.Submit(std::move(transfer)).ok());
+  ASSERT_TRUE(outcomes.Wait(1));
+  const TransferOutcome outcome = outcomes.Get(1);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.stats.lanes_used, 2u);
+  EXPECT_EQ(outcome.stats.batches, 2u);  // 16 MiB over its 2 lanes: 8 MiB a lane
+  EXPECT_EQ(f.watch->batches_on(0), 0u);
+  EXPECT_EQ(f.watch->batches_on(2), 0u);
+  EXPECT_EQ(f.watch->batches_on(1), 1u);
+  EXPECT_EQ(f.watch->batches_on(3), 1u);
+  EXPECT_EQ(f.watch->flushes(), 2u);  // each lane it used, and only those
+  ExpectExactly(f, copies);
+}
+
+TEST(SchedulerTest, ALaneSetThatHoldsNoLaneIsRefusedAndWritesNothing) {
+  Fixture f(1 * kMiB);
+  Scheduler scheduler(f.watch.get());
+  Outcomes outcomes;
+  const LaneSet refused[] = {{.first = 4, .step = 1},
+                             {.first = 0, .step = 0},
+                             {.first = -1, .step = 1},
+                             {.first = 7, .step = 3}};
+  uint64_t id = 1;
+  for (const LaneSet& lanes : refused) {
+    Transfer transfer = f.MakeTransfer(id++, {{0, 0, 4096}}, outcomes.Callback());
+    transfer.lanes = lanes;
+    const absl::Status status = scheduler.Submit(std::move(transfer));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()),
+                testing::HasSubstr("hold none of the transport's 4 lanes"));
+    EXPECT_THAT(std::string(status.message()), testing::HasSubstr("nothing was written"));
+  }
+  EXPECT_EQ(scheduler.stats().transfers_rejected, 4u);
+  EXPECT_EQ(f.watch->writes(), 0u);
+  EXPECT_EQ(outcomes.size(), 0u);
+  EXPECT_TRUE(
+      std::all_of(f.destination.begin(), f.destination.end(), [](uint8_t b) { return b == 0; }));
 }
 
 // Work follows the lanes that complete: with a lane's in-flight bound at one batch (shared

@@ -105,6 +105,12 @@ struct Capabilities {
   // operation per row (a put or an RDMA write each: UCX where it may choose RDMA, verbs). A
   // decode's row staging serves, in its auto mode, the routes where it is false.
   bool lands_rows_apart_whole = false;
+  // Whether the peer's lane thread receives what a lane writes: it reads the lane's connection
+  // and copies each message into place (UCX where tcp may carry the writes: kvrail's active
+  // messages). Where true, a peer lane that reads several writers' connections pays for each of
+  // them, so writers that share a peer may keep to lanes of their own (transfer::WriterLanes).
+  // False where the writer or its NIC places the bytes (shared memory's stores, RDMA).
+  bool peer_lanes_receive = false;
 };
 
 // The most rows one Write of `length`-byte rows landing `remote_stride` apart may carry on a

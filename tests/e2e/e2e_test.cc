@@ -42,7 +42,8 @@ struct Route {
   // Where the KV arenas must live: the sidecars' allocations ("ucx-shm" over shared memory,
   // "memfd" over tcp) by default, "posix-shm" with --arena engine.
   const char* placement;
-  // Where not empty: what prefill rank 0's log says of its route's copies (event=route).
+  // Where not empty: what prefill rank 0's log says of its route (event=route: its copies, its
+  // lanes).
   const char* copies = "";
   // Where not empty: what decode rank 0's log says (event=row_staging).
   const char* decode_says = "";
@@ -134,9 +135,11 @@ INSTANTIATE_TEST_SUITE_P(
     Routes, DemoRouteTest,
     ::testing::Values(
         Route{"p2_d2", {"--prefill-tp", "2", "--decode-tp", "2"}, "ucx-shm"},
+        // Over shared memory the writer's lanes store the bytes: every lane.
         Route{"p2_d1_sidecar_arenas",
               {"--prefill-tp", "2", "--decode-tp", "1", "--arena", "sidecar"},
-              "ucx-shm"},
+              "ucx-shm",
+              "lanes=\"every lane\""},
         Route{"p1_d2_engine_arenas",
               {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
               "posix-shm"},
@@ -144,7 +147,13 @@ INSTANTIATE_TEST_SUITE_P(
             "mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}, "ucx-shm"},
         Route{
             "two_stages_p2_d1", {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"}, "ucx-shm"},
-        Route{"tcp_p2_d1", {"--link", "tcp"}, "memfd"},
+        // Over tcp the decode's lanes receive: each of its two sources writes on a lane of
+        // its own.
+        Route{"tcp_p2_d1",
+              {"--link", "tcp"},
+              "memfd",
+              "lanes=\"lane 0 of 2 (source 1 of the decode's 2: each decode lane reads one "
+              "source)\""},
         // --verify-digest: a decode fails any kvrail rank's Success that comes
         // without a matching digest, so no failure means every digest matched.
         Route{"digests_two_stages_p2_d2",

@@ -74,6 +74,7 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
   KVRAIL_ASSIGN_OR_RETURN(ucx_internal::Context made, ucx_internal::CreateContext(options));
   context_ = made.context;
   shared_->am_writes = made.am_writes;
+  capabilities_.peer_lanes_receive = made.am_writes;  // the target's lane copies each message in
   shared_->am_slice_bytes = made.am_slice_bytes;
   shared_->landing_stores = options.landing_stores;
   for (int index = 0; index < options.lanes; ++index) {

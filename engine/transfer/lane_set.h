@@ -1,0 +1,39 @@
+// Which of a peer's lanes a transfer may post on (Transfer::lanes), and the set a writer into a
+// peer that several writers share should use (WriterLanes). Pure: no transport, no threads.
+#ifndef KVRAIL_ENGINE_TRANSFER_LANE_SET_H_
+#define KVRAIL_ENGINE_TRANSFER_LANE_SET_H_
+
+#include <string>
+
+namespace kvrail::transfer {
+
+// Lanes first, first + step, first + 2 * step, ... below the transport's lane count. The default
+// is every lane.
+struct LaneSet {
+  int first = 0;
+  int step = 1;
+
+  bool Every() const { return first == 0 && step == 1; }
+  // How many of `lanes` lanes the set holds (0 when `first` is past them).
+  int CountIn(int lanes) const { return first >= lanes ? 0 : (lanes - first + step - 1) / step; }
+  bool Holds(int lane) const { return lane >= first && (lane - first) % step == 0; }
+  // "every lane", or "lanes 1, 3 of 4" for `lanes` lanes.
+  std::string Describe(int lanes) const;
+};
+
+bool operator==(const LaneSet& a, const LaneSet& b);
+
+// The lanes writer `writer` (0-based) of `writers` that write into one peer should post on, out
+// of `lanes`: where the peer's lane threads receive what each lane carries
+// (transport::Capabilities::peer_lanes_receive: UCX over tcp, where a decode's lane reads each
+// connection's messages and copies them in), a peer lane that reads several writers' connections
+// pays for each of them, so with writers <= lanes each writer takes the lanes l with l % writers
+// == writer % writers and each peer lane reads one writer. With one writer, or more writers than
+// lanes, every lane. Lane l of this side writes through the peer's lane l % (its lane count)
+// (transport.h), so the peer's lanes follow the writers where it has as many lanes as this side,
+// or a multiple of `writers`.
+LaneSet WriterLanes(int lanes, int writers, int writer);
+
+}  // namespace kvrail::transfer
+
+#endif  // KVRAIL_ENGINE_TRANSFER_LANE_SET_H_
