@@ -10,6 +10,7 @@ namespace kvrail::transfer {
 
 std::string LaneSet::Describe(int lanes) const {
   if (Every()) return "every lane";
+  if (CountIn(lanes) == 0) return absl::StrCat("no lane of ", lanes);
   std::vector<int> held;
   for (int lane = first; lane < lanes; lane += step) held.push_back(lane);
   return absl::StrCat(held.size() == 1 ? "lane " : "lanes ", absl::StrJoin(held, ", "), " of ",

@@ -14,10 +14,14 @@ struct LaneSet {
   int step = 1;
 
   bool Every() const { return first == 0 && step == 1; }
-  // How many of `lanes` lanes the set holds (0 when `first` is past them).
-  int CountIn(int lanes) const { return first >= lanes ? 0 : (lanes - first + step - 1) / step; }
-  bool Holds(int lane) const { return lane >= first && (lane - first) % step == 0; }
-  // "every lane", or "lanes 1, 3 of 4" for `lanes` lanes.
+  // How many of `lanes` lanes the set holds: 0 when `first` is past them, and for a set that is
+  // no set (a negative first, a step below 1). Scheduler::Submit refuses a transfer whose set
+  // holds none.
+  int CountIn(int lanes) const {
+    if (first < 0 || step < 1 || first >= lanes) return 0;
+    return (lanes - first + step - 1) / step;
+  }
+  // "every lane", "lanes 1, 3 of 4" for `lanes` lanes, or "no lane of 4".
   std::string Describe(int lanes) const;
 };
 

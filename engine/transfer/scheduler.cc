@@ -929,7 +929,7 @@ absl::Status Scheduler::Submit(Transfer request) {
     return status;
   };
   const LaneSet& lanes = request.lanes;
-  if (lanes.first < 0 || lanes.step < 1 || lanes.CountIn(core_->lanes) == 0) {
+  if (lanes.CountIn(core_->lanes) == 0) {
     return reject(absl::InvalidArgumentError(absl::StrFormat(
         "%s: its lanes (from lane %d, every %d) hold none of the transport's %d lanes (the "
         "first must be 0 to %d, the step at least 1); nothing was written",
