@@ -18,9 +18,32 @@ def free_port():
 
 
 class Etcd:
+    """Starts etcd and waits for its /health to say true. A start that exits (a port the kernel
+    handed out and another test took before etcd bound it) is tried again on fresh ports, up to
+    TRIES times; an etcd that stays up and unhealthy for SECONDS (a loaded machine) fails the
+    test with the tail of its log in the message, so CI's output says why."""
+
+    TRIES = 3
+    SECONDS = 60
+
     def __init__(self):
+        reasons = []
+        for _ in range(self.TRIES):
+            reason = self._start()
+            if reason is None:
+                return
+            reasons.append(reason)
+            if "exited" not in reason:
+                break
+        raise AssertionError("etcd did not come up (%d tries):\n%s"
+                             % (len(reasons), "\n".join(reasons)))
+
+    def _start(self):
+        """Starts one etcd; None once it is healthy, else why not (the log's tail included)."""
         self.port = free_port()
         peer = free_port()
+        while peer == self.port:
+            peer = free_port()
         self.data = tempfile.mkdtemp(prefix="etcd-", dir=os.environ.get("TEST_TMPDIR", "/tmp"))
         client_url = "http://127.0.0.1:%d" % self.port
         peer_url = "http://127.0.0.1:%d" % peer
@@ -32,17 +55,29 @@ class Etcd:
              "--initial-cluster", "t=" + peer_url], stdout=self.log, stderr=self.log)
         self.endpoint = "127.0.0.1:%d" % self.port
         self.url = "etcd://" + self.endpoint
-        deadline = time.time() + 20
-        while time.time() < deadline:
+        start = time.time()
+        last = "no answer yet"
+        while time.time() - start < self.SECONDS:
+            if self.process.poll() is not None:
+                return self._failed("exited with status %d after %.1f s"
+                                    % (self.process.returncode, time.time() - start))
             try:
                 with urllib.request.urlopen(client_url + "/health", timeout=1) as r:
-                    if b'"true"' in r.read():
-                        return
-            except OSError:
-                pass
+                    body = r.read()
+                    if b'"true"' in body:
+                        return None
+                    last = "GET /health answered %r" % body[:200]
+            except OSError as e:
+                last = "GET /health: %s" % e
             time.sleep(0.05)
+        return self._failed("not healthy after %d s (%s)" % (self.SECONDS, last))
+
+    def _failed(self, what):
         self.stop()
-        raise AssertionError("etcd did not come up; its log is %s.log" % self.data)
+        with open(self.data + ".log", errors="replace") as log:
+            tail = log.readlines()[-15:]
+        return "etcd on 127.0.0.1:%d (data %s): %s; the end of its log:\n%s" % (
+            self.port, self.data, what, "".join("  | " + line for line in tail))
 
     def call(self, path, body):
         request = urllib.request.Request("http://%s%s" % (self.endpoint, path),
@@ -82,5 +117,5 @@ class Etcd:
     def stop(self):
         if self.process.poll() is None:
             self.process.kill()
-            self.process.wait()
+        self.process.wait()
         self.log.close()

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,9 +17,44 @@
 
 namespace kvrail::registry {
 
+namespace {
+
+// The last `lines` lines of the file at `path`, each indented, for an error message.
+std::string LogTail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(std::move(line));
+    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
+  }
+  std::string out;
+  for (const std::string& line : tail) absl::StrAppend(&out, "\n  | ", line);
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(int client_port,
                                                                 std::string data_dir,
                                                                 absl::Duration timeout) {
+  // A port the kernel called free can be taken by another test before etcd binds it; etcd then
+  // exits at start. Each try picks its ports again (the peer port, and the client port unless
+  // the caller gave one), up to 3 tries.
+  std::string reasons;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    bool exited = false;
+    auto etcd = StartOnce(client_port, data_dir, timeout, &exited);
+    if (etcd.ok()) return etcd;
+    absl::StrAppend(&reasons, reasons.empty() ? "" : "\n", etcd.status().message());
+    if (!exited) break;
+  }
+  return absl::UnavailableError(reasons);
+}
+
+absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::StartOnce(int client_port,
+                                                                    std::string data_dir,
+                                                                    absl::Duration timeout,
+                                                                    bool* exited) {
   static std::atomic<int> serial{0};
   if (client_port == 0) {
     auto port = testing::FreePort();
@@ -71,15 +108,18 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(int client_port,
   absl::Status health = client.Health();
   while (!health.ok() && absl::Now() < deadline) {
     if (etcd->child_->Wait(absl::ZeroDuration()).ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("etcd exited at start; its log is ", log, " (", health.message(), ")"));
+      *exited = true;
+      return absl::UnavailableError(absl::StrCat("etcd on ", etcd->endpoint_,
+                                                 " exited at start; the end of its log (", log,
+                                                 "):", LogTail(log, 8)));
     }
     absl::SleepFor(absl::Milliseconds(50));
     health = client.Health();
   }
   if (!health.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("etcd did not come up: ", health.message(), "; its log is ", log));
+        absl::StrCat("etcd on ", etcd->endpoint_, " did not come up: ", health.message(),
+                     "; the end of its log (", log, "):", LogTail(log, 8)));
   }
   return etcd;
 }

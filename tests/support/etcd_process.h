@@ -16,9 +16,10 @@ namespace kvrail::registry {
 class EtcdProcess {
  public:
   // Starts etcd and waits (up to `timeout`) until GET /health answers true. `client_port` 0:
-  // one picked free (give the old one to start etcd again where it was, on the same data
-  // directory `data_dir`; "" makes a fresh one). Unavailable with etcd's log file named when
-  // it does not come up.
+  // one picked free; give the old one to start etcd again where it was, on the same data
+  // directory `data_dir` ("" makes a fresh one). Ports are picked again (up to 3 tries) when
+  // etcd exits at start, as it does when another process took one first. Unavailable, with the
+  // end of etcd's log, when it does not come up.
   static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(
       int client_port = 0, std::string data_dir = "", absl::Duration timeout = absl::Seconds(20));
   ~EtcdProcess();
@@ -32,6 +33,11 @@ class EtcdProcess {
 
  private:
   EtcdProcess() = default;
+  // One start; `*exited` says whether etcd exited before it was healthy.
+  static absl::StatusOr<std::unique_ptr<EtcdProcess>> StartOnce(int client_port,
+                                                                std::string data_dir,
+                                                                absl::Duration timeout,
+                                                                bool* exited);
   std::unique_ptr<process::Subprocess> child_;
   std::string endpoint_;
   std::string data_dir_;

@@ -9,64 +9,18 @@ import base64
 import json
 import os
 import random
-import socket
 import subprocess
-import tempfile
+import sys
 import time
 import unittest
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "registry"))
+from etcd import Etcd  # noqa: E402  (the registry tests' etcd: one helper for every test)
 
 TAG = "%d-%08x" % (os.getpid(), random.getrandbits(32))
 KVRAIL = os.path.join(os.getcwd(), "tools", "kvrail")
 TTL = 2
 PREFIX = "/kvrail/v1/metrics/"
-
-
-class Etcd:
-    """A real etcd (/usr/bin/etcd): one member on 127.0.0.1, ports the kernel picked, its data
-    under $TEST_TMPDIR; its JSON gateway for the test's own reads and writes."""
-
-    def __init__(self):
-        ports = []
-        for _ in range(2):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                ports.append(s.getsockname()[1])
-        client, peer = ("http://127.0.0.1:%d" % port for port in ports)
-        self.url = "etcd://127.0.0.1:%d" % ports[0]
-        self.gateway = client
-        data = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR", "/tmp"))
-        self.log = open(os.path.join(data, "etcd.log"), "w")
-        self.process = subprocess.Popen(
-            ["/usr/bin/etcd", "--name", "top", "--data-dir", os.path.join(data, "member"),
-             "--listen-client-urls", client, "--advertise-client-urls", client,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "top=" + peer], stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(400):
-            try:
-                self.call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise AssertionError("etcd did not answer; its log: %s" % self.log.name)
-
-    def call(self, path, body):
-        request = urllib.request.Request(self.gateway + path, json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            return json.loads(answer.read())
-
-    def keys(self, prefix):
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        kvs = self.call("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
-                                         "range_end": base64.b64encode(end.encode()).decode(),
-                                         "keys_only": True}).get("kvs", [])
-        return [base64.b64decode(kv["key"]).decode() for kv in kvs]
-
-    def stop(self):
-        self.process.kill()
-        self.process.wait()
-        self.log.close()
 
 
 def field(line, key):
