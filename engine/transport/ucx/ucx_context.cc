@@ -174,7 +174,10 @@ absl::StatusOr<Context> CreateContext(const UcxOptions& options) {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  // WAKEUP: an idle lane sleeps on its worker's event fd (RunLane), so a peer's message or a
+  // socket that can take more wakes it at once. It changes transport selection only together
+  // with UCP_FEATURE_TAG, which kvrail does not ask for.
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 1;  // workers of different lanes run at once
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -148,6 +147,12 @@ struct Lane {
   ucp_worker_h worker = nullptr;  // made by AddLane; destroyed by the thread (or ReleaseAll)
   std::string address;            // ucp_worker_get_address bytes
   std::thread thread;
+  // What an idle lane's thread sleeps on (RunLane): the worker's event fd (UCX's, -1 where the
+  // worker offers none: the lane then wakes for jobs and at the end of its nap only), and an
+  // eventfd of its own that a queued job or the stop writes while `sleeping`.
+  int worker_fd = -1;
+  int wake_fd = -1;
+  ~Lane();
 
   // Held by the lane's thread while it calls into the worker (its jobs, then a progress), never
   // while it delivers completions or sleeps; posts, flushes and Connect never take it. The calls
@@ -158,10 +163,10 @@ struct Lane {
 
   // The queue's mutex: held to push or take jobs, never across a UCX call or a wait.
   std::mutex mu;
-  std::condition_variable changed;
   // Guarded by mu:
   std::vector<Op*> jobs;  // oldest first; the thread takes them all at once
-  bool stop = false;      // Close: tear down and exit
+  bool stop = false;      // Close: tear down and exit (set with WakeLocked)
+  bool sleeping = false;  // the thread is in (or about to enter) its wait for events
   // Ops for the next posts (a post over shared memory is a copy of a few microseconds, and a
   // malloc and a free per post showed in perf); at most kSpareOps.
   static constexpr size_t kSpareOps = 256;
@@ -193,8 +198,11 @@ struct Lane {
     op->done = std::move(done);
     op->home = this;
     jobs.push_back(op);
-    changed.notify_one();
+    WakeLocked();
   }
+
+  // mu held. Wakes the thread if it sleeps: one write to `wake_fd`, made only then.
+  void WakeLocked();
 
   // mu held, on the thread. Takes every queued job into `taken` (empty) and gives the ops that
   // finished since back to the spare ones.

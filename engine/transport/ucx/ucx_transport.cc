@@ -359,7 +359,7 @@ void UcxTransport::Close() {
     // Behind the close jobs: each lane's thread cancels and closes, then tears down.
     for (auto& lane : lanes_) {
       lane->stop = true;
-      lane->changed.notify_all();
+      lane->WakeLocked();
     }
   }
   // From a completion a lane's thread cannot join itself: every lane tears itself down and
