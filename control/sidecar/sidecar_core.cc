@@ -564,7 +564,11 @@ SidecarStats SidecarCore::Stats() {
   out.outbox_peers = outbox->peer_count();
   DataPlaneStats(out);  // before `endpoints`, which counts the data-plane peers
   if (transport) {
-    out.rail_failovers = transport->transport_counters().rail_failovers;
+    const transport::TransportCounters counters = transport->transport_counters();
+    out.rail_failovers = counters.rail_failovers;
+    out.lane_wakes_by_event = counters.lane_wakes_by_event;
+    out.lane_wakes_by_job = counters.lane_wakes_by_job;
+    out.lane_naps_ended = counters.lane_naps_ended;
     // Every backend opens one endpoint (QP) per lane to each peer it connects.
     out.endpoints = out.data_plane_peers * static_cast<uint64_t>(transport->capabilities().lanes);
     // The transport's own list (under its lock), not the sidecar's bookkeeping of its arena.

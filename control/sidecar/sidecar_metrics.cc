@@ -154,6 +154,14 @@ void SidecarMetrics::SetStatsSource(std::function<SidecarStats()> stats) {
             "Decode: row staging slots kept out of use after an unproven fence",
             s.row_staging_quarantined);
     counter("rail_failovers", "Data-plane rail failovers", s.rail_failovers);
+    counter("lane_wakes_by_event",
+            "Data-plane lanes (UCX): sleeps ended by the worker's event (a peer's message, a "
+            "socket that takes more bytes)",
+            s.lane_wakes_by_event);
+    counter("lane_wakes_by_job", "Data-plane lanes (UCX): sleeps ended by a queued job",
+            s.lane_wakes_by_job);
+    counter("lane_naps_ended", "Data-plane lanes (UCX): sleeps that lasted their 1 ms nap",
+            s.lane_naps_ended);
   });
 }
 

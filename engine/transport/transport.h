@@ -126,6 +126,12 @@ inline uint64_t MaxRowsPerWrite(const Capabilities& caps, uint64_t length, uint6
 struct TransportCounters {
   // Batches moved off a rail whose path failed onto another rail (verbs multi-rail failover).
   uint64_t rail_failovers = 0;
+  // Sleeps of an idle lane's thread (UCX), by what ended them: an event of the lane's worker (a
+  // peer's message, a socket that takes more bytes), a queued job (or the transport's close),
+  // the end of the nap (1 ms, the bound for what UCX does not signal).
+  uint64_t lane_wakes_by_event = 0;
+  uint64_t lane_wakes_by_job = 0;
+  uint64_t lane_naps_ended = 0;
 };
 
 // Local memory to register: [base, base + length) in this process (a device address if cuda).

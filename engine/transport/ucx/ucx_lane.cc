@@ -271,14 +271,22 @@ bool SleepUntilWoken(Lane& lane, std::chrono::microseconds nap) {
   }
   pollfd fds[2] = {{lane.wake_fd, POLLIN, 0}, {lane.worker_fd, POLLIN, 0}};
   const timespec timeout{0, static_cast<long>(nap.count()) * 1000};
-  (void)ppoll(fds, armed ? 2 : 1, &timeout, nullptr);
+  const int ready = ppoll(fds, armed ? 2 : 1, &timeout, nullptr);
   {
     std::lock_guard<std::mutex> queue(lane.mu);
     lane.sleeping = false;
   }
-  if ((fds[0].revents & POLLIN) != 0) {
+  const bool by_job = (fds[0].revents & POLLIN) != 0;
+  if (by_job) {
     uint64_t wakes = 0;
     (void)!read(lane.wake_fd, &wakes, sizeof(wakes));
+  }
+  if (armed && (fds[1].revents & POLLIN) != 0) {
+    lane.wakes_by_event.fetch_add(1, std::memory_order_relaxed);
+  } else if (by_job) {
+    lane.wakes_by_job.fetch_add(1, std::memory_order_relaxed);
+  } else if (ready == 0) {
+    lane.naps_ended.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
 }

@@ -153,6 +153,10 @@ struct Lane {
   int worker_fd = -1;
   int wake_fd = -1;
   ~Lane();
+  // What ended the thread's sleeps (TransportCounters): written by the thread, read by any.
+  std::atomic<uint64_t> wakes_by_event{0};
+  std::atomic<uint64_t> wakes_by_job{0};
+  std::atomic<uint64_t> naps_ended{0};
 
   // Held by the lane's thread while it calls into the worker (its jobs, then a progress), never
   // while it delivers completions or sleeps; posts, flushes and Connect never take it. The calls

@@ -330,6 +330,16 @@ bool UcxTransport::OnLaneThread() const {
   return std::find(lane_threads_.begin(), lane_threads_.end(), self) != lane_threads_.end();
 }
 
+TransportCounters UcxTransport::transport_counters() const {
+  TransportCounters counters;
+  for (const auto& lane : lanes_) {
+    counters.lane_wakes_by_event += lane->wakes_by_event.load(std::memory_order_relaxed);
+    counters.lane_wakes_by_job += lane->wakes_by_job.load(std::memory_order_relaxed);
+    counters.lane_naps_ended += lane->naps_ended.load(std::memory_order_relaxed);
+  }
+  return counters;
+}
+
 void UcxTransport::ReleaseAll() {
   std::lock_guard<std::mutex> lock(mu_);
   if (released_) return;

@@ -158,6 +158,8 @@ class UcxTransport final : public Transport {
   UcxTransport& operator=(const UcxTransport&) = delete;
 
   const Capabilities& capabilities() const override { return capabilities_; }
+  // The lanes' sleeps, by what ended them (summed over the lanes).
+  TransportCounters transport_counters() const override;
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
   // UCX's own shared-memory segment ("ucx-shm": UCX_ALLOC_PRIO puts UCX's posix segments
   // first) when a shared-memory transport is loaded, so that UCX peers on this host store into

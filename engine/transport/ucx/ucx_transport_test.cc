@@ -586,6 +586,32 @@ TEST(UcxTransportTest, LanesCompleteIndependentlyOverSharedMemory) {
 
 TEST(UcxTransportTest, LanesCompleteIndependentlyOverTcp) { LanesCompleteIndependently(Tcp()); }
 
+// An idle lane sleeps until something wakes it, and counts what did (transport_counters): a
+// queued job wakes the sender's lane, and over tcp the peer's message wakes the receiver's lane
+// through its worker's event fd (UCP_FEATURE_WAKEUP), not the end of its nap. Each round leaves
+// every lane idle for 20 ms first, so each is asleep when the round begins.
+TEST(UcxTransportTest, AnIdleLaneIsWokenByAJobAndOverTcpByThePeersMessage) {
+  Link link(Tcp(), kMiB);
+  Fill(link.source, 5);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Waiter done;
+    const std::vector<Write> writes = {{0, base, kMiB}};
+    ASSERT_TRUE(sender->PostWrites(peer, 0, src, writes, done.Callback()).ok());
+    ASSERT_TRUE(sender->Flush(peer, 0, done.Callback()).ok());
+    ASSERT_TRUE(done.Wait().ok());
+  }
+  EXPECT_EQ(std::memcmp(source.data(), destination.data(), kMiB), 0);
+  const TransportCounters sent = sender->transport_counters();
+  const TransportCounters received = receiver->transport_counters();
+  EXPECT_GE(sent.lane_wakes_by_job, 1u);
+  EXPECT_GE(received.lane_wakes_by_event, 1u);
+  // Lane 1 of each side had nothing to do: its naps ran out.
+  EXPECT_GE(sent.lane_naps_ended, 1u);
+  EXPECT_GE(received.lane_naps_ended, 1u);
+}
+
 // A transport closed from inside a completion finishes every other completion, and its owner
 // can still destroy it (the destructor joins the lanes' threads).
 TEST(UcxTransportTest, CloseFromACompletionEndsEveryLane) {
