@@ -262,7 +262,9 @@ bool SleepUntilWoken(Lane& lane, std::chrono::microseconds nap) {
     std::lock_guard<std::mutex> working(lane.worker_mu);
     const ucs_status_t s = ucp_worker_arm(lane.worker);
     if (s == UCS_ERR_BUSY) return false;
-    armed = s == UCS_OK;  // another failure: nap without UCX's events, as without the fd
+    armed = s == UCS_OK;
+    // A worker that cannot be armed: from now on the lane naps as one without an event fd.
+    if (!armed) lane.worker_fd = -1;
   }
   {
     std::lock_guard<std::mutex> queue(lane.mu);

@@ -147,12 +147,13 @@ struct Lane {
   ucp_worker_h worker = nullptr;  // made by AddLane; destroyed by the thread (or ReleaseAll)
   std::string address;            // ucp_worker_get_address bytes
   std::thread thread;
-  // What an idle lane's thread sleeps on (RunLane): the worker's event fd (UCX's, -1 where the
-  // worker offers none: the lane then wakes for jobs and at the end of its nap only), and an
-  // eventfd of its own that a queued job or the stop writes while `sleeping`.
+  ~Lane();
+  // What an idle lane's thread sleeps on (RunLane): the worker's event fd (UCX's; -1 where the
+  // worker offers none or cannot be armed: the lane then wakes for jobs and at the end of its
+  // nap only; the thread's own after AddLane), and an eventfd of its own that a queued job or
+  // the stop writes while `sleeping`.
   int worker_fd = -1;
   int wake_fd = -1;
-  ~Lane();
   // What ended the thread's sleeps (TransportCounters): written by the thread, read by any.
   std::atomic<uint64_t> wakes_by_event{0};
   std::atomic<uint64_t> wakes_by_job{0};
