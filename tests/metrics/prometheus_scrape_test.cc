@@ -56,18 +56,33 @@ class PrometheusScrapeTest : public ::testing::Test {
     std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                           << "scrape_configs:\n  - job_name: kvrail\n    static_configs:\n"
                           << "      - targets: [" << absl::StrJoin(targets_, ", ") << "]\n";
-    const absl::StatusOr<int> port = kvrail::testing::FreePort();
-    ASSERT_TRUE(port.ok()) << port.status();
-    port_ = *port;
-    process::SpawnOptions spawn = process::SpawnOptions::ContainedTool();
-    spawn.argv = {kPrometheus, absl::StrCat("--config.file=", config),
-                  absl::StrCat("--storage.tsdb.path=", TempDir(), "/tsdb"),
-                  absl::StrCat("--web.listen-address=127.0.0.1:", port_)};
-    spawn.stderr_mode = process::SpawnOptions::Stderr::kFile;
-    spawn.stderr_path = absl::StrCat(TempDir(), "/prometheus.log");
-    auto prometheus = process::Subprocess::Start(spawn);
-    ASSERT_TRUE(prometheus.ok()) << prometheus.status();
-    prometheus_ = *std::move(prometheus);
+    // A port the kernel called free can be taken by another test before Prometheus binds it;
+    // Prometheus then exits. Such a start is tried again on a fresh port, up to 3 times.
+    for (int attempt = 0; attempt < 3 && prometheus_ == nullptr; ++attempt) {
+      const absl::StatusOr<int> port = kvrail::testing::FreePort();
+      ASSERT_TRUE(port.ok()) << port.status();
+      port_ = *port;
+      process::SpawnOptions spawn = process::SpawnOptions::ContainedTool();
+      spawn.argv = {kPrometheus, absl::StrCat("--config.file=", config),
+                    absl::StrCat("--storage.tsdb.path=", TempDir(), "/tsdb"),
+                    absl::StrCat("--web.listen-address=127.0.0.1:", port_)};
+      spawn.stderr_mode = process::SpawnOptions::Stderr::kFile;
+      spawn.stderr_path = absl::StrCat(TempDir(), "/prometheus.log");
+      auto prometheus = process::Subprocess::Start(spawn);
+      ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+      httplib::Client ready("127.0.0.1", port_);
+      ready.set_connection_timeout(1);
+      const bool up = Until(absl::Seconds(60), [&] {
+        if ((*prometheus)->Wait(absl::ZeroDuration()).ok()) return true;  // exited
+        httplib::Result res = ready.Get("/-/ready");
+        return res && res->status == 200;
+      });
+      ASSERT_TRUE(up) << "Prometheus on port " << port_ << " not ready in 60 s; its log:\n"
+                      << Log();
+      if ((*prometheus)->Wait(absl::ZeroDuration()).ok()) continue;  // try a fresh port
+      prometheus_ = *std::move(prometheus);
+    }
+    ASSERT_NE(prometheus_, nullptr) << "Prometheus exited at start 3 times; its log:\n" << Log();
     api_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     api_->set_connection_timeout(2);
     api_->set_read_timeout(5);
