@@ -162,7 +162,7 @@ class PrefillSidecar final : public SidecarCore {
   // rows as strided copies (and whether the transport takes them whole) or one copy per row;
   // and on which lanes.
   void LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer);
-  // The lanes a route's whole rooms post on (Transfer::lanes).
+  // The lanes a route's transfers post on (Transfer::lanes).
   transfer::LaneSet LanesFor(const session::DecodePeer& peer) const;
   void OnTransferOutcome(const transfer::TransferOutcome& outcome);
   // Forgets what the data plane keeps for `session` (its link, descriptor, and once idle its

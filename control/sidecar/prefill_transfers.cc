@@ -275,7 +275,7 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   slot.request.remote = link.regions;
   slot.request.remote_base = job.remote_base;
   slot.request.remote_length = job.arena_length;  // this arena alone, not every region
-  slot.request.lanes = job.whole_room ? LanesFor(*job.owner) : transfer::LaneSet{};
+  slot.request.lanes = LanesFor(*job.owner);
   // The scheduler pulls the copies a chunk at a time as it posts, so the first writes go out
   // before the room's last copy is computed (copy_stream.h), each head-sliced page's rows as one
   // strided copy (issue 31); --naive-copies posts the planner's copies unmerged, one per row,
@@ -487,9 +487,7 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
   std::string lanes_said = lanes.Describe(transport->capabilities().lanes);
   if (!lanes.Every()) {
     absl::StrAppend(&lanes_said, " (source ", peer->source_index + 1, " of the decode's ",
-                    peer->route_sources,
-                    ": each decode lane reads one source), a layer-wise room's layers on every "
-                    "lane");
+                    peer->route_sources, ": each decode lane reads one source)");
   }
   spdlog::info(
       "event=route session={} decode_rank={} of {} fragments={} copies=\"{}\" lanes=\"{}\"",
@@ -500,9 +498,8 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
 transfer::LaneSet PrefillSidecar::LanesFor(const session::DecodePeer& peer) const {
   // Where the decode's lane threads receive what the lanes carry (UCX over tcp), a decode that
   // reads several prefill ranks gets each one on lanes of its own (lane_set.h); elsewhere, and
-  // for a route of one source, every lane. Only a whole room's transfer keeps to them: a
-  // layer-wise room's layer is a few MiB that waits on its slowest lane, and on every lane its
-  // work follows whichever completes (BENCHMARKS.md, "A decode lane reads one source").
+  // for a route of one source, every lane. A layer-wise room's layers keep to them as its
+  // whole room does (BENCHMARKS.md, "A decode lane reads one source").
   const transport::Capabilities& caps = transport->capabilities();
   if (!caps.peer_lanes_receive) return transfer::LaneSet{};
   return transfer::WriterLanes(caps.lanes, peer.route_sources, peer.source_index);

@@ -153,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
               {"--link", "tcp"},
               "memfd",
               "lanes=\"lane 0 of 2 (source 1 of the decode's 2: each decode lane reads one "
-              "source), a layer-wise room's layers on every lane\""},
+              "source)\""},
         // --verify-digest: a decode fails any kvrail rank's Success that comes
         // without a matching digest, so no failure means every digest matched.
         Route{"digests_two_stages_p2_d2",
