@@ -138,6 +138,17 @@ out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --
 expect layerwise-exit test $? -eq 0
 expect layerwise-cases check_layerwise "$out"
 
+# At 2:1 over tcp a layer-wise room's layers keep to the route's lane set as its whole rooms do
+# (each prefill rank on a lane of its own, decision 0016); the bench's engines check the bytes
+# as in every mode, and the layer-wise run's prefill logs the route's set.
+logs="${TEST_TMPDIR:-/tmp}/layerwise-2-1"
+out=$("$kvrail" bench kv --presets llama3-8b --tp 2:1 --tokens 256 --link tcp --quiet \
+  --rooms 2 --layerwise --json --log-dir "$logs")
+expect layerwise-2-1-exit test $? -eq 0
+expect layerwise-2-1-cases check_layerwise "$out"
+expect layerwise-2-1-lanes grep -q 'lanes="lane 0 of 2 (source 1 of the decode.s 2' \
+  "$(find "$logs" -path '*layerwise*' -name prefill-sidecar-0.log | head -1)"
+
 # --layer-compute-scale: the simulated compute per layer is that many shares.
 out=$("$kvrail" bench kv --presets llama3-8b --tp 1:1 --tokens 256 --link tcp --quiet \
   --rooms 2 --layerwise --layer-compute-scale 2 --json)
