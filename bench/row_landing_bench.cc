@@ -1,0 +1,164 @@
+// What this host's memory gives rows that land apart, against the same bytes landing whole: the
+// floor under a head-sliced room over shared memory, where each prefill rank's lanes store its
+// heads' slice of every token row into the decode's pages, and the ranks' slices interleave.
+//
+//   bazel run -c opt //bench:row_landing_bench
+//
+// Each case runs W threads (W writers share each destination row, as W prefill ranks do) through
+// the data plane's own LandingCopyRows, each thread copying its own 256 MiB / W of source, with
+// plain stores (the default) and streaming ones (--landing-stores). Source and destination are
+// shared memory (as a sidecar's arena and a peer's mapped segment are), written once before the
+// runs (no first-touch faults), and no cache's:
+//   - apart/row_bytes:R/writers:W: thread w stores row r at slot w of a W-row stride (1 KiB rows
+//     of 2 writers are a 2:1 room's; 512 B of 2 are 4:2's; 256 B of 4 are 8:2's);
+//   - gathered/...: the same rows, destination and threads, but each thread stores a part of the
+//     destination's rows whole, reading each writer's slice of a row from that writer's source
+//     part (what one writer per destination row would get: a design that is not built);
+//   - back_to_back/...: the same threads, rows and bytes, each thread's rows one after another in
+//     a part of its own (the rows alone, without the stride);
+//   - whole/...: the same threads and bytes, each thread's part in 4 MiB slices, as a lane lands a
+//     contiguous room (the baseline of `kvrail bench kv`'s efficiency). A plain memcpy that long
+//     streams past the cache by itself (glibc's non-temporal threshold).
+// bytes_per_second is all W writers' bytes over the wall time from their start to the last one's
+// end. apart / whole is what any writer of such rows gets here against a contiguous room,
+// whatever carries them (BENCHMARKS.md, "Rows that land apart, on this host's memory"). Add
+// --benchmark_repetitions=3 for spread; the cases of a shape run one after another.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/transport/landing_copy.h"
+
+namespace kvrail::bench {
+namespace {
+
+constexpr size_t kBytes = size_t{256} << 20;
+constexpr size_t kSlice = size_t{4} << 20;
+
+enum class Landing { kApart, kGathered, kBackToBack, kWhole };
+
+const char* LandingName(Landing landing) {
+  switch (landing) {
+    case Landing::kApart:
+      return "apart";
+    case Landing::kGathered:
+      return "gathered";
+    case Landing::kBackToBack:
+      return "back_to_back";
+    case Landing::kWhole:
+      return "whole";
+  }
+  return "?";
+}
+
+struct Buffers {
+  std::byte* source;       // kBytes: thread w copies [w * kBytes / W, (w + 1) * kBytes / W)
+  std::byte* destination;  // kBytes
+};
+
+const Buffers& Memory() {
+  static const Buffers buffers = [] {
+    auto map = [](size_t bytes, int fill) -> std::byte* {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+      if (p == MAP_FAILED) return nullptr;
+      std::memset(p, fill, bytes);
+      return static_cast<std::byte*>(p);
+    };
+    return Buffers{map(kBytes, 1), map(kBytes, 0)};
+  }();
+  return buffers;
+}
+
+// One iteration: `writers` threads each copy their part once; the iteration's time runs from the
+// threads' start to the last one's end (manual time).
+void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writers,
+             transport::LandingStores stores) {
+  const Buffers& m = Memory();
+  if (m.source == nullptr || m.destination == nullptr) {
+    state.SkipWithError("mmap of 512 MiB failed");
+    return;
+  }
+  const size_t part = kBytes / writers;
+  auto write = [&](size_t w) {
+    const std::byte* from = m.source + w * part;
+    switch (landing) {
+      case Landing::kApart:
+        transport::LandingCopyRows(m.destination + w * row, writers * row, from, row, row,
+                                   part / row, stores);
+        break;
+      case Landing::kGathered:
+        // Thread w stores destination rows [w * rows, (w + 1) * rows) whole: each source's slice
+        // of a row in turn, from the same rows of every source part.
+        for (size_t r = w * (part / row / writers); r < (w + 1) * (part / row / writers); ++r) {
+          transport::LandingCopyRows(m.destination + r * writers * row, row, m.source + r * row,
+                                     part, row, writers, stores);
+        }
+        break;
+      case Landing::kBackToBack:
+        transport::LandingCopyRows(m.destination + w * part, row, from, row, row, part / row,
+                                   stores);
+        break;
+      case Landing::kWhole:
+        transport::LandingCopyRows(m.destination + w * part, kSlice, from, kSlice, kSlice,
+                                   part / kSlice, stores);
+        break;
+    }
+    transport::LandingFence();
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(writers);
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t w = 0; w < writers; ++w) threads.emplace_back(write, w);
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBytes));
+  state.SetLabel(transport::LandingStoresName(stores));
+}
+
+// A 2:1 room's rows, 4:2's and 8:2's (llama3-8b: 128-dimension bf16 heads, 8 KV heads), with
+// both store kinds; a shape's cases registered one after another, so that a host whose speed
+// drifts moves them alike.
+void Register() {
+  for (auto [row, writers] : {std::pair{1024, 2}, std::pair{512, 2}, std::pair{256, 4}}) {
+    for (Landing landing :
+         {Landing::kApart, Landing::kGathered, Landing::kBackToBack, Landing::kWhole}) {
+      for (transport::LandingStores stores : transport::kAllLandingStores) {
+        const std::string name =
+            absl::StrFormat("%s/row_bytes:%d/writers:%d", LandingName(landing), row, writers);
+        benchmark::RegisterBenchmark(name.c_str(), &BM_Land, landing, static_cast<size_t>(row),
+                                     static_cast<size_t>(writers), stores)
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime()
+            ->MinTime(1.0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrail::bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  kvrail::bench::Register();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
