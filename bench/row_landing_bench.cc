@@ -98,8 +98,8 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
                                    part / row, stores);
         break;
       case Landing::kGathered:
-        // Thread w stores destination rows [w * rows, (w + 1) * rows) whole: each source's slice
-        // of a row in turn, from the same rows of every source part.
+        // Thread w stores whole destination rows (W slices each), its share of them: row r
+        // takes slice k from row r of source part k, for every k in turn.
         for (size_t r = w * (part / row / writers); r < (w + 1) * (part / row / writers); ++r) {
           transport::LandingCopyRows(m.destination + r * writers * row, row, m.source + r * row,
                                      part, row, writers, stores);
