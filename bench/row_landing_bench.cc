@@ -17,26 +17,34 @@
 //   - back_to_back/...: the same threads, rows and bytes, each thread's rows one after another in
 //     a part of its own (the rows alone, without the stride);
 //   - whole/...: the same threads and bytes, each thread's part in 4 MiB slices, as a lane lands a
-//     contiguous room (the baseline of `kvrail bench kv`'s efficiency). A plain memcpy that long
-//     streams past the cache by itself (glibc's non-temporal threshold).
+//     contiguous room (the baseline of `kvrail bench kv`'s efficiency). Plain slices are cached
+//     stores: glibc streams only copies above its x86_non_temporal_threshold (127 MiB on the
+//     project's VM: `ld.so --list-tunables`).
 // bytes_per_second is all W writers' bytes over the wall time from their start to the last one's
-// end. apart / whole is what any writer of such rows gets here against a contiguous room,
+// end; after the table, the bench prints each landing's best over whole's best, per shape.
+// apart / whole is what any writer of such rows gets here against a contiguous room,
 // whatever carries them (BENCHMARKS.md, "Rows that land apart, on this host's memory"). Add
 // --benchmark_repetitions=3 for spread; the cases of a shape run one after another.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "engine/transport/landing_copy.h"
 
 namespace kvrail::bench {
@@ -151,6 +159,55 @@ void Register() {
   }
 }
 
+// The console's table, then per shape the best rate of each landing over the best of whole (any
+// store kind, any repetition): the figures BENCHMARKS.md quotes, so nobody divides by hand.
+class FloorReporter : public benchmark::ConsoleReporter {
+ public:
+  // Colour on a terminal only, as Google Benchmark's own console does by default.
+  FloorReporter() : ConsoleReporter(isatty(STDOUT_FILENO) != 0 ? OO_Color : OO_None) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+      const auto rate = run.counters.find("bytes_per_second");
+      if (rate == run.counters.end()) continue;
+      // "apart/row_bytes:1024/writers:2/min_time:1.000/manual_time": the landing, then the shape.
+      const std::vector<std::string> parts = absl::StrSplit(run.benchmark_name(), '/');
+      if (parts.size() < 3) continue;
+      const std::string shape = absl::StrCat(parts[1], "/", parts[2]);
+      if (std::find(shapes_.begin(), shapes_.end(), shape) == shapes_.end()) {
+        shapes_.push_back(shape);
+      }
+      double& best = best_[shape][parts[0]];
+      best = std::max(best, static_cast<double>(rate->second));
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::ostream& out = GetOutputStream();
+    out << "\nbest rate of each landing over the best of whole (either store kind):\n";
+    for (const std::string& shape : shapes_) {
+      const std::map<std::string, double>& best = best_[shape];
+      const auto whole = best.find("whole");
+      if (whole == best.end() || whole->second <= 0) continue;
+      out << "  " << shape << ":";
+      for (Landing landing : {Landing::kApart, Landing::kGathered, Landing::kBackToBack}) {
+        const auto it = best.find(LandingName(landing));
+        if (it != best.end()) {
+          out << absl::StrFormat(" %s %.2f", LandingName(landing), it->second / whole->second);
+        }
+      }
+      out << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::string> shapes_;                            // in the order they ran
+  std::map<std::string, std::map<std::string, double>> best_;  // shape -> landing -> bytes/s
+};
+
 }  // namespace
 }  // namespace kvrail::bench
 
@@ -158,7 +215,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   kvrail::bench::Register();
-  benchmark::RunSpecifiedBenchmarks();
+  kvrail::bench::FloorReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
 }
