@@ -24,7 +24,9 @@
 // end; after the table, the bench prints each landing's best over whole's best, per shape.
 // apart / whole is what any writer of such rows gets here against a contiguous room,
 // whatever carries them (BENCHMARKS.md, "Rows that land apart, on this host's memory"). Add
-// --benchmark_repetitions=3 for spread; the cases of a shape run one after another.
+// --benchmark_repetitions=3 for spread; the cases of a shape run one after another. The console
+// table is the bench's own (it adds the ratios), so --benchmark_format does not change it: for
+// JSON, add --benchmark_out=FILE --benchmark_out_format=json.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -186,21 +188,24 @@ class FloorReporter : public benchmark::ConsoleReporter {
 
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::ostream& out = GetOutputStream();
-    out << "\nbest rate of each landing over the best of whole (either store kind):\n";
+    std::string summary;  // a line per shape that ran whole and another landing
     for (const std::string& shape : shapes_) {
       const std::map<std::string, double>& best = best_[shape];
-      const auto whole = best.find("whole");
+      const auto whole = best.find(LandingName(Landing::kWhole));
       if (whole == best.end() || whole->second <= 0) continue;
-      out << "  " << shape << ":";
+      std::string ratios;
       for (Landing landing : {Landing::kApart, Landing::kGathered, Landing::kBackToBack}) {
         const auto it = best.find(LandingName(landing));
         if (it != best.end()) {
-          out << absl::StrFormat(" %s %.2f", LandingName(landing), it->second / whole->second);
+          absl::StrAppendFormat(&ratios, " %s %.2f", LandingName(landing),
+                                it->second / whole->second);
         }
       }
-      out << "\n";
+      if (!ratios.empty()) absl::StrAppend(&summary, "  ", shape, ":", ratios, "\n");
     }
+    if (summary.empty()) return;
+    GetOutputStream() << "\nbest rate of each landing over the best of whole (either store kind):\n"
+                      << summary;
   }
 
  private:
