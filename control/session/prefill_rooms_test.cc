@@ -705,12 +705,14 @@ TEST(PrefillRoomsTest, PreallocationsPastTheRoomBoundAreAnsweredFailedAndStoreNo
   options.max_rooms = 100;
   PrefillRooms rooms = MakeRooms(options);
   RegisterBoth(rooms);
-  for (uint64_t room = 1; room <= 20000; ++room) {
+  // Ten times the bound: every one past it is refused the same way (20,000 proved no more and
+  // took 17 s under ASan).
+  for (uint64_t room = 1; room <= 1000; ++room) {
     (void)rooms.OnMessage(PreallocationFrames(room, SessionOf(0), DecodeManifestWire()), kT0);
   }
   EXPECT_EQ(rooms.room_count(), 100u);
   PrefillOutput refused =
-      rooms.OnMessage(PreallocationFrames(20001, SessionOf(0), DecodeManifestWire()), kT0);
+      rooms.OnMessage(PreallocationFrames(1001, SessionOf(0), DecodeManifestWire()), kT0);
   EXPECT_EQ(refused.rejected.code(), absl::StatusCode::kResourceExhausted) << refused.rejected;
   ASSERT_EQ(refused.messages.size(), 1u);  // Failed, to the decode
   EXPECT_EQ(rooms.room_count(), 100u);
@@ -744,7 +746,7 @@ TEST(PrefillRoomsTest, RegistrationsOfNewSessionsPastTheBoundAreRejected) {
   options.max_registrations = 2;
   PrefillRooms rooms = MakeRooms(options);
   RegisterBoth(rooms);
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < 100; ++i) {
     std::vector<std::string> frames = RegistrationFrames(0);
     frames[3] = absl::StrCat("10.9.", i / 250, ".", i % 250, ":15000");  // a new session id
     PrefillOutput out = rooms.OnMessage(frames, kT0);
@@ -766,9 +768,9 @@ TEST(PrefillRoomsTest, OneSessionsPreallocationsCannotLockOutAnother) {
   options.max_rooms_per_session = 10;
   PrefillRooms rooms = MakeRooms(options);
   RegisterBoth(rooms);
-  for (uint64_t room = 1; room <= 20000; ++room) (void)Preallocate(rooms, room, 0);
+  for (uint64_t room = 1; room <= 1000; ++room) (void)Preallocate(rooms, room, 0);
   EXPECT_EQ(rooms.room_count(), 10u);
-  PrefillOutput refused = Preallocate(rooms, 20001, 0);
+  PrefillOutput refused = Preallocate(rooms, 1001, 0);
   EXPECT_EQ(refused.rejected.code(), absl::StatusCode::kResourceExhausted) << refused.rejected;
   EXPECT_THAT(std::string(refused.rejected.message()), HasSubstr("--max-rooms-per-session"));
   ASSERT_EQ(refused.messages.size(), 1u);  // Failed, to that decode

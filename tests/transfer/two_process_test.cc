@@ -56,6 +56,8 @@ namespace {
 TEST(TransferFaultTest, OutOfBoundsDestinationIsRejectedWithNothingWritten) {
   RouteSetup setup;
   setup.prefill_tp = 2;
+  setup.shape.pages = 127;  // 64 MiB, as the routes above: every byte of it is checked untouched
+  setup.room_pages = 112;
   HarnessOptions options;
   options.prefill_args = {"--out-of-bounds"};
   options.expect_failure = true;
@@ -66,14 +68,17 @@ TEST(TransferFaultTest, OutOfBoundsDestinationIsRejectedWithNothingWritten) {
     EXPECT_NE(failure.find("INVALID_ARGUMENT"), std::string::npos) << failure;
     EXPECT_NE(failure.find("nothing was written"), std::string::npos) << failure;
   }
-  EXPECT_EQ(result->bytes_untouched, uint64_t{256} << 20);
+  EXPECT_EQ(result->bytes_untouched, uint64_t{64} << 20);
 }
 
 TEST(TransferFaultTest, ADecodeKilledMidRoomFailsTheRoomsWithinTheirDeadline) {
   RouteSetup setup;
+  setup.shape.pages = 127;  // 64 MiB arenas, as the routes above
+  setup.room_pages = 112;
   HarnessOptions options;
-  // Twenty rooms of 240 MiB over tcp take far longer than the kill takes to land.
-  options.rooms = 20;
+  // Forty rooms of 56 MiB (2.2 GiB) over tcp take far longer than the kill takes to land (it
+  // lands within milliseconds of the prefill's "submitted"; its failure came 135 ms after it).
+  options.rooms = 40;
   options.prefill_args = {"--deadline-ms", "8000"};
   options.expect_failure = true;
   options.kill_decode_after_submit = true;
