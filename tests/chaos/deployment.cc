@@ -37,6 +37,17 @@ std::string Deployment::LogPath(const std::string& rank) {
   return absl::StrCat(LogDir(), "/", member, ".log");
 }
 
+DeploymentOptions TwoDecodes(const char* tls) {
+  DeploymentOptions options;
+  options.tls = tls;
+  options.decodes = 2;
+  options.pages = 33;
+  options.prefill_args = {"--transfer-deadline",  "2", "--fence-timeout", "1",
+                          "--heartbeat-interval", "2"};
+  options.decode_args = {"--heartbeat-interval", "2", "--fence-wait", "5"};
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Deployment>> Deployment::Start(DeploymentOptions options) {
   std::unique_ptr<Deployment> deployment(new Deployment(std::move(options)));
   KVRAIL_RETURN_IF_ERROR(deployment->StartAll());

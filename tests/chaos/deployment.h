@@ -42,6 +42,10 @@ struct DeploymentOptions {
   std::string decode_net_devices = "lo";
 };
 
+// A prefill and two decodes (TP 1, 33 pages each) over `tls`, quick to see a stopped peer:
+// short deadlines and fence bounds, frequent probes. faults_test and isolation_test start it.
+DeploymentOptions TwoDecodes(const char* tls);
+
 // One sidecar process and the test as its engine.
 struct Rank {
   std::string name;
