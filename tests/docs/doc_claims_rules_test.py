@@ -1,9 +1,19 @@
 #!/usr/bin/env python3
 """The rules of doc_claims_test.py, each on a line a doc could hold and a --help CLI11 prints."""
 
+import os
+import tempfile
 import unittest
 
 import doc_claims_test as claims
+
+
+def write_tree(root, files):
+    """Writes each {relative path: text} under root, making its folders."""
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+        with open(os.path.join(root, path), "w") as f:
+            f.write(text)
 
 SIDECAR_HELP = """Serve one engine rank
 Usage: kvrail sidecar [OPTIONS]
@@ -97,18 +107,30 @@ class Flags(unittest.TestCase):
 
 class SectionCitations(unittest.TestCase):
     def test_a_title_the_doc_does_not_contain_is_reported(self):
-        import os, tempfile
         with tempfile.TemporaryDirectory() as root:
-            os.makedirs(os.path.join(root, "docs"))
-            with open(os.path.join(root, "docs", "A.md"), "w") as f:
-                f.write("# A\n\n- **Failed means\n  fenced.** text\n")
-            with open(os.path.join(root, "x.cc"), "w") as f:
-                f.write('// (docs/A.md, "Failed means fenced")\n// (docs/A.md, "Isolation")\n')
+            write_tree(root, {
+                "docs/A.md": "# A\n\n- **Failed means\n  fenced.** text\n",
+                "x.cc": '// (docs/A.md, "Failed means fenced")\n// (docs/A.md, "Isolation")\n',
+            })
             errors, checked = claims.check_section_citations(
                 root, ["docs/A.md", "x.cc"], {"A.md": "docs/A.md"})
         self.assertEqual(checked, 2)
         self.assertEqual(errors, ['x.cc:2: cites A.md, "Isolation", which docs/A.md does not '
                                   'contain'])
+
+
+class Targets(unittest.TestCase):
+    def test_a_target_a_macro_defines_besides_its_name_is_known_and_no_other(self):
+        with tempfile.TemporaryDirectory() as root:
+            write_tree(root, {
+                "fz/BUILD.bazel": 'kvrail_fuzz_test(\n    name = "wire_fuzz",\n    srcs = ["w.cc"],\n)\n',
+            })
+            self.assertIsNone(claims.check_target(root, "fz", "wire_fuzz"))
+            self.assertIsNone(claims.check_target(root, "fz", "wire_fuzz_libfuzzer"))
+            self.assertIsNone(claims.check_target(root, "fz", "wire_fuzz_harness"))
+            self.assertEqual(claims.check_target(root, "fz", "plan_fuzz_libfuzzer"),
+                             "names //fz:plan_fuzz_libfuzzer, which fz/BUILD.bazel does not "
+                             "define")
 
 
 if __name__ == "__main__":

@@ -186,13 +186,28 @@ def check_path(root, files, dirs, token, target):
     return None
 
 
+# Macros that define targets besides the one they are named for: a call `macro(name = "x")`
+# also defines x + each suffix (tests/fuzz/fuzz.bzl).
+MACRO_TARGET_SUFFIXES = {"kvrail_fuzz_test": ("_harness", "_libfuzzer")}
+
+
+def defined_by_macro(text, target):
+    for macro, suffixes in MACRO_TARGET_SUFFIXES.items():
+        for suffix in suffixes:
+            if target.endswith(suffix) and re.search(
+                    r'%s\(\s*name = "%s"' % (macro, re.escape(target[:-len(suffix)])), text):
+                return True
+    return False
+
+
 def check_target(root, package, target):
     if target in ("all", "*"):
         return None
     for build in ("BUILD.bazel", "BUILD"):
         text = "\n".join(read_lines(root, os.path.join(package, build)))
         if text:
-            if '"%s"' % target in text or os.path.exists(os.path.join(root, package, target)):
+            if ('"%s"' % target in text or os.path.exists(os.path.join(root, package, target))
+                    or defined_by_macro(text, target)):
                 return None
             return "names //%s:%s, which %s/%s does not define" % (package, target, package,
                                                                    build)
