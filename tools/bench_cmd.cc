@@ -38,7 +38,7 @@ struct RawFlags {
   std::string inflight;
   std::string slice;
   int transfers = 0;
-  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
+  transport::LandingStores landing_stores = transport::LandingStores::kAuto;
   int repeat = 2;
   double seconds = 0.5;
   bool json = false;
@@ -52,7 +52,7 @@ struct TargetFlags {
   int lanes = 2;
   uint64_t arena_bytes = 0;
   std::string net_device;
-  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
+  transport::LandingStores landing_stores = transport::LandingStores::kAuto;
 };
 
 int Fail(const absl::Status& status, int code) {
@@ -357,8 +357,8 @@ void AddBench(CLI::App& app, int& exit_code) {
                   "ucx_perftest -O");
   raw->add_option("--slice", raw_flags.slice, "Largest single write; longer blocks are sliced");
   tools::AddLandingStoresFlag(raw, &raw_flags.landing_stores,
-                              "UCX links: how both sides' lanes store what lands, plain (memcpy) "
-                              "or streaming (non-temporal stores), as a sidecar's "
+                              "UCX links: how both sides' lanes store what lands, auto, plain "
+                              "(memcpy) or streaming (non-temporal stores), as a sidecar's "
                               "--landing-stores");
   raw->add_option("--transfers", raw_flags.transfers,
                   "Transfers (batches) in flight per lane at most, through the scheduler (default "

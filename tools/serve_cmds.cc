@@ -145,9 +145,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
   tools::AddLandingStoresFlag(
       sub, &options.landing_stores,
       "UCX: how the lanes' own copies store the bytes where they land (a peer's shared-memory "
-      "segment, a tcp target's region): plain (memcpy) or streaming (non-temporal stores), "
-      "whichever `bazel run -c opt //bench:landing_copy_bench` shows faster on this host "
-      "(docs/decisions/0017)");
+      "segment, a tcp target's region): auto (non-temporal stores for rows that land apart, a "
+      "head-sliced room's, memcpy for the rest), plain (memcpy) or streaming (non-temporal "
+      "stores); `bazel run -c opt //bench:row_landing_bench` shows which is faster on this host "
+      "(docs/decisions/0018)");
   sub->add_option("--bootstrap-timeout", bootstrap_timeout, "Seconds (CACHEPD §7.4)")
       ->capture_default_str();
   sub->add_option("--waiting-timeout", waiting_timeout, "Seconds (CACHEPD §7.4)")

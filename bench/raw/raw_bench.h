@@ -81,7 +81,7 @@ struct RawBenchOptions {
   int transfers_per_lane = 0;
   // UCX: how both sides' lanes store what lands (engine/transport/landing_copy.h), as a
   // sidecar's --landing-stores.
-  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
+  transport::LandingStores landing_stores = transport::LandingStores::kAuto;
   bool run_peer = true;  // run ucx_perftest
   std::string self_exe;  // this binary, re-run as the target (and inside netns)
   std::string perftest = "ucx_perftest";

@@ -46,7 +46,7 @@ struct RawTargetOptions {
   std::string verbs_provider;
   // UCX: how the target's lanes store what lands (a tcp write message's bytes), as the bench
   // raw's --landing-stores.
-  transport::LandingStores landing_stores = transport::LandingStores::kPlain;
+  transport::LandingStores landing_stores = transport::LandingStores::kAuto;
 };
 
 // The transport both sides of a measurement make (transport::MakeTransport): UCX "sm,self" for

@@ -19,7 +19,21 @@
 namespace kvrail::transport {
 
 const char* LandingStoresName(LandingStores stores) {
-  return stores == LandingStores::kStreaming ? "streaming" : "plain";
+  switch (stores) {
+    case LandingStores::kAuto:
+      return "auto";
+    case LandingStores::kPlain:
+      return "plain";
+    case LandingStores::kStreaming:
+      return "streaming";
+  }
+  return "?";
+}
+
+LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t dst_stride,
+                               size_t rows) {
+  if (stores != LandingStores::kAuto) return stores;
+  return rows > 1 && dst_stride > length ? LandingStores::kStreaming : LandingStores::kPlain;
 }
 
 std::optional<LandingStores> LandingStoresNamed(std::string_view name) {
@@ -74,7 +88,7 @@ void StreamCopy(std::byte* dst, const std::byte* src, size_t n) {
 }
 
 void Land(std::byte* dst, const std::byte* src, size_t n, LandingStores stores) {
-  if (stores == LandingStores::kPlain || n < kLandingStreamMin) {
+  if (stores != LandingStores::kStreaming || n < kLandingStreamMin) {
     std::memcpy(dst, src, n);
     return;
   }
@@ -97,6 +111,7 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
 
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores) {
+  stores = LandingStoresFor(stores, length, dst_stride, rows);
   for (size_t row = 0; row < rows; ++row) {
     Land(dst + row * dst_stride, src + row * src_stride, length, stores);
   }

@@ -3,19 +3,26 @@
 // the registered region it names. Nobody on this thread reads those bytes again: the peer's
 // engine (or its GPU, or the next hop) does.
 //
-// Two kinds of stores, chosen per transport (TransportSpec::landing_stores, the sidecar's
-// --landing-stores), because which is faster depends on the host, measured with
-// `bazel run -c opt //bench:landing_copy_bench` (docs/decisions/0017-landing-stores-per-host.md):
+// Two kinds of stores, and a rule between them that is the default (TransportSpec::landing_stores,
+// the sidecar's --landing-stores; docs/decisions/0018-landing-stores-by-where-rows-land.md):
 //   - plain: memcpy. glibc's memcpy turns to non-temporal stores by itself for copies longer
 //     than its per-host threshold (x86_non_temporal_threshold, from the CPU's cache sizes), and
-//     a destination still in cache (a slot written again) is rewritten at cache speed. The
-//     default: on the host the project measures on now (2026-12-06) it is faster for rows into
-//     cold pages (1 KiB rows into every other KiB: 11.4-12.5 GB/s against 9.8 streaming), within
-//     noise of streaming for larger copies, and 2.5 times as fast into a destination in cache.
+//     a destination still in cache (a slot written again) is rewritten at cache speed: 2.5 times
+//     as fast as streaming on the host of 2026-12-06.
 //   - streaming: the 64-byte lines of the destination that the copy covers whole are written
 //     with non-temporal stores, which do not read the line first. Where a plain store's
-//     read-for-ownership is slow, it doubles a cold 1 KiB row's cost: on the host of 2026-12-02,
-//     3.7 GB/s plain against 7.6 streaming (docs/benchmarks-history.md, "Landing copies").
+//     read-for-ownership is slow, it doubles a cold row's cost: rows into every other KiB ran
+//     at 7.6 GB/s against 3.7 plain on the host of 2026-12-02, and at 15.4 GiB/s against 8.0 on
+//     the host of 2026-12-07 (bench:row_landing_bench, two writers).
+//   - auto (the default): streaming for rows that land apart (a LandingCopyRows of several rows
+//     whose destination stride is longer than a row: a head-sliced room's rows, which leave the
+//     other ranks' bytes between them and which nobody reads back soon), plain for everything
+//     else (whole slices, rows back to back, a single copy). Which kind is faster for rows apart
+//     depends on the host, but on the three hosts measured streaming was twice as fast or
+//     within 10 % of plain; whole slices and a destination in cache favour plain
+//     (LandingStoresFor).
+// `bazel run -c opt //bench:row_landing_bench` and `//bench:landing_copy_bench` measure both kinds
+// on a host; `kvrail bench kv --streaming-stores` runs rooms through sidecars with each.
 //
 // Non-temporal stores are weakly ordered: call LandingFence() after a run of LandingCopy and
 // before anything that tells the reader the bytes are there (a flush's answer, a status frame).
@@ -32,26 +39,33 @@
 namespace kvrail::transport {
 
 // How LandingCopy stores (above).
-enum class LandingStores { kPlain, kStreaming };
-inline constexpr LandingStores kAllLandingStores[] = {LandingStores::kPlain,
+enum class LandingStores { kAuto, kPlain, kStreaming };
+inline constexpr LandingStores kAllLandingStores[] = {LandingStores::kAuto, LandingStores::kPlain,
                                                       LandingStores::kStreaming};
 
-// "plain" and "streaming", as --landing-stores names them, and back (nullopt for any other
-// name).
+// "auto", "plain" and "streaming", as --landing-stores names them, and back (nullopt for any
+// other name).
 const char* LandingStoresName(LandingStores stores);
 std::optional<LandingStores> LandingStoresNamed(std::string_view name);
 
 // Streamed copies below this many bytes are plain memcpy: their lines are few and often partial.
 inline constexpr size_t kLandingStreamMin = 256;
 
+// The kind a copy of `rows` rows of `length` bytes, `dst_stride` apart at the destination, stores
+// with under `stores`: kPlain or kStreaming as given; for kAuto, kStreaming when the rows land
+// apart (rows > 1 and dst_stride > length), else kPlain. (Copies under kLandingStreamMin bytes
+// are memcpy whatever this says.)
+LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t dst_stride, size_t rows);
+
 // Copies `n` bytes from `src` to `dst` (which must not overlap). With kStreaming, streams the
-// whole 64-byte lines of `dst` past the cache when `n` >= kLandingStreamMin; kPlain copies with
-// memcpy.
+// whole 64-byte lines of `dst` past the cache when `n` >= kLandingStreamMin; kPlain and kAuto
+// (one copy lands whole) copy with memcpy.
 void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores);
 
 // Copies `rows` rows of `length` bytes each, row r from `src + r * src_stride` to
-// `dst + r * dst_stride`, each row as LandingCopy stores it: a head-sliced page's rows in one
-// call (no call per row), from a peer's strided write or a packed message. Rows must not overlap
+// `dst + r * dst_stride`, each row stored as LandingStoresFor(stores, length, dst_stride, rows)
+// says: a head-sliced page's rows in one call (no call per row), from a peer's strided write or
+// a packed message. Rows must not overlap
 // each other or the source (strides of at least `length`).
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores);

@@ -92,10 +92,29 @@ TEST(LandingStoresTest, NamesGoBothWays) {
     EXPECT_EQ(LandingStoresNamed(LandingStoresName(stores)), stores);
   }
   EXPECT_EQ(LandingStoresNamed("fast"), std::nullopt);
+  EXPECT_EQ(LandingStoresNamed("auto"), LandingStores::kAuto);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, LandingCopyTest,
-                         ::testing::Values(LandingStores::kPlain, LandingStores::kStreaming),
+// auto streams rows that land apart (several rows, a destination stride longer than a row) and
+// stores everything else plainly; plain and streaming are what they say whatever the shape.
+TEST(LandingStoresTest, AutoStreamsRowsThatLandApartAndNothingElse) {
+  constexpr LandingStores kAuto = LandingStores::kAuto;
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 64), LandingStores::kStreaming);   // 2:1
+  EXPECT_EQ(LandingStoresFor(kAuto, 512, 1024, 2), LandingStores::kStreaming);     // 4:2
+  EXPECT_EQ(LandingStoresFor(kAuto, 256, 1024, 7), LandingStores::kStreaming);     // 8:2
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 1024, 64), LandingStores::kPlain);       // back to back
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 1), LandingStores::kPlain);        // one row
+  EXPECT_EQ(LandingStoresFor(kAuto, 4 << 20, 4 << 20, 1), LandingStores::kPlain);  // a slice
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 0), LandingStores::kPlain);
+  for (size_t rows : {size_t{1}, size_t{64}}) {
+    EXPECT_EQ(LandingStoresFor(LandingStores::kPlain, 1024, 2048, rows), LandingStores::kPlain);
+    EXPECT_EQ(LandingStoresFor(LandingStores::kStreaming, 1024, 1024, rows),
+              LandingStores::kStreaming);
+  }
+}
+
+// auto: LandingCopy and rows back to back plain, rows apart streaming (the cases above have both).
+INSTANTIATE_TEST_SUITE_P(Stores, LandingCopyTest, ::testing::ValuesIn(kAllLandingStores),
                          [](const ::testing::TestParamInfo<LandingStores>& info) {
                            return std::string(LandingStoresName(info.param));
                          });

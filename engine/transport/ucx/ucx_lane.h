@@ -40,7 +40,7 @@ struct Shared {
   bool am_writes = false;
   uint64_t am_slice_bytes = 0;
   // How the lanes' copies into landing memory store (UcxOptions::landing_stores).
-  LandingStores landing_stores = LandingStores::kPlain;
+  LandingStores landing_stores = LandingStores::kAuto;
   // Endpoints ask UCX for peer-failure handling; cleared, once, when UCX has none to give.
   std::atomic<bool> peer_errors{true};
 };

@@ -50,10 +50,10 @@ struct UcxOptions {
   // DeadlineExceeded naming the peer. Create rejects a timeout that is not positive.
   absl::Duration connect_timeout = absl::Seconds(5);
   // How the lanes' own copies store the bytes where they land (a store into a peer's mapped
-  // segment over shared memory, a target's copy out of a write message over tcp): plain
-  // (memcpy) or streaming (non-temporal) stores, whichever is faster on the host
-  // (engine/transport/landing_copy.h).
-  LandingStores landing_stores = LandingStores::kPlain;
+  // segment over shared memory, a target's copy out of a write message over tcp): auto
+  // (streaming for rows that land apart, plain for the rest), plain (memcpy) or streaming
+  // (non-temporal) stores (engine/transport/landing_copy.h).
+  LandingStores landing_stores = LandingStores::kAuto;
 };
 
 // Whether `tls` names shared-memory transports only ("sm,self", "posix", ...): no byte of a
