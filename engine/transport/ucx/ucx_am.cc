@@ -216,6 +216,10 @@ void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {
       am::PackPayload(message, op->writes, op->base, payload);
       packed_used += bytes;
       request = ucp_am_send_nbx(pl.ep, message.id, &header, sizeof(header), payload, bytes, &param);
+      // Sent already (the socket took the bytes: UCX holds the payload no more), as most are:
+      // the next message packs into the same bytes, still in this core's cache, instead of
+      // walking the batch's whole buffer through memory.
+      if (request == nullptr) packed_used -= bytes;
     } else {
       // A rows message whose source rows are contiguous (as a prefill of the larger TP's are),
       // or a single row: its PackedRows, then the rows in place.

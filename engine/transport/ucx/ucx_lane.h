@@ -71,7 +71,8 @@ struct Op {
   // send (so none moves) and kept with its capacity when the op is recycled.
   std::vector<am::AmHeader> headers;
   // Payloads of more pieces than UCX's zero-copy send takes (am_protocol.h, kMostGatherPieces),
-  // packed back to back from its start, kept like `headers` until the sends complete. Only
+  // packed back to back from its start, each kept like `headers` until its send completes; a
+  // message whose send completed at once leaves its bytes to the next one (IssueAmWrites). Only
   // grown: its bytes past what a batch packs are left over from earlier batches.
   std::vector<std::byte> packed;
   // kRowsAm messages sent as gather lists: each one's PackedRows, first in its list, kept the

@@ -548,6 +548,45 @@ TEST(UcxTransportTest, Copies64MiBPatternedExactlyOverSharedMemory) { Copy64MiB(
 
 TEST(UcxTransportTest, Copies64MiBPatternedExactlyOverTcp) { Copy64MiB(Tcp(), 4 * kMiB); }
 
+// A prefill of the smaller TP's rows over tcp: 1 KiB of every 2 KiB source row, which a lane
+// packs before sending (am_protocol.h). 64 MiB of them posted at once on every lane, so that the
+// socket fills and some sends wait in UCX while later ones go at once: a message sent at once
+// leaves its packed bytes to the next one (IssueAmWrites), and one that waits keeps its own.
+// Every byte lands where it should, and nothing past the rows.
+TEST(UcxTransportTest, PackedRowsLandExactlyWhileTheSocketIsFullOverTcp) {
+  constexpr uint64_t kRow = 1024;
+  constexpr uint64_t kRowsPerWrite = 64;
+  constexpr uint64_t kRows = 64 * kMiB / kRow;
+  Link link(Tcp(), 2 * kRows * kRow);
+  Fill(link.source, 11);
+  auto& [source, destination, sender, receiver, src, peer, base] = link;
+  const int lanes = sender->capabilities().lanes;
+  Waiter posted;
+  std::vector<Write> writes;
+  for (uint64_t r = 0; r < kRows; r += kRowsPerWrite) {
+    writes.push_back(Write{.local_offset = r * 2 * kRow,
+                           .remote_address = base + r * kRow,
+                           .length = kRow,
+                           .rows = kRowsPerWrite,
+                           .local_stride = 2 * kRow,
+                           .remote_stride = kRow});
+    if (writes.size() == 256 || r + kRowsPerWrite == kRows) {
+      const int lane = static_cast<int>(r / kRowsPerWrite / 256) % lanes;
+      ASSERT_TRUE(sender->PostWrites(peer, lane, src, writes, posted.Callback()).ok());
+      writes.clear();
+    }
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    ASSERT_TRUE(sender->Flush(peer, lane, posted.Callback()).ok());
+  }
+  ASSERT_TRUE(posted.Wait().ok());
+  for (uint64_t r = 0; r < kRows; ++r) {
+    ASSERT_EQ(std::memcmp(&destination[r * kRow], &source[2 * r * kRow], kRow), 0) << "row " << r;
+  }
+  EXPECT_TRUE(std::all_of(destination.begin() + kRows * kRow, destination.end(),
+                          [](uint8_t b) { return b == 0; }));
+}
+
 // Each lane has a progress thread of its own: a completion on lane 0 that waits for lane 1's
 // completion returns, where one thread for every lane would wait for ever (bounded here).
 void LanesCompleteIndependently(const UcxOptions& options) {
