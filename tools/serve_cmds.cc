@@ -144,8 +144,9 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   tools::AddLandingStoresFlag(
       sub, &options.landing_stores,
-      "UCX: how the lanes' own copies store the bytes where they land (a peer's shared-memory "
-      "segment, a tcp target's region): auto (non-temporal stores for rows that land apart, a "
+      "How kvrail's own copies store the bytes where they land (UCX lanes into a peer's "
+      "shared-memory segment or a tcp target's region; a decode's scatter of staged rows): auto "
+      "(non-temporal stores for rows that land apart, a "
       "head-sliced room's, memcpy for the rest), plain (memcpy) or streaming (non-temporal "
       "stores); `bazel run -c opt //bench:row_landing_bench` shows which is faster on this host "
       "(docs/decisions/0018)");

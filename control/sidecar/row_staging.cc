@@ -17,8 +17,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "control/plan/landing_copies.h"
@@ -28,6 +26,7 @@
 #include "control/wire/proof.h"
 #include "control/wire/status.h"
 #include "engine/base/error.h"
+#include "engine/transport/landing_copy.h"
 
 namespace kvrail::sidecar {
 
@@ -227,14 +226,17 @@ void DecodeSidecar::ScatterStagedRows(std::vector<std::string> success, uint64_t
       return absl::InternalError(absl::StrFormat(
           "the room's rows from the rank are %d bytes, its slot %d", total, slot.bytes));
     }
-    const uint8_t* from = rows;
-    uint8_t* const pages = reinterpret_cast<uint8_t*>(arena_base);
+    // The slot holds the rows back to back; in the pages a copy's rows land apart (the other
+    // ranks' heads between them), stored as --landing-stores says: auto streams them past the
+    // cache, as the UCX lanes land such rows (engine/transport/landing_copy.h, decision 0018).
+    const auto* from = reinterpret_cast<const std::byte*>(rows);
+    auto* const pages = reinterpret_cast<std::byte*>(arena_base);
     for (const Copy& c : copies) {
-      ForEachRow(c, [&](uint64_t, uint64_t dst, uint64_t length) {
-        std::memcpy(pages + dst, from, length);
-        from += length;
-      });
+      transport::LandingCopyRows(pages + c.dst_offset, c.dst_stride, from, c.length, c.length,
+                                 c.rows, options.landing_stores);
+      from += PayloadBytes(c);
     }
+    transport::LandingFence();  // before the Success that says the rows are in the pages
     return absl::OkStatus();
   }();
   Owned([&] {

@@ -80,8 +80,9 @@ struct SidecarOptions {
   // UCX: its transport layers ("tcp", "sm") and, for tcp, the interface.
   std::string tls = "tcp";
   std::string net_devices = "lo";
-  // UCX: how the lanes' own copies store into landing memory, auto, plain or streaming
-  // (non-temporal); which is faster depends on the host (engine/transport/landing_copy.h).
+  // How kvrail's own copies store into landing memory (the UCX lanes', a decode's scatter of
+  // staged rows), auto, plain or streaming (non-temporal); which is faster depends on the host
+  // (engine/transport/landing_copy.h). Verbs takes auto or plain.
   transport::LandingStores landing_stores = transport::LandingStores::kAuto;
   // Verbs: the provider ("libibverbs", or "softverbs", the software provider; empty: the
   // environment variable KVRAIL_VERBS_PROVIDER, else libibverbs), the RDMA devices to use as

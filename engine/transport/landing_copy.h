@@ -1,7 +1,8 @@
 // The copy that puts a write's bytes where they land: into a peer's memory (a store through a
 // shared-memory mapping of the peer's segment) or, at a target, out of a received message into
-// the registered region it names. Nobody on this thread reads those bytes again: the peer's
-// engine (or its GPU, or the next hop) does.
+// the registered region it names; and the sidecar's own copies that land rows (a decode's
+// scatter of staged rows into its pages). Nobody on this thread reads those bytes again: the
+// peer's engine (or its GPU, or the next hop) does.
 //
 // Two kinds of stores, and a rule between them that is the default (TransportSpec::landing_stores,
 // the sidecar's --landing-stores; docs/decisions/0018-landing-stores-by-where-rows-land.md):
