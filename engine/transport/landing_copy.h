@@ -66,8 +66,8 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
 // Copies `rows` rows of `length` bytes each, row r from `src + r * src_stride` to
 // `dst + r * dst_stride`, each row stored as LandingStoresFor(stores, length, dst_stride, rows)
 // says: a head-sliced page's rows in one call (no call per row), from a peer's strided write or
-// a packed message. Rows must not overlap
-// each other or the source (strides of at least `length`).
+// a packed message. Rows must not overlap each other or the source (strides of at least
+// `length`).
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores);
 
