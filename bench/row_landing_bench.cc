@@ -6,9 +6,9 @@
 //
 // Each case runs W threads (W writers share each destination row, as W prefill ranks do) through
 // the data plane's own LandingCopyRows, each thread copying its own 256 MiB / W of source, with
-// plain stores (the default) and streaming ones (--landing-stores). Source and destination are
-// shared memory (as a sidecar's arena and a peer's mapped segment are), written once before the
-// runs (no first-touch faults), and no cache's:
+// plain stores and streaming ones (--landing-stores; auto, the default, streams rows apart). Source
+// and destination are shared memory (as a sidecar's arena and a peer's mapped segment are), written
+// once before the runs (no first-touch faults), and no cache's:
 //   - apart/row_bytes:R/writers:W: thread w stores row r at slot w of a W-row stride (1 KiB rows
 //     of 2 writers are a 2:1 room's; 512 B of 2 are 4:2's; 256 B of 4 are 8:2's);
 //   - gathered/...: the same rows, destination and threads, but each thread stores a part of the
@@ -148,7 +148,7 @@ void Register() {
   for (auto [row, writers] : {std::pair{1024, 2}, std::pair{512, 2}, std::pair{256, 4}}) {
     for (Landing landing :
          {Landing::kApart, Landing::kGathered, Landing::kBackToBack, Landing::kWhole}) {
-      for (transport::LandingStores stores : transport::kAllLandingStores) {
+      for (transport::LandingStores stores : transport::kLandingStoreKinds) {
         const std::string name =
             absl::StrFormat("%s/row_bytes:%d/writers:%d", LandingName(landing), row, writers);
         benchmark::RegisterBenchmark(name.c_str(), &BM_Land, landing, static_cast<size_t>(row),

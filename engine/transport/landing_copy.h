@@ -19,9 +19,10 @@
 //     whose destination stride is longer than a row: a head-sliced room's rows, which leave the
 //     other ranks' bytes between them and which nobody reads back soon), plain for everything
 //     else (whole slices, rows back to back, a single copy). Which kind is faster for rows apart
-//     depends on the host, but on the three hosts measured streaming was twice as fast or
-//     within 10 % of plain; whole slices and a destination in cache favour plain
-//     (LandingStoresFor).
+//     depends on the host: on two of the three hosts measured streaming was twice as fast; on
+//     the third (2026-12-06) 1 KiB rows were 10 % slower streaming with two writers and up to a
+//     fifth slower with one, smaller rows faster. Whole slices and a destination in cache favour
+//     plain (LandingStoresFor).
 // `bazel run -c opt //bench:row_landing_bench` and `//bench:landing_copy_bench` measure both kinds
 // on a host; `kvrail bench kv --streaming-stores` runs rooms through sidecars with each.
 //
@@ -43,6 +44,9 @@ namespace kvrail::transport {
 enum class LandingStores { kAuto, kPlain, kStreaming };
 inline constexpr LandingStores kAllLandingStores[] = {LandingStores::kAuto, LandingStores::kPlain,
                                                       LandingStores::kStreaming};
+// The two kinds a store is (kAuto only chooses between them): what a bench compares.
+inline constexpr LandingStores kLandingStoreKinds[] = {LandingStores::kPlain,
+                                                       LandingStores::kStreaming};
 
 // "auto", "plain" and "streaming", as --landing-stores names them, and back (nullopt for any
 // other name).
