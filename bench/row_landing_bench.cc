@@ -6,11 +6,15 @@
 //
 // Each case runs W threads (W writers share each destination row, as W prefill ranks do) through
 // the data plane's own LandingCopyRows, each thread copying its own 256 MiB / W of source, with
-// plain stores and streaming ones (--landing-stores; auto, the default, streams rows apart). Source
+// plain stores and streaming ones (--landing-stores; auto, the default, streams these rows). Source
 // and destination are shared memory (as a sidecar's arena and a peer's mapped segment are), written
 // once before the runs (no first-touch faults), and no cache's:
 //   - apart/row_bytes:R/writers:W: thread w stores row r at slot w of a W-row stride (1 KiB rows
 //     of 2 writers are a 2:1 room's; 512 B of 2 are 4:2's; 256 B of 4 are 8:2's);
+//   - read_apart/...: the same threads, rows and bytes the other way round: thread w reads its
+//     slice of every W-row source row (as a prefill rank of the smaller TP reads each decode
+//     rank's heads of its rows: 1:2's KiB of every 2 KiB is 1 KiB rows of 2 writers) and stores
+//     them back to back in a part of its own (auto streams these too: decision 0019);
 //   - gathered/...: the same rows, destination and threads, but each thread stores a part of the
 //     destination's rows whole, reading each writer's slice of a row from that writer's source
 //     part (what one writer per destination row would get: a design that is not built);
@@ -55,12 +59,14 @@ namespace {
 constexpr size_t kBytes = size_t{256} << 20;
 constexpr size_t kSlice = size_t{4} << 20;
 
-enum class Landing { kApart, kGathered, kBackToBack, kWhole };
+enum class Landing { kApart, kReadApart, kGathered, kBackToBack, kWhole };
 
 const char* LandingName(Landing landing) {
   switch (landing) {
     case Landing::kApart:
       return "apart";
+    case Landing::kReadApart:
+      return "read_apart";
     case Landing::kGathered:
       return "gathered";
     case Landing::kBackToBack:
@@ -107,6 +113,11 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
         transport::LandingCopyRows(m.destination + w * row, writers * row, from, row, row,
                                    part / row, stores);
         break;
+      case Landing::kReadApart:
+        // Thread w's rows are its slice of every W-row source row, stored back to back.
+        transport::LandingCopyRows(m.destination + w * part, row, m.source + w * row, writers * row,
+                                   row, part / row, stores);
+        break;
       case Landing::kGathered:
         // Thread w stores whole destination rows (W slices each), its share of them: row r
         // takes slice k from row r of source part k, for every k in turn.
@@ -146,8 +157,8 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
 // drifts moves them alike.
 void Register() {
   for (auto [row, writers] : {std::pair{1024, 2}, std::pair{512, 2}, std::pair{256, 4}}) {
-    for (Landing landing :
-         {Landing::kApart, Landing::kGathered, Landing::kBackToBack, Landing::kWhole}) {
+    for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kGathered,
+                            Landing::kBackToBack, Landing::kWhole}) {
       for (transport::LandingStores stores : transport::kLandingStoreKinds) {
         const std::string name =
             absl::StrFormat("%s/row_bytes:%d/writers:%d", LandingName(landing), row, writers);
@@ -194,7 +205,8 @@ class FloorReporter : public benchmark::ConsoleReporter {
       const auto whole = best.find(LandingName(Landing::kWhole));
       if (whole == best.end() || whole->second <= 0) continue;
       std::string ratios;
-      for (Landing landing : {Landing::kApart, Landing::kGathered, Landing::kBackToBack}) {
+      for (Landing landing :
+           {Landing::kApart, Landing::kReadApart, Landing::kGathered, Landing::kBackToBack}) {
         const auto it = best.find(LandingName(landing));
         if (it != best.end()) {
           absl::StrAppendFormat(&ratios, " %s %.2f", LandingName(landing),

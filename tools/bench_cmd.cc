@@ -242,7 +242,7 @@ void AddBenchKv(CLI::App* bench, int& exit_code) {
                "Also run each case with each head-sliced row as a copy of its own (the sidecars' "
                "--no-strided-copies, the path before strided copies), beside it: rows of mode "
                "rows (under the default --landing-stores auto such rows store plainly, where "
-               "strided rows that land apart stream: docs/decisions/0018)");
+               "strided rows stream: docs/decisions/0018, 0019)");
   kv->add_flag("--streaming-stores", flags.text.streaming_stores,
                "Also run each case with --landing-stores streaming on every sidecar (non-temporal "
                "stores where the lanes land bytes), beside it: rows of mode streaming");

@@ -146,10 +146,10 @@ void AddSidecar(CLI::App& app, int& exit_code) {
       sub, &options.landing_stores,
       "How kvrail's own copies store the bytes where they land (UCX lanes into a peer's "
       "shared-memory segment or a tcp target's region; a decode's scatter of staged rows): auto "
-      "(non-temporal stores for rows that land apart, a "
-      "head-sliced room's, memcpy for the rest), plain (memcpy) or streaming (non-temporal "
+      "(non-temporal stores for a head-sliced room's rows, which land or are read apart, "
+      "memcpy for the rest), plain (memcpy) or streaming (non-temporal "
       "stores); `bazel run -c opt //bench:row_landing_bench` shows which is faster on this host "
-      "(docs/decisions/0018)");
+      "(docs/decisions/0018, 0019)");
   sub->add_option("--bootstrap-timeout", bootstrap_timeout, "Seconds (CACHEPD §7.4)")
       ->capture_default_str();
   sub->add_option("--waiting-timeout", waiting_timeout, "Seconds (CACHEPD §7.4)")

@@ -59,10 +59,10 @@ struct KvBenchOptions {
   // Each case also runs with --no-strided-copies on every sidecar (each head-sliced row its own
   // copy, as before strided copies: docs/decisions/0016), beside it: a row of mode "rows". Under
   // --landing-stores auto each such row is a copy of its own and stores plainly, where the
-  // case's strided rows that land apart stream (decision 0018): the two differ in that too.
+  // case's strided rows stream (decisions 0018, 0019): the two differ in that too.
   bool compare = false;
   // Each case also runs with --landing-stores streaming on every sidecar (non-temporal stores
-  // where the lanes land bytes, whole slices and rows back to back too: docs/decisions/0018),
+  // where the lanes land bytes, whole slices and single copies too: docs/decisions/0018, 0019),
   // beside it: a row of mode "streaming".
   bool streaming_stores = false;
   // Each case also runs layer-wise (engine API LayersReady, CACHEPD §6.11) after its model

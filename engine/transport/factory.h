@@ -50,8 +50,8 @@ struct TransportSpec {
   // "gpu:<PCI address>" or "numa:<node>" (engine/transport/verbs/rails.h, RailsForAffinity).
   std::string rail_affinity;
   // UCX only: how the lanes' own copies store into landing memory: auto (streaming for rows that
-  // land apart, plain for the rest), plain (memcpy) or streaming (non-temporal) stores; which is
-  // faster depends on the host (engine/transport/landing_copy.h).
+  // land or are read apart, plain for the rest), plain (memcpy) or streaming (non-temporal)
+  // stores; which is faster depends on the host (engine/transport/landing_copy.h).
   LandingStores landing_stores = LandingStores::kAuto;
 };
 

@@ -30,10 +30,11 @@ const char* LandingStoresName(LandingStores stores) {
   return "?";
 }
 
-LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t dst_stride,
-                               size_t rows) {
+LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t src_stride,
+                               size_t dst_stride, size_t rows) {
   if (stores != LandingStores::kAuto) return stores;
-  return rows > 1 && dst_stride > length ? LandingStores::kStreaming : LandingStores::kPlain;
+  const bool one_range = src_stride == length && dst_stride == length;
+  return rows > 1 && !one_range ? LandingStores::kStreaming : LandingStores::kPlain;
 }
 
 std::optional<LandingStores> LandingStoresNamed(std::string_view name) {
@@ -111,7 +112,12 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
 
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores) {
-  stores = LandingStoresFor(stores, length, dst_stride, rows);
+  stores = LandingStoresFor(stores, length, src_stride, dst_stride, rows);
+  if (src_stride == length && dst_stride == length) {
+    // Rows back to back at both ends are one range: one copy of it, not a call per row.
+    Land(dst, src, rows * length, stores);
+    return;
+  }
   for (size_t row = 0; row < rows; ++row) {
     Land(dst + row * dst_stride, src + row * src_stride, length, stores);
   }

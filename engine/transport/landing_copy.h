@@ -15,14 +15,15 @@
 //     read-for-ownership is slow, it doubles a cold row's cost: rows into every other KiB ran
 //     at 7.6 GB/s against 3.7 plain on the host of 2026-12-02, and at 15.4 GiB/s against 8.0 on
 //     the host of 2026-12-07 (bench:row_landing_bench, two writers).
-//   - auto (the default): streaming for rows that land apart (a LandingCopyRows of several rows
-//     whose destination stride is longer than a row: a head-sliced room's rows, which leave the
-//     other ranks' bytes between them and which nobody reads back soon), plain for everything
-//     else (whole slices, rows back to back, a single copy). Which kind is faster for rows apart
-//     depends on the host: on two of the three hosts measured streaming was twice as fast; on
-//     the third (2026-12-06) 1 KiB rows were 10 % slower streaming with two writers and up to a
-//     fifth slower with one, smaller rows faster. Whole slices and a destination in cache favour
-//     plain (LandingStoresFor).
+//   - auto (the default): streaming for rows (a LandingCopyRows of several rows that are not one
+//     range at both ends: a head-sliced room's rows, which land apart with the other ranks' bytes
+//     between them, or are read apart from a source row that holds other ranks' heads too, and
+//     which nobody reads back soon), plain for everything else (whole slices, a single copy,
+//     rows back to back at both ends, which are copied as one range). Which kind is faster for
+//     rows depends on the host: on two of the three hosts measured streaming was twice as fast
+//     for rows apart; on the third (2026-12-06) 1 KiB rows were 10 % slower streaming with two
+//     writers and up to a fifth slower with one, smaller rows faster. Whole slices and a
+//     destination in cache favour plain (LandingStoresFor; decisions 0018 and 0019).
 // `bazel run -c opt //bench:row_landing_bench` and `//bench:landing_copy_bench` measure both kinds
 // on a host; `kvrail bench kv --streaming-stores` runs rooms through sidecars with each.
 //
@@ -56,11 +57,12 @@ std::optional<LandingStores> LandingStoresNamed(std::string_view name);
 // Streamed copies below this many bytes are plain memcpy: their lines are few and often partial.
 inline constexpr size_t kLandingStreamMin = 256;
 
-// The kind a copy of `rows` rows of `length` bytes, `dst_stride` apart at the destination, stores
-// with under `stores`: kPlain or kStreaming as given; for kAuto, kStreaming when the rows land
-// apart (rows > 1 and dst_stride > length), else kPlain. (Copies under kLandingStreamMin bytes
-// are memcpy whatever this says.)
-LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t dst_stride, size_t rows);
+// The kind a copy of `rows` rows of `length` bytes, `src_stride` apart at the source and
+// `dst_stride` at the destination, stores with under `stores`: kPlain or kStreaming as given; for
+// kAuto, kStreaming for rows that are not one range (rows > 1, and a stride at either end longer
+// than a row), else kPlain. (Copies under kLandingStreamMin bytes are memcpy whatever this says.)
+LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t src_stride,
+                               size_t dst_stride, size_t rows);
 
 // Copies `n` bytes from `src` to `dst` (which must not overlap). With kStreaming, streams the
 // whole 64-byte lines of `dst` past the cache when `n` >= kLandingStreamMin; kPlain and kAuto
@@ -68,10 +70,10 @@ LandingStores LandingStoresFor(LandingStores stores, size_t length, size_t dst_s
 void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores stores);
 
 // Copies `rows` rows of `length` bytes each, row r from `src + r * src_stride` to
-// `dst + r * dst_stride`, each row stored as LandingStoresFor(stores, length, dst_stride, rows)
-// says: a head-sliced page's rows in one call (no call per row), from a peer's strided write or
-// a packed message. Rows must not overlap each other or the source (strides of at least
-// `length`).
+// `dst + r * dst_stride`, each row stored as LandingStoresFor(stores, length, src_stride,
+// dst_stride, rows) says: a head-sliced page's rows in one call (no call per row), from a peer's
+// strided write or a packed message; rows back to back at both ends are copied as one range.
+// Rows must not overlap each other or the source (strides of at least `length`).
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores);
 

@@ -58,16 +58,19 @@ TEST_P(LandingCopyTest, StridedRowsLandInPlaceAndLeaveTheGapsAlone) {
 }
 
 // LandingCopyRows lands what a LandingCopy per row would, in one call, for rows shorter and
-// longer than the streaming threshold, from packed and from strided sources, at odd alignments,
-// and touches nothing between the rows or past the last; zero rows write nothing.
+// longer than the streaming threshold, from packed and from strided sources, rows that are one
+// range at both ends (copied as one), at odd alignments, and touches nothing between the rows or
+// past the last; zero rows write nothing.
 TEST_P(LandingCopyTest, RowsLandAsARowAtATimeWould) {
   struct Case {
     size_t length, rows, src_stride, dst_stride, dst_shift;
   };
-  for (const Case& c : {Case{1024, 64, 1024, 2048, 0}, Case{256, 33, 256, 1024, 5},
-                        Case{kLandingStreamMin - 1, 9, 300, 700, 63},
-                        Case{kLandingStreamMin + 65, 7, 1000, kLandingStreamMin + 65, 17},
-                        Case{512, 16, 2048, 512, 1}, Case{64, 0, 64, 128, 0}}) {
+  for (const Case& c :
+       {Case{1024, 64, 1024, 2048, 0}, Case{256, 33, 256, 1024, 5},
+        Case{kLandingStreamMin - 1, 9, 300, 700, 63},
+        Case{kLandingStreamMin + 65, 7, 1000, kLandingStreamMin + 65, 17},
+        Case{512, 16, 2048, 512, 1}, Case{64, 0, 64, 128, 0}, Case{1024, 16, 1024, 1024, 3},
+        Case{kLandingStreamMin + 9, 5, kLandingStreamMin + 9, kLandingStreamMin + 9, 0}}) {
     std::vector<std::byte> src(c.src_stride * (c.rows + 1) + c.length);
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 37 + 3) & 0xFF);
     const size_t span = c.dst_shift + c.dst_stride * (c.rows + 1) + 128;
@@ -95,25 +98,30 @@ TEST(LandingStoresTest, NamesGoBothWays) {
   EXPECT_EQ(LandingStoresNamed("auto"), LandingStores::kAuto);
 }
 
-// auto streams rows that land apart (several rows, a destination stride longer than a row) and
-// stores everything else plainly; plain and streaming are what they say whatever the shape.
-TEST(LandingStoresTest, AutoStreamsRowsThatLandApartAndNothingElse) {
+// auto streams rows that are not one range (several rows, a stride at either end longer than a
+// row: rows that land apart, rows read apart) and stores everything else plainly; plain and
+// streaming are what they say whatever the shape.
+TEST(LandingStoresTest, AutoStreamsRowsThatAreNotOneRangeAndNothingElse) {
   constexpr LandingStores kAuto = LandingStores::kAuto;
-  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 64), LandingStores::kStreaming);   // 2:1
-  EXPECT_EQ(LandingStoresFor(kAuto, 512, 1024, 2), LandingStores::kStreaming);     // 4:2
-  EXPECT_EQ(LandingStoresFor(kAuto, 256, 1024, 7), LandingStores::kStreaming);     // 8:2
-  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 1024, 64), LandingStores::kPlain);       // back to back
-  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 1), LandingStores::kPlain);        // one row
-  EXPECT_EQ(LandingStoresFor(kAuto, 4 << 20, 4 << 20, 1), LandingStores::kPlain);  // a slice
-  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 0), LandingStores::kPlain);
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 1024, 2048, 64), LandingStores::kStreaming);  // 2:1
+  EXPECT_EQ(LandingStoresFor(kAuto, 512, 512, 1024, 2), LandingStores::kStreaming);     // 4:2
+  EXPECT_EQ(LandingStoresFor(kAuto, 256, 256, 1024, 7), LandingStores::kStreaming);     // 8:2
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 1024, 64), LandingStores::kStreaming);  // 1:2
+  EXPECT_EQ(LandingStoresFor(kAuto, 512, 1024, 1024, 8), LandingStores::kStreaming);    // both
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 1024, 1024, 64), LandingStores::kPlain);      // one range
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 2048, 1), LandingStores::kPlain);       // one row
+  EXPECT_EQ(LandingStoresFor(kAuto, 4 << 20, 4 << 20, 4 << 20, 1), LandingStores::kPlain);
+  EXPECT_EQ(LandingStoresFor(kAuto, 1024, 2048, 2048, 0), LandingStores::kPlain);
   for (size_t rows : {size_t{1}, size_t{64}}) {
-    EXPECT_EQ(LandingStoresFor(LandingStores::kPlain, 1024, 2048, rows), LandingStores::kPlain);
-    EXPECT_EQ(LandingStoresFor(LandingStores::kStreaming, 1024, 1024, rows),
+    EXPECT_EQ(LandingStoresFor(LandingStores::kPlain, 1024, 2048, 2048, rows),
+              LandingStores::kPlain);
+    EXPECT_EQ(LandingStoresFor(LandingStores::kStreaming, 1024, 1024, 1024, rows),
               LandingStores::kStreaming);
   }
 }
 
-// auto: LandingCopy and rows back to back plain, rows apart streaming (the cases above have both).
+// auto: LandingCopy and rows that are one range plain, other rows streaming (the cases above have
+// both).
 INSTANTIATE_TEST_SUITE_P(Stores, LandingCopyTest, ::testing::ValuesIn(kAllLandingStores),
                          [](const ::testing::TestParamInfo<LandingStores>& info) {
                            return std::string(LandingStoresName(info.param));

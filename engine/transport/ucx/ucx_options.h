@@ -51,8 +51,8 @@ struct UcxOptions {
   absl::Duration connect_timeout = absl::Seconds(5);
   // How the lanes' own copies store the bytes where they land (a store into a peer's mapped
   // segment over shared memory, a target's copy out of a write message over tcp): auto
-  // (streaming for rows that land apart, plain for the rest), plain (memcpy) or streaming
-  // (non-temporal) stores (engine/transport/landing_copy.h).
+  // (streaming for rows that land or are read apart, plain for the rest), plain (memcpy) or
+  // streaming (non-temporal) stores (engine/transport/landing_copy.h).
   LandingStores landing_stores = LandingStores::kAuto;
 };
 
