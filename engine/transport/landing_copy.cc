@@ -112,12 +112,13 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
 
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores) {
-  stores = LandingStoresFor(stores, length, src_stride, dst_stride, rows);
-  if (src_stride == length && dst_stride == length) {
-    // Rows back to back at both ends are one range: one copy of it, not a call per row.
-    Land(dst, src, rows * length, stores);
-    return;
+  if (rows > 1 && src_stride == length && dst_stride == length) {
+    // Rows back to back at both ends are one range: one row of it, not a call per row.
+    length *= rows;
+    src_stride = dst_stride = length;
+    rows = 1;
   }
+  stores = LandingStoresFor(stores, length, src_stride, dst_stride, rows);
   for (size_t row = 0; row < rows; ++row) {
     Land(dst + row * dst_stride, src + row * src_stride, length, stores);
   }
