@@ -15,6 +15,9 @@
 //     slice of every W-row source row (as a prefill rank of the smaller TP reads each decode
 //     rank's heads of its rows: 1:2's KiB of every 2 KiB is 1 KiB rows of 2 writers) and stores
 //     them back to back in a part of its own (auto streams these too: decision 0019);
+//   - read_once/...: the same rows and bytes, but thread w reads whole source rows, its share of
+//     them, and stores slice k of each row where read_apart's thread k stores it, row after row:
+//     each source row read once, as a lane's shared pass reads it (decision 0020);
 //   - gathered/...: the same rows, destination and threads, but each thread stores a part of the
 //     destination's rows whole, reading each writer's slice of a row from that writer's source
 //     part (what one writer per destination row would get: a design that is not built);
@@ -59,7 +62,7 @@ namespace {
 constexpr size_t kBytes = size_t{256} << 20;
 constexpr size_t kSlice = size_t{4} << 20;
 
-enum class Landing { kApart, kReadApart, kGathered, kBackToBack, kWhole };
+enum class Landing { kApart, kReadApart, kReadOnce, kGathered, kBackToBack, kWhole };
 
 const char* LandingName(Landing landing) {
   switch (landing) {
@@ -67,6 +70,8 @@ const char* LandingName(Landing landing) {
       return "apart";
     case Landing::kReadApart:
       return "read_apart";
+    case Landing::kReadOnce:
+      return "read_once";
     case Landing::kGathered:
       return "gathered";
     case Landing::kBackToBack:
@@ -118,6 +123,14 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
         transport::LandingCopyRows(m.destination + w * part, row, m.source + w * row, writers * row,
                                    row, part / row, stores);
         break;
+      case Landing::kReadOnce:
+        // Thread w reads whole source rows, its share of them, and stores slice k of each row
+        // into part k, row after row: read_apart's landing with each source row read once.
+        for (size_t r = w * (part / row / writers); r < (w + 1) * (part / row / writers); ++r) {
+          transport::LandingCopyRows(m.destination + r * row, part, m.source + r * writers * row,
+                                     row, row, writers, stores);
+        }
+        break;
       case Landing::kGathered:
         // Thread w stores whole destination rows (W slices each), its share of them: row r
         // takes slice k from row r of source part k, for every k in turn.
@@ -157,8 +170,8 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
 // drifts moves them alike.
 void Register() {
   for (auto [row, writers] : {std::pair{1024, 2}, std::pair{512, 2}, std::pair{256, 4}}) {
-    for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kGathered,
-                            Landing::kBackToBack, Landing::kWhole}) {
+    for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kReadOnce,
+                            Landing::kGathered, Landing::kBackToBack, Landing::kWhole}) {
       for (transport::LandingStores stores : transport::kLandingStoreKinds) {
         const std::string name =
             absl::StrFormat("%s/row_bytes:%d/writers:%d", LandingName(landing), row, writers);
@@ -205,8 +218,8 @@ class FloorReporter : public benchmark::ConsoleReporter {
       const auto whole = best.find(LandingName(Landing::kWhole));
       if (whole == best.end() || whole->second <= 0) continue;
       std::string ratios;
-      for (Landing landing :
-           {Landing::kApart, Landing::kReadApart, Landing::kGathered, Landing::kBackToBack}) {
+      for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kReadOnce,
+                              Landing::kGathered, Landing::kBackToBack}) {
         const auto it = best.find(LandingName(landing));
         if (it != best.end()) {
           absl::StrAppendFormat(&ratios, " %s %.2f", LandingName(landing),
