@@ -258,10 +258,11 @@ struct SidecarStats {
   uint64_t rows_scattered = 0;
   uint64_t row_staging_full = 0;
   uint64_t row_staging_quarantined = 0;
-  uint64_t rail_failovers = 0;  // transport::TransportCounters, as the next three
+  uint64_t rail_failovers = 0;  // transport::TransportCounters, as the next four
   uint64_t lane_wakes_by_event = 0;
   uint64_t lane_wakes_by_job = 0;
   uint64_t lane_naps_ended = 0;
+  uint64_t writes_stored_together = 0;
   // The attached arena's bytes and the layers its contract's fields name (0 before AttachArena).
   uint64_t arena_bytes = 0;
   uint64_t layers = 0;

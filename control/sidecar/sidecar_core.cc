@@ -569,6 +569,7 @@ SidecarStats SidecarCore::Stats() {
     out.lane_wakes_by_event = counters.lane_wakes_by_event;
     out.lane_wakes_by_job = counters.lane_wakes_by_job;
     out.lane_naps_ended = counters.lane_naps_ended;
+    out.writes_stored_together = counters.writes_stored_together;
     // Every backend opens one endpoint (QP) per lane to each peer it connects.
     out.endpoints = out.data_plane_peers * static_cast<uint64_t>(transport->capabilities().lanes);
     // The transport's own list (under its lock), not the sidecar's bookkeeping of its arena.

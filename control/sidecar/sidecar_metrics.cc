@@ -162,6 +162,10 @@ void SidecarMetrics::SetStatsSource(std::function<SidecarStats()> stats) {
             s.lane_wakes_by_job);
     counter("lane_naps_ended", "Data-plane lanes (UCX): sleeps that lasted their 1 ms nap",
             s.lane_naps_ended);
+    counter("writes_stored_together",
+            "Data-plane lanes (UCX over shared memory): writes stored a source row at a time with "
+            "other peers' writes of slices of the same rows",
+            s.writes_stored_together);
   });
 }
 

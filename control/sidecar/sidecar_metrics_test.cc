@@ -112,11 +112,13 @@ TEST(SidecarMetricsTest, TableSizesAreReadAtScrapeTime) {
   stats.lane_wakes_by_event = 3;
   stats.lane_wakes_by_job = 4;
   stats.lane_naps_ended = 6;
+  stats.writes_stored_together = 7;
   EXPECT_EQ(Value(m, "kvrail_table_entries", {{"table", "rooms"}}), 5);
   EXPECT_EQ(Value(m, "kvrail_peer_messages_total"), 9);
   EXPECT_EQ(Value(m, "kvrail_lane_wakes_by_event_total"), 3);
   EXPECT_EQ(Value(m, "kvrail_lane_wakes_by_job_total"), 4);
   EXPECT_EQ(Value(m, "kvrail_lane_naps_ended_total"), 6);
+  EXPECT_EQ(Value(m, "kvrail_writes_stored_together_total"), 7);
 }
 
 }  // namespace

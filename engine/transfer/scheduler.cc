@@ -418,13 +418,29 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
     }
   }
 
-  // The lane of `set` with the fewest bytes in flight that may take `bytes` more, or -1.
-  int PickLane(const PeerQueue& q, uint64_t bytes, const LaneSet& set) const {
+  // Whether `lane` may take `bytes` more (an idle lane takes any batch).
+  bool Fits(const PeerQueue& q, int lane, uint64_t bytes) const {
+    const uint64_t inflight = q.lane_inflight[lane];
+    return inflight == 0 || inflight + bytes <= inflight_cap;
+  }
+
+  // The lane for batch `batch` (0-based) of a transfer on lanes `set`, which may take `bytes`
+  // more, or -1 when none of `set` may: where the lanes read the source
+  // (Capabilities::lanes_read_source), the set's lane batch % (its size) when it may, so that
+  // transfers cut alike put their k-th batches on one lane; else, or when that lane is full, the
+  // lane of `set` with the fewest bytes in flight that may.
+  int PickLane(const PeerQueue& q, uint64_t bytes, const LaneSet& set, uint64_t batch) const {
+    if (caps.lanes_read_source) {
+      const int placed =
+          set.first +
+          static_cast<int>(batch % static_cast<uint64_t>(set.CountIn(lanes))) * set.step;
+      if (Fits(q, placed, bytes)) return placed;
+    }
     int best = -1;
     for (int lane = set.first; lane < lanes; lane += set.step) {
-      const uint64_t inflight = q.lane_inflight[lane];
-      const bool fits = inflight == 0 || inflight + bytes <= inflight_cap;
-      if (fits && (best < 0 || inflight < q.lane_inflight[best])) best = lane;
+      if (Fits(q, lane, bytes) && (best < 0 || q.lane_inflight[lane] < q.lane_inflight[best])) {
+        best = lane;
+      }
     }
     return best;
   }
@@ -443,7 +459,7 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
       const uint64_t remote_base = transfer->request.remote_base;
       const uint64_t first_len = PayloadBytes(NextWrite(
           copies[transfer->next_copy], transfer->next_offset, slice, slice, caps, remote_base));
-      const int lane = PickLane(q, first_len, transfer->request.lanes);
+      const int lane = PickLane(q, first_len, transfer->request.lanes, transfer->stats.batches);
       if (lane < 0) return;  // every lane is full: a completion pumps again
       // A transfer smaller than the lanes' bounds together is cut so that every lane carries a
       // share of it: one layer of a layer-wise room (16 MiB) would otherwise be one batch on one

@@ -10,8 +10,14 @@
 //      InvalidArgument naming the copy, and nothing is written.
 //   2. Copies longer than the slice size are cut into slices (the transport's max_write_bytes
 //      at most).
-//   3. Slices go out in batches, each to the lane of the peer with the fewest bytes in flight
-//      among the transfer's lanes (Transfer::lanes; every lane by default: striping), keeping at
+//   3. Slices go out in batches, each to a lane of the peer among the transfer's lanes
+//      (Transfer::lanes; every lane by default: striping): where the lanes' own threads read the
+//      source (Capabilities::lanes_read_source: UCX over shared memory or tcp), a transfer's k-th
+//      batch to its k-th lane (mod its lanes) while that lane has room, so that transfers cut
+//      alike (a prefill of the smaller TP sending each decode rank its heads of the same source
+//      rows) put their batches of the same rows on one lane, which over shared memory stores them
+//      in one pass that reads each source row once (docs/decisions/0020); otherwise, or when
+//      that lane is full, to the lane with the fewest bytes in flight. The scheduler keeps at
 //      most max_inflight_bytes_per_endpoint posted and not yet locally complete per (peer, lane):
 //      UCX over tcp collapses when many large puts are in flight. A batch carries at most a lane's
 //      share of its transfer (its bytes / its lanes, a slice at least), so that a transfer smaller
@@ -19,7 +25,8 @@
 //      lane it has. Transfers of one peer are served first come, first served, so early transfers
 //      finish early. Work follows the lanes that complete: a batch is decided when a lane has room
 //      under its bound, so a lane whose writes do not complete (its thread off its core, a slow
-//      peer) is given nothing more, and the others carry the rest; with UCX over shared memory the
+//      peer) is given nothing more once its bound is full, and the others carry the rest, its
+//      k-th batches too; with UCX over shared memory the
 //      bound is one 1 MiB batch.
 //   4. Success means landed: once every slice is posted, each lane the transfer used is flushed,
 //      and the transfer completes OK only when all its batches and flushes have.

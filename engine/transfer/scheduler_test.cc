@@ -44,6 +44,9 @@ class WatchingTransport final : public transport::Transport {
   const transport::Capabilities& capabilities() const override { return capabilities_; }
   // Before a scheduler is made: a backend whose disconnected links may still deliver (UCX).
   void DisconnectDoesNotFence() { capabilities_.disconnect_fences = false; }
+  // Before a scheduler is made: a backend whose lanes' threads read the source (UCX over shared
+  // memory or tcp).
+  void LanesReadTheSource() { capabilities_.lanes_read_source = true; }
   // Before a scheduler is made: a backend that takes one row a write (verbs).
   void TakesOneRowAWrite() { capabilities_.strided_writes = false; }
   // Before a scheduler is made: a backend that gathers up to `rows` rows into contiguous bytes
@@ -90,6 +93,7 @@ class WatchingTransport final : public transport::Transport {
       max_inflight_ = std::max(max_inflight_, inflight_[lane]);
       ++batches_;
       ++batches_on_[lane];
+      posts_.push_back({peer, lane, writes.empty() ? 0 : writes.front().local_offset});
       writes_ += writes.size();
       lanes_seen_[lane] = true;
     }
@@ -186,6 +190,17 @@ class WatchingTransport final : public transport::Transport {
     std::lock_guard<std::mutex> lock(mu_);
     return flushes_;
   }
+  // A PostWrites call: its peer, its lane and where its first write reads the source.
+  struct Post {
+    PeerId peer;
+    int lane;
+    uint64_t local_offset;
+  };
+  // Every PostWrites call so far, in the order they were made.
+  std::vector<Post> posts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return posts_;
+  }
   size_t lanes_seen() {
     std::lock_guard<std::mutex> lock(mu_);
     return lanes_seen_.size();
@@ -225,6 +240,7 @@ class WatchingTransport final : public transport::Transport {
   bool holding_ = false;
   int held_lane_ = -1;
   std::map<int, uint64_t> batches_on_;
+  std::vector<Post> posts_;
   std::vector<std::pair<Completion, absl::Status>> held_;
 };
 
@@ -479,6 +495,50 @@ TEST(SchedulerTest, WorkFollowsTheLanesThatComplete) {
   ASSERT_TRUE(outcome.status.ok()) << outcome.status;
   EXPECT_EQ(outcome.stats.batches, 16u);
   ExpectExactly(f, copies);
+}
+
+// Where the lanes read the source, a transfer's k-th batch goes to lane k mod its lanes while that
+// lane has room, so two transfers cut alike (a prefill of the smaller TP sending each of two decode
+// ranks its half of every source row) read each stretch of source rows on one lane, one after the
+// other, where the second finds the first's lines in that core's cache.
+TEST(SchedulerTest, TransfersCutAlikePutTheirKthBatchesOnOneLane) {
+  Fixture f(8 * kMiB);
+  f.watch->LanesReadTheSource();
+  const PeerId second = f.sender->Connect(f.receiver->LocalDescriptor().value()).value();
+  SchedulerOptions options;
+  options.max_writes_per_batch = 256;                   // rows: 256 KiB a batch
+  options.max_inflight_bytes_per_endpoint = 64 * kMiB;  // no lane is ever full
+  Scheduler scheduler(f.watch.get(), options);
+  Outcomes outcomes;
+  // Each peer's half of every 2 KiB source row, into 4 MiB of its own.
+  const uint64_t rows = 4 * kMiB / kKiB;
+  const CopyList halves[2] = {{{0, 0, kKiB, rows, 2 * kKiB, kKiB}},
+                              {{kKiB, 4 * kMiB, kKiB, rows, 2 * kKiB, kKiB}}};
+  Transfer first = f.MakeTransfer(1, halves[0], outcomes.Callback());
+  Transfer other = f.MakeTransfer(2, halves[1], outcomes.Callback());
+  other.peer = second;
+  ASSERT_TRUE(scheduler.Submit(std::move(first)).ok());
+  ASSERT_TRUE(scheduler.Submit(std::move(other)).ok());
+  ASSERT_TRUE(outcomes.Wait(2));
+  ASSERT_TRUE(outcomes.Get(1).status.ok()) << outcomes.Get(1).status;
+  ASSERT_TRUE(outcomes.Get(2).status.ok()) << outcomes.Get(2).status;
+  EXPECT_EQ(outcomes.Get(1).stats.batches, 16u);
+  EXPECT_EQ(outcomes.Get(2).stats.batches, 16u);
+  // Each lane's calls are made in order, but the lanes' calls interleave as their threads
+  // run: a batch is known by where it reads (256 rows of 2 KiB each).
+  std::map<PeerId, std::map<uint64_t, int>> lane_of_batch;
+  for (const WatchingTransport::Post& post : f.watch->posts()) {
+    const uint64_t shift = post.peer == second ? kKiB : 0;
+    ASSERT_EQ((post.local_offset - shift) % (512 * kKiB), 0u) << post.local_offset;
+    lane_of_batch[post.peer][(post.local_offset - shift) / (512 * kKiB)] = post.lane;
+  }
+  ASSERT_EQ(lane_of_batch[f.peer].size(), 16u);
+  ASSERT_EQ(lane_of_batch[second].size(), 16u);
+  for (uint64_t k = 0; k < 16; ++k) {
+    EXPECT_EQ(lane_of_batch[f.peer][k], static_cast<int>(k % 4)) << "batch " << k;
+    EXPECT_EQ(lane_of_batch[second][k], static_cast<int>(k % 4)) << "batch " << k;
+  }
+  ExpectExactly(f, {halves[0][0], halves[1][0]});
 }
 
 TEST(SchedulerTest, NeverExceedsTheInflightBoundPerEndpoint) {

@@ -1,5 +1,6 @@
 #include "engine/transport/landing_copy.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -121,6 +122,26 @@ void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, si
   stores = LandingStoresFor(stores, length, src_stride, dst_stride, rows);
   for (size_t row = 0; row < rows; ++row) {
     Land(dst + row * dst_stride, src + row * src_stride, length, stores);
+  }
+}
+
+void LandingCopySharedRows(const LandingSlice* slices, size_t count, size_t src_stride, size_t rows,
+                           LandingStores stores) {
+  // At most a source row's slices: the kinds are decided once, not per row.
+  constexpr size_t kMostSlices = 16;
+  LandingStores kinds[kMostSlices];
+  for (size_t first = 0; first < count; first += kMostSlices) {
+    const size_t n = std::min(count - first, kMostSlices);
+    const LandingSlice* group = slices + first;
+    for (size_t i = 0; i < n; ++i) {
+      kinds[i] = LandingStoresFor(stores, group[i].length, src_stride, group[i].dst_stride, rows);
+    }
+    for (size_t row = 0; row < rows; ++row) {
+      for (size_t i = 0; i < n; ++i) {
+        Land(group[i].dst + row * group[i].dst_stride, group[i].src + row * src_stride,
+             group[i].length, kinds[i]);
+      }
+    }
   }
 }
 

@@ -77,6 +77,24 @@ void LandingCopy(std::byte* dst, const std::byte* src, size_t n, LandingStores s
 void LandingCopyRows(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride,
                      size_t length, size_t rows, LandingStores stores);
 
+// One writer's slice of a run of source rows, for LandingCopySharedRows: its first row at `src`,
+// `length` bytes of each row, landing at `dst` and every `dst_stride` after.
+struct LandingSlice {
+  std::byte* dst = nullptr;
+  size_t dst_stride = 0;
+  const std::byte* src = nullptr;
+  size_t length = 0;
+};
+
+// Copies `rows` rows of each of `count` slices of the same source rows (`src_stride` apart), a
+// source row at a time: row r of every slice, in the order given, before row r + 1 of any. Slices
+// that lie back to back in each row (writes to several peers of their heads of one prefill
+// rank's rows) then read each source row once, front to back, where a LandingCopyRows per slice
+// reads every row once per slice and each pass drags the other slices' lines into its cache too
+// (decision 0020). Each slice stores as LandingCopyRows of it alone would.
+void LandingCopySharedRows(const LandingSlice* slices, size_t count, size_t src_stride, size_t rows,
+                           LandingStores stores);
+
 // Orders every earlier LandingCopy and LandingCopyRows of this thread before its later stores and
 // messages (sfence on x86; a release fence elsewhere, where LandingCopy is a memcpy).
 void LandingFence();

@@ -90,6 +90,39 @@ TEST_P(LandingCopyTest, RowsLandAsARowAtATimeWould) {
   }
 }
 
+// A shared pass lands each slice's rows as LandingCopyRows of that slice alone would: 1:2's two
+// halves, 2:4's four quarters (one of them unaligned and shorter than a streamed copy), and more
+// slices than one group of the pass holds (17 of a 17-slice row).
+TEST_P(LandingCopyTest, SharedRowsLandAsEachSliceAloneWould) {
+  struct Case {
+    size_t slices, length, rows;
+  };
+  for (const Case& c : {Case{2, 1024, 64}, Case{4, 512, 33}, Case{4, kLandingStreamMin - 3, 9},
+                        Case{17, 128, 5}, Case{2, 1024, 0}}) {
+    const size_t src_stride = c.slices * c.length;
+    std::vector<std::byte> src(src_stride * c.rows + 64);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 29 + 7) & 0xFF);
+    // Slice k lands in a part of its own, its rows back to back, 3 bytes past the part's start.
+    const size_t part = c.length * c.rows + 64;
+    std::vector<std::byte> want(c.slices * part, std::byte{0x5A});
+    std::vector<std::byte> got(c.slices * part, std::byte{0x5A});
+    std::vector<LandingSlice> slices;
+    for (size_t k = 0; k < c.slices; ++k) {
+      for (size_t r = 0; r < c.rows; ++r) {
+        std::memcpy(&want[k * part + 3 + r * c.length], &src[r * src_stride + k * c.length],
+                    c.length);
+      }
+      slices.push_back({got.data() + k * part + 3, c.length, src.data() + k * c.length, c.length});
+    }
+    LandingCopySharedRows(slices.data(), slices.size(), src_stride, c.rows, GetParam());
+    LandingFence();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << "byte " << i << " of " << c.slices << " slices of " << c.rows
+                                 << " rows of " << c.length << " bytes";
+    }
+  }
+}
+
 TEST(LandingStoresTest, NamesGoBothWays) {
   for (LandingStores stores : kAllLandingStores) {
     EXPECT_EQ(LandingStoresNamed(LandingStoresName(stores)), stores);

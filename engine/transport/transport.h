@@ -111,6 +111,15 @@ struct Capabilities {
   // them, so writers that share a peer may keep to lanes of their own (transfer::WriterLanes).
   // False where the writer or its NIC places the bytes (shared memory's stores, RDMA).
   bool peer_lanes_receive = false;
+  // Whether each lane's own thread reads the source bytes of the writes posted on it (UCX over
+  // shared memory or tcp alone: the lane stores them into the peer's mapped segment, or packs them
+  // into its messages). Where true, the scheduler puts a transfer's k-th batch on its k-th lane
+  // (mod its lanes) while that lane has room, so that transfers cut alike (a prefill of the
+  // smaller TP sending each decode rank its heads of the same source rows) put their batches of
+  // the same rows on one lane (over shared memory stored in one pass: decision 0020). False where a
+  // NIC reads the source (RDMA) or one thread serves every lane (loopback): there each batch goes
+  // to the lane with the fewest bytes in flight, so a faster rail takes more.
+  bool lanes_read_source = false;
 };
 
 // The most rows one Write of `length`-byte rows landing `remote_stride` apart may carry on a
@@ -132,6 +141,9 @@ struct TransportCounters {
   uint64_t lane_wakes_by_event = 0;
   uint64_t lane_wakes_by_job = 0;
   uint64_t lane_naps_ended = 0;
+  // Writes stored a source row at a time together with other peers' writes of slices of the
+  // same rows (UCX over shared memory: decision 0020).
+  uint64_t writes_stored_together = 0;
 };
 
 // Local memory to register: [base, base + length) in this process (a device address if cuda).

@@ -140,6 +140,11 @@ INSTANTIATE_TEST_SUITE_P(
               {"--prefill-tp", "2", "--decode-tp", "1", "--arena", "sidecar"},
               "ucx-shm",
               "lanes=\"every lane\""},
+        // The prefill's lanes store both decode ranks' halves of each source row in one pass
+        // (decision 0020), into the decodes' segments that UCX maps.
+        Route{"p1_d2_sidecar_arenas",
+              {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "sidecar"},
+              "ucx-shm"},
         Route{"p1_d2_engine_arenas",
               {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
               "posix-shm"},

@@ -303,6 +303,7 @@ void RunLane(Lane& lane) {
   int unpolled = 0;                       // delivery rounds since the last progress
   std::vector<Op*> jobs;                  // keeps its capacity from round to round, as does
   std::vector<DueCompletion> delivering;  // this one
+  std::vector<Op*> waiting;  // batches that wait a round for another peer's (StoreSharedRows)
   while (true) {
     bool stop = false;
     unsigned events = 0;
@@ -314,9 +315,17 @@ void RunLane(Lane& lane) {
         lane.TakeJobsLocked(jobs);
         stop = lane.stop;
       }
-      // In the order they were queued: a lane's flush follows the batches it covers.
+      // Those that waited a round go first: they were queued before these.
+      if (!waiting.empty()) {
+        jobs.insert(jobs.begin(), waiting.begin(), waiting.end());
+        waiting.clear();
+      }
+      // Rows that batches of several peers read slices of, each row read once for all of them;
+      // then every job in the order they were queued: a lane's flush follows the batches it
+      // covers.
+      StoreSharedRows(lane, jobs, stop ? nullptr : &waiting);
       for (Op* job : jobs) Issue(lane, job);
-      issued = jobs.size();
+      issued = jobs.size() + waiting.size();
       jobs.clear();
       if (stop) {
         TearDown(lane);

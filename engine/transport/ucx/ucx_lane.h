@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "engine/transport/landing_copy.h"
+#include "engine/transport/shared_rows.h"
 #include "engine/transport/transport.h"
 #include "engine/transport/ucx/am_protocol.h"
 #include "engine/transport/ucx/ucx_endpoint.h"
@@ -88,6 +89,11 @@ struct Op {
   const std::byte* base = nullptr;
   std::vector<Write> writes;
   std::vector<int> region_of;
+  // Which writes a shared pass of the lane's round stored already (StoreSharedRows): empty when
+  // none did, else one flag per write.
+  std::vector<char> stored_together;
+  // It waited a round already for another peer's batch of the same rows (StoreSharedRows).
+  bool waited = false;
   // kClose: the peer, alive until its endpoint on this lane has closed.
   std::shared_ptr<PeerState> closing;
 
@@ -103,6 +109,7 @@ struct Op {
     done = nullptr;
     home = nullptr;
     seq = 0;
+    waited = false;
     source = 0;
     base = nullptr;
     closing.reset();
@@ -115,6 +122,7 @@ struct Op {
     const bool keep_writes = writes.capacity() <= 1024;
     ClearKeeping(writes, keep_writes ? 1024 : 0);
     ClearKeeping(region_of, keep_writes ? SIZE_MAX : 0);
+    ClearKeeping(stored_together, keep_writes ? SIZE_MAX : 0);
   }
 
  private:
@@ -159,6 +167,8 @@ struct Lane {
   std::atomic<uint64_t> wakes_by_event{0};
   std::atomic<uint64_t> wakes_by_job{0};
   std::atomic<uint64_t> naps_ended{0};
+  // Writes stored in shared passes (StoreSharedRows): written by the thread, read by any.
+  std::atomic<uint64_t> writes_stored_together{0};
 
   // Held by the lane's thread while it calls into the worker (its jobs, then a progress), never
   // while it delivers completions or sleeps; posts, flushes and Connect never take it. The calls
@@ -187,6 +197,15 @@ struct Lane {
   // it keeps for each writer that writes into it.
   std::unordered_map<uint64_t, PeerState*> outbound;
   am::AmTarget target;
+  // StoreSharedRows' lists of a round's writes and of what each job of the round holds, kept with
+  // their capacity.
+  std::vector<StoredRows> round_rows;
+  struct RoundBatch {
+    const std::byte* first = nullptr;  // where its first write that may share rows reads
+    bool shares = false;               // it holds such writes
+    bool stored = false;               // a shared pass stored some of them
+  };
+  std::vector<RoundBatch> round_batches;
 
   // mu held. An op for a post, from the spare ones when there is one.
   Op* TakeOpLocked() {

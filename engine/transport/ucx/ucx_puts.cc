@@ -2,9 +2,12 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "engine/memory/prefault.h"
@@ -31,12 +34,107 @@ std::byte* MappedAddress(const PeerState& state, int region, uint64_t address) {
   return reinterpret_cast<std::byte*>(static_cast<intptr_t>(address) + state.mapped_delta[region]);
 }
 
+void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiting) {
+  if (lane.shared->am_writes || jobs.size() < 2) return;
+  const PeerState* first_peer = nullptr;
+  bool peers = false;  // batches of two peers at least
+  for (const Op* op : jobs) {
+    if (op->kind == OpKind::kConnect || op->kind == OpKind::kClose) return;
+    if (op->kind != OpKind::kBatch) continue;
+    if (first_peer == nullptr) first_peer = op->peer;
+    peers = peers || op->peer != first_peer;
+  }
+  if (!peers) return;
+  std::vector<StoredRows>& rows = lane.round_rows;
+  std::vector<Lane::RoundBatch>& batches = lane.round_batches;
+  rows.clear();
+  batches.assign(jobs.size(), {});
+  for (size_t b = 0; b < jobs.size(); ++b) {
+    const Op* op = jobs[b];
+    if (op->kind != OpKind::kBatch) continue;
+    const PeerState& state = *op->peer;
+    // What Issue checks before it sends a batch.
+    if (state.closed || state.lanes[lane.index].failed != UCS_OK ||
+        lane.shared->regions.Find(op->source) == nullptr) {
+      continue;
+    }
+    for (size_t i = 0; i < op->writes.size(); ++i) {
+      const Write& w = op->writes[i];
+      if (w.rows < 2 || w.local_stride <= w.length) continue;
+      std::byte* to = MappedAddress(state, op->region_of[i], w.remote_address);
+      if (to == nullptr) continue;
+      const std::byte* from = op->base + w.local_offset;
+      rows.push_back({from, to, w.length, w.rows, w.local_stride, w.remote_stride,
+                      static_cast<uint32_t>(b), static_cast<uint32_t>(i)});
+      Lane::RoundBatch& batch = batches[b];
+      if (!batch.shares || from < batch.first) batch.first = from;
+      batch.shares = true;
+    }
+  }
+  if (rows.size() < 2) return;
+  const std::vector<SharedRowRun> runs = SharedRowRuns(rows);
+  LandingSlice slices[16];
+  uint64_t stored = 0;
+  for (const SharedRowRun& run : runs) {
+    for (size_t first = run.begin; first < run.end; first += std::size(slices)) {
+      const size_t n = std::min(run.end - first, std::size(slices));
+      for (size_t k = 0; k < n; ++k) {
+        const StoredRows& r = rows[first + k];
+        Op* op = jobs[r.batch];
+        const Write& w = op->writes[r.write];
+        op->peer->prefault[op->region_of[r.write]]->Before(r.dst, RemoteSpan(w));
+        slices[k] = {r.dst, r.dst_stride, r.src, r.length};
+        if (op->stored_together.empty()) op->stored_together.assign(op->writes.size(), 0);
+        op->stored_together[r.write] = 1;
+        batches[r.batch].stored = true;
+      }
+      LandingCopySharedRows(slices, n, rows[first].src_stride, rows[first].rows,
+                            lane.shared->landing_stores);
+      stored += n;
+    }
+  }
+  if (stored > 0) {
+    LandingFence();
+    lane.writes_stored_together.fetch_add(stored, std::memory_order_relaxed);
+  }
+  if (waiting == nullptr) return;
+  // The batches that wait a round (above): none that shared, waited or has a job behind it.
+  auto waits = [&](size_t b) {
+    const Lane::RoundBatch& batch = batches[b];
+    const Op* op = jobs[b];
+    if (!batch.shares || batch.stored || op->waited) return false;
+    for (size_t later = b + 1; later < jobs.size(); ++later) {
+      if (jobs[later]->peer == op->peer) return false;
+    }
+    for (size_t c = 0; c < jobs.size(); ++c) {
+      const Lane::RoundBatch& other = batches[c];
+      if (other.shares && !other.stored && jobs[c]->peer != op->peer &&
+          jobs[c]->source == op->source && other.first < batch.first) {
+        return true;
+      }
+    }
+    return false;
+  };
+  size_t kept = 0;
+  for (size_t b = 0; b < jobs.size(); ++b) {
+    if (waits(b)) {
+      jobs[b]->waited = true;
+      waiting->push_back(jobs[b]);
+    } else {
+      jobs[kept++] = jobs[b];
+    }
+  }
+  jobs.resize(kept);
+}
+
 void IssuePuts(Lane& lane, PeerLane& pl, Op* op) {
   PeerState& state = *op->peer;
   ucp_request_param_t param = RequestParam(op);
   const size_t count = op->writes.size();
   bool stored = false;
+  const bool some_stored = !op->stored_together.empty();
   for (size_t i = 0; i < count; ++i) {
+    if (some_stored && op->stored_together[i] != 0) continue;
     const Write& w = op->writes[i];
     // Into a region UCX maps here, a write is a plain store on this thread, as UCX's own put
     // into such memory would be, without a UCX call per write (a head-sliced room's rows are

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/transport/ucx/ucx_endpoint.h"
 
@@ -20,6 +21,23 @@ void MapRegions(PeerState& state);
 // Where a write to `address` of region `region` of the peer lands in this process, if UCX maps
 // that region here (a plain store then writes it); else null.
 std::byte* MappedAddress(const PeerState& state, int region, uint64_t address);
+
+// Before a round's jobs (`jobs`, as taken) are issued: where they hold batches of two peers or
+// more, the writes that read slices of the same source rows (engine/transport/shared_rows.h:
+// each decode rank's heads of a prefill rank's rows) and land in mapped memory are stored a
+// source row at a time, each row read once for all of them (decision 0020), and marked in their
+// batch's `stored_together` so that IssuePuts skips them. Only batches that Issue would send
+// (their peer open, its endpoint on this lane sound, their source registered) take part, and only
+// in a round without connect or close jobs (which change what those checks read). Fenced before
+// it returns.
+//
+// A batch that holds such writes but shared none of them, reads rows later in its source than
+// another peer's such batch of the round, and is its peer's last job of the round, waits: it is
+// taken out of `jobs` into `waiting` (when not null: not at the lane's stop), to be issued first
+// in the lane's next round, once. The other peer's batch of the same rows is then likely there:
+// it is posted when that peer's earlier batch completes, which this round delivers. So two
+// transfers that fall out of step (one peer's batches a round ahead of the other's) fall back in.
+void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiting);
 
 // A batch's writes, held (Lane::Hold) by the caller: stores where the region is mapped, puts
 // elsewhere. The first put that fails to start sets the op's status and ends the batch.

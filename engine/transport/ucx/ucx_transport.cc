@@ -66,6 +66,8 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           .strided_writes = true,
           // Over shared memory or tcp alone; where UCX may choose RDMA, a put per row.
           .lands_rows_apart_whole = SharedMemoryOnly(options.tls) || TcpOnly(options.tls),
+          // The lanes' stores or packing read the source; where UCX may choose RDMA, the NIC.
+          .lanes_read_source = SharedMemoryOnly(options.tls) || TcpOnly(options.tls),
       },
       shared_(std::make_unique<ucx_internal::Shared>()),
       connect_timeout_(options.connect_timeout) {}
@@ -336,6 +338,7 @@ TransportCounters UcxTransport::transport_counters() const {
     counters.lane_wakes_by_event += lane->wakes_by_event.load(std::memory_order_relaxed);
     counters.lane_wakes_by_job += lane->wakes_by_job.load(std::memory_order_relaxed);
     counters.lane_naps_ended += lane->naps_ended.load(std::memory_order_relaxed);
+    counters.writes_stored_together += lane->writes_stored_together.load(std::memory_order_relaxed);
   }
   return counters;
 }

@@ -469,6 +469,8 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   // Rows landing apart are placed whole over shared memory or tcp alone, a put each over RDMA.
   EXPECT_TRUE(caps.lands_rows_apart_whole);
   EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().lands_rows_apart_whole);
+  EXPECT_TRUE(caps.lanes_read_source);
+  EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().lanes_read_source);
   // Over tcp the target's lane thread copies each message in; over shared memory the writer's
   // lane stores the bytes itself.
   EXPECT_FALSE(caps.peer_lanes_receive);
@@ -922,6 +924,149 @@ TEST(UcxTransportTest, QueuedWorkIsCancelledNotSentOverSharedMemory) {
 }
 
 TEST(UcxTransportTest, QueuedWorkIsCancelledNotSentOverTcp) { QueuedWorkIsCancelledNotSent(Tcp()); }
+
+// A prefill of the smaller TP over shared memory: one sender, two decode ranks' segments, each
+// rank's writes its half of every 2 KiB source row (decision 0020).
+struct TwoHalves {
+  static constexpr uint64_t kRow = 1024;  // a rank's half of a source row
+  static constexpr uint64_t kRows = 16;   // a write's rows (a page)
+  static constexpr uint64_t kPages = 64;
+  static constexpr uint64_t kBytes = kPages * kRows * 2 * kRow;
+
+  TwoHalves() : source(kBytes) {
+    Fill(source, 21);
+    sender = UcxTransport::Create(Sm()).value();
+    src = sender->Register({source.data(), source.size()}).value();
+    for (int rank = 0; rank < 2; ++rank) {
+      receivers[rank] = UcxTransport::Create(Sm()).value();
+      segments[rank] = receivers[rank]->Allocate(kBytes / 2).value();
+      std::memset(segments[rank].base, 0, kBytes / 2);
+      peers[rank] = sender->Connect(receivers[rank]->LocalDescriptor().value()).value();
+    }
+  }
+  ~TwoHalves() {
+    sender->Close();
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(receivers[rank]->Deregister(segments[rank].region).ok());
+    }
+  }
+  // Rank `rank`'s writes of pages [first, end): its half of each row, back to back in its pages.
+  std::vector<Write> Writes(int rank, uint64_t first, uint64_t end) const {
+    std::vector<Write> writes;
+    const uint64_t base = reinterpret_cast<uintptr_t>(segments[rank].base);
+    for (uint64_t p = first; p < end; ++p) {
+      writes.push_back(Write{.local_offset = p * kRows * 2 * kRow + rank * kRow,
+                             .remote_address = base + p * kRows * kRow,
+                             .length = kRow,
+                             .rows = kRows,
+                             .local_stride = 2 * kRow,
+                             .remote_stride = kRow});
+    }
+    return writes;
+  }
+  // Every byte of both ranks' pages: each its half of every source row.
+  void ExpectLanded() const {
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto* pages = static_cast<const uint8_t*>(segments[rank].base);
+      for (uint64_t row = 0; row < kPages * kRows; ++row) {
+        ASSERT_EQ(std::memcmp(pages + row * kRow, &source[row * 2 * kRow + rank * kRow], kRow), 0)
+            << "rank " << rank << " row " << row;
+      }
+    }
+  }
+  // Holds lane 0's thread inside a completion (as HoldLane0) until `latch` opens.
+  void HoldLane0(const Latch& latch) {
+    auto entered = std::make_shared<std::promise<void>>();
+    std::future<void> inside = entered->get_future();
+    ASSERT_TRUE(sender
+                    ->PostWrites(peers[0], 0, src, Writes(0, 0, 1),
+                                 [entered, opened = latch.Opened()](absl::Status) {
+                                   entered->set_value();
+                                   opened.wait_for(std::chrono::seconds(60));
+                                 })
+                    .ok());
+    ASSERT_EQ(inside.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  }
+
+  std::vector<uint8_t> source;
+  std::unique_ptr<UcxTransport> sender;
+  std::unique_ptr<UcxTransport> receivers[2];
+  SharedRegion segments[2];
+  PeerId peers[2] = {};
+  RegionId src = 0;
+};
+
+// Batches of two peers taken in one round, whose writes read the two halves of the same rows, are
+// stored a source row at a time: every write of both, none through UCX's put, every byte exact.
+TEST(UcxTransportTest, TwoPeersHalvesOfTheSameRowsAreStoredTogetherOverSharedMemory) {
+  TwoHalves f;
+  Waiter all;
+  {
+    Latch latch;
+    f.HoldLane0(latch);
+    if (testing::Test::HasFatalFailure()) return;
+    ucx_calls::ResetCalls();
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(f.sender
+                      ->PostWrites(f.peers[rank], 0, f.src,
+                                   f.Writes(rank, rank == 0 ? 1 : 0, TwoHalves::kPages),
+                                   all.Callback())
+                      .ok());
+      ASSERT_TRUE(f.sender->Flush(f.peers[rank], 0, all.Callback()).ok());
+    }
+  }
+  ASSERT_TRUE(all.Wait().ok());
+  EXPECT_EQ(ucx_calls::Calls("ucp_put_nbx"), 0u);
+  // Rank 1's first page had no rank 0 write beside it in the round (rank 0's was the hold's).
+  EXPECT_EQ(f.sender->transport_counters().writes_stored_together, 2 * (TwoHalves::kPages - 1));
+  f.ExpectLanded();
+}
+
+// A peer's batch a round ahead of the other's waits one round for it: rank 0 posts its second
+// page's batch while rank 1's first is still queued, and rank 1's second is posted by its first's
+// completion; rank 0's waits, then both second pages are stored together.
+TEST(UcxTransportTest, ABatchAheadOfAnotherPeersWaitsARoundForItOverSharedMemory) {
+  TwoHalves f;
+  Waiter all;
+  std::promise<bool> second_posted;
+  {
+    Latch latch;
+    f.HoldLane0(latch);
+    if (testing::Test::HasFatalFailure()) return;
+    const uint64_t half = TwoHalves::kPages / 2;
+    ASSERT_TRUE(f.sender
+                    ->PostWrites(f.peers[1], 0, f.src, f.Writes(1, 0, half),
+                                 [&, done = all.Callback()](absl::Status status) {
+                                   second_posted.set_value(
+                                       f.sender
+                                           ->PostWrites(f.peers[1], 0, f.src,
+                                                        f.Writes(1, half, TwoHalves::kPages),
+                                                        all.Callback())
+                                           .ok());
+                                   done(status);
+                                 })
+                    .ok());
+    ASSERT_TRUE(
+        f.sender
+            ->PostWrites(f.peers[0], 0, f.src, f.Writes(0, half, TwoHalves::kPages), all.Callback())
+            .ok());
+  }
+  ASSERT_TRUE(second_posted.get_future().get());
+  ASSERT_TRUE(all.Wait().ok());
+  EXPECT_EQ(f.sender->transport_counters().writes_stored_together, TwoHalves::kPages);
+  // Rank 0's first half of the pages was the hold's page alone: the rest, for the check.
+  Waiter rest;
+  ASSERT_TRUE(
+      f.sender
+          ->PostWrites(f.peers[0], 1, f.src, f.Writes(0, 1, TwoHalves::kPages / 2), rest.Callback())
+          .ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(f.sender->Flush(f.peers[rank], 0, rest.Callback()).ok());
+    ASSERT_TRUE(f.sender->Flush(f.peers[rank], 1, rest.Callback()).ok());
+  }
+  ASSERT_TRUE(rest.Wait().ok());
+  f.ExpectLanded();
+}
 
 // Connect, posts and flushes from this thread and from completions, Register, Deregister,
 // Disconnect and Close: every UCX call they lead to is made by the worker's own lane thread

@@ -1,0 +1,40 @@
+#include "engine/transport/shared_rows.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+namespace kvrail::transport {
+
+std::vector<SharedRowRun> SharedRowRuns(std::vector<StoredRows>& writes) {
+  std::sort(writes.begin(), writes.end(), [](const StoredRows& a, const StoredRows& b) {
+    return std::tie(a.src_stride, a.rows, a.src) < std::tie(b.src_stride, b.rows, b.src);
+  });
+  std::vector<SharedRowRun> runs;
+  size_t begin = 0;
+  while (begin < writes.size()) {
+    const StoredRows& first = writes[begin];
+    size_t end = begin + 1;
+    if (first.rows > 1 && first.length < first.src_stride) {
+      // Addresses as numbers: the writes may read different regions.
+      const uintptr_t row = reinterpret_cast<uintptr_t>(first.src);
+      while (end < writes.size()) {
+        const StoredRows& prev = writes[end - 1];
+        const StoredRows& next = writes[end];
+        const uintptr_t at = reinterpret_cast<uintptr_t>(next.src);
+        const bool same_rows = next.rows == first.rows && next.src_stride == first.src_stride;
+        if (!same_rows || at != reinterpret_cast<uintptr_t>(prev.src) + prev.length ||
+            at - row + next.length > first.src_stride) {
+          break;
+        }
+        ++end;
+      }
+    }
+    if (end - begin >= 2) runs.push_back({begin, end});
+    begin = end;
+  }
+  return runs;
+}
+
+}  // namespace kvrail::transport
