@@ -1,7 +1,8 @@
 // The UCX backend's lanes (ucx_transport.h, "Threading" and "Locks"): one worker per lane, the
 // thread that alone calls into it, and the queue of jobs that feeds that thread; the operations
 // (batches, flushes, connect and close jobs) the queue carries, their completions, and the
-// thread's loop (RunLane): take the queued jobs and issue them (Issue: over puts, ucx_puts.h, or
+// thread's loop (RunLane): take the queued jobs, store the rows several peers' batches share
+// (StoreSharedRows, ucx_puts.h), and issue them (Issue: over puts, ucx_puts.h, or
 // active messages, ucx_am.h; connects and closes, ucx_endpoint.h), progress the worker, then
 // deliver completions holding no lock.
 #ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_LANE_H_

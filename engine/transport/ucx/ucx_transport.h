@@ -14,8 +14,11 @@
 // Flush check what they can at once (lane, peer, source region, bounds: the errors of
 // transport.h), then push a job (the batch's checked writes and source, or the flush) onto the
 // lane's queue and wake its thread; they never touch UCX. The thread takes every queued job in
-// one go, issues them in queue order (so a lane's flush follows the batches before it), polls
-// the worker, and then delivers the completions that finished with no lock held. Over shared
+// one go, stores in one pass the slices that batches of several peers read of the same source
+// rows over shared memory (ucx_puts.h, StoreSharedRows: decision 0020; a batch a round ahead of
+// another peer's may wait one round, never past a job of its own peer), issues the jobs in queue
+// order (so a lane's flush follows the batches before it), polls the worker, and then delivers
+// the completions that finished with no lock held. Over shared
 // memory a put is a copy by the thread that issues it, so lanes still copy on different cores
 // at once; a completion that posts on its own lane queues the next job for its own thread.
 //
