@@ -7,11 +7,11 @@
 
 namespace kvrail::transport {
 
-std::vector<SharedRowRun> SharedRowRuns(std::vector<StoredRows>& writes) {
+void SharedRowRuns(std::vector<StoredRows>& writes, std::vector<SharedRowRun>* runs) {
   std::sort(writes.begin(), writes.end(), [](const StoredRows& a, const StoredRows& b) {
     return std::tie(a.src_stride, a.rows, a.src) < std::tie(b.src_stride, b.rows, b.src);
   });
-  std::vector<SharedRowRun> runs;
+  runs->clear();
   size_t begin = 0;
   while (begin < writes.size()) {
     const StoredRows& first = writes[begin];
@@ -31,10 +31,9 @@ std::vector<SharedRowRun> SharedRowRuns(std::vector<StoredRows>& writes) {
         ++end;
       }
     }
-    if (end - begin >= 2) runs.push_back({begin, end});
+    if (end - begin >= 2) runs->push_back({begin, end});
     begin = end;
   }
-  return runs;
 }
 
 }  // namespace kvrail::transport

@@ -35,14 +35,15 @@ struct SharedRowRun {
   size_t end = 0;
 };
 
-// Sorts `writes` by source stride, rows and source address, and returns the runs of at least two
-// writes that read slices of the same rows: equal `rows` (more than one) and `src_stride`, each
+// Sorts `writes` by source stride, rows and source address, and puts into `runs` (cleared first;
+// its capacity kept, so that a lane's round does not allocate) the runs of at least two writes
+// that read slices of the same rows: equal `rows` (more than one) and `src_stride`, each
 // slice starting where the one before it ends, all of them inside the first one's row (the last
 // slice ends at most `src_stride` past the first one's start). Such writes may be stored a row at
 // a time, in the run's order. Writes in no run are left as they are. The rows of a run's writes
 // land in another order than one write after another would store them, which only writes whose
 // destinations overlap could tell; writes posted together carry no order among themselves.
-std::vector<SharedRowRun> SharedRowRuns(std::vector<StoredRows>& writes);
+void SharedRowRuns(std::vector<StoredRows>& writes, std::vector<SharedRowRun>* runs);
 
 }  // namespace kvrail::transport
 

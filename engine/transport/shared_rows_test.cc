@@ -25,7 +25,8 @@ StoredRows Slice(uint64_t offset, uint64_t length, uint64_t rows, uint64_t strid
 TEST(SharedRowsTest, TwoPeersHalvesOfTheSameRowsAreOneRun) {
   std::vector<StoredRows> writes = {Slice(kKiB, kKiB, 8, 2 * kKiB, 1),
                                     Slice(0, kKiB, 8, 2 * kKiB, 0)};
-  const std::vector<SharedRowRun> runs = SharedRowRuns(writes);
+  std::vector<SharedRowRun> runs;
+  SharedRowRuns(writes, &runs);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].begin, 0u);
   EXPECT_EQ(runs[0].end, 2u);
@@ -40,7 +41,8 @@ TEST(SharedRowsTest, EverySliceOfARowAndEachStretchOfRows) {
   std::vector<StoredRows> writes;
   for (uint32_t s = 0; s < 4; ++s) writes.push_back(Slice(s * 512, 512, 4, 2 * kKiB, s));
   for (uint32_t s = 0; s < 4; ++s) writes.push_back(Slice(8 * kKiB + s * 512, 512, 4, 2 * kKiB, s));
-  const std::vector<SharedRowRun> runs = SharedRowRuns(writes);
+  std::vector<SharedRowRun> runs;
+  SharedRowRuns(writes, &runs);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].end - runs[0].begin, 4u);
   EXPECT_EQ(runs[1].end - runs[1].begin, 4u);
@@ -49,7 +51,11 @@ TEST(SharedRowsTest, EverySliceOfARowAndEachStretchOfRows) {
 // What is not a run: one write alone, rows of another count or stride, slices with a gap or an
 // overlap, a slice past the first one's row, single rows, and rows whole (no stride to share).
 TEST(SharedRowsTest, OnlySlicesBackToBackInsideOneRowOfTheSameRows) {
-  const auto no_run = [](std::vector<StoredRows> writes) { return SharedRowRuns(writes).empty(); };
+  const auto no_run = [](std::vector<StoredRows> writes) {
+    std::vector<SharedRowRun> runs = {{0, 1}};  // cleared first
+    SharedRowRuns(writes, &runs);
+    return runs.empty();
+  };
   EXPECT_TRUE(no_run({Slice(0, kKiB, 8, 2 * kKiB, 0)}));
   EXPECT_TRUE(no_run({Slice(0, kKiB, 8, 2 * kKiB, 0), Slice(kKiB, kKiB, 4, 2 * kKiB, 1)}));
   EXPECT_TRUE(no_run({Slice(0, kKiB, 8, 2 * kKiB, 0), Slice(kKiB, kKiB, 8, 3 * kKiB, 1)}));
@@ -65,7 +71,8 @@ TEST(SharedRowsTest, OnlySlicesBackToBackInsideOneRowOfTheSameRows) {
 TEST(SharedRowsTest, ARunEndsAtTheFirstSlicesRow) {
   std::vector<StoredRows> writes;
   for (uint32_t s = 0; s < 4; ++s) writes.push_back(Slice(s * kKiB, kKiB, 4, 3 * kKiB, s));
-  const std::vector<SharedRowRun> runs = SharedRowRuns(writes);
+  std::vector<SharedRowRun> runs;
+  SharedRowRuns(writes, &runs);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].begin, 0u);
   EXPECT_EQ(runs[0].end, 3u);

@@ -198,9 +198,10 @@ struct Lane {
   // it keeps for each writer that writes into it.
   std::unordered_map<uint64_t, PeerState*> outbound;
   am::AmTarget target;
-  // StoreSharedRows' lists of a round's writes and of what each job of the round holds, kept with
-  // their capacity.
+  // StoreSharedRows' lists of a round's writes, their runs and what each job of the round holds,
+  // kept with their capacity.
   std::vector<StoredRows> round_rows;
+  std::vector<SharedRowRun> round_runs;
   struct RoundBatch {
     const std::byte* first = nullptr;  // where its first write that may share rows reads
     bool shares = false;               // it holds such writes

@@ -72,7 +72,8 @@ void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiti
     }
   }
   if (rows.size() < 2) return;
-  const std::vector<SharedRowRun> runs = SharedRowRuns(rows);
+  std::vector<SharedRowRun>& runs = lane.round_runs;
+  SharedRowRuns(rows, &runs);
   LandingSlice slices[16];
   uint64_t stored = 0;
   for (const SharedRowRun& run : runs) {
