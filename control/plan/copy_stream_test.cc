@@ -76,14 +76,26 @@ TEST(CopyStreamTest, YieldsWhatExpandAppendsInsideItsEnvelope) {
           const std::vector<Copy> got = Drain(**stream, chunk);
           ASSERT_TRUE(got == std::vector<Copy>(want.begin(), want.end())) << "chunk " << chunk;
           uint64_t bytes = 0;
+          // The envelope is the copies' hull exactly, not merely around them.
+          uint64_t src_begin = UINT64_MAX, src_end = 0, dst_begin = UINT64_MAX, dst_end = 0;
           for (const Copy& copy : got) {
             ASSERT_GE(copy.src_offset, e.src_begin);
             ASSERT_LE(copy.src_offset + copy.length, e.src_end);
             ASSERT_GE(copy.dst_offset, e.dst_begin);
             ASSERT_LE(copy.dst_offset + copy.length, e.dst_end);
+            src_begin = std::min(src_begin, copy.src_offset);
+            src_end = std::max(src_end, copy.src_offset + copy.length);
+            dst_begin = std::min(dst_begin, copy.dst_offset);
+            dst_end = std::max(dst_end, copy.dst_offset + copy.length);
             bytes += copy.length;
           }
           EXPECT_EQ(e.bytes, bytes);
+          if (!got.empty()) {
+            EXPECT_EQ(e.src_begin, src_begin);
+            EXPECT_EQ(e.src_end, src_end);
+            EXPECT_EQ(e.dst_begin, dst_begin);
+            EXPECT_EQ(e.dst_end, dst_end);
+          }
           if (!coalesce) {
             EXPECT_EQ(e.copies, got.size());
           }
