@@ -15,6 +15,10 @@
 //     slice of every W-row source row (as a prefill rank of the smaller TP reads each decode
 //     rank's heads of its rows: 1:2's KiB of every 2 KiB is 1 KiB rows of 2 writers) and stores
 //     them back to back in a part of its own (auto streams these too: decision 0019);
+//   - read_paired/...: the same rows and bytes, but thread w takes stretches of 256 source rows
+//     and reads each slice of a stretch in turn, storing it where read_apart's thread of that
+//     slice does (what a tcp lane could do packing each rank's message of the same rows one after
+//     the other: BENCHMARKS.md, "A source row read once for every decode rank");
 //   - read_once/...: the same rows and bytes, but thread w reads whole source rows, its share of
 //     them, and stores slice k of each row where read_apart's thread k stores it, row after row:
 //     each source row read once, as a lane's shared pass reads it (decision 0020);
@@ -62,7 +66,7 @@ namespace {
 constexpr size_t kBytes = size_t{256} << 20;
 constexpr size_t kSlice = size_t{4} << 20;
 
-enum class Landing { kApart, kReadApart, kReadOnce, kGathered, kBackToBack, kWhole };
+enum class Landing { kApart, kReadApart, kReadPaired, kReadOnce, kGathered, kBackToBack, kWhole };
 
 const char* LandingName(Landing landing) {
   switch (landing) {
@@ -70,6 +74,8 @@ const char* LandingName(Landing landing) {
       return "apart";
     case Landing::kReadApart:
       return "read_apart";
+    case Landing::kReadPaired:
+      return "read_paired";
     case Landing::kReadOnce:
       return "read_once";
     case Landing::kGathered:
@@ -123,6 +129,18 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
         transport::LandingCopyRows(m.destination + w * part, row, m.source + w * row, writers * row,
                                    row, part / row, stores);
         break;
+      case Landing::kReadPaired:
+        // Thread w takes stretches of 256 source rows (every W-th one), and reads each slice of
+        // a stretch in turn, storing it where read_apart's thread of that slice stores it.
+        for (size_t first = w * 256; first < part / row; first += writers * 256) {
+          const size_t n = std::min<size_t>(256, part / row - first);
+          for (size_t k = 0; k < writers; ++k) {
+            transport::LandingCopyRows(m.destination + k * part + first * row, row,
+                                       m.source + first * writers * row + k * row, writers * row,
+                                       row, n, stores);
+          }
+        }
+        break;
       case Landing::kReadOnce:
         // Thread w reads whole source rows, its share of them, and stores slice k of each row
         // into part k, row after row: read_apart's landing with each source row read once.
@@ -170,8 +188,9 @@ void BM_Land(benchmark::State& state, Landing landing, size_t row, size_t writer
 // drifts moves them alike.
 void Register() {
   for (auto [row, writers] : {std::pair{1024, 2}, std::pair{512, 2}, std::pair{256, 4}}) {
-    for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kReadOnce,
-                            Landing::kGathered, Landing::kBackToBack, Landing::kWhole}) {
+    for (Landing landing :
+         {Landing::kApart, Landing::kReadApart, Landing::kReadPaired, Landing::kReadOnce,
+          Landing::kGathered, Landing::kBackToBack, Landing::kWhole}) {
       for (transport::LandingStores stores : transport::kLandingStoreKinds) {
         const std::string name =
             absl::StrFormat("%s/row_bytes:%d/writers:%d", LandingName(landing), row, writers);
@@ -218,8 +237,8 @@ class FloorReporter : public benchmark::ConsoleReporter {
       const auto whole = best.find(LandingName(Landing::kWhole));
       if (whole == best.end() || whole->second <= 0) continue;
       std::string ratios;
-      for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kReadOnce,
-                              Landing::kGathered, Landing::kBackToBack}) {
+      for (Landing landing : {Landing::kApart, Landing::kReadApart, Landing::kReadPaired,
+                              Landing::kReadOnce, Landing::kGathered, Landing::kBackToBack}) {
         const auto it = best.find(LandingName(landing));
         if (it != best.end()) {
           absl::StrAppendFormat(&ratios, " %s %.2f", LandingName(landing),
