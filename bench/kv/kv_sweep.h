@@ -33,7 +33,8 @@ struct KvSweepSettings {
 
 // The contiguous layout of `bytes` per room of `pages` pages (fewer, shape.pages, when `bytes`
 // does not split into 32-byte units over that many): one layer, one replicated field whose
-// pages follow each other in the arena, so the room's copies coalesce into one.
+// pages follow each other in the arena, so the room's copies coalesce into one per 4 MiB
+// (plan::kMostMergedBytes).
 // InvalidArgument when `bytes` is not a whole number of 32-byte units.
 absl::StatusOr<layout::KvShape> ContiguousShape(uint64_t bytes, int64_t pages);
 

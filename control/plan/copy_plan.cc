@@ -321,17 +321,19 @@ size_t CopyCursor::Fill(Copy* __restrict out, size_t capacity) {
     if constexpr (kCoalesce) {
       if (run.length != 0 && run.rows == 1 && copy.rows == 1 &&
           run.src_offset + run.length == copy.src_offset &&
-          run.dst_offset + run.length == copy.dst_offset) {
+          run.dst_offset + run.length == copy.dst_offset &&
+          run.length + copy.length <= kMostMergedBytes) {
         run.length += copy.length;
         return true;
       }
       // A strided copy that goes on where the run's rows end, with the same rows and strides
       // (the next page of a head-sliced field, when both sides' pages follow each other): more
-      // rows of the run.
+      // rows of the run, up to kMostMergedBytes of them.
       if (run.length != 0 && run.rows > 1 && copy.rows > 1 && run.length == copy.length &&
           run.src_stride == copy.src_stride && run.dst_stride == copy.dst_stride &&
           run.src_offset + run.rows * run.src_stride == copy.src_offset &&
-          run.dst_offset + run.rows * run.dst_stride == copy.dst_offset) {
+          run.dst_offset + run.rows * run.dst_stride == copy.dst_offset &&
+          (run.rows + copy.rows) * run.length <= kMostMergedBytes) {
         run.rows += copy.rows;
         return true;
       }
@@ -431,7 +433,8 @@ size_t CoalesceRange(Copy* copies, size_t n) {
     Copy& run = copies[last];
     const Copy& next = copies[i];
     if (run.rows == 1 && next.rows == 1 && run.src_offset + run.length == next.src_offset &&
-        run.dst_offset + run.length == next.dst_offset) {
+        run.dst_offset + run.length == next.dst_offset &&
+        run.length + next.length <= kMostMergedBytes) {
       run.length += next.length;
     } else {
       copies[++last] = next;

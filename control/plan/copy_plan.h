@@ -189,10 +189,19 @@ class CopyPlan {
   bool whole_field_ = false;
 };
 
+// The most bytes a merged copy carries (Coalesce, ExpandCoalesced, a coalescing cursor): a run
+// that would grow past it ends and the next copy starts a new one. The scheduler cuts anything
+// longer into writes of at most 4 MiB anyway (SchedulerOptions::slice_bytes), and a bounded run
+// bounds what a cursor walks per copy it yields: a field's pages back to back were one copy, so
+// the scheduler's first pull of 64 copies of a 16k-token room walked nearly all of its pages
+// before the room's first byte (BENCHMARKS.md, "The first byte of a large room").
+inline constexpr uint64_t kMostMergedBytes = uint64_t{4} << 20;
+
 // Merges, in place, each run of consecutive copies where the next one starts exactly where the
-// previous one ends on both sides, into one copy (linear, allocation-free). Returns the number
-// of copies left. Copies are never reordered, so the bytes written and the order of the
-// writes' first bytes are unchanged.
+// previous one ends on both sides, into one copy of at most kMostMergedBytes (a copy longer
+// than that alone stays as it is) (linear, allocation-free). Returns the number of copies left.
+// Copies are never reordered, so the bytes written and the order of the writes' first bytes are
+// unchanged.
 size_t Coalesce(std::vector<Copy>& copies);
 size_t Coalesce(CopyList& copies);
 

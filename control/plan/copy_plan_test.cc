@@ -142,6 +142,21 @@ TEST(CoalesceTest, ConsecutiveWholePagesBecomeOneCopy) {
   EXPECT_LT(copies.size(), before);
 }
 
+// A run ends where it would grow past kMostMergedBytes: ten MiB back to back are copies of 4, 4
+// and 2 MiB, and a copy already longer than that stays alone, the next one starting a run.
+TEST(CoalesceTest, ARunEndsAtTheMostMergedBytes) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  std::vector<Copy> copies;
+  for (uint64_t i = 0; i < 10; ++i) copies.push_back({i * kMiB, 64 * kMiB + i * kMiB, kMiB});
+  copies.push_back({10 * kMiB, 74 * kMiB, 5 * kMiB});
+  copies.push_back({15 * kMiB, 79 * kMiB, kMiB});
+  Coalesce(copies);
+  std::vector<uint64_t> lengths;
+  for (const Copy& c : copies) lengths.push_back(c.length / kMiB);
+  EXPECT_EQ(lengths, (std::vector<uint64_t>{4, 4, 2, 5, 1}));
+  ASSERT_EQ(kMostMergedBytes, 4 * kMiB);
+}
+
 // The hot-path variant coalesces as it emits and must equal Expand followed by Coalesce.
 TEST(CopyPlanTest, ExpandCoalescedEqualsExpandThenCoalesce) {
   const nlohmann::json vectors = LoadVectors("descriptors.json");
@@ -204,12 +219,13 @@ TEST(CopyCursorTest, BatchesConcatenateToTheExpandedList) {
 // Prefill rank 0's strided, coalesced copies of a room of `blocks` (the same block ids on both
 // sides) at TP prefill:decode, 2 layers of 4 heads of 32 bf16, 16-token pages: its rows, one per
 // copy, must be the per-row list's.
-std::vector<Copy> StridedRoom(int prefill_tp, int decode_tp, const std::vector<int64_t>& blocks) {
+std::vector<Copy> StridedRoom(int prefill_tp, int decode_tp, const std::vector<int64_t>& blocks,
+                              int64_t head_dim = 32, int64_t pages = 16) {
   layout::KvShape shape;
   shape.layers = 2;
   shape.kv_heads = 4;
-  shape.head_dim = 32;
-  shape.pages = 16;
+  shape.head_dim = head_dim;
+  shape.pages = pages;
   const layout::Contract src = layout::BuildKvContract(shape, prefill_tp).value();
   const layout::Contract dst = layout::BuildKvContract(shape, decode_tp).value();
   const Planner planner = Planner::Create(prefill_tp, decode_tp, src, dst).value();
@@ -248,6 +264,20 @@ TEST(CopyCursorTest, StridedPagesBackToBackMergeIntoOneCopyPerField) {
     ASSERT_EQ(broken.size(), 8u);  // each field: pages 1-3, then 7-8
     EXPECT_EQ(broken[0].rows, 3u * 16u);
     EXPECT_EQ(broken[1].rows, 2u * 16u);
+  }
+}
+
+// A strided run ends where its rows would pass kMostMergedBytes: heads of 8,192 bf16, so that a
+// TP-2 prefill's slice of a page is 16 rows of 32 KiB (512 KiB) and 20 pages back to back are
+// runs of 8, 8 and 4 pages per field; still the per-row list's rows.
+TEST(CopyCursorTest, StridedRunsEndAtTheMostMergedBytes) {
+  std::vector<int64_t> blocks;
+  for (int64_t b = 1; b <= 20; ++b) blocks.push_back(b);
+  const std::vector<Copy> runs = StridedRoom(2, 1, blocks, 8192, 24);
+  ASSERT_EQ(runs.size(), 12u);  // 2 layers x k, v x 3 runs
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i].rows, (i % 3 == 2 ? 4u : 8u) * 16u) << "copy " << i;
+    EXPECT_LE(runs[i].rows * runs[i].length, kMostMergedBytes);
   }
 }
 

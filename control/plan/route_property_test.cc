@@ -786,14 +786,19 @@ void CaseRunner::Send(int d, int global_rank, int tp_rank, const Contract& sourc
   stats_.coalesced_copies += static_cast<int64_t>(left);
   if (plan->whole_field() && m_.consecutive_blocks && m_.tight_layout) {
     // Pages back to back on both sides and block ids consecutive on both sides: each field's
-    // pages of a room are one run on each side, so they must coalesce into (at most) one copy.
+    // pages of a room are one run on each side, so they must coalesce into (at most) one copy
+    // per kMostMergedBytes of pages.
     size_t runs = 0;
     for (const BoundFragment& b : plan->fragments()) {
-      runs += prefill_manifest_.groups[b.group_index].block_ids.empty() ? 0 : 1;
+      const size_t blocks = prefill_manifest_.groups[b.group_index].block_ids.size();
+      const uint64_t page = static_cast<uint64_t>(b.rows * b.bytes_per_row);
+      const size_t per_run = std::max<size_t>(1, kMostMergedBytes / std::max<uint64_t>(page, 1));
+      runs += (blocks + per_run - 1) / per_run;
     }
     if (left > runs) {
       Fail(absl::StrCat(where, ": whole-field copy of consecutive pages coalesced to ", left,
-                        " copies, expected at most one per field (", runs, ")"));
+                        " copies, expected at most one per field and per ", kMostMergedBytes,
+                        " bytes of it (", runs, ")"));
     }
     ++stats_.whole_field_runs_merged;
   }
