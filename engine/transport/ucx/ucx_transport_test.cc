@@ -1022,6 +1022,50 @@ TEST(UcxTransportTest, TwoPeersHalvesOfTheSameRowsAreStoredTogetherOverSharedMem
   f.ExpectLanded();
 }
 
+// A shared pass stores only what Issue would send: of two peers' batches of the same rows queued
+// together, the one whose peer was disconnected meanwhile is cancelled and none of its bytes
+// land; the other lands alone, every byte, and nothing was stored together.
+TEST(UcxTransportTest, ASharedPassLeavesADisconnectedPeersBatchUnsentOverSharedMemory) {
+  TwoHalves f;
+  std::mutex mu;
+  std::vector<absl::Status> outcomes(2);
+  Waiter all;
+  {
+    Latch latch;
+    f.HoldLane0(latch);
+    if (testing::Test::HasFatalFailure()) return;
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(f.sender
+                      ->PostWrites(f.peers[rank], 0, f.src, f.Writes(rank, 1, TwoHalves::kPages),
+                                   [&, rank, done = all.Callback()](absl::Status status) {
+                                     {
+                                       std::lock_guard<std::mutex> lock(mu);
+                                       outcomes[rank] = status;
+                                     }
+                                     done(status);
+                                   })
+                      .ok());
+    }
+    ASSERT_TRUE(f.sender->Disconnect(f.peers[1]).ok());
+  }
+  all.Wait().IgnoreError();
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0];
+  EXPECT_EQ(outcomes[1].code(), absl::StatusCode::kCancelled) << outcomes[1];
+  EXPECT_EQ(f.sender->transport_counters().writes_stored_together, 0u);
+  Waiter flushed;
+  ASSERT_TRUE(f.sender->Flush(f.peers[0], 0, flushed.Callback()).ok());
+  ASSERT_TRUE(flushed.Wait().ok());
+  const auto* rank0 = static_cast<const uint8_t*>(f.segments[0].base);
+  for (uint64_t row = 0; row < TwoHalves::kPages * TwoHalves::kRows; ++row) {
+    ASSERT_EQ(std::memcmp(rank0 + row * TwoHalves::kRow, &f.source[row * 2 * TwoHalves::kRow],
+                          TwoHalves::kRow),
+              0)
+        << "rank 0 row " << row;
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(AllZero(static_cast<const uint8_t*>(f.segments[1].base), TwoHalves::kBytes / 2));
+}
+
 // A peer's batch a round ahead of the other's waits one round for it: rank 0 posts its second
 // page's batch while rank 1's first is still queued, and rank 1's second is posted by its first's
 // completion; rank 0's waits, then both second pages are stored together.
