@@ -203,9 +203,9 @@ struct Lane {
   std::vector<StoredRows> round_rows;
   std::vector<SharedRowRun> round_runs;
   struct RoundBatch {
-    const std::byte* first = nullptr;  // where its first write that may share rows reads
-    bool shares = false;               // it holds such writes
-    bool stored = false;               // a shared pass stored some of them
+    uintptr_t first = 0;  // the least address its writes that may share rows read
+    bool shares = false;  // it holds such writes
+    bool stored = false;  // a shared pass stored some of them
   };
   std::vector<RoundBatch> round_batches;
 

@@ -67,7 +67,8 @@ void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiti
       rows.push_back({from, to, w.length, w.rows, w.local_stride, w.remote_stride,
                       static_cast<uint32_t>(b), static_cast<uint32_t>(i)});
       Lane::RoundBatch& batch = batches[b];
-      if (!batch.shares || from < batch.first) batch.first = from;
+      const uintptr_t at = reinterpret_cast<uintptr_t>(from);
+      if (!batch.shares || at < batch.first) batch.first = at;
       batch.shares = true;
     }
   }
