@@ -425,12 +425,12 @@ struct Scheduler::Core : std::enable_shared_from_this<Scheduler::Core> {
   }
 
   // The lane for batch `batch` (0-based) of a transfer on lanes `set`, which may take `bytes`
-  // more, or -1 when none of `set` may: where the lanes read the source
-  // (Capabilities::lanes_read_source), the set's lane batch % (its size) when it may, so that
-  // transfers cut alike put their k-th batches on one lane; else, or when that lane is full, the
-  // lane of `set` with the fewest bytes in flight that may.
+  // more, or -1 when none of `set` may: where a lane shares passes over the rows of several peers'
+  // batches (Capabilities::lanes_share_rows), the set's lane batch % (its size) when it may, so
+  // that transfers cut alike put their k-th batches on one lane; else, or when that lane is full,
+  // the lane of `set` with the fewest bytes in flight that may.
   int PickLane(const PeerQueue& q, uint64_t bytes, const LaneSet& set, uint64_t batch) const {
-    if (caps.lanes_read_source) {
+    if (caps.lanes_share_rows) {
       const int placed =
           set.first +
           static_cast<int>(batch % static_cast<uint64_t>(set.CountIn(lanes))) * set.step;

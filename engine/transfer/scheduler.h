@@ -11,12 +11,12 @@
 //   2. Copies longer than the slice size are cut into slices (the transport's max_write_bytes
 //      at most).
 //   3. Slices go out in batches, each to a lane of the peer among the transfer's lanes
-//      (Transfer::lanes; every lane by default: striping): where the lanes' own threads read the
-//      source (Capabilities::lanes_read_source: UCX over shared memory or tcp), a transfer's k-th
-//      batch to its k-th lane (mod its lanes) while that lane has room, so that transfers cut
-//      alike (a prefill of the smaller TP sending each decode rank its heads of the same source
-//      rows) put their batches of the same rows on one lane, which over shared memory stores them
-//      in one pass that reads each source row once (docs/decisions/0020); otherwise, or when
+//      (Transfer::lanes; every lane by default: striping): where a lane stores the rows of several
+//      peers' batches in one pass (Capabilities::lanes_share_rows: UCX over shared memory), a
+//      transfer's k-th batch to its k-th lane (mod its lanes) while that lane has room, so that
+//      transfers cut alike (a prefill of the smaller TP sending each decode rank its heads of the
+//      same source rows) put their batches of the same rows on one lane, which stores them in one
+//      pass that reads each source row once (docs/decisions/0020); otherwise, or when
 //      that lane is full, to the lane with the fewest bytes in flight. The scheduler keeps at
 //      most max_inflight_bytes_per_endpoint posted and not yet locally complete per (peer, lane):
 //      UCX over tcp collapses when many large puts are in flight. A batch carries at most a lane's

@@ -46,7 +46,7 @@ class WatchingTransport final : public transport::Transport {
   void DisconnectDoesNotFence() { capabilities_.disconnect_fences = false; }
   // Before a scheduler is made: a backend whose lanes' threads read the source (UCX over shared
   // memory or tcp).
-  void LanesReadTheSource() { capabilities_.lanes_read_source = true; }
+  void LanesShareRows() { capabilities_.lanes_share_rows = true; }
   // Before a scheduler is made: a backend that takes one row a write (verbs).
   void TakesOneRowAWrite() { capabilities_.strided_writes = false; }
   // Before a scheduler is made: a backend that gathers up to `rows` rows into contiguous bytes
@@ -497,13 +497,13 @@ TEST(SchedulerTest, WorkFollowsTheLanesThatComplete) {
   ExpectExactly(f, copies);
 }
 
-// Where the lanes read the source, a transfer's k-th batch goes to lane k mod its lanes while that
-// lane has room, so two transfers cut alike (a prefill of the smaller TP sending each of two decode
-// ranks its half of every source row) read each stretch of source rows on one lane, one after the
-// other, where the second finds the first's lines in that core's cache.
+// Where a lane shares passes over several peers' rows, a transfer's k-th batch goes to lane k mod
+// its lanes while that lane has room, so two transfers cut alike (a prefill of the smaller TP
+// sending each of two decode ranks its half of every source row) put their batches of the same
+// rows on one lane, which stores them in one pass (decision 0020).
 TEST(SchedulerTest, TransfersCutAlikePutTheirKthBatchesOnOneLane) {
   Fixture f(8 * kMiB);
-  f.watch->LanesReadTheSource();
+  f.watch->LanesShareRows();
   const PeerId second = f.sender->Connect(f.receiver->LocalDescriptor().value()).value();
   SchedulerOptions options;
   options.max_writes_per_batch = 256;                   // rows: 256 KiB a batch

@@ -111,15 +111,14 @@ struct Capabilities {
   // them, so writers that share a peer may keep to lanes of their own (transfer::WriterLanes).
   // False where the writer or its NIC places the bytes (shared memory's stores, RDMA).
   bool peer_lanes_receive = false;
-  // Whether each lane's own thread reads the source bytes of the writes posted on it (UCX over
-  // shared memory or tcp alone: the lane stores them into the peer's mapped segment, or packs them
-  // into its messages). Where true, the scheduler puts a transfer's k-th batch on its k-th lane
-  // (mod its lanes) while that lane has room, so that transfers cut alike (a prefill of the
-  // smaller TP sending each decode rank its heads of the same source rows) put their batches of
-  // the same rows on one lane (over shared memory stored in one pass: decision 0020). False where a
-  // NIC reads the source (RDMA) or one thread serves every lane (loopback): there each batch goes
-  // to the lane with the fewest bytes in flight, so a faster rail takes more.
-  bool lanes_read_source = false;
+  // Whether a lane stores in one pass the slices that batches of several peers read of the same
+  // source rows (UCX over shared memory alone: decision 0020). Where true, the scheduler puts a
+  // transfer's k-th batch on its k-th lane (mod its lanes) while that lane has room, so that
+  // transfers cut alike (a prefill of the smaller TP sending each decode rank its heads of the
+  // same source rows) put their batches of the same rows on one lane. Elsewhere (tcp, whose lanes
+  // pack each peer's messages apart; RDMA, where the NIC reads; loopback) each batch goes to the
+  // lane with the fewest bytes in flight, so a faster lane or rail takes more.
+  bool lanes_share_rows = false;
 };
 
 // The most rows one Write of `length`-byte rows landing `remote_stride` apart may carry on a

@@ -168,6 +168,16 @@ absl::Status AddLane(ucp_context_h context, int index, Shared* shared,
   return absl::OkStatus();
 }
 
+Unsent WhyUnsent(const Lane& lane, const Op& op) {
+  const PeerState& state = *op.peer;
+  if (state.closed) return Unsent::kPeerClosed;
+  if (state.lanes[lane.index].failed != UCS_OK) return Unsent::kEndpointFailed;
+  if (op.kind == OpKind::kBatch && lane.shared->regions.Find(op.source) == nullptr) {
+    return Unsent::kSourceWithdrawn;
+  }
+  return Unsent::kNo;
+}
+
 void Issue(Lane& lane, Op* op) {
   switch (op->kind) {
     case OpKind::kConnect:
@@ -185,13 +195,14 @@ void Issue(Lane& lane, Op* op) {
   PeerLane& pl = state.lanes[lane.index];
   pl.ops.push_back(op);  // undelivered from here on
   const bool batch = op->kind == OpKind::kBatch;
+  const Unsent unsent = WhyUnsent(lane, *op);
   // A peer closed while this waited in the queue: cancelled, never sent (its close job is
   // queued behind it).
-  if (state.closed) {
+  if (unsent == Unsent::kPeerClosed) {
     lane.Finish(op, Cancellation(*op, state.why));
     return;
   }
-  if (pl.failed != UCS_OK) {
+  if (unsent == Unsent::kEndpointFailed) {
     const std::string context =
         batch ? BatchContext(state.id, lane.index, op->source) : FlushContext(state.id, lane.index);
     absl::Status failed =
@@ -213,7 +224,7 @@ void Issue(Lane& lane, Op* op) {
     return;
   }
   // Deregister withdrew the source while the batch waited: its bytes are not touched.
-  if (lane.shared->regions.Find(op->source) == nullptr) {
+  if (unsent == Unsent::kSourceWithdrawn) {
     lane.Finish(op, absl::CancelledError(absl::StrFormat(
                         "%s: the source region was deregistered before the batch was sent",
                         BatchContext(state.id, lane.index, op->source))));

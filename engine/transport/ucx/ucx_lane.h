@@ -198,14 +198,14 @@ struct Lane {
   // it keeps for each writer that writes into it.
   std::unordered_map<uint64_t, PeerState*> outbound;
   am::AmTarget target;
-  // StoreSharedRows' lists of a round's writes, their runs and what each job of the round holds,
-  // kept with their capacity.
+  // StoreSharedRows' lists of a round's writes, their runs, a run's slices and what each job of
+  // the round holds, kept with their capacity.
   std::vector<StoredRows> round_rows;
   std::vector<SharedRowRun> round_runs;
+  std::vector<LandingSlice> round_slices;
   struct RoundBatch {
     uintptr_t first = 0;  // the least address its writes that may share rows read
     bool shares = false;  // it holds such writes
-    bool stored = false;  // a shared pass stored some of them
   };
   std::vector<RoundBatch> round_batches;
 
@@ -335,6 +335,12 @@ absl::Status AddLane(ucp_context_h context, int index, Shared* shared,
 // tear the lane down (its endpoints' closes finished, the worker destroyed) and deliver what is
 // left. Named "ucx-lane<index>".
 void RunLane(Lane& lane);
+
+// Why Issue finishes a batch or a flush without sending it, on `lane`'s thread holding its worker
+// mutex: its peer was closed, the peer's endpoint on this lane failed, or (a batch) its source
+// region was deregistered; kNo when it is sent. StoreSharedRows stores only batches of kNo.
+enum class Unsent { kNo, kPeerClosed, kEndpointFailed, kSourceWithdrawn };
+Unsent WhyUnsent(const Lane& lane, const Op& op);
 
 // On `lane`'s thread, holding its worker mutex: the UCX calls of one job. A batch or flush of a
 // closed peer is cancelled, and a batch whose source was deregistered too.

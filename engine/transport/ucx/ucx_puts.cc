@@ -2,10 +2,8 @@
 
 #include <ucp/api/ucp.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -52,12 +50,8 @@ void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiti
   for (size_t b = 0; b < jobs.size(); ++b) {
     const Op* op = jobs[b];
     if (op->kind != OpKind::kBatch) continue;
+    if (WhyUnsent(lane, *op) != Unsent::kNo) continue;
     const PeerState& state = *op->peer;
-    // What Issue checks before it sends a batch.
-    if (state.closed || state.lanes[lane.index].failed != UCS_OK ||
-        lane.shared->regions.Find(op->source) == nullptr) {
-      continue;
-    }
     for (size_t i = 0; i < op->writes.size(); ++i) {
       const Write& w = op->writes[i];
       if (w.rows < 2 || w.local_stride <= w.length) continue;
@@ -75,25 +69,22 @@ void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiti
   if (rows.size() < 2) return;
   std::vector<SharedRowRun>& runs = lane.round_runs;
   SharedRowRuns(rows, &runs);
-  LandingSlice slices[16];
+  std::vector<LandingSlice>& slices = lane.round_slices;
   uint64_t stored = 0;
   for (const SharedRowRun& run : runs) {
-    for (size_t first = run.begin; first < run.end; first += std::size(slices)) {
-      const size_t n = std::min(run.end - first, std::size(slices));
-      for (size_t k = 0; k < n; ++k) {
-        const StoredRows& r = rows[first + k];
-        Op* op = jobs[r.batch];
-        const Write& w = op->writes[r.write];
-        op->peer->prefault[op->region_of[r.write]]->Before(r.dst, RemoteSpan(w));
-        slices[k] = {r.dst, r.dst_stride, r.src, r.length};
-        if (op->stored_together.empty()) op->stored_together.assign(op->writes.size(), 0);
-        op->stored_together[r.write] = 1;
-        batches[r.batch].stored = true;
-      }
-      LandingCopySharedRows(slices, n, rows[first].src_stride, rows[first].rows,
-                            lane.shared->landing_stores);
-      stored += n;
+    slices.clear();
+    for (size_t k = run.begin; k < run.end; ++k) {
+      const StoredRows& r = rows[k];
+      Op* op = jobs[r.batch];
+      const Write& w = op->writes[r.write];
+      op->peer->prefault[op->region_of[r.write]]->Before(r.dst, RemoteSpan(w));
+      slices.push_back({r.dst, r.dst_stride, r.src, r.length});
+      if (op->stored_together.empty()) op->stored_together.assign(op->writes.size(), 0);
+      op->stored_together[r.write] = 1;
     }
+    LandingCopySharedRows(slices.data(), slices.size(), rows[run.begin].src_stride,
+                          rows[run.begin].rows, lane.shared->landing_stores);
+    stored += slices.size();
   }
   if (stored > 0) {
     LandingFence();
@@ -104,13 +95,14 @@ void StoreSharedRows(Lane& lane, std::vector<Op*>& jobs, std::vector<Op*>* waiti
   auto waits = [&](size_t b) {
     const Lane::RoundBatch& batch = batches[b];
     const Op* op = jobs[b];
-    if (!batch.shares || batch.stored || op->waited) return false;
+    // A batch a shared pass stored from has its flags (Op::Reset empties them).
+    if (!batch.shares || !op->stored_together.empty() || op->waited) return false;
     for (size_t later = b + 1; later < jobs.size(); ++later) {
       if (jobs[later]->peer == op->peer) return false;
     }
     for (size_t c = 0; c < jobs.size(); ++c) {
       const Lane::RoundBatch& other = batches[c];
-      if (other.shares && !other.stored && jobs[c]->peer != op->peer &&
+      if (other.shares && jobs[c]->stored_together.empty() && jobs[c]->peer != op->peer &&
           jobs[c]->source == op->source && other.first < batch.first) {
         return true;
       }

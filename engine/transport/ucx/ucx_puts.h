@@ -27,7 +27,8 @@ std::byte* MappedAddress(const PeerState& state, int region, uint64_t address);
 // each decode rank's heads of a prefill rank's rows) and land in mapped memory are stored a
 // source row at a time, each row read once for all of them (decision 0020), and marked in their
 // batch's `stored_together` so that IssuePuts skips them. Only batches that Issue would send
-// (their peer open, its endpoint on this lane sound, their source registered) take part, and only
+// (WhyUnsent: their peer open, its endpoint on this lane sound, their source registered) take
+// part, and only
 // in a round without connect or close jobs (which change what those checks read). Fenced before
 // it returns.
 //

@@ -66,8 +66,8 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           .strided_writes = true,
           // Over shared memory or tcp alone; where UCX may choose RDMA, a put per row.
           .lands_rows_apart_whole = SharedMemoryOnly(options.tls) || TcpOnly(options.tls),
-          // The lanes' stores or packing read the source; where UCX may choose RDMA, the NIC.
-          .lanes_read_source = SharedMemoryOnly(options.tls) || TcpOnly(options.tls),
+          // Only the lanes' own stores share a pass (ucx_puts.h, StoreSharedRows).
+          .lanes_share_rows = SharedMemoryOnly(options.tls),
       },
       shared_(std::make_unique<ucx_internal::Shared>()),
       connect_timeout_(options.connect_timeout) {}

@@ -469,8 +469,8 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   // Rows landing apart are placed whole over shared memory or tcp alone, a put each over RDMA.
   EXPECT_TRUE(caps.lands_rows_apart_whole);
   EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().lands_rows_apart_whole);
-  EXPECT_TRUE(caps.lanes_read_source);
-  EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().lanes_read_source);
+  EXPECT_TRUE(caps.lanes_share_rows);
+  EXPECT_FALSE(UcxTransport::Create(Tcp()).value()->capabilities().lanes_share_rows);
   // Over tcp the target's lane thread copies each message in; over shared memory the writer's
   // lane stores the bytes itself.
   EXPECT_FALSE(caps.peer_lanes_receive);
