@@ -35,14 +35,17 @@
 //     sends the lane's count of them, completing OK once the target answers that it checked and
 //     copied that many (a refused write fails it); over shared memory a Flush is
 //     ucp_ep_flush_nbx, which completes once every earlier put has completed at the peer (stores
-//     into a peer's mapped segment are done, behind a release fence, before it). An error
+//     into a peer's mapped segment are done, behind a release fence, before it), and OK only
+//     while the peer's process lives (engine/transport/peer_process.h). An error
 //     without an answer: the endpoint had failed (peer-failure handling), and UCX sends nothing
 //     more on a failed endpoint. Disconnect does NOT fence (b):
 //     it force-closes the endpoints (UCP_EP_CLOSE_FLAG_FORCE) and cancels the peer's queued
 //     work, but writes UCX already handed over (to the kernel's socket buffers over tcp, into
 //     the peer's receive FIFO over shared memory) may still be copied by the peer after it
 //     returned (Capabilities::disconnect_fences is false; ucx_transport.h, "Fencing"). Close
-//     waits for those closes, up to 10 s per lane, before the workers go.
+//     fences where the peer answers: over tcp each lane first sends every peer a last flush and
+//     closes its endpoint once the target answered it (every message before it copied), or after
+//     2 s; then it waits for the closes, up to 10 s per lane, before the workers go.
 //   * verbs: a batch completes OK only once the peer's NIC acknowledged its last write (RC
 //     completes in order), and a Flush after every earlier batch of its QP. A failed completion
 //     moves the QP to the error state before the batch's failure is delivered (the QP is

@@ -20,11 +20,11 @@ namespace {
 // completes, then frees it. The outcome is not reported: the target's answers and a writer's
 // goodbye are best effort (a peer that is gone needs neither).
 template <typename Header>
-void SendOwnedAm(ucp_ep_h ep, unsigned id, Header* owned) {
+void SendOwnedAm(ucp_ep_h ep, unsigned id, Header* owned, uint32_t flags = UCP_AM_SEND_FLAG_EAGER) {
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.flags = flags;
   param.cb.send = [](void* request, ucs_status_t, void* user_data) {
     delete static_cast<Header*>(user_data);
     ucp_request_free(request);
@@ -75,7 +75,12 @@ ucs_status_t OnFlushReplyAm(void* arg, const void* header, size_t header_length,
   auto found = lane.outbound.find(reply.token);
   if (found == lane.outbound.end()) return UCS_OK;  // disconnected since
   PeerState& peer = *found->second;
-  for (Op* op : peer.lanes[lane.index].ops) {
+  PeerLane& pl = peer.lanes[lane.index];
+  if (pl.fence_seq != 0 && reply.seq == pl.fence_seq) {
+    pl.fence_answered = true;  // the close's fence (SendCloseFence)
+    return UCS_OK;
+  }
+  for (Op* op : pl.ops) {
     if (op->kind != OpKind::kAmFlush || op->seq != reply.seq) continue;
     lane.FinishFlush(op, am::FlushReplyStatus(reply, peer.id, lane.index));
     break;
@@ -180,6 +185,13 @@ absl::Status SetAmHandlers(Lane& lane) {
 
 void SendBye(PeerLane& pl) {
   SendOwnedAm(pl.ep, am::kByeAm, new am::AmHeader{.token = pl.writer.token()});
+}
+
+void SendCloseFence(PeerLane& pl) {
+  auto* header = new am::AmHeader(pl.writer.NextFlush());
+  pl.fence_seq = header->b;
+  pl.fence_answered = false;
+  SendOwnedAm(pl.ep, am::kFlushAm, header, UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY);
 }
 
 void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op) {

@@ -26,6 +26,12 @@ void SendAmFlush(Lane& lane, PeerLane& pl, Op* op);
 // The writer's goodbye on a closing endpoint: the target forgets its token. Best effort.
 void SendBye(PeerLane& pl);
 
+// The transport's Close: a last flush on the endpoint, not an operation of the caller's. Its
+// answer (OnFlushReplyAm) sets pl.fence_answered: the target has handled every message sent
+// before it, so none of them can land after the endpoint closes. Best effort: a target that
+// does not answer is waited for only so long (TearDown).
+void SendCloseFence(PeerLane& pl);
+
 }  // namespace kvrail::transport::ucx_internal
 
 #endif  // KVRAIL_ENGINE_TRANSPORT_UCX_UCX_AM_H_

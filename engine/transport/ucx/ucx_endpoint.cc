@@ -131,9 +131,23 @@ void IssueConnect(Lane& lane, Op* op) {
 void IssueClose(Lane& lane, Op* job) {
   std::shared_ptr<PeerState> peer = std::move(job->closing);
   lane.Recycle(job);
+  PeerLane& pl = peer->lanes[lane.index];
+  while (!pl.ops.empty()) lane.Finish(pl.ops.front(), Cancellation(*pl.ops.front(), peer->why));
+  // The transport's Close fences (transport.h, (b)): over active messages, write messages the
+  // socket took may still reach the target after the endpoint is gone, so a last flush goes
+  // first, and the endpoint closes once the target answered it (TearDown).
+  if (lane.tearing_down && lane.shared->am_writes && pl.ep != nullptr && pl.failed == UCS_OK &&
+      pl.writer.sent() > 0) {
+    SendCloseFence(pl);
+    lane.fencing.push_back(std::move(peer));
+    return;
+  }
+  CloseEndpoint(lane, std::move(peer));
+}
+
+void CloseEndpoint(Lane& lane, std::shared_ptr<PeerState> peer) {
   const int index = lane.index;
   PeerLane& pl = peer->lanes[index];
-  while (!pl.ops.empty()) lane.Finish(pl.ops.front(), Cancellation(*pl.ops.front(), peer->why));
   lane.outbound.erase(pl.writer.token());
   if (pl.ep == nullptr) {
     peer->DestroyRkeys(index);

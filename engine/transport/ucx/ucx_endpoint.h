@@ -7,6 +7,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "absl/status/status.h"
 #include "engine/memory/prefault.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/peer_process.h"
 #include "engine/transport/transport.h"
 #include "engine/transport/ucx/am_protocol.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -59,6 +61,13 @@ struct alignas(64) PeerLane {
   absl::Status error;             // first failure of a batch since the lane's last Flush
   ucs_status_t failed = UCS_OK;   // set by UCX's error handler
   std::deque<Op*> ops;            // undelivered batches and flushes, oldest first
+  // The transport's Close over active messages: the number of the last flush, sent before the
+  // endpoint closes, and whether the target answered it (every message before it handled).
+  uint64_t fence_seq = 0;
+  bool fence_answered = false;
+  // When this lane last saw the peer's owner alive (OwnerGone): a flush within kOwnerSeenFor
+  // of it does not ask again.
+  std::chrono::steady_clock::time_point owner_seen_alive{};
 };
 
 // A connected (or connecting) peer. Everything but `closed` and `why` is fixed before its
@@ -86,6 +95,9 @@ struct PeerState {
   // stores there (engine/memory/prefault.h), by whichever lane stores first.
   std::vector<std::unique_ptr<Prefaulter>> prefault;
   std::shared_ptr<ConnectWait> connect_wait;
+  // The peer's process where it is this host's (peer_process.h): a Flush over puts or stores
+  // completes OK only while it lives.
+  std::unique_ptr<PeerProcess> owner;
   // ClosePeer ran: written holding every lane's worker mutex, so a lane's thread reads them
   // holding its own. Its jobs still queued are cancelled, not sent.
   bool closed = false;
@@ -125,8 +137,13 @@ void IssueConnect(Lane& lane, Op* op);
 // On `lane`'s thread, holding its worker mutex: a close job (OpKind::kClose). Cancels the
 // peer's operations on this lane, says goodbye on the active-message path, and closes its
 // endpoint (forced where it has peer-failure handling: see "Fencing"); the lane's rkeys go once
-// the close has finished (Lane::ReapClosed).
+// the close has finished (Lane::ReapClosed). At the transport's Close over active messages,
+// first a last flush whose answer the lane's TearDown waits for (Lane::fencing).
 void IssueClose(Lane& lane, Op* job);
+
+// The end of a close job, or of the fence before it (TearDown): says goodbye on the
+// active-message path and closes the peer's endpoint on this lane.
+void CloseEndpoint(Lane& lane, std::shared_ptr<PeerState> peer);
 
 // A flush of `ep` (Flush over puts, and Connect's wireup): ucp_ep_flush_nbx completes `op`.
 // `what` names the call in the error when it fails at once; it is formatted only then (a flush

@@ -122,6 +122,22 @@ absl::Status Cancellation(const Op& op, const char* why) {
                                               op.peer->id, op.lane, why));
 }
 
+absl::Status OwnerGone(const Op& op) {
+  const PeerProcess* owner = op.peer->owner.get();
+  if (owner == nullptr) return absl::OkStatus();
+  PeerLane& pl = op.peer->lanes[op.lane];
+  const auto now = std::chrono::steady_clock::now();
+  if (now - pl.owner_seen_alive < kOwnerSeenFor) return absl::OkStatus();
+  if (!owner->Exited()) {
+    pl.owner_seen_alive = now;
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "flush to peer %d lane %d: the peer's process (pid %d) has exited: what was written went "
+      "into memory it no longer owns, so nothing since the last flush counts as landed",
+      op.peer->id, op.lane, owner->pid()));
+}
+
 Lane::~Lane() {
   if (wake_fd >= 0) close(wake_fd);
 }
@@ -241,6 +257,19 @@ void Issue(Lane& lane, Op* op) {
 
 // At the lane's stop, on its thread: finishes the endpoints' closes, drains, destroys the worker.
 void TearDown(Lane& lane) {
+  // The close fences first (IssueClose): each peer's endpoint closes once the target answered
+  // the last flush, or its endpoint failed, or kCloseFenceWait passed (a target that stopped).
+  const auto fenced = std::chrono::steady_clock::now() + Lane::kCloseFenceWait;
+  const auto unanswered = [&lane] {
+    for (const auto& peer : lane.fencing) {
+      const PeerLane& pl = peer->lanes[lane.index];
+      if (!pl.fence_answered && pl.failed == UCS_OK) return true;
+    }
+    return false;
+  };
+  while (unanswered() && std::chrono::steady_clock::now() < fenced) ProgressWorker(lane.worker);
+  for (auto& peer : lane.fencing) CloseEndpoint(lane, std::move(peer));
+  lane.fencing.clear();
   // Endpoints closed by Close finish after a little progress; then let messages in flight
   // (wireup, acknowledgements of peers' puts) drain before the worker goes.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -326,6 +355,7 @@ void RunLane(Lane& lane) {
         lane.TakeJobsLocked(jobs);
         stop = lane.stop;
       }
+      lane.tearing_down = stop;
       // Those that waited a round go first: they were queued before these.
       if (!waiting.empty()) {
         jobs.insert(jobs.begin(), waiting.begin(), waiting.end());

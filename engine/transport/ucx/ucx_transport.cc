@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
 #include "engine/transport/bounds.h"
+#include "engine/transport/peer_process.h"
 #include "engine/transport/region_table.h"
 #include "engine/transport/shared_region.h"
 #include "engine/transport/ucx/ucx_context.h"
@@ -69,6 +70,7 @@ UcxTransport::UcxTransport(const UcxOptions& options)
           // Only the lanes' own stores share a pass (ucx_puts.h, StoreSharedRows).
           .lanes_share_rows = SharedMemoryOnly(options.tls),
       },
+      self_(SelfProcess()),
       shared_(std::make_unique<ucx_internal::Shared>()),
       connect_timeout_(options.connect_timeout) {}
 
@@ -148,6 +150,7 @@ absl::StatusOr<v1::HandshakeDescriptor> UcxTransport::LocalDescriptor() const {
   v1::HandshakeDescriptor descriptor;
   descriptor.set_version(shared_->regions.version());
   descriptor.set_transport(v1::TRANSPORT_KIND_UCX);
+  *descriptor.mutable_owner() = self_;
   for (const auto& lane : lanes_) descriptor.add_lanes()->set_address(lane->address);
   for (const auto& [id, entry] : shared_->regions) {
     v1::Region* region = descriptor.add_regions();
@@ -177,6 +180,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   const int lanes = capabilities_.lanes;
   auto state = std::make_shared<PeerState>(std::move(regions), lanes, peer.regions_size());
   state->name = PeerName(peer);
+  state->owner = PeerProcess::Watch(peer.owner());
   for (int index = 0; index < lanes; ++index) {
     state->remote_addresses.push_back(peer.lanes(index % peer.lanes_size()).address());
   }

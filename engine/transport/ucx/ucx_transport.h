@@ -75,8 +75,14 @@
 // whose process died fails its endpoints at once over tcp (its kernel resets the connection) and
 // within about UcxOptions::keepalive_interval over shared memory (UCX's keepalive finds its
 // process gone; a zombie that its parent has not reaped still counts as alive). Then its batches
-// and flushes fail with kUnavailable. A peer that is alive but stopped fails nothing: only the
-// caller's deadlines end its rooms.
+// and flushes fail with kUnavailable. Over shared memory that second is too late: a peer's
+// segment stays mapped here when it dies, so the stores into it and UCX's flush of them succeed,
+// and a transfer to a decode that had just died reported Success. So every descriptor names
+// its owner process (SelfProcess), each peer on this host is watched through a pidfd
+// (PeerState::owner, engine/transport/peer_process.h), and a Flush over puts or stores completes
+// OK only if the owner was seen alive at most 50 us before (OwnerGone; a Connect to an owner
+// already gone fails too). A peer that is alive but stopped fails nothing: only the caller's
+// deadlines end its rooms.
 //
 // Fencing, for this backend (what the generic contract in transport.h leaves to each one):
 //   * A Flush of (peer, lane) that completed OK means every write posted there before it has
@@ -94,6 +100,16 @@
 //     handed over (to the kernel's socket buffers over tcp, into the peer's receive FIFO over
 //     shared memory) may still be copied by the peer after Disconnect returns; only a completed
 //     Flush, or the peer's death, says that none will.
+//   * Close does fence where the peer answers. Over tcp each lane's close job at the transport's
+//     Close sends the peer a last flush (SendCloseFence, after cancelling the peer's queued
+//     work) and its TearDown closes the endpoint once the target answered it, so every message
+//     the socket took has been copied or refused by then; a target that does not answer within
+//     Lane::kCloseFenceWait (2 s: stopped, or gone without the endpoint failing) is not waited
+//     for longer, and then only its death says that nothing more lands. Before this, a write
+//     still in the sockets landed after Close returned in about 1 run in 12 of the conformance
+//     suite's NoWriteLandsAfterCloseReturns over tcp. Over shared memory the lanes' stores into a
+//     peer's Allocate are done before Close returns; puts into memory the peer registered go
+//     through its receive FIFO, and the force close does not wait for them.
 //
 // Known limits (UCX, not this code):
 //   * Over shared memory a write into a region the peer has deregistered is not detected: UCX's
@@ -207,6 +223,7 @@ class UcxTransport final : public Transport {
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
   Capabilities capabilities_;
+  const v1::ProcessIdentity self_;  // this process, for the descriptor's owner
 
   void* context_ = nullptr;  // ucp_context_h, destroyed by the destructor
   // One per lane, fixed once Init returns; each guards itself (see ucx_internal::Lane and

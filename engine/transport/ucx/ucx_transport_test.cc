@@ -2,7 +2,10 @@
 #include "engine/transport/ucx/ucx_transport.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/transport/peer_process.h"
 #include "engine/transport/transport.h"
 #include "gtest/gtest.h"
 #include "proto/kvrail/v1/handshake.pb.h"
@@ -368,6 +372,77 @@ TEST(UcxTransportTest, WritesIntoAPeersSharedSegmentAreStoresThatLandExactly) {
   ucx_calls::ResetCalls();
   PostAndCheck(*sender, peer, src, source, destination, base, ScatteredWrites(kBytes, base, 5));
   EXPECT_EQ(ucx_calls::Calls("ucp_put_nbx"), 0u) << "a write went through UCX's put";
+  sender->Close();
+  EXPECT_TRUE(receiver->Deregister(shared.region).ok());
+}
+
+// A child process that sleeps until killed (it calls nothing but pause: this process has
+// threads), to stand as a peer's owner.
+pid_t SleepingChild() {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    while (true) pause();
+  }
+  return pid;
+}
+
+// Over shared memory a peer's segment stays mapped here when the peer dies, so stores into it
+// cannot fail: the flush fails instead once the process that published the descriptor (its
+// owner) has exited, naming it, and every later flush does too. Before, both flushed OK.
+TEST(UcxTransportTest, AFlushIntoAPeerWhoseProcessExitedFailsNamingItOverSharedMemory) {
+  constexpr uint64_t kBytes = kMiB;
+  std::vector<uint8_t> source(kBytes);
+  Fill(source, 3);
+  const pid_t child = SleepingChild();
+  ASSERT_GT(child, 0);
+  auto sender = UcxTransport::Create(Sm()).value();
+  auto receiver = UcxTransport::Create(Sm()).value();
+  const RegionId src = sender->Register({source.data(), source.size()}).value();
+  SharedRegion shared = receiver->Allocate(kBytes).value();
+  v1::HandshakeDescriptor descriptor = receiver->LocalDescriptor().value();
+  ASSERT_EQ(descriptor.owner().pid(), static_cast<uint32_t>(getpid()));
+  *descriptor.mutable_owner() = ProcessIdentityOf(child);  // the child stands as the owner
+  const PeerId peer = sender->Connect(descriptor).value();
+  const uint64_t base = reinterpret_cast<uintptr_t>(shared.base);
+  const Write write{.local_offset = 0, .remote_address = base, .length = kBytes};
+  Waiter alive;
+  ASSERT_TRUE(sender->PostWrites(peer, 0, src, {&write, 1}, alive.Callback()).ok());
+  ASSERT_TRUE(sender->Flush(peer, 0, alive.Callback()).ok());
+  ASSERT_TRUE(alive.Wait().ok());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  for (int round = 0; round < 2; ++round) {
+    Waiter batch, flush;
+    ASSERT_TRUE(sender->PostWrites(peer, 0, src, {&write, 1}, batch.Callback()).ok());
+    ASSERT_TRUE(sender->Flush(peer, 0, flush.Callback()).ok());
+    EXPECT_TRUE(batch.Wait().ok());  // the stores themselves never fail
+    const absl::Status flushed = flush.Wait();
+    EXPECT_EQ(flushed.code(), absl::StatusCode::kUnavailable) << flushed;
+    EXPECT_NE(flushed.message().find(absl::StrCat("process (pid ", child, ") has exited")),
+              std::string::npos)
+        << flushed;
+  }
+  sender->Close();
+  EXPECT_TRUE(receiver->Deregister(shared.region).ok());
+}
+
+// A descriptor whose owner had exited before Connect: the wireup's flush fails, and so does
+// Connect, naming the process.
+TEST(UcxTransportTest, ConnectToAPeerWhoseProcessHadExitedFailsOverSharedMemory) {
+  const pid_t child = SleepingChild();
+  ASSERT_GT(child, 0);
+  const v1::ProcessIdentity gone = ProcessIdentityOf(child);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto sender = UcxTransport::Create(Sm()).value();
+  auto receiver = UcxTransport::Create(Sm()).value();
+  SharedRegion shared = receiver->Allocate(kMiB).value();
+  v1::HandshakeDescriptor descriptor = receiver->LocalDescriptor().value();
+  *descriptor.mutable_owner() = gone;
+  const absl::StatusOr<PeerId> peer = sender->Connect(descriptor);
+  ASSERT_FALSE(peer.ok());
+  EXPECT_EQ(peer.status().code(), absl::StatusCode::kUnavailable) << peer.status();
+  EXPECT_NE(peer.status().message().find("has exited"), std::string::npos) << peer.status();
   sender->Close();
   EXPECT_TRUE(receiver->Deregister(shared.region).ok());
 }
