@@ -1,8 +1,9 @@
-// Faults on real processes (docs/RELIABILITY.md): a prefill killed mid-room, a decode stopped
-// past its room's deadline and resumed, the bootstrap server restarted mid-run, and an engine
-// that restarts. Each asserts that the rooms the fault touches fail within a bound with a
-// reason, that the others succeed, and that no byte lands in pages the engine was told are
-// free. (A decode stopped or gone beside a healthy one, which compares latencies: isolation_test.)
+// Faults on real processes (docs/RELIABILITY.md): a prefill killed mid-room, and killed while
+// its decode is stopped; a decode stopped past its room's deadline and resumed; the bootstrap
+// server restarted mid-run; an engine that restarts. Each asserts that the rooms the fault
+// touches fail within a bound with a reason, that the others succeed, and that no byte lands in
+// pages the engine was told are free. (A decode stopped or gone beside a healthy one, which
+// compares latencies: isolation_test.)
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -164,6 +165,52 @@ TEST_P(FaultsTest, AnEngineThatRestartsReattachesAndItsOldRoomsFailCleanly) {
   // The new engine's rooms land.
   const absl::Status moved = d.MoveRoom(0, 2, manifest);
   EXPECT_TRUE(moved.ok()) << moved;
+}
+
+// A prefill sidecar killed while its decode is stopped (SIGSTOP) mid-room, with the room's
+// writes backed up in the sockets (tcp), the decode's receive queue (shared memory into engine
+// memory) or unacknowledged (verbs); the decode resumed once its heartbeat is due. It hears
+// Failed, naming the dead prefill, and its pages come free; nothing lands in them afterwards,
+// though what the dead prefill had handed over may still reach the decode as it resumes.
+TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLandsAfter) {
+  DeploymentOptions options = TwoDecodes(GetParam());
+  options.decodes = 1;
+  options.pages = 129;
+  auto started = Deployment::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Deployment& d = **started;
+  const layout::Manifest manifest = d.Blocks(1, 128);
+  Arena& pages = *d.decode(0).arena;
+  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
+  ASSERT_TRUE(d.Ready(1, manifest).ok());
+  absl::SleepFor(absl::Milliseconds(15));
+  d.decode(0).sidecar->Signal(SIGSTOP);
+  absl::SleepFor(absl::Milliseconds(100));  // the prefill's writes back up
+  d.prefill().sidecar->Signal(SIGKILL);
+  // Past the decode's heartbeat interval (2 s) twice: its probe of the prefill is due as it
+  // resumes, racing its lanes, which take what the dead prefill had handed over.
+  absl::SleepFor(absl::Milliseconds(4500));
+  d.decode(0).sidecar->Signal(SIGCONT);
+  absl::StatusOr<v1::RoomEvent> failed = d.Event(d.decode(0), 1, absl::Seconds(30));
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  if (failed->status() == v1::TRANSFER_POLL_SUCCESS) {
+    GTEST_SKIP() << "the room landed before the stop";
+  }
+  EXPECT_EQ(failed->status(), v1::TRANSFER_POLL_FAILED);
+  EXPECT_NE(failed->reason().find("gone"), std::string::npos) << failed->reason();
+  absl::StatusOr<v1::RoomEvent> freed =
+      failed->pages() == v1::PAGES_REUSABLE ? failed : d.PagesFree(0, 1, absl::Seconds(30));
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  std::memset(pages.data(), 0x5A, pages.size());
+  absl::SleepFor(absl::Milliseconds(700));
+  const uint64_t overwritten = kvrail::testing::CountBytesNot(pages.data(), pages.size(), 0x5A);
+  std::printf(
+      "[%s] prefill killed while its decode was stopped: pages freed (%s: %s), %llu "
+      "bytes overwritten after\n",
+      GetParam(), freed->pages_proven() ? "proven" : "unproven", freed->reason().c_str(),
+      static_cast<unsigned long long>(overwritten));
+  EXPECT_EQ(overwritten, 0u);
+  EXPECT_FALSE(d.decode(0).sidecar->Wait(absl::Milliseconds(1)).ok()) << "the decode died";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FaultsTest, ::testing::Values("tcp", "sm", "verbs"),
