@@ -237,6 +237,14 @@ uint64_t Deployment::Changed(int d, const std::vector<uint8_t>& before) const {
                                               before.size());
 }
 
+uint64_t Deployment::OverwrittenWithin(int d, absl::Duration watch) {
+  constexpr uint8_t kMarker = 0x5A;
+  Arena& arena = *decodes_[d].arena;
+  std::memset(arena.data(), kMarker, arena.size());
+  absl::SleepFor(watch);
+  return kvrail::testing::CountBytesNot(arena.data(), arena.size(), kMarker);
+}
+
 absl::Status Deployment::ReconnectDecodeEngine(int d) {
   decodes_[d].engine.reset();
   return AttachRank(decodes_[d], false);

@@ -95,6 +95,9 @@ class Deployment {
   bool Landed(int d, const layout::Manifest& manifest) const;
   // Bytes of decode `d`'s arena that differ from `before`.
   uint64_t Changed(int d, const std::vector<uint8_t>& before) const;
+  // For pages just said free: fills decode `d`'s whole arena with a marker, waits `watch`, and
+  // returns how many of its bytes a late write changed meanwhile.
+  uint64_t OverwrittenWithin(int d, absl::Duration watch);
   std::vector<uint8_t> Snapshot(int d) const;
   // Kills decode `d`'s sidecar (SIGKILL, as a crash) and starts it again: same arena, new
   // session id; the test attaches it again as its engine would.

@@ -8,14 +8,12 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/chaos/deployment.h"
-#include "tests/support/byte_count.h"
 
 namespace kvrail::chaos {
 namespace {
@@ -69,7 +67,6 @@ TEST_P(FaultsTest, ADecodeStoppedPastTheDeadlineThenResumedGetsFailedAndIntactPa
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
   const layout::Manifest manifest = d.Blocks(1, 128);
-  Arena& pages = *d.decode(0).arena;
   ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
   ASSERT_TRUE(d.Ready(1, manifest).ok());
   absl::SleepFor(absl::Milliseconds(20));
@@ -89,9 +86,7 @@ TEST_P(FaultsTest, ADecodeStoppedPastTheDeadlineThenResumedGetsFailedAndIntactPa
   d.decode(0).sidecar->Signal(SIGCONT);
   absl::StatusOr<v1::RoomEvent> freed = d.PagesFree(0, 1, absl::Seconds(30));
   ASSERT_TRUE(freed.ok()) << freed.status();
-  std::memset(pages.data(), 0x5A, pages.size());
-  absl::SleepFor(absl::Milliseconds(700));
-  const uint64_t overwritten = kvrail::testing::CountBytesNot(pages.data(), pages.size(), 0x5A);
+  const uint64_t overwritten = d.OverwrittenWithin(0, absl::Milliseconds(700));
   std::printf("[%s] resumed decode: pages freed (%s: %s), %llu bytes overwritten after\n",
               GetParam(), freed->pages_proven() ? "proven" : "unproven", freed->reason().c_str(),
               static_cast<unsigned long long>(overwritten));
@@ -180,7 +175,6 @@ TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLa
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
   const layout::Manifest manifest = d.Blocks(1, 128);
-  Arena& pages = *d.decode(0).arena;
   ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
   ASSERT_TRUE(d.Ready(1, manifest).ok());
   absl::SleepFor(absl::Milliseconds(15));
@@ -201,9 +195,7 @@ TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLa
   absl::StatusOr<v1::RoomEvent> freed =
       failed->pages() == v1::PAGES_REUSABLE ? failed : d.PagesFree(0, 1, absl::Seconds(30));
   ASSERT_TRUE(freed.ok()) << freed.status();
-  std::memset(pages.data(), 0x5A, pages.size());
-  absl::SleepFor(absl::Milliseconds(700));
-  const uint64_t overwritten = kvrail::testing::CountBytesNot(pages.data(), pages.size(), 0x5A);
+  const uint64_t overwritten = d.OverwrittenWithin(0, absl::Milliseconds(700));
   std::printf(
       "[%s] prefill killed while its decode was stopped: pages freed (%s: %s), %llu "
       "bytes overwritten after\n",

@@ -11,7 +11,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,7 +20,6 @@
 #include "absl/time/clock.h"
 #include "tests/chaos/deployment.h"
 #include "tests/chaos/fence_suite.h"
-#include "tests/support/byte_count.h"
 
 namespace kvrail::chaos {
 namespace {
@@ -95,7 +93,6 @@ TEST_P(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsO
   if (HasFatalFailure()) return;
   Deployment& d = *deployment_;
   const layout::Manifest manifest = d.Blocks(1, 128);
-  Arena& pages = *d.decode(0).arena;
   absl::Time down;
   std::optional<v1::RoomEvent> failed = CutOffMidRoom(1, manifest, down);
   if (skipped_) GTEST_SKIP() << "the room landed before the link went down";
@@ -108,9 +105,7 @@ TEST_P(NetnsFaultTest, ALinkDownMidRoomFailsItWithinTheDeadlineAndANewRoomLandsO
   Link(true);
   absl::StatusOr<v1::RoomEvent> freed = d.PagesFree(0, 1, absl::Seconds(60));
   ASSERT_TRUE(freed.ok()) << freed.status();
-  std::memset(pages.data(), 0x5A, pages.size());
-  absl::SleepFor(absl::Milliseconds(700));
-  const uint64_t overwritten = kvrail::testing::CountBytesNot(pages.data(), pages.size(), 0x5A);
+  const uint64_t overwritten = d.OverwrittenWithin(0, absl::Milliseconds(700));
   std::printf(
       "link up: decode pages freed %s after it came back (%s: %s), %llu bytes "
       "overwritten after\n",
