@@ -41,9 +41,10 @@ struct UcxOptions {
   uint64_t tcp_rx_seg_bytes = uint64_t{1} << 20;
   // How often UCX checks that its peers are alive (UCX_KEEPALIVE_INTERVAL; also tcp's keepalive
   // idle time and probe interval, UCX_TCP_KEEPIDLE and UCX_TCP_KEEPINTVL, in whole seconds). A
-  // peer process that died is seen within about this over shared memory, where nothing else
-  // tells; over tcp its kernel usually resets the connection at once, and keepalive catches a
-  // host or link that vanished. UCX's defaults are 20 s and 10 s; zero keeps them; the
+  // peer process that died fails its endpoints within about this over shared memory (its next
+  // flush fails sooner where the writer watches its process: ucx_transport.h, "Peer failure");
+  // over tcp its kernel usually resets the connection at once, and keepalive catches a host or
+  // link that vanished. UCX's defaults are 20 s and 10 s; zero keeps them; the
   // operator's environment wins. Create rejects a negative interval.
   absl::Duration keepalive_interval = absl::Seconds(1);
   // How long Connect waits for UCX's wireup with every lane of the peer; then it fails with
