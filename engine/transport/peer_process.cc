@@ -61,7 +61,15 @@ v1::ProcessIdentity ProcessIdentityOf(int pid) {
   return identity;
 }
 
-v1::ProcessIdentity SelfProcess() { return ProcessIdentityOf(getpid()); }
+v1::ProcessIdentity SelfProcess() {
+  // A /proc of another pid namespace than this process's (unshare -p without its own /proc)
+  // names other processes by these pids: then nothing is published, and nothing is watched.
+  const v1::ProcessIdentity self = ProcessIdentityOf(getpid());
+  if (self.start_ticks() == 0 || self.start_ticks() != StartTicks("self")) {
+    return v1::ProcessIdentity();
+  }
+  return self;
+}
 
 std::unique_ptr<PeerProcess> PeerProcess::Watch(const v1::ProcessIdentity& identity) {
   if (identity.pid() == 0 || identity.start_ticks() == 0 || identity.boot_id().empty() ||
@@ -69,7 +77,8 @@ std::unique_ptr<PeerProcess> PeerProcess::Watch(const v1::ProcessIdentity& ident
     return nullptr;
   }
   const v1::ProcessIdentity self = SelfProcess();
-  if (identity.boot_id() != self.boot_id() || identity.pid_namespace() != self.pid_namespace()) {
+  if (self.pid() == 0 || identity.boot_id() != self.boot_id() ||
+      identity.pid_namespace() != self.pid_namespace()) {
     return nullptr;
   }
   const int pid = static_cast<int>(identity.pid());

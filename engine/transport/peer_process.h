@@ -25,7 +25,9 @@ namespace kvrail::transport {
 // namespace, pid and start time. Fields it cannot read are left empty or zero (a peer then does
 // not watch it).
 v1::ProcessIdentity ProcessIdentityOf(int pid);
-// This process (ProcessIdentityOf(getpid())): what a transport's descriptor carries.
+// This process (ProcessIdentityOf(getpid())): what a transport's descriptor carries. Empty where
+// /proc does not show this pid namespace (its entry for getpid() is another process): a peer
+// then does not watch it, and this process watches nobody.
 v1::ProcessIdentity SelfProcess();
 
 class PeerProcess {

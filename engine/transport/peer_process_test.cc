@@ -1,6 +1,7 @@
 #include "engine/transport/peer_process.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +34,37 @@ TEST(SelfProcessTest, NamesThisProcessOnThisHost) {
   EXPECT_GT(self.start_ticks(), 0u);
   EXPECT_GT(self.pid_namespace(), 0u);
   EXPECT_EQ(self.boot_id().size(), 36u) << self.boot_id();  // a UUID
+}
+
+// A process in a pid namespace of its own whose /proc is still its parent's (unshare -p without
+// --mount-proc): there its pid names another process, so it publishes no identity.
+TEST(SelfProcessTest, IsEmptyWhereProcShowsAnotherPidNamespace) {
+  int result[2];
+  ASSERT_EQ(pipe(result), 0);
+  const pid_t outer = fork();
+  if (outer == 0) {
+    // Only async-signal-safe calls until the inner fork, then a fresh single-threaded child.
+    if (unshare(CLONE_NEWPID) != 0) {
+      const char no = 'n';
+      (void)!write(result[1], &no, 1);
+      _exit(0);
+    }
+    const pid_t inner = fork();
+    if (inner == 0) {
+      const char says = SelfProcess().pid() == 0 ? 'e' : 'p';  // empty, or published
+      (void)!write(result[1], &says, 1);
+      _exit(0);
+    }
+    waitpid(inner, nullptr, 0);
+    _exit(0);
+  }
+  close(result[1]);
+  char says = 0;
+  ASSERT_EQ(read(result[0], &says, 1), 1);
+  close(result[0]);
+  waitpid(outer, nullptr, 0);
+  if (says == 'n') GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (not root)";
+  EXPECT_EQ(says, 'e') << "published an identity whose pid /proc gives to another process";
 }
 
 TEST(PeerProcessTest, ALiveProcessHasNotExited) {
