@@ -95,8 +95,8 @@ struct PeerState {
   // stores there (engine/memory/prefault.h), by whichever lane stores first.
   std::vector<std::unique_ptr<Prefaulter>> prefault;
   std::shared_ptr<ConnectWait> connect_wait;
-  // The peer's process where it is this host's (peer_process.h): a Flush over puts or stores
-  // completes OK only while it lives.
+  // The peer's process where it is certainly this host's (UcxTransport::WatchOwner, at the end
+  // of Connect): a Flush over puts or stores completes OK only while it lives.
   std::unique_ptr<PeerProcess> owner;
   // ClosePeer ran: written holding every lane's worker mutex, so a lane's thread reads them
   // holding its own. Its jobs still queued are cancelled, not sent.

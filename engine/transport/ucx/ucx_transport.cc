@@ -72,7 +72,8 @@ UcxTransport::UcxTransport(const UcxOptions& options)
       },
       self_(SelfProcess()),
       shared_(std::make_unique<ucx_internal::Shared>()),
-      connect_timeout_(options.connect_timeout) {}
+      connect_timeout_(options.connect_timeout),
+      shared_memory_only_(SharedMemoryOnly(options.tls)) {}
 
 absl::Status UcxTransport::Init(const UcxOptions& options) {
   KVRAIL_ASSIGN_OR_RETURN(ucx_internal::Context made, ucx_internal::CreateContext(options));
@@ -180,7 +181,6 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   const int lanes = capabilities_.lanes;
   auto state = std::make_shared<PeerState>(std::move(regions), lanes, peer.regions_size());
   state->name = PeerName(peer);
-  state->owner = PeerProcess::Watch(peer.owner());
   for (int index = 0; index < lanes; ++index) {
     state->remote_addresses.push_back(peer.lanes(index % peer.lanes_size()).address());
   }
@@ -230,6 +230,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
         "Connect to ", state->name, ": UCX's wireup with the peer's lanes did not finish within ",
         absl::FormatDuration(connect_timeout_), " (is the peer stopped or unreachable?)"));
   }
+  if (failure.ok()) failure = WatchOwner(*state, peer.owner());
   if (!failure.ok()) {
     ClosePeer(state, "connect failed");
     return failure;
@@ -237,6 +238,26 @@ absl::StatusOr<PeerId> UcxTransport::Connect(const v1::HandshakeDescriptor& peer
   const PeerId id = state->id;
   peers_.emplace(id, std::move(state));
   return id;
+}
+
+absl::Status UcxTransport::WatchOwner(PeerState& state, const v1::ProcessIdentity& owner) const {
+  // Only a peer certainly on this host's kernel: reached over shared memory alone, or with a
+  // region UCX maps into this process (lane 0's connect job, done before the wait ended). A
+  // boot id and a pid namespace alone could be another machine's (a VM cloned while running
+  // keeps both), whose pids mean nothing here.
+  const bool here = shared_memory_only_ ||
+                    std::find(state.mapped.begin(), state.mapped.end(), 1) != state.mapped.end();
+  if (!here) return absl::OkStatus();
+  std::unique_ptr<PeerProcess> watch = PeerProcess::Watch(owner);
+  if (watch != nullptr && watch->Exited()) {
+    return absl::UnavailableError(
+        absl::StrFormat("Connect to %s: the peer's process (pid %d) has exited: its descriptor "
+                        "is stale (fetch it again)",
+                        state.name, watch->pid()));
+  }
+  // Fixed before the peer is published: the lanes read it only for posts made after Connect.
+  state.owner = std::move(watch);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PeerState*> UcxTransport::FindPeerLocked(PeerId peer, int lane) const {

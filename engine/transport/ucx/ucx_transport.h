@@ -78,11 +78,12 @@
 // and flushes fail with kUnavailable. Over shared memory that second is too late: a peer's
 // segment stays mapped here when it dies, so the stores into it and UCX's flush of them succeed,
 // and a transfer to a decode that had just died reported Success. So every descriptor names
-// its owner process (SelfProcess), each peer on this host is watched through a pidfd
-// (PeerState::owner, engine/transport/peer_process.h), and a Flush over puts or stores completes
-// OK only if the owner was seen alive at most 50 us before (OwnerGone; a Connect to an owner
-// already gone fails too). A peer that is alive but stopped fails nothing: only the caller's
-// deadlines end its rooms.
+// its owner process (SelfProcess), each peer certainly on this host (reached over shared memory
+// alone, or with a region UCX maps here: WatchOwner; a boot id could be a cloned VM's) is watched
+// through a pidfd (PeerState::owner, engine/transport/peer_process.h), and a Flush over puts or
+// stores completes OK only if the owner was seen alive at most 50 us before (OwnerGone; a
+// Connect to an owner already gone fails too). A peer that is alive but stopped fails nothing:
+// only the caller's deadlines end its rooms.
 //
 // Fencing, for this backend (what the generic contract in transport.h leaves to each one):
 //   * A Flush of (peer, lane) that completed OK means every write posted there before it has
@@ -219,6 +220,9 @@ class UcxTransport final : public Transport {
   };
   absl::StatusOr<Started> Start(PeerId peer, int lane, const Completion& done,
                                 absl::FunctionRef<std::string()> context);
+  // At the end of Connect, its wireup done: watches the peer's owner process (PeerState::owner)
+  // where the peer is certainly on this host. Unavailable when that process has exited.
+  absl::Status WatchOwner(ucx_internal::PeerState& state, const v1::ProcessIdentity& owner) const;
   // mu_ or any lane's queue mutex held: the connected peer, or why not.
   absl::StatusOr<ucx_internal::PeerState*> FindPeerLocked(PeerId peer, int lane) const;
 
@@ -246,6 +250,7 @@ class UcxTransport final : public Transport {
   // mu_'s alone: peers whose Connect is waiting for wireup, so that Close can end them.
   std::vector<std::shared_ptr<ucx_internal::PeerState>> connecting_;
   absl::Duration connect_timeout_;
+  const bool shared_memory_only_;  // UcxOptions::tls names shared-memory transports alone
 
   std::mutex join_mu_;  // one joiner at a time
 };

@@ -386,6 +386,16 @@ pid_t SleepingChild() {
   return pid;
 }
 
+// The identity of a child process that has exited and been reaped.
+v1::ProcessIdentity ExitedProcess() {
+  const pid_t child = SleepingChild();
+  if (child <= 0) return v1::ProcessIdentity();
+  const v1::ProcessIdentity gone = ProcessIdentityOf(child);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return gone;
+}
+
 // Over shared memory a peer's segment stays mapped here when the peer dies, so stores into it
 // cannot fail: the flush fails instead once the process that published the descriptor (its
 // owner) has exited, naming it, and every later flush does too. Before, both flushed OK.
@@ -426,14 +436,11 @@ TEST(UcxTransportTest, AFlushIntoAPeerWhoseProcessExitedFailsNamingItOverSharedM
   EXPECT_TRUE(receiver->Deregister(shared.region).ok());
 }
 
-// A descriptor whose owner had exited before Connect: the wireup's flush fails, and so does
-// Connect, naming the process.
+// A descriptor whose owner had exited before Connect (a stale one): Connect fails, naming the
+// process.
 TEST(UcxTransportTest, ConnectToAPeerWhoseProcessHadExitedFailsOverSharedMemory) {
-  const pid_t child = SleepingChild();
-  ASSERT_GT(child, 0);
-  const v1::ProcessIdentity gone = ProcessIdentityOf(child);
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+  const v1::ProcessIdentity gone = ExitedProcess();
+  ASSERT_NE(gone.pid(), 0u);
   auto sender = UcxTransport::Create(Sm()).value();
   auto receiver = UcxTransport::Create(Sm()).value();
   SharedRegion shared = receiver->Allocate(kMiB).value();
@@ -445,6 +452,33 @@ TEST(UcxTransportTest, ConnectToAPeerWhoseProcessHadExitedFailsOverSharedMemory)
   EXPECT_NE(peer.status().message().find("has exited"), std::string::npos) << peer.status();
   sender->Close();
   EXPECT_TRUE(receiver->Deregister(shared.region).ok());
+}
+
+// Over tcp nothing proves that a peer is on this host (a VM cloned while running keeps its boot
+// id and pid namespace), so its owner is not watched: a descriptor naming a process that has
+// exited connects and flushes as before; a dead peer over tcp resets its connection instead.
+TEST(UcxTransportTest, APeerOverTcpIsNotWatchedThoughItsOwnerIsNamed) {
+  const v1::ProcessIdentity gone = ExitedProcess();
+  ASSERT_NE(gone.pid(), 0u);
+  std::vector<uint8_t> source(kMiB, 7);
+  std::vector<uint8_t> destination(kMiB, 0);
+  auto sender = UcxTransport::Create(Tcp()).value();
+  auto receiver = UcxTransport::Create(Tcp()).value();
+  const RegionId src = sender->Register({source.data(), source.size()}).value();
+  ASSERT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
+  v1::HandshakeDescriptor descriptor = receiver->LocalDescriptor().value();
+  *descriptor.mutable_owner() = gone;
+  const PeerId peer = sender->Connect(descriptor).value();
+  const Write write{.local_offset = 0,
+                    .remote_address = reinterpret_cast<uintptr_t>(destination.data()),
+                    .length = kMiB};
+  Waiter waiter;
+  ASSERT_TRUE(sender->PostWrites(peer, 0, src, {&write, 1}, waiter.Callback()).ok());
+  ASSERT_TRUE(sender->Flush(peer, 0, waiter.Callback()).ok());
+  EXPECT_TRUE(waiter.Wait().ok());
+  EXPECT_EQ(destination, source);
+  sender->Close();
+  receiver->Close();
 }
 
 // Strided writes (head-sliced pages) into a peer's shared segment are stores too, row by row
