@@ -4,8 +4,9 @@
 // peer dies, so neither the stores nor a flush of them can fail: a write "landed" in memory
 // nobody owns any more, and until UCX's keepalive noticed (about a second later) a transfer to
 // a decode that had died reported Success. A transport therefore publishes its process in its
-// handshake descriptor (HandshakeDescriptor::owner), and a peer on the same host watches it
-// through a pidfd: a flush into that peer's memory completes OK only while the process lives.
+// handshake descriptor (HandshakeDescriptor::owner), and a writer that knows the peer is on its
+// host (ucx: shared memory alone, or a region mapped here) watches it through a pidfd: a flush
+// into that peer's memory completes OK only while the process lives.
 //
 // A watch is made only where the identity is certainly this host's and this pid namespace's
 // process (same boot id, same pid namespace, same start time after the pidfd was opened);

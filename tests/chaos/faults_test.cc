@@ -1,18 +1,21 @@
-// Faults on real processes (docs/RELIABILITY.md): a prefill killed mid-room, and killed while
-// its decode is stopped; a decode stopped past its room's deadline and resumed; the bootstrap
-// server restarted mid-run; an engine that restarts. Each asserts that the rooms the fault
-// touches fail within a bound with a reason, that the others succeed, and that no byte lands in
-// pages the engine was told are free. (A decode stopped or gone beside a healthy one, which
+// Faults on real processes (docs/RELIABILITY.md): a prefill killed mid-room, and killed or shut
+// down while its decode is stopped; a decode stopped past its room's deadline and resumed; the
+// bootstrap server restarted mid-run; an engine that restarts. Each asserts that the rooms the
+// fault touches fail within a bound with a reason, that the others succeed, and that no byte lands
+// in pages the engine was told are free. (A decode stopped or gone beside a healthy one, which
 // compares latencies: isolation_test.)
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/base/error.h"
 #include "tests/chaos/deployment.h"
 
 namespace kvrail::chaos {
@@ -20,19 +23,28 @@ namespace {
 
 class FaultsTest : public ::testing::TestWithParam<const char*> {};
 
+// A prefill and one decode over `tls` (TwoDecodes' quick deadlines and probes), room 1 of 128
+// blocks (256 MiB) expected at the decode and ready at the prefill: its writes under way.
+absl::StatusOr<std::unique_ptr<Deployment>> StartLargeRoom(const char* tls) {
+  DeploymentOptions options = TwoDecodes(tls);
+  options.decodes = 1;
+  options.pages = 129;
+  auto started = Deployment::Start(options);
+  if (!started.ok()) return started.status();
+  Deployment& d = **started;
+  const layout::Manifest manifest = d.Blocks(1, 128);
+  KVRAIL_RETURN_IF_ERROR(d.Expect(0, 1, manifest));
+  KVRAIL_RETURN_IF_ERROR(d.Ready(1, manifest));
+  return started;
+}
+
 // A prefill sidecar killed while it writes: the decode sidecar survives, fails the room within
 // seconds (its probe of the prefill's socket, not the bootstrap's heartbeat: the bootstrap
 // server lives on), and serves a new prefill afterwards.
 TEST_P(FaultsTest, APrefillKilledMidRoomLeavesItsDecodeRunningAndFailsTheRoomInSeconds) {
-  DeploymentOptions options = TwoDecodes(GetParam());
-  options.decodes = 1;
-  options.pages = 129;
-  auto started = Deployment::Start(options);
+  auto started = StartLargeRoom(GetParam());
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
-  const layout::Manifest manifest = d.Blocks(1, 128);
-  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
-  ASSERT_TRUE(d.Ready(1, manifest).ok());
   absl::SleepFor(absl::Milliseconds(30));
   d.prefill().sidecar->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
@@ -60,15 +72,9 @@ TEST_P(FaultsTest, APrefillKilledMidRoomLeavesItsDecodeRunningAndFailsTheRoomInS
 // the deadline plus the fence bound, keeps serving, and the resumed decode hears Failed, asks
 // for the fence, and is told its pages are free only when nothing can land in them.
 TEST_P(FaultsTest, ADecodeStoppedPastTheDeadlineThenResumedGetsFailedAndIntactPages) {
-  DeploymentOptions options = TwoDecodes(GetParam());
-  options.decodes = 1;
-  options.pages = 129;
-  auto started = Deployment::Start(options);
+  auto started = StartLargeRoom(GetParam());
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
-  const layout::Manifest manifest = d.Blocks(1, 128);
-  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
-  ASSERT_TRUE(d.Ready(1, manifest).ok());
   absl::SleepFor(absl::Milliseconds(20));
   d.decode(0).sidecar->Signal(SIGSTOP);
   const absl::Time stopped = absl::Now();
@@ -162,28 +168,27 @@ TEST_P(FaultsTest, AnEngineThatRestartsReattachesAndItsOldRoomsFailCleanly) {
   EXPECT_TRUE(moved.ok()) << moved;
 }
 
-// A prefill sidecar killed while its decode is stopped (SIGSTOP) mid-room, with the room's
-// writes backed up in the sockets (tcp), the decode's receive queue (shared memory into engine
-// memory) or unacknowledged (verbs); the decode resumed once its heartbeat is due. It hears
-// Failed, naming the dead prefill, and its pages come free; nothing lands in them afterwards,
-// though what the dead prefill had handed over may still reach the decode as it resumes.
-TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLandsAfter) {
-  DeploymentOptions options = TwoDecodes(GetParam());
-  options.decodes = 1;
-  options.pages = 129;
-  auto started = Deployment::Start(options);
+// A prefill sidecar that goes (`signal`) while its decode is stopped (SIGSTOP) mid-room, with the
+// room's writes backed up in the sockets (tcp), the decode's receive queue (shared memory into
+// engine memory) or unacknowledged (verbs); the decode resumed once its heartbeat is due. The
+// prefill's process ends within `exits_within`; the decode hears Failed, naming the prefill gone,
+// and its pages come free; nothing lands in them afterwards, though what the prefill had handed
+// over may still reach the decode as it resumes.
+void PrefillGoesWhileItsDecodeIsStopped(const char* tls, int signal, absl::Duration exits_within) {
+  auto started = StartLargeRoom(tls);
   ASSERT_TRUE(started.ok()) << started.status();
   Deployment& d = **started;
-  const layout::Manifest manifest = d.Blocks(1, 128);
-  ASSERT_TRUE(d.Expect(0, 1, manifest).ok());
-  ASSERT_TRUE(d.Ready(1, manifest).ok());
   absl::SleepFor(absl::Milliseconds(15));
   d.decode(0).sidecar->Signal(SIGSTOP);
   absl::SleepFor(absl::Milliseconds(100));  // the prefill's writes back up
-  d.prefill().sidecar->Signal(SIGKILL);
+  d.prefill().sidecar->Signal(signal);
+  const absl::Time signalled = absl::Now();
+  EXPECT_TRUE(d.prefill().sidecar->Wait(exits_within).ok())
+      << "the prefill did not exit within " << exits_within;
+  const absl::Duration exited = absl::Now() - signalled;
   // Past the decode's heartbeat interval (2 s) twice: its probe of the prefill is due as it
-  // resumes, racing its lanes, which take what the dead prefill had handed over.
-  absl::SleepFor(absl::Milliseconds(4500));
+  // resumes, racing its lanes, which take what the prefill had handed over.
+  absl::SleepFor(absl::Milliseconds(4500) - exited);
   d.decode(0).sidecar->Signal(SIGCONT);
   absl::StatusOr<v1::RoomEvent> failed = d.Event(d.decode(0), 1, absl::Seconds(30));
   ASSERT_TRUE(failed.ok()) << failed.status();
@@ -197,12 +202,24 @@ TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLa
   ASSERT_TRUE(freed.ok()) << freed.status();
   const uint64_t overwritten = d.OverwrittenWithin(0, absl::Milliseconds(700));
   std::printf(
-      "[%s] prefill killed while its decode was stopped: pages freed (%s: %s), %llu "
-      "bytes overwritten after\n",
-      GetParam(), freed->pages_proven() ? "proven" : "unproven", freed->reason().c_str(),
+      "[%s] prefill %s while its decode was stopped: exited after %s; pages freed (%s: %s), "
+      "%llu bytes overwritten after\n",
+      tls, strsignal(signal), absl::FormatDuration(exited).c_str(),
+      freed->pages_proven() ? "proven" : "unproven", freed->reason().c_str(),
       static_cast<unsigned long long>(overwritten));
   EXPECT_EQ(overwritten, 0u);
   EXPECT_FALSE(d.decode(0).sidecar->Wait(absl::Milliseconds(1)).ok()) << "the decode died";
+}
+
+TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLandsAfter) {
+  PrefillGoesWhileItsDecodeIsStopped(GetParam(), SIGKILL, absl::Seconds(5));
+}
+
+// SIGTERM: the prefill shuts down, with its decode unable to answer anything, and still exits
+// (a stopped peer holds no shutdown up: ucx's Close waits at most 2 s per lane for a peer's last
+// flush, Lane::kCloseFenceWait).
+TEST_P(FaultsTest, APrefillShutDownWhileItsDecodeIsStoppedExitsAndNothingLandsAfter) {
+  PrefillGoesWhileItsDecodeIsStopped(GetParam(), SIGTERM, absl::Seconds(10));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FaultsTest, ::testing::Values("tcp", "sm", "verbs"),

@@ -1,7 +1,6 @@
 // The whole request path between processes: bootstrap, sidecars and engine-sims (tools/demo
 // cluster), for the routes of CACHEPD §6 and the failures of §1.5 and §1.6.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <climits>
@@ -20,7 +19,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "cluster/cluster.h"
 #include "cluster/process/subprocess.h"
@@ -296,30 +294,12 @@ TEST(FailureTest, ADecodeKilledFailsThePrefillsRoomsAndTheSidecarServesOn) {
   EXPECT_FALSE(c.prefill_sidecar(0).process->Wait(absl::Milliseconds(1)).ok());
 }
 
-// The value of counter `name` in the Prometheus text that `member` serves (-1 when it cannot be
-// read).
-int64_t Counter(const cluster::Member& member, const std::string& name) {
-  const size_t colon = member.metrics.rfind(':');
-  if (colon == std::string::npos) return -1;
-  int port = 0;
-  if (!absl::SimpleAtoi(member.metrics.substr(colon + 1), &port)) return -1;
-  httplib::Client client(member.metrics.substr(0, colon), port);
-  client.set_connection_timeout(1);
-  httplib::Result got = client.Get("/metrics");
-  if (!got || got->status != 200) return -1;
-  for (absl::string_view line : absl::StrSplit(got->body, '\n')) {
-    if (!absl::ConsumePrefix(&line, name) || !absl::ConsumePrefix(&line, " ")) continue;
-    double value = 0;
-    if (absl::SimpleAtod(line, &value)) return static_cast<int64_t>(value);
-  }
-  return -1;
-}
-
 // A decode rank that dies just before a 1:2 prefill stores a room's rows for it, on every link:
 // the prefill fails the room and serves on, the other decode rank hears one terminal event (its
 // engine-sim checks every byte of an "ok"), and once the dead rank is back whole rooms land
-// exactly again. Over shared memory the prefill stores both ranks' rows in one pass (decision
-// 0020) into segments that stay mapped in it when their owner dies, so the stores cannot fail:
+// exactly again. Over shared memory the prefill stores the rows (both ranks' in one pass where the
+// lanes' timing lets it: decision 0020) into segments that stay mapped in it when their owner
+// dies, so the stores cannot fail:
 // before the prefill watched its peers' processes (engine/transport/peer_process.h) that room
 // reported Success, a second before UCX's keepalive would have noticed. Over tcp the endpoint
 // fails (or the prefill's probe finds the decode's handshake endpoint gone first), and over verbs
@@ -333,19 +313,16 @@ TEST_P(DecodeRankDeathTest, ARoomStoredForADeadDecodeRankFailsAndRoomsLandAfterI
   if (link == "verbs") options.verbs_provider = "softverbs";
   options.shape.layers = 32;  // 1 MiB a page at each decode rank, 2 MiB at the prefill
   options.shape.pages = 300;
-  options.metrics = true;
   auto cluster = cluster::Cluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   cluster::Cluster& c = **cluster;
   Outcomes outcomes(c);
-  const std::string stored = "kvrail_writes_stored_together_total";
   c.SendAll(1, 256, 5);
   for (int i = 0; i < c.sim_count(); ++i) {
     auto done = outcomes.Wait(i, 1, absl::Seconds(60));
     ASSERT_TRUE(done.ok()) << done.status();
     ASSERT_TRUE(absl::StartsWith(*done, "ok")) << *done;
   }
-  const int64_t warm = Counter(c.prefill_sidecar(0), stored);
   // Room 2 (4,096 tokens: 512 MiB from the prefill) pre-allocates at both decode ranks. The
   // prefill sidecar is stopped before its engine is ready (the engine-sim fills its pages
   // first), decode rank 1 is killed, and the prefill resumes: it hears Ready and writes the
@@ -369,11 +346,8 @@ TEST_P(DecodeRankDeathTest, ARoomStoredForADeadDecodeRankFailsAndRoomsLandAfterI
   // Decode rank 0 hears one outcome.
   auto rank0 = outcomes.Wait(1, 2, absl::Seconds(30));
   ASSERT_TRUE(rank0.ok()) << rank0.status();
-  std::printf(
-      "[%s] decode rank 1 dead before room 2's writes: prefill %s; decode rank 0 %s; "
-      "%lld writes stored in shared passes meanwhile\n",
-      link.c_str(), prefill->c_str(), rank0->c_str(),
-      static_cast<long long>(Counter(c.prefill_sidecar(0), stored) - warm));
+  std::printf("[%s] decode rank 1 dead before room 2's writes: prefill %s; decode rank 0 %s\n",
+              link.c_str(), prefill->c_str(), rank0->c_str());
   EXPECT_FALSE(c.prefill_sidecar(0).process->Wait(absl::Milliseconds(1)).ok())
       << "the prefill sidecar died";
   EXPECT_FALSE(c.decode_sidecar(0).process->Wait(absl::Milliseconds(1)).ok())
@@ -381,17 +355,12 @@ TEST_P(DecodeRankDeathTest, ARoomStoredForADeadDecodeRankFailsAndRoomsLandAfterI
   // Decode rank 1 comes back (a new process, a new session): whole rooms land at every rank.
   ASSERT_TRUE(c.RestartDecodeSidecar(1).ok());
   ASSERT_TRUE(c.RestartSim(2).ok());
-  const int64_t before = Counter(c.prefill_sidecar(0), stored);
   c.SendAll(3, 1024, 13);
   for (int i = 0; i < c.sim_count(); ++i) {
     auto done = outcomes.Wait(i, 3, absl::Seconds(60));
     ASSERT_TRUE(done.ok()) << done.status();
     EXPECT_TRUE(absl::StartsWith(*done, "ok")) << "engine-sim " << i << ": " << *done;
   }
-  // How many writes went in shared passes is up to the lanes' timing (decision 0020): shown,
-  // not checked.
-  std::printf("[%s] %lld writes stored in shared passes in the room after the restart\n",
-              link.c_str(), static_cast<long long>(Counter(c.prefill_sidecar(0), stored) - before));
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, DecodeRankDeathTest, ::testing::Values("shm", "tcp", "verbs"),
