@@ -143,6 +143,21 @@ bool DecodeSidecar::Turn(absl::Duration held, bool beat) {
 void DecodeSidecar::ProbePeers(const std::vector<std::string>& peers) {
   if (peers.empty()) return;
   const std::vector<Reach> reach = ProbeEndpoints(peers, absl::Milliseconds(500));
+  // A rank gone (its socket refuses connections) wrote its last: what it sent before it went and
+  // this host has not read yet (a socket's buffered bytes, its host's kernel still sending) must
+  // land in no room once the verdict gives the room's pages back, so its connections are refused
+  // first (Transport::RefuseWriter; here, off the owner: each lane applies it between rounds).
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (reach[i] != Reach::kRefused || !transport->capabilities().refuses_writers) continue;
+    const absl::StatusOr<size_t> refused = transport->RefuseWriter(peers[i]);
+    if (!refused.ok()) {
+      spdlog::warn("decode: refusing the writes of prefill rank at {}: {}", peers[i],
+                   refused.status().ToString());
+    } else if (*refused > 0) {
+      spdlog::info("decode: prefill rank at {} is gone: its {} connection(s) refused", peers[i],
+                   *refused);
+    }
+  }
   Owned([&] {
     if (!rooms) return;
     const absl::Time now = RoomNow();

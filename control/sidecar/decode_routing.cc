@@ -7,6 +7,7 @@
 #include "control/plan/dp_group.h"
 #include "control/plan/planner.h"
 #include "control/sidecar/decode_sidecar.h"
+#include "control/wire/registration.h"
 #include "engine/base/error.h"
 
 namespace kvrail::sidecar {
@@ -126,7 +127,7 @@ absl::StatusOr<std::string> DecodeSidecar::EndpointFor(const std::string& addres
   KVRAIL_ASSIGN_OR_RETURN(auto server, SplitHostPort(address, "bootstrap address"));
   bootstrap::BootstrapClient client(server.first, server.second);
   KVRAIL_ASSIGN_OR_RETURN(bootstrap::RankEndpoint endpoint, client.LookupRank(rank, dp_group));
-  const std::string tcp = absl::StrCat("tcp://", endpoint.rank_ip, ":", endpoint.rank_port);
+  const std::string tcp = wire::RankEndpoint(endpoint.rank_ip, endpoint.rank_port);
   if (options.curve) {
     // The node's bootstrap server relays the rank's key; it is taken only when this decode
     // lists it as that very prefill rank's (docs/SECURITY.md, "Authentication (CURVE)").

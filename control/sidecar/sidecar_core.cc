@@ -461,6 +461,9 @@ absl::Status SidecarCore::Start() {
   spec.rail_affinity = options.rail_affinity;
   spec.connect_timeout = options.connect_timeout;
   spec.landing_stores = options.landing_stores;
+  // As the peers name this rank (what a prefill registers with its bootstrap server), so that a
+  // decode that finds it gone may refuse what it sent (DecodeSidecar::ProbePeers).
+  spec.writer_name = wire::RankEndpoint(advertise, inbox->port());
   KVRAIL_ASSIGN_OR_RETURN(transport, transport::MakeTransport(spec));
   if (options.wrap_transport) transport = options.wrap_transport(std::move(transport));
   KVRAIL_RETURN_IF_ERROR(StartDataPlane());

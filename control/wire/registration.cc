@@ -91,6 +91,10 @@ std::string ReplyEndpoint(absl::string_view endpoint, uint16_t port) {
   return absl::StrCat("tcp://", endpoint, ":", port);
 }
 
+std::string RankEndpoint(absl::string_view rank_ip, int rank_port) {
+  return absl::StrCat("tcp://", rank_ip, ":", rank_port);
+}
+
 bool operator==(const ReplyRoute& a, const ReplyRoute& b) {
   return a.endpoint == b.endpoint && a.port == b.port && a.session_id == b.session_id;
 }

@@ -45,6 +45,12 @@ struct ReplyRoute {
 // endpoint frame cut at its first ':', then ":<port>".
 std::string ReplyEndpoint(absl::string_view endpoint, uint16_t port);
 
+// A prefill rank's CachePD endpoint as the decode ranks that look it up name it:
+// "tcp://<rank_ip>:<rank_port>" from its bootstrap record (CACHEPD §1.2). A decode probes it
+// and names it so; the prefill's data plane calls itself so as a writer
+// (transport::TransportSpec::writer_name), so that the decode may refuse it once it is gone.
+std::string RankEndpoint(absl::string_view rank_ip, int rank_port);
+
 bool operator==(const ReplyRoute& a, const ReplyRoute& b);
 bool operator!=(const ReplyRoute& a, const ReplyRoute& b);
 

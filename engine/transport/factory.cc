@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeUcx(const TransportSpec& spec) {
   if (spec.tls != "sm") options.net_devices = spec.net_devices;
   if (spec.connect_timeout > absl::ZeroDuration()) options.connect_timeout = spec.connect_timeout;
   options.landing_stores = spec.landing_stores;
+  options.writer_name = spec.writer_name;
   return UcxTransport::Create(options);
 }
 

@@ -53,6 +53,11 @@ struct TransportSpec {
   // land or are read apart, plain for the rest), plain (memcpy) or streaming (non-temporal)
   // stores; which is faster depends on the host (engine/transport/landing_copy.h).
   LandingStores landing_stores = LandingStores::kAuto;
+  // What this side calls itself as a writer, so that a peer may refuse its connections once it
+  // finds it gone (Transport::RefuseWriter): a sidecar's CachePD endpoint ("tcp://host:port",
+  // as the peers' rooms name it). UCX sends it where tcp may carry the writes; the other
+  // backends have nothing to refuse and ignore it. Empty: unnamed.
+  std::string writer_name;
 };
 
 // The backends MakeTransport knows, sorted: {"loopback", "ucx", "verbs"}.

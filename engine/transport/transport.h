@@ -55,6 +55,9 @@
 //     the packets it still holds for it, verbs/softverbs/softverbs.h, "Fencing").
 //   * fault (engine/transport/fault): held calls never reach the inner transport and are
 //     cancelled by Disconnect and Close; forwarded ones fence as the inner backend does.
+// A writer found gone (its process died) fences on a target that refuses it (RefuseWriter, where
+// Capabilities::refuses_writers): nothing of what it sent before it went lands afterwards,
+// whenever the target reads it.
 // The conformance suite checks (a) OK and (b) on every backend (FlushOkMeansEveryEarlierWrite-
 // Landed, NoWriteLandsAfterDisconnectReturns, NoWriteLandsAfterCloseReturns); ucx's target
 // filters the Disconnect one, for the reason above; verbs runs all of them.
@@ -66,6 +69,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -122,6 +126,11 @@ struct Capabilities {
   // pack each peer's messages apart; RDMA, where the NIC reads; loopback) each batch goes to the
   // lane with the fewest bytes in flight, so a faster lane or rail takes more.
   bool lanes_share_rows = false;
+  // Whether RefuseWriter refuses what a named writer sends from then on (UCX where tcp may carry
+  // the writes: the target's lanes land every write, and can refuse one). Where false, nothing a
+  // writer sends passes through this side's code: shared memory's stores and RDMA writes land by
+  // the writer's hand, and RefuseWriter refuses nothing.
+  bool refuses_writers = false;
 };
 
 // The most rows one Write of `length`-byte rows landing `remote_stride` apart may carry on a
@@ -259,6 +268,20 @@ class Transport {
   // Idempotent; every later call but Close fails with FailedPrecondition. The destructor calls
   // it.
   virtual void Close() = 0;
+
+  // Refuses every write that comes from now on over the connections made so far by the writer
+  // named `writer` (TransportSpec::writer_name, which its transport tells this one as it
+  // connects): none of them lands, and the writer's next flush fails naming the refused write.
+  // For a target that found the writer gone: its bytes still in this host's socket buffers, or
+  // still on their way from its host's kernel, land nowhere once it gives the pages back.
+  // Connections the writer makes later are not refused. Returns how many connections (one per
+  // writer lane) it refused: 0 where capabilities().refuses_writers is false, or where the
+  // writer never connected. When it returns, no lane of this transport lands anything more of
+  // them. FailedPrecondition after Close.
+  virtual absl::StatusOr<size_t> RefuseWriter(std::string_view writer) {
+    (void)writer;
+    return 0;
+  }
 
   // What the backend did on its own that an operator wants counted. Zero where a backend has
   // no such thing; any thread.

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -214,6 +216,19 @@ void PrefillGoesWhileItsDecodeIsStopped(const char* tls, int signal, absl::Durat
       static_cast<unsigned long long>(overwritten));
   EXPECT_EQ(overwritten, 0u);
   EXPECT_FALSE(d.decode(0).sidecar->Wait(absl::Milliseconds(1)).ok()) << "the decode died";
+  // Over tcp, a decode whose probe found the killed prefill gone refused its connections before
+  // giving the pages back: what the dead prefill had handed to the kernel lands nowhere, whenever
+  // the decode's lanes read it (Transport::RefuseWriter). (A prefill that shut down said goodbye
+  // on each connection after its last write: there is nothing left of it to refuse.)
+  if (std::string(tls) == "tcp" && signal == SIGKILL &&
+      absl::StrContains(failed->reason(), "gone")) {
+    std::ifstream log(Deployment::LogPath("decode0"));
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(absl::StrContains(text, "is gone: its ") &&
+                absl::StrContains(text, " connection(s) refused"))
+        << "the decode's log (" << Deployment::LogPath("decode0") << ") does not say it refused "
+        << "the dead prefill's connections";
+  }
 }
 
 TEST_P(FaultsTest, APrefillKilledWhileItsDecodeIsStoppedFailsTheRoomAndNothingLandsAfter) {

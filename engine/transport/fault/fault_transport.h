@@ -77,6 +77,10 @@ class FaultTransport final : public Transport {
   // The inner transport's, named "fault(<inner name>)".
   const Capabilities& capabilities() const override { return capabilities_; }
   TransportCounters transport_counters() const override { return inner_->transport_counters(); }
+  // Forwarded: what the inner transport would land of that writer, it refuses.
+  absl::StatusOr<size_t> RefuseWriter(std::string_view writer) override {
+    return inner_->RefuseWriter(writer);
+  }
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
   absl::StatusOr<SharedRegion> Allocate(uint64_t length) override;
   absl::Status Deregister(RegionId region) override;

@@ -146,15 +146,21 @@ AmHeader AmWriter::WriteHeader(const AmMessage& message, absl::Span<const Write>
 
 absl::Status FlushReplyStatus(const FlushReply& reply, PeerId peer, int lane) {
   if (reply.refused == 0) return absl::OkStatus();
+  if (reply.refused == kRefusedWriter) {
+    return absl::UnavailableError(absl::StrFormat(
+        "flush to peer %d lane %d: the peer refused a write of %u bytes at 0x%x: it refuses this "
+        "writer's connections (it found the writer gone)",
+        peer, lane, reply.refused_length, reply.refused_address));
+  }
   return absl::UnavailableError(absl::StrFormat(
       "flush to peer %d lane %d: the peer refused a write of %u bytes at 0x%x: not inside a "
       "region it has registered (deregistered since its descriptor was fetched?)",
       peer, lane, reply.refused_length, reply.refused_address));
 }
 
-void AmTarget::Inbound::Refuse(uint64_t address, uint64_t length) {
-  if (refused) return;  // the first since the last answer is the one the answer names
-  refused = true;
+void AmTarget::Inbound::Refuse(uint64_t address, uint64_t length, Refusal why) {
+  if (refused != 0) return;  // the first since the last answer is the one the answer names
+  refused = why;
   refused_address = address;
   refused_length = length;
 }
@@ -168,10 +174,10 @@ void AmTarget::AnswerHandled(uint64_t token, Inbound& in, const Reply& reply) {
     }
     reply(FlushReply{.token = token,
                      .seq = it->second,
-                     .refused = in.refused ? uint64_t{1} : 0,
+                     .refused = in.refused,
                      .refused_address = in.refused_address,
                      .refused_length = in.refused_length});
-    in.refused = false;
+    in.refused = 0;
     it = waiting.erase(it);
   }
 }
@@ -180,7 +186,9 @@ void AmTarget::OnWrite(const AmHeader& header, const std::byte* data, uint64_t l
                        AmLanding& landing, const Reply* reply) {
   Inbound& in = inbound_[header.token];
   ++in.handled;
-  if (whole && landing.Registered(header.a, length)) {
+  if (in.writer_refused) {
+    in.Refuse(header.a, length, kRefusedWriter);
+  } else if (whole && landing.Registered(header.a, length)) {
     landing.CopyRows(header.a, length, data, length, 1);
     landing.Fence();  // landed before any flush this message completes is answered
   } else {
@@ -195,7 +203,9 @@ void AmTarget::OnWrites(const AmHeader& header, const std::byte* data, uint64_t 
   ++in.handled;
   // The entries, then the bytes: the message must hold exactly what its entries say.
   const uint64_t n = header.a;
-  if (!whole || n == 0 || n > length / sizeof(PackedWrite)) {
+  if (in.writer_refused) {
+    in.Refuse(0, length, kRefusedWriter);
+  } else if (!whole || n == 0 || n > length / sizeof(PackedWrite)) {
     in.Refuse(0, length);
   } else {
     const uint64_t payload = length - n * sizeof(PackedWrite);
@@ -237,7 +247,9 @@ void AmTarget::OnRows(const AmHeader& header, const std::byte* data, uint64_t le
                             MeasureRows(rows.rows, rows.length, header.b, header.b, &m)) &&
                            m.payload == length - sizeof(PackedRows);
   // Bounds before bytes: the rows' whole span inside one region registered now, or none lands.
-  if (!well_formed) {
+  if (in.writer_refused) {
+    in.Refuse(header.a, length, kRefusedWriter);
+  } else if (!well_formed) {
     in.Refuse(header.a, length);
   } else if (!landing.Registered(header.a, m.span_b)) {
     in.Refuse(header.a, m.span_b);
@@ -246,6 +258,20 @@ void AmTarget::OnRows(const AmHeader& header, const std::byte* data, uint64_t le
     landing.Fence();  // every row landed before any flush this message completes is answered
   }
   if (reply != nullptr && !in.waiting.empty()) AnswerHandled(header.token, in, *reply);
+}
+
+void AmTarget::OnHello(const AmHeader& header, const std::byte* name, uint64_t length) {
+  inbound_[header.token].writer.assign(reinterpret_cast<const char*>(name), length);
+}
+
+size_t AmTarget::Refuse(std::string_view writer) {
+  size_t refused = 0;
+  for (auto& [token, in] : inbound_) {
+    if (in.writer.empty() || in.writer != writer) continue;
+    in.writer_refused = true;
+    ++refused;
+  }
+  return refused;
 }
 
 void AmTarget::OnFlush(const AmHeader& header, const Reply* reply) {

@@ -22,6 +22,9 @@
 //   * kFlushReplyAm: a FlushReply: the flush's number, and the first write refused since the
 //     previous answer, if any.
 //   * kByeAm: the writer disconnects; the target forgets the token.
+//   * kHelloAm: the writer's name (the payload's bytes; UcxOptions::writer_name), its first
+//     message on a connection where it has one. A target told to refuse that writer
+//     (AmTarget::Refuse) lands none of the token's writes from then on.
 // The target lands a write only inside memory registered now (a writer's descriptor may be
 // stale): "Bounds before bytes" at the target too. Headers are copied as raw structs: both ends
 // are kvrail on one architecture (UCX itself carries no byte order either).
@@ -31,6 +34,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -50,6 +55,13 @@ enum AmId : unsigned {
   kByeAm = 4,
   kWritesAm = 5,
   kRowsAm = 6,
+  kHelloAm = 7,
+};
+
+// Why a target refused a write, as a FlushReply says it (0: none was refused).
+enum Refusal : uint64_t {
+  kRefusedOutside = 1,  // malformed, or not inside memory registered now
+  kRefusedWriter = 2,   // the target refuses this writer (AmTarget::Refuse)
 };
 
 // The header of every message but a flush's answer; what `a` and `b` mean depends on the id.
@@ -59,8 +71,8 @@ struct AmHeader {
   uint64_t b = 0;
 };
 
-// A target's answer to a flush: it has handled every message the flush counted; `refused` (0 or
-// 1) says whether one of them, since the previous answer, was refused, and which.
+// A target's answer to a flush: it has handled every message the flush counted; `refused` (0, or
+// a Refusal) says whether one of them, since the previous answer, was refused, why, and which.
 struct FlushReply {
   uint64_t token = 0;
   uint64_t seq = 0;
@@ -171,8 +183,8 @@ class AmWriter {
   uint64_t flushes_ = 0;
 };
 
-// A flush's outcome from the target's answer: OK, or Unavailable naming the refused write (and
-// `peer` and `lane`, for the message).
+// A flush's outcome from the target's answer: OK, or Unavailable naming the refused write and
+// why (and `peer` and `lane`, for the message).
 absl::Status FlushReplyStatus(const FlushReply& reply, PeerId peer, int lane);
 
 // ---------------------------------------------------------------------------------------------
@@ -195,7 +207,8 @@ class AmLanding {
 // Sends a flush's answer back to its writer.
 using Reply = absl::FunctionRef<void(const FlushReply&)>;
 
-// One lane's target: what it keeps per writer token. One thread (the lane's) calls it.
+// One lane's target: what it keeps per writer token. The lane's thread calls it, and so does
+// UcxTransport::RefuseWriter, each holding the lane's worker mutex.
 class AmTarget {
  public:
   // A kWriteAm of `length` bytes. `whole`: the message arrived whole (eager; a kvrail writer
@@ -218,6 +231,12 @@ class AmTarget {
   void OnFlush(const AmHeader& header, const Reply* reply);
   // A kByeAm: the token is forgotten.
   void OnBye(const AmHeader& header) { inbound_.erase(header.token); }
+  // A kHelloAm: the token's writer is `name` (the payload's `length` bytes).
+  void OnHello(const AmHeader& header, const std::byte* name, uint64_t length);
+  // Refuses every write message that comes from now on on the tokens whose writer said it is
+  // `writer` so far: none lands, and the flushes that count them say so (kRefusedWriter). A
+  // token that says hello later is not refused. Returns how many tokens it refused.
+  size_t Refuse(std::string_view writer);
 
   // Writers this target keeps state for (tests; the table must not grow without bound).
   size_t writers() const { return inbound_.size(); }
@@ -225,14 +244,17 @@ class AmTarget {
  private:
   struct Inbound {
     uint64_t handled = 0;  // write messages handled (landed or refused)
-    // The first write refused since the last answer.
-    bool refused = false;
+    // The first write refused since the last answer, and why (a Refusal; 0: none).
+    uint64_t refused = 0;
     uint64_t refused_address = 0;
     uint64_t refused_length = 0;
     // Flushes that arrived before all of their writes (count, number).
     std::vector<std::pair<uint64_t, uint64_t>> waiting;
+    // The writer's name (OnHello), and whether its writes are refused (Refuse).
+    std::string writer;
+    bool writer_refused = false;
 
-    void Refuse(uint64_t address, uint64_t length);
+    void Refuse(uint64_t address, uint64_t length, Refusal why = kRefusedOutside);
   };
   // Answers, in arrival order, the waiting flushes whose messages have all been handled.
   static void AnswerHandled(uint64_t token, Inbound& in, const Reply& reply);

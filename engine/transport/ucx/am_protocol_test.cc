@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvrail::transport::am {
@@ -99,6 +100,12 @@ class AmLink {
     const AmHeader flush = writer_.NextFlush();
     target_.OnFlush(flush, Replier());
     return flush.b;
+  }
+
+  // The writer's hello, as the UCX glue sends it on a new connection.
+  void SendHello(const std::string& name) {
+    target_.OnHello(AmHeader{.token = writer_.token()},
+                    reinterpret_cast<const std::byte*>(name.data()), name.size());
   }
 
   const std::vector<FlushReply>& replies() const { return replies_; }
@@ -573,6 +580,71 @@ TEST(AmProtocolTest, TwoWritersAreCountedApart) {
   target.OnFlush(AmHeader{.token = 1, .a = 1, .b = 1}, &reply);
   ASSERT_EQ(replies.size(), 1u);
   EXPECT_EQ(replies[0].token, 1u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A writer refused (Transport::RefuseWriter: its process found gone).
+
+TEST(AmProtocolTest, ARefusedWritersMessagesLandNowhereAndItsNextFlushSaysWhy) {
+  AmLink link(1024);
+  link.SendHello("tcp://10.0.0.1:7000");
+  const std::string before(16, 'a');
+  link.SendBatch(before, {Write{.local_offset = 0, .remote_address = kBase, .length = 16}});
+  EXPECT_EQ(link.target().Refuse("tcp://10.0.0.1:7000"), 1u);
+  // What it sent before it went and the target reads only now: a single write, a packed one, rows.
+  const std::string after(4096, 'b');
+  link.SendBatch(after, {Write{.local_offset = 0, .remote_address = kBase + 64, .length = 16}});
+  link.SendBatch(after, {Write{.local_offset = 0, .remote_address = kBase + 128, .length = 8},
+                         Write{.local_offset = 8, .remote_address = kBase + 192, .length = 8}});
+  link.SendBatch(after, {Write{.local_offset = 0,
+                               .remote_address = kBase + 1024,
+                               .length = 64,
+                               .rows = 4,
+                               .local_stride = 128,
+                               .remote_stride = 256}});
+  EXPECT_EQ(link.landing().copies(), 1);  // the write before the refusal only
+  EXPECT_EQ(link.landing().Read(kBase, 16), before);
+  EXPECT_EQ(link.landing().Read(kBase + 64, 16), std::string(16, '\0'));
+  EXPECT_EQ(link.landing().Read(kBase + 1024, 64), std::string(64, '\0'));
+  link.SendFlush();
+  ASSERT_EQ(link.replies().size(), 1u);
+  EXPECT_EQ(link.replies()[0].refused, uint64_t{kRefusedWriter});
+  EXPECT_EQ(link.replies()[0].refused_address, kBase + 64);
+  const absl::Status status = FlushReplyStatus(link.replies()[0], 3, 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), testing::HasSubstr("refuses this writer"));
+  // Refused for good: every later flush says so too.
+  link.SendBatch(after, {Write{.local_offset = 0, .remote_address = kBase + 64, .length = 16}});
+  link.SendFlush();
+  ASSERT_EQ(link.replies().size(), 2u);
+  EXPECT_EQ(link.replies()[1].refused, uint64_t{kRefusedWriter});
+}
+
+TEST(AmProtocolTest, RefusingAWriterLeavesOthersAndItsLaterConnections) {
+  AmTarget target;
+  FakeMemory memory(256);
+  const std::string gone = "tcp://10.0.0.1:7000";
+  const std::string other = "tcp://10.0.0.2:7000";
+  target.OnHello(AmHeader{.token = 1}, reinterpret_cast<const std::byte*>(gone.data()),
+                 gone.size());
+  target.OnHello(AmHeader{.token = 2}, reinterpret_cast<const std::byte*>(other.data()),
+                 other.size());
+  const std::byte bytes[8] = {std::byte{7}};
+  target.OnWrite(AmHeader{.token = 3, .a = kBase}, bytes, 8, true, memory, nullptr);  // unnamed
+  EXPECT_EQ(target.Refuse(gone), 1u);
+  EXPECT_EQ(target.Refuse("tcp://10.0.0.3:7000"), 0u);
+  EXPECT_EQ(target.Refuse(""), 0u);  // the unnamed writer is never refused by name
+  // The same name on a connection made after the refusal (a rank restarted there) lands.
+  target.OnHello(AmHeader{.token = 4}, reinterpret_cast<const std::byte*>(gone.data()),
+                 gone.size());
+  target.OnWrite(AmHeader{.token = 1, .a = kBase + 8}, bytes, 8, true, memory, nullptr);
+  target.OnWrite(AmHeader{.token = 2, .a = kBase + 16}, bytes, 8, true, memory, nullptr);
+  target.OnWrite(AmHeader{.token = 3, .a = kBase + 24}, bytes, 8, true, memory, nullptr);
+  target.OnWrite(AmHeader{.token = 4, .a = kBase + 32}, bytes, 8, true, memory, nullptr);
+  EXPECT_EQ(memory.copies(), 4);  // token 3 twice, 2 and 4 once; 1 refused
+  EXPECT_EQ(memory.Read(kBase + 8, 8), std::string(8, '\0'));
+  EXPECT_EQ(memory.Read(kBase + 16, 1), "\x07");
+  EXPECT_EQ(memory.Read(kBase + 32, 1), "\x07");
 }
 
 }  // namespace

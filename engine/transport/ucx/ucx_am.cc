@@ -4,10 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "engine/transport/landing_copy.h"
 #include "engine/transport/ucx/am_protocol.h"
 #include "engine/transport/ucx/ucx_context.h"
@@ -16,21 +18,42 @@
 namespace kvrail::transport::ucx_internal {
 namespace {
 
-// Sends an active message whose header `owned` (allocated with new) UCX may read until the send
-// completes, then frees it. The outcome is not reported: the target's answers and a writer's
-// goodbye are best effort (a peer that is gone needs neither).
+// The writer's name, sent as its first message on a connection (kHelloAm), and the header UCX
+// reads with it: both kept until the send completes.
+struct OwnedHello {
+  am::AmHeader header;
+  std::string name;
+};
+
+// What SendOwnedAm sends of each kind it owns: the header's bytes, then the payload's.
+using Bytes = absl::Span<const char>;
 template <typename Header>
-void SendOwnedAm(ucp_ep_h ep, unsigned id, Header* owned, uint32_t flags = UCP_AM_SEND_FLAG_EAGER) {
+std::pair<Bytes, Bytes> Parts(const Header& header) {
+  return {Bytes(reinterpret_cast<const char*>(&header), sizeof(Header)), Bytes()};
+}
+std::pair<Bytes, Bytes> Parts(const OwnedHello& hello) {
+  return {Bytes(reinterpret_cast<const char*>(&hello.header), sizeof(hello.header)),
+          Bytes(hello.name.data(), hello.name.size())};
+}
+
+// Sends an active message of `owned` (allocated with new), which UCX may read until the send
+// completes, then frees it: its header, and the payload it names (Payload(owned)). The outcome
+// is not reported: the target's answers, a writer's hello and its goodbye are best effort (a
+// peer that is gone needs none of them).
+template <typename Owned>
+void SendOwnedAm(ucp_ep_h ep, unsigned id, Owned* owned, uint32_t flags = UCP_AM_SEND_FLAG_EAGER) {
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = flags;
   param.cb.send = [](void* request, ucs_status_t, void* user_data) {
-    delete static_cast<Header*>(user_data);
+    delete static_cast<Owned*>(user_data);
     ucp_request_free(request);
   };
   param.user_data = owned;
-  ucs_status_ptr_t request = ucp_am_send_nbx(ep, id, owned, sizeof(Header), nullptr, 0, &param);
+  const auto [header, payload] = Parts(*owned);
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep, id, header.data(), header.size(), payload.data(), payload.size(), &param);
   if (!UCS_PTR_IS_PTR(request)) delete owned;  // done at once, or failed
 }
 
@@ -94,6 +117,17 @@ ucs_status_t OnByeAm(void* arg, const void* header, size_t header_length, void* 
   am::AmHeader bye;
   if (!am::ReadHeader(header, header_length, &bye)) return UCS_OK;
   static_cast<Lane*>(arg)->target.OnBye(bye);
+  return UCS_OK;
+}
+
+// A writer's name: the target keeps it with the token, so that it may refuse that writer.
+ucs_status_t OnHelloAm(void* arg, const void* header, size_t header_length, void* data,
+                       size_t length, const ucp_am_recv_param_t* param) {
+  am::AmHeader hello;
+  if (!am::ReadHeader(header, header_length, &hello)) return UCS_OK;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0)
+    return UCS_OK;  // never a kvrail writer's
+  static_cast<Lane*>(arg)->target.OnHello(hello, static_cast<const std::byte*>(data), length);
   return UCS_OK;
 }
 
@@ -165,6 +199,7 @@ absl::Status SetAmHandlers(Lane& lane) {
       {am::kFlushAm, OnFlushAm},
       {am::kFlushReplyAm, OnFlushReplyAm},
       {am::kByeAm, OnByeAm},
+      {am::kHelloAm, OnHelloAm},
   };
   for (const auto& [id, callback] : handlers) {
     ucp_am_handler_param_t hp{};
@@ -181,6 +216,10 @@ absl::Status SetAmHandlers(Lane& lane) {
     }
   }
   return absl::OkStatus();
+}
+
+void SendHello(PeerLane& pl, const std::string& name) {
+  SendOwnedAm(pl.ep, am::kHelloAm, new OwnedHello{am::AmHeader{.token = pl.writer.token()}, name});
 }
 
 void SendBye(PeerLane& pl) {

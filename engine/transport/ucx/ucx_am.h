@@ -6,6 +6,8 @@
 #ifndef KVRAIL_ENGINE_TRANSPORT_UCX_UCX_AM_H_
 #define KVRAIL_ENGINE_TRANSPORT_UCX_UCX_AM_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "engine/transport/ucx/ucx_endpoint.h"
 
@@ -22,6 +24,11 @@ void IssueAmWrites(Lane& lane, PeerLane& pl, Op* op);
 // A flush over active messages: done when the peer's answer names its number (or the endpoint
 // fails).
 void SendAmFlush(Lane& lane, PeerLane& pl, Op* op);
+
+// The writer's name on a new endpoint, its first message (kHelloAm), so that the target may
+// refuse it later (Transport::RefuseWriter). Best effort: a writer whose hello is lost is only
+// unnamed.
+void SendHello(PeerLane& pl, const std::string& name);
 
 // The writer's goodbye on a closing endpoint: the target forgets its token. Best effort.
 void SendBye(PeerLane& pl);

@@ -110,6 +110,10 @@ void IssueConnect(Lane& lane, Op* op) {
   }
   if (index == 0) MapRegions(state);
   lane.outbound[pl.writer.token()] = &state;
+  // The writer's name first, before any write (UCX keeps one endpoint's messages in order).
+  if (lane.shared->am_writes && !lane.shared->writer_name.empty()) {
+    SendHello(pl, lane.shared->writer_name);
+  }
   // UCX's wireup finishes with a flush of the new endpoint, progressed by this thread: an
   // unreachable peer is reported by Connect, and no wireup message is left pending when either
   // side's worker is destroyed (UCX 1.13 asserts on a pending wireup reply at

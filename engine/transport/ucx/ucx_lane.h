@@ -44,6 +44,8 @@ struct Shared {
   uint64_t am_slice_bytes = 0;
   // How the lanes' copies into landing memory store (UcxOptions::landing_stores).
   LandingStores landing_stores = LandingStores::kAuto;
+  // Sent to every peer as this writer's name where writes go as active messages (kHelloAm).
+  std::string writer_name;
   // Endpoints ask UCX for peer-failure handling; cleared, once, when UCX has none to give.
   std::atomic<bool> peer_errors{true};
 };
@@ -211,7 +213,8 @@ struct Lane {
   std::vector<std::shared_ptr<PeerState>> fencing;
   static constexpr std::chrono::seconds kCloseFenceWait{2};
   // The active-message path: this lane's peers by token (for their flushes' answers), and what
-  // it keeps for each writer that writes into it.
+  // it keeps for each writer that writes into it (the lane's thread, and RefuseWriter, holding
+  // worker_mu).
   std::unordered_map<uint64_t, PeerState*> outbound;
   am::AmTarget target;
   // StoreSharedRows' lists of a round's writes, their runs, a run's slices and what each job of

@@ -55,6 +55,10 @@ struct UcxOptions {
   // (streaming for rows that land or are read apart, plain for the rest), plain (memcpy) or
   // streaming (non-temporal) stores (engine/transport/landing_copy.h).
   LandingStores landing_stores = LandingStores::kAuto;
+  // What this transport calls itself to its peers as a writer (TransportSpec::writer_name):
+  // sent on each connection where tcp may carry the writes, so that a peer can refuse it
+  // (Transport::RefuseWriter). Empty: nothing is sent.
+  std::string writer_name;
 };
 
 // Whether `tls` names shared-memory transports only ("sm,self", "posix", ...): no byte of a

@@ -82,6 +82,8 @@ absl::Status UcxTransport::Init(const UcxOptions& options) {
   capabilities_.peer_lanes_receive = made.am_writes;  // the target's lane copies each message in
   shared_->am_slice_bytes = made.am_slice_bytes;
   shared_->landing_stores = options.landing_stores;
+  shared_->writer_name = options.writer_name;
+  capabilities_.refuses_writers = made.am_writes;  // the target's lane lands every write
   for (int index = 0; index < options.lanes; ++index) {
     KVRAIL_RETURN_IF_ERROR(ucx_internal::AddLane(made.context, index, shared_.get(), lanes_));
   }
@@ -103,6 +105,20 @@ absl::StatusOr<RegionId> UcxTransport::Register(const LocalRegion& region) {
                           ucx_internal::MapRegion(static_cast<ucp_context_h>(context_), region));
   AllLanes writing(lanes_);
   return shared_->regions.Add(base, region.length, std::move(state));
+}
+
+absl::StatusOr<size_t> UcxTransport::RefuseWriter(std::string_view writer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return absl::FailedPreconditionError("RefuseWriter: the transport is closed");
+  if (!shared_->am_writes || writer.empty()) return 0;
+  // Each lane's handlers run holding its worker mutex: once it is released, every message the
+  // lane handles next of those tokens is refused.
+  size_t refused = 0;
+  for (const auto& lane : lanes_) {
+    std::lock_guard<std::mutex> working(lane->worker_mu);
+    refused += lane->target.Refuse(writer);
+  }
+  return refused;
 }
 
 absl::StatusOr<SharedRegion> UcxTransport::Allocate(uint64_t length) {

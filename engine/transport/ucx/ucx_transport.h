@@ -65,9 +65,12 @@
 // which the target checks and copies one by one; a Flush sends the number of messages the lane
 // sent and completes when the target answers that it has handled that many. The target sends
 // nothing but those answers, and a failed answer is only a failed request: a writer that dies
-// mid-room costs the target nothing. Shared memory keeps UCX's puts: an acknowledgement goes into
-// the writer's receive FIFO, which stays mapped in the target when the writer dies, so sending one
-// never fails (at worst it waits for room).
+// mid-room costs the target nothing. A writer with a name (UcxOptions::writer_name) sends it
+// first on every connection (kHelloAm); RefuseWriter(name) then makes each lane, between two of
+// its rounds, refuse every later write of the connections of that name made so far, so that what
+// a writer found gone had handed to the kernel lands nowhere (decision 0021). Shared memory keeps
+// UCX's puts: an acknowledgement goes into the writer's receive FIFO, which stays mapped in the
+// target when the writer dies, so sending one never fails (at worst it waits for room).
 //
 // Peer failure: endpoints ask UCX for peer-failure handling (UCP_ERR_HANDLING_MODE_PEER) on tcp
 // and on shared memory (UCX 1.13 offers it there only with UCX_MM_ERROR_HANDLING=y in the
@@ -180,6 +183,7 @@ class UcxTransport final : public Transport {
   const Capabilities& capabilities() const override { return capabilities_; }
   // The lanes' sleeps, by what ended them (summed over the lanes).
   TransportCounters transport_counters() const override;
+  absl::StatusOr<size_t> RefuseWriter(std::string_view writer) override;
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
   // UCX's own shared-memory segment ("ucx-shm": UCX_ALLOC_PRIO puts UCX's posix segments
   // first) when a shared-memory transport is loaded, so that UCX peers on this host store into

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "engine/transport/peer_process.h"
 #include "engine/transport/transport.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/kvrail/v1/handshake.pb.h"
 
@@ -584,6 +585,10 @@ TEST(UcxTransportTest, ReportsItsCapabilities) {
   // lane stores the bytes itself.
   EXPECT_FALSE(caps.peer_lanes_receive);
   EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().peer_lanes_receive);
+  // A writer can be refused where the target's lanes land its writes (tcp), not where it stores
+  // them itself (shared memory).
+  EXPECT_FALSE(caps.refuses_writers);
+  EXPECT_TRUE(UcxTransport::Create(Tcp()).value()->capabilities().refuses_writers);
 }
 
 TEST(UcxTransportTest, DescriptorCarriesWorkerAddressesAndPackedRkeys) {
@@ -835,6 +840,29 @@ TEST(UcxTransportTest, ManySmallScatteredWritesLandExactlyOverTcp) {
 // Over tcp small writes share messages (kWritesAm); the target still checks each one: a message
 // mixing writes into a region it still holds with writes into one it has deregistered lands
 // the first and refuses the others, and the next Flush names a refused write.
+// Posts `writes` and a flush on `lane`; the flush's outcome.
+absl::Status WriteAndFlush(UcxTransport& sender, PeerId peer, int lane, RegionId src,
+                           const std::vector<Write>& writes) {
+  Waiter waiter;
+  std::mutex mu;
+  absl::Status flushed;
+  EXPECT_TRUE(sender.PostWrites(peer, lane, src, writes, waiter.Callback()).ok());
+  Completion flush = waiter.Callback();
+  EXPECT_TRUE(sender
+                  .Flush(peer, lane,
+                         [&, flush](absl::Status status) {
+                           {
+                             std::lock_guard<std::mutex> lock(mu);
+                             flushed = status;
+                           }
+                           flush(status);
+                         })
+                  .ok());
+  (void)waiter.Wait();
+  std::lock_guard<std::mutex> lock(mu);
+  return flushed;
+}
+
 TEST(UcxTransportTest, APackedMessageRefusesEachWriteOutsideTheTargetsRegions) {
   std::vector<uint8_t> source(64 * 1024), kept(64 * 1024), dropped(64 * 1024);
   Fill(source, 3);
@@ -852,24 +880,8 @@ TEST(UcxTransportTest, APackedMessageRefusesEachWriteOutsideTheTargetsRegions) {
     writes.push_back({i * 1024, kept_base + i * 1024, 1024});
     writes.push_back({i * 1024, dropped_base + i * 1024, 1024});
   }
-  Waiter waiter;
-  std::mutex mu;
-  absl::Status flushed;
   ucx_calls::ResetCalls();
-  ASSERT_TRUE(sender->PostWrites(peer, 0, src, writes, waiter.Callback()).ok());
-  Completion flush = waiter.Callback();
-  ASSERT_TRUE(sender
-                  ->Flush(peer, 0,
-                          [&, flush](absl::Status status) {
-                            {
-                              std::lock_guard<std::mutex> lock(mu);
-                              flushed = status;
-                            }
-                            flush(status);
-                          })
-                  .ok());
-  (void)waiter.Wait();
-  std::lock_guard<std::mutex> lock(mu);
+  const absl::Status flushed = WriteAndFlush(*sender, peer, 0, src, writes);
   EXPECT_EQ(flushed.code(), absl::StatusCode::kUnavailable) << flushed;
   EXPECT_NE(flushed.message().find("the peer refused a write of 1024 bytes at 0x"),
             std::string::npos)
@@ -878,6 +890,75 @@ TEST(UcxTransportTest, APackedMessageRefusesEachWriteOutsideTheTargetsRegions) {
   EXPECT_LE(ucx_calls::Calls("ucp_am_send_nbx"), 5u);
   EXPECT_EQ(std::memcmp(kept.data(), source.data(), 32 * 1024), 0);
   EXPECT_TRUE(std::all_of(dropped.begin(), dropped.end(), [](uint8_t b) { return b == 0; }));
+}
+
+// A decode that found a prefill gone refuses what it sent before it went (RefuseWriter): on
+// every lane, whatever the target reads of those connections from then on lands nowhere, and the
+// writer's flush says why; another writer's and a later connection of the same name land.
+TEST(UcxTransportTest, ARefusedWriterLandsNothingMoreOnAnyLaneOverTcp) {
+  std::vector<uint8_t> source(64 * 1024), destination(64 * 1024);
+  Fill(source, 5);
+  UcxOptions named = Tcp();
+  named.writer_name = "tcp://10.9.0.1:7000";
+  auto gone = UcxTransport::Create(named).value();
+  auto other = UcxTransport::Create(Tcp()).value();
+  auto receiver = UcxTransport::Create(Tcp()).value();
+  ASSERT_TRUE(receiver->capabilities().refuses_writers);
+  const RegionId gone_src = gone->Register({source.data(), source.size()}).value();
+  const RegionId other_src = other->Register({source.data(), source.size()}).value();
+  ASSERT_TRUE(receiver->Register({destination.data(), destination.size()}).ok());
+  const v1::HandshakeDescriptor d = receiver->LocalDescriptor().value();
+  const PeerId to_gone = gone->Connect(d).value();
+  const PeerId to_other = other->Connect(d).value();
+  const uint64_t base = reinterpret_cast<uintptr_t>(destination.data());
+  // Landed before the refusal, on both lanes (each has a hello by now: it came first).
+  for (int lane = 0; lane < 2; ++lane) {
+    ASSERT_TRUE(WriteAndFlush(*gone, to_gone, lane, gone_src,
+                              {{uint64_t(lane) * 1024, base + lane * 1024, 1024}})
+                    .ok());
+  }
+  EXPECT_EQ(receiver->RefuseWriter("tcp://10.9.0.2:7000").value(), 0u);  // nobody of that name
+  EXPECT_EQ(receiver->RefuseWriter("tcp://10.9.0.1:7000").value(), 2u);  // its two lanes
+  for (int lane = 0; lane < 2; ++lane) {
+    // A single write, a packed one, rows: each refused whole.
+    const std::vector<Write> writes = {
+        {4096, base + 4096 + lane * 8192, 1024},
+        {8192, base + 8192 + lane * 8192, 64},
+        {8256, base + 8320 + lane * 8192, 64},
+        {12288, base + 16384 + lane * 8192, 256, 4, 512, 1024},
+    };
+    const absl::Status refused = WriteAndFlush(*gone, to_gone, lane, gone_src, writes);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(refused.message(), testing::HasSubstr("refuses this writer")) << refused;
+  }
+  EXPECT_EQ(std::memcmp(destination.data(), source.data(), 2048), 0);
+  EXPECT_TRUE(
+      std::all_of(destination.begin() + 2048, destination.end(), [](uint8_t b) { return b == 0; }));
+  // Another writer lands, and so does the same name on a new connection (a restarted rank).
+  ASSERT_TRUE(WriteAndFlush(*other, to_other, 1, other_src, {{32768, base + 32768, 1024}}).ok());
+  auto back = UcxTransport::Create(named).value();
+  const RegionId back_src = back->Register({source.data(), source.size()}).value();
+  const PeerId to_back = back->Connect(d).value();
+  ASSERT_TRUE(WriteAndFlush(*back, to_back, 0, back_src, {{40960, base + 40960, 1024}}).ok());
+  EXPECT_EQ(std::memcmp(destination.data() + 32768, source.data() + 32768, 1024), 0);
+  EXPECT_EQ(std::memcmp(destination.data() + 40960, source.data() + 40960, 1024), 0);
+}
+
+// Over shared memory a writer stores into the target's pages itself: nothing passes through the
+// target's code to refuse.
+TEST(UcxTransportTest, OverSharedMemoryNoWriterIsRefused) {
+  UcxOptions named = Sm();
+  named.writer_name = "tcp://10.9.0.1:7000";
+  auto sender = UcxTransport::Create(named).value();
+  auto receiver = UcxTransport::Create(Sm()).value();
+  EXPECT_FALSE(receiver->capabilities().refuses_writers);
+  std::vector<uint8_t> bytes(4096);
+  ASSERT_TRUE(receiver->Register({bytes.data(), bytes.size()}).ok());
+  ASSERT_TRUE(sender->Connect(receiver->LocalDescriptor().value()).ok());
+  EXPECT_EQ(receiver->RefuseWriter("tcp://10.9.0.1:7000").value(), 0u);
+  receiver->Close();
+  EXPECT_EQ(receiver->RefuseWriter("tcp://10.9.0.1:7000").status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // Opens once, at Open or at the latest when it goes (so a failed test never leaves a lane's
