@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeVerbs(const TransportSpec& spec) 
   options.gid_index = spec.gid_index;
   options.rail_affinity = spec.rail_affinity;
   if (spec.connect_timeout > absl::ZeroDuration()) options.connect_timeout = spec.connect_timeout;
+  options.writer_name = spec.writer_name;
   return VerbsTransport::Create(options);
 }
 

@@ -55,8 +55,8 @@ struct TransportSpec {
   LandingStores landing_stores = LandingStores::kAuto;
   // What this side calls itself as a writer, so that a peer may refuse its connections once it
   // finds it gone (Transport::RefuseWriter): a sidecar's CachePD endpoint ("tcp://host:port",
-  // as the peers' rooms name it). UCX sends it where tcp may carry the writes; the other
-  // backends have nothing to refuse and ignore it. Empty: unnamed.
+  // as the peers' rooms name it). UCX sends it where tcp may carry the writes, verbs with
+  // each connect request; loopback ignores it. Empty: unnamed.
   std::string writer_name;
 };
 

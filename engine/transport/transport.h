@@ -126,10 +126,11 @@ struct Capabilities {
   // pack each peer's messages apart; RDMA, where the NIC reads; loopback) each batch goes to the
   // lane with the fewest bytes in flight, so a faster lane or rail takes more.
   bool lanes_share_rows = false;
-  // Whether RefuseWriter refuses what a named writer sends from then on (UCX where tcp may carry
-  // the writes: the target's lanes land every write, and can refuse one). Where false, nothing a
-  // writer sends passes through this side's code: shared memory's stores and RDMA writes land by
-  // the writer's hand, and RefuseWriter refuses nothing.
+  // Whether RefuseWriter refuses what a named writer sends from then on: UCX where tcp may carry
+  // the writes (the target's lanes land every write, and refuse those), verbs (the writer's
+  // responder QPs are destroyed). False for UCX over shared memory, where the writer stores into
+  // the pages itself and nothing it writes passes through this side (once its process is gone it
+  // stores nothing more), and for loopback; there RefuseWriter refuses nothing.
   bool refuses_writers = false;
 };
 

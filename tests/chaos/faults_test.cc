@@ -216,11 +216,12 @@ void PrefillGoesWhileItsDecodeIsStopped(const char* tls, int signal, absl::Durat
       static_cast<unsigned long long>(overwritten));
   EXPECT_EQ(overwritten, 0u);
   EXPECT_FALSE(d.decode(0).sidecar->Wait(absl::Milliseconds(1)).ok()) << "the decode died";
-  // Over tcp, a decode whose probe found the killed prefill gone refused its connections before
-  // giving the pages back: what the dead prefill had handed to the kernel lands nowhere, whenever
-  // the decode's lanes read it (Transport::RefuseWriter). (A prefill that shut down said goodbye
-  // on each connection after its last write: there is nothing left of it to refuse.)
-  if (std::string(tls) == "tcp" && signal == SIGKILL &&
+  // Over tcp and verbs, a decode whose probe found the killed prefill gone refused its connections
+  // before giving the pages back: what the dead prefill had handed over (to the kernel; to the
+  // software provider's ring) lands nowhere, whenever the decode would take it
+  // (Transport::RefuseWriter). (A prefill that shut down said goodbye on each connection after its
+  // last write: over tcp there is nothing left of it to refuse.)
+  if ((std::string(tls) == "tcp" || std::string(tls) == "verbs") && signal == SIGKILL &&
       absl::StrContains(failed->reason(), "gone")) {
     std::ifstream log(Deployment::LogPath("decode0"));
     const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

@@ -59,6 +59,7 @@ absl::Status VerbsTransport::ConnectLanes(PeerState& peer, const std::vector<int
     v1::VerbsConnectRequest request;
     request.set_connection_id(absl::StrCat(peer.connection_base, ".", lane_index, ".", generation));
     request.set_provider(api_.provider);
+    request.set_writer(options_.writer_name);
     v1::VerbsQpInfo* info = request.add_qps();
     info->set_lane(remote_lane);
     info->set_qp_num(raw->qp_num);
@@ -139,6 +140,7 @@ v1::VerbsConnectReply VerbsTransport::OnConnectRequest(const v1::VerbsConnectReq
     }
   }
   auto responder = std::make_unique<Responder>();
+  responder->writer = request.writer();
   auto fail = [&](const absl::Status& status) {
     for (ibv_qp* qp : responder->qps) DestroyQp(api_, qp);
     reply.Clear();
@@ -186,6 +188,34 @@ void VerbsTransport::OnRelease(const v1::VerbsRelease& release) {
     responders_.erase(it);
   }
   for (ibv_qp* qp : responder->qps) DestroyQp(api_, qp);
+}
+
+absl::StatusOr<size_t> VerbsTransport::RefuseWriter(std::string_view writer) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (closed_) return absl::FailedPreconditionError("RefuseWriter: the transport is closed");
+  }
+  if (writer.empty()) return 0;
+  std::vector<std::unique_ptr<Responder>> refused;
+  {
+    std::lock_guard<std::mutex> lock(responders_mu_);
+    for (auto it = responders_.begin(); it != responders_.end();) {
+      if (it->second->writer != writer) {
+        ++it;
+        continue;
+      }
+      refused.push_back(std::move(it->second));
+      it = responders_.erase(it);
+    }
+  }
+  // A destroyed responder QP takes nothing more: the NIC drops what arrives for it, and the
+  // software provider what is left in its ring (softverbs.h, "Fencing").
+  size_t qps = 0;
+  for (const auto& responder : refused) {
+    for (ibv_qp* qp : responder->qps) DestroyQp(api_, qp);
+    qps += responder->qps.size();
+  }
+  return qps;
 }
 
 void VerbsTransport::ClosePeer(PeerState& peer, const absl::Status& cancelled) {

@@ -80,6 +80,7 @@ struct PeerState {
 
 struct Responder {
   std::vector<ibv_qp*> qps;
+  std::string writer;  // the requester's name as a writer (VerbsConnectRequest.writer)
 };
 
 }  // namespace kvrail::transport::verbs_internal

@@ -98,6 +98,7 @@ absl::Status VerbsTransport::Init() {
   capabilities_.max_write_bytes = options_.max_write_bytes;
   capabilities_.max_inflight_bytes_per_endpoint = options_.max_inflight_bytes_per_endpoint;
   capabilities_.disconnect_fences = true;
+  capabilities_.refuses_writers = true;  // its responder QPs (RefuseWriter)
   capabilities_.max_gather_rows = options_.max_send_sge;
 
   for (const auto& rail : rails_) {

@@ -129,6 +129,8 @@ struct VerbsOptions {
   int max_attempts = 3;
   // Responder QP sets (one per peer Connect) kept at once; a connect beyond them is refused.
   int max_connections = 1024;
+  // Sent to every peer this transport connects to as its name as a writer (TransportSpec).
+  std::string writer_name;
 };
 
 namespace verbs_internal {
@@ -158,6 +160,10 @@ class VerbsTransport final : public Transport {
   absl::StatusOr<RegionId> Register(const LocalRegion& region) override;
   // The memfd placement (shared_region.h), registered with every rail.
   absl::StatusOr<SharedRegion> Allocate(uint64_t length) override;
+  // Destroys the responder QPs of every connection the writer named `writer` made so far: what
+  // it sent that has not landed yet lands nowhere (a peer that then writes on them fails). The
+  // number of QPs destroyed.
+  absl::StatusOr<size_t> RefuseWriter(std::string_view writer) override;
   absl::Status Deregister(RegionId region) override;
   absl::StatusOr<v1::HandshakeDescriptor> LocalDescriptor() const override;
   absl::StatusOr<PeerId> Connect(const v1::HandshakeDescriptor& peer) override;

@@ -368,6 +368,35 @@ TEST_F(VerbsTransportTest, ConnectionsBeyondTheLimitAreRefusedNamingIt) {
       << refused.status();
 }
 
+// A decode that found a prefill gone refuses what it sent before it went (RefuseWriter): its
+// responder QPs are destroyed, so a write still coming on them lands nowhere and fails at the
+// writer; a connection the same writer makes afterwards (a restarted rank) lands.
+TEST_F(VerbsTransportTest, ARefusedWritersQpsTakeNothingMore) {
+  VerbsOptions named = Options(2, {"softverbs0"});
+  named.writer_name = "tcp://10.9.0.1:7000";
+  named.max_attempts = 1;  // a failed batch is not sent again on a new QP
+  Pair(2, {"softverbs0"}, named);
+  EXPECT_TRUE(receiver_->capabilities().refuses_writers);
+  PostOnLaneZeroAndFlush({{0, Base(), 4096}});
+  EXPECT_EQ(receiver_->RefuseWriter("tcp://10.9.0.2:7000").value(), 0u);
+  EXPECT_EQ(receiver_->RefuseWriter("tcp://10.9.0.1:7000").value(), 2u);  // a QP per lane
+  Recorder refused(2);
+  ASSERT_TRUE(
+      sender_
+          ->PostWrites(peer_, 0, source_region_, {{8192, Base() + 8192, 4096}}, refused.Callback(0))
+          .ok());
+  ASSERT_TRUE(sender_->Flush(peer_, 0, refused.Callback(1)).ok());
+  ASSERT_TRUE(refused.WaitAll());
+  EXPECT_EQ(refused.status(0).code(), absl::StatusCode::kUnavailable) << refused.status(0);
+  EXPECT_TRUE(std::all_of(destination_.begin() + 8192, destination_.begin() + 12288,
+                          [](uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(std::equal(source_.begin(), source_.begin() + 4096, destination_.begin()));
+  // The writer's next batch goes on a new QP, a connection made after the refusal: it lands.
+  PostOnLaneZeroAndFlush({{16384, Base() + 16384, 4096}});
+  EXPECT_TRUE(
+      std::equal(source_.begin() + 16384, source_.begin() + 20480, destination_.begin() + 16384));
+}
+
 // The sysfs fixture of an 8-GPU, 8-NIC node (testdata/sysfs_8gpu_8nic), with software rails
 // named as its NICs: a transport given a GPU's affinity opens only the NIC on that GPU's switch.
 TEST_F(VerbsTransportTest, AGpuArenasTransportUsesTheNicOnItsPcieSwitch) {
