@@ -1,11 +1,15 @@
 #include "control/session/ended_rooms.h"
 
+#include <set>
+#include <string>
+#include <utility>
+
 #include "control/session/ended_room.h"
 
 namespace kvrail::session {
 
 bool EndedRooms::Remember(const RoomEvent& event, absl::Time now, absl::Time keep_until,
-                          bool fence_unproven) {
+                          std::set<std::string> unproven_sessions) {
   if (rooms_.contains(event.room)) return false;
   Entry entry;
   entry.room.state = event.state;
@@ -15,7 +19,7 @@ bool EndedRooms::Remember(const RoomEvent& event, absl::Time now, absl::Time kee
   if (event.spec_candidate_ids) entry.room.speculative_ids = *event.spec_candidate_ids;
   entry.room.cached_tokens = event.cached_tokens;
   entry.room.first_token_logprob = event.bootstrap_logprob;
-  entry.room.fence_unproven = fence_unproven;
+  entry.room.unproven_sessions = std::move(unproven_sessions);
   entry.keep_until = keep_until;
   entry.sequence = next_sequence_++;
   if (entry.room.state == TransferPoll::kFailed) ++failed_;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,9 +38,9 @@ struct EndedRoom {
   std::vector<int32_t> speculative_ids;
   int64_t cached_tokens = 0;
   std::optional<double> first_token_logprob;
-  // Prefill: its fence could not prove that no write of it lands any more (a late fence
-  // request of the room is answered so).
-  bool fence_unproven = false;
+  // Prefill: the destination sessions for which its fence could not prove that no write of it
+  // lands any more (a late fence request of the room from one of them is answered so).
+  std::set<std::string> unproven_sessions;
 };
 
 class EndedRooms {
@@ -50,7 +51,7 @@ class EndedRooms {
   // past both bounds at `now`. False, changing nothing, when the room is remembered already (its
   // terminal event went out before: the ledger must not make another).
   bool Remember(const RoomEvent& event, absl::Time now, absl::Time keep_until,
-                bool fence_unproven = false);
+                std::set<std::string> unproven_sessions = {});
   // The room's end, while it is remembered; null otherwise.
   const EndedRoom* Find(uint64_t room) const;
   // OK for a room not remembered; otherwise the refusal of an engine call about it

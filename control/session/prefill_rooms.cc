@@ -204,7 +204,8 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
   }
   if (const EndedRoom* ended = ended_.Find(request->room)) {
     // Landed, or already fenced (and as well as its fence could prove).
-    AnswerFence(request->room, request->session_id, !ended->fence_unproven, out);
+    AnswerFence(request->room, request->session_id,
+                ended->unproven_sessions.count(request->session_id) == 0, out);
     return;
   }
   auto found = rooms_.find(request->room);
@@ -217,7 +218,8 @@ void PrefillRooms::OnFenceRequest(absl::Span<const std::string> frames, absl::Ti
   Room& room = found->second;
   if (room.state == TransferPoll::kSuccess || room.state == TransferPoll::kFailed) {
     // Landed, or already fenced (and as well as its fence could prove).
-    AnswerFence(request->room, request->session_id, !room.fence_unproven, out);
+    AnswerFence(request->room, request->session_id,
+                room.unproven_sessions.count(request->session_id) == 0, out);
     return;
   }
   AbortRoom(request->room, room, FailureCause::kAborted,
@@ -692,7 +694,7 @@ void PrefillRooms::SetState(uint64_t room_id, Room& room, TransferPoll state, ab
     // room is remembered at least failed_room_ttl, to answer late pre-allocations (§11.2).
     const absl::Time keep_until =
         next == TransferPoll::kFailed ? now + options_.timeouts.failed_room_ttl : now;
-    if (!ended_.Remember(event, now, keep_until, room.fence_unproven)) return;
+    if (!ended_.Remember(event, now, keep_until, room.unproven_sessions)) return;
   }
   out.events.push_back(std::move(event));
 }
@@ -1069,7 +1071,7 @@ PrefillOutput PrefillRooms::TransferOutcome(uint64_t transfer_id, const absl::St
   Transfers& transfers = *room.transfers;
   transfers.ids.erase(std::remove(transfers.ids.begin(), transfers.ids.end(), transfer_id),
                       transfers.ids.end());
-  transfers.fence_proven = transfers.fence_proven && fence_proven;
+  if (!fence_proven) transfers.unproven_sessions.insert(session);
   transfers.copies += copies;
   transfers.copies_by_session[session] += copies;
   if (!status.ok() && transfers.phase != TransferPhase::kFencing) {
@@ -1124,7 +1126,8 @@ void PrefillRooms::EndTransfers(uint64_t room_id, Room& room, absl::Time now, Pr
   room.transfers.reset();
   --rooms_transferring_;
   const bool landed = transfers.phase != TransferPhase::kFencing;
-  if (!transfers.fence_proven) room.fence_unproven = true;
+  room.unproven_sessions.insert(transfers.unproven_sessions.begin(),
+                                transfers.unproven_sessions.end());
   const size_t events_before = out.events.size();
   if (landed) {
     for (const Destination& d : room.destinations) {
@@ -1149,7 +1152,7 @@ void PrefillRooms::EndTransfers(uint64_t room_id, Room& room, absl::Time now, Pr
     std::string reason = std::move(room.failure_reason);
     AbortRoom(room_id, room, room.failure_cause, std::move(reason), now, out);
     for (const std::string& session : room.fence_waiters) {
-      AnswerFence(room_id, session, !room.fence_unproven, out);
+      AnswerFence(room_id, session, room.unproven_sessions.count(session) == 0, out);
     }
     room.fence_waiters.clear();
   }

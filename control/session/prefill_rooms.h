@@ -376,9 +376,10 @@ class PrefillRooms {
 
   // A submitted transfer's outcome (fenced when it failed): `copies` it posted, and whether
   // its fence proved that no write of it lands any more (engine/transfer RoomOutcome::
-  // fence_proven; false: the room's fence answers say so). A failure fails the room (its
-  // siblings are cancelled), blaming `blame` (the caller's choice: nobody for a cancel); the
-  // room ends with its last outcome. Nothing for an id that is not in flight.
+  // fence_proven; false: the room's fence answers to that transfer's destination session say
+  // so; a sibling's session whose own fences proved it is answered proven). A failure fails the
+  // room (its siblings are cancelled), blaming `blame` (the caller's choice: nobody for a cancel);
+  // the room ends with its last outcome. Nothing for an id that is not in flight.
   PrefillOutput TransferOutcome(uint64_t transfer_id, const absl::Status& status,
                                 absl::string_view blame, absl::Time now, bool fence_proven = true,
                                 uint64_t copies = 0);
@@ -485,7 +486,9 @@ class PrefillRooms {
     uint64_t copies = 0;
     std::map<std::string, uint64_t> copies_by_session;
     absl::Time started;
-    bool fence_proven = true;  // every outcome's fence proved that no write lands any more
+    // The destination sessions of the outcomes whose fence could not prove that no write of
+    // them lands any more (a transfer writes one session's memory only).
+    std::set<std::string> unproven_sessions;
     // Set when the phase becomes kFencing (FailingFlag).
     std::shared_ptr<std::atomic<bool>> failing = std::make_shared<std::atomic<bool>>(false);
   };
@@ -510,7 +513,9 @@ class PrefillRooms {
     bool transfer_started = false;  // the final work (the Ready's) was handed out
     // From the first work handed out until no write of the room can land any more.
     std::optional<Transfers> transfers;
-    bool fence_unproven = false;  // its fence could not prove that no write lands any more
+    // Its transfers' unproven_sessions, once they ended: a fence request of the room from one of
+    // them is answered unproven, from any other session proven.
+    std::set<std::string> unproven_sessions;
     // The bytes handed out as work to each destination session, for its room outcome.
     absl::flat_hash_map<std::string, uint64_t> bytes_by_session;
     // Decode sessions that asked for a fence of the room (wire/fence.h), answered once fenced.

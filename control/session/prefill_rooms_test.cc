@@ -1259,6 +1259,43 @@ TEST(PrefillRoomsTest, AnUnprovenFenceIsAnsweredUnproven) {
   EXPECT_FALSE(wire::ParseFencedAnswer(again.messages[0].frames)->proven);
 }
 
+// A room to two decode ranks whose transfer to one could not prove its fence (its peer's data
+// plane disconnected) and whose transfer to the other fenced cleanly: each rank hears its own
+// answer, the sibling's proven, now and after the room ended.
+TEST(PrefillRoomsTest, EachDestinationHearsItsOwnTransfersFenceProof) {
+  PrefillRooms rooms = MakeRooms();
+  RegisterBoth(rooms);
+  StartTransfer(rooms, 3);
+  std::optional<PrefillRoomView> view = rooms.Find(3);
+  ASSERT_TRUE(view.has_value());
+  ASSERT_EQ(view->transfer_ids.size(), 2u);
+  EXPECT_THAT(rooms.OnMessage(FenceRequestFrames(3, 1), kT0).fences, ElementsAre(3u));
+  PrefillOutput out;
+  for (uint64_t id : view->transfer_ids) {
+    const bool dead_rank = rooms.SessionOfTransfer(id) == SessionOf(0);
+    testing::Append(out, rooms.TransferOutcome(
+                             id,
+                             dead_rank ? absl::UnavailableError("Endpoint timeout")
+                                       : absl::CancelledError("its room failed"),
+                             dead_rank ? SessionOf(0) : "", kT0, /*fence_proven=*/!dead_rank));
+  }
+  // The waiting rank 1 is answered proven as the room ends.
+  std::vector<wire::FencedAnswer> answers;
+  for (const OutboundMessage& m : out.messages) {
+    absl::StatusOr<wire::FencedAnswer> answer = wire::ParseFencedAnswer(m.frames);
+    if (answer.ok()) answers.push_back(*answer);
+  }
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_TRUE(answers[0].proven);
+  // Asked later, each rank hears its own.
+  PrefillOutput zero = rooms.OnMessage(FenceRequestFrames(3, 0), kT0);
+  ASSERT_EQ(zero.messages.size(), 1u);
+  EXPECT_FALSE(wire::ParseFencedAnswer(zero.messages[0].frames)->proven);
+  PrefillOutput one = rooms.OnMessage(FenceRequestFrames(3, 1), kT0);
+  ASSERT_EQ(one.messages.size(), 1u);
+  EXPECT_TRUE(wire::ParseFencedAnswer(one.messages[0].frames)->proven);
+}
+
 // --- layer-wise streaming (CACHEPD §6.11) ----------------------------------------------------
 
 // A begun room holding both pre-allocations.
