@@ -315,27 +315,71 @@ void DecodeRooms::OnFencedAnswer(absl::Span<const std::string> frames, absl::Tim
                          [rank](const PrefillTarget& t) { return t.rank == rank; });
   if (at == pending.end()) return;  // a repeated answer
   if (!answer->proven) {
-    fence.unproven.push_back(absl::StrCat("prefill rank ", at->rank, " at ", at->endpoint));
+    // It disconnected a data plane that did not drain: what it had handed over may still come.
+    // Its connections are refused first (OnWriterRefused), where the caller can.
+    fence.refusing.push_back(*at);
+    if (std::find(out.refuse_writers.begin(), out.refuse_writers.end(), at->endpoint) ==
+        out.refuse_writers.end()) {
+      out.refuse_writers.push_back(at->endpoint);
+    }
   }
   pending.erase(at);
-  if (!pending.empty()) return;
-  const bool released =
-      fence.unproven.empty()
-          ? Release(fence,
-                    PagesRelease{answer->room, true,
-                                 "every prefill rank that may write the room fenced it",
-                                 now - fence.started},
-                    out)
-          : Release(fence,
-                    PagesRelease{
-                        answer->room, false,
-                        absl::StrCat(absl::StrJoin(fence.unproven, ", "),
-                                     " fenced the room by disconnecting a data plane that did not "
-                                     "drain: writes it had already handed over may still land, so "
-                                     "the pages are not provably safe"),
-                        now - fence.started},
-                    out);
-  if (released) fences_.erase(found);
+  if (!pending.empty() || !fence.refusing.empty()) return;
+  if (ReleaseAnswered(answer->room, fence, "every prefill rank that may write the room fenced it",
+                      now, out)) {
+    fences_.erase(found);
+  }
+}
+
+bool DecodeRooms::ReleaseAnswered(uint64_t room_id, Fence& fence, std::string proven_why,
+                                  absl::Time now, DecodeOutput& out) {
+  if (!fence.unproven.empty()) {
+    return Release(fence,
+                   PagesRelease{room_id, false,
+                                absl::StrCat(absl::StrJoin(fence.unproven, ", "),
+                                             " fenced the room by disconnecting a data plane that "
+                                             "did not drain: writes it had already handed over "
+                                             "may still land, so the pages are not provably safe"),
+                                now - fence.started},
+                   out);
+  }
+  if (!fence.refused.empty()) {
+    absl::StrAppend(&proven_why, " (", absl::StrJoin(fence.refused, ", "),
+                    " by disconnecting a data plane that did not drain, whose connections this "
+                    "sidecar then refused: nothing it had handed over lands)");
+  }
+  return Release(fence, PagesRelease{room_id, true, std::move(proven_why), now - fence.started},
+                 out);
+}
+
+DecodeOutput DecodeRooms::OnWriterRefused(absl::string_view endpoint, bool refused,
+                                          absl::Time now) {
+  DecodeOutput out;
+  std::vector<uint64_t> answered;
+  for (auto& [id, fence] : fences_) {
+    bool found = false;
+    for (auto it = fence.refusing.begin(); it != fence.refusing.end();) {
+      if (it->endpoint != endpoint) {
+        ++it;
+        continue;
+      }
+      (refused ? fence.refused : fence.unproven)
+          .push_back(absl::StrCat("prefill rank ", it->rank, " at ", it->endpoint));
+      it = fence.refusing.erase(it);
+      found = true;
+    }
+    if (found && fence.pending.empty() && fence.refusing.empty() && !fence.release) {
+      answered.push_back(id);
+    }
+  }
+  std::sort(answered.begin(), answered.end());
+  for (uint64_t id : answered) {
+    if (ReleaseAnswered(id, fences_[id], "every prefill rank that may write the room fenced it",
+                        now, out)) {
+      fences_.erase(id);
+    }
+  }
+  return out;
 }
 
 void DecodeRooms::OnRoomOutcome(absl::Span<const std::string> frames, DecodeOutput& out) {
@@ -455,6 +499,9 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
     for (const PrefillTarget& t : fence.pending) {
       names.push_back(absl::StrCat("prefill rank ", t.rank, " at ", t.endpoint));
     }
+    for (const PrefillTarget& t : fence.refusing) {  // answered unproven; not refused in time
+      names.push_back(absl::StrCat("prefill rank ", t.rank, " at ", t.endpoint));
+    }
     if (Release(fence,
                 PagesRelease{
                     id, false,
@@ -552,22 +599,26 @@ DecodeOutput DecodeRooms::OnPrefillGone(absl::string_view endpoint, absl::Time n
   }
   std::vector<uint64_t> released;
   for (auto& [id, fence] : fences_) {
-    fence.pending.erase(
-        std::remove_if(fence.pending.begin(), fence.pending.end(),
-                       [&](const PrefillTarget& t) { return t.endpoint == endpoint; }),
-        fence.pending.end());
-    if (fence.pending.empty() && !fence.release) released.push_back(id);
+    const auto at_endpoint = [&](const PrefillTarget& t) { return t.endpoint == endpoint; };
+    const size_t before = fence.pending.size() + fence.refusing.size();
+    fence.pending.erase(std::remove_if(fence.pending.begin(), fence.pending.end(), at_endpoint),
+                        fence.pending.end());
+    // One that answered unproven and is gone now: a process that is gone writes nothing more,
+    // and what it had handed over the caller refused before this verdict.
+    fence.refusing.erase(std::remove_if(fence.refusing.begin(), fence.refusing.end(), at_endpoint),
+                         fence.refusing.end());
+    if (fence.pending.size() + fence.refusing.size() < before && fence.pending.empty() &&
+        fence.refusing.empty() && !fence.release) {
+      released.push_back(id);
+    }
   }
   std::sort(released.begin(), released.end());
   for (uint64_t id : released) {
-    Fence& fence = fences_[id];
-    if (Release(fence,
-                PagesRelease{id, true,
-                             absl::StrCat("every prefill rank that may write the room fenced it, "
-                                          "or is gone (",
-                                          endpoint, " refuses connections)"),
-                             now - fence.started},
-                out)) {
+    if (ReleaseAnswered(id, fences_[id],
+                        absl::StrCat("every prefill rank that may write the room fenced it, "
+                                     "or is gone (",
+                                     endpoint, " refuses connections)"),
+                        now, out)) {
       fences_.erase(id);
     }
   }

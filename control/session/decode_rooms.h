@@ -97,6 +97,11 @@ struct DecodeOutput {
   std::vector<std::string> dead_prefills;
   // Rooms that failed with Pages::kHeld whose pages are the engine's again.
   std::vector<PagesRelease> releases;
+  // Prefill ranks (their CachePD endpoints) that fenced a room by disconnecting a data plane
+  // that did not drain: writes they had handed over may still be on their way here. The caller
+  // refuses each one's connections made so far (Transport::RefuseWriter), off the owner, and
+  // then calls OnWriterRefused with whether it could; the rooms' pages stay held until then.
+  std::vector<std::string> refuse_writers;
   // OnMessage only: why the status message was dropped or ignored, for the log. OK when it
   // was applied. A dropped message never touches any room.
   absl::Status rejected;
@@ -215,6 +220,13 @@ class DecodeRooms {
   DecodeOutput OnPrefillGone(absl::string_view endpoint, absl::Time now);
   // A probe of a gone prefill endpoint was accepted: a process listens there again.
   void OnPrefillListening(absl::string_view endpoint);
+
+  // The caller refused the connections of the prefill rank at `endpoint` (`refused`), or could
+  // not (its data plane lands nothing it could refuse: shared memory's stores), as a
+  // DecodeOutput::refuse_writers asked. Its unproven fence answers count as proven where it
+  // refused them: nothing it sent before can land any more. A fence whose answers are then all
+  // in releases the room's pages.
+  DecodeOutput OnWriterRefused(absl::string_view endpoint, bool refused, absl::Time now);
   // The prefill endpoints remembered as gone, to probe until they listen again; sorted.
   std::vector<std::string> GonePrefills() const;
   // Whether `endpoint` is remembered as gone (above).
@@ -326,7 +338,11 @@ class DecodeRooms {
     std::vector<PrefillTarget> pending;  // ascending rank
     absl::Time started;
     std::vector<std::string> unproven;  // ranks that answered "unproven", for the reason
-    int staging = 0;                    // copies into the pages still running (BeginStaging)
+    // Ranks that answered "unproven" whose connections the caller is refusing (OnWriterRefused),
+    // and those it refused, for the reason.
+    std::vector<PrefillTarget> refusing;
+    std::vector<std::string> refused;
+    int staging = 0;  // copies into the pages still running (BeginStaging)
     // The release the fence's answers (or its wait) decided, held until `staging` is 0.
     std::optional<PagesRelease> release;
   };
@@ -348,6 +364,11 @@ class DecodeRooms {
   // The fence of `room_id` decided its pages' release: out now (true: the caller erases the
   // fence), or held in the fence while a copy into the pages runs (EndStaging sends it).
   bool Release(Fence& fence, PagesRelease release, DecodeOutput& out);
+  // Every answer of the fence of `room_id` is in (none pending, no refusal running): its
+  // release, proven unless a rank fenced unproven and its writer was not refused. `proven_why`
+  // says why when proven. True: the caller erases the fence.
+  bool ReleaseAnswered(uint64_t room_id, Fence& fence, std::string proven_why, absl::Time now,
+                       DecodeOutput& out);
 
   DecodeIdentity identity_;
   DecodeOptions options_;

@@ -736,15 +736,75 @@ TEST(DecodeRoomsTest, APrefillRankThatIsGoneFailsItsRoomsAndAnswersItsFences) {
   EXPECT_THAT(rooms.PrefillEndpoints(), ElementsAre(PrefillEndpoint(1)));
 }
 
-TEST(DecodeRoomsTest, AnUnprovenFenceAnswerReleasesThePagesAsUnproven) {
+// An unproven answer (the prefill disconnected a data plane that did not drain) asks the caller
+// to refuse that writer first; the pages are held until it says whether it could.
+DecodeOutput UnprovenAnswer(DecodeRooms& rooms, uint64_t room, int rank) {
+  return rooms.OnMessage(
+      wire::BuildFencedAnswer(
+          {.room = room, .prefill_rank = static_cast<uint32_t>(rank), .proven = false})
+          .value(),
+      kT0);
+}
+
+TEST(DecodeRoomsTest, AnUnprovenFenceAnswerWhoseWriterCannotBeRefusedReleasesUnproven) {
   DecodeRooms rooms = MakeRooms();
   Waiting(rooms, 9, {0});
   rooms.Fail(9, "aborted", kT0);
-  DecodeOutput answered = rooms.OnMessage(
-      wire::BuildFencedAnswer({.room = 9, .prefill_rank = 0, .proven = false}).value(), kT0);
-  ASSERT_EQ(answered.releases.size(), 1u);
-  EXPECT_FALSE(answered.releases[0].proven);
-  EXPECT_THAT(answered.releases[0].reason, HasSubstr("disconnecting"));
+  DecodeOutput answered = UnprovenAnswer(rooms, 9, 0);
+  EXPECT_THAT(answered.refuse_writers, ElementsAre(PrefillEndpoint(0)));
+  EXPECT_TRUE(answered.releases.empty());  // held until the caller says
+  EXPECT_TRUE(rooms.OnWriterRefused(PrefillEndpoint(1), false, kT0).releases.empty());
+  DecodeOutput released = rooms.OnWriterRefused(PrefillEndpoint(0), false, kT0);
+  ASSERT_EQ(released.releases.size(), 1u);
+  EXPECT_FALSE(released.releases[0].proven);
+  EXPECT_THAT(released.releases[0].reason, HasSubstr("disconnecting"));
+  EXPECT_EQ(rooms.fence_count(), 0u);
+}
+
+TEST(DecodeRoomsTest, AnUnprovenFenceAnswerWhoseWriterWasRefusedReleasesProven) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 9, {0, 1});
+  Waiting(rooms, 10, {0});
+  rooms.Fail(9, "aborted", kT0);
+  rooms.Fail(10, "aborted", kT0);
+  // Rank 0 answers both rooms unproven (one disconnect of its data plane): one refusal asked.
+  DecodeOutput first = UnprovenAnswer(rooms, 9, 0);
+  EXPECT_THAT(first.refuse_writers, ElementsAre(PrefillEndpoint(0)));
+  EXPECT_TRUE(UnprovenAnswer(rooms, 10, 0).releases.empty());
+  EXPECT_TRUE(Fenced(rooms, 9, 1).releases.empty());  // room 9 waits for the refusal too
+  DecodeOutput refused = rooms.OnWriterRefused(PrefillEndpoint(0), true, kT0);
+  ASSERT_EQ(refused.releases.size(), 2u);
+  for (const PagesRelease& release : refused.releases) {
+    EXPECT_TRUE(release.proven) << release.reason;
+    EXPECT_THAT(release.reason, HasSubstr("whose connections this sidecar then refused"));
+  }
+  EXPECT_EQ(rooms.fence_count(), 0u);
+}
+
+TEST(DecodeRoomsTest, ARefusalNotDoneWithinTheFenceWaitReleasesUnproven) {
+  DecodeOptions options;
+  options.fence_wait = absl::Seconds(10);
+  DecodeRooms rooms = MakeRooms(options);
+  Waiting(rooms, 9, {0});
+  rooms.Fail(9, "aborted", kT0);
+  ASSERT_TRUE(UnprovenAnswer(rooms, 9, 0).releases.empty());
+  DecodeOutput waited = rooms.Tick(kT0 + absl::Seconds(11));
+  ASSERT_EQ(waited.releases.size(), 1u);
+  EXPECT_FALSE(waited.releases[0].proven);
+  EXPECT_TRUE(rooms.OnWriterRefused(PrefillEndpoint(0), true, kT0).releases.empty());
+}
+
+// A room whose other rank answered unproven and could not be refused stays unproven when a rank
+// that is gone settles the rest of its fence.
+TEST(DecodeRoomsTest, AGoneRankSettlingAFenceKeepsAnotherRanksUnprovenAnswer) {
+  DecodeRooms rooms = MakeRooms();
+  Waiting(rooms, 9, {0, 1});
+  rooms.Fail(9, "aborted", kT0);
+  (void)UnprovenAnswer(rooms, 9, 0);
+  ASSERT_TRUE(rooms.OnWriterRefused(PrefillEndpoint(0), false, kT0).releases.empty());
+  DecodeOutput gone = rooms.OnPrefillGone(PrefillEndpoint(1), kT0);
+  ASSERT_EQ(gone.releases.size(), 1u);
+  EXPECT_FALSE(gone.releases[0].proven) << gone.releases[0].reason;
 }
 
 // The newcomer's finding: a new room routed to a prefill rank already known to be gone (its

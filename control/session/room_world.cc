@@ -1044,6 +1044,11 @@ void World::ApplyDecode(int d, DecodeOutput out, Origin origin) {
     PublishDecode(d, event, origin);
   }
   for (const PagesRelease& release : out.releases) PublishRelease(d, release);
+  // This world's prefills fence every transfer proven, so no answer asks a refusal; were one to,
+  // the world refuses nothing (its writes are chunks it lands itself), and the release says so.
+  for (const std::string& writer : out.refuse_writers) {
+    ApplyDecode(d, decode_[d].OnWriterRefused(writer, /*refused=*/false, now_), origin);
+  }
   for (const std::string& dead : out.dead_prefills) {
     Trace(absl::StrCat("  decode ", d, " declares prefill node ", dead, " dead"));
     node_cached_ = false;

@@ -161,6 +161,27 @@ void DecodeSidecar::ApplyLocked(session::DecodeOutput out) {
     spdlog::warn("decode: prefill node {} declared dead (heartbeat)", dead);
     nodes.erase(dead);
   }
+  // A prefill rank fenced a room by disconnecting a data plane that did not drain: what it had
+  // handed over may still come. Its connections so far are refused, off the owner (each lane
+  // applies it between rounds: Transport::RefuseWriter), and then the ledger hears whether they
+  // were: refused, the room's pages are released proven; else unproven, as before.
+  for (const std::string& writer : out.refuse_writers) {
+    Defer([this, writer] {
+      bool refused = false;
+      if (transport->capabilities().refuses_writers) {
+        const absl::StatusOr<size_t> connections = transport->RefuseWriter(writer);
+        // None known (an unnamed writer of an earlier build): nothing proves its bytes stopped.
+        refused = connections.ok() && *connections > 0;
+        spdlog::info("decode: prefill rank at {} fenced by a disconnect: {}", writer,
+                     !connections.ok() ? connections.status().ToString()
+                     : refused ? absl::StrCat("its ", *connections, " connection(s) refused")
+                               : std::string("none of its connections known here"));
+      }
+      PostOwned([this, writer, refused] {
+        if (rooms) ApplyLocked(rooms->OnWriterRefused(writer, refused, RoomNow()));
+      });
+    });
+  }
 }
 
 }  // namespace kvrail::sidecar

@@ -103,6 +103,12 @@ TEST_P(FaultsTest, ADecodeStoppedPastTheDeadlineThenResumedGetsFailedAndIntactPa
   if (freed->pages_proven()) {
     EXPECT_EQ(overwritten, 0u);
   }
+  // Over tcp the prefill's fence had to disconnect a data plane that did not drain, and said so
+  // ("unproven"); the decode then refused that prefill's connections (Transport::RefuseWriter):
+  // what was still in its sockets lands nowhere, and the release is proven (decision 0021).
+  if (std::string(GetParam()) == "tcp") {
+    EXPECT_TRUE(freed->pages_proven()) << freed->reason();
+  }
   // The prefill and the decode serve on. The stopped decode's session is quarantined for a
   // while (CACHEPD §7.4: its transfer failed by its own fault, a deadline), so the next room
   // fails at once and says so, instead of waiting on it again.
