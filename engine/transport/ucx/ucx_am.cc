@@ -37,7 +37,7 @@ std::pair<Bytes, Bytes> Parts(const OwnedHello& hello) {
 }
 
 // Sends an active message of `owned` (allocated with new), which UCX may read until the send
-// completes, then frees it: its header, and the payload it names (Payload(owned)). The outcome
+// completes, then frees it: its header, and the payload it names (Parts(*owned)). The outcome
 // is not reported: the target's answers, a writer's hello and its goodbye are best effort (a
 // peer that is gone needs none of them).
 template <typename Owned>
@@ -125,8 +125,8 @@ ucs_status_t OnHelloAm(void* arg, const void* header, size_t header_length, void
                        size_t length, const ucp_am_recv_param_t* param) {
   am::AmHeader hello;
   if (!am::ReadHeader(header, header_length, &hello)) return UCS_OK;
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0)
-    return UCS_OK;  // never a kvrail writer's
+  // A rendezvous never comes from a kvrail writer (eager only): no name is taken from one.
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) return UCS_OK;
   static_cast<Lane*>(arg)->target.OnHello(hello, static_cast<const std::byte*>(data), length);
   return UCS_OK;
 }
