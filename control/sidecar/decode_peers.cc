@@ -154,8 +154,8 @@ void DecodeSidecar::ProbePeers(const std::vector<std::string>& peers) {
       spdlog::warn("decode: refusing the writes of prefill rank at {}: {}", peers[i],
                    refused.status().ToString());
     } else if (*refused > 0) {
-      spdlog::info("decode: prefill rank at {} is gone: its {} connection(s) refused", peers[i],
-                   *refused);
+      spdlog::info("decode: prefill rank at {} is gone: its {} connection(s) refused or closed",
+                   peers[i], *refused);
     }
   }
   Owned([&] {

@@ -174,8 +174,9 @@ void DecodeSidecar::ApplyLocked(session::DecodeOutput out) {
         refused = connections.ok() && *connections > 0;
         spdlog::info("decode: prefill rank at {} fenced by a disconnect: {}", writer,
                      !connections.ok() ? connections.status().ToString()
-                     : refused ? absl::StrCat("its ", *connections, " connection(s) refused")
-                               : std::string("none of its connections known here"));
+                     : refused
+                         ? absl::StrCat("its ", *connections, " connection(s) refused or closed")
+                         : std::string("none of its connections known here"));
       }
       PostOwned([this, writer, refused] {
         if (rooms) ApplyLocked(rooms->OnWriterRefused(writer, refused, RoomNow()));

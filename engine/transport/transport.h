@@ -275,10 +275,11 @@ class Transport {
   // connects): none of them lands, and the writer's next flush fails naming the refused write.
   // For a target that found the writer gone: its bytes still in this host's socket buffers, or
   // still on their way from its host's kernel, land nowhere once it gives the pages back.
-  // Connections the writer makes later are not refused. Returns how many connections (one per
-  // writer lane) it refused: 0 where capabilities().refuses_writers is false, or where the
-  // writer never connected. When it returns, no lane of this transport lands anything more of
-  // them. FailedPrecondition after Close.
+  // Connections the writer makes later are not refused. Returns how many of the writer's
+  // connections so far (one per writer lane) can land nothing more here: those it refused, and
+  // (UCX) those that said goodbye after their last write; 0 where capabilities().refuses_writers
+  // is false, or where the writer never connected. When it returns, no lane of this transport lands
+  // anything more of them. FailedPrecondition after Close.
   virtual absl::StatusOr<size_t> RefuseWriter(std::string_view writer) {
     (void)writer;
     return 0;

@@ -264,14 +264,27 @@ void AmTarget::OnHello(const AmHeader& header, const std::byte* name, uint64_t l
   inbound_[header.token].writer.assign(reinterpret_cast<const char*>(name), length);
 }
 
-size_t AmTarget::Refuse(std::string_view writer) {
-  size_t refused = 0;
-  for (auto& [token, in] : inbound_) {
-    if (in.writer.empty() || in.writer != writer) continue;
-    in.writer_refused = true;
-    ++refused;
+void AmTarget::OnBye(const AmHeader& header) {
+  auto found = inbound_.find(header.token);
+  if (found == inbound_.end()) return;
+  if (!found->second.writer.empty()) {
+    if (closed_.size() >= kMostClosedNames) closed_.clear();
+    ++closed_[found->second.writer];
   }
-  return refused;
+  inbound_.erase(found);
+}
+
+size_t AmTarget::Refuse(std::string_view writer) {
+  if (writer.empty()) return 0;
+  size_t settled = 0;
+  for (auto& [token, in] : inbound_) {
+    if (in.writer != writer) continue;
+    in.writer_refused = true;
+    ++settled;
+  }
+  auto closed = closed_.find(std::string(writer));
+  if (closed != closed_.end()) settled += closed->second;
+  return settled;
 }
 
 void AmTarget::OnFlush(const AmHeader& header, const Reply* reply) {

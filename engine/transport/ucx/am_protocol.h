@@ -229,13 +229,15 @@ class AmTarget {
   // A kFlushAm: answered at once when every message it counts has been handled, else once they
   // are. A flush whose writer cannot be answered is dropped.
   void OnFlush(const AmHeader& header, const Reply* reply);
-  // A kByeAm: the token is forgotten.
-  void OnBye(const AmHeader& header) { inbound_.erase(header.token); }
+  // A kByeAm: the token is forgotten; a named writer's connection is counted as closed (every
+  // message it sent before its goodbye was handled).
+  void OnBye(const AmHeader& header);
   // A kHelloAm: the token's writer is `name` (the payload's `length` bytes).
   void OnHello(const AmHeader& header, const std::byte* name, uint64_t length);
   // Refuses every write message that comes from now on on the tokens whose writer said it is
   // `writer` so far: none lands, and the flushes that count them say so (kRefusedWriter). A
-  // token that says hello later is not refused. Returns how many tokens it refused.
+  // token that says hello later is not refused. Returns how many of that writer's connections
+  // can land nothing more here: the tokens it refused, and those that said goodbye.
   size_t Refuse(std::string_view writer);
 
   // Writers this target keeps state for (tests; the table must not grow without bound).
@@ -260,6 +262,11 @@ class AmTarget {
   static void AnswerHandled(uint64_t token, Inbound& in, const Reply& reply);
 
   std::unordered_map<uint64_t, Inbound> inbound_;
+  // Per named writer, its connections that said goodbye. Cleared whole past kMostClosedNames
+  // names (a decode that outlives many prefill restarts): a count lost only makes a later Refuse
+  // answer fewer, which a caller reads as less proven, never more.
+  static constexpr size_t kMostClosedNames = 4096;
+  std::unordered_map<std::string, size_t> closed_;
 };
 
 }  // namespace kvrail::transport::am

@@ -647,5 +647,21 @@ TEST(AmProtocolTest, RefusingAWriterLeavesOthersAndItsLaterConnections) {
   EXPECT_EQ(memory.Read(kBase + 32, 1), "\x07");
 }
 
+// A writer's connection that said goodbye had every message before it handled: it counts among
+// those that can land nothing more, once its token is forgotten.
+TEST(AmProtocolTest, AConnectionThatSaidGoodbyeCountsAsSettled) {
+  AmTarget target;
+  const std::string name = "tcp://10.0.0.1:7000";
+  for (uint64_t token : {1, 2}) {
+    target.OnHello(AmHeader{.token = token}, reinterpret_cast<const std::byte*>(name.data()),
+                   name.size());
+  }
+  target.OnBye(AmHeader{.token = 1});
+  target.OnBye(AmHeader{.token = 3});  // unknown: nothing
+  EXPECT_EQ(target.writers(), 1u);
+  EXPECT_EQ(target.Refuse(name), 2u);  // token 2 refused, token 1 closed
+  EXPECT_EQ(target.Refuse("tcp://10.0.0.2:7000"), 0u);
+}
+
 }  // namespace
 }  // namespace kvrail::transport::am
