@@ -1071,7 +1071,7 @@ PrefillOutput PrefillRooms::TransferOutcome(uint64_t transfer_id, const absl::St
   Transfers& transfers = *room.transfers;
   transfers.ids.erase(std::remove(transfers.ids.begin(), transfers.ids.end(), transfer_id),
                       transfers.ids.end());
-  if (!fence_proven) transfers.unproven_sessions.insert(session);
+  if (!fence_proven) room.unproven_sessions.insert(session);
   transfers.copies += copies;
   transfers.copies_by_session[session] += copies;
   if (!status.ok() && transfers.phase != TransferPhase::kFencing) {
@@ -1126,8 +1126,6 @@ void PrefillRooms::EndTransfers(uint64_t room_id, Room& room, absl::Time now, Pr
   room.transfers.reset();
   --rooms_transferring_;
   const bool landed = transfers.phase != TransferPhase::kFencing;
-  room.unproven_sessions.insert(transfers.unproven_sessions.begin(),
-                                transfers.unproven_sessions.end());
   const size_t events_before = out.events.size();
   if (landed) {
     for (const Destination& d : room.destinations) {

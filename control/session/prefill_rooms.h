@@ -486,9 +486,6 @@ class PrefillRooms {
     uint64_t copies = 0;
     std::map<std::string, uint64_t> copies_by_session;
     absl::Time started;
-    // The destination sessions of the outcomes whose fence could not prove that no write of
-    // them lands any more (a transfer writes one session's memory only).
-    std::set<std::string> unproven_sessions;
     // Set when the phase becomes kFencing (FailingFlag).
     std::shared_ptr<std::atomic<bool>> failing = std::make_shared<std::atomic<bool>>(false);
   };
@@ -513,8 +510,9 @@ class PrefillRooms {
     bool transfer_started = false;  // the final work (the Ready's) was handed out
     // From the first work handed out until no write of the room can land any more.
     std::optional<Transfers> transfers;
-    // Its transfers' unproven_sessions, once they ended: a fence request of the room from one of
-    // them is answered unproven, from any other session proven.
+    // The destination sessions of its transfers whose fence could not prove that no write of
+    // them lands any more (a transfer writes one session's memory only): a fence request of the
+    // room from one of them is answered unproven, from any other session proven.
     std::set<std::string> unproven_sessions;
     // The bytes handed out as work to each destination session, for its room outcome.
     absl::flat_hash_map<std::string, uint64_t> bytes_by_session;

@@ -143,21 +143,23 @@ bool DecodeSidecar::Turn(absl::Duration held, bool beat) {
 void DecodeSidecar::ProbePeers(const std::vector<std::string>& peers) {
   if (peers.empty()) return;
   const std::vector<Reach> reach = ProbeEndpoints(peers, absl::Milliseconds(500));
-  // A rank gone (its socket refuses connections) wrote its last: what it sent before it went and
-  // this host has not read yet (a socket's buffered bytes, its host's kernel still sending) must
-  // land in no room once the verdict gives the room's pages back, so its connections are refused
-  // first (Transport::RefuseWriter; here, off the owner: each lane applies it between rounds).
-  for (size_t i = 0; i < peers.size(); ++i) {
-    if (reach[i] != Reach::kRefused || !transport->capabilities().refuses_writers) continue;
-    const absl::StatusOr<size_t> refused = transport->RefuseWriter(peers[i]);
-    if (!refused.ok()) {
-      spdlog::warn("decode: refusing the writes of prefill rank at {}: {}", peers[i],
-                   refused.status().ToString());
-    } else if (*refused > 0) {
-      spdlog::info("decode: prefill rank at {} is gone: its {} connection(s) refused or closed",
-                   peers[i], *refused);
+  // A rank newly gone (its socket refuses connections) wrote its last: what it sent before it
+  // went and this host has not read yet (a socket's buffered bytes, its host's kernel still
+  // sending) must land in no room once the verdict gives the room's pages back, so its
+  // connections are refused first, here, off the owner. (Only this thread marks ranks gone.)
+  const std::vector<std::string> newly_gone = Owned([&] {
+    std::vector<std::string> found;
+    if (!rooms) return found;
+    const std::vector<std::string> known_gone = rooms->GonePrefills();
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (reach[i] == Reach::kRefused &&
+          !std::binary_search(known_gone.begin(), known_gone.end(), peers[i])) {
+        found.push_back(peers[i]);
+      }
     }
-  }
+    return found;
+  });
+  for (const std::string& gone : newly_gone) (void)RefuseWriter(gone, "is gone");
   Owned([&] {
     if (!rooms) return;
     const absl::Time now = RoomNow();
@@ -181,6 +183,25 @@ void DecodeSidecar::ProbePeers(const std::vector<std::string>& peers) {
       }
     }
   });
+}
+
+bool DecodeSidecar::RefuseWriter(const std::string& endpoint, const char* why) {
+  if (!transport->capabilities().refuses_writers) return false;
+  const absl::StatusOr<size_t> settled = transport->RefuseWriter(endpoint);
+  if (!settled.ok()) {
+    spdlog::warn("decode: prefill rank at {} {}: refusing its connections: {}", endpoint, why,
+                 settled.status().ToString());
+    return false;
+  }
+  if (*settled == 0) {
+    // An unnamed writer of an earlier build: nothing proves its bytes stopped.
+    spdlog::info("decode: prefill rank at {} {}: none of its connections known here", endpoint,
+                 why);
+    return false;
+  }
+  spdlog::info("decode: prefill rank at {} {}: its {} connection(s) refused or closed", endpoint,
+               why, *settled);
+  return true;
 }
 
 void DecodeSidecar::LiveRoutesLocked(std::set<std::string>& live) const {

@@ -167,17 +167,7 @@ void DecodeSidecar::ApplyLocked(session::DecodeOutput out) {
   // were: refused, the room's pages are released proven; else unproven, as before.
   for (const std::string& writer : out.refuse_writers) {
     Defer([this, writer] {
-      bool refused = false;
-      if (transport->capabilities().refuses_writers) {
-        const absl::StatusOr<size_t> connections = transport->RefuseWriter(writer);
-        // None known (an unnamed writer of an earlier build): nothing proves its bytes stopped.
-        refused = connections.ok() && *connections > 0;
-        spdlog::info("decode: prefill rank at {} fenced by a disconnect: {}", writer,
-                     !connections.ok() ? connections.status().ToString()
-                     : refused
-                         ? absl::StrCat("its ", *connections, " connection(s) refused or closed")
-                         : std::string("none of its connections known here"));
-      }
+      const bool refused = RefuseWriter(writer, "fenced a room by a disconnect");
       PostOwned([this, writer, refused] {
         if (rooms) ApplyLocked(rooms->OnWriterRefused(writer, refused, RoomNow()));
       });

@@ -66,6 +66,10 @@ class DecodeSidecar final : public SidecarCore {
   // Prefill ranks whose sockets refuse connections are gone (liveness.h): the rooms they owe
   // fail and their fences are answered; one that listens again is routed to again.
   void ProbePeers(const std::vector<std::string>& peers);
+  // Off the owner: refuses the connections the prefill rank at `endpoint` made so far
+  // (Transport::RefuseWriter, decision 0021), saying `why` in the log. Whether at least one of
+  // them can land nothing more now (false where the transport refuses nobody).
+  bool RefuseWriter(const std::string& endpoint, const char* why);
   // --registry: publishes the descriptor if it changed (never waits for etcd).
   void PublishDescriptor();
 
