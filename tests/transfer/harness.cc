@@ -101,6 +101,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> PrefillArgv(
     argv.push_back("--net-devices");
     argv.push_back(options.prefill_node.net_devices);
   }
+  if (!setup.strided_copies) argv.push_back("--no-strided-copies");
   for (const std::string& a : options.prefill_args) argv.push_back(a);
   int targets = 0;
   for (int d = 0; d < setup.decode_tp; ++d) {
@@ -125,7 +126,11 @@ absl::Status VerifyDecodes(const RouteSetup& setup, const Arenas& arenas, Harnes
     std::vector<Range> ranges;
     for (int p = 0; p < setup.prefill_tp; ++p) {
       KVRAIL_ASSIGN_OR_RETURN(CopyList copies, RoomCopies(setup, p, d));
-      for (const Copy& c : copies) ranges.push_back({c.dst_offset, c.length, c.src_offset, p});
+      for (const Copy& c : copies) {
+        ForEachRow(c, [&](uint64_t src, uint64_t dst, uint64_t length) {
+          ranges.push_back({dst, length, src, p});
+        });
+      }
     }
     std::sort(ranges.begin(), ranges.end(),
               [](const Range& a, const Range& b) { return a.dst < b.dst; });

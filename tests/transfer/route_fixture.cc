@@ -34,7 +34,16 @@ absl::StatusOr<CopyList> RoomCopies(const RouteSetup& setup, int p, int d) {
   KVRAIL_ASSIGN_OR_RETURN(const layout::Manifest dst,
                           layout::BuildManifest(decode, dst_table, 0, prompt));
   CopyList copies;
-  KVRAIL_RETURN_IF_ERROR(copy_plan.ExpandCoalesced(src, dst, copies));
+  if (!setup.strided_copies) {
+    KVRAIL_RETURN_IF_ERROR(copy_plan.ExpandCoalesced(src, dst, copies));
+    return copies;
+  }
+  KVRAIL_ASSIGN_OR_RETURN(plan::CopyCursor cursor,
+                          copy_plan.Begin(src, dst, /*coalesce=*/true, /*strided=*/true));
+  Copy batch[64];
+  while (const size_t n = cursor.Next(batch, 64)) {
+    for (size_t i = 0; i < n; ++i) copies.push_back(batch[i]);
+  }
   return copies;
 }
 

@@ -31,11 +31,14 @@ struct RouteSetup {
   // Pages in the room: source pages 1..n, destination pages in reverse from the last, so
   // destination pages 1..(pages - n) and the null page stay untouched.
   int room_pages = 480;
+  // A head-sliced page's rows as one strided copy (Copy::rows), as a prefill sidecar sends them
+  // by default; false: a copy per row, as with its --no-strided-copies.
+  bool strided_copies = true;
 };
 
 absl::StatusOr<layout::Contract> ContractFor(const RouteSetup& setup, int tp_size);
-// The coalesced copies prefill rank `p` writes into decode rank `d` for one room; empty when p
-// does not send to d.
+// The coalesced copies prefill rank `p` writes into decode rank `d` for one room (strided or a
+// copy per row, as setup.strided_copies says); empty when p does not send to d.
 absl::StatusOr<CopyList> RoomCopies(const RouteSetup& setup, int p, int d);
 // The pattern seed of prefill rank p's arena.
 inline uint64_t PrefillSeed(int p) { return 1000 + static_cast<uint64_t>(p); }

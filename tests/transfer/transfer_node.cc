@@ -12,9 +12,11 @@
 //       test maps the same pages through /proc/<pid>/fd/<fd>.
 //   transfer_node prefill --arena /name --tls tcp --prefill-tp P --rank p --decode-tp D
 //                 --target d=<session id> [--target ...] [--rooms N] [--deadline-ms T]
-//       maps its arena, fetches each target's descriptor, submits every room, prints
-//       "submitted", waits, prints "result ok <bytes> <seconds>" and exits 0, or
-//       "result failed <status>" and exits 3.
+//                 [--no-strided-copies]
+//       maps its arena, plans its rooms' copies (strided, or a copy per row with
+//       --no-strided-copies: tests/transfer/route_fixture.h), fetches each target's descriptor,
+//       submits every room, prints "submitted", waits, prints "result ok <bytes> <seconds>" and
+//       exits 0, or "result failed <status>" and exits 3.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -59,7 +61,8 @@ struct Flags {
   uint64_t inflight_bytes = 0;
   int room_pages = 480;
   int pages = 511;  // the route's pages a field (RouteSetup::shape), the null one not counted
-  bool out_of_bounds = false;  // drill: push the last copy one byte past the peer's arena
+  bool out_of_bounds = false;      // drill: push the last copy one byte past the peer's arena
+  bool no_strided_copies = false;  // a copy per row (RouteSetup::strided_copies false)
 };
 
 int Fail(const absl::Status& status) {
@@ -159,6 +162,7 @@ int RunPrefill(const Flags& flags) {
   setup.decode_tp = flags.decode_tp;
   setup.room_pages = flags.room_pages;
   setup.shape.pages = flags.pages;
+  setup.strided_copies = !flags.no_strided_copies;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -256,6 +260,7 @@ int main(int argc, char** argv) {
       sub->add_option("--room-pages", flags.room_pages);
       sub->add_option("--pages", flags.pages);
       sub->add_flag("--out-of-bounds", flags.out_of_bounds);
+      sub->add_flag("--no-strided-copies", flags.no_strided_copies);
     }
   }
   CLI11_PARSE(app, argc, argv);

@@ -1,6 +1,9 @@
-// Two and three processes moving a 64 MiB patterned arena along planned head-sliced routes
-// over real UCX: tcp on 127.0.0.1 and shared memory. Every destination byte is verified and
-// every other byte checked untouched (tests/transfer/harness.h).
+// Processes moving a 64 MiB patterned arena along planned head-sliced routes over real
+// transports: UCX tcp on 127.0.0.1, UCX shared memory, and verbs over the software provider.
+// Every TP pair the planner slices heads for (2:1, 1:2, 4:2, 2:4, 8:2), as strided copies (a
+// page's rows as one copy, what a prefill sidecar sends by default), and the two smallest also as
+// a copy per row (its --no-strided-copies). Every destination byte is verified and every other
+// byte checked untouched (tests/transfer/harness.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -16,6 +19,7 @@ struct Case {
   const char* tls;
   int prefill_tp;
   int decode_tp;
+  bool strided_copies = true;
 };
 
 // 64 MiB arenas at TP 1 (a quarter of the fixture's), 112 of 127 pages in the room: every
@@ -35,6 +39,19 @@ TEST_P(TwoProcessTransferTest, EveryPlannedByteLandsAndNothingElse) {
   RouteSetup setup = QuarterRoute();
   setup.prefill_tp = c.prefill_tp;
   setup.decode_tp = c.decode_tp;
+  setup.strided_copies = c.strided_copies;
+  // The route is head-sliced, so prefill rank 0's copies into decode rank 0 are rows: strided
+  // copies of several rows each, or a copy per row.
+  absl::StatusOr<CopyList> copies = RoomCopies(setup, 0, 0);
+  ASSERT_TRUE(copies.ok()) << copies.status();
+  ASSERT_FALSE(copies->empty());
+  for (const Copy& copy : *copies) {
+    if (c.strided_copies) {
+      EXPECT_GT(copy.rows, 1u);
+    } else {
+      EXPECT_EQ(copy.rows, 1u);
+    }
+  }
   HarnessOptions options;
   options.tls = c.tls;
   absl::StatusOr<HarnessResult> result = RunTransfer(setup, options);
@@ -48,9 +65,18 @@ TEST_P(TwoProcessTransferTest, EveryPlannedByteLandsAndNothingElse) {
 
 INSTANTIATE_TEST_SUITE_P(
     Routes, TwoProcessTransferTest,
-    ::testing::Values(Case{"tcp_p2_d1", "tcp", 2, 1}, Case{"tcp_p1_d2", "tcp", 1, 2},
-                      Case{"shm_p2_d1", "sm", 2, 1}, Case{"shm_p1_d2", "sm", 1, 2},
-                      Case{"verbs_p2_d1", "verbs", 2, 1}, Case{"verbs_p1_d2", "verbs", 1, 2}),
+    ::testing::Values(
+        Case{"tcp_p2_d1", "tcp", 2, 1}, Case{"tcp_p1_d2", "tcp", 1, 2},
+        Case{"tcp_p4_d2", "tcp", 4, 2}, Case{"tcp_p2_d4", "tcp", 2, 4},
+        Case{"tcp_p8_d2", "tcp", 8, 2}, Case{"shm_p2_d1", "sm", 2, 1},
+        Case{"shm_p1_d2", "sm", 1, 2}, Case{"shm_p4_d2", "sm", 4, 2}, Case{"shm_p2_d4", "sm", 2, 4},
+        Case{"shm_p8_d2", "sm", 8, 2}, Case{"verbs_p2_d1", "verbs", 2, 1},
+        Case{"verbs_p1_d2", "verbs", 1, 2}, Case{"verbs_p4_d2", "verbs", 4, 2},
+        Case{"verbs_p2_d4", "verbs", 2, 4}, Case{"verbs_p8_d2", "verbs", 8, 2},
+        Case{"tcp_p2_d1_rows", "tcp", 2, 1, false}, Case{"tcp_p1_d2_rows", "tcp", 1, 2, false},
+        Case{"shm_p2_d1_rows", "sm", 2, 1, false}, Case{"shm_p1_d2_rows", "sm", 1, 2, false},
+        Case{"verbs_p2_d1_rows", "verbs", 2, 1, false},
+        Case{"verbs_p1_d2_rows", "verbs", 1, 2, false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
