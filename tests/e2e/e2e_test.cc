@@ -148,6 +148,33 @@ INSTANTIATE_TEST_SUITE_P(
         Route{"p1_d2_engine_arenas",
               {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
               "posix-shm"},
+        // The other head-sliced TP pairs, as strided copies (a page's rows a copy, the default;
+        // with --verify-digest a prefill sends a copy per row, so the digest routes below do
+        // not cover these): over shared memory and over tcp, each into both kinds of arena.
+        Route{"p4_d2_sidecar_arenas",
+              {"--prefill-tp", "4", "--decode-tp", "2", "--arena", "sidecar"},
+              "ucx-shm",
+              "a strided copy per run of pages, posted whole"},
+        Route{"p2_d4_engine_arenas",
+              {"--prefill-tp", "2", "--decode-tp", "4", "--arena", "engine"},
+              "posix-shm",
+              "a strided copy per run of pages, posted whole"},
+        Route{"p8_d2_sidecar_arenas",
+              {"--prefill-tp", "8", "--decode-tp", "2", "--arena", "sidecar"},
+              "ucx-shm",
+              "a strided copy per run of pages, posted whole"},
+        Route{"tcp_p1_d2_sidecar_arenas",
+              {"--prefill-tp", "1", "--decode-tp", "2", "--link", "tcp", "--arena", "sidecar"},
+              "memfd",
+              "a strided copy per run of pages, posted whole"},
+        Route{"tcp_p4_d2_engine_arenas",
+              {"--prefill-tp", "4", "--decode-tp", "2", "--link", "tcp", "--arena", "engine"},
+              "posix-shm",
+              "a strided copy per run of pages, posted whole"},
+        Route{"tcp_p2_d4_sidecar_arenas",
+              {"--prefill-tp", "2", "--decode-tp", "4", "--link", "tcp", "--arena", "sidecar"},
+              "memfd",
+              "a strided copy per run of pages, posted whole"},
         Route{
             "mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}, "ucx-shm"},
         Route{
