@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "tests/transfer/harness.h"
 
@@ -101,8 +102,13 @@ TEST(TransferFaultTest, OutOfBoundsDestinationIsRejectedWithNothingWritten) {
   EXPECT_EQ(result->bytes_untouched, uint64_t{64} << 20);
 }
 
-TEST(TransferFaultTest, ADecodeKilledMidRoomFailsTheRoomsWithinTheirDeadline) {
-  const RouteSetup setup = QuarterRoute();
+// A whole-page route (1:1) and a head-sliced one (2:1, strided copies): decode 0 is killed while
+// every prefill's rooms are in flight.
+class DecodeKilledTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DecodeKilledTest, ADecodeKilledMidRoomFailsTheRoomsWithinTheirDeadline) {
+  RouteSetup setup = QuarterRoute();
+  setup.prefill_tp = GetParam();
   HarnessOptions options;
   // Forty rooms of 56 MiB (2.2 GiB) over tcp take far longer than the kill takes to land (it
   // lands within milliseconds of the prefill's "submitted"; the prefill failed 74-92 ms after it
@@ -113,17 +119,21 @@ TEST(TransferFaultTest, ADecodeKilledMidRoomFailsTheRoomsWithinTheirDeadline) {
   options.kill_decode_after_submit = true;
   absl::StatusOr<HarnessResult> result = RunTransfer(setup, options);
   ASSERT_TRUE(result.ok()) << result.status();
-  ASSERT_EQ(result->failures.size(), 1u);
-  const std::string& failure = result->failures[0];
-  EXPECT_TRUE(failure.find("UNAVAILABLE") != std::string::npos ||
-              failure.find("DEADLINE_EXCEEDED") != std::string::npos ||
-              failure.find("CANCELLED") != std::string::npos)
-      << failure;
+  ASSERT_EQ(result->failures.size(), static_cast<size_t>(setup.prefill_tp));
+  for (const std::string& failure : result->failures) {
+    EXPECT_TRUE(failure.find("UNAVAILABLE") != std::string::npos ||
+                failure.find("DEADLINE_EXCEEDED") != std::string::npos ||
+                failure.find("CANCELLED") != std::string::npos)
+        << failure;
+  }
   // Within the deadline (plus the time to notice), never a hang.
   EXPECT_LT(result->failure_latency, absl::Seconds(20));
-  std::printf("killed decode: the prefill failed after %s: %s\n",
-              absl::FormatDuration(result->failure_latency).c_str(), failure.c_str());
+  std::printf("killed decode: the prefills failed after %s: %s\n",
+              absl::FormatDuration(result->failure_latency).c_str(), result->failures[0].c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(PrefillTp, DecodeKilledTest, ::testing::Values(1, 2),
+                         [](const auto& info) { return absl::StrCat("p", info.param, "_d1"); });
 
 }  // namespace
 }  // namespace kvrail::testing
