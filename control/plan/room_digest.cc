@@ -23,6 +23,11 @@ bool ByDestination(const Copy& a, const Copy& b) {
 }
 
 std::string Describe(const Copy& copy) {
+  if (copy.rows > 1) {
+    return absl::StrCat("{src ", copy.src_offset, ", dst ", copy.dst_offset, ", ", copy.rows,
+                        " rows of ", copy.length, " bytes, strides ", copy.src_stride, " and ",
+                        copy.dst_stride, "}");
+  }
   return absl::StrCat("{src ", copy.src_offset, ", dst ", copy.dst_offset, ", ", copy.length,
                       " bytes}");
 }
@@ -37,30 +42,51 @@ absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
                                     absl::Span<const uint8_t> arena) {
   // A copy list from the planner is mostly in destination order already (fragment by fragment,
   // pages ascending); a sort costs more than the hash of small rows, so only unsorted ones pay.
-  if (!std::is_sorted(copies.begin(), copies.end(), ByDestination)) {
-    std::sort(copies.begin(), copies.end(), ByDestination);
+  const auto sort = [&copies] {
+    if (!std::is_sorted(copies.begin(), copies.end(), ByDestination)) {
+      std::sort(copies.begin(), copies.end(), ByDestination);
+    }
+  };
+  sort();
+  // A strided copy's rows are hashed in destination order among every other copy's rows. Where
+  // the copies' destination spans are apart (a head-sliced page's rows a copy, as the planner
+  // cuts them) that is each copy's rows in turn; where spans interleave, the copies are cut
+  // into their rows first.
+  bool interleaved = false;
+  for (size_t i = 1; i < copies.size() && !interleaved; ++i) {
+    const Copy& before = copies[i - 1];
+    interleaved = before.rows > 1 && before.length != 0 &&
+                  copies[i].dst_offset < before.dst_offset + DestinationSpan(before);
+  }
+  if (interleaved) {
+    CopyList rows;
+    for (const Copy& c : copies) {
+      ForEachRow(c, [&](uint64_t src, uint64_t dst, uint64_t length) {
+        rows.push_back(Copy{src, dst, length});
+      });
+    }
+    copies = std::move(rows);
+    sort();
   }
   const char* side_name = side == DigestSide::kSource ? "source" : "destination";
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy& c = copies[i];
-    if (c.rows != 1) {
-      return absl::InternalError(absl::StrCat("room digest: copy ", Describe(c), " has ", c.rows,
-                                              " rows; a digest takes one copy per row "
-                                              "(copy_plan.h)"));
-    }
     const uint64_t offset = side == DigestSide::kSource ? c.src_offset : c.dst_offset;
-    if (offset > arena.size() || c.length > arena.size() - offset) {
+    const uint64_t span = c.rows == 0                   ? 0
+                          : side == DigestSide::kSource ? SourceSpan(c)
+                                                        : DestinationSpan(c);
+    if (offset > arena.size() || span > arena.size() - offset) {
       return MakeError(ErrorCategory::kInvalidManifest,
                        absl::StrCat("room digest: copy ", Describe(c), " reaches past the ",
                                     side_name, " arena of ", arena.size(), " bytes"));
     }
-    if (i > 0 && copies[i - 1].length != 0 &&
-        c.dst_offset < copies[i - 1].dst_offset + copies[i - 1].length) {
-      return MakeError(
-          ErrorCategory::kInvalidManifest,
-          absl::StrCat("room digest: copies ", Describe(copies[i - 1]), " and ", Describe(c),
-                       " write the same destination bytes; a room whose copies "
-                       "overlap has no digest (a page named twice?)"));
+    const Copy* before = i > 0 ? &copies[i - 1] : nullptr;
+    if (before != nullptr && before->length != 0 && before->rows != 0 &&
+        c.dst_offset < before->dst_offset + DestinationSpan(*before)) {
+      return MakeError(ErrorCategory::kInvalidManifest,
+                       absl::StrCat("room digest: copies ", Describe(*before), " and ", Describe(c),
+                                    " write the same destination bytes; a room whose copies "
+                                    "overlap has no digest (a page named twice?)"));
     }
   }
   std::unique_ptr<XXH3_state_t, StateFree> state(XXH3_createState());
@@ -68,8 +94,10 @@ absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
     return absl::ResourceExhaustedError("room digest: cannot make an XXH3 state");
   }
   for (const Copy& c : copies) {
-    const uint64_t offset = side == DigestSide::kSource ? c.src_offset : c.dst_offset;
-    (void)XXH3_64bits_update(state.get(), arena.data() + offset, c.length);
+    ForEachRow(c, [&](uint64_t src, uint64_t dst, uint64_t length) {
+      (void)XXH3_64bits_update(state.get(),
+                               arena.data() + (side == DigestSide::kSource ? src : dst), length);
+    });
   }
   return static_cast<uint64_t>(XXH3_64bits_digest(state.get()));
 }

@@ -58,6 +58,40 @@ TEST(RoomDigestTest, CoalescedUncoalescedShuffledAndSlicedCopiesOfTheSameBytesAg
   EXPECT_EQ(Digest(sliced, DigestSide::kDestination, dst), reference);
 }
 
+// Head-sliced rows (a prefill's half of each 512-byte destination row) as strided copies, a
+// page of 8 rows each, against the same rows a copy each: one digest, and rows of two strided
+// copies that interleave in the destination are hashed in destination order.
+TEST(RoomDigestTest, StridedCopiesHashAsTheirRows) {
+  const std::vector<uint8_t> src = Arena(64 * 512, 2);
+  CopyList rows, strided, interleaved;
+  for (uint64_t page = 0; page < 8; ++page) {
+    strided.push_back({page * 8 * 512, page * 8 * 512, 256, 8, 512, 512});
+    for (uint64_t r = 0; r < 8; ++r) {
+      rows.push_back({(page * 8 + r) * 512, (page * 8 + r) * 512, 256});
+    }
+  }
+  // The same rows cut differently: even rows of all pages, then odd rows (each a strided copy
+  // whose destination span overlaps the other's, without a byte in common).
+  interleaved.push_back({0, 0, 256, 32, 1024, 1024});
+  interleaved.push_back({512, 512, 256, 32, 1024, 1024});
+  const uint64_t reference = Digest(rows, DigestSide::kSource, src);
+  EXPECT_EQ(Digest(strided, DigestSide::kSource, src), reference);
+  EXPECT_EQ(Digest(interleaved, DigestSide::kSource, src), reference);
+  // A strided copy whose rows write another's bytes is refused like any overlap.
+  CopyList twice = strided;
+  twice.push_back({0, 4 * 512, 256, 2, 512, 512});
+  absl::StatusOr<uint64_t> refused = RoomDigest(twice, DigestSide::kSource, src);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "write the same destination bytes"))
+      << refused.status();
+  // A row past the arena is refused, naming it.
+  CopyList past = {{0, 0, 256, 65, 512, 512}};
+  refused = RoomDigest(past, DigestSide::kSource, src);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "reaches past the source arena"))
+      << refused.status();
+}
+
 TEST(RoomDigestTest, TheSourceSidesDigestEqualsTheDestinationsOnceEveryCopyLanded) {
   const std::vector<uint8_t> src = Arena(64 * 256, 2);
   std::vector<uint8_t> dst(64 * 256, 0);

@@ -155,9 +155,9 @@ class PrefillSidecar final : public SidecarCore {
   // kvrail's (it has a key); the decode then checks every byte the room landed.
   bool Hashed(const session::DecodePeer& peer) const;
   // Whether a room's copies are streamed as strided copies (a head-sliced page's rows as one):
-  // not where they are hashed (`hashed`) or staged, nor under --naive-copies or
-  // --no-strided-copies, which take a copy per row.
-  bool StridedCopies(bool hashed) const;
+  // not under --naive-copies or --no-strided-copies, which take a copy per row. (A hashed room's
+  // digest counts a strided copy's rows one by one: plan::RoomDigest.)
+  bool StridedCopies() const;
   // Logs, once per registration, how a route's rooms are copied: whole pages, or head-sliced
   // rows as strided copies (and whether the transport takes them whole) or one copy per row;
   // and on which lanes.

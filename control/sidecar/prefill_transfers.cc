@@ -279,13 +279,13 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
   // The scheduler pulls the copies a chunk at a time as it posts, so the first writes go out
   // before the room's last copy is computed (copy_stream.h), each head-sliced page's rows as one
   // strided copy (issue 31); --naive-copies posts the planner's copies unmerged, one per row,
-  // and --no-strided-copies one per row merged where contiguous, for measurement only. Hashing
-  // takes one copy per row; a staged arena's strided copies go to the mirror as ranges of rows
-  // (one 2-D copy a chunk on a GPU).
+  // and --no-strided-copies one per row merged where contiguous, for measurement only. A hashed
+  // room's digest takes its strided copies row by row (plan::RoomDigest); a staged arena's
+  // strided copies go to the mirror as ranges of rows (one 2-D copy a chunk on a GPU).
   const bool staged = staging != nullptr;
   absl::StatusOr<std::unique_ptr<CopySource>> stream =
       plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest,
-                       job.layers, !options.naive_copies, StridedCopies(job.digest));
+                       job.layers, !options.naive_copies, StridedCopies());
   // Row staging: a whole room whose decode offered a slot of exactly its bytes writes its rows
   // there, back to back in the plan's order (packed_destination.h), for the decode to scatter
   // into its pages; anything else (a layer-wise room's works, a slot of another size) writes in
@@ -442,8 +442,8 @@ bool PrefillSidecar::Hashed(const session::DecodePeer& peer) const {
   return options.verify_digest && gate.KeyFor(peer.reply_endpoint).has_value();
 }
 
-bool PrefillSidecar::StridedCopies(bool hashed) const {
-  return !hashed && !options.naive_copies && !options.no_strided_copies;
+bool PrefillSidecar::StridedCopies() const {
+  return !options.naive_copies && !options.no_strided_copies;
 }
 
 void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodePeer>& peer) {
@@ -457,16 +457,12 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
   }
   std::string copies = "whole pages";
   if (widest != nullptr) {
-    // A hashed route's rooms are copied a row a copy in their final work (job.digest).
-    const bool hashed = Hashed(*peer);
     const transport::Capabilities& caps = transport->capabilities();
     const uint64_t most =
         transport::MaxRowsPerWrite(caps, widest->bytes_per_row, widest->dst_row_stride);
     std::string posted;
-    if (!StridedCopies(hashed)) {
-      posted =
-          "a copy per row (a hashed room's last work, --naive-copies or "
-          "--no-strided-copies)";
+    if (!StridedCopies()) {
+      posted = "a copy per row (--naive-copies or --no-strided-copies)";
     } else {
       // The plan's strided copies: a page's rows, or the rows of pages that follow each other on
       // both sides (CopyPlan::Begin, coalesced).

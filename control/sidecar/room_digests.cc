@@ -114,7 +114,8 @@ void DecodeSidecar::CheckLanded(std::vector<std::string> success, uint64_t room,
     KVRAIL_ASSIGN_OR_RETURN(std::shared_ptr<const plan::CopyPlan> landing,
                             LandingPlanOf(*node, rank));
     plan::CopyList copies;
-    KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies));
+    // Strided copies: the digest takes their rows one by one (plan::RoomDigest).
+    KVRAIL_RETURN_IF_ERROR(plan::LandingCopies(*landing, *manifest, copies, /*strided=*/true));
     return plan::RoomDigest(
         copies, plan::DigestSide::kDestination,
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(arena_base), arena_bytes));

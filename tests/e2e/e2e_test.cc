@@ -148,9 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
         Route{"p1_d2_engine_arenas",
               {"--prefill-tp", "1", "--decode-tp", "2", "--arena", "engine"},
               "posix-shm"},
-        // The other head-sliced TP pairs, as strided copies (a page's rows a copy, the default;
-        // with --verify-digest a prefill sends a copy per row, so the digest routes below do
-        // not cover these): over shared memory and over tcp, each into both kinds of arena.
+        // The other head-sliced TP pairs, as strided copies (a page's rows a copy, the default):
+        // over shared memory and over tcp, each into both kinds of arena.
         Route{"p4_d2_sidecar_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--arena", "sidecar"},
               "ucx-shm",
@@ -211,10 +210,12 @@ INSTANTIATE_TEST_SUITE_P(
               "memfd",
               "",
               "prefill_rank=1 staged=yes"},
+        // A hashed room is sent as strided copies too; its digest takes their rows.
         Route{"digests_tcp_p4_d2_engine_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--link", "tcp", "--arena", "engine",
                "--verify-digest"},
-              "posix-shm"},
+              "posix-shm",
+              "a strided copy per run of pages, posted whole"},
         // The GPU staging path with memcpy for cudaMemcpyAsync (--emulate-gpu-arena): every
         // byte the decode engine-sims check came through both mirrors.
         Route{"emulated_gpu_staging_p2_d1_engine_arenas",
