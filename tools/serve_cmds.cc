@@ -532,6 +532,12 @@ void AddDemo(CLI::App& app, int& exit_code) {
                   "that land apart go back to back into a slot, which the decode scatters "
                   "(docs/PROTOCOL.md A.8; 0: none)")
       ->capture_default_str();
+  sub->add_option("--row-staging", options.row_staging,
+                  "With --row-staging-bytes: the routes staging serves, as every decode "
+                  "sidecar's --row-staging: auto (rows that land apart, short, on a transport "
+                  "that writes them one by one) or all (every route whose rows land apart)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "all"}));
   sub->add_flag("--metrics", options.metrics,
                 "The bootstrap server and every sidecar serve GET /metrics (Prometheus) on a free "
                 "port; print where, with a prometheus.yml scrape config");

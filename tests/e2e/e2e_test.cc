@@ -211,6 +211,20 @@ INSTANTIATE_TEST_SUITE_P(
               "",
               "prefill_rank=1 staged=yes"},
         // A hashed room is sent as strided copies too; its digest takes their rows.
+        // --row-staging all: over tcp and shared memory too, rows that land apart go back to
+        // back into the decode's slots, and the decode scatters them.
+        Route{"tcp_row_staging_all_p2_d1",
+              {"--prefill-tp", "2", "--decode-tp", "1", "--link", "tcp", "--row-staging-bytes",
+               "67108864", "--row-staging", "all"},
+              "memfd",
+              "",
+              "prefill_rank=1 staged=yes"},
+        Route{"row_staging_all_p4_d2_engine_arenas",
+              {"--prefill-tp", "4", "--decode-tp", "2", "--arena", "engine", "--row-staging-bytes",
+               "67108864", "--row-staging", "all"},
+              "posix-shm",
+              "",
+              "prefill_rank=1 staged=yes"},
         Route{"digests_tcp_p4_d2_engine_arenas",
               {"--prefill-tp", "4", "--decode-tp", "2", "--link", "tcp", "--arena", "engine",
                "--verify-digest"},

@@ -194,6 +194,8 @@ absl::Status RunDemo(DemoOptions options) {
   if (options.row_staging_bytes > 0) {
     cluster_options.decode_args.push_back("--row-staging-bytes");
     cluster_options.decode_args.push_back(absl::StrCat(options.row_staging_bytes));
+    cluster_options.decode_args.push_back("--row-staging");
+    cluster_options.decode_args.push_back(options.row_staging);
   }
   cluster_options.metrics = options.metrics;
   const int processes = 1 + 2 * (options.prefill_tp * options.prefill_pp + options.decode_tp);

@@ -51,6 +51,10 @@ struct DemoOptions {
   // PROTOCOL.md A.8): head-sliced rows that land apart go back to back into a slot, scattered
   // by the decode. 0: none.
   uint64_t row_staging_bytes = 0;
+  // The routes that staging serves, as every decode sidecar's --row-staging: "auto" (rows that
+  // land apart on a transport that writes them one by one) or "all" (every route whose rows
+  // land apart).
+  std::string row_staging = "auto";
   // The bootstrap server and every sidecar serve GET /metrics on a free port; the demo prints
   // the addresses and a prometheus.yml scrape config, and with metrics_hold_seconds keeps the
   // cluster up that long after the rooms, for a person to scrape.
