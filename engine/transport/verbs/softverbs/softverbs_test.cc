@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -365,6 +366,53 @@ TEST_F(Pair, ABadLocalSgeCompletesWithALocalProtectionError) {
   EXPECT_EQ(wcs[0].wr_id, 7u);
   EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR);
   EXPECT_TRUE(DstIsZero());
+}
+
+// Scatter-gather lists as a device takes them: the device says how many entries a write may
+// gather (max_sge), a queue pair asks for at most that many and keeps what it asked, a write
+// gathers its entries back to back into the remote range, and a write of more entries than its
+// queue pair's limit is refused at the post, before a byte moves.
+TEST_F(Pair, AWriteGathersUpToItsQueuePairsEntriesAndNoMore) {
+  ibv_device_attr device{};
+  ASSERT_EQ(Api().query_device(ctx_a_, &device), 0);
+  EXPECT_EQ(device.max_sge, 16);
+  ibv_qp_init_attr init{};
+  init.send_cq = cq_a_;
+  init.recv_cq = cq_a_;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = 4;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = static_cast<uint32_t>(device.max_sge) + 1;
+  errno = 0;
+  EXPECT_EQ(Api().create_qp(pd_a_, &init), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+
+  // qp_a_ asked for 4 entries (testing::MakeQp): the source's every other KiB, 4 of them.
+  ibv_sge sges[5];
+  for (int i = 0; i < 5; ++i) {
+    sges[i] = {reinterpret_cast<uint64_t>(src_.data() + i * 2048), 1024, mr_src_->lkey};
+  }
+  ibv_send_wr wr = Write(1, sges, reinterpret_cast<uint64_t>(dst_.data()), mr_dst_->rkey);
+  wr.num_sge = 5;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(Api().post_send(qp_a_, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(DstIsZero());
+  ibv_wc none;
+  EXPECT_EQ(Api().poll_cq(cq_a_, 1, &none), 0);
+
+  wr.num_sge = 4;
+  bad = nullptr;
+  ASSERT_EQ(Api().post_send(qp_a_, &wr, &bad), 0);
+  const std::vector<ibv_wc> wcs = PollN(cq_a_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(std::memcmp(dst_.data() + i * 1024, src_.data() + i * 2048, 1024), 0)
+        << "entry " << i;
+  }
+  EXPECT_TRUE(std::all_of(dst_.begin() + 4096, dst_.end(), [](unsigned char c) { return c == 0; }));
 }
 
 TEST_F(Pair, PostingBeyondMaxSendWrFailsWithENOMEM) {
