@@ -476,8 +476,14 @@ void PrefillSidecar::LogRouteLocked(const std::shared_ptr<const session::DecodeP
                               caps.max_gather_rows > 1 ? " landing apart" : "", ")");
       }
     }
+    // Rows that land apart may go back to back into a slot the decode offers for a room (row
+    // staging, docs/PROTOCOL.md A.8): such a room says so in the decode's log, room by room.
+    const bool land_apart = widest->dst_row_stride > widest->bytes_per_row;
     copies = absl::StrCat("head-sliced rows of ", widest->bytes_per_row, " bytes, ", widest->rows,
-                          " a page: ", posted);
+                          " a page: ", posted,
+                          land_apart ? "; a room the decode offers a staging slot for goes "
+                                       "back to back into the slot instead"
+                                     : "");
   }
   const transfer::LaneSet lanes = LanesFor(*peer);
   std::string lanes_said = lanes.Describe(transport->capabilities().lanes);

@@ -208,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(
               {"--prefill-tp", "2", "--decode-tp", "1", "--link", "verbs", "--verbs-provider",
                "softverbs", "--row-staging-bytes", "67108864", "--verify-digest"},
               "memfd",
-              "",
+              "a room the decode offers a staging slot for goes back to back into the slot",
               "prefill_rank=1 staged=yes"},
         // A hashed room is sent as strided copies too; its digest takes their rows.
         // --row-staging all: over tcp and shared memory too, rows that land apart go back to
