@@ -2,8 +2,12 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/transport/bounds.h"
+#include "engine/transport/transport.h"
 #include "tests/fuzz/check.h"
 
 namespace kvrail::fuzz {
@@ -42,6 +46,50 @@ void CheckCopiesInArenas(const CopyList& copies, uint64_t source_bytes, uint64_t
   }
 }
 
+void CheckTransportTakes(const CopyList& pages, uint64_t source_bytes, uint64_t destination_base,
+                         uint64_t destination_bytes) {
+  if (pages.empty() || destination_bytes == 0 ||
+      destination_base > std::numeric_limits<uint64_t>::max() - destination_bytes) {
+    return;
+  }
+  v1::HandshakeDescriptor descriptor;
+  v1::Region* region = descriptor.add_regions();
+  region->set_base(destination_base);
+  region->set_length(destination_bytes);
+  absl::StatusOr<transport::RemoteRegions> remote =
+      transport::RemoteRegions::FromDescriptor(descriptor);
+  Check(remote.ok(), "the decode arena as a descriptor's region is refused");
+  transport::Capabilities caps;  // a transport that takes a strided copy as one write
+  caps.strided_writes = true;
+  caps.max_write_bytes = std::numeric_limits<uint64_t>::max();
+  std::vector<transport::Write> writes;
+  writes.reserve(pages.size());
+  for (const Copy& c : pages) {
+    writes.push_back({c.src_offset, destination_base + c.dst_offset, c.length, c.rows, c.src_stride,
+                      c.dst_stride});
+  }
+  const absl::Status taken = transport::CheckWrites(writes, source_bytes, *remote, caps);
+  Check(taken.ok(), [&] {
+    return absl::StrCat("the transport's bounds check refuses the strided cursor's copies: ",
+                        taken.ToString());
+  });
+  // The same copies with the last one's last row one byte past the decode arena: refused, and
+  // the error names that write.
+  transport::Write& last = writes.back();
+  const uint64_t span = (last.rows - 1) * last.remote_stride + last.length;
+  if (span > destination_bytes) return;
+  last.remote_address = destination_base + destination_bytes - span + 1;
+  const absl::Status refused = transport::CheckWrites(writes, source_bytes, *remote, caps);
+  Check(!refused.ok() &&
+            absl::StrContains(refused.message(), absl::StrCat("write ", writes.size() - 1, " of ")),
+        [&] {
+          return absl::StrCat(
+              "a strided copy one byte past the decode arena is not refused by "
+              "name: ",
+              refused.ToString());
+        });
+}
+
 absl::Status ExpandAndCheck(const plan::CopyPlan& plan, const layout::Manifest& src,
                             const layout::Manifest& dst, uint64_t source_bytes,
                             uint64_t destination_base, uint64_t destination_bytes,
@@ -77,6 +125,7 @@ absl::Status ExpandAndCheck(const plan::CopyPlan& plan, const layout::Manifest& 
     for (size_t i = 0; i < n; ++i) pages.push_back(batch[i]);
   }
   CheckCopiesInArenas(pages, source_bytes, destination_base, destination_bytes, "strided cursor");
+  CheckTransportTakes(pages, source_bytes, destination_base, destination_bytes);
   CopyList rows;
   for (const Copy& page : pages) {
     ForEachRow(page, [&](uint64_t s, uint64_t d, uint64_t length) {

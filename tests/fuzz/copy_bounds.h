@@ -24,11 +24,19 @@ namespace kvrail::fuzz {
 void CheckCopiesInArenas(const CopyList& copies, uint64_t source_bytes, uint64_t destination_base,
                          uint64_t destination_bytes, absl::string_view what);
 
+// Aborts unless the data plane's own bounds check (transport::CheckWrites, as a transport that
+// takes a strided copy whole runs it before any byte moves) accepts `pages` (a strided cursor's
+// copies, already inside both arenas) against the decode arena as one region, and refuses them,
+// naming the last, once the last one's last row reaches one byte past it.
+void CheckTransportTakes(const CopyList& pages, uint64_t source_bytes, uint64_t destination_base,
+                         uint64_t destination_bytes);
+
 // Expands `plan` over (src, dst) into `copies` as the prefill sidecar does (ExpandCoalesced,
 // control/sidecar/prefill_transfers.cc) and returns its status. When it succeeds, the copies
 // are checked with CheckCopiesInArenas, and Expand followed by Coalesce, and a coalescing cursor
 // read in small batches, must give the same list; so must a strided cursor's copies (each checked
-// with CheckCopiesInArenas), row by row, merged. When it fails, nothing may be appended.
+// with CheckCopiesInArenas and CheckTransportTakes), row by row, merged. When it fails, nothing may
+// be appended.
 absl::Status ExpandAndCheck(const plan::CopyPlan& plan, const layout::Manifest& src,
                             const layout::Manifest& dst, uint64_t source_bytes,
                             uint64_t destination_base, uint64_t destination_bytes,
