@@ -105,6 +105,16 @@ TEST_P(DemoRouteTest, EveryByteAndTokenChecks) {
   }
   const std::string prefill = ReadText(logs + "/prefill-sidecar-0.log");
   EXPECT_TRUE(absl::StrContains(prefill, GetParam().copies)) << prefill;
+  // A route is logged once, at its first room, however many rooms it carries.
+  std::map<std::string, int> routes;
+  for (absl::string_view line : absl::StrSplit(prefill, '\n')) {
+    const size_t at = line.find("event=route session=");
+    if (at == absl::string_view::npos) continue;
+    const absl::string_view session = line.substr(at + std::strlen("event=route session="));
+    ++routes[std::string(session.substr(0, session.find(' ')))];
+  }
+  EXPECT_FALSE(routes.empty()) << prefill;
+  for (const auto& [session, lines] : routes) EXPECT_EQ(lines, 1) << session << " in " << prefill;
   const std::string decode = ReadText(logs + "/decode-sidecar-0.log");
   EXPECT_TRUE(absl::StrContains(decode, GetParam().decode_says)) << decode;
 }
