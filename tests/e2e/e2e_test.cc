@@ -186,6 +186,12 @@ INSTANTIATE_TEST_SUITE_P(
               "a strided copy per run of pages, posted whole"},
         Route{
             "mla_p4_d2_dummies", {"--prefill-tp", "4", "--decode-tp", "2", "--latent"}, "ucx-shm"},
+        // A replicated latent stays whole at 8:2: each decode rank's latent from one prefill
+        // rank, whole pages, the other six ranks dummies.
+        Route{"mla_p8_d2_dummies",
+              {"--prefill-tp", "8", "--decode-tp", "2", "--latent", "--link", "tcp"},
+              "memfd",
+              "copies=\"whole pages\""},
         Route{
             "two_stages_p2_d1", {"--prefill-tp", "2", "--decode-tp", "1", "--pp", "2"}, "ucx-shm"},
         // Over tcp the decode's lanes receive: each of its two sources writes on a lane of
