@@ -8,12 +8,14 @@
 #endif
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/error.h"
+#include "engine/base/rows.h"
 
 namespace kvrail::plan {
 namespace {
@@ -40,6 +42,25 @@ struct StateFree {
 
 absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
                                     absl::Span<const uint8_t> arena) {
+  const char* side_name = side == DigestSide::kSource ? "source" : "destination";
+  // Every copy inside the arena on `side` (and its destination span below 2^64, for the order
+  // and overlap checks below), measured the overflow-safe way (engine/base/rows.h).
+  for (const Copy& c : copies) {
+    RowsMeasure m;
+    if (!MeasureRows(c.rows, c.length, c.src_stride, c.dst_stride, &m)) {
+      return MakeError(ErrorCategory::kInvalidManifest,
+                       absl::StrCat("room digest: copy ", Describe(c),
+                                    " moves no byte, has rows that overlap, or passes 2^64"));
+    }
+    const uint64_t offset = side == DigestSide::kSource ? c.src_offset : c.dst_offset;
+    const uint64_t span = side == DigestSide::kSource ? m.span_a : m.span_b;
+    if (offset > arena.size() || span > arena.size() - offset ||
+        c.dst_offset > std::numeric_limits<uint64_t>::max() - m.span_b) {
+      return MakeError(ErrorCategory::kInvalidManifest,
+                       absl::StrCat("room digest: copy ", Describe(c), " reaches past the ",
+                                    side_name, " arena of ", arena.size(), " bytes"));
+    }
+  }
   // A copy list from the planner is mostly in destination order already (fragment by fragment,
   // pages ascending); a sort costs more than the hash of small rows, so only unsorted ones pay.
   const auto sort = [&copies] {
@@ -55,8 +76,8 @@ absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
   bool interleaved = false;
   for (size_t i = 1; i < copies.size() && !interleaved; ++i) {
     const Copy& before = copies[i - 1];
-    interleaved = before.rows > 1 && before.length != 0 &&
-                  copies[i].dst_offset < before.dst_offset + DestinationSpan(before);
+    interleaved =
+        before.rows > 1 && copies[i].dst_offset < before.dst_offset + DestinationSpan(before);
   }
   if (interleaved) {
     CopyList rows;
@@ -68,25 +89,14 @@ absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
     copies = std::move(rows);
     sort();
   }
-  const char* side_name = side == DigestSide::kSource ? "source" : "destination";
-  for (size_t i = 0; i < copies.size(); ++i) {
-    const Copy& c = copies[i];
-    const uint64_t offset = side == DigestSide::kSource ? c.src_offset : c.dst_offset;
-    const uint64_t span = c.rows == 0                   ? 0
-                          : side == DigestSide::kSource ? SourceSpan(c)
-                                                        : DestinationSpan(c);
-    if (offset > arena.size() || span > arena.size() - offset) {
-      return MakeError(ErrorCategory::kInvalidManifest,
-                       absl::StrCat("room digest: copy ", Describe(c), " reaches past the ",
-                                    side_name, " arena of ", arena.size(), " bytes"));
-    }
-    const Copy* before = i > 0 ? &copies[i - 1] : nullptr;
-    if (before != nullptr && before->length != 0 && before->rows != 0 &&
-        c.dst_offset < before->dst_offset + DestinationSpan(*before)) {
-      return MakeError(ErrorCategory::kInvalidManifest,
-                       absl::StrCat("room digest: copies ", Describe(*before), " and ", Describe(c),
-                                    " write the same destination bytes; a room whose copies "
-                                    "overlap has no digest (a page named twice?)"));
+  for (size_t i = 1; i < copies.size(); ++i) {
+    const Copy& before = copies[i - 1];
+    if (copies[i].dst_offset < before.dst_offset + DestinationSpan(before)) {
+      return MakeError(
+          ErrorCategory::kInvalidManifest,
+          absl::StrCat("room digest: copies ", Describe(before), " and ", Describe(copies[i]),
+                       " write the same destination bytes; a room whose copies "
+                       "overlap has no digest (a page named twice?)"));
     }
   }
   std::unique_ptr<XXH3_state_t, StateFree> state(XXH3_createState());

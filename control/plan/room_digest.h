@@ -39,8 +39,9 @@ enum class DigestSide {
 // The room digest of `copies` over `arena` (the side's whole arena; offsets are relative to its
 // base). A strided copy (rows > 1) counts as its rows, each a copy of its own. Sorts `copies` in
 // place by destination offset (where strided copies' destination spans interleave, they are
-// replaced by their rows first). Errors (invalid-argument): a copy that reaches past `arena` on
-// `side` (naming it), two that write a destination byte twice (naming both).
+// replaced by their rows first). Errors (invalid-argument): a copy that moves no byte, whose
+// rows overlap, or that reaches past `arena` on `side` or past 2^64 (naming it); two that write
+// a destination byte twice (naming both).
 absl::StatusOr<uint64_t> RoomDigest(CopyList& copies, DigestSide side,
                                     absl::Span<const uint8_t> arena);
 

@@ -84,6 +84,16 @@ TEST(RoomDigestTest, StridedCopiesHashAsTheirRows) {
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "write the same destination bytes"))
       << refused.status();
+  // Rows that overlap, or a span past 2^64, are refused before any byte is read.
+  for (const Copy& bad :
+       {Copy{0, 0, 256, 2, 128, 512}, Copy{0, 0, 256, uint64_t{1} << 62, 512, 512}}) {
+    CopyList list = {bad};
+    refused = RoomDigest(list, DigestSide::kSource, src);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(
+        absl::StrContains(refused.status().message(), "has rows that overlap, or passes 2^64"))
+        << refused.status();
+  }
   // A row past the arena is refused, naming it.
   CopyList past = {{0, 0, 256, 65, 512, 512}};
   refused = RoomDigest(past, DigestSide::kSource, src);
