@@ -22,6 +22,11 @@ namespace {
 // An owned copy (spelled as a two-argument constructor: a one-argument one reads as a cast).
 std::string Owned(absl::string_view text) { return std::string(text.data(), text.size()); }
 
+// "prefill rank <r> at <endpoint>", as reasons and logs name a rank.
+std::string Describe(const PrefillTarget& target) {
+  return absl::StrCat("prefill rank ", target.rank, " at ", target.endpoint);
+}
+
 std::string RankList(absl::Span<const int> ranks) {
   return absl::StrCat("{", absl::StrJoin(ranks, ","), "}");
 }
@@ -157,8 +162,7 @@ absl::StatusOr<DecodeOutput> DecodeRooms::OnRoute(uint64_t room_id, RoomRoute ro
     }
     // Nothing is sent to any rank: the live ones would copy a room that cannot succeed.
     FailRoom(room_id, room, FailureCause::kPeerFailed,
-             absl::StrCat("prefill rank ", target.rank, " at ", target.endpoint,
-                          " is gone (its CachePD socket refused connections ",
+             absl::StrCat(Describe(target), " is gone (its CachePD socket refused connections ",
                           absl::FormatDuration(now - gone->second),
                           " ago, and has not listened since): the room is not routed to it"),
              now, out);
@@ -363,8 +367,7 @@ DecodeOutput DecodeRooms::OnWriterRefused(absl::string_view endpoint, bool refus
         ++it;
         continue;
       }
-      (refused ? fence.refused : fence.unproven)
-          .push_back(absl::StrCat("prefill rank ", it->rank, " at ", it->endpoint));
+      (refused ? fence.refused : fence.unproven).push_back(Describe(*it));
       it = fence.refusing.erase(it);
       found = true;
     }
@@ -497,10 +500,10 @@ DecodeOutput DecodeRooms::Tick(absl::Time now) {
     Fence& fence = fences_[id];
     std::vector<std::string> names;
     for (const PrefillTarget& t : fence.pending) {
-      names.push_back(absl::StrCat("prefill rank ", t.rank, " at ", t.endpoint));
+      names.push_back(Describe(t));
     }
     for (const PrefillTarget& t : fence.refusing) {  // answered unproven; not refused in time
-      names.push_back(absl::StrCat("prefill rank ", t.rank, " at ", t.endpoint));
+      names.push_back(Describe(t));
     }
     if (Release(fence,
                 PagesRelease{

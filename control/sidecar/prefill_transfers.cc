@@ -339,7 +339,7 @@ void PrefillSidecar::PrepareDestination(const Preparation& preparation, Prepared
     sorted.clear();
     absl::StatusOr<std::unique_ptr<CopySource>> whole =
         plan::StreamRoom(job.owner->copy_plan, job.source_manifest, job.destination_manifest, {},
-                         !options.naive_copies);
+                         !options.naive_copies, StridedCopies());
     if (!whole.ok()) {
       slot.error = whole.status();
       return;
